@@ -1,0 +1,324 @@
+"""Typed, validated configuration.
+
+Users write `ml_collections.ConfigDict`s (``configs/*.py`` each define ``get_config()``, overridden
+from the command line as ``--config.model.n_layers=4``). The dict is converted exactly once, by
+:func:`from_config_dict`, into the frozen dataclasses below and validated before anything is
+compiled. Every module receives these dataclasses, never the raw dict.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Mapping
+
+import ml_collections
+
+from attnlab.errors import ConfigError
+
+POS_ENCODINGS = ("none", "sinusoidal", "learned", "rope", "alibi")
+NORMS = ("layernorm", "rmsnorm")
+NORM_POSITIONS = ("pre", "post")
+FFNS = ("relu", "gelu", "swiglu")
+ATTENTION_IMPLS = ("einsum", "xla")
+DTYPES = ("float32", "bfloat16")
+SCHEDULES = ("cosine", "noam", "wsd", "constant")
+TOKENIZERS = ("byte", "bpe")
+DATA_SOURCES = ("pystdlib", "text_files", "markov")  # plus "tfds:<name>/<feature>"
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Shape and architecture of the decoder-only Transformer LM."""
+
+    vocab_size: int = 256
+    d_model: int = 128
+    n_layers: int = 4
+    n_heads: int = 4
+    n_kv_heads: int | None = None  # None -> n_heads (MHA); 1 -> MQA; in between -> GQA
+    d_ff: int | None = None  # None -> 4 * d_model, or 8/3 * d_model for SwiGLU (rounded up to 8)
+    max_len: int = 256  # rows of the learned position table; other encodings ignore it
+    pos_encoding: str = "rope"
+    rope_theta: float = 10000.0
+    norm: str = "layernorm"
+    norm_position: str = "pre"
+    norm_eps: float = 1e-5
+    ffn: str = "gelu"
+    tie_embeddings: bool = True
+    qk_norm: bool = False
+    attention_impl: str = "einsum"
+    attention_chunk: int = 0  # query-block size for memory-linear attention; 0 -> one block
+    dropout: float = 0.0
+    dtype: str = "float32"  # compute dtype; parameters are always float32
+    init_std: float = 0.02
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
+
+    @property
+    def ffn_dim(self) -> int:
+        if self.d_ff is not None:
+            return self.d_ff
+        if self.ffn == "swiglu":
+            # Shazeer 2020: 8/3 d keeps SwiGLU's three matrices at the cost of a 4d two-matrix FFN.
+            return -(-(8 * self.d_model // 3) // 8) * 8
+        return 4 * self.d_model
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+    """Where tokens come from and how they are cut into batches."""
+
+    source: str = "pystdlib"  # pystdlib | text_files | markov | tfds:<name>/<feature>
+    path: str = ""  # text_files: a directory or a glob
+    max_bytes: int = 0  # >0 builds a smaller, separately cached slice of the corpus
+    cache_dir: str = ""  # "" -> $ATTNLAB_DATA_DIR or ~/.cache/attnlab
+    tokenizer: str = "byte"
+    bpe_vocab_size: int = 1024
+    seq_len: int = 128
+    batch_size: int = 16
+    seed: int = 0  # data order; batch i is a pure function of (dataset, seed, i)
+    markov_order: int = 2
+    markov_branching: int = 4
+    markov_seed: int = 0
+    markov_tokens: int = 2_000_000
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Optimisation, evaluation, checkpointing and parallelism."""
+
+    steps: int = 1000
+    tokens: int = 0  # >0 overrides steps: steps = tokens // (batch_size * seq_len)
+    seed: int = 0  # parameter initialisation
+    learning_rate: float = 3e-3
+    schedule: str = "cosine"
+    warmup_steps: int = 100
+    min_lr_ratio: float = 0.1  # cosine / wsd floor as a fraction of the peak
+    decay_fraction: float = 0.2  # wsd: fraction of steps spent decaying
+    b1: float = 0.9
+    b2: float = 0.95
+    eps: float = 1e-8
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    grad_accum: int = 1  # micro-batches per step; batch_size must divide by it
+    eval_every: int = 200
+    eval_batches: int = 8
+    log_every: int = 50
+    checkpoint_every: int = 500
+    keep_checkpoints: int = 2
+    mesh_data: int = -1  # devices on the data-parallel axis; -1 -> all left over
+    mesh_fsdp: int = 1  # devices over which parameters and optimizer state are sharded
+    distributed: bool = False  # call jax.distributed.initialize (multi-host)
+    coordinator_address: str = ""
+    num_processes: int = 1
+    process_id: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """One run: model, data and training. Built once from a ConfigDict, then passed everywhere."""
+
+    model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+    data: DataConfig = dataclasses.field(default_factory=DataConfig)
+    train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
+    name: str = "run"
+
+    @property
+    def total_steps(self) -> int:
+        if self.train.tokens > 0:
+            return max(1, self.train.tokens // (self.data.batch_size * self.data.seq_len))
+        return self.train.steps
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+
+_SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
+
+
+def _build_section(cls, values: Mapping[str, Any], section: str):
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in values.items():
+        if key not in known:
+            raise ConfigError(
+                f"{section}.{key}", f"unknown key; valid keys are {', '.join(sorted(known))}"
+            )
+        kwargs[key] = _coerce(value, known[key], f"{section}.{key}")
+    return cls(**kwargs)
+
+
+def _coerce(value: Any, field: dataclasses.Field, path: str) -> Any:
+    """Checks the value's type against the dataclass annotation (ints may stand for floats)."""
+    annotation = str(field.type)
+    if value is None:
+        if "None" not in annotation:
+            raise ConfigError(path, "must not be None")
+        return None
+    if annotation.startswith("bool"):
+        if not isinstance(value, bool):
+            raise ConfigError(path, f"expected true/false, got {value!r}")
+        return value
+    if annotation.startswith("int"):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(path, f"expected an integer, got {value!r}")
+        return int(value)
+    if annotation.startswith("float"):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(path, f"expected a number, got {value!r}")
+        return float(value)
+    if annotation.startswith("str"):
+        if not isinstance(value, str):
+            raise ConfigError(path, f"expected a string, got {value!r}")
+        return value
+    return value
+
+
+def from_config_dict(config: ml_collections.ConfigDict | Mapping[str, Any]) -> Config:
+    """Converts a (possibly nested) ConfigDict or plain dict into a validated :class:`Config`.
+
+    Raises:
+      ConfigError: naming the first bad field, before any JAX work happens.
+    """
+    raw = config.to_dict() if isinstance(config, ml_collections.ConfigDict) else dict(config)
+    unknown = set(raw) - set(_SECTIONS) - {"name"}
+    if unknown:
+        key = sorted(unknown)[0]
+        raise ConfigError(key, "unknown top-level key; valid keys are data, model, name, train")
+    sections = {}
+    for section, cls in _SECTIONS.items():
+        values = raw.get(section, {}) or {}
+        if not isinstance(values, Mapping):
+            raise ConfigError(section, f"expected a section of keys, got {values!r}")
+        sections[section] = _build_section(cls, values, section)
+    cfg = Config(name=str(raw.get("name", "run")), **sections)
+    validate(cfg)
+    return cfg
+
+
+def _choice(path: str, value: str, valid: tuple[str, ...]) -> None:
+    if value not in valid:
+        raise ConfigError(path, f"unknown value {value!r}; valid values are {', '.join(valid)}")
+
+
+def _positive(path: str, value: float) -> None:
+    if value <= 0:
+        raise ConfigError(path, f"must be positive, got {value}")
+
+
+def validate_model(m: ModelConfig) -> None:
+    for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_len"):
+        _positive(f"model.{name}", getattr(m, name))
+    _choice("model.pos_encoding", m.pos_encoding, POS_ENCODINGS)
+    _choice("model.norm", m.norm, NORMS)
+    _choice("model.norm_position", m.norm_position, NORM_POSITIONS)
+    _choice("model.ffn", m.ffn, FFNS)
+    _choice("model.attention_impl", m.attention_impl, ATTENTION_IMPLS)
+    _choice("model.dtype", m.dtype, DTYPES)
+    if m.d_model % m.n_heads:
+        raise ConfigError(
+            "model.d_model", f"{m.d_model} is not divisible by model.n_heads={m.n_heads}"
+        )
+    if m.n_kv_heads is not None:
+        _positive("model.n_kv_heads", m.n_kv_heads)
+        if m.n_heads % m.n_kv_heads:
+            raise ConfigError(
+                "model.n_heads",
+                f"{m.n_heads} is not divisible by model.n_kv_heads={m.n_kv_heads}",
+            )
+    if m.d_ff is not None:
+        _positive("model.d_ff", m.d_ff)
+    if m.pos_encoding == "rope" and m.head_dim % 2:
+        raise ConfigError(
+            "model.pos_encoding",
+            f"rope needs an even head_dim, but d_model/n_heads = {m.head_dim}",
+        )
+    if m.pos_encoding == "sinusoidal" and m.d_model % 2:
+        raise ConfigError("model.d_model", f"sinusoidal encoding needs an even d_model, got {m.d_model}")
+    _positive("model.rope_theta", m.rope_theta)
+    _positive("model.norm_eps", m.norm_eps)
+    _positive("model.init_std", m.init_std)
+    if m.attention_chunk < 0:
+        raise ConfigError("model.attention_chunk", f"must be >= 0, got {m.attention_chunk}")
+    if not 0.0 <= m.dropout < 1.0:
+        raise ConfigError("model.dropout", f"must be in [0, 1), got {m.dropout}")
+
+
+def validate_data(d: DataConfig) -> None:
+    if not (d.source in DATA_SOURCES or d.source.startswith("tfds:")):
+        raise ConfigError(
+            "data.source",
+            f"unknown source {d.source!r}; valid sources are {', '.join(DATA_SOURCES)}, "
+            "or tfds:<name>/<feature>",
+        )
+    if d.source == "text_files" and not d.path:
+        raise ConfigError("data.path", "source text_files needs a directory or glob in data.path")
+    _choice("data.tokenizer", d.tokenizer, TOKENIZERS)
+    for name in ("seq_len", "batch_size", "bpe_vocab_size", "markov_order", "markov_branching",
+                 "markov_tokens"):
+        _positive(f"data.{name}", getattr(d, name))
+    if d.max_bytes < 0:
+        raise ConfigError("data.max_bytes", f"must be >= 0 (0 = whole corpus), got {d.max_bytes}")
+
+
+def validate_train(t: TrainConfig) -> None:
+    _choice("train.schedule", t.schedule, SCHEDULES)
+    for name in ("steps", "learning_rate", "eval_every", "eval_batches", "log_every",
+                 "checkpoint_every", "keep_checkpoints", "grad_accum", "num_processes"):
+        _positive(f"train.{name}", getattr(t, name))
+    for name in ("tokens", "warmup_steps", "weight_decay", "grad_clip", "min_lr_ratio"):
+        if getattr(t, name) < 0:
+            raise ConfigError(f"train.{name}", f"must be >= 0, got {getattr(t, name)}")
+    if not 0 <= t.b1 < 1 or not 0 <= t.b2 < 1:
+        raise ConfigError("train.b1" if not 0 <= t.b1 < 1 else "train.b2", "must be in [0, 1)")
+    if not 0 < t.decay_fraction <= 1:
+        raise ConfigError("train.decay_fraction", f"must be in (0, 1], got {t.decay_fraction}")
+    if t.mesh_fsdp < 1 or (t.mesh_data < 1 and t.mesh_data != -1):
+        raise ConfigError("train.mesh_data", "mesh sizes must be >= 1 (mesh_data may be -1 = rest)")
+
+
+def validate(cfg: Config) -> None:
+    """Checks every field and the relations between sections; raises ConfigError on the first."""
+    validate_model(cfg.model)
+    validate_data(cfg.data)
+    validate_train(cfg.train)
+    if cfg.data.batch_size % cfg.train.grad_accum:
+        raise ConfigError(
+            "train.grad_accum",
+            f"data.batch_size={cfg.data.batch_size} is not divisible by grad_accum={cfg.train.grad_accum}",
+        )
+    if cfg.model.pos_encoding == "learned" and cfg.data.seq_len > cfg.model.max_len:
+        raise ConfigError(
+            "data.seq_len",
+            f"{cfg.data.seq_len} exceeds model.max_len={cfg.model.max_len}, the size of the learned "
+            "position table",
+        )
+    if cfg.data.tokenizer == "byte" and cfg.model.vocab_size < 256:
+        raise ConfigError("model.vocab_size", f"the byte tokenizer needs >= 256, got {cfg.model.vocab_size}")
+
+
+def to_config_dict(cfg: Config) -> ml_collections.ConfigDict:
+    """The inverse of from_config_dict (used to write config.json and to rebuild runs)."""
+    return ml_collections.ConfigDict(cfg.to_dict())
+
+
+def base_config_dict() -> ml_collections.ConfigDict:
+    """A ConfigDict holding every field at its default, for configs/*.py to start from.
+
+    Optional ints (n_kv_heads, d_ff) become placeholders so that command-line overrides such as
+    ``--config.model.n_kv_heads=2`` type-check.
+    """
+    raw = Config().to_dict()
+    config = ml_collections.ConfigDict(raw)
+    config.model.n_kv_heads = ml_collections.config_dict.placeholder(int)
+    config.model.d_ff = ml_collections.config_dict.placeholder(int)
+    return config

@@ -1,0 +1,119 @@
+"""Config conversion and validation: every bad field is named before anything is compiled."""
+
+import dataclasses
+import json
+
+import pytest
+
+from attnlab import cli
+from attnlab.cli_flags import Flag, UsageError, parse
+from attnlab.config import Config, ModelConfig, base_config_dict, from_config_dict
+from attnlab.errors import ConfigError
+
+
+def _config(**sections):
+    config = base_config_dict()
+    for section, values in sections.items():
+        for key, value in values.items():
+            config[section][key] = value
+    return config
+
+
+def test_defaults_round_trip_through_json():
+    cfg = from_config_dict(base_config_dict())
+    assert cfg == Config()
+    again = from_config_dict(json.loads(cfg.to_json()))
+    assert again == cfg
+
+
+def test_derived_sizes():
+    m = ModelConfig(d_model=96, n_heads=6, n_kv_heads=2, ffn="swiglu")
+    assert m.head_dim == 16 and m.kv_heads == 2
+    assert m.ffn_dim == 256  # 8/3 * 96 = 256, already a multiple of 8
+    assert dataclasses.replace(m, ffn="gelu").ffn_dim == 384
+    assert dataclasses.replace(m, d_ff=100).ffn_dim == 100
+
+
+@pytest.mark.parametrize(
+    "sections, field, words",
+    [
+        ({"model": {"d_model": 100, "n_heads": 3}}, "model.d_model", "not divisible by model.n_heads=3"),
+        ({"model": {"n_heads": 4, "n_kv_heads": 3}}, "model.n_heads", "not divisible by model.n_kv_heads=3"),
+        ({"model": {"d_model": 12, "n_heads": 4, "pos_encoding": "rope"}}, "model.pos_encoding", "even head_dim"),
+        ({"model": {"pos_encoding": "xpos"}}, "model.pos_encoding", "none, sinusoidal, learned, rope, alibi"),
+        ({"model": {"norm": "batchnorm"}}, "model.norm", "layernorm, rmsnorm"),
+        ({"model": {"ffn": "swish"}}, "model.ffn", "relu, gelu, swiglu"),
+        ({"model": {"n_layers": 0}}, "model.n_layers", "must be positive"),
+        ({"model": {"d_model": -8}}, "model.d_model", "must be positive"),
+        ({"model": {"n_kv_heads": 0}}, "model.n_kv_heads", "must be positive"),
+        ({"data": {"seq_len": 0}}, "data.seq_len", "must be positive"),
+        ({"data": {"source": "wikipedia"}}, "data.source", "valid sources"),
+        ({"data": {"source": "text_files"}}, "data.path", "needs a directory"),
+        ({"train": {"schedule": "linear"}}, "train.schedule", "cosine, noam, wsd, constant"),
+        ({"train": {"grad_accum": 3}}, "train.grad_accum", "not divisible"),
+        ({"model": {"pos_encoding": "learned", "max_len": 64}, "data": {"seq_len": 128}},
+         "data.seq_len", "learned position table"),
+    ],
+)
+def test_each_config_error_names_its_field(sections, field, words):
+    with pytest.raises(ConfigError) as info:
+        from_config_dict(_config(**sections))
+    assert info.value.field == field
+    assert words in str(info.value)
+    assert str(info.value).startswith(f"config.{field}:")
+
+
+def test_unknown_keys_and_types_are_named():
+    with pytest.raises(ConfigError, match=r"config.model.n_layer: unknown key"):
+        from_config_dict({"model": {"n_layer": 2}})
+    with pytest.raises(ConfigError, match=r"config.optimizer: unknown top-level key"):
+        from_config_dict({"optimizer": {}})
+    with pytest.raises(ConfigError, match=r"config.model.d_model: expected an integer"):
+        from_config_dict({"model": {"d_model": 12.5}})
+
+
+def test_command_line_overrides(tmp_path):
+    values = parse(
+        ["--config=configs/default.py", "--config.model.n_kv_heads=2",
+         "--config.model.pos_encoding=alibi", "--workdir", str(tmp_path)],
+        [Flag("workdir", "string", None, "run directory", required=True)],
+    )
+    cfg = from_config_dict(values.config)
+    assert cfg.model.kv_heads == 2 and cfg.model.pos_encoding == "alibi"
+    assert values.workdir == str(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--config=configs/missing.py"], "cannot load config file 'configs/missing.py'"),
+        (["--config=configs/default.py", "--config.model.bogus=1"], "--config.model.bogus"),
+        (["--config=configs/default.py", "--config.train.steps=many"], "config.train.steps"),
+        (["--config=configs/default.py", "--no-such-flag=1"], "no-such-flag"),
+        ([], "--config is required"),
+    ],
+)
+def test_bad_command_lines(argv, words):
+    with pytest.raises(UsageError) as info:
+        parse(argv)
+    assert words in str(info.value)
+
+
+def test_shipped_configs_validate():
+    import importlib.util
+    import pathlib
+
+    for path in sorted(pathlib.Path("configs").glob("*.py")):
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        from_config_dict(module.get_config())
+
+
+def test_cli_help_and_unknown_command(capsys):
+    assert cli.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for command in ("model-info", "train", "sweep", "fit", "plot", "extrapolate", "generate"):
+        assert command in out
+    assert cli.main(["frobnicate"]) == 2
+    assert "unknown command 'frobnicate'" in capsys.readouterr().err
