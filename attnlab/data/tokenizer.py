@@ -1,0 +1,169 @@
+"""Tokenizers: bytes (the default) and a byte-level BPE trained locally with HF `tokenizers`.
+
+Both map any byte string to ids and back exactly (bytes -> ids -> bytes is the identity).
+The end-of-document separator is the byte 0x00, which is checked at build time never to occur in
+a corpus, so no extra id is needed: the byte tokenizer keeps vocab 256 with eos_id = 0, and the
+BPE keeps 0x00 as a token of its own (it is never seen in training, so never merged).
+No id is reserved for padding.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Iterable, Protocol
+
+import numpy as np
+import tokenizers
+from tokenizers import Regex, models, pre_tokenizers, trainers
+
+from attnlab.data.errors import DataError
+from attnlab.errors import ConfigError
+
+EOS_BYTE = 0
+
+
+class Tokenizer(Protocol):
+    name: str
+    vocab_size: int
+    eos_id: int
+
+    def encode(self, data: bytes | str) -> np.ndarray: ...
+
+    def decode(self, ids) -> bytes: ...
+
+
+def _as_bytes(data: bytes | str) -> bytes:
+    return data.encode("utf-8") if isinstance(data, str) else bytes(data)
+
+
+class ByteTokenizer:
+    """id = byte value. vocab 256, eos_id 0."""
+
+    name = "byte"
+    vocab_size = 256
+    eos_id = EOS_BYTE
+
+    def encode(self, data: bytes | str) -> np.ndarray:
+        """bytes (str is UTF-8 encoded) -> [len] int32."""
+        return np.frombuffer(_as_bytes(data), np.uint8).astype(np.int32)
+
+    def decode(self, ids) -> bytes:
+        ids = np.asarray(ids)
+        if ids.size and (ids.min() < 0 or ids.max() >= 256):
+            raise DataError(f"byte tokenizer: ids must be in 0..255, got {ids.min()}..{ids.max()}")
+        return ids.astype(np.uint8).tobytes()
+
+    def encode_documents(self, documents: list[bytes]) -> list[np.ndarray]:
+        return [np.frombuffer(d, np.uint8) for d in documents]
+
+    def describe(self) -> dict:
+        return {"name": self.name, "vocab_size": self.vocab_size, "eos_id": self.eos_id}
+
+
+def byte_alphabet() -> list[str]:
+    """256 printable characters standing for the 256 bytes, as in GPT-2's byte-level BPE
+    (Radford et al. 2019): printable Latin-1 bytes stand for themselves, the others (controls,
+    space, DEL, NBSP, soft hyphen) are shifted to U+0100 and up, in byte order."""
+    printable = (
+        set(range(ord("!"), ord("~") + 1)) | set(range(0xA1, 0xAD)) | set(range(0xAE, 0x100))
+    )
+    out, shifted = [], 0
+    for byte in range(256):
+        if byte in printable:
+            out.append(chr(byte))
+        else:
+            out.append(chr(0x100 + shifted))
+            shifted += 1
+    return out
+
+
+_ALPHABET = byte_alphabet()
+_TO_ALPHABET = {byte: char for byte, char in enumerate(_ALPHABET)}
+_FROM_ALPHABET = {char: byte for byte, char in enumerate(_ALPHABET)}
+# Character classes of the byte stand-ins: whitespace and control bytes (0x00-0x20) map to
+# U+0100-U+0120; bytes >= 0x7F to Latin-1 letters or U+0121-U+0143.
+_SPACE = _ALPHABET[ord(" ")]
+_BLANK = "\u0100-\u0120"
+_HIGH = "\u00a1-\u00ff\u0121-\u0143"
+# GPT-2's pre-tokenization rule (contractions, words, numbers, punctuation each with an
+# optional leading space, whitespace runs) written over the byte stand-ins, so that it splits
+# raw bytes, valid UTF-8 or not. Non-ASCII bytes count as letters, keeping UTF-8 words whole.
+_PRETOKEN_PATTERN = (
+    r"'(?:s|t|re|ve|m|ll|d)"
+    rf"|{_SPACE}?[A-Za-z{_HIGH}]+"
+    rf"|{_SPACE}?[0-9]+"
+    rf"|{_SPACE}?[^{_BLANK}A-Za-z0-9{_HIGH}]+"
+    rf"|[{_BLANK}]+(?![^{_BLANK}])"
+    rf"|[{_BLANK}]+"
+)
+
+
+def _to_alphabet(data: bytes) -> str:
+    return data.decode("latin-1").translate(_TO_ALPHABET)
+
+
+class BpeTokenizer:
+    """Byte-level BPE. Its input is bytes written in the 256-character stand-in alphabet, so it
+    never needs an unknown token and decoding (via the alphabet, not HF's UTF-8 decoder) is exact
+    for any bytes."""
+
+    def __init__(self, hf_tokenizer: tokenizers.Tokenizer, path: str | None = None):
+        self._hf = hf_tokenizer
+        self.path = path
+        vocab = hf_tokenizer.get_vocab()
+        self.vocab_size = hf_tokenizer.get_vocab_size()
+        self.eos_id = vocab[_ALPHABET[EOS_BYTE]]
+        self.name = f"bpe{self.vocab_size}"
+        self._id_bytes = [b""] * self.vocab_size
+        for token, i in vocab.items():
+            self._id_bytes[i] = bytes(_FROM_ALPHABET[c] for c in token)
+
+    @classmethod
+    def train(cls, documents: Iterable[bytes], vocab_size: int) -> BpeTokenizer:
+        """Learns merges on ``documents`` (the training split) up to ``vocab_size`` ids."""
+        if vocab_size <= 256:
+            raise ConfigError(
+                "data.bpe_vocab_size", f"must exceed the 256 byte tokens, got {vocab_size}"
+            )
+        hf = tokenizers.Tokenizer(models.BPE())
+        hf.pre_tokenizer = pre_tokenizers.Split(Regex(_PRETOKEN_PATTERN), behavior="isolated")
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size, initial_alphabet=_ALPHABET, show_progress=False
+        )
+        hf.train_from_iterator((_to_alphabet(d) for d in documents), trainer=trainer)
+        return cls(hf)
+
+    @classmethod
+    def load(cls, path: str | Path) -> BpeTokenizer:
+        return cls(tokenizers.Tokenizer.from_file(str(path)), str(path))
+
+    def save(self, path: str | Path) -> None:
+        self._hf.save(str(path))
+
+    def encode(self, data: bytes | str) -> np.ndarray:
+        """bytes (str is UTF-8 encoded) -> [n_tokens] int32."""
+        return np.asarray(self._hf.encode(_to_alphabet(_as_bytes(data))).ids, np.int32)
+
+    def encode_documents(self, documents: list[bytes], chunk: int = 256) -> list[np.ndarray]:
+        out = []
+        for start in range(0, len(documents), chunk):
+            texts = [_to_alphabet(d) for d in documents[start : start + chunk]]
+            out.extend(np.asarray(e.ids, np.int32) for e in self._hf.encode_batch_fast(texts))
+        return out
+
+    def decode(self, ids) -> bytes:
+        ids = np.asarray(ids)
+        if ids.size and (ids.min() < 0 or ids.max() >= self.vocab_size):
+            raise DataError(
+                f"{self.name}: ids must be in 0..{self.vocab_size - 1}, "
+                f"got {ids.min()}..{ids.max()}"
+            )
+        return b"".join(map(self._id_bytes.__getitem__, ids.tolist()))
+
+    def describe(self) -> dict:
+        out = {"name": self.name, "vocab_size": self.vocab_size, "eos_id": self.eos_id}
+        if self.path:
+            out["file"] = self.path
+            out["sha256"] = hashlib.sha256(Path(self.path).read_bytes()).hexdigest()
+        return out
