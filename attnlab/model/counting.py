@@ -1,0 +1,113 @@
+"""Closed-form parameter and FLOP counts from a :class:`ModelConfig`.
+
+Parameter convention (Kaplan et al. 2020, section 2.1): ``N`` = non-embedding parameters, which
+excludes the embedding matrices: the token table, the learned position table and, when untied,
+the output head (a ``d_model x vocab`` matrix like the token table, so tied and untied models of
+one shape share the same ``N``). Norm scales/biases and QK-norm are non-embedding. Linear layers
+have no biases. Porian et al. 2024 show that leaving the head out of ``N`` *and* out of the FLOPs
+skews small-scale fits; ``flops_per_token`` therefore also reports the head's FLOPs and the
+fuller Chinchilla count, which includes them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from flax import nnx
+
+from attnlab.config import ModelConfig
+
+EMBEDDING_PARAMS = ("token_embedding", "position_embedding", "lm_head")
+
+
+def _norm_params(cfg: ModelConfig, dim: int) -> int:
+    return 2 * dim if cfg.norm == "layernorm" else dim  # LayerNorm: scale + bias; RMSNorm: scale
+
+
+def param_counts(cfg: ModelConfig) -> dict[str, int]:
+    """Exact parameter counts of :class:`TransformerLM` built from ``cfg``.
+
+    Returns a dict with ``total``, ``non_embedding`` (Kaplan's N), ``embedding`` (token table +
+    learned position table + untied head), and the parts ``token_embedding``,
+    ``position_embedding``, ``output_head`` (0 when tied), ``attention`` and ``ffn`` (per layer),
+    ``per_layer``, ``final_norm``.
+    """
+    d, hd = cfg.d_model, cfg.head_dim
+    attention = d * cfg.n_heads * hd + 2 * d * cfg.kv_heads * hd + cfg.n_heads * hd * d
+    if cfg.qk_norm:
+        attention += 2 * _norm_params(cfg, hd)
+    ffn = (3 if cfg.ffn == "swiglu" else 2) * d * cfg.ffn_dim
+    per_layer = attention + ffn + 2 * _norm_params(cfg, d)
+    final_norm = _norm_params(cfg, d) if cfg.norm_position == "pre" else 0
+    token_embedding = cfg.vocab_size * d
+    position_embedding = cfg.max_len * d if cfg.pos_encoding == "learned" else 0
+    output_head = 0 if cfg.tie_embeddings else d * cfg.vocab_size
+    embedding = token_embedding + position_embedding + output_head
+    non_embedding = cfg.n_layers * per_layer + final_norm
+    return {
+        "total": embedding + non_embedding,
+        "non_embedding": non_embedding,
+        "embedding": embedding,
+        "token_embedding": token_embedding,
+        "position_embedding": position_embedding,
+        "output_head": output_head,
+        "attention": attention,
+        "ffn": ffn,
+        "per_layer": per_layer,
+        "final_norm": final_norm,
+    }
+
+
+def count_state_params(state: nnx.State) -> dict[str, int]:
+    """Counts the actual ``nnx.Param`` leaves of a model state: ``total``, ``embedding``,
+    ``non_embedding`` (same convention as :func:`param_counts`)."""
+    total = embedding = 0
+    for path, value in nnx.to_flat_state(nnx.filter_state(state, nnx.Param)):
+        size = int(np.prod(value.shape))
+        total += size
+        if path[0] in EMBEDDING_PARAMS:
+            embedding += size
+    return {"total": total, "embedding": embedding, "non_embedding": total - embedding}
+
+
+def flops_per_token(cfg: ModelConfig, seq_len: int) -> dict[str, float]:
+    """Training FLOPs per token (forward + backward = 3x forward) for context ``seq_len``.
+
+    Keys:
+      kaplan_6n: ``6 N`` (Kaplan's C = 6ND), N = non-embedding parameters.
+      kaplan_attention: ``6 n_layers seq_len d_attn`` with ``d_attn = n_heads head_dim``
+        (Kaplan Table 1: ``2 n_layer n_ctx d_attn`` per forward token, x3).
+      kaplan: ``6 N + kaplan_attention``, Kaplan's convention: every query against all
+        ``seq_len`` keys, no causal halving.
+      kaplan_causal: ``6 N + kaplan_attention / 2``: a causal query sees on average about
+        half the context.
+      head: ``6 d_model vocab``, the output layer that ``6 N`` leaves out (Porian et al. 2024).
+      chinchilla: Hoffmann et al. 2022 Appendix F, counted in full: embeddings
+        ``2 vocab d_model``, per layer the q/k/v projections (GQA-aware), ``QK^T``
+        (``2 seq d_attn``), softmax (``3 heads seq``), ``PV`` (``2 seq d_attn``), output
+        projection, the FFN (2 matrices, 3 for SwiGLU), and the logits ``2 d_model vocab``;
+        x3 for forward + backward. No causal halving (as published); norms and nonlinearities
+        are not counted.
+      chinchilla_forward: the forward part of ``chinchilla``.
+    """
+    counts = param_counts(cfg)
+    d, hd, L, V = cfg.d_model, cfg.head_dim, cfg.n_layers, cfg.vocab_size
+    d_attn = cfg.n_heads * hd
+    n = counts["non_embedding"]
+    kaplan_attention = 6.0 * L * seq_len * d_attn
+
+    qkv = 2.0 * d * (cfg.n_heads * hd + 2 * cfg.kv_heads * hd)
+    scores = 2.0 * seq_len * d_attn
+    softmax = 3.0 * cfg.n_heads * seq_len
+    mix = 2.0 * seq_len * d_attn
+    out = 2.0 * d_attn * d
+    ffn = 2.0 * (3 if cfg.ffn == "swiglu" else 2) * d * cfg.ffn_dim
+    forward = 2.0 * V * d + L * (qkv + scores + softmax + mix + out + ffn) + 2.0 * d * V
+    return {
+        "kaplan_6n": 6.0 * n,
+        "kaplan_attention": kaplan_attention,
+        "kaplan": 6.0 * n + kaplan_attention,
+        "kaplan_causal": 6.0 * n + kaplan_attention / 2,
+        "head": 6.0 * d * V,
+        "chinchilla": 3.0 * forward,
+        "chinchilla_forward": forward,
+    }

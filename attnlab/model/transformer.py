@@ -1,0 +1,224 @@
+"""Decoder-only Transformer LM (Flax NNX), used functionally.
+
+The model is built once and split into a static ``GraphDef`` and a ``State`` of float32
+parameters (:func:`init_model`); :func:`apply` is a pure function of that state, safe to wrap in
+``jax.jit(lambda state, tokens: apply(graphdef, state, tokens))``. Nothing mutates module state
+inside jit (dropout takes an explicit key).
+
+    x = E[tokens] (+ P[positions] for learned / sinusoidal encodings)
+    pre-LN:  x = x + Attn(Norm(x));  x = x + FFN(Norm(x));  ... ; logits = Norm(x) W_head
+    post-LN: x = Norm(x + Attn(x));  x = Norm(x + FFN(x));  ... ; logits = x W_head
+    W_head = E^T when tied.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from attnlab.config import ModelConfig
+from attnlab.model import positions as pos
+from attnlab.model.attention import CausalSelfAttention
+from attnlab.model.layers import FeedForward, compute_dtype, dropout, make_norm
+
+LEARNED_TABLE = "learned position table (model.max_len)"
+KV_CACHE = "KV cache"
+
+
+class Block(nnx.Module):
+    """One Transformer layer: attention and FFN sublayers with residual connections."""
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        self.pre_norm = cfg.norm_position == "pre"
+        self.dropout_rate = cfg.dropout
+        self.attn_norm = make_norm(cfg, cfg.d_model)
+        self.attn = CausalSelfAttention(cfg, rngs=rngs)
+        self.ffn_norm = make_norm(cfg, cfg.d_model)
+        self.ffn = FeedForward(cfg, rngs=rngs)
+
+    def __call__(self, x, positions, *, dropout_key=None, kv=None, start=0):
+        """``x [batch, seq, d_model]``, ``positions [pbatch, seq]`` -> ``(x, kv)``.
+
+        With ``kv`` (this layer's cache, see :meth:`CausalSelfAttention.decode`) the attention
+        reads and extends the cache at ``start``; otherwise it is plain self-attention and the
+        returned ``kv`` is None.
+        """
+        attn_key = ffn_key = None
+        if dropout_key is not None:
+            attn_key, ffn_key = jax.random.split(dropout_key)
+
+        def attention(h):
+            if kv is None:
+                return self.attn(h, positions), None
+            return self.attn.decode(h, positions, start, kv)
+
+        if self.pre_norm:
+            update, kv = attention(self.attn_norm(x))
+            x = x + dropout(update, self.dropout_rate, attn_key)
+            x = x + dropout(self.ffn(self.ffn_norm(x)), self.dropout_rate, ffn_key)
+        else:  # classic post-LN (Vaswani et al. 2017): normalise after the residual add
+            update, kv = attention(x)
+            x = self.attn_norm(x + dropout(update, self.dropout_rate, attn_key))
+            x = self.ffn_norm(x + dropout(self.ffn(x), self.dropout_rate, ffn_key))
+        return x, kv
+
+
+class TransformerLM(nnx.Module):
+    """Decoder-only Transformer language model; every architectural choice comes from ``cfg``."""
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        self.cfg = cfg
+        init = nnx.initializers.normal(cfg.init_std)
+        self.token_embedding = nnx.Param(init(rngs.params(), (cfg.vocab_size, cfg.d_model)))
+        self.position_embedding = (
+            nnx.Param(init(rngs.params(), (cfg.max_len, cfg.d_model)))
+            if cfg.pos_encoding == "learned"
+            else None
+        )
+        self.blocks = nnx.List([Block(cfg, rngs=rngs) for _ in range(cfg.n_layers)])
+        # Post-LN already ends every block with a norm, so only pre-LN has a final one.
+        self.final_norm = make_norm(cfg, cfg.d_model) if cfg.norm_position == "pre" else None
+        self.lm_head = (
+            None
+            if cfg.tie_embeddings
+            else nnx.Param(init(rngs.params(), (cfg.d_model, cfg.vocab_size)))
+        )
+
+    # ---------------------------------------------------------------------------------------
+
+    def _positions(self, positions, batch: int, seq: int) -> jax.Array:
+        """Normalises positions to int32 ``[pbatch, seq]`` and checks the learned table's range."""
+        if positions is None:
+            positions = np.arange(seq, dtype=np.int32)[None]  # concrete: checked at trace time
+        elif not isinstance(positions, jax.core.Tracer):
+            positions = np.asarray(positions)
+        if positions.ndim == 1:
+            positions = positions[None]
+        if positions.ndim != 2 or positions.shape[1] != seq or positions.shape[0] not in (1, batch):
+            raise ValueError(
+                f"positions must have shape [seq] or [batch, seq] = [{batch}, {seq}], "
+                f"got {tuple(positions.shape)}"
+            )
+        if self.cfg.pos_encoding == "learned":
+            pos.check_positions(positions, self.cfg.max_len, LEARNED_TABLE)
+        return jnp.asarray(positions, jnp.int32)
+
+    def embed(self, tokens: jax.Array, positions: jax.Array) -> jax.Array:
+        """``tokens [batch, seq]``, ``positions [pbatch, seq]`` -> ``[batch, seq, d_model]``."""
+        cfg = self.cfg
+        x = jnp.take(self.token_embedding[...], tokens, axis=0)
+        if cfg.pos_encoding == "learned":
+            x = x + jnp.take(self.position_embedding[...], positions, axis=0)
+        elif cfg.pos_encoding == "sinusoidal":
+            # Vaswani et al. section 3.4: embeddings are scaled by sqrt(d_model) so that the
+            # unit-amplitude sinusoids do not swamp them.
+            x = x * math.sqrt(cfg.d_model) + pos.sinusoidal_table(positions, cfg.d_model)
+        return x.astype(compute_dtype(cfg))
+
+    def logits(self, x: jax.Array) -> jax.Array:
+        """``[batch, seq, d_model] -> float32 [batch, seq, vocab]`` (final norm for pre-LN)."""
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        if self.lm_head is None:
+            head = self.token_embedding[...].T  # tied: W_head = E^T
+        else:
+            head = self.lm_head[...]
+        return jnp.einsum(
+            "bsd,dv->bsv", x, head.astype(x.dtype), preferred_element_type=jnp.float32
+        )
+
+    def __call__(self, tokens, positions=None, *, deterministic: bool = True, dropout_rng=None):
+        """Logits of every position.
+
+        Args:
+          tokens: int32 ``[batch, seq]``.
+          positions: int32 ``[seq]`` or ``[batch, seq]``; default ``arange(seq)``.
+          deterministic: no dropout. When False and ``cfg.dropout > 0``, ``dropout_rng`` is
+            required.
+          dropout_rng: PRNG key for dropout.
+
+        Returns:
+          float32 ``[batch, seq, vocab]``.
+        """
+        batch, seq = tokens.shape
+        positions = self._positions(positions, batch, seq)
+        use_dropout = not deterministic and self.cfg.dropout > 0
+        if use_dropout and dropout_rng is None:
+            raise ValueError(
+                "dropout is on (deterministic=False, model.dropout > 0): pass dropout_rng"
+            )
+        keys = [None] * (len(self.blocks) + 1)
+        if use_dropout:
+            keys = list(jax.random.split(dropout_rng, len(self.blocks) + 1))
+        x = dropout(self.embed(tokens, positions), self.cfg.dropout, keys[-1])
+        for block, key in zip(self.blocks, keys):
+            x, _ = block(x, positions, dropout_key=key)
+        return self.logits(x)
+
+    def decode(self, tokens, start, cache, *, check_range: bool = True):
+        """KV-cache forward of ``t`` new tokens at positions ``start .. start + t - 1``.
+
+        Args:
+          tokens: int32 ``[batch, t]``.
+          start: int or traced int: how many tokens the cache already holds.
+          cache: :class:`attnlab.model.decoding.KVCache`.
+          check_range: verify that ``start + t`` fits the cache and the learned table (callers
+            that have checked the whole generation statically pass False).
+
+        Returns:
+          ``(logits float32 [batch, t, vocab], cache)``.
+        """
+        batch, t = tokens.shape
+        cache_len = cache.keys[0].shape[1]
+        if isinstance(start, jax.core.Tracer):
+            positions = (start + jnp.arange(t, dtype=jnp.int32))[None]
+        else:
+            positions = (int(start) + np.arange(t, dtype=np.int32))[None]
+        if check_range:
+            pos.check_positions(positions, cache_len, KV_CACHE)
+            if self.cfg.pos_encoding == "learned":
+                pos.check_positions(positions, self.cfg.max_len, LEARNED_TABLE)
+        positions = jnp.asarray(positions, jnp.int32)
+        x = self.embed(tokens, positions)
+        new_keys, new_values = [], []
+        for block, keys, values in zip(self.blocks, cache.keys, cache.values):
+            x, (keys, values) = block(x, positions, kv=(keys, values), start=start)
+            new_keys.append(keys)
+            new_values.append(values)
+        return self.logits(x), type(cache)(tuple(new_keys), tuple(new_values))
+
+
+def init_model(cfg: ModelConfig, seed: int) -> tuple[nnx.GraphDef, nnx.State]:
+    """Builds the model and splits it once into ``(graphdef, state)``; ``state`` holds only the
+    float32 ``nnx.Param`` leaves."""
+    model = TransformerLM(cfg, rngs=nnx.Rngs(params=seed))
+    graphdef, state = nnx.split(model)
+    return graphdef, state
+
+
+def apply(graphdef: nnx.GraphDef, state: nnx.State, tokens, positions=None, *, dropout_rng=None):
+    """Pure forward pass: float32 logits ``[batch, seq, vocab]``.
+
+    Dropout is applied (at ``cfg.dropout``) iff ``dropout_rng`` is given. Jit with the graphdef
+    closed over or static.
+    """
+    model = nnx.merge(graphdef, state)
+    return model(tokens, positions, deterministic=dropout_rng is None, dropout_rng=dropout_rng)
+
+
+def token_losses(logits: jax.Array, targets: jax.Array) -> jax.Array:
+    """Cross-entropy per token in nats: ``logsumexp(logits) - logits[target]``.
+
+    Args:
+      logits: ``[batch, seq, vocab]``.
+      targets: int ``[batch, seq]``.
+
+    Returns:
+      float32 ``[batch, seq]``.
+    """
+    log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    return -jnp.take_along_axis(log_probs, targets[..., None].astype(jnp.int32), axis=-1)[..., 0]
