@@ -1,0 +1,259 @@
+"""Scaling-law figures, each returning a ``matplotlib.figure.Figure`` (no pyplot state).
+
+    fig = plot_isoflops(fit)                 # fit: ScalingFit of Chinchilla approach 2
+    save_figure(fig, "isoflop.png")          # PNG or PDF by extension
+
+``frame`` arguments are canonical tables (``ScalingTable.frame``): columns params, tokens,
+loss, flops (and budget / run_id for IsoFLOP sweeps and curves).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib import colormaps
+from matplotlib.colors import LogNorm
+from matplotlib.figure import Figure
+from matplotlib.ticker import ScalarFormatter
+
+from attnlab.scaling.approach1 import lower_envelope
+from attnlab.scaling.errors import FitInputError
+from attnlab.scaling.result import ScalingFit
+
+FORMATS = (".png", ".pdf")
+N_LABEL = "parameters N"
+D_LABEL = "training tokens D"
+C_LABEL = "training compute C (FLOPs)"
+LOSS_LABEL = "loss (nats/token)"
+
+
+def save_figure(figure: Figure, path: str | Path) -> Path:
+    """Writes PNG or PDF, chosen by the extension of ``path``."""
+    path = Path(path)
+    if path.suffix.lower() not in FORMATS:
+        raise FitInputError(f"{path}: figures are written as .png or .pdf")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=150, bbox_inches="tight")
+    return path
+
+
+def _figure(width: float = 6.4, height: float = 4.6, ncols: int = 1):
+    figure = Figure(figsize=(width, height), layout="constrained")
+    axes = figure.subplots(1, ncols)
+    return figure, axes
+
+
+def _colours(values, cmap: str = "viridis"):
+    """A colour per distinct value, ordered on a log scale."""
+    values = np.asarray(sorted(set(values)), np.float64)
+    norm = LogNorm(values.min(), values.max()) if len(values) > 1 else None
+    palette = colormaps[cmap]
+    return {v: palette(0.1 + 0.8 * (norm(v) if norm else 0.5)) for v in values}
+
+
+def _token_groups(tokens: np.ndarray, max_groups: int = 8) -> np.ndarray:
+    """A representative D per run: the token count itself (to 3 significant figures) when the
+    sweep has at most ``max_groups`` of them, else the geometric centre of its log-spaced bin, so
+    that a sweep where every run has its own D (an IsoFLOP sweep) still gets a readable legend."""
+    rounded = np.array([float(f"{v:.3g}") for v in tokens])
+    if len(np.unique(rounded)) <= max_groups:
+        return rounded
+    edges = np.geomspace(tokens.min(), tokens.max() * (1 + 1e-9), max_groups + 1)
+    index = np.clip(np.searchsorted(edges, tokens, side="right") - 1, 0, max_groups - 1)
+    centres = np.sqrt(edges[:-1] * edges[1:])
+    return np.array([float(f"{v:.2g}") for v in centres[index]])
+
+
+def _log_axes(ax) -> None:
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(ScalarFormatter())
+    ax.yaxis.set_minor_formatter(ScalarFormatter())
+
+
+def plot_loss_vs_params(frame: pd.DataFrame, fit: ScalingFit | None = None) -> Figure:
+    """Kaplan et al. 2020 Fig. 4 (left) style: loss against N (log-log), one colour per token
+    count D (log-spaced bins of D when the sweep has many), with the fitted law's line at each D
+    (Kaplan L(N, D) or Chinchilla approach 3)."""
+    figure, ax = _figure(7.4, 4.6)
+    token_groups = _token_groups(frame["tokens"].to_numpy())
+    binned = not np.allclose(token_groups, frame["tokens"].to_numpy(), rtol=1e-3)
+    colours = _colours(token_groups)
+    n_line = np.geomspace(frame["params"].min() / 1.5, frame["params"].max() * 1.5, 200)
+    for tokens in sorted(set(token_groups)):
+        at = token_groups == tokens
+        label = f"D {'≈' if binned else '='} {tokens:.3g}"
+        ax.scatter(frame["params"][at], frame["loss"][at], color=colours[tokens], s=22,
+                   label=label, zorder=3)
+        if fit is not None and fit.has_loss_model:
+            ax.plot(n_line, fit.loss(n_line, tokens), color=colours[tokens], lw=1.2)
+    if fit is not None and fit.form == "n":
+        ax.plot(n_line, np.exp(fit.params["alpha_N"] * np.log(fit.params["N_c"] / n_line)),
+                color="black", lw=1.2, label="L(N) fit")
+    _log_axes(ax)
+    ax.set_xlabel(N_LABEL)
+    ax.set_ylabel(LOSS_LABEL)
+    title = "loss vs model size"
+    if fit is not None:
+        title += f" — {fit.name.split(':')[0]} fit"
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7, title="training tokens", title_fontsize=7, loc="center left",
+              bbox_to_anchor=(1.02, 0.5))
+    return figure
+
+
+def plot_loss_vs_compute(frame: pd.DataFrame, fit: ScalingFit | None = None) -> Figure:
+    """Loss against FLOPs, one colour per model size, with the compute frontier (the lowest loss
+    reached at each C). For curves (a ``run_id`` column, one row per step) the runs are lines and
+    the frontier is approach 1's lower envelope (from ``fit`` when given); for run results the
+    frontier is the running minimum over C."""
+    figure, ax = _figure()
+    colours = _colours(frame["params"].to_numpy(), "plasma")
+    curves = "run_id" in frame and frame["run_id"].duplicated().any()
+    if curves:
+        for run, group in frame.sort_values("flops").groupby("run_id"):
+            size = group["params"].iloc[0]
+            ax.plot(group["flops"], group["loss"], color=colours[size], lw=0.9, alpha=0.8)
+        if fit is not None and "envelope" in fit.details:
+            envelope = fit.details["envelope"]
+        else:
+            envelope = lower_envelope(frame["run_id"], frame["params"], frame["tokens"],
+                                      frame["loss"], frame["flops"])
+        ax.plot(envelope["flops"], envelope["loss"], color="black", lw=2, label="frontier")
+    else:
+        ax.scatter(frame["flops"], frame["loss"], c=[colours[v] for v in frame["params"]], s=22,
+                   zorder=3)
+        ordered = frame.sort_values("flops")
+        ax.step(ordered["flops"], ordered["loss"].cummin(), where="post", color="black", lw=2,
+                label="frontier")
+    for size in list(colours)[:: max(1, len(colours) // 8)]:
+        ax.plot([], [], color=colours[size], label=f"N = {size:.3g}")
+    _log_axes(ax)
+    ax.set_xlabel(C_LABEL)
+    ax.set_ylabel(LOSS_LABEL)
+    ax.set_title("loss vs compute with the compute frontier", fontsize=10)
+    ax.legend(fontsize=7)
+    return figure
+
+
+def plot_isoflops(fit: ScalingFit) -> Figure:
+    """Chinchilla Fig. 3 (left): per budget, loss against N with the fitted parabola in log N and
+    its minimum; (right) the minima N_opt against C with the fitted power law."""
+    if fit.approach != 2:
+        raise FitInputError("plot_isoflops needs a Chinchilla approach 2 fit")
+    figure, (left, right) = _figure(11, 4.4, ncols=2)
+    profiles = fit.details["profiles"]
+    colours = _colours([p["budget"] for p in profiles], "viridis")
+    for profile in profiles:
+        colour = colours[profile["budget"]]
+        left.scatter(np.exp(profile["log_n"]), profile["loss"], color=colour, s=18, zorder=3)
+        x = np.linspace(profile["log_n"].min() - 0.2, profile["log_n"].max() + 0.2, 100)
+        left.plot(np.exp(x), np.polyval(profile["coefficients"], x), color=colour, lw=1.2,
+                  label=f"C = {profile['budget']:.2g}")
+        left.scatter([profile["N_opt"]], [profile["loss_opt"]], color=colour, marker="v",
+                     edgecolor="black", s=60, zorder=4)
+    left.set_xscale("log")
+    left.set_xlabel(N_LABEL)
+    left.set_ylabel(LOSS_LABEL)
+    left.set_title("IsoFLOP profiles (▼ parabola minimum)", fontsize=10)
+    left.legend(fontsize=7, title="budget (FLOPs)", title_fontsize=7)
+    budgets = np.array([p["budget"] for p in profiles])
+    right.scatter(budgets, [p["N_opt"] for p in profiles],
+                  c=[colours[b] for b in budgets], edgecolor="black", zorder=3)
+    _allocation_line(right, fit, "N_opt", np.geomspace(budgets.min() / 3, budgets.max() * 3, 100))
+    right.set_xscale("log")
+    right.set_yscale("log")
+    right.set_xlabel(C_LABEL)
+    right.set_ylabel(f"optimal {N_LABEL}")
+    right.set_title(f"N_opt ∝ C^{fit.params['a']:.3f}", fontsize=10)
+    right.legend(fontsize=7)
+    return figure
+
+
+def plot_loss_contours(fit: ScalingFit, frame: pd.DataFrame | None = None) -> Figure:
+    """Chinchilla Fig. 4 (left): contours of the fitted L(N, D) over compute C and model size N
+    (D = C / (k·N)), the efficient frontier N_opt(C), and the sweep's points."""
+    if not fit.has_loss_model:
+        raise FitInputError("plot_loss_contours needs a fit with L(N, D): Chinchilla approach 3 "
+                            "or Kaplan form nd")
+    figure, ax = _figure(6.8, 5.0)
+    k = fit.flops_per_param_token
+    if frame is not None and len(frame):
+        c_low, c_high = frame["flops"].min() / 10, frame["flops"].max() * 100
+        n_low, n_high = frame["params"].min() / 10, frame["params"].max() * 30
+    else:
+        c_low, c_high, n_low, n_high = 1e15, 1e24, 1e6, 1e12
+    c_grid = np.geomspace(c_low, c_high, 200)
+    n_grid = np.geomspace(n_low, n_high, 200)
+    cc, nn = np.meshgrid(c_grid, n_grid)
+    loss = fit.loss(nn, cc / (k * nn))
+    levels = np.geomspace(np.nanmin(loss), np.nanpercentile(loss, 90), 14)
+    contours = ax.contourf(cc, nn, loss, levels=levels, cmap="viridis_r", norm=LogNorm(),
+                           extend="max")
+    colorbar = figure.colorbar(contours, ax=ax, label=f"predicted {LOSS_LABEL}")
+    colorbar.set_ticks(levels[::2])
+    colorbar.set_ticklabels([f"{v:.3g}" for v in levels[::2]])
+    ax.plot(c_grid, fit.optimal(c_grid)["N_opt"], color="tab:blue", lw=2.2,
+            label="efficient frontier N_opt(C)")
+    if frame is not None and len(frame):
+        ax.scatter(frame["flops"], frame["params"], s=14, color="white", edgecolor="black",
+                   label="sweep runs", zorder=3)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(c_low, c_high)
+    ax.set_ylim(n_low, n_high)
+    ax.set_xlabel(C_LABEL)
+    ax.set_ylabel(N_LABEL)
+    ax.set_title("IsoLoss contours of the fitted L(N, D)", fontsize=10)
+    ax.legend(fontsize=7, loc="upper left")
+    return figure
+
+
+def _allocation_line(ax, fit: ScalingFit, name: str, budgets: np.ndarray, colour="tab:blue"):
+    ax.plot(budgets, fit.optimal(budgets)[name], color=colour, lw=1.8, label="fit")
+    if fit.samples:
+        replicated = fit.optimal(budgets[:, None], {k: v[None, :] for k, v in fit.samples.items()})
+        tail = 50 * (1 - fit.ci_level)
+        low, high = np.nanpercentile(replicated[name], [tail, 100 - tail], axis=1)
+        ax.fill_between(budgets, low, high, color=colour, alpha=0.25,
+                        label=f"{100 * fit.ci_level:g}% bootstrap interval")
+
+
+def plot_optimal_allocation(fit: ScalingFit, frame: pd.DataFrame | None = None,
+                            budgets: np.ndarray | None = None) -> Figure:
+    """N_opt(C) and D_opt(C) with bootstrap interval bands (from the fit's replicates), plus the
+    points each approach measured (IsoFLOP minima, envelope points) when it has them."""
+    if not fit.has_allocation:
+        raise FitInputError("this fit has no compute-optimal allocation (Kaplan L(N) / L(D))")
+    if budgets is None:
+        if frame is not None and len(frame):
+            budgets = np.geomspace(frame["flops"].min() / 3, frame["flops"].max() * 100, 120)
+        else:
+            budgets = np.geomspace(1e15, 1e24, 120)
+    figure, (left, right) = _figure(11, 4.4, ncols=2)
+    for ax, name, label in ((left, "N_opt", N_LABEL), (right, "D_opt", D_LABEL)):
+        _allocation_line(ax, fit, name, budgets, "tab:blue" if name == "N_opt" else "tab:green")
+        if fit.approach == 2:
+            profiles = fit.details["profiles"]
+            ax.scatter([p["budget"] for p in profiles], [p[name] for p in profiles],
+                       color="black", s=20, zorder=3, label="IsoFLOP minima")
+        elif fit.approach == 1:
+            envelope = fit.details["envelope"]
+            inner = envelope[~envelope["boundary"]]
+            column = "params" if name == "N_opt" else "tokens"
+            ax.scatter(inner["flops"], inner[column], color="black", s=6, zorder=3,
+                       label="envelope")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel(C_LABEL)
+        ax.set_ylabel(f"optimal {label}")
+        ax.legend(fontsize=7)
+    exponent_a = fit.params.get("a")
+    exponent_b = fit.params.get("b")
+    if exponent_a is not None:
+        left.set_title(f"N_opt ∝ C^{exponent_a:.3f}", fontsize=10)
+        right.set_title(f"D_opt ∝ C^{exponent_b:.3f}", fontsize=10)
+    figure.suptitle(fit.name.split(":")[0], fontsize=10)
+    return figure

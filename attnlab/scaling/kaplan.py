@@ -1,0 +1,143 @@
+"""Kaplan et al. 2020 power laws, fitted by least squares on log L.
+
+- form "nd": L(N, D) = [(N_c/N)^(alpha_N/alpha_D) + D_c/D]^alpha_D (Eq. 1.5), fitted with
+  scipy's trust-region least squares from a small grid of exponents; N_c and D_c start where
+  the law passes through the median point, which leaves only the exponents to search.
+- form "n": L(N) = (N_c/N)^alpha_N (Eq. 1.1) on the best (lowest) loss of each model size, the
+  closest the table has to "trained to convergence"; a straight line in log-log space.
+- form "d": L(D) = (D_c/D)^alpha_D (Eq. 1.2) on the lowest loss at each token count.
+
+N is the non-embedding parameter count (Kaplan's convention). Bootstrap replicates resample the
+points and refit from the full-data estimate.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import least_squares
+
+from attnlab.scaling import laws
+from attnlab.scaling.errors import FitError, FitInputError
+from attnlab.scaling.result import ScalingFit
+
+EXPONENT_GRID = (0.03, 0.07, 0.15, 0.3, 0.6)  # initial alpha_N and alpha_D for form "nd"
+FORMS = ("nd", "n", "d")
+
+
+def _residuals_nd(theta, log_n, log_d, log_l):
+    """theta = (log N_c, log D_c, alpha_N, alpha_D) -> log L_pred - log L, [points]."""
+    log_nc, log_dc, alpha_n, alpha_d = theta
+    log_pred = alpha_d * np.logaddexp(alpha_n / alpha_d * (log_nc - log_n), log_dc - log_d)
+    return log_pred - log_l
+
+
+def _fit_nd(log_n, log_d, log_l, starts):
+    best = None
+    for theta0 in starts:
+        result = least_squares(_residuals_nd, theta0, args=(log_n, log_d, log_l), method="trf",
+                               bounds=([-np.inf, -np.inf, 1e-6, 1e-6], np.inf),
+                               x_scale="jac", xtol=1e-12, ftol=1e-12, gtol=1e-12)
+        if result.success and np.all(np.isfinite(result.x)) and (best is None
+                                                                  or result.cost < best.cost):
+            best = result
+    return best
+
+
+def _nd_starts(log_n, log_d, log_l):
+    """Exponent grid; N_c, D_c such that each term alone would give the median loss."""
+    mid_n, mid_d, mid_l = np.median(log_n), np.median(log_d), np.median(log_l)
+    return [np.array([mid_n + mid_l / an, mid_d + mid_l / ad, an, ad])
+            for an, ad in itertools.product(EXPONENT_GRID, EXPONENT_GRID)]
+
+
+def _line(log_x, log_l):
+    """log L = alpha·log X_c - alpha·log X: returns (X_c, alpha, sum of squared residuals)."""
+    slope, intercept = np.polyfit(log_x, log_l, 1)
+    residual = log_l - (slope * log_x + intercept)
+    alpha = -slope
+    return float(np.exp(intercept / alpha)), float(alpha), float(residual @ residual)
+
+
+def _lowest_per(keys: np.ndarray, loss: np.ndarray) -> np.ndarray:
+    """Indices of the lowest loss for each distinct key."""
+    frame = pd.DataFrame({"key": keys, "loss": loss})
+    return frame.groupby("key")["loss"].idxmin().to_numpy()
+
+
+def fit_kaplan(n, d, loss, *, form: str = "nd", n_bootstrap: int = 0, ci_level: float = 0.95,
+               seed: int = 0, flops_per_param_token: float = laws.FLOPS_PER_PARAM_TOKEN,
+               source: str = "data") -> ScalingFit:
+    """Fits Kaplan's L(N, D), L(N) or L(D) to points (N, D, L: [points] each)."""
+    if form not in FORMS:
+        raise FitInputError(f"Kaplan form must be one of {', '.join(FORMS)}, not {form!r}")
+    n, d, loss = (np.asarray(x, np.float64) for x in (n, d, loss))
+    notes = []
+    if form in ("n", "d"):
+        keys = n if form == "n" else d
+        keep = _lowest_per(keys, loss)
+        if len(keep) < len(loss):
+            notes.append(f"form {form}: kept the lowest loss of each of {len(keep)} distinct "
+                         f"{'model sizes' if form == 'n' else 'token counts'} "
+                         f"({len(loss)} points)")
+        n, d, loss = n[keep], d[keep], loss[keep]
+    n_params = 4 if form == "nd" else 2
+    names = {"nd": "N_c, D_c, alpha_N, alpha_D", "n": "N_c, alpha_N", "d": "D_c, alpha_D"}[form]
+    if len(loss) < n_params:
+        raise FitInputError(f"{source}: Kaplan form {form} fits {n_params} parameters ({names}) "
+                            f"but has only {len(loss)} usable point(s)")
+    log_n, log_d, log_l = np.log(n), np.log(d), np.log(loss)
+
+    def fit_points(index, starts=None):
+        if form == "n":
+            n_c, alpha, sse = _line(log_n[index], log_l[index])
+            return {"N_c": n_c, "alpha_N": alpha}, sse, None
+        if form == "d":
+            d_c, alpha, sse = _line(log_d[index], log_l[index])
+            return {"D_c": d_c, "alpha_D": alpha}, sse, None
+        starts = starts if starts is not None else _nd_starts(log_n[index], log_d[index],
+                                                              log_l[index])
+        result = _fit_nd(log_n[index], log_d[index], log_l[index], starts)
+        if result is None:
+            return None, None, None
+        log_nc, log_dc, alpha_n, alpha_d = result.x
+        return ({"N_c": float(np.exp(log_nc)), "D_c": float(np.exp(log_dc)),
+                 "alpha_N": float(alpha_n), "alpha_D": float(alpha_d)}, 2.0 * result.cost,
+                result.x)
+
+    everything = np.arange(len(loss))
+    params, sse, theta = fit_points(everything)
+    if params is None:
+        raise FitError(f"{source}: Kaplan L(N, D) did not converge from any of the "
+                       f"{len(EXPONENT_GRID) ** 2} starts")
+    samples: dict[str, list] = {}
+    if n_bootstrap > 0:
+        rng = np.random.default_rng(seed)
+        failed = 0
+        for _ in range(n_bootstrap):
+            index = rng.integers(0, len(loss), len(loss))
+            if len(np.unique(keys_of(form, n, d)[index])) < 2:
+                failed += 1  # a line through one distinct x is undefined
+                continue
+            replicate, _, _ = fit_points(index, None if theta is None else [theta])
+            if replicate is None:
+                failed += 1
+                continue
+            for name, value in replicate.items():
+                samples.setdefault(name, []).append(value)
+        if failed:
+            notes.append(f"{failed} of {n_bootstrap} bootstrap refits failed and were dropped")
+    return ScalingFit(law="kaplan", approach=None, form=form, params=params,
+                      samples={k: np.asarray(v) for k, v in samples.items()},
+                      ci_level=ci_level, n_points=len(loss), objective=float(sse),
+                      objective_name="sum of squared residuals of log L",
+                      flops_per_param_token=flops_per_param_token,
+                      n_bootstrap_requested=n_bootstrap, notes=tuple(notes),
+                      details={"exponent_grid": list(EXPONENT_GRID)} if form == "nd" else {})
+
+
+def keys_of(form: str, n: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """The regressor whose spread a replicate needs: N for L(N), D for L(D), N for L(N, D)."""
+    return d if form == "d" else n

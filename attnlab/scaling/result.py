@@ -1,0 +1,160 @@
+"""The outcome of a scaling-law fit: estimates, bootstrap replicates, intervals, predictions."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from attnlab.scaling import laws
+from attnlab.scaling.bootstrap import intervals, percentile_interval
+from attnlab.scaling.errors import FitError
+
+LAW_NAMES = {
+    ("kaplan", "nd"): "Kaplan L(N, D) = [(N_c/N)^(alpha_N/alpha_D) + D_c/D]^alpha_D",
+    ("kaplan", "n"): "Kaplan L(N) = (N_c/N)^alpha_N",
+    ("kaplan", "d"): "Kaplan L(D) = (D_c/D)^alpha_D",
+    ("chinchilla", 1): "Chinchilla approach 1: lower envelope of learning curves, "
+                       "N_opt = k_N C^a, D_opt = k_D C^b",
+    ("chinchilla", 2): "Chinchilla approach 2: IsoFLOP parabolas, N_opt = k_N C^a, D_opt = k_D C^b",
+    ("chinchilla", 3): "Chinchilla approach 3: L(N, D) = E + A/N^alpha + B/D^beta",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class ScalingFit:
+    """A fitted law.
+
+    law: "kaplan" | "chinchilla"; approach: 1, 2, 3 for Chinchilla, None for Kaplan;
+    form: Kaplan's "nd" | "n" | "d" ("" for Chinchilla).
+    params: name -> estimate from the full data; samples: name -> [replicates] estimates from the
+    bootstrap refits (empty without a bootstrap); ci_level: the intervals' nominal coverage.
+    objective: the minimised objective at the estimate, described by objective_name.
+    flops_per_param_token: k in C = k·N·D, used for the compute-optimal allocation.
+    details: approach-specific facts (the initialisation grid, IsoFLOP profiles, the envelope);
+    entries that are numpy arrays are for plots and stay out of ``to_dict``.
+    """
+
+    law: str
+    approach: int | None
+    form: str
+    params: dict[str, float]
+    samples: dict[str, np.ndarray]
+    ci_level: float
+    n_points: int
+    objective: float
+    objective_name: str
+    flops_per_param_token: float = laws.FLOPS_PER_PARAM_TOKEN
+    n_bootstrap_requested: int = 0
+    warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    details: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return LAW_NAMES[(self.law, self.form if self.law == "kaplan" else self.approach)]
+
+    @property
+    def ci(self) -> dict[str, tuple[float, float]]:
+        """name -> percentile interval over the bootstrap replicates."""
+        return intervals(self.samples, self.ci_level)
+
+    @property
+    def n_bootstrap(self) -> int:
+        """Bootstrap replicates that produced an estimate (failed refits are dropped)."""
+        return len(next(iter(self.samples.values()))) if self.samples else 0
+
+    @property
+    def has_loss_model(self) -> bool:
+        return (self.law, self.form, self.approach) in (("kaplan", "nd", None),
+                                                        ("chinchilla", "", 3))
+
+    @property
+    def has_allocation(self) -> bool:
+        return self.law == "chinchilla" or self.form == "nd"
+
+    def loss(self, n, d, params=None):
+        """Predicted loss at (N, D) (Kaplan L(N, D) or Chinchilla approach 3)."""
+        params = self.params if params is None else params
+        if self.law == "kaplan" and self.form == "nd":
+            return laws.kaplan_loss(params, n, d)
+        if self.law == "chinchilla" and self.approach == 3:
+            return laws.chinchilla_loss(params, n, d)
+        raise FitError(f"{self.name} has no L(N, D); fit --law=kaplan (form nd) or "
+                       f"--law=chinchilla --approach=3 to predict losses")
+
+    def optimal(self, budget, params=None) -> dict[str, Any]:
+        """Compute-optimal N_opt, D_opt (and the loss there, when the law models it) at FLOP
+        budget(s) C."""
+        params = self.params if params is None else params
+        if self.law == "chinchilla" and self.approach == 3:
+            return laws.chinchilla_optimal(params, budget, self.flops_per_param_token)
+        if self.law == "chinchilla":
+            return laws.power_law_optimal(params, budget)
+        if self.form == "nd":
+            return laws.kaplan_optimal(params, budget, self.flops_per_param_token)
+        raise FitError(f"{self.name} has no compute-optimal allocation; fit the joint "
+                       f"L(N, D) (form nd)")
+
+    def predict_loss(self, n: float, d: float) -> dict[str, Any]:
+        """{"N", "D", "loss", "ci": [low, high] or None} at one (N, D)."""
+        value = float(self.loss(n, d))
+        ci = (percentile_interval(self.loss(n, d, self.samples), self.ci_level)
+              if self.samples else None)
+        return {"N": float(n), "D": float(d), "loss": value, "ci": ci}
+
+    def predict_optimal(self, budget: float) -> dict[str, Any]:
+        """{"C", "N_opt", "D_opt", "loss", "ci": name -> [low, high]} at one FLOP budget."""
+        point = self.optimal(budget)
+        out: dict[str, Any] = {"C": float(budget)}
+        out.update({k: (None if v is None else float(v)) for k, v in point.items()})
+        out["ci"] = {}
+        if self.samples:
+            replicated = self.optimal(budget, self.samples)
+            out["ci"] = {k: percentile_interval(v, self.ci_level)
+                         for k, v in replicated.items() if v is not None}
+        return out
+
+    def to_dict(self, budgets=()) -> dict[str, Any]:
+        """JSON-ready: the approach, every fitted parameter at top level, ``ci`` (name ->
+        [low, high]), ``n_points``, the objective, and predictions at the given budgets."""
+        out: dict[str, Any] = {"law": self.law, "approach": self.approach,
+                               "form": self.form or None, "model": self.name}
+        out.update({k: _json_float(v) for k, v in self.params.items()})
+        out["ci"] = {k: [_json_float(lo), _json_float(hi)] for k, (lo, hi) in self.ci.items()}
+        out.update({"ci_level": self.ci_level, "n_points": self.n_points,
+                    "objective": _json_float(self.objective),
+                    "objective_name": self.objective_name,
+                    "n_bootstrap": self.n_bootstrap,
+                    "n_bootstrap_requested": self.n_bootstrap_requested,
+                    "flops_per_param_token": self.flops_per_param_token})
+        out["details"] = _jsonable(self.details)
+        if budgets:
+            out["predictions"] = [_jsonable(self.predict_optimal(c)) for c in budgets]
+        out["warnings"] = list(self.warnings)
+        out["notes"] = list(self.notes)
+        return out
+
+
+def _json_float(value):
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def _jsonable(value):
+    """Plain JSON types; numpy arrays and tables (plot data) are dropped."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()
+                if not isinstance(v, (np.ndarray, pd.DataFrame))}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (np.floating, float)):
+        return _json_float(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.bool_):
+        return bool(value)
+    return value

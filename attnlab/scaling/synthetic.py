@@ -1,0 +1,60 @@
+"""Synthetic sweeps drawn from known laws with multiplicative noise, for tests, benchmarks and
+docs: L_observed = L_true · exp(noise · z), z ~ N(0, 1)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from attnlab.scaling import laws
+
+CHINCHILLA_PUBLISHED = {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28}
+KAPLAN_PUBLISHED = {"N_c": 8.8e13, "D_c": 5.4e13, "alpha_N": 0.076, "alpha_D": 0.095}
+
+
+def _noisy(loss, noise, rng):
+    return loss * np.exp(noise * rng.standard_normal(np.shape(loss)))
+
+
+def grid_points(params: dict, *, law: str = "chinchilla", n_range=(1e7, 1e10),
+                d_range=(1e8, 1e12), n_points: int = 250, noise: float = 0.01,
+                rng: np.random.Generator) -> pd.DataFrame:
+    """Runs at log-uniform random (N, D): columns params, tokens, loss, flops (= 6ND)."""
+    n = np.exp(rng.uniform(*np.log(n_range), n_points))
+    d = np.exp(rng.uniform(*np.log(d_range), n_points))
+    truth = laws.chinchilla_loss(params, n, d) if law == "chinchilla" else laws.kaplan_loss(
+        params, n, d)
+    return pd.DataFrame({"params": n, "tokens": d, "loss": _noisy(truth, noise, rng),
+                         "flops": laws.training_flops(n, d)})
+
+
+def isoflop_points(params: dict, budgets, *, sizes_per_budget: int = 9, span: float = 8.0,
+                   noise: float = 0.005, rng: np.random.Generator) -> pd.DataFrame:
+    """IsoFLOP sweep from Chinchilla's L(N, D): per budget C, sizes log-spaced over a factor
+    ``span`` either side of the true N_opt(C), D = C/(6N). Columns params, tokens, loss, flops,
+    budget."""
+    rows = []
+    for budget in budgets:
+        n_opt = laws.chinchilla_optimal(params, budget)["N_opt"]
+        n = np.geomspace(n_opt / span, n_opt * span, sizes_per_budget)
+        d = budget / (laws.FLOPS_PER_PARAM_TOKEN * n)
+        loss = _noisy(laws.chinchilla_loss(params, n, d), noise, rng)
+        rows.append(pd.DataFrame({"params": n, "tokens": d, "loss": loss, "flops": budget,
+                                  "budget": budget}))
+    return pd.concat(rows, ignore_index=True)
+
+
+def learning_curves(params: dict, sizes, *, tokens_per_param_max: float = 400.0,
+                    steps: int = 60, noise: float = 0.003,
+                    rng: np.random.Generator) -> pd.DataFrame:
+    """Learning curves for approach 1: for each size N, losses L(N, D) at log-spaced token counts
+    up to ``tokens_per_param_max``·N (an idealised run whose every point is its own converged
+    schedule). Columns run_id, step, params, tokens, loss, flops."""
+    rows = []
+    for i, n in enumerate(sizes):
+        d = np.geomspace(n / 10, n * tokens_per_param_max, steps)
+        loss = _noisy(laws.chinchilla_loss(params, n, d), noise, rng)
+        rows.append(pd.DataFrame({"run_id": f"run{i:02d}", "step": np.arange(1, steps + 1),
+                                  "params": float(n), "tokens": d, "loss": loss,
+                                  "flops": laws.training_flops(n, d)}))
+    return pd.concat(rows, ignore_index=True)

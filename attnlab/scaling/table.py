@@ -1,0 +1,236 @@
+"""Reading and checking the tables that the fits consume.
+
+A table is a sweep directory or a results .parquet/.csv (one row per run), or a curves table (one
+row per logged step of a run). Columns are found by their canonical names, with fallbacks that
+match ``attnlab.results``' sweep tables, and can be renamed with ``--columns=params:Model Size``:
+
+  params  Kaplan: ``non_embedding_params`` when present, else ``params``; Chinchilla: ``params``
+  tokens  ``tokens``
+  loss    ``loss``, else ``final_val_loss`` (results) / ``val_loss`` (curves)
+  flops   optional. Kaplan: ``flops`` (6·N·D with N non-embedding); Chinchilla:
+          ``flops_chinchilla`` when present, else ``flops``; absent: C = 6·N·D
+  budget  optional, ``budget``: the IsoFLOP target of each run (approach 2)
+  run_id, step  curves only
+
+Rows whose ``status`` is not ``completed`` are dropped with a note. Every used value must be
+finite and positive: one bad value raises FitInputError naming the file, column and rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from attnlab import results as sweep_results
+from attnlab.errors import AttnlabError
+from attnlab.scaling import laws
+from attnlab.scaling.errors import FitInputError
+
+CANONICAL = ("params", "tokens", "loss", "flops", "budget", "run_id", "step")
+CURVES_FILES = ("curves.parquet", "curves.csv")
+
+
+@dataclasses.dataclass(frozen=True)
+class ScalingTable:
+    """Checked points for a fit.
+
+    frame: canonical columns params, tokens, loss, flops (always), and budget / run_id / step
+    when present; one row per run (results) or per logged step (curves).
+    source: the file or directory read; columns: canonical name -> column used in the source;
+    notes: what was dropped or assumed, for the report.
+    """
+
+    frame: pd.DataFrame
+    source: str
+    columns: dict[str, str]
+    notes: tuple[str, ...] = ()
+
+    def __len__(self) -> int:
+        return len(self.frame)
+
+    def array(self, name: str) -> np.ndarray:
+        return self.frame[name].to_numpy()
+
+    @property
+    def budget(self) -> np.ndarray | None:
+        return self.array("budget") if "budget" in self.frame else None
+
+
+def parse_columns(spec: str | None) -> dict[str, str]:
+    """``"params:Model Size,tokens:Tokens"`` -> {"params": "Model Size", "tokens": "Tokens"}."""
+    mapping: dict[str, str] = {}
+    for item in filter(None, (s.strip() for s in (spec or "").split(","))):
+        name, sep, column = item.partition(":")
+        name, column = name.strip(), column.strip()
+        if not sep or not column or name not in CANONICAL:
+            raise FitInputError(f"--columns: {item!r} is not NAME:COLUMN with NAME one of "
+                                f"{', '.join(CANONICAL)}")
+        mapping[name] = column
+    return mapping
+
+
+def read_table(path: str | Path) -> pd.DataFrame:
+    """A results table: a sweep directory, or a .parquet / .csv file."""
+    try:
+        return sweep_results.load(path)
+    except AttnlabError as error:
+        raise FitInputError(str(error)) from None
+    except (OSError, ValueError) as error:
+        raise FitInputError(f"{path}: cannot read the table ({error})") from None
+
+
+def read_curves(path: str | Path) -> pd.DataFrame:
+    """A curves table: a .parquet / .csv file, a directory holding curves.parquet / curves.csv, or
+    a sweep directory (its runs' metrics.jsonl, via ``attnlab.results.curves``)."""
+    path = Path(path)
+    if path.is_dir():
+        for name in CURVES_FILES:
+            if (path / name).exists():
+                return read_curves(path / name)
+        try:
+            return sweep_results.curves(path)
+        except AttnlabError as error:
+            raise FitInputError(f"{error} and no {' or '.join(CURVES_FILES)}") from None
+    if not path.exists():
+        raise FitInputError(f"{path}: no such curves file or directory")
+    try:
+        if path.suffix == ".parquet":
+            return pd.read_parquet(path)
+        if path.suffix == ".csv":
+            return pd.read_csv(path)
+    except (OSError, ValueError) as error:
+        raise FitInputError(f"{path}: cannot read the table ({error})") from None
+    raise FitInputError(f"{path}: curves must be a .parquet or .csv file or a directory")
+
+
+def _pick(df: pd.DataFrame, name: str, candidates: tuple[str, ...], mapping: dict[str, str],
+          source: str, why: str, required: bool = True) -> str | None:
+    if name in mapping:
+        if mapping[name] not in df.columns:
+            raise FitInputError(f"{source}: no column {mapping[name]!r} (mapped to {name} by "
+                                f"--columns); columns are: {', '.join(map(str, df.columns))}")
+        return mapping[name]
+    for candidate in candidates:
+        if candidate in df.columns and df[candidate].notna().any():
+            return candidate
+    if required:
+        raise FitInputError(f"{source}: missing column {name!r} ({why}; looked for "
+                            f"{' or '.join(repr(c) for c in candidates)}); columns are: "
+                            f"{', '.join(map(str, df.columns))}. Map another column with "
+                            f"--columns={name}:NAME")
+    return None
+
+
+def _check_positive(frame: pd.DataFrame, columns: dict[str, str], source: str) -> None:
+    for name in ("params", "tokens", "loss", "flops", "budget"):
+        if name not in frame:
+            continue
+        values = pd.to_numeric(frame[name], errors="coerce").to_numpy(np.float64)
+        bad = ~(np.isfinite(values) & (values > 0))
+        if bad.any():
+            rows = frame.index[bad]
+            shown = ", ".join(str(r) for r in rows[:5]) + (", ..." if len(rows) > 5 else "")
+            examples = ", ".join(repr(v) for v in frame[name][bad].tolist()[:3])
+            raise FitInputError(f"{source}: column {columns[name]!r} ({name}) has {int(bad.sum())}"
+                                f" non-positive or non-finite value(s) (rows {shown}: {examples});"
+                                f" scaling fits take logarithms, so every value must be finite "
+                                f"and > 0")
+
+
+def _drop_unfinished(df: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
+    if "status" not in df.columns:
+        return df
+    done = df["status"].astype(str) == "completed"
+    if not done.all():
+        counts = df.loc[~done, "status"].astype(str).value_counts()
+        notes.append(f"dropped {int((~done).sum())} of {len(df)} rows whose status is not "
+                     f"'completed' (" + ", ".join(f"{k}: {v}" for k, v in counts.items()) + ")")
+    return df[done]
+
+
+def _flops_column(df, law, mapping, source):
+    preferred = ("flops_chinchilla", "flops") if law == "chinchilla" else ("flops",)
+    return _pick(df, "flops", preferred, mapping, source, "", required=False)
+
+
+def prepare_points(df: pd.DataFrame, *, law: str, source: str = "results",
+                   columns: dict[str, str] | None = None) -> ScalingTable:
+    """Checks a results table (one row per run) and returns its canonical columns."""
+    mapping = dict(columns or {})
+    notes: list[str] = []
+    df = _drop_unfinished(df, notes)
+    params_candidates = (("non_embedding_params", "params") if law == "kaplan" else ("params",))
+    used = {
+        "params": _pick(df, "params", params_candidates, mapping, source,
+                        "model parameters N"),
+        "tokens": _pick(df, "tokens", ("tokens",), mapping, source, "training tokens D"),
+        "loss": _pick(df, "loss", ("loss", "final_val_loss"), mapping, source, "final loss L"),
+    }
+    flops = _flops_column(df, law, mapping, source)
+    if flops:
+        used["flops"] = flops
+    budget = _pick(df, "budget", ("budget",), mapping, source, "", required=False)
+    if budget:
+        used["budget"] = budget
+    return _finish(df, used, law, source, notes)
+
+
+def prepare_curves(df: pd.DataFrame, *, law: str, source: str = "curves",
+                   columns: dict[str, str] | None = None,
+                   runs: pd.DataFrame | None = None) -> ScalingTable:
+    """Checks a curves table (one row per logged step) for approach 1. Rows of steps where the
+    chosen loss was not logged (NaN, e.g. val_loss between evaluations) and step-0 rows (no
+    tokens yet) are dropped. ``params`` missing from the curves is joined from ``runs`` (a
+    results table) on run_id."""
+    mapping = dict(columns or {})
+    notes: list[str] = []
+    df = _drop_unfinished(df, notes)
+    run_column = _pick(df, "run_id", ("run_id",), mapping, source, "which run a step belongs to")
+    params_candidates = (("non_embedding_params", "params") if law == "kaplan" else ("params",))
+    if runs is not None and not any(c in df.columns for c in params_candidates) \
+            and "params" not in mapping and "run_id" in runs.columns:
+        joined = [c for c in params_candidates if c in runs.columns]
+        df = df.merge(runs[["run_id"] + joined], left_on=run_column, right_on="run_id",
+                      how="left", suffixes=("", "_runs"))
+    used = {
+        "run_id": run_column,
+        "params": _pick(df, "params", params_candidates, mapping, source, "model parameters N"),
+        "tokens": _pick(df, "tokens", ("tokens",), mapping, source, "tokens seen D"),
+        "loss": _pick(df, "loss", ("loss", "val_loss"), mapping, source, "loss L"),
+    }
+    flops = _flops_column(df, law, mapping, source)
+    if flops:
+        used["flops"] = flops
+    step = _pick(df, "step", ("step",), mapping, source, "", required=False)
+    if step:
+        used["step"] = step
+    logged = df[used["loss"]].notna() & (pd.to_numeric(df[used["tokens"]], errors="coerce") != 0)
+    if flops:
+        logged &= pd.to_numeric(df[flops], errors="coerce") != 0
+    if not logged.all():
+        notes.append(f"dropped {int((~logged).sum())} step rows without a logged "
+                     f"{used['loss']!r} or with zero tokens")
+    return _finish(df[logged], used, law, source, notes)
+
+
+def _finish(df, used, law, source, notes) -> ScalingTable:
+    frame = pd.DataFrame({name: df[column].to_numpy() for name, column in used.items()},
+                         index=df.index)
+    _check_positive(frame, used, source)
+    for name in ("params", "tokens", "loss", "flops", "budget", "step"):
+        if name in frame:
+            frame[name] = pd.to_numeric(frame[name]).astype(np.float64)
+    if "flops" not in frame:
+        frame["flops"] = laws.training_flops(frame["params"], frame["tokens"])
+        notes.append("no FLOPs column: C = 6·N·D")
+    elif used["flops"] != "flops":
+        notes.append(f"FLOPs from column {used['flops']!r}")
+    if law == "kaplan" and used["params"] == "non_embedding_params":
+        notes.append("N = non_embedding_params (Kaplan's convention)")
+    if len(frame) == 0:
+        raise FitInputError(f"{source}: no usable rows" + (f" ({notes[0]})" if notes else ""))
+    return ScalingTable(frame=frame.reset_index(drop=True), source=source, columns=used,
+                        notes=tuple(notes))

@@ -1,0 +1,166 @@
+"""Each fit recovers the parameters of synthetic sweeps drawn from known laws with multiplicative
+noise; warnings, bootstrap bookkeeping and predictions behave as documented."""
+
+import warnings
+
+import numpy as np
+import pytest
+
+from attnlab.scaling import (FitInputError, GridEdgeWarning, InitGrid, fit_approach1,
+                             fit_approach2, fit_approach3, fit_kaplan, laws)
+from attnlab.scaling.synthetic import (CHINCHILLA_PUBLISHED, KAPLAN_PUBLISHED, grid_points,
+                                       isoflop_points, learning_curves)
+
+# 3^5 = 243 starts: one compiled batch, fast enough for the default test run (the benchmark
+# runs the full 4,500-start grid). Values straddle Hoffmann et al.'s grid.
+SMALL_GRID = InitGrid(a=(0.0, 10.0, 20.0), b=(0.0, 10.0, 20.0), e=(-1.0, 0.0, 1.0),
+                      alpha=(0.0, 1.0, 2.0), beta=(0.0, 1.0, 2.0))
+TRUE_A = 0.28 / 0.62  # beta / (alpha + beta) of the published Chinchilla fit
+
+
+def test_approach3_recovers_chinchilla_published_parameters():
+    """E = 1.69, A = 406.4, B = 410.7, alpha = 0.34, beta = 0.28 (Hoffmann et al. 2022), 250
+    runs at random (N, D) in [1e7, 1e10] x [1e8, 1e12], 1% multiplicative noise."""
+    frame = grid_points(CHINCHILLA_PUBLISHED, n_points=250, noise=0.01,
+                        rng=np.random.default_rng(1))
+    fit = fit_approach3(frame["params"], frame["tokens"], frame["loss"], grid=SMALL_GRID,
+                        n_bootstrap=60, bootstrap_grid_starts=3, seed=0)
+    p = fit.params
+    assert p["E"] == pytest.approx(1.69, rel=0.03)
+    assert p["alpha"] == pytest.approx(0.34, abs=0.02)
+    assert p["beta"] == pytest.approx(0.28, abs=0.02)
+    assert p["A"] == pytest.approx(406.4, rel=0.3)
+    assert p["B"] == pytest.approx(410.7, rel=0.3)
+    assert p["a"] == pytest.approx(TRUE_A, abs=0.02)
+    assert p["a"] + p["b"] == pytest.approx(1.0)
+    assert fit.n_points == 250 and fit.n_bootstrap == 60 and fit.approach == 3
+    assert fit.details["starts_converged"] > 0.2 * len(SMALL_GRID)
+    # The objective is the sum of Huber terms at the estimate: positive and tiny for 1% noise.
+    assert 0 < fit.objective < 250 * 1e-3 * 0.05
+    for name in ("E", "alpha", "beta", "a", "b", "G"):
+        low, high = fit.ci[name]
+        assert low <= p[name] <= high
+    # Predictions follow the closed form with the fitted parameters.
+    prediction = fit.predict_optimal(1e21)
+    expected = laws.chinchilla_optimal(p, 1e21)
+    assert prediction["N_opt"] == pytest.approx(expected["N_opt"], rel=1e-12)
+    truth = laws.chinchilla_optimal(CHINCHILLA_PUBLISHED, 1e21)
+    assert prediction["N_opt"] == pytest.approx(truth["N_opt"], rel=0.25)
+    low, high = prediction["ci"]["N_opt"]
+    assert low < prediction["N_opt"] < high
+    loss = fit.predict_loss(1e9, 2e10)
+    assert loss["loss"] == pytest.approx(laws.chinchilla_loss(CHINCHILLA_PUBLISHED, 1e9, 2e10),
+                                         rel=0.01)
+
+
+def test_approach3_warns_when_the_fit_is_on_the_grid_edge():
+    """E = 5 means e = log 5 = 1.61, beyond the grid's e <= 1."""
+    truth = dict(CHINCHILLA_PUBLISHED, E=5.0)
+    frame = grid_points(truth, n_points=250, noise=0.005, rng=np.random.default_rng(2))
+    with pytest.warns(GridEdgeWarning, match="e="):
+        fit = fit_approach3(frame["params"], frame["tokens"], frame["loss"], grid=SMALL_GRID)
+    assert fit.warnings and "edge of the initialisation grid" in fit.warnings[0]
+    assert fit.params["E"] == pytest.approx(5.0, rel=0.05)
+
+
+def test_approach3_no_warning_inside_the_grid():
+    frame = grid_points(CHINCHILLA_PUBLISHED, n_points=250, noise=0.005,
+                        rng=np.random.default_rng(3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", GridEdgeWarning)
+        fit = fit_approach3(frame["params"], frame["tokens"], frame["loss"], grid=SMALL_GRID)
+    assert fit.warnings == ()
+
+
+def test_approach3_needs_as_many_points_as_parameters():
+    with pytest.raises(FitInputError, match="5 parameters .* only 4 usable point"):
+        fit_approach3([1e7, 1e8, 1e9, 1e10], [1e9] * 4, [3.0, 2.8, 2.6, 2.5], grid=SMALL_GRID)
+
+
+def test_kaplan_recovers_published_parameters():
+    frame = grid_points(KAPLAN_PUBLISHED, law="kaplan", n_range=(1e6, 1e9), d_range=(1e7, 1e10),
+                        n_points=200, noise=0.005, rng=np.random.default_rng(4))
+    fit = fit_kaplan(frame["params"], frame["tokens"], frame["loss"], n_bootstrap=50)
+    assert fit.params["alpha_N"] == pytest.approx(0.076, abs=0.003)
+    assert fit.params["alpha_D"] == pytest.approx(0.095, abs=0.003)
+    assert np.log10(fit.params["N_c"]) == pytest.approx(np.log10(8.8e13), abs=0.3)
+    assert np.log10(fit.params["D_c"]) == pytest.approx(np.log10(5.4e13), abs=0.3)
+    assert fit.n_bootstrap == 50 and set(fit.ci) == {"N_c", "D_c", "alpha_N", "alpha_D"}
+    optimum = fit.predict_optimal(1e21)
+    assert optimum["N_opt"] * optimum["D_opt"] * 6 == pytest.approx(1e21)
+
+
+def test_kaplan_single_variable_forms():
+    rng = np.random.default_rng(5)
+    n = np.geomspace(1e6, 1e9, 12)
+    loss_n = laws.kaplan_loss_n(KAPLAN_PUBLISHED, n) * np.exp(0.002 * rng.standard_normal(12))
+    # Two token counts per size: L(N) keeps the lower loss of each size.
+    fit = fit_kaplan(np.concatenate([n, n]), np.full(24, 1e10),
+                     np.concatenate([loss_n, loss_n * 1.2]), form="n")
+    assert fit.params["alpha_N"] == pytest.approx(0.076, abs=0.003)
+    assert fit.n_points == 12 and "lowest loss" in fit.notes[0]
+    d = np.geomspace(1e7, 1e10, 12)
+    loss_d = laws.kaplan_loss_d(KAPLAN_PUBLISHED, d) * np.exp(0.002 * rng.standard_normal(12))
+    fit_d = fit_kaplan(np.full(12, 1e9), d, loss_d, form="d")
+    assert fit_d.params["alpha_D"] == pytest.approx(0.095, abs=0.003)
+
+
+def test_approach2_recovers_the_allocation_exponent():
+    budgets = np.geomspace(1e18, 1e21, 6)
+    frame = isoflop_points(CHINCHILLA_PUBLISHED, budgets, noise=0.003,
+                           rng=np.random.default_rng(6))
+    fit = fit_approach2(frame["params"], frame["tokens"], frame["loss"], frame["flops"],
+                        budget=frame["budget"], n_bootstrap=100)
+    assert fit.params["a"] == pytest.approx(TRUE_A, abs=0.02)
+    assert fit.params["b"] == pytest.approx(1 - TRUE_A, abs=0.02)
+    for profile in fit.details["profiles"]:
+        truth = laws.chinchilla_optimal(CHINCHILLA_PUBLISHED, profile["budget"])["N_opt"]
+        assert profile["N_opt"] == pytest.approx(truth, rel=0.2)
+        # D_opt is read off the IsoFLOP line: C = 6 N D exactly.
+        assert 6 * profile["N_opt"] * profile["D_opt"] == pytest.approx(profile["budget"])
+    low, high = fit.ci["a"]
+    assert low < fit.params["a"] < high
+    # Without a budget column the runs are grouped by their FLOPs.
+    unlabelled = fit_approach2(frame["params"], frame["tokens"], frame["loss"], frame["flops"])
+    assert unlabelled.params["a"] == pytest.approx(fit.params["a"], rel=1e-9)
+
+
+def test_approach2_rejects_a_single_budget():
+    frame = isoflop_points(CHINCHILLA_PUBLISHED, [1e19], rng=np.random.default_rng(7))
+    with pytest.raises(FitInputError, match="two or more compute budgets"):
+        fit_approach2(frame["params"], frame["tokens"], frame["loss"], frame["flops"])
+
+
+def test_approach1_recovers_the_allocation_exponent():
+    curves = learning_curves(CHINCHILLA_PUBLISHED, np.geomspace(1e7, 3e9, 16), noise=0.002,
+                             rng=np.random.default_rng(8))
+    fit = fit_approach1(curves["run_id"], curves["params"], curves["tokens"], curves["loss"],
+                        curves["flops"], n_bootstrap=30)
+    assert fit.params["a"] == pytest.approx(TRUE_A, abs=0.04)
+    assert fit.params["a"] + fit.params["b"] == pytest.approx(1.0, abs=0.02)
+    assert fit.n_points == 16 and fit.n_bootstrap > 0
+    envelope = fit.details["envelope"]
+    assert (np.diff(envelope["loss"]) <= 1e-12).mean() > 0.8  # the frontier mostly descends
+
+
+def test_approach1_needs_three_sizes():
+    curves = learning_curves(CHINCHILLA_PUBLISHED, [1e7, 1e8], rng=np.random.default_rng(9))
+    with pytest.raises(FitInputError, match="at least three model sizes"):
+        fit_approach1(curves["run_id"], curves["params"], curves["tokens"], curves["loss"],
+                      curves["flops"])
+
+
+def test_approach2_skips_a_budget_without_a_usable_minimum():
+    """A budget whose profile only slopes (vertex far beyond the sizes trained) is skipped with a
+    note; the other budgets still give the fit."""
+    budgets = np.geomspace(1e18, 1e20, 3)
+    frame = isoflop_points(CHINCHILLA_PUBLISHED, budgets, noise=0.0,
+                           rng=np.random.default_rng(10))
+    sloped = frame["budget"] == budgets[-1]
+    x = np.log(frame.loc[sloped, "params"])
+    frame.loc[sloped, "loss"] = 3.0 - 0.05 * (x - x.mean()) + 1e-5 * (x - x.mean()) ** 2
+    fit = fit_approach2(frame["params"], frame["tokens"], frame["loss"], frame["flops"],
+                        budget=frame["budget"])
+    assert len(fit.details["profiles"]) == 2
+    assert any("more than the sampled range away" in note for note in fit.notes)
+    assert fit.params["a"] == pytest.approx(TRUE_A, abs=0.02)
