@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import sys
 
+from attnlab.cli_flags import HelpRequested
 from attnlab.errors import AttnlabError
 
 # name -> (module, function, one-line help)
@@ -23,6 +24,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "plot": ("attnlab.scaling.cli", "plot_main", "draw the standard scaling plots"),
     "extrapolate": ("attnlab.extrapolation.cli", "extrapolate_main",
                     "evaluate a run at longer context lengths"),
+    "quickstart": ("attnlab.study", "quickstart_main",
+                   "the quick scaling study: sweep, Chinchilla fit, plots"),
 }
 
 USAGE = "usage: attnlab <command> [flags]\n\ncommands:\n" + "\n".join(
@@ -43,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     command = getattr(importlib.import_module(module_name), function_name)
     try:
         return int(command(rest) or 0)
+    except HelpRequested as e:
+        sys.stdout.write(e.text)
+        return 0
     except AttnlabError as e:
         sys.stderr.write(f"error: {e}\n")
         return 2

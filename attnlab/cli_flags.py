@@ -22,6 +22,26 @@ class UsageError(AttnlabError):
     """Bad command-line usage (unknown flag, missing required flag)."""
 
 
+class HelpRequested(Exception):
+    """``--help`` was given; ``text`` lists the command's flags. The CLI prints it and exits 0."""
+
+    def __init__(self, text: str):
+        super().__init__(text)
+        self.text = text
+
+
+def help_text(prog: str, extra: list["Flag"], *, config_required: bool = True) -> str:
+    lines = [f"usage: {prog} --config=FILE [--config.SECTION.KEY=VALUE ...] [flags]", "", "flags:",
+             "  --config=FILE  a config file defining get_config()"
+             + ("" if config_required else " (optional)"),
+             "  --config.SECTION.KEY=VALUE  override one field, e.g. --config.model.n_layers=4"]
+    for flag in extra:
+        choices = f" ({'|'.join(flag.enum_values)})" if flag.enum_values else ""
+        required = ", required" if flag.required else f", default {flag.default!r}"
+        lines.append(f"  --{flag.name}{choices}  {flag.help}{required}")
+    return "\n".join(lines) + "\n"
+
+
 @dataclasses.dataclass
 class Flag:
     """A plain flag beside --config: DEFINE_<kind>(name, default, help)."""
@@ -39,8 +59,10 @@ def parse(argv: list[str], extra: list[Flag] = (), *, prog: str = "attnlab",
     """Parses ``argv`` (without the program name) into a fresh FlagValues.
 
     Returns the FlagValues; ``values.config`` is the ConfigDict with overrides applied.
-    Raises UsageError naming the flag at fault.
+    Raises UsageError naming the flag at fault, HelpRequested for ``--help``.
     """
+    if any(arg in ("-h", "--help", "--helpfull") for arg in argv):
+        raise HelpRequested(help_text(prog, list(extra), config_required=config_required))
     values = flags.FlagValues()
     args = [prog, *argv]
     # sys_argv: the overrides are read from these args, not from the process's sys.argv.

@@ -117,3 +117,9 @@ def test_cli_help_and_unknown_command(capsys):
         assert command in out
     assert cli.main(["frobnicate"]) == 2
     assert "unknown command 'frobnicate'" in capsys.readouterr().err
+
+
+def test_help_of_a_config_command_lists_its_flags(capsys):
+    assert cli.main(["train", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "--config=FILE" in out and "--workdir" in out
