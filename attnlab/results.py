@@ -1,0 +1,267 @@
+"""Sweep results as pandas tables, for notebooks and ``attnlab fit``.
+
+A sweep directory holds ``runs/<run_id>/`` (one per run: ``run.json`` written by the sweep when it
+plans the run; ``config.json``, ``metrics.jsonl``, ``summary.json``, ``checkpoints/`` written by
+training; ``failure.json`` when a run crashed outside training) and ``results.parquet`` /
+``results.csv``, one row per run, rebuilt from the run directories after every finished run.
+
+    df = attnlab.results.load("sweeps/tiny_grid")      # one row per run
+    steps = attnlab.results.curves("sweeps/tiny_grid")  # one row per (run, logged step)
+
+Columns of the table (swept config fields keep their dotted names, e.g. ``model.d_model``):
+
+  run_id, status, sweep, mode, [budget], <swept fields...>, params, non_embedding_params,
+  embedding_params, tokens, steps, total_steps, flops, flops_chinchilla, final_val_loss,
+  best_val_loss, final_train_loss, wall_seconds, tokens_per_s, mfu, error
+
+``status`` is one of completed, diverged, failed (final), partial (started: a checkpoint, metrics
+or an interrupted attempt exists; rerunning the sweep resumes it), pending (not started).
+``flops`` is 6·N·D with N the non-embedding parameters (Kaplan's C); ``flops_chinchilla`` the full
+count of Hoffmann et al. 2022 App. F (embeddings, attention and the output head included);
+``budget`` is the isoflop target C, in the convention named by the spec's
+``sweep.flops_per_token``. Before a run finishes, params/tokens/flops hold the planned values.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from attnlab.errors import AttnlabError
+
+RUNS_DIR = "runs"
+RUN_FILE = "run.json"
+SUMMARY_FILE = "summary.json"
+FAILURE_FILE = "failure.json"
+METRICS_FILE = "metrics.jsonl"
+TABLE_FILE = "results.parquet"
+CSV_FILE = "results.csv"
+FINAL_STATUSES = ("completed", "diverged", "failed")
+
+_LEADING = ["run_id", "status", "sweep", "mode", "budget"]
+_TRAILING = ["params", "non_embedding_params", "embedding_params", "tokens", "steps",
+             "total_steps", "flops", "flops_chinchilla", "final_val_loss", "best_val_loss",
+             "final_train_loss", "wall_seconds", "tokens_per_s", "mfu", "error"]
+
+
+class ResultsError(AttnlabError):
+    """A results file or sweep directory is missing or unreadable."""
+
+
+def read_json(path: Path) -> dict | None:
+    """The JSON object in ``path``, or None if it is missing or cut short."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def run_status(run_dir: str | Path) -> str:
+    """completed | diverged | failed | partial | pending, from the files in ``run_dir``.
+
+    A summary that says ``running`` belongs to a process that was killed (or is still running);
+    one that says ``failed`` because of KeyboardInterrupt/SystemExit was interrupted, not broken.
+    Both count as partial: rerunning resumes them.
+    """
+    run_dir = Path(run_dir)
+    summary = read_json(run_dir / SUMMARY_FILE)
+    if summary and summary.get("status") in FINAL_STATUSES and not _interrupted(summary):
+        return summary["status"]
+    if (run_dir / FAILURE_FILE).exists():
+        return "failed"
+    started = (SUMMARY_FILE, METRICS_FILE, "checkpoints")
+    if any((run_dir / name).exists() for name in started):
+        return "partial"
+    return "pending"
+
+
+def _interrupted(summary: dict) -> bool:
+    error = str(summary.get("error", ""))
+    return summary.get("status") == "failed" and error.startswith(("KeyboardInterrupt",
+                                                                   "SystemExit"))
+
+
+def run_dirs(workdir: str | Path) -> list[Path]:
+    """The run directories of a sweep (those holding the sweep's ``run.json``)."""
+    runs = Path(workdir) / RUNS_DIR
+    if not runs.is_dir():
+        return []
+    return sorted(p for p in runs.iterdir() if (p / RUN_FILE).exists())
+
+
+def run_row(run_dir: str | Path) -> dict[str, Any]:
+    """One table row: the planned record merged with the training summary (if any)."""
+    run_dir = Path(run_dir)
+    planned = read_json(run_dir / RUN_FILE) or {}
+    summary = read_json(run_dir / SUMMARY_FILE) or {}
+    failure = read_json(run_dir / FAILURE_FILE) or {}
+    status = run_status(run_dir)
+    row: dict[str, Any] = {"run_id": planned.get("run_id", run_dir.name), "status": status,
+                           "sweep": planned.get("sweep"), "mode": planned.get("mode")}
+    if planned.get("budget") is not None:
+        row["budget"] = float(planned["budget"])
+    row.update(planned.get("axes", {}))
+    params = summary.get("params") or planned.get("params") or {}
+    row["params"] = params.get("total")
+    row["non_embedding_params"] = params.get("non_embedding")
+    row["embedding_params"] = params.get("embedding")
+    finished = status in FINAL_STATUSES and bool(summary)
+    row["tokens"] = summary.get("tokens") if finished else planned.get("tokens")
+    row["steps"] = summary.get("step", 0) if summary else 0
+    row["total_steps"] = planned.get("steps")
+    per_token = planned.get("flops_per_token", {})
+    tokens = row["tokens"] or 0
+    flops = summary.get("flops") if finished else None
+    if isinstance(flops, dict):
+        row["flops"], row["flops_chinchilla"] = flops.get("6nd"), flops.get("chinchilla")
+    else:
+        row["flops"] = per_token.get("kaplan_6n", math.nan) * tokens
+        row["flops_chinchilla"] = per_token.get("chinchilla", math.nan) * tokens
+    for key in ("final_val_loss", "best_val_loss", "wall_seconds", "tokens_per_s", "mfu"):
+        row[key] = summary.get(key)
+    row["final_train_loss"] = summary.get("final_train_loss_smoothed",
+                                          summary.get("final_train_loss"))
+    error = failure.get("error") or (summary.get("error") if status == "failed" else None)
+    if status == "diverged" and summary.get("diverged_at_step"):
+        error = f"diverged at step {summary['diverged_at_step']}"
+    row["error"] = error
+    return row
+
+
+def build_table(workdir: str | Path) -> pd.DataFrame:
+    """The results table of a sweep directory, built from its run directories (read only)."""
+    rows = [run_row(d) for d in run_dirs(workdir)]
+    if not rows:
+        return pd.DataFrame(columns=[c for c in _LEADING if c != "budget"] + _TRAILING)
+    swept: list[str] = []
+    for row in rows:
+        swept += [k for k in row if k not in _LEADING + _TRAILING and k not in swept]
+    has_budget = any("budget" in row for row in rows)
+    columns = [c for c in _LEADING if c != "budget" or has_budget] + swept + _TRAILING
+    df = pd.DataFrame(rows, columns=columns)
+    sort_by = (["budget"] if has_budget else []) + ["non_embedding_params", "tokens", "run_id"]
+    return _uniform_columns(df.sort_values(sort_by, kind="stable").reset_index(drop=True))
+
+
+def write_table(workdir: str | Path) -> pd.DataFrame:
+    """Rebuilds ``results.parquet`` and ``results.csv`` atomically (temporary file, then
+    os.replace: a reader sees the old table or the new one) and returns the table."""
+    workdir = Path(workdir)
+    df = build_table(workdir)
+    for name, write in ((TABLE_FILE, lambda p: df.to_parquet(p, index=False)),
+                        (CSV_FILE, lambda p: df.to_csv(p, index=False))):
+        tmp = workdir / f".{name}.tmp{os.getpid()}"
+        write(tmp)
+        os.replace(tmp, workdir / name)
+    return df
+
+
+def load(path: str | Path) -> pd.DataFrame:
+    """The results table: ``path`` is a sweep directory or a results .parquet/.csv file.
+
+    For a directory without a table yet (a sweep that never finished a run), the table is built
+    from its run directories.
+    """
+    path = Path(path)
+    if path.is_dir():
+        if (path / TABLE_FILE).exists():
+            return pd.read_parquet(path / TABLE_FILE)
+        if (path / RUNS_DIR).is_dir():
+            return build_table(path)
+        raise ResultsError(f"{path} is not a sweep directory (no {TABLE_FILE} and no "
+                           f"{RUNS_DIR}/)")
+    if path.suffix == ".parquet" and path.exists():
+        return pd.read_parquet(path)
+    if path.suffix == ".csv" and path.exists():
+        return pd.read_csv(path)
+    raise ResultsError(f"{path}: no such results file or sweep directory (give a directory, "
+                       f"a .parquet or a .csv)")
+
+
+def curves(path: str | Path) -> pd.DataFrame:
+    """Per-step metrics of every run of a sweep directory: one row per (run_id, step).
+
+    Columns: run_id, status, [budget], <swept fields>, params, non_embedding_params, step,
+    tokens, loss, lr, grad_norm, tokens_per_s, mfu, val_loss (NaN where not evaluated),
+    flops (6·N·tokens, N non-embedding) and flops_chinchilla at that step: enough for
+    Kaplan's L(N, S) and Chinchilla's approach 1 (lower envelope of loss against FLOPs).
+    """
+    path = Path(path)
+    if not (path / RUNS_DIR).is_dir():
+        raise ResultsError(f"{path} is not a sweep directory (no {RUNS_DIR}/)")
+    frames = []
+    for run_dir in run_dirs(path):
+        records = read_metrics(run_dir / METRICS_FILE)
+        if not records:
+            continue
+        row = run_row(run_dir)
+        planned = read_json(run_dir / RUN_FILE) or {}
+        train = [r for r in records if "loss" in r]
+        val = [r for r in records if "val_loss" in r]
+        # A resumed run may have logged a step twice: keep the last record of each step.
+        train_df = pd.DataFrame(train).drop_duplicates("step", keep="last") if train else None
+        val_df = (pd.DataFrame(val)[["step", "val_loss"]].drop_duplicates("step", keep="last")
+                  if val else None)
+        if train_df is None:
+            merged = val_df
+        elif val_df is None:
+            merged = train_df
+        else:
+            merged = train_df.merge(val_df, on="step", how="outer")
+        merged = merged.sort_values("step").reset_index(drop=True)
+        tokens_per_step = planned.get("tokens_per_step")
+        if tokens_per_step:
+            merged["tokens"] = merged["step"] * tokens_per_step
+        per_token = planned.get("flops_per_token", {})
+        merged["flops"] = merged["tokens"] * per_token.get("kaplan_6n", math.nan)
+        merged["flops_chinchilla"] = merged["tokens"] * per_token.get("chinchilla", math.nan)
+        keys = {k: v for k, v in row.items() if k not in _TRAILING or
+                k in ("params", "non_embedding_params")}
+        keys.pop("sweep", None)
+        keys.pop("mode", None)
+        for i, (key, value) in enumerate(keys.items()):
+            merged.insert(i, key, [value] * len(merged))
+        frames.append(merged)
+    if not frames:
+        return pd.DataFrame(columns=["run_id", "status", "params", "non_embedding_params",
+                                     "step", "tokens", "loss", "val_loss"])
+    return _uniform_columns(pd.concat(frames, ignore_index=True))
+
+
+def read_metrics(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # the last line of a killed run may be cut short
+        if isinstance(record, dict) and "step" in record:
+            records.append(record)
+    return records
+
+
+_NUMERIC = [c for c in _TRAILING if c != "error"] + [
+    "budget", "step", "tokens", "loss", "val_loss", "lr", "grad_norm"]
+
+
+def _uniform_columns(df: pd.DataFrame) -> pd.DataFrame:
+    """Numbers as numbers (missing ones NaN), and one type per column as parquet needs: an
+    axis mixing e.g. ints and strings becomes text."""
+    for column in df.columns:
+        if column in _NUMERIC:
+            df[column] = pd.to_numeric(df[column])
+        elif df[column].dtype == object:
+            kinds = {type(v) for v in df[column] if v is not None and not
+                     (isinstance(v, float) and math.isnan(v))}
+            if len(kinds) > 1 and not kinds <= {int, float}:
+                df[column] = df[column].map(lambda v: None if v is None else str(v))
+            elif kinds <= {int, float} and kinds:
+                df[column] = pd.to_numeric(df[column])
+    return df

@@ -1,0 +1,64 @@
+"""``attnlab sweep --config=experiments/<name>.py --workdir=DIR [flags]``.
+
+Exit codes: 0 every planned run ended completed or diverged (a diverged run is a result of the
+study, e.g. a learning rate too high); 1 some run failed (see the results table's ``error``
+column); 2 bad input (printed by the dispatcher, nothing started); 130 interrupted (rerun the same
+command to resume).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from attnlab import cli_flags
+from attnlab.cli_flags import Flag
+
+FLAGS = [
+    Flag("workdir", "string", None, "Sweep directory (created if missing).", required=True),
+    Flag("launcher", "enum", "local", "Where runs execute: local worker processes or Ray.",
+         enum_values=("local", "ray")),
+    Flag("parallel", "integer", 1, "Local launcher: runs at a time, each pinned to "
+                                    "cpu_count/parallel cores."),
+    Flag("dry-run", "bool", False, "Print the planned runs with estimated times; run nothing."),
+    Flag("probe", "enum", "steps", "Dry run: time a few real train steps of the smallest and "
+                                   "largest shape (steps), or skip the estimate (none).",
+         enum_values=("steps", "none")),
+    Flag("retry-failed", "bool", False, "Also rerun failed runs (resuming from their checkpoint) "
+                                        "and diverged runs (from scratch)."),
+    Flag("ray-address", "string", "", "Ray cluster to submit to (e.g. auto, ray://host:10001); "
+                                      "empty starts a local one."),
+    Flag("cache-dir", "string", "", "JAX persistent compilation cache (default DIR/jax_cache); "
+                                    "share one between sweeps to reuse compiled programs."),
+    Flag("progress", "bool", True, "Show a progress bar and one line per finished run."),
+]
+
+
+def sweep_main(argv: list[str]) -> int:
+    from attnlab.sweep import (SweepInterrupted, dry_run, format_table, run_sweep,
+                               spec_from_config_dict)
+    from attnlab.sweep.spec import config_source
+
+    values = cli_flags.parse(argv, FLAGS, prog="attnlab sweep")
+    spec = spec_from_config_dict(values.config,
+                                 source=config_source(values["config"].config_filename))
+    workdir = values["workdir"].value
+    if values["dry-run"].value:
+        table, notes = dry_run(spec, workdir, probe=values["probe"].value,
+                               parallel=values["parallel"].value)
+        print(format_table(table))
+        for note in notes:
+            print(f"# {note}")
+        return 0
+    try:
+        table = run_sweep(spec, workdir, launcher=values["launcher"].value,
+                          parallel=values["parallel"].value,
+                          retry_failed=values["retry-failed"].value,
+                          progress=values["progress"].value,
+                          ray_address=values["ray-address"].value or None,
+                          cache_dir=values["cache-dir"].value or None)
+    except (KeyboardInterrupt, SweepInterrupted):
+        sys.stderr.write(f"\ninterrupted; rerun the same command to resume ({workdir})\n")
+        return 130
+    counts = table["status"].value_counts().to_dict()
+    print(f"results: {workdir}/results.parquet ({', '.join(f'{n} {s}' for s, n in counts.items())})")
+    return 1 if counts.get("failed") else 0

@@ -1,0 +1,240 @@
+"""Launchers: who executes a sweep's runs.
+
+local  K long-lived worker processes (``attnlab.sweep.worker.main``), each training one run
+       at a time in-process. JAX is imported once per worker; a worker that crashes (segfault,
+       out-of-memory kill) costs only its current run, which is recorded as failed, and a fresh
+       worker takes over. With K > 1 each worker is pinned to its own cpu_count // K cores
+       (sched_setaffinity before JAX starts), which sizes XLA's CPU thread pool, so the workers
+       do not oversubscribe the machine.
+ray    one Ray task per run with the spec's resource request (sweep.resources.cpus / gpus), on an
+       existing cluster (``--ray-address``) or a local one started for the sweep. Ray is an
+       optional dependency (``pip install 'attnlab[ray]'``), imported only here.
+
+Both call ``on_result(run_dir, result)`` from the launching process as each run ends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Callable
+
+from attnlab.errors import AttnlabError
+from attnlab.sweep.spec import Resources
+from attnlab.sweep.worker import LOG_FILE, execute_run, write_failure
+
+OnResult = Callable[[Path, dict], None]
+_WORKER_MAIN = "import sys; from attnlab.sweep.worker import main; sys.exit(main(sys.argv[1:]))"
+_INTERRUPTED = (-signal.SIGINT, -signal.SIGTERM, 128 + signal.SIGINT)
+
+
+class LauncherError(AttnlabError):
+    """A launcher cannot start (e.g. Ray is not installed or the cluster is unreachable)."""
+
+
+class SweepInterrupted(Exception):
+    """A worker stopped because the sweep is being interrupted (Ctrl-C / SIGTERM)."""
+
+
+def _log_tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def record_crash(run_dir: Path, how: str) -> dict:
+    """Writes failure.json for a run whose process died without reporting, and returns the
+    result the launcher passes on."""
+    error = f"worker process died ({how}) while training; see {run_dir / LOG_FILE}"
+    write_failure(run_dir, error, _log_tail(run_dir / LOG_FILE))
+    return {"run_id": run_dir.name, "status": "failed", "error": error, "seconds": None}
+
+
+def _describe_exit(returncode: int) -> str:
+    if returncode < 0:
+        name = signal.Signals(-returncode).name
+        hint = " - out of memory?" if -returncode == signal.SIGKILL else ""
+        return f"killed by {name}{hint}"
+    return f"exit code {returncode}"
+
+
+class WorkerProcess:
+    """One ``attnlab.sweep.worker`` subprocess; executes runs one at a time."""
+
+    def __init__(self, *, cpus: list[int] | None, cache_dir: str, log_path: Path):
+        settings = {"parent_pid": os.getpid(), "cpus": cpus, "cache_dir": cache_dir}
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(log_path, "ab")
+        self.process = subprocess.Popen(
+            # -c rather than -m: the package imports the module, which -m would run twice.
+            [sys.executable, "-c", _WORKER_MAIN, json.dumps(settings)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True,
+            bufsize=1)
+
+    def execute(self, run_dir: Path) -> dict:
+        """Runs one run; if the worker dies meanwhile, records the run as failed (or raises
+        SweepInterrupted when it died of SIGINT/SIGTERM, i.e. the sweep is being stopped)."""
+        try:
+            self.process.stdin.write(f"{run_dir}\n")
+            self.process.stdin.flush()
+            answer = self.process.stdout.readline()
+        except (BrokenPipeError, OSError):
+            answer = ""
+        if answer:
+            return json.loads(answer)
+        returncode = self.process.wait()
+        if returncode in _INTERRUPTED:
+            raise SweepInterrupted(_describe_exit(returncode))
+        return record_crash(run_dir, _describe_exit(returncode))
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def close(self) -> None:
+        if self.alive:
+            try:
+                self.process.stdin.close()
+                self.process.wait(timeout=30)
+            except (OSError, subprocess.TimeoutExpired):
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
+
+    def kill(self) -> None:
+        if self.alive:
+            self.process.kill()
+            self.process.wait()
+        self._log.close()
+
+
+def cpu_slots(parallel: int) -> list[list[int] | None]:
+    """The cores each of ``parallel`` workers is pinned to (None: no pinning, for one worker)."""
+    if parallel == 1 or not hasattr(os, "sched_getaffinity"):
+        return [None] * parallel
+    cpus = sorted(os.sched_getaffinity(0))
+    per_worker = max(1, len(cpus) // parallel)
+    return [[cpus[(i * per_worker + j) % len(cpus)] for j in range(per_worker)]
+            for i in range(parallel)]
+
+
+def run_local(run_dirs: list[Path], on_result: OnResult, *, parallel: int, cache_dir: str,
+              logs_dir: Path) -> None:
+    """Executes the runs on ``parallel`` local worker processes (in the given order)."""
+    todo: queue.Queue[Path] = queue.Queue()
+    for run_dir in run_dirs:
+        todo.put(run_dir)
+    lock = threading.Lock()
+    workers: list[WorkerProcess] = []
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def slot(index: int, cpus: list[int] | None) -> None:
+        # The worker is started from this thread: PR_SET_PDEATHSIG follows the thread that
+        # forked it, which lives until the worker is closed.
+        worker = None
+        try:
+            while not stop.is_set():
+                try:
+                    run_dir = todo.get_nowait()
+                except queue.Empty:
+                    break
+                if worker is None or not worker.alive:
+                    if worker is not None:  # it crashed; its run is recorded as failed
+                        worker.close()
+                    worker = WorkerProcess(cpus=cpus, cache_dir=cache_dir,
+                                           log_path=logs_dir / f"worker-{index}.log")
+                    with lock:
+                        workers.append(worker)
+                result = worker.execute(run_dir)
+                with lock:
+                    on_result(run_dir, result)
+        except BaseException as e:  # noqa: BLE001 - handed to the main thread
+            stop.set()
+            errors.append(e)
+        finally:
+            if worker is not None:
+                worker.close()
+
+    threads = [threading.Thread(target=slot, args=(i, cpus), daemon=True)
+               for i, cpus in enumerate(cpu_slots(parallel))]
+    for thread in threads:
+        thread.start()
+    try:
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(timeout=0.5)  # short waits keep Ctrl-C responsive
+    except BaseException:
+        stop.set()
+        with lock:
+            for worker in workers:
+                worker.kill()
+        raise
+    if errors:
+        raise errors[0]
+
+
+# ------------------------------------------------------------------------------------------------
+# Ray
+
+
+def import_ray():
+    """Imports Ray, or explains how to install it."""
+    try:
+        import ray
+    except ImportError:
+        raise LauncherError("--launcher=ray needs Ray: pip install 'attnlab[ray]' "
+                            "(or pip install 'ray[default]')") from None
+    return ray
+
+
+def _ray_task(run_dir: str, cache_dir: str) -> dict:
+    """Body of one Ray task (a module-level function, so Ray workers import it by name)."""
+    return execute_run(run_dir, cache_dir)
+
+
+def run_ray(run_dirs: list[Path], on_result: OnResult, *, resources: Resources, cache_dir: str,
+            address: str | None = None) -> None:
+    """Submits one Ray task per run and reports each as it ends.
+
+    Uses the already initialised Ray (``ray.init`` called by the caller), else connects to
+    ``address`` (``auto``, ``ray://host:10001``, ...), else starts a local cluster for the sweep.
+    Run directories must be on a filesystem every node sees.
+    """
+    ray = import_ray()
+    started_here = False
+    if not ray.is_initialized():
+        try:
+            ray.init(address=address or None, include_dashboard=False,
+                     log_to_driver=False, configure_logging=False)
+        except (ConnectionError, RuntimeError, ValueError) as e:
+            raise LauncherError(f"--ray-address={address!r}: cannot start or reach a Ray "
+                                f"cluster: {e}") from None
+        started_here = True
+    pending = {}
+    try:
+        task = ray.remote(_ray_task).options(num_cpus=resources.cpus, num_gpus=resources.gpus,
+                                             max_retries=0, retry_exceptions=False)
+        pending = {task.remote(str(run_dir), cache_dir): run_dir for run_dir in run_dirs}
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            run_dir = pending.pop(done[0])
+            try:
+                result = ray.get(done[0])
+            except ray.exceptions.RayError as e:  # the task's process died (OOM, crash)
+                result = record_crash(run_dir, f"Ray: {type(e).__name__}")
+            on_result(run_dir, result)
+    except BaseException:
+        for ref in pending:
+            ray.cancel(ref, force=True)
+        raise
+    finally:
+        if started_here:
+            ray.shutdown()

@@ -1,0 +1,276 @@
+"""From a :class:`SweepSpec` to concrete runs, each a validated :class:`Config` with a stable id.
+
+Planning is pure (no JAX, no disk) and checks every run's config before any run starts, so a bad
+value anywhere in a sweep is reported before the first minute of training is spent.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import itertools
+import json
+import math
+from typing import Any
+
+from attnlab.config import Config, ModelConfig, from_config_dict
+from attnlab.errors import ConfigError
+from attnlab.model import flops_per_token, param_counts
+from attnlab.sweep.spec import Ladder, Shape, SweepSpec, SweepSpecError
+from attnlab.train.workdir import RESUMABLE_DIFFERENCES
+
+# Fields that say how a run is launched, not what it computes (training accepts them changed on
+# resume): they do not enter the run id, so e.g. another mesh keeps finished runs valid.
+NOT_IN_RUN_ID = ("name", *sorted(RESUMABLE_DIFFERENCES))
+_MAX_LADDER_LAYERS = 512
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedRun:
+    """One run of a sweep.
+
+    Attributes:
+      run_id: ``<readable prefix>-<hash8>``; the hash covers the full resolved config.
+      cfg: the run's config (``cfg.name == run_id``).
+      axes: every config key the sweep set for this run (dotted name -> value): shape keys,
+        axis values, rule-derived learning rate / warmup, isoflop tokens.
+      budget: the isoflop compute budget C in FLOPs (None in other modes).
+      params: {'total', 'non_embedding', 'embedding'} from attnlab.model.param_counts.
+      flops_per_token: attnlab.model.flops_per_token at the run's seq_len.
+    """
+
+    run_id: str
+    cfg: Config
+    axes: dict[str, Any]
+    budget: float | None
+    params: dict[str, int]
+    flops_per_token: dict[str, float]
+
+    @property
+    def steps(self) -> int:
+        return self.cfg.total_steps
+
+    @property
+    def tokens(self) -> int:
+        """Tokens the run trains on (whole batches)."""
+        return self.steps * self.cfg.data.batch_size * self.cfg.data.seq_len
+
+    def flops(self, convention: str = "chinchilla") -> float:
+        return self.flops_per_token[convention] * self.tokens
+
+
+def plan(spec: SweepSpec) -> list[PlannedRun]:
+    """Every run of the sweep, in a stable order (budget, shape, then axes in file order).
+
+    Raises:
+      SweepSpecError: naming the spec field behind the first invalid run config.
+    """
+    return expand(spec)[0]
+
+
+def expand(spec: SweepSpec) -> tuple[list[PlannedRun], list[str]]:
+    """Like :func:`plan`, plus notes on (budget, shape) pairs left out of an isoflop sweep
+    because the budget buys fewer than ``sweep.min_steps`` steps of that shape."""
+    base_cfg = from_config_dict(spec.base)
+    shapes: list[Shape | None] = list(resolve_shapes(spec, base_cfg.model)) or [None]
+    axis_keys = [key for key, _ in spec.axes]
+    combos = list(itertools.product(*(values for _, values in spec.axes)))
+    budgets: list[float | None] = list(spec.budgets) or [None]
+    runs: list[PlannedRun] = []
+    notes: list[str] = []
+    for budget in budgets:
+        kept = 0
+        for shape in shapes:
+            for combo in combos:
+                run = _plan_one(spec, shape, dict(zip(axis_keys, combo)), budget)
+                if run is None:
+                    label = shape.label if shape else "base"
+                    what = " ".join(filter(None, (label, _combo_label(combo))))
+                    notes.append(f"budget {budget:.3g}: {what} left out "
+                                 f"(fewer than {spec.min_steps} step(s))")
+                else:
+                    runs.append(run)
+                    kept += 1
+        if budget is not None and kept == 0:
+            smallest = min(shapes, key=lambda s: s.d_model * s.n_layers)
+            needed = _isoflop_flops_for_steps(spec, smallest, spec.min_steps)
+            raise SweepSpecError(
+                "sweep.budgets",
+                f"budget {budget:.3g} FLOPs is too small: the smallest shape {smallest.label} "
+                f"needs {needed:.3g} FLOPs for {spec.min_steps} step(s) of one batch "
+                f"({base_cfg.data.batch_size}x{base_cfg.data.seq_len} tokens)")
+    seen: dict[str, PlannedRun] = {}
+    for run in runs:
+        if run.run_id in seen:
+            raise SweepSpecError("sweep", f"two runs resolve to the same config ({run.run_id}): "
+                                          f"{seen[run.run_id].axes} and {run.axes}")
+        seen[run.run_id] = run
+    return runs, notes
+
+
+def resolve_shapes(spec: SweepSpec, base_model: ModelConfig) -> tuple[Shape, ...]:
+    """The sweep's explicit shapes, or the ladder's generated ones."""
+    if spec.shapes:
+        return spec.shapes
+    if spec.ladder:
+        return ladder_shapes(spec.ladder, base_model)
+    return ()
+
+
+def ladder_shapes(ladder: Ladder, base_model: ModelConfig) -> tuple[Shape, ...]:
+    """For each target non-embedding count, the depth L (d_model = aspect_ratio * L rounded to a
+    multiple of head_dim, n_heads = d_model / head_dim) whose exact count is nearest in log space.
+
+    Raises:
+      SweepSpecError: two targets give the same shape (spread them further apart).
+    """
+    shapes = []
+    for i, target in enumerate(ladder.non_embedding_params):
+        best: tuple[float, Shape] | None = None
+        for n_layers in range(1, _MAX_LADDER_LAYERS + 1):
+            d_model = max(1, round(ladder.aspect_ratio * n_layers / ladder.head_dim)) * ladder.head_dim
+            n_heads = d_model // ladder.head_dim
+            model = dataclasses.replace(base_model, d_model=d_model, n_layers=n_layers,
+                                        n_heads=n_heads)
+            count = param_counts(model)["non_embedding"]
+            error = abs(math.log(count / target))
+            if best is None or error < best[0]:
+                lr = ladder.learning_rates[i] if ladder.learning_rates else None
+                best = (error, Shape(d_model, n_layers, n_heads, learning_rate=lr,
+                                     target_params=target))
+            if count > 4 * target:  # counts grow with depth: nothing closer beyond here
+                break
+        shapes.append(best[1])
+    labels = [s.label for s in shapes]
+    for i, label in enumerate(labels):
+        if labels.index(label) != i:
+            raise SweepSpecError(
+                "sweep.ladder.non_embedding_params",
+                f"targets {ladder.non_embedding_params[labels.index(label)]:.3g} and "
+                f"{ladder.non_embedding_params[i]:.3g} both give shape {label}; spread the "
+                f"targets further apart or lower sweep.ladder.head_dim")
+    return tuple(shapes)
+
+
+def run_id(cfg: Config) -> str:
+    """``d128-l4-rope-t2.05M-s0-1a2b3c4d``: a readable prefix plus the first 8 hex digits of the
+    SHA-256 of the full config as sorted JSON (less :data:`NOT_IN_RUN_ID`)."""
+    raw = cfg.to_dict()
+    for dotted in NOT_IN_RUN_ID:
+        section, _, key = dotted.rpartition(".")
+        (raw[section] if section else raw).pop(key, None)
+    digest = hashlib.sha256(json.dumps(raw, sort_keys=True).encode()).hexdigest()[:8]
+    tokens = cfg.total_steps * cfg.data.batch_size * cfg.data.seq_len
+    m = cfg.model
+    return (f"d{m.d_model}-l{m.n_layers}-{m.pos_encoding}-t{_short_count(tokens)}"
+            f"-s{cfg.train.seed}-{digest}")
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+def _plan_one(spec: SweepSpec, shape: Shape | None, axis_values: dict[str, Any],
+              budget: float | None) -> PlannedRun | None:
+    raw = copy.deepcopy(dict(spec.base))
+    owners = spec.set_keys()
+    swept: dict[str, Any] = {}
+    if shape is not None:
+        for key in ("d_model", "n_layers", "n_heads"):
+            swept[f"model.{key}"] = getattr(shape, key)
+    swept.update(axis_values)
+    cfg = _build(raw, swept, spec, owners)
+    counts = param_counts(cfg.model)
+    per_token = flops_per_token(cfg.model, cfg.data.seq_len)
+    batch_tokens = cfg.data.batch_size * cfg.data.seq_len
+
+    lr = _learning_rate(spec, shape, cfg, counts["non_embedding"])
+    if lr is not None:
+        swept["train.learning_rate"] = lr
+    if budget is not None:
+        steps = round(budget / per_token[spec.flops_per_token] / batch_tokens)
+        if steps < spec.min_steps:
+            return None
+        swept["train.tokens"] = steps * batch_tokens
+    cfg = _build(raw, swept, spec, owners)
+    if cfg.train.tokens and cfg.train.tokens < batch_tokens:
+        origin = ("sweep.axes.train.tokens" if "train.tokens" in axis_values else
+                  "base.train.tokens")
+        raise SweepSpecError(origin, f"{cfg.train.tokens} tokens is less than one batch "
+                                     f"(batch_size x seq_len = {batch_tokens})")
+    warmup = _warmup_steps(spec, cfg, counts["total"])
+    if warmup is not None:
+        swept["train.warmup_steps"] = warmup
+    if spec.mode == "curves":
+        every = max(1, cfg.total_steps // spec.curve_points)
+        swept["train.eval_every"] = every
+        raw.setdefault("train", {})["log_every"] = min(cfg.train.log_every, every)
+    cfg = _build(raw, swept, spec, owners)
+    rid = run_id(cfg)
+    cfg = dataclasses.replace(cfg, name=rid)
+    swept.pop("train.eval_every", None)  # a logging cadence, not a variable of the study
+    return PlannedRun(rid, cfg, swept, budget,
+                      {k: counts[k] for k in ("total", "non_embedding", "embedding")}, per_token)
+
+
+def _build(raw: dict[str, Any], swept: dict[str, Any], spec: SweepSpec,
+           owners: dict[str, str]) -> Config:
+    raw = copy.deepcopy(raw)
+    for dotted, value in swept.items():
+        section, key = dotted.split(".")
+        raw.setdefault(section, {})[key] = value
+    try:
+        return from_config_dict(raw)
+    except ConfigError as e:
+        if e.field in swept:
+            origin = owners.get(e.field, f"sweep.axes.{e.field}")
+            where = ", ".join(f"{k}={v}" for k, v in swept.items())
+            raise SweepSpecError(origin, f"gives {e.field} = {swept[e.field]!r}: {e.reason} "
+                                         f"(run with {where})") from None
+        raise SweepSpecError(f"base.{e.field}", f"{e.reason} (with sweep values "
+                             f"{', '.join(f'{k}={v}' for k, v in swept.items())})") from None
+
+
+def _learning_rate(spec: SweepSpec, shape: Shape | None, cfg: Config,
+                   non_embedding: int) -> float | None:
+    rule = spec.learning_rate
+    base = rule.base or cfg.train.learning_rate
+    if rule.rule == "fixed":
+        return None
+    if rule.rule == "per_shape":
+        lr = shape.learning_rate
+    elif rule.rule == "power_law":
+        lr = base * (non_embedding / rule.ref_params) ** -rule.exponent
+    else:  # inverse_width
+        lr = base * rule.ref_d_model / cfg.model.d_model
+    # Six significant digits: readable, and the same bits on every platform (stable run ids).
+    return float(f"{lr:.6g}")
+
+
+def _warmup_steps(spec: SweepSpec, cfg: Config, total_params: int) -> int | None:
+    rule = spec.warmup
+    if rule.rule == "fixed":
+        return None
+    if rule.rule == "fraction":
+        return max(1, math.ceil(rule.fraction * cfg.total_steps))
+    batch_tokens = cfg.data.batch_size * cfg.data.seq_len
+    return max(1, math.ceil(rule.tokens_per_param * total_params / batch_tokens))
+
+
+def _isoflop_flops_for_steps(spec: SweepSpec, shape: Shape, steps: int) -> float:
+    cfg = _build(copy.deepcopy(dict(spec.base)),
+                 {f"model.{k}": getattr(shape, k) for k in ("d_model", "n_layers", "n_heads")},
+                 spec, spec.set_keys())
+    per_token = flops_per_token(cfg.model, cfg.data.seq_len)[spec.flops_per_token]
+    return per_token * steps * cfg.data.batch_size * cfg.data.seq_len
+
+
+def _combo_label(combo: tuple[Any, ...]) -> str:
+    return "(" + ", ".join(map(str, combo)) + ")" if combo else ""
+
+
+def _short_count(n: float) -> str:
+    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g}{unit}"
+    return str(int(n))

@@ -1,0 +1,166 @@
+"""``--dry-run``: the planned runs as a table, with times estimated from a throughput probe.
+
+The probe trains the smallest and the largest shape of the sweep (by FLOPs per token) for a few
+real steps in a worker process, exactly as the sweep would, and reads the step throughput that
+training logs (which leaves out the first, compiling step and the evaluations). Each run's time
+is then its FLOPs divided by the FLOP rate interpolated for its shape (log-linear in FLOPs per
+token between the two probes; flat beyond them), plus its evaluations (forward only, one third of
+a training step per token). Start-up and compilation are reported separately: they are paid once
+per worker and per new shape, and the persistent compilation cache shrinks them on reruns.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from attnlab import results
+from attnlab.sweep.launchers import WorkerProcess
+from attnlab.sweep.planner import PlannedRun, expand
+from attnlab.sweep.runner import CACHE_DIR, run_record
+from attnlab.sweep.spec import SweepSpec
+
+PROBES = ("steps", "none")
+
+
+@dataclasses.dataclass(frozen=True)
+class ProbePoint:
+    """One probed shape: its FLOPs per token (chinchilla count) and measured rates."""
+
+    label: str
+    flops_per_token: float
+    tokens_per_s: float
+    overhead_seconds: float  # start-up + compilation + first step of this probe run
+
+    @property
+    def flops_per_s(self) -> float:
+        return self.flops_per_token * self.tokens_per_s
+
+
+def probe_throughput(runs: list[PlannedRun], *, steps: int = 12,
+                     cache_dir: str | None = None) -> list[ProbePoint]:
+    """Trains the smallest and largest run's shape for ``steps`` steps; returns their rates."""
+    by_cost = sorted(runs, key=lambda r: r.flops_per_token["chinchilla"])
+    chosen = [by_cost[0]] if len(by_cost) == 1 else [by_cost[0], by_cost[-1]]
+    points = []
+    with tempfile.TemporaryDirectory(prefix="attnlab-probe-") as tmp:
+        worker = WorkerProcess(cpus=None, cache_dir=cache_dir or str(Path(tmp) / CACHE_DIR),
+                               log_path=Path(tmp) / "worker.log")
+        try:
+            for run in chosen:
+                train = dataclasses.replace(run.cfg.train, steps=steps, tokens=0,
+                                            eval_every=10 * steps, eval_batches=1, log_every=1,
+                                            checkpoint_every=10 * steps,
+                                            warmup_steps=min(run.cfg.train.warmup_steps, 1))
+                cfg = dataclasses.replace(run.cfg, train=train, name="probe")
+                probe_run = dataclasses.replace(run, cfg=cfg)
+                run_dir = Path(tmp) / run.run_id
+                run_dir.mkdir()
+                record = run_record(SweepSpec("probe", "grid", "cpu", {}), probe_run)
+                (run_dir / results.RUN_FILE).write_text(json.dumps(record))
+                outcome = worker.execute(run_dir)
+                if outcome["status"] != "completed":
+                    raise RuntimeError(f"throughput probe of {run.run_id} {outcome['status']}: "
+                                       f"{outcome.get('error')}")
+                summary = results.read_json(run_dir / results.SUMMARY_FILE)
+                rates = [r["tokens_per_s"] for r in results.read_metrics(
+                    run_dir / results.METRICS_FILE) if r.get("tokens_per_s")]
+                rate = float(np.median(rates))
+                step_seconds = steps * run.cfg.data.batch_size * run.cfg.data.seq_len / rate
+                points.append(ProbePoint(
+                    label=f"d{run.cfg.model.d_model}-l{run.cfg.model.n_layers}",
+                    flops_per_token=run.flops_per_token["chinchilla"], tokens_per_s=rate,
+                    overhead_seconds=max(0.0, summary["wall_seconds"] - step_seconds)))
+        finally:
+            worker.close()
+    return points
+
+
+def estimate_seconds(run: PlannedRun, points: list[ProbePoint]) -> float:
+    """Training plus evaluation time of ``run`` from the probed FLOP rates (no start-up)."""
+    per_token = run.flops_per_token["chinchilla"]
+    if len(points) == 1 or points[0].flops_per_token == points[-1].flops_per_token:
+        rate = points[0].flops_per_s
+    else:
+        lo, hi = points[0], points[-1]
+        x = (math.log(per_token) - math.log(lo.flops_per_token)) / (
+            math.log(hi.flops_per_token) - math.log(lo.flops_per_token))
+        x = min(1.0, max(0.0, x))
+        rate = math.exp((1 - x) * math.log(lo.flops_per_s) + x * math.log(hi.flops_per_s))
+    t = run.cfg.train
+    evals = run.steps // t.eval_every + (1 if run.steps % t.eval_every else 0)
+    eval_tokens = evals * t.eval_batches * run.cfg.data.batch_size * run.cfg.data.seq_len
+    return (run.tokens + eval_tokens / 3) * per_token / rate
+
+
+def dry_run(spec: SweepSpec, workdir: str | Path | None = None, *, probe: str = "steps",
+            parallel: int = 1) -> tuple[pd.DataFrame, list[str]]:
+    """The planned runs as a table (one row per run) and notes to print under it.
+
+    Columns: run_id, [budget], d_model, n_layers, n_heads, other swept values, params,
+    non_emb_params, tokens, steps, lr, warmup, flops_6nd, flops_chinchilla, status (from
+    ``workdir``, if it exists), est_seconds (with probe='steps').
+    """
+    runs, notes = expand(spec)
+    workdir = Path(workdir) if workdir else None
+    rows = []
+    for run in runs:
+        c = run.cfg
+        row = {"run_id": run.run_id}
+        if run.budget is not None:
+            row["budget"] = run.budget
+        row.update(d_model=c.model.d_model, n_layers=c.model.n_layers, n_heads=c.model.n_heads)
+        for key, value in run.axes.items():
+            short = key.split(".", 1)[1]
+            if short not in row and key not in ("train.learning_rate", "train.warmup_steps",
+                                                "train.tokens"):
+                row[short] = value
+        row.update(params=run.params["total"], non_emb_params=run.params["non_embedding"],
+                   tokens=run.tokens, steps=run.steps, lr=c.train.learning_rate,
+                   warmup=c.train.warmup_steps, flops_6nd=run.flops("kaplan_6n"),
+                   flops_chinchilla=run.flops("chinchilla"))
+        run_dir = workdir / results.RUNS_DIR / run.run_id if workdir else None
+        row["status"] = results.run_status(run_dir) if run_dir and run_dir.exists() else "pending"
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    todo = [run for run, row in zip(runs, rows) if row["status"] not in results.FINAL_STATUSES]
+    notes = list(notes)
+    notes.append(f"{len(runs)} runs ({len(todo)} to run); total "
+                 f"{sum(r.flops('chinchilla') for r in runs):.3g} FLOPs (chinchilla count); "
+                 f"isoflop budgets use the '{spec.flops_per_token}' count")
+    if probe == "steps" and runs:
+        cache = workdir / CACHE_DIR if workdir and workdir.exists() else None
+        points = probe_throughput(runs, cache_dir=str(cache) if cache else None)
+        table["est_seconds"] = [estimate_seconds(run, points) for run in runs]
+        remaining = sum(estimate_seconds(run, points) for run in todo)
+        for p in points:
+            notes.append(f"probe {p.label}: {p.tokens_per_s:,.0f} tokens/s = "
+                         f"{p.flops_per_s / 1e9:.2f} GFLOP/s (chinchilla count), start-up + "
+                         f"compile {p.overhead_seconds:.1f} s")
+        overhead = float(np.mean([p.overhead_seconds for p in points]))
+        total = (remaining + overhead * len(todo)) / parallel
+        notes.append(f"estimated time to run: {remaining / parallel / 60:.1f} min of training "
+                     f"and evaluation, {total / 60:.1f} min with ~{overhead:.0f} s start-up and "
+                     f"compilation per run ({parallel} worker(s); an upper bound: compilations "
+                     f"cached from earlier runs of a shape load faster)")
+    return table, notes
+
+
+def format_table(table: pd.DataFrame) -> str:
+    """Human-readable numbers: 3 significant digits for the large counts."""
+    shown = table.copy()
+    for column in ("budget", "params", "non_emb_params", "tokens", "flops_6nd",
+                   "flops_chinchilla"):
+        if column in shown:
+            shown[column] = shown[column].map(lambda v: f"{v:.3g}")
+    if "est_seconds" in shown:
+        shown["est_seconds"] = shown["est_seconds"].map(lambda v: f"{v:.1f}")
+    if "lr" in shown:
+        shown["lr"] = shown["lr"].map(lambda v: f"{v:.3g}")
+    return shown.to_string(index=False)

@@ -1,0 +1,175 @@
+"""``run_sweep``: plan, skip what is done, launch the rest, keep the results table current.
+
+A sweep directory::
+
+    DIR/runs/<run_id>/      one per run: run.json (the plan), then training's files
+    DIR/results.parquet     one row per run (and results.csv), rebuilt after every run
+    DIR/sweep.json          the latest invocation's spec summary and run ids
+    DIR/jax_cache/          JAX's persistent compilation cache, shared by the sweep's runs
+    DIR/logs/               the local launcher's worker logs
+    DIR/retired/            earlier attempts of diverged runs retried with --retry-failed
+
+Rerunning the same command is always safe: completed, diverged and failed runs are skipped
+(failed and diverged ones are retried only with ``retry_failed``), partial ones resume from their
+latest checkpoint, pending ones start. A run directory is written before its run starts and
+training writes atomically, so a sweep killed at any moment (even with SIGKILL) loses at most
+the steps since each running run's last checkpoint.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import time
+from pathlib import Path
+
+import pandas as pd
+from tqdm.auto import tqdm
+
+from attnlab import results
+from attnlab.sweep import launchers
+from attnlab.sweep.planner import PlannedRun, plan
+from attnlab.sweep.spec import SweepSpec
+
+LAUNCHERS = ("local", "ray")
+CACHE_DIR = "jax_cache"
+
+
+def _write_json_atomic(path: Path, obj) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def run_record(spec: SweepSpec, run: PlannedRun) -> dict:
+    """What ``run.json`` holds: the run's config and the planned quantities the results table
+    shows before (and besides) training's summary."""
+    return {
+        "run_id": run.run_id, "sweep": spec.name, "mode": spec.mode, "source": spec.source,
+        "axes": run.axes, "budget": run.budget, "params": run.params,
+        "flops_per_token": run.flops_per_token, "tokens": run.tokens, "steps": run.steps,
+        "tokens_per_step": run.cfg.data.batch_size * run.cfg.data.seq_len,
+        "config": run.cfg.to_dict(),
+    }
+
+
+def prepare_run_dirs(spec: SweepSpec, runs: list[PlannedRun], workdir: Path) -> list[Path]:
+    """Creates ``runs/<run_id>/run.json`` for every planned run (rewritten only if it changed)."""
+    run_dirs = []
+    for run in runs:
+        run_dir = workdir / results.RUNS_DIR / run.run_id
+        run_dir.mkdir(parents=True, exist_ok=True)
+        record = run_record(spec, run)
+        if results.read_json(run_dir / results.RUN_FILE) != json.loads(json.dumps(record)):
+            _write_json_atomic(run_dir / results.RUN_FILE, record)
+        run_dirs.append(run_dir)
+    _write_json_atomic(workdir / "sweep.json", {
+        "name": spec.name, "mode": spec.mode, "scale": spec.scale, "source": spec.source,
+        "planned_at": time.strftime("%Y-%m-%dT%H:%M:%S"), "runs": [r.run_id for r in runs]})
+    return run_dirs
+
+
+def reset_for_retry(workdir: Path, run_dir: Path) -> str | None:
+    """Makes a failed or diverged run runnable again; returns what was done (None: nothing).
+
+    failed:   failure.json is kept as failure-<time>.json; training resumes from the run's latest
+              checkpoint (a crash or a transient error loses no finished steps).
+    diverged: the whole attempt moves to DIR/retired/<run_id>.<n>/ and the run starts afresh
+              (its checkpoints lead to the divergence).
+    """
+    status = results.run_status(run_dir)
+    if status == "failed":
+        failure = run_dir / results.FAILURE_FILE
+        if failure.exists():
+            os.replace(failure, run_dir / f"failure-{time.strftime('%Y%m%d-%H%M%S')}.json")
+        return "resumed"
+    if status == "diverged":
+        retired = workdir / "retired"
+        retired.mkdir(exist_ok=True)
+        n = sum(1 for p in retired.iterdir() if p.name.startswith(run_dir.name + ".")) + 1
+        record = (run_dir / results.RUN_FILE).read_text()
+        os.replace(run_dir, retired / f"{run_dir.name}.{n}")
+        run_dir.mkdir()
+        (run_dir / results.RUN_FILE).write_text(record)
+        return "restarted"
+    return None
+
+
+def run_sweep(spec: SweepSpec, workdir: str | os.PathLike, *, launcher: str = "local",
+              parallel: int = 1, retry_failed: bool = False, progress: bool = True,
+              ray_address: str | None = None, cache_dir: str | os.PathLike | None = None
+              ) -> pd.DataFrame:
+    """Runs every run of ``spec`` that is not finished yet and returns the results table.
+
+    Args:
+      spec: from :func:`attnlab.sweep.load_spec`.
+      workdir: the sweep directory (created if missing).
+      launcher: 'local' (worker processes on this machine) or 'ray'.
+      parallel: local launcher: runs at a time (each worker pinned to cpu_count // parallel
+        cores). Ray schedules by sweep.resources instead.
+      retry_failed: also rerun failed runs (resuming) and diverged runs (from scratch).
+      progress: a progress bar and one line per finished run.
+      ray_address: an existing Ray cluster; None uses an initialised Ray or starts a local one.
+      cache_dir: JAX's persistent compilation cache (default DIR/jax_cache).
+
+    Raises:
+      SweepSpecError / ConfigError: a bad spec, before anything is written or started.
+      LauncherError: bad launcher settings, or Ray missing.
+    """
+    if launcher not in LAUNCHERS:
+        raise launchers.LauncherError(f"--launcher={launcher!r}: valid launchers are "
+                                      f"{', '.join(LAUNCHERS)}")
+    if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
+        raise launchers.LauncherError(f"--parallel={parallel!r}: must be an integer >= 1")
+    runs = plan(spec)  # every run's config is validated before anything starts
+    if launcher == "ray":
+        launchers.import_ray()
+    workdir = Path(workdir).absolute()
+    cache_dir = Path(cache_dir).absolute() if cache_dir else workdir / CACHE_DIR
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    run_dirs = prepare_run_dirs(spec, runs, workdir)
+
+    say = tqdm.write if progress else (lambda _: None)
+    if retry_failed:
+        for run_dir in run_dirs:
+            action = reset_for_retry(workdir, run_dir)
+            if action:
+                say(f"{run_dir.name}: retrying ({action})")
+    statuses = collections.Counter(results.run_status(d) for d in run_dirs)
+    todo = [d for d in run_dirs if results.run_status(d) not in results.FINAL_STATUSES]
+    say(f"sweep {spec.name} ({spec.mode}): {len(runs)} runs in {workdir}; "
+        + ", ".join(f"{n} {s}" for s, n in sorted(statuses.items()))
+        + (f"; running {len(todo)}" if todo else "; nothing to run"))
+    results.write_table(workdir)
+    if not todo:
+        return results.load(workdir)
+
+    bar = tqdm(total=len(todo), unit="run", desc=spec.name, disable=not progress,
+               dynamic_ncols=True)
+    outcomes: collections.Counter = collections.Counter()
+
+    def on_result(run_dir: Path, result: dict) -> None:
+        status = result["status"]
+        outcomes[status] += 1
+        bar.update(1)
+        bar.set_postfix({k: v for k, v in sorted(outcomes.items())})
+        summary = results.read_json(run_dir / results.SUMMARY_FILE) or {}
+        detail = (f"val loss {summary['final_val_loss']:.4f}"
+                  if status == "completed" and summary.get("final_val_loss") is not None
+                  else result.get("error") or "")
+        seconds = f" ({result['seconds']:.1f} s)" if result.get("seconds") else ""
+        say(f"{run_dir.name}: {status}{seconds} {detail}".rstrip())
+        results.write_table(workdir)
+
+    try:
+        if launcher == "local":
+            launchers.run_local(todo, on_result, parallel=parallel, cache_dir=str(cache_dir),
+                                logs_dir=workdir / "logs")
+        else:
+            launchers.run_ray(todo, on_result, resources=spec.resources,
+                              cache_dir=str(cache_dir), address=ray_address)
+    finally:
+        bar.close()
+        results.write_table(workdir)
+    return results.load(workdir)

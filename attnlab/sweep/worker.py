@@ -1,0 +1,158 @@
+"""Runs sweep runs inside one process: the local launcher's worker processes and Ray tasks.
+
+``execute_run(run_dir)`` trains the run planned in ``run_dir/run.json`` with
+:func:`attnlab.train.run` (which resumes from the run's latest checkpoint), sending the run's
+output to ``run_dir/train.log``. A lock file keeps two processes off one run.
+
+:func:`main` (``attnlab.sweep.worker.main(['<json settings>'])``) is a long-lived worker of the local launcher:
+it reads one run directory per line on stdin and answers one JSON line per run on stdout, so that
+JAX is imported once per worker rather than once per run. It dies with its parent (Linux
+``PR_SET_PDEATHSIG``), so killing a sweep with SIGKILL stops its training too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import fcntl
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Iterator
+
+from attnlab.results import FAILURE_FILE, RUN_FILE, read_json
+
+LOG_FILE = "train.log"
+LOCK_FILE = ".lock"
+_PR_SET_PDEATHSIG = 1
+
+
+def enable_compilation_cache(cache_dir: str | os.PathLike) -> None:
+    """Turns on JAX's persistent compilation cache in ``cache_dir`` for this process.
+
+    The thresholds are lowered to zero so that even the small, fast-compiling programs of tiny
+    runs are cached: runs with identical shapes then load their executables instead of
+    recompiling them (in later runs and in later sweeps that share the directory).
+    """
+    import jax
+
+    jax.config.update("jax_compilation_cache_dir", os.fspath(cache_dir))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+
+
+@contextlib.contextmanager
+def _run_lock(run_dir: Path) -> Iterator[bool]:
+    """Yields True while this process holds the run's lock, False if another process has it.
+    The kernel drops the lock when its holder dies, so a killed sweep leaves nothing stale."""
+    with open(run_dir / LOCK_FILE, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def _output_to(path: Path) -> Iterator[None]:
+    """Sends this process's stdout and stderr (Python's and the C libraries') to ``path``."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with open(path, "ab") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        os.close(saved[0])
+        os.close(saved[1])
+
+
+def write_failure(run_dir: Path, error: str, details: str = "") -> None:
+    """Records a run that failed outside or around training (``failure.json``)."""
+    record = {"status": "failed", "error": error, "details": details, "time": time.time()}
+    tmp = run_dir / f".{FAILURE_FILE}.tmp{os.getpid()}"
+    tmp.write_text(json.dumps(record, indent=2) + "\n")
+    os.replace(tmp, run_dir / FAILURE_FILE)
+
+
+def execute_run(run_dir: str | os.PathLike, cache_dir: str | None = None) -> dict:
+    """Trains (or resumes) the run in ``run_dir`` in this process.
+
+    Returns:
+      {'run_id', 'status', 'error', 'seconds'}: status is the summary's (completed / diverged),
+      'failed' (an exception; recorded in failure.json), or 'busy' (another process holds the
+      run's lock; nothing was done).
+    """
+    from attnlab import train
+    from attnlab.config import from_config_dict
+
+    run_dir = Path(run_dir)
+    planned = read_json(run_dir / RUN_FILE)
+    run_id = planned["run_id"] if planned else run_dir.name
+    if cache_dir:
+        enable_compilation_cache(cache_dir)
+    start = time.perf_counter()
+    with _run_lock(run_dir) as locked:
+        if not locked:
+            return {"run_id": run_id, "status": "busy", "error": "another process is running it",
+                    "seconds": 0.0}
+        with _output_to(run_dir / LOG_FILE):
+            try:
+                if planned is None:
+                    raise FileNotFoundError(f"{run_dir / RUN_FILE} is missing or unreadable")
+                cfg = from_config_dict(planned["config"])
+                summary = train.run(cfg, run_dir, progress=True)
+                status, error = summary["status"], summary.get("error")
+            except Exception as e:  # noqa: BLE001 - any failure is recorded with the run
+                status, error = "failed", f"{type(e).__name__}: {e}"
+                traceback.print_exc()
+                write_failure(run_dir, error, traceback.format_exc())
+    return {"run_id": run_id, "status": status, "error": error,
+            "seconds": time.perf_counter() - start}
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Asks the kernel to SIGKILL this process when its parent dies (Linux only)."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent_pid:  # the parent died before the line above took effect
+        os._exit(1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Worker loop. ``argv[0]`` is JSON: parent_pid, cpus (list or null), cache_dir."""
+    argv = sys.argv[1:] if argv is None else argv
+    settings = json.loads(argv[0])
+    _die_with_parent(settings["parent_pid"])
+    if settings.get("cpus"):
+        # Before JAX starts: XLA sizes its CPU thread pool by the CPUs this process may use.
+        os.sched_setaffinity(0, settings["cpus"])
+    # Answers go to a private copy of stdout; anything else printed goes to stderr (the log).
+    answers = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    for line in sys.stdin:
+        run_dir = line.strip()
+        if not run_dir:
+            continue
+        result = execute_run(run_dir, settings.get("cache_dir"))
+        answers.write(json.dumps(result) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

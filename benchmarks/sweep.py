@@ -1,0 +1,90 @@
+"""Sweep overhead: a sweep's wall time against the sum of its runs' pure training-step time.
+
+    python benchmarks/sweep.py --steps=1500 --workdir=/tmp/sweep_bench
+
+Runs a small grid (2 shapes x ``--seeds`` seeds, default 2) twice through ``attnlab.sweep.run_sweep`` on
+the local launcher:
+
+  cold:  a fresh sweep directory and a fresh JAX compilation cache;
+  warm:  new seeds (new runs, same shapes) into the same directory, so every program is in the
+         persistent compilation cache already.
+
+Pure training-step time of a run = tokens / tokens_per_s, where tokens_per_s is training's
+timed rate (it leaves out the first, compiling step and the evaluations). Target: wall / pure
+<= 1.1. Prints a markdown section for docs/benchmarks/sweep.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import time
+from pathlib import Path
+
+from attnlab.sweep import load_spec, run_sweep
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def overrides(steps: int, seeds: tuple[int, ...]) -> list[str]:
+    """tiny_grid's layout at a size where a step is real work (d 64-96, seq 128, batch 16)."""
+    return [
+        "sweep.shapes=((64, 2, 4, 3e-3), (96, 3, 4, 3e-3))",
+        "sweep.axes.model.pos_encoding=('rope',)",
+        f"sweep.axes.train.seed={seeds!r}",
+        "base.model.max_len=128",
+        "base.data.max_bytes=2000000",
+        "base.data.seq_len=128",
+        "base.data.batch_size=16",
+        f"base.train.steps={steps}",
+        f"base.train.warmup_steps={max(1, steps // 20)}",
+        f"base.train.log_every={max(1, steps // 20)}",
+        f"base.train.eval_every={max(1, steps // 4)}",
+        "base.train.eval_batches=4",
+        f"base.train.checkpoint_every={max(1, steps // 2)}",
+    ]
+
+
+def measure(workdir: Path, steps: int, seeds: tuple[int, ...], parallel: int) -> dict:
+    spec = load_spec(str(ROOT / "experiments" / "tiny_grid.py"), overrides(steps, seeds))
+    start = time.perf_counter()
+    table = run_sweep(spec, workdir, parallel=parallel, progress=False)
+    wall = time.perf_counter() - start
+    mine = table[table["train.seed"].isin(seeds)]
+    assert set(mine["status"]) == {"completed"}, mine[["run_id", "status", "error"]]
+    pure = float((mine["tokens"] / mine["tokens_per_s"]).sum())
+    in_runs = float(mine["wall_seconds"].sum())
+    return {"runs": len(mine), "wall": wall, "pure": pure, "in_runs": in_runs,
+            "ratio": wall / pure}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=1500)
+    parser.add_argument("--parallel", type=int, default=1)
+    parser.add_argument("--seeds", type=int, default=2, help="seeds per shape and scenario")
+    parser.add_argument("--workdir", default="/tmp/attnlab_sweep_bench")
+    args = parser.parse_args()
+    workdir = Path(args.workdir)
+    shutil.rmtree(workdir, ignore_errors=True)
+    seeds = tuple(range(2 * args.seeds))
+    cold = measure(workdir, args.steps, seeds[:args.seeds], args.parallel)
+    warm = measure(workdir, args.steps, seeds[args.seeds:], args.parallel)
+    print(f"## Sweep overhead ({time.strftime('%Y-%m-%d')})\n")
+    print(f"`python benchmarks/sweep.py --steps={args.steps} --parallel={args.parallel} "
+          f"--seeds={args.seeds}` on "
+          f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs "
+          f"(load average at the end: {os.getloadavg()[0]:.1f}).\n")
+    print("| sweep | runs | sweep wall (s) | sum of runs' wall_seconds (s) | "
+          "sum of pure step time (s) | wall / pure |")
+    print("|---|---|---|---|---|---|")
+    for name, m in (("cold (empty compilation cache)", cold),
+                    ("warm (same shapes, new seeds)", warm)):
+        print(f"| {name} | {m['runs']} | {m['wall']:.1f} | {m['in_runs']:.1f} | "
+              f"{m['pure']:.1f} | {m['ratio']:.3f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,140 @@
+"""attnlab.results: statuses, the table and the curves, from run directories written by hand in
+the formats that the sweep (run.json) and training (summary.json, metrics.jsonl) write."""
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from attnlab import results
+from attnlab.sweep import load_spec, plan
+from attnlab.sweep.runner import prepare_run_dirs
+
+
+@pytest.fixture
+def sweep_dir(tmp_path):
+    """A sweep directory holding the 4 planned runs of tiny_grid (run.json only)."""
+    spec = load_spec("experiments/tiny_grid.py")
+    runs = plan(spec)
+    dirs = prepare_run_dirs(spec, runs, tmp_path)
+    return tmp_path, runs, dirs
+
+
+def summary(run, status="completed", **extra):
+    """A summary.json in the layout attnlab.train writes."""
+    tokens = run.tokens
+    return {"status": status, "step": run.steps, "total_steps": run.steps,
+            "params": dict(run.params), "tokens": tokens,
+            "flops": {"6nd": 6.0 * run.params["non_embedding"] * tokens,
+                      "chinchilla": run.flops_per_token["chinchilla"] * tokens},
+            "final_val_loss": 3.5, "best_val_loss": 3.4, "final_train_loss_smoothed": 3.6,
+            "wall_seconds": 12.0, "tokens_per_s": 1000.0, "mfu": 0.01, **extra}
+
+
+def write(path, obj):
+    path.write_text(json.dumps(obj))
+
+
+def test_statuses_from_run_files(sweep_dir):
+    _, runs, dirs = sweep_dir
+    assert {results.run_status(d) for d in dirs} == {"pending"}
+    write(dirs[0] / "summary.json", summary(runs[0]))
+    write(dirs[1] / "summary.json", summary(runs[1], status="running"))  # killed mid-run
+    write(dirs[2] / "summary.json", summary(runs[2], status="failed",
+                                            error="KeyboardInterrupt: "))  # Ctrl-C
+    write(dirs[3] / "failure.json", {"status": "failed", "error": "worker died"})
+    assert [results.run_status(d) for d in dirs] == ["completed", "partial", "partial", "failed"]
+    write(dirs[2] / "summary.json", summary(runs[2], status="diverged", diverged_at_step=3))
+    assert results.run_status(dirs[2]) == "diverged"
+    (dirs[1] / "summary.json").write_text('{"status": "compl')  # cut short: not final
+    assert results.run_status(dirs[1]) == "partial"
+
+
+def test_table_rows_planned_then_finished(sweep_dir):
+    workdir, runs, dirs = sweep_dir
+    table = results.build_table(workdir)
+    assert len(table) == 4 and set(table["status"]) == {"pending"}
+    assert "budget" not in table  # only isoflop sweeps have budgets
+    for column in ("model.d_model", "model.n_layers", "model.n_heads", "model.pos_encoding",
+                   "train.seed", "train.learning_rate"):
+        assert column in table
+    by_id = table.set_index("run_id")
+    for run in runs:  # planned values before training
+        row = by_id.loc[run.run_id]
+        assert row["params"] == run.params["total"] and row["tokens"] == run.tokens
+        assert row["flops"] == pytest.approx(6.0 * run.params["non_embedding"] * run.tokens)
+        assert row["model.pos_encoding"] == run.cfg.model.pos_encoding
+        assert math.isnan(row["final_val_loss"])
+    write(dirs[0] / "summary.json", summary(runs[0]))
+    write(dirs[1] / "summary.json", summary(runs[1], status="diverged", diverged_at_step=3,
+                                            final_val_loss=None))
+    write(dirs[2] / "failure.json", {"status": "failed", "error": "DataError: no files"})
+    by_id = results.build_table(workdir).set_index("run_id")
+    done = by_id.loc[runs[0].run_id]
+    assert done["status"] == "completed" and done["final_val_loss"] == 3.5
+    assert done["final_train_loss"] == 3.6 and done["wall_seconds"] == 12.0
+    assert by_id.loc[runs[1].run_id, "error"] == "diverged at step 3"
+    assert by_id.loc[runs[2].run_id, "status"] == "failed"
+    assert by_id.loc[runs[2].run_id, "error"] == "DataError: no files"
+
+
+def test_write_table_is_atomic_and_loads_back(sweep_dir):
+    workdir, runs, dirs = sweep_dir
+    write(dirs[0] / "summary.json", summary(runs[0]))
+    written = results.write_table(workdir)
+    assert sorted(p.name for p in workdir.iterdir() if p.name.startswith(".")) == []
+    from_dir = results.load(workdir)
+    from_csv = results.load(workdir / "results.csv")
+    pd.testing.assert_frame_equal(from_dir, written)
+    assert list(from_csv.columns) == list(written.columns)
+    np.testing.assert_allclose(from_csv["params"], written["params"])
+    assert list(from_csv["run_id"]) == list(written["run_id"])
+
+
+def test_mixed_type_axis_column_still_writes_parquet(sweep_dir):
+    workdir, _, dirs = sweep_dir
+    record = json.loads((dirs[0] / "run.json").read_text())
+    record["axes"]["model.d_ff"] = None
+    write(dirs[0] / "run.json", record)
+    record = json.loads((dirs[1] / "run.json").read_text())
+    record["axes"]["model.d_ff"] = "auto"
+    record["axes"]["train.seed"] = "seed-x"
+    write(dirs[1] / "run.json", record)
+    table = results.write_table(workdir)
+    assert results.load(workdir)["train.seed"].tolist() == table["train.seed"].tolist()
+
+
+def test_curves_merge_validation_and_survive_cut_lines(sweep_dir):
+    workdir, runs, dirs = sweep_dir
+    run, run_dir = runs[0], dirs[0]
+    batch_tokens = 8 * 32
+    lines = [{"step": s, "tokens": s * batch_tokens, "loss": 5.0 - 0.1 * s, "lr": 1e-3,
+              "grad_norm": 1.0} for s in (1, 4, 8)]
+    lines.append({"step": 8, "tokens": 8 * batch_tokens, "val_loss": 4.0})
+    # a resumed run logged step 8 again, and a kill cut the last line short
+    lines.append({"step": 8, "tokens": 8 * batch_tokens, "loss": 4.25, "lr": 1e-3,
+                  "grad_norm": 1.0})
+    text = "".join(json.dumps(r) + "\n" for r in lines) + '{"step": 12, "lo'
+    (run_dir / "metrics.jsonl").write_text(text)
+    curves = results.curves(workdir)
+    assert set(curves["run_id"]) == {run.run_id}
+    assert curves["step"].tolist() == [1, 4, 8]
+    assert curves["loss"].tolist() == [4.9, 4.6, 4.25]
+    assert math.isnan(curves["val_loss"][0]) and curves["val_loss"][2] == 4.0
+    np.testing.assert_allclose(curves["flops"],
+                               6.0 * run.params["non_embedding"] * curves["tokens"])
+    np.testing.assert_allclose(curves["flops_chinchilla"],
+                               run.flops_per_token["chinchilla"] * curves["tokens"])
+    assert (curves["params"] == run.params["total"]).all()
+    assert (curves["model.pos_encoding"] == run.cfg.model.pos_encoding).all()
+
+
+def test_load_errors_name_the_path(tmp_path):
+    with pytest.raises(results.ResultsError, match="not a sweep directory"):
+        results.load(tmp_path)
+    with pytest.raises(results.ResultsError, match="no such results file"):
+        results.load(tmp_path / "missing.parquet")
+    with pytest.raises(results.ResultsError, match="not a sweep directory"):
+        results.curves(tmp_path)

@@ -1,0 +1,307 @@
+"""Sweeps end to end with real training at tiny sizes: local and Ray launchers, idempotent reruns,
+failed / diverged runs, and a SIGKILL in the middle of a sweep."""
+
+import json
+import math
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+import psutil
+import pytest
+
+from attnlab import cli_flags, results
+from attnlab.sweep import load_spec, plan, run_sweep, spec_from_config_dict
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+GRID = str(ROOT / "experiments" / "tiny_grid.py")
+ISOFLOP = str(ROOT / "experiments" / "tiny_isoflop.py")
+COMPARED = ["run_id", "status", "params", "tokens", "final_val_loss", "final_train_loss"]
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    """One JAX compilation cache for the module: identical programs compile once."""
+    return tmp_path_factory.mktemp("jax_cache")
+
+
+@pytest.fixture(scope="module")
+def grid(tmp_path_factory, cache_dir):
+    """tiny_grid run once, sequentially, on the local launcher."""
+    workdir = tmp_path_factory.mktemp("grid")
+    spec = load_spec(GRID)
+    table = run_sweep(spec, workdir, progress=False, cache_dir=cache_dir)
+    return spec, workdir, table
+
+
+@pytest.fixture(scope="module")
+def isoflop(tmp_path_factory, cache_dir):
+    """tiny_isoflop at one budget (3 sizes) on two local workers."""
+    workdir = tmp_path_factory.mktemp("isoflop")
+    spec = load_spec(ISOFLOP, ["sweep.budgets=(2e9,)"])
+    table = run_sweep(spec, workdir, parallel=2, progress=False, cache_dir=cache_dir)
+    return spec, workdir, table
+
+
+def mtimes(workdir):
+    return {p: p.stat().st_mtime_ns for p in (workdir / "runs").glob("*/summary.json")}
+
+
+def test_grid_completes_and_the_table_matches_the_plan(grid):
+    spec, workdir, table = grid
+    planned = {r.run_id: r for r in plan(spec)}
+    assert sorted(table["run_id"]) == sorted(planned)
+    assert set(table["status"]) == {"completed"}
+    assert (workdir / "results.parquet").exists() and (workdir / "results.csv").exists()
+    for row in table.itertuples():
+        run = planned[row.run_id]
+        assert row.params == run.params["total"] and row.tokens == run.tokens
+        assert row.non_embedding_params == run.params["non_embedding"]
+        # learned something: below the uniform byte loss ln(256)
+        assert 0 < row.final_val_loss < math.log(256) and row.best_val_loss <= row.final_val_loss
+        assert row.flops == pytest.approx(6.0 * run.params["non_embedding"] * run.tokens)
+        assert row.wall_seconds > 0 and row.tokens_per_s > 0
+    assert sorted(table["model.pos_encoding"].unique()) == ["alibi", "rope"]
+    # the columns `attnlab fit` reads
+    for column in ("params", "tokens", "final_val_loss", "flops", "non_embedding_params",
+                   "status"):
+        assert column in table
+
+
+def test_rerun_skips_finished_runs(grid):
+    spec, workdir, table = grid
+    before = mtimes(workdir)
+    again = run_sweep(spec, workdir, progress=False)
+    assert mtimes(workdir) == before  # nothing retrained, nothing rewritten
+    pd.testing.assert_frame_equal(again[COMPARED], table[COMPARED])
+
+
+def test_curves_hold_every_logged_step(grid):
+    _, workdir, table = grid
+    curves = results.curves(workdir)
+    assert set(curves["run_id"]) == set(table["run_id"])
+    for run_id, steps in curves.groupby("run_id"):
+        assert steps["step"].tolist() == [1, 4, 8, 12, 16, 20, 24]
+        assert steps.dropna(subset=["val_loss"])["step"].tolist() == [8, 16, 24]
+        np.testing.assert_array_equal(steps["tokens"], steps["step"] * 8 * 32)
+        final = table.set_index("run_id").loc[run_id, "final_val_loss"]
+        assert steps["val_loss"].iloc[-1] == pytest.approx(final)
+
+
+def test_attnlab_fit_reads_the_table(grid, capsys):
+    from attnlab.cli import main
+
+    _, workdir, _ = grid
+    assert main(["fit", f"--results={workdir / 'results.parquet'}", "--law=kaplan", "--form=n",
+                 "--bootstrap=0"]) == 0
+    assert "(4 points)" in capsys.readouterr().out
+
+
+def test_isoflop_sweep_on_two_workers(isoflop):
+    spec, workdir, table = isoflop
+    assert len(table) == 3 and set(table["status"]) == {"completed"}
+    assert table["budget"].tolist() == [2e9] * 3
+    planned = {r.run_id: r for r in plan(spec)}
+    for row in table.itertuples():
+        assert row.budget == planned[row.run_id].budget
+        assert row.tokens == planned[row.run_id].tokens
+    # one log per worker: the two workers shared the runs
+    assert (workdir / "logs" / "worker-0.log").exists()
+    assert (workdir / "logs" / "worker-1.log").exists()
+
+
+@pytest.mark.slow
+def test_full_tiny_isoflop(tmp_path, cache_dir, capsys):
+    table = run_sweep(load_spec(ISOFLOP), tmp_path, parallel=2, progress=False,
+                      cache_dir=cache_dir)
+    assert len(table) == 6 and set(table["status"]) == {"completed"}
+    assert sorted(table["budget"].unique()) == [1e9, 2e9]
+    from attnlab.cli import main
+
+    # The table is readable by the fits (tiny runs are too short for meaningful parabolas, so
+    # this fits Kaplan's L(N), which takes any sizes).
+    assert main(["fit", f"--results={tmp_path}", "--law=kaplan", "--form=n",
+                 "--bootstrap=0"]) == 0
+    assert "3 distinct model sizes (6 points)" in capsys.readouterr().out
+
+
+def single_run_spec(lr=1e-2, **data):
+    """tiny_grid cut to one run (d16, rope) with the given learning rate and data fields."""
+    config = cli_flags.parse([f"--config={GRID}"]).config
+    config.sweep.shapes = ((16, 1, 2, lr),)
+    config.sweep.axes.model.pos_encoding = ("rope",)
+    for key, value in data.items():
+        config.base.data[key] = value
+    return spec_from_config_dict(config)
+
+
+def test_failed_run_is_recorded_and_retried_only_when_asked(tmp_path):
+    empty = tmp_path / "no_text_here"
+    empty.mkdir()
+    workdir = tmp_path / "sweep"
+    # The command line first: a failed run makes it exit with 1.
+    result = subprocess.run(
+        [sys.executable, "-m", "attnlab.cli", "sweep", f"--config={GRID}",
+         f"--workdir={workdir}", "--config.sweep.shapes=((16,1,2,1e-2),)",
+         "--config.sweep.axes.model.pos_encoding=('rope',)",
+         "--config.base.data.source=text_files", f"--config.base.data.path={empty}",
+         "--noprogress"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert result.returncode == 1, result.stderr
+    assert "1 failed" in result.stdout
+    table = results.load(workdir)
+    assert table["status"].tolist() == ["failed"]
+    assert "is empty" in table["error"][0]
+    run_dir = workdir / "runs" / table["run_id"][0]
+    failure = (run_dir / "failure.json").read_bytes()
+
+    spec = single_run_spec(source="text_files", path=str(empty))
+    assert run_sweep(spec, workdir, progress=False)["run_id"].tolist() == [run_dir.name]
+    assert (run_dir / "failure.json").read_bytes() == failure  # not retried
+    table = run_sweep(spec, workdir, progress=False, retry_failed=True)
+    assert table["status"].tolist() == ["failed"]  # failed again, the first failure kept
+    assert len(list(run_dir.glob("failure-*.json"))) == 1
+
+
+def test_diverged_run_is_kept_and_restarted_on_retry(tmp_path, cache_dir):
+    spec = single_run_spec(lr=1e6)  # a learning rate that blows up
+    table = run_sweep(spec, tmp_path, progress=False, cache_dir=cache_dir)
+    assert table["status"].tolist() == ["diverged"]
+    assert table["error"][0].startswith("diverged at step")
+    before = mtimes(tmp_path)
+    run_sweep(spec, tmp_path, progress=False, cache_dir=cache_dir)
+    assert mtimes(tmp_path) == before
+    table = run_sweep(spec, tmp_path, progress=False, cache_dir=cache_dir, retry_failed=True)
+    assert table["status"].tolist() == ["diverged"]
+    retired = tmp_path / "retired" / f"{table['run_id'][0]}.1"
+    assert (retired / "summary.json").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sweep", ["grid", "isoflop"])
+def test_ray_launcher_matches_local(sweep, request, tmp_path, cache_dir):
+    ray = pytest.importorskip("ray")
+    spec, _, local = request.getfixturevalue(sweep)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        table = run_sweep(spec, tmp_path, launcher="ray", progress=False, cache_dir=cache_dir)
+    finally:
+        ray.shutdown()
+    assert table["run_id"].tolist() == local["run_id"].tolist()
+    assert table["status"].tolist() == local["status"].tolist()
+    # training is deterministic on CPU: the same losses
+    np.testing.assert_allclose(table["final_val_loss"], local["final_val_loss"], rtol=1e-6)
+    np.testing.assert_allclose(table["final_train_loss"], local["final_train_loss"], rtol=1e-6)
+
+
+def _sweep_command(workdir, cache_dir):
+    return [sys.executable, "-m", "attnlab.cli", "sweep", f"--config={GRID}",
+            f"--workdir={workdir}", f"--cache-dir={cache_dir}", "--noprogress"]
+
+
+def _interrupted_midway(workdir):
+    """True once one run has completed and another has logged a validation (and so is saving
+    a checkpoint) but not finished."""
+    statuses = {d: results.run_status(d) for d in results.run_dirs(workdir)}
+    if "completed" not in statuses.values():
+        return False
+    for run_dir, status in statuses.items():
+        if status == "partial" and '"val_loss"' in _read(run_dir / "metrics.jsonl"):
+            return True
+    return False
+
+
+def _read(path):
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+@pytest.mark.slow
+def test_sigkill_mid_sweep_loses_nothing_and_duplicates_nothing(grid, tmp_path, cache_dir):
+    _, _, uninterrupted = grid
+    workdir = tmp_path / "sweep"
+    sweep = subprocess.Popen(_sweep_command(workdir, cache_dir), cwd=ROOT,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)
+    deadline = time.time() + 240
+    workers = []
+    while time.time() < deadline and sweep.poll() is None:
+        workers = psutil.Process(sweep.pid).children() or workers
+        if _interrupted_midway(workdir):
+            break
+        time.sleep(0.02)
+    assert sweep.poll() is None, "the sweep ended before it could be interrupted"
+    completed_before = {d.name: (d / "summary.json").read_bytes()
+                        for d in results.run_dirs(workdir)
+                        if results.run_status(d) == "completed"}
+    os.kill(sweep.pid, signal.SIGKILL)  # the sweep process only: its workers must follow
+    sweep.wait()
+    gone, alive = psutil.wait_procs(workers, timeout=10)
+    assert not alive, "a worker outlived the killed sweep"
+
+    rerun = subprocess.run(_sweep_command(workdir, cache_dir), cwd=ROOT, capture_output=True,
+                           text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr
+    table = results.load(workdir)
+    assert set(table["status"]) == {"completed"}
+    assert sorted(table["run_id"]) == sorted(uninterrupted["run_id"])
+    assert sorted(p.name for p in (workdir / "runs").iterdir()) == sorted(table["run_id"])
+    for name, summary in completed_before.items():  # finished runs were not touched
+        assert (workdir / "runs" / name / "summary.json").read_bytes() == summary
+    for run_dir in results.run_dirs(workdir):  # every step logged once
+        records = [json.loads(line) for line in _read(run_dir / "metrics.jsonl").splitlines()]
+        train_steps = [r["step"] for r in records if "loss" in r]
+        assert train_steps == [1, 4, 8, 12, 16, 20, 24]
+    # nothing lost: the same final losses as the uninterrupted sweep
+    merged = table.merge(uninterrupted, on="run_id", suffixes=("", "_ref"))
+    np.testing.assert_allclose(merged["final_val_loss"], merged["final_val_loss_ref"],
+                               rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_dry_run_probe_estimates_from_real_steps(grid):
+    spec, workdir, table = grid
+    from attnlab.sweep import dry_run
+
+    planned, notes = dry_run(spec, workdir, probe="steps")
+    assert planned["run_id"].tolist() == [r.run_id for r in plan(spec)]
+    assert set(planned["status"]) == {"completed"}  # read from the finished sweep
+    assert (planned["est_seconds"] > 0).all()
+    # bigger shapes take longer per run; the probed lines name both probed shapes
+    by_width = planned.groupby("d_model")["est_seconds"].mean()
+    assert by_width[32] > by_width[16]
+    assert any(n.startswith("probe d16-l1") for n in notes)
+    assert any(n.startswith("probe d32-l2") for n in notes)
+    # the estimate is within a generous factor of the measured pure step time
+    measured = (table["tokens"] / table["tokens_per_s"]).sum()
+    assert 0.1 < planned["est_seconds"].sum() / measured < 10
+
+
+@pytest.mark.slow
+def test_a_crashed_worker_fails_only_its_run(tmp_path, cache_dir):
+    command = _sweep_command(tmp_path, cache_dir) + ["--config.sweep.shapes=((16,1,2,1e-2),)"]
+    sweep = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    deadline = time.time() + 240
+    victim = None
+    while time.time() < deadline and victim is None:
+        started = [d for d in results.run_dirs(tmp_path) if (d / "train.log").exists()]
+        workers = psutil.Process(sweep.pid).children()
+        if started and workers:
+            victim = started[0].name
+            workers[0].kill()  # as the kernel's out-of-memory killer would
+        time.sleep(0.05)
+    out, err = sweep.communicate(timeout=600)
+    assert sweep.returncode == 1, err
+    table = results.load(tmp_path).set_index("run_id")
+    assert table.loc[victim, "status"] == "failed"
+    assert "killed by SIGKILL" in table.loc[victim, "error"]
+    others = table.drop(index=victim)
+    assert len(others) == 1 and set(others["status"]) == {"completed"}  # a fresh worker ran it
