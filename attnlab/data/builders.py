@@ -55,6 +55,10 @@ class FilesConfig(tfds.core.BuilderConfig):
     source: str = ""
     skip_nul_files: bool = False  # pystdlib skips a file containing 0x00; text_files refuses it
 
+    def __str__(self) -> str:
+        # tfds logs the config with %s on every load; the full file listing would be ~240 KB.
+        return f"FilesConfig({self.name}: {len(self.files)} files under {self.root})"
+
 
 def pystdlib_config(max_bytes: int) -> FilesConfig:
     root, files = files_lib.stdlib_files()
