@@ -1,0 +1,140 @@
+"""``attnlab train``, ``attnlab model-info`` and ``attnlab generate``.
+
+Each is ``main(argv) -> exit code``; :mod:`attnlab.cli` dispatches to them and turns
+:class:`attnlab.errors.AttnlabError` into exit code 2.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from attnlab.cli_flags import Flag, parse
+from attnlab.config import Config, from_config_dict
+from attnlab.errors import AttnlabError
+
+TRAIN_FLAGS = [
+    Flag("workdir", "string", None, "Run directory; rerunning with the same one resumes.",
+         required=True),
+    Flag("progress", "bool", True, "Progress bar on a terminal, plain lines otherwise."),
+]
+MODEL_INFO_FLAGS = [
+    Flag("forward", "bool", False, "Also build the model and print the loss of one forward "
+         "pass over a validation batch (untrained weights)."),
+]
+GENERATE_FLAGS = [
+    Flag("run", "string", None, "Run directory (its latest checkpoint is used).", required=True),
+    Flag("prompt", "string", "", "Text to continue.", required=True),
+    Flag("max-new-tokens", "integer", 200, "Tokens to generate."),
+    Flag("temperature", "float", 0.8, "Sampling temperature; 0 is greedy."),
+    Flag("seed", "integer", 0, "Sampling seed."),
+    Flag("step", "integer", None, "Checkpoint step (default: the latest)."),
+]
+
+
+def _config(values) -> Config:
+    return from_config_dict(values.config)
+
+
+def train_main(argv: list[str]) -> int:
+    """``attnlab train --config=configs/x.py [--config.a.b=v ...] --workdir=DIR``."""
+    from attnlab.train.loop import EXIT_COMPLETED, EXIT_DIVERGED, run
+
+    values = parse(argv, TRAIN_FLAGS, prog="attnlab train")
+    cfg = _config(values)
+    summary = run(cfg, values.workdir, progress=values.progress)
+    if summary["status"] == "diverged":
+        sys.stderr.write(f"diverged at step {summary.get('diverged_at_step')}: non-finite loss or "
+                         f"gradient; see {values.workdir}/summary.json\n")
+        return EXIT_DIVERGED
+    tokens_per_s = summary.get("tokens_per_s")
+    speed = f", {tokens_per_s:,.0f} tokens/s" if tokens_per_s else ""
+    print(f"final validation loss: {summary['final_val_loss']:.4f} nats/token "
+          f"(best {summary['best_val_loss']:.4f}) after {summary['step']} steps, "
+          f"{summary['tokens']:,} tokens{speed}")
+    print(f"summary: {values.workdir}/summary.json")
+    return EXIT_COMPLETED
+
+
+def _format_count(n: float) -> str:
+    return f"{n:,.0f}" if n < 1e9 else f"{n:.3e}"
+
+
+def model_info_main(argv: list[str]) -> int:
+    """``attnlab model-info --config=configs/x.py [overrides] [--forward]``: counts from the config
+    alone (nothing is compiled), optionally one forward pass on real data."""
+    from attnlab.model import flops_per_token, param_counts
+
+    values = parse(argv, MODEL_INFO_FLAGS, prog="attnlab model-info")
+    cfg = _config(values)
+    m, seq_len = cfg.model, cfg.data.seq_len
+    counts = param_counts(m)
+    flops = flops_per_token(m, seq_len)
+    tokens = cfg.total_steps * cfg.data.batch_size * seq_len
+    print(f"model {cfg.name}: d_model={m.d_model} n_layers={m.n_layers} n_heads={m.n_heads} "
+          f"kv_heads={m.kv_heads} d_ff={m.ffn_dim} vocab={m.vocab_size} pos={m.pos_encoding} "
+          f"ffn={m.ffn} norm={m.norm}/{m.norm_position} dtype={m.dtype}")
+    print("parameters:")
+    for key in ("total", "non_embedding", "embedding"):
+        print(f"  {key:<16}{_format_count(counts[key]):>18}")
+    print(f"training FLOPs per token (forward + backward, seq_len={seq_len}):")
+    for key, value in flops.items():
+        print(f"  {key:<20}{_format_count(value):>18}")
+    print(f"run: {cfg.total_steps} steps x {cfg.data.batch_size * seq_len:,} tokens = "
+          f"{tokens:,} tokens; C = 6ND = {flops['kaplan_6n'] * tokens:.3e}, "
+          f"Chinchilla C = {flops['chinchilla'] * tokens:.3e} FLOPs")
+    if values.forward:
+        loss = forward_loss(cfg)
+        import math
+
+        print(f"forward pass on one validation batch ({cfg.data.batch_size} x {seq_len} tokens, "
+              f"untrained, seed {cfg.train.seed}): loss {loss:.4f} nats/token "
+              f"(uniform over the vocabulary: ln {m.vocab_size} = {math.log(m.vocab_size):.4f})")
+    return 0
+
+
+def forward_loss(cfg: Config) -> float:
+    """Mean next-token loss of freshly initialised weights on the first validation batch."""
+    import jax
+    import numpy as np
+
+    from attnlab.data import prepare, validation_batches
+    from attnlab.model import init_model
+    from attnlab.train.step import mean_loss
+
+    corpus = prepare(cfg.data)
+    batch = np.asarray(validation_batches(corpus, cfg.data.seq_len, cfg.data.batch_size, 1)[0])
+    graphdef, params = init_model(cfg.model, cfg.train.seed)
+    loss = jax.jit(lambda p, b: mean_loss(graphdef, p, b))(params, batch)
+    return float(loss)
+
+
+def generate_main(argv: list[str]) -> int:
+    """``attnlab generate --run=DIR --prompt="def " [--max-new-tokens=200] [--temperature=0.8]``."""
+    import jax
+    import numpy as np
+
+    from attnlab.data import prepare
+    from attnlab.model import generate
+    from attnlab.train.load import load_params
+
+    values = parse(argv, GENERATE_FLAGS, prog="attnlab generate", config_required=False)
+    max_new = values["max-new-tokens"].value
+    temperature = values.temperature
+    if max_new < 0:
+        raise AttnlabError(f"--max-new-tokens must be >= 0, got {max_new}")
+    if temperature < 0:
+        raise AttnlabError(f"--temperature must be >= 0, got {temperature}")
+    cfg, graphdef, params = load_params(values.run, values.step)
+    tokenizer = prepare(cfg.data).tokenizer
+    prompt = np.asarray(tokenizer.encode(values.prompt), np.int32)[None]
+    if prompt.shape[1] == 0:
+        raise AttnlabError("--prompt encodes to no tokens; give some text to continue")
+    if cfg.model.pos_encoding == "learned" and prompt.shape[1] + max_new > cfg.model.max_len:
+        raise AttnlabError(
+            f"prompt ({prompt.shape[1]} tokens) + --max-new-tokens ({max_new}) exceeds the "
+            f"learned position table (model.max_len={cfg.model.max_len})")
+    out = generate(graphdef, params, cfg.model, prompt, max_new,
+                   rng=jax.random.key(values.seed), temperature=temperature)
+    # Bytes that are not valid UTF-8 (a cut multi-byte character) print as U+FFFD.
+    sys.stdout.write(tokenizer.decode(np.asarray(out[0])).decode("utf-8", "replace") + "\n")
+    return 0

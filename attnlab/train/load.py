@@ -1,0 +1,46 @@
+"""Restoring a finished (or running) run's parameters for evaluation and generation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jax
+from flax import nnx
+
+from attnlab.config import Config, from_config_dict
+from attnlab.train import workdir as wd
+from attnlab.train.checkpoint import Checkpoints, CheckpointError, check_compatible, param_shapes
+from attnlab.train.state import abstract_model
+
+
+def load_config(workdir: str | Path) -> Config:
+    """The validated Config a run was started with (``<workdir>/config.json``)."""
+    path = Path(workdir) / wd.CONFIG_FILE
+    if not path.exists():
+        raise wd.WorkdirError(f"{workdir} is not a run directory: {path} does not exist")
+    return from_config_dict(wd.read_json(path))
+
+
+def load_params(workdir: str | Path, step: int | None = None
+                ) -> tuple[Config, nnx.GraphDef, nnx.State]:
+    """``(cfg, graphdef, params)`` from the latest (or the given) checkpoint of a run.
+
+    The parameters land on the first local device; use them with ``attnlab.model.apply``.
+    Raises WorkdirError / CheckpointError naming the directory when there is nothing to load.
+    """
+    cfg = load_config(workdir)
+    graphdef, abstract_params = abstract_model(cfg)
+    directory = Path(workdir) / wd.CHECKPOINT_DIR
+    if not directory.exists():
+        raise CheckpointError(f"{workdir} has no checkpoints/ yet")
+    with Checkpoints(directory, keep=cfg.train.keep_checkpoints, read_only=True) as checkpoints:
+        step = checkpoints.latest_step() if step is None else step
+        if step is None or step not in checkpoints.all_steps():
+            raise CheckpointError(f"no checkpoint {'' if step is None else step} in {directory}; "
+                                  f"available: {checkpoints.all_steps()}")
+        check_compatible(checkpoints.read_meta(step), cfg.model, param_shapes(abstract_params),
+                         f"checkpoint {directory / str(step)}")
+        sharding = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+        params = checkpoints.restore_params(
+            step, abstract_params, jax.tree.map(lambda _: sharding, abstract_params))
+    return cfg, graphdef, params

@@ -1,0 +1,355 @@
+"""``run(cfg, workdir)``: train one model, resuming from the latest checkpoint in ``workdir``.
+
+Order of work, so that bad input fails fast and leaves the directory untouched:
+
+1. checks that need nothing built: the workdir's config, the mesh, batch divisibility, the
+   schedule; then the corpus (prepared/cached by attnlab.data) and the model's shapes (abstract,
+   no FLOPs), and the latest checkpoint's record against those shapes;
+2. only then are files written (``config.json``, ``summary.json`` with status ``running``) and
+   the state is initialised or restored, and the step compiled;
+3. the loop: one jitted, state-donating ``train_step`` per batch; metrics every ``log_every``
+   steps, validation every ``eval_every``, checkpoints every ``checkpoint_every`` and at the end.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+import time
+import warnings
+from pathlib import Path
+from typing import Callable
+
+import jax
+import numpy as np
+import optax
+from flax import nnx
+
+from attnlab.config import Config
+from attnlab.errors import ConfigError
+from attnlab.train import workdir as wd
+from attnlab.train.checkpoint import Checkpoints, CheckpointError, check_compatible, param_shapes
+from attnlab.train.metrics import MetricsWriter, Throughput
+from attnlab.train.mfu import mfu, peak_flops_per_device
+from attnlab.train.optimizer import make_optimizer
+from attnlab.train.sharding import (
+    EVAL_BATCH_SPEC,
+    REPLICATED,
+    TRAIN_BATCH_SPEC,
+    check_batch_divides,
+    global_batch,
+    make_mesh,
+    state_shardings,
+)
+from attnlab.train.state import (
+    TrainState,
+    abstract_model,
+    abstract_train_state,
+    init_train_state,
+)
+from attnlab.train.step import make_eval_step, make_train_step
+
+EXIT_COMPLETED, EXIT_BAD_INPUT, EXIT_DIVERGED = 0, 2, 3
+
+
+def initialize_distributed(cfg: Config) -> None:
+    """``jax.distributed.initialize`` for multi-host runs (once per process, before any JAX
+    computation). On CPUs the cross-process collectives are gloo, JAX's default."""
+    t = cfg.train
+    if not t.distributed or jax.distributed.is_initialized():
+        return
+    if t.num_processes > 1 and not t.coordinator_address:
+        raise ConfigError("train.coordinator_address",
+                          "multi-process runs need the coordinator's host:port")
+    if not 0 <= t.process_id < t.num_processes:
+        raise ConfigError("train.process_id",
+                          f"{t.process_id} is not in [0, num_processes={t.num_processes})")
+    jax.distributed.initialize(coordinator_address=t.coordinator_address or None,
+                               num_processes=t.num_processes, process_id=t.process_id)
+
+
+def training_flops_per_token(cfg: Config) -> dict[str, float]:
+    """FLOPs per trained token. ``mfu`` counts the matmuls a causal LM needs: Kaplan's
+    ``6N + 6 n_layers seq d_attn`` (attention causal-averaged) plus the output layer ``6 d V``
+    (Porian et al. 2024); ``6n`` and ``chinchilla`` are the two published conventions."""
+    from attnlab.model import flops_per_token
+
+    f = flops_per_token(cfg.model, cfg.data.seq_len)
+    return {"mfu": f["kaplan"] + f["head"], "6n": f["kaplan_6n"], "chinchilla": f["chinchilla"]}
+
+
+def _process_rows(array: np.ndarray) -> np.ndarray:
+    """This process's contiguous block of rows (the whole array with one process)."""
+    size = array.shape[0] // jax.process_count()
+    return array[jax.process_index() * size:(jax.process_index() + 1) * size]
+
+
+def _as_micro_batches(local: np.ndarray, accum: int) -> np.ndarray:
+    """``[rows, seq + 1] -> [accum, rows / accum, seq + 1]``: row ``r`` goes to micro-batch
+    ``r % accum``, so each micro-batch keeps a contiguous slice of every device's rows (no
+    resharding) and the assignment does not depend on how many devices there are."""
+    rows, width = local.shape
+    return local.reshape(rows // accum, accum, width).transpose(1, 0, 2)
+
+
+def _finite(*values: float) -> bool:
+    return all(math.isfinite(v) for v in values)
+
+
+@dataclasses.dataclass
+class _Preflight:
+    """What the checks found; nothing has been written yet."""
+
+    mesh: jax.sharding.Mesh
+    optimizer: optax.GradientTransformation
+    schedule: optax.Schedule
+    corpus: object  # attnlab.data.Corpus
+    budget_warnings: list[str]
+    graphdef: nnx.GraphDef
+    param_shapes: dict[str, list[int]]
+    abstract_state: TrainState
+    shardings: TrainState
+    latest: int | None  # newest checkpoint step; None for a fresh run
+    meta: dict  # its record ({} for a fresh run)
+
+
+def _preflight(cfg: Config, workdir: Path) -> _Preflight:
+    """Every check that can fail on bad input, cheapest first; raises AttnlabError."""
+    from attnlab.data import check_budget, prepare
+
+    mesh = make_mesh(cfg)
+    check_batch_divides(cfg, mesh.size, jax.process_count())
+    optimizer, schedule = make_optimizer(cfg.train, cfg.total_steps, cfg.model.d_model)
+    corpus = prepare(cfg.data)
+    if corpus.vocab_size > cfg.model.vocab_size:
+        raise ConfigError("model.vocab_size", f"{cfg.model.vocab_size} is smaller than the "
+                          f"tokenizer's vocabulary ({corpus.vocab_size})")
+    tokens = cfg.total_steps * cfg.data.batch_size * cfg.data.seq_len
+    with warnings.catch_warnings():  # shown through the metrics writer instead
+        warnings.simplefilter("ignore")
+        budget_warnings = check_budget(corpus, tokens, cfg.data.seq_len)
+    graphdef, abstract_params = abstract_model(cfg)
+    shapes = param_shapes(abstract_params)
+    abstract_state = abstract_train_state(cfg, optimizer)
+    latest, meta = None, {}
+    directory = workdir / wd.CHECKPOINT_DIR
+    if directory.exists():
+        with Checkpoints(directory, keep=cfg.train.keep_checkpoints, read_only=True) as ckpts:
+            latest = ckpts.latest_step()
+            meta = ckpts.read_meta(latest) if latest is not None else {}
+        if latest is not None:
+            check_compatible(meta, cfg.model, shapes, f"checkpoint {directory / str(latest)}")
+            if latest > cfg.total_steps:
+                raise CheckpointError(f"the latest checkpoint (step {latest}) is past this run's "
+                                      f"{cfg.total_steps} steps")
+    return _Preflight(mesh, optimizer, schedule, corpus, budget_warnings, graphdef, shapes,
+                      abstract_state, state_shardings(abstract_state, mesh), latest, meta)
+
+
+def _compile(cfg: Config, plan: _Preflight) -> tuple[Callable, Callable]:
+    """``(train_step, eval_step)`` jitted with the mesh's layouts; the train state is donated
+    (updated in place: no second copy of parameters and optimizer state)."""
+    mesh, shardings = plan.mesh, plan.shardings
+    on_mesh = lambda spec: jax.sharding.NamedSharding(mesh, spec)  # noqa: E731
+    train_step = jax.jit(
+        make_train_step(cfg, plan.graphdef, plan.optimizer, plan.schedule),
+        in_shardings=(shardings, on_mesh(TRAIN_BATCH_SPEC)),
+        out_shardings=(shardings, on_mesh(REPLICATED)),
+        donate_argnums=0,
+    )
+    eval_step = jax.jit(make_eval_step(plan.graphdef),
+                        in_shardings=(shardings.params, on_mesh(EVAL_BATCH_SPEC)),
+                        out_shardings=on_mesh(REPLICATED))
+    return train_step, eval_step
+
+
+class _Record:
+    """The running numbers of a run that outlive a restart (kept in each checkpoint's record):
+    recent train losses, validation losses, timed throughput, wall time."""
+
+    def __init__(self, meta: dict, total_steps: int, tokens_per_step: int):
+        self.tokens_per_step = tokens_per_step
+        # final_train_loss_smoothed: mean over the last 10% of steps (at most 100)
+        self.window = max(1, min(100, total_steps // 10))
+        self.recent_losses = collections.deque(meta.get("recent_losses", []), maxlen=self.window)
+        self.best_val = meta.get("best_val_loss")
+        self.last_val = meta.get("last_val_loss")
+        self.throughput = Throughput(tokens_per_step, meta.get("timed_tokens", 0),
+                                     meta.get("timed_seconds", 0.0))
+        self._wall_before = meta.get("wall_seconds", 0.0)
+        self._started = time.perf_counter()
+
+    def validation(self, loss: float) -> None:
+        self.last_val = loss
+        self.best_val = loss if self.best_val is None else min(self.best_val, loss)
+
+    def wall_seconds(self) -> float:
+        return self._wall_before + time.perf_counter() - self._started
+
+    def checkpoint_meta(self, step: int) -> dict:
+        return {"step": step, "data_position": step, "tokens": step * self.tokens_per_step,
+                "recent_losses": list(self.recent_losses), "best_val_loss": self.best_val,
+                "last_val_loss": self.last_val, "timed_tokens": self.throughput.tokens,
+                "timed_seconds": self.throughput.seconds, "wall_seconds": self.wall_seconds()}
+
+
+def run(cfg: Config, workdir: str | Path, *, progress: bool = True) -> dict:
+    """Trains ``cfg`` in ``workdir`` (resuming if it holds this run) and returns the summary.
+
+    Returns:
+      the ``summary.json`` dict; ``status`` is ``'completed'`` or ``'diverged'`` (a NaN/inf loss
+      or gradient stops the run: a result, not an exception).
+
+    Raises:
+      attnlab.errors.AttnlabError (ConfigError, WorkdirError, CheckpointError, data errors):
+      bad input, raised before anything is compiled or written.
+    """
+    from attnlab.data import Batches, validation_batches
+    from attnlab.model import param_counts
+
+    workdir = Path(workdir).absolute()
+    initialize_distributed(cfg)
+    writer = jax.process_index() == 0  # the process that writes the run's files
+
+    # -- 1. checks; nothing is written ----------------------------------------------------------
+    previous = wd.check_workdir(workdir, cfg)
+    if previous and previous.get("status") in ("completed", "diverged"):
+        return previous  # a finished result: rerunning is a no-op
+    plan = _preflight(cfg, workdir)
+
+    # -- 2. write, then initialise or restore and compile --------------------------------------
+    total_steps, accum = cfg.total_steps, cfg.train.grad_accum
+    tokens_per_step = cfg.data.batch_size * cfg.data.seq_len
+    start_step = plan.latest or 0
+    if writer:
+        workdir.mkdir(parents=True, exist_ok=True)
+        if not (workdir / wd.CONFIG_FILE).exists():
+            wd.write_json_atomic(workdir / wd.CONFIG_FILE, cfg.to_dict())
+    counts = param_counts(cfg.model)
+    flops = training_flops_per_token(cfg)
+    device = jax.devices()[0]
+    peak, peak_source = peak_flops_per_device(device, cfg.model.dtype)
+    summary = {
+        "status": "running", "name": cfg.name, "workdir": str(workdir),
+        "total_steps": total_steps, "step": start_step, "tokens_per_step": tokens_per_step,
+        "params": {k: counts[k] for k in ("total", "non_embedding", "embedding")},
+        "flops_per_token": flops,
+        "device": {"kind": device.device_kind, "platform": device.platform,
+                   "count": plan.mesh.size, "processes": jax.process_count(),
+                   "mesh": dict(plan.mesh.shape), "peak_flops_per_device": peak,
+                   "peak_source": peak_source},
+        "dataset": plan.corpus.manifest, "warnings": list(plan.budget_warnings),
+    }
+
+    def write_summary():
+        if writer:
+            wd.write_json_atomic(workdir / wd.SUMMARY_FILE, summary)
+
+    write_summary()
+    checkpoints = Checkpoints(workdir / wd.CHECKPOINT_DIR, keep=cfg.train.keep_checkpoints)
+    metrics = None
+    try:  # from here on, a crash is recorded as status "failed"
+        if plan.latest is None:
+            state = jax.jit(lambda: init_train_state(cfg, plan.optimizer),
+                            out_shardings=plan.shardings)()
+        else:
+            state = checkpoints.restore(plan.latest, plan.abstract_state, plan.shardings)
+        if writer:  # lines logged after the checkpoint are about to be logged again
+            wd.rewind_metrics(workdir / wd.METRICS_FILE, start_step)
+        train_step, eval_step = _compile(cfg, plan)
+        record = _Record(plan.meta, total_steps, tokens_per_step)
+
+        batches = Batches(plan.corpus, "train", cfg.data.seq_len, cfg.data.batch_size,
+                          cfg.data.seed, process_index=jax.process_index(),
+                          process_count=jax.process_count())
+        train_shape = (accum, cfg.data.batch_size // accum, cfg.data.seq_len + 1)
+
+        def device_batch(i: int) -> jax.Array:
+            local = _as_micro_batches(np.asarray(batches[i], np.int32), accum)
+            return global_batch(plan.mesh, TRAIN_BATCH_SPEC, local, train_shape)
+
+        # Evaluated in micro-batches (memory as in training); these are the windows that
+        # eval_batches full batches would hold, so the validation set ignores grad_accum.
+        val_batches = np.asarray(validation_batches(
+            plan.corpus, cfg.data.seq_len, cfg.data.batch_size // accum,
+            cfg.train.eval_batches * accum), np.int32)
+
+        def evaluate(params) -> float:
+            """Mean validation loss (every batch holds the same number of tokens)."""
+            losses = [eval_step(params, global_batch(plan.mesh, EVAL_BATCH_SPEC,
+                                                     _process_rows(b), b.shape))
+                      for b in val_batches]
+            return float(np.mean(jax.device_get(losses)))
+
+        def finish(status: str, **extra) -> dict:
+            checkpoints.wait()
+            tokens = summary["step"] * tokens_per_step
+            tokens_per_s = record.throughput.mean_rate()
+            losses = record.recent_losses
+            summary.update(
+                status=status, tokens=tokens,
+                flops={"6nd": flops["6n"] * tokens, "chinchilla": flops["chinchilla"] * tokens,
+                       "mfu_count": flops["mfu"] * tokens},
+                final_val_loss=record.last_val, best_val_loss=record.best_val,
+                final_train_loss_smoothed=float(np.mean(losses)) if losses else None,
+                train_loss_smoothing_steps=record.window,
+                wall_seconds=record.wall_seconds(), tokens_per_s=tokens_per_s,
+                mfu=mfu(tokens_per_s, flops["mfu"], peak, plan.mesh.size) if tokens_per_s else None,
+                **extra)
+            write_summary()
+            return summary
+
+        # -- 3. the loop -------------------------------------------------------------------
+        metrics = MetricsWriter(workdir, total_steps=total_steps, start_step=start_step,
+                                progress=progress, write_files=writer)
+        for text in plan.budget_warnings:
+            metrics.message(f"warning: {text}")
+        if start_step:
+            metrics.message(f"resuming {workdir} from step {start_step}/{total_steps}")
+        batch = device_batch(start_step) if start_step < total_steps else None
+        for step in range(start_step + 1, total_steps + 1):  # step = updates done after it
+            state, out = train_step(state, batch)
+            if step < total_steps:
+                batch = device_batch(step)  # host work overlaps the device's step
+            out = jax.device_get(out)
+            loss, grad_norm = float(out["loss"]), float(out["grad_norm"])
+            summary["step"] = step
+            line = {"step": step, "tokens": step * tokens_per_step, "loss": loss,
+                    "lr": float(out["lr"]), "grad_norm": grad_norm}
+            if not _finite(loss, grad_norm):
+                metrics.log(line)
+                metrics.message(f"diverged at step {step}: loss {loss}, grad_norm {grad_norm}")
+                return finish("diverged", diverged_at_step=step)
+            record.recent_losses.append(loss)
+            record.throughput.step_done()
+            metrics.step(step)
+
+            if step % cfg.train.log_every == 0 or step in (1, total_steps):
+                rate = record.throughput.rate()
+                if rate:
+                    line.update(tokens_per_s=rate,
+                                mfu=mfu(rate, flops["mfu"], peak, plan.mesh.size))
+                metrics.log(line)
+            if step % cfg.train.eval_every == 0 or step == total_steps:
+                record.throughput.pause()  # evaluation is not training throughput
+                record.validation(evaluate(state.params))
+                metrics.log({"step": step, "tokens": step * tokens_per_step,
+                             "val_loss": record.last_val})
+            if step % cfg.train.checkpoint_every == 0 or step == total_steps:
+                record.throughput.pause()
+                checkpoints.save(state, {**record.checkpoint_meta(step),
+                                         "model": dataclasses.asdict(cfg.model),
+                                         "param_shapes": plan.param_shapes})
+        if record.last_val is None:  # resumed from the final checkpoint
+            record.validation(evaluate(state.params))
+        return finish("completed")
+    except BaseException as e:
+        if summary["status"] == "running":
+            summary.update(status="failed", error=f"{type(e).__name__}: {e}")
+            write_summary()
+        raise
+    finally:
+        if metrics is not None:
+            metrics.close()
+        checkpoints.close()

@@ -1,0 +1,176 @@
+"""Where metrics go: ``metrics.jsonl``, TensorBoard event files, and the terminal.
+
+On a terminal the progress is a tqdm bar (steps, ETA, tokens/s, loss); when stdout/stderr is not
+a TTY (a log file, a sweep worker) it is one plain line per log step instead.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from tqdm.auto import tqdm
+
+
+def _format_duration(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "?"
+    seconds = int(seconds)
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}h{rest // 60:02d}m" if hours else f"{rest // 60}m{rest % 60:02d}s"
+
+
+class MetricsWriter:
+    """Appends records to ``metrics.jsonl``, mirrors scalars to TensorBoard, shows progress.
+
+    Args:
+      workdir: the run directory.
+      total_steps, start_step: for the progress bar and ETA.
+      progress: show a bar (TTY) or plain lines (not a TTY); False shows nothing.
+      write_files: False on every process but the first of a multi-process run.
+      stream: where the bar / lines go (stderr by default, like tqdm).
+    """
+
+    def __init__(self, workdir: Path, *, total_steps: int, start_step: int, progress: bool = True,
+                 write_files: bool = True, stream: TextIO | None = None):
+        self.workdir = Path(workdir)
+        self.total_steps = total_steps
+        self.write_files = write_files
+        self.stream = stream or sys.stderr
+        self.progress = progress and write_files
+        self.use_bar = self.progress and self.stream.isatty()
+        self._jsonl = None
+        self._tb = None
+        if write_files:
+            self._jsonl = open(self.workdir / "metrics.jsonl", "a", buffering=1)
+            from tensorboardX import SummaryWriter
+
+            # purge_step: a resumed run hides events that its killed predecessor logged after
+            # the checkpoint it resumes from.
+            self._tb = SummaryWriter(str(self.workdir / "tensorboard"), purge_step=start_step + 1)
+        self._bar = None
+        self._postfix: dict[str, str] = {}  # latest loss, val_loss, tok/s shown beside the bar
+        if self.use_bar:
+            self._bar = tqdm(total=total_steps, initial=start_step, unit="step",
+                             dynamic_ncols=True, file=self.stream)
+
+    def step(self, step: int) -> None:
+        """Advances the bar to ``step`` (every step; cheap)."""
+        if self._bar is not None:
+            self._bar.update(step - self._bar.n)
+
+    def log(self, record: dict[str, Any]) -> None:
+        """Writes one record (must hold ``step``); scalars also go to TensorBoard."""
+        if not self.write_files:
+            return
+        self._jsonl.write(json.dumps(record, allow_nan=True) + "\n")
+        for key, value in record.items():
+            if (key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool)
+                    and math.isfinite(value)):
+                group = "val" if key.startswith("val") else "train"
+                self._tb.add_scalar(f"{group}/{key}", value, record["step"])
+        self._tb.flush()
+        if not self.progress:
+            return
+        if self._bar is not None:
+            if "loss" in record:
+                self._postfix["loss"] = f"{record['loss']:.4f}"
+            if "val_loss" in record:
+                self._postfix["val_loss"] = f"{record['val_loss']:.4f}"
+            if "tokens_per_s" in record:
+                self._postfix["tok/s"] = f"{record['tokens_per_s']:,.0f}"
+            self._bar.set_postfix(self._postfix, refresh=True)
+            return
+        self.stream.write(self._line(record) + "\n")
+        self.stream.flush()
+
+    def _line(self, record: dict[str, Any]) -> str:
+        step = record["step"]
+        parts = [f"step {step}/{self.total_steps}"]
+        if "val_loss" in record:
+            parts.append(f"val_loss {record['val_loss']:.4f}")
+        if "loss" in record:
+            parts.append(f"loss {record['loss']:.4f}")
+        if "lr" in record:
+            parts.append(f"lr {record['lr']:.2e}")
+        if "grad_norm" in record:
+            parts.append(f"grad_norm {record['grad_norm']:.3f}")
+        if "tokens_per_s" in record:
+            parts.append(f"{record['tokens_per_s']:,.0f} tok/s")
+        if "mfu" in record:
+            parts.append(f"MFU {100 * record['mfu']:.1f}%")
+        if record.get("tokens_per_s") and record.get("tokens") and step:
+            seconds_per_step = record["tokens"] / step / record["tokens_per_s"]
+            parts.append(f"ETA {_format_duration(seconds_per_step * (self.total_steps - step))}")
+        return " | ".join(parts)
+
+    def message(self, text: str) -> None:
+        """A line for the user that does not break the bar."""
+        if not self.progress:
+            return
+        if self._bar is not None:
+            self._bar.write(text, file=self.stream)
+        else:
+            self.stream.write(text + "\n")
+            self.stream.flush()
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+        if self._tb is not None:
+            self._tb.close()
+        if self._jsonl is not None:
+            self._jsonl.close()
+
+
+class Throughput:
+    """Training tokens per second, leaving out what is not a training step: compilation (the
+    first step of a process), evaluation and checkpointing (call :meth:`pause` after them).
+
+    Totals carry over restarts (``tokens`` / ``seconds`` from the checkpoint record).
+    """
+
+    def __init__(self, tokens_per_step: int, tokens: int = 0, seconds: float = 0.0):
+        self.tokens_per_step = tokens_per_step
+        self.tokens, self.seconds = tokens, seconds
+        self._since: float | None = None  # end of the last step counted (None: clock stopped)
+        self._steps = 0  # steps finished since then
+        self._window_tokens, self._window_seconds = 0, 0.0
+
+    def step_done(self) -> None:
+        """Call after each step has finished on the device."""
+        if self._since is None:  # this step's time held compilation or a pause: not counted
+            self._since = time.perf_counter()
+        else:
+            self._steps += 1
+
+    def _fold(self) -> None:
+        if self._since is None or not self._steps:
+            return
+        now = time.perf_counter()
+        tokens, seconds = self._steps * self.tokens_per_step, now - self._since
+        self.tokens += tokens
+        self.seconds += seconds
+        self._window_tokens += tokens
+        self._window_seconds += seconds
+        self._since, self._steps = now, 0
+
+    def pause(self) -> None:
+        """Counts the steps so far, then stops the clock until the next step has finished."""
+        self._fold()
+        self._since, self._steps = None, 0
+
+    def rate(self) -> float | None:
+        """Tokens/s since the previous call (None if no step was timed)."""
+        self._fold()
+        tokens, seconds = self._window_tokens, self._window_seconds
+        self._window_tokens, self._window_seconds = 0, 0.0
+        return tokens / seconds if tokens and seconds > 0 else None
+
+    def mean_rate(self) -> float | None:
+        """Tokens/s over every timed step of the run so far."""
+        return self.tokens / self.seconds if self.tokens and self.seconds > 0 else None

@@ -1,0 +1,155 @@
+"""AdamW with global-norm clipping, a weight-decay mask, and the learning-rate schedules.
+
+Every schedule maps the number of updates already applied, ``t = 0, 1, ...`` (optax's ``count``),
+to the learning rate of update ``t``. Warmups count the update being made, ``(t + 1) / warmup``,
+so the first update is not wasted at lr = 0, and decays reach their floor exactly on the last
+update ``t = total_steps - 1``.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from attnlab.config import TrainConfig
+from attnlab.errors import ConfigError
+
+
+def _warmup(t: jax.Array, peak: float, warmup_steps: int) -> jax.Array:
+    """Linear ramp ``peak * (t + 1) / warmup_steps`` for ``t < warmup_steps``, ``peak`` after."""
+    if warmup_steps == 0:
+        return jnp.full_like(t, peak, dtype=jnp.float32)
+    return peak * jnp.minimum(1.0, (t + 1.0) / warmup_steps)
+
+
+def _decay_progress(t: jax.Array, start: int, total_steps: int) -> jax.Array:
+    """Fraction of a decay phase done after update ``t``: 0 before ``start``, 1 at the last
+    update ``total_steps - 1``."""
+    length = max(1, total_steps - start)
+    return jnp.clip((t - start + 1.0) / length, 0.0, 1.0)
+
+
+def cosine_schedule(peak: float, warmup_steps: int, total_steps: int,
+                    min_lr_ratio: float) -> optax.Schedule:
+    """Linear warmup, then cosine decay from ``peak`` to ``min_lr_ratio * peak`` over the rest.
+
+    One cosine cycle matched to the run's length (Hoffmann et al. 2022, sec. 3.1: a cycle longer
+    than the run overestimates the loss of short runs).
+    """
+    floor = peak * min_lr_ratio
+
+    def schedule(count):
+        t = jnp.asarray(count, jnp.float32)
+        p = _decay_progress(t, warmup_steps, total_steps)
+        decayed = floor + (peak - floor) * 0.5 * (1.0 + jnp.cos(jnp.pi * p))
+        return jnp.where(t < warmup_steps, _warmup(t, peak, warmup_steps), decayed)
+
+    return schedule
+
+
+def noam_schedule(learning_rate: float, d_model: int, warmup_steps: int) -> optax.Schedule:
+    """The original Transformer schedule (Vaswani et al. 2017, eq. 3), scaled by ``learning_rate``.
+
+    ``lr(s) = learning_rate * d_model^-0.5 * min(s^-0.5, s * warmup^-1.5)`` with ``s = t + 1``.
+    ``learning_rate`` is a dimensionless multiplier: 1.0 reproduces the paper exactly, and the peak,
+    reached at ``s = warmup``, is ``learning_rate / sqrt(d_model * warmup)`` (e.g. 1.0 with
+    d_model=512, warmup=4000 peaks at 7.0e-4). ``min_lr_ratio`` is not used: the decay is s^-0.5.
+    """
+    if warmup_steps <= 0:
+        raise ConfigError("train.warmup_steps", "the noam schedule needs warmup_steps > 0")
+    scale = learning_rate * d_model**-0.5
+
+    def schedule(count):
+        s = jnp.asarray(count, jnp.float32) + 1.0
+        return scale * jnp.minimum(s**-0.5, s * warmup_steps**-1.5)
+
+    return schedule
+
+
+def wsd_schedule(peak: float, warmup_steps: int, total_steps: int, decay_fraction: float,
+                 min_lr_ratio: float) -> optax.Schedule:
+    """Warmup-stable-decay (Hu et al. 2024, MiniCPM; Hägele et al. 2024): linear warmup, constant
+    ``peak``, then a linear decay to ``min_lr_ratio * peak`` over the last ``decay_fraction`` of
+    the steps. A run's stable-phase checkpoints can be decayed separately to get several budgets.
+    """
+    floor = peak * min_lr_ratio
+    decay_steps = max(1, round(decay_fraction * total_steps))
+    decay_start = max(warmup_steps, total_steps - decay_steps)
+
+    def schedule(count):
+        t = jnp.asarray(count, jnp.float32)
+        p = _decay_progress(t, decay_start, total_steps)
+        decayed = peak + (floor - peak) * p
+        return jnp.where(t < warmup_steps, _warmup(t, peak, warmup_steps), decayed)
+
+    return schedule
+
+
+def constant_schedule(peak: float, warmup_steps: int) -> optax.Schedule:
+    """Linear warmup (if any), then ``peak`` for ever."""
+
+    def schedule(count):
+        return _warmup(jnp.asarray(count, jnp.float32), peak, warmup_steps)
+
+    return schedule
+
+
+def make_schedule(train: TrainConfig, total_steps: int, d_model: int) -> optax.Schedule:
+    """The schedule named by ``train.schedule``; raises ConfigError for impossible settings."""
+    if train.warmup_steps > total_steps and train.schedule != "noam":
+        raise ConfigError(
+            "train.warmup_steps",
+            f"{train.warmup_steps} is longer than the run ({total_steps} steps)",
+        )
+    if train.schedule == "cosine":
+        return cosine_schedule(train.learning_rate, train.warmup_steps, total_steps,
+                               train.min_lr_ratio)
+    if train.schedule == "noam":
+        return noam_schedule(train.learning_rate, d_model, train.warmup_steps)
+    if train.schedule == "wsd":
+        return wsd_schedule(train.learning_rate, train.warmup_steps, total_steps,
+                            train.decay_fraction, train.min_lr_ratio)
+    if train.schedule == "constant":
+        return constant_schedule(train.learning_rate, train.warmup_steps)
+    raise ConfigError("train.schedule", f"unknown schedule {train.schedule!r}")
+
+
+def _path_names(path) -> list[str]:
+    names = []
+    for key in path:
+        name = getattr(key, "key", getattr(key, "name", getattr(key, "idx", None)))
+        names.append(str(name))
+    return names
+
+
+def is_decayed(path, leaf) -> bool:
+    """Weight decay applies to matrices only: not to norm scales or biases (1-D), nor to the
+    token or position tables (a path component naming an embedding), as in GPT-2/nanoGPT. With
+    tied embeddings the output layer is the token table, so it is not decayed; an untied
+    ``lm_head`` is a projection like the others and is.
+    """
+    if any("embed" in name.lower() for name in _path_names(path)):
+        return False
+    return jnp.ndim(leaf) >= 2
+
+
+def decay_mask(params):
+    """A pytree of bools shaped like ``params``: True where AdamW's weight decay applies."""
+    return jax.tree_util.tree_map_with_path(is_decayed, params)
+
+
+def make_optimizer(train: TrainConfig, total_steps: int, d_model: int
+                   ) -> tuple[optax.GradientTransformation, optax.Schedule]:
+    """Global-norm clipping then AdamW (decoupled decay, scaled by the lr as in PyTorch/optax).
+
+    Returns the transformation and its schedule (the schedule is also logged as ``lr``).
+    """
+    schedule = make_schedule(train, total_steps, d_model)
+    adamw = optax.adamw(
+        learning_rate=schedule, b1=train.b1, b2=train.b2, eps=train.eps,
+        weight_decay=train.weight_decay, mask=decay_mask,
+    )
+    if train.grad_clip > 0:
+        return optax.chain(optax.clip_by_global_norm(train.grad_clip), adamw), schedule
+    return adamw, schedule

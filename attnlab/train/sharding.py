@@ -1,0 +1,102 @@
+"""Device mesh and named partition specs for data parallelism and FSDP.
+
+One mesh with two axes, ``('data', 'fsdp')``. Batches are split over both axes (every device
+sees different examples); parameters and optimizer state are split over ``fsdp`` only (ZeRO-3 /
+FSDP style: each device stores 1/fsdp of every large tensor, XLA all-gathers for the matmuls and
+reduce-scatters the gradients). Pure data parallelism is simply ``mesh_fsdp = 1``: the same
+specs then name an axis of size one, so there is a single code path, and the layout is declared
+by :func:`param_spec` / :data:`BATCH_SPEC`, not by branches in the step.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from attnlab.config import Config
+from attnlab.errors import ConfigError
+
+MESH_AXES = ("data", "fsdp")
+BATCH_AXES = ("data", "fsdp")  # the batch dimension is split over every device
+# [grad_accum, micro_batch, seq_len + 1]: micro-batches are sharded, the accumulation axis is not.
+TRAIN_BATCH_SPEC = P(None, BATCH_AXES)
+# [batch, seq_len + 1]
+EVAL_BATCH_SPEC = P(BATCH_AXES)
+REPLICATED = P()
+
+
+def mesh_shape(cfg: Config, n_devices: int) -> tuple[int, int]:
+    """(data, fsdp) sizes for ``n_devices``; raises ConfigError if they do not multiply out."""
+    fsdp = cfg.train.mesh_fsdp
+    if n_devices % fsdp:
+        raise ConfigError("train.mesh_fsdp",
+                          f"{fsdp} does not divide the {n_devices} available devices")
+    data = n_devices // fsdp if cfg.train.mesh_data == -1 else cfg.train.mesh_data
+    if data * fsdp != n_devices:
+        raise ConfigError(
+            "train.mesh_data",
+            f"mesh_data * mesh_fsdp = {data} * {fsdp} = {data * fsdp}, but there are "
+            f"{n_devices} devices (set mesh_data=-1 to use the rest)",
+        )
+    return data, fsdp
+
+
+def check_batch_divides(cfg: Config, n_devices: int, process_count: int) -> None:
+    """Each micro-batch must split evenly over the devices and the batch over the processes."""
+    batch, accum = cfg.data.batch_size, cfg.train.grad_accum
+    micro = batch // accum
+    if batch % process_count:
+        raise ConfigError("data.batch_size",
+                          f"{batch} does not divide over {process_count} processes")
+    if micro % n_devices:
+        raise ConfigError(
+            "data.batch_size",
+            f"the micro-batch batch_size / grad_accum = {batch} / {accum} = {micro} does not "
+            f"divide over {n_devices} devices; use a multiple of {n_devices * accum}",
+        )
+
+
+def make_mesh(cfg: Config, devices=None) -> Mesh:
+    """A ``('data', 'fsdp')`` mesh over ``devices`` (default: all, in process order, so that each
+    process's rows of the batch land on its own devices)."""
+    devices = list(devices if devices is not None else jax.devices())
+    devices.sort(key=lambda d: (d.process_index, d.id))
+    data, fsdp = mesh_shape(cfg, len(devices))
+    return Mesh(np.array(devices).reshape(data, fsdp), MESH_AXES)
+
+
+def param_spec(shape: tuple[int, ...], fsdp_size: int) -> P:
+    """FSDP rule: split a tensor's largest dimension that ``fsdp_size`` divides over ``'fsdp'``.
+
+    Scalars, vectors shorter than the axis and tensors with no divisible dimension stay
+    replicated (they are small: norms, biases, Adam's step count). Ties go to the last dimension.
+    With ``fsdp_size == 1`` the spec names an axis of size one, which is the same as replicated.
+    """
+    candidates = [i for i, n in enumerate(shape) if n % fsdp_size == 0 and n >= fsdp_size]
+    if not candidates:
+        return REPLICATED
+    dim = max(candidates, key=lambda i: (shape[i], i))
+    spec = [None] * len(shape)
+    spec[dim] = "fsdp"
+    return P(*spec)
+
+
+def state_shardings(abstract_state, mesh: Mesh):
+    """NamedShardings for every leaf of a (train) state, by :func:`param_spec` on its shape.
+
+    The rule depends on the shape alone, so an Adam moment gets the same layout as its parameter.
+    """
+    fsdp_size = mesh.shape["fsdp"]
+    return jax.tree.map(lambda x: NamedSharding(mesh, param_spec(tuple(x.shape), fsdp_size)),
+                        abstract_state)
+
+
+def global_batch(mesh: Mesh, spec: P, local_batch: np.ndarray, global_shape: tuple[int, ...]):
+    """Assembles each process's rows into one global array laid out by ``spec``.
+
+    With one process this is a plain sharded ``device_put``; with several, process ``p`` passes
+    the rows it loaded (its contiguous block of the batch dimension).
+    """
+    sharding = NamedSharding(mesh, spec)
+    return jax.make_array_from_process_local_data(sharding, local_batch, global_shape)
