@@ -1,5 +1,5 @@
 """Benchmark: Chinchilla approach 3 with Hoffmann et al.'s 4,500-start grid plus 1,000 bootstrap
-refits on 250 points. Target: under 60 s on a 2-core CPU (docs/benchmarks/scaling.md).
+refits on 250 points. Target: under 60 s on a 2-core CPU (docs/benchmarks.md).
 
     .venv/bin/python benchmarks/scaling_fit.py [--points=250] [--bootstrap=1000] [--repeats=1]
 

@@ -11,7 +11,7 @@ the local launcher:
 
 Pure training-step time of a run = tokens / tokens_per_s, where tokens_per_s is training's
 timed rate (it leaves out the first, compiling step and the evaluations). Target: wall / pure
-<= 1.1. Prints a markdown section for docs/benchmarks/sweep.md.
+<= 1.1. Prints a markdown section for docs/benchmarks.md.
 """
 
 from __future__ import annotations
