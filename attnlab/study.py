@@ -1,0 +1,251 @@
+"""``attnlab quickstart``: a whole scaling study in one command.
+
+    attnlab quickstart [--workdir=runs/quickstart] [--config=experiments/quickstart.py[:gpu]]
+                       [--config.sweep.budgets='(1e11,3e11,1e12)'] [--bootstrap=200]
+
+1. runs the IsoFLOP sweep of the experiment file (``attnlab.sweep.run_sweep``: finished runs are
+   reused, interrupted ones resume);
+2. fits Chinchilla approach 3, L(N, D) = E + A/N^alpha + B/D^beta, with bootstrap intervals, and
+   approach 2 (IsoFLOP parabolas) when the sweep has budgets;
+3. prints the fitted parameters and the compute-optimal N, D and loss at 1x, 10x and 100x the
+   largest run's compute, and writes the fits as JSON (the format of ``attnlab fit --json``);
+4. draws the standard figures (``attnlab.plots.scaling``) as PNGs into ``WORKDIR/plots/``.
+
+Everything here is orchestration: the sweep, the fits and the figures come from
+``attnlab.sweep``, ``attnlab.scaling`` and ``attnlab.plots.scaling``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from attnlab import cli_flags
+from attnlab.cli_flags import Flag
+from attnlab.errors import AttnlabError
+
+if TYPE_CHECKING:  # the heavy imports (JAX, pandas) wait until the command runs
+    from attnlab.scaling import ScalingFit, ScalingTable
+    from attnlab.sweep import SweepSpec
+
+# The experiment shipped with the repository (an editable install keeps it beside the package).
+DEFAULT_EXPERIMENT = Path(__file__).resolve().parents[1] / "experiments" / "quickstart.py"
+DEFAULT_WORKDIR = "runs/quickstart"
+# Budgets for the printed compute-optimal allocation, as multiples of the largest run's compute.
+PREDICTION_MULTIPLIERS = (1.0, 10.0, 100.0)
+FIT_FILE = "fit.json"  # approach 3
+FIT_APPROACH2_FILE = "fit_approach2.json"
+PLOTS_DIR = "plots"
+
+FLAGS = [
+    Flag("workdir", "string", DEFAULT_WORKDIR, "Study directory: the sweep's runs, results table, "
+                                               "fits and plots (rerun to reuse finished runs)."),
+    Flag("bootstrap", "integer", 200, "Bootstrap refits for the intervals (0: none)."),
+    Flag("parallel", "integer", 1, "Runs at a time, each pinned to cpu_count/parallel cores."),
+    Flag("progress", "bool", True, "Show the sweep's progress bar and one line per run."),
+]
+# Printed above the flags by --help.
+SUMMARY = ("attnlab quickstart: the sweep of experiments/quickstart.py (or of --config), "
+           "Chinchilla\nfits with bootstrap intervals, compute-optimal predictions, PNG plots in "
+           "WORKDIR/plots/.\nRerun the same command to reuse the finished runs.\n\n")
+
+
+class StudyError(AttnlabError):
+    """The study cannot start (e.g. the default experiment file is missing)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class StudyResult:
+    """What one ``quickstart`` produced.
+
+    table: the sweep's results (one row per run); fit: Chinchilla approach 3; fit_approach2:
+    approach 2, or None when the sweep has no budgets or the fit failed (see ``messages``);
+    budgets: the FLOP budgets of the printed predictions; plots: kind -> PNG path;
+    json_paths: the fit files; failed_runs: how many runs ended failed.
+    """
+
+    table: ScalingTable
+    fit: ScalingFit
+    fit_approach2: ScalingFit | None
+    budgets: tuple[float, ...]
+    plots: dict[str, Path]
+    json_paths: tuple[Path, ...]
+    failed_runs: int
+    messages: tuple[str, ...] = ()
+
+
+def default_argv(argv: list[str]) -> list[str]:
+    """Adds ``--config=<repo>/experiments/quickstart.py`` unless the user named a config file
+    (``--config.x=...`` overrides alone still apply to the default file)."""
+    if any(a == "--config" or a.startswith("--config=") for a in argv):
+        return list(argv)
+    if not DEFAULT_EXPERIMENT.exists():
+        raise StudyError(f"the default experiment {DEFAULT_EXPERIMENT} is missing (a non-editable "
+                         f"install?): pass --config=experiments/quickstart.py from a checkout")
+    return [f"--config={DEFAULT_EXPERIMENT}", *argv]
+
+
+def prediction_budgets(table: ScalingTable,
+                       multipliers=PREDICTION_MULTIPLIERS) -> tuple[float, ...]:
+    """Multiples of the largest compute among the runs used in the fit (FLOPs, in the count the
+    fit uses: the ScalingTable's ``flops`` column)."""
+    largest = float(table.frame["flops"].max())
+    return tuple(float(f"{m * largest:.3g}") for m in multipliers)
+
+
+def fit_study(workdir: str | Path, *, n_bootstrap: int = 200, seed: int = 0):
+    """Fits Chinchilla approach 3 (and approach 2 when the runs carry budgets) to a sweep
+    directory. Returns (table, fit3, fit2 or None, messages)."""
+    from attnlab.scaling import FitError, FitInputError, GridEdgeWarning, fit_table
+    from attnlab.scaling import prepare_points, read_table
+
+    results = read_table(workdir)
+    table = prepare_points(results, law="chinchilla", source=str(workdir))
+    messages = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", GridEdgeWarning)  # reported through fit.warnings
+        fit3 = fit_table(table, law="chinchilla", approach=3, n_bootstrap=n_bootstrap, seed=seed)
+        fit2 = None
+        if table.budget is None:
+            messages.append("approach 2 skipped: the sweep has no compute budgets (only isoflop "
+                            "sweeps have them)")
+        else:
+            try:
+                fit2 = fit_table(table, law="chinchilla", approach=2, n_bootstrap=n_bootstrap,
+                                 seed=seed)
+            except (FitInputError, FitError) as error:
+                messages.append(f"approach 2 skipped: {error}")
+    return table, fit3, fit2, messages
+
+
+def draw_plots(table: ScalingTable, fit3: ScalingFit, fit2: ScalingFit | None,
+               out_dir: str | Path) -> dict[str, Path]:
+    """The standard scaling figures as PNGs in ``out_dir``; returns kind -> path."""
+    from attnlab.plots import scaling as plots
+
+    out_dir = Path(out_dir)
+    figures = {
+        "loss_vs_compute": lambda: plots.plot_loss_vs_compute(table.frame),
+        "loss_vs_params": lambda: plots.plot_loss_vs_params(table.frame, fit3),
+        "contours": lambda: plots.plot_loss_contours(fit3, table.frame),
+        "allocation": lambda: plots.plot_optimal_allocation(fit3, table.frame),
+    }
+    if fit2 is not None:
+        figures["isoflop"] = lambda: plots.plot_isoflops(fit2)
+    return {kind: plots.save_figure(make(), out_dir / f"{kind}.png")
+            for kind, make in figures.items()}
+
+
+def headline(fit3: ScalingFit) -> str:
+    """The fitted law and the allocation exponents, next to the published ones."""
+    p = fit3.params
+    return (f"fitted law (L: validation loss in nats per token, N: parameters, D: tokens):\n"
+            f"  L(N, D) = {p['E']:.3f} + {p['A']:.4g} / N^{p['alpha']:.3f} "
+            f"+ {p['B']:.4g} / D^{p['beta']:.3f}\n"
+            f"  N_opt ~ C^{p['a']:.3f}, D_opt ~ C^{p['b']:.3f}   (Hoffmann et al. 2022, "
+            f"approach 3: C^0.46, C^0.54)")
+
+
+def run_study(spec: SweepSpec, workdir: str | Path, *, n_bootstrap: int = 200, parallel: int = 1,
+              progress: bool = True, out=None) -> StudyResult:
+    """Sweep, fit, print and plot (see the module docstring); ``out`` (default stdout) receives
+    the report."""
+    import numpy as np
+
+    from attnlab.sweep import run_sweep
+
+    workdir = Path(workdir)
+    out = out or sys.stdout
+    say = lambda text="": print(text, file=out, flush=True)  # noqa: E731
+    start = time.time()
+    say(f"attnlab quickstart: sweep {spec.name!r} ({spec.mode}, scale {spec.scale}) in {workdir}")
+    results = run_sweep(spec, workdir, parallel=parallel, progress=progress)
+    swept = time.time()
+    counts = results["status"].value_counts().to_dict()
+    say(f"sweep done in {(swept - start) / 60:.1f} min: "
+        + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    failed = int(counts.get("failed", 0))
+    if failed:
+        say(f"warning: {failed} run(s) failed; their errors are in the 'error' column of "
+            f"{workdir / 'results.csv'} and in each run's train.log. Fitting the rest.")
+
+    # Bootstrap replicates of a small sweep can be degenerate (alpha + beta ~ 0, E ~ 0): their
+    # overflow warnings would bury the report, and the intervals already show that spread.
+    with np.errstate(all="ignore"):
+        table, fit3, fit2, messages = fit_study(workdir, n_bootstrap=n_bootstrap)
+        budgets = prediction_budgets(table)
+        say("\n" + report(fit3, fit2, messages, str(workdir), budgets))
+        json_paths = write_fits(workdir, fit3, fit2, budgets)
+        plots = draw_plots(table, fit3, fit2, workdir / PLOTS_DIR)
+    say("wrote")
+    for path in json_paths:
+        say(f"  {path}")
+    say(f"  {workdir / 'results.parquet'} (one row per run; also results.csv)")
+    for path in plots.values():
+        say(f"  {path}")
+    say(f"\ndone in {(time.time() - start) / 60:.1f} min (sweep {(swept - start) / 60:.1f} min, "
+        f"fits and plots {(time.time() - swept) / 60:.1f} min); rerun to reuse the finished runs")
+    return StudyResult(table=table, fit=fit3, fit_approach2=fit2, budgets=budgets, plots=plots,
+                       json_paths=tuple(json_paths), failed_runs=failed,
+                       messages=tuple(messages))
+
+
+def report(fit3: ScalingFit, fit2: ScalingFit | None, messages: list[str], source: str,
+           budgets: tuple[float, ...]) -> str:
+    """The printed summary: the law, `attnlab fit`'s table of estimates and compute-optimal
+    allocations, and approach 2's exponents."""
+    from attnlab.scaling.cli import format_report  # the report `attnlab fit` prints
+
+    lines = [headline(fit3), "", format_report(fit3, source, list(budgets)).rstrip()]
+    if fit2 is not None:
+        ci = fit2.ci
+        interval = lambda name: (f" [{ci[name][0]:.3f}, {ci[name][1]:.3f}]"  # noqa: E731
+                                 if name in ci else "")
+        lines += ["", f"approach 2 (IsoFLOP parabolas): N_opt ~ C^{fit2.params['a']:.3f}"
+                      f"{interval('a')}, D_opt ~ C^{fit2.params['b']:.3f}{interval('b')}"]
+        lines += [f"approach 2 warning: {w}" for w in fit2.warnings]
+        lines += [f"approach 2 note: {n}" for n in fit2.notes if n not in fit3.notes]
+    lines += [f"note: {message}" for message in messages]
+    return "\n".join(lines) + "\n"
+
+
+def write_fits(workdir: Path, fit3: ScalingFit, fit2: ScalingFit | None,
+               budgets: tuple[float, ...]) -> list[Path]:
+    """The fits as JSON, in the format of ``attnlab fit --json``, with the predictions."""
+    written = []
+    for fit, name in ((fit3, FIT_FILE), (fit2, FIT_APPROACH2_FILE)):
+        if fit is not None:
+            path = workdir / name
+            path.write_text(json.dumps(fit.to_dict(budgets), indent=2) + "\n")
+            written.append(path)
+    return written
+
+
+def quickstart_main(argv: list[str]) -> int:
+    """Exit codes: 0 done; 1 some run failed (the fit used the rest); 2 bad input;
+    130 interrupted (rerun the same command to resume)."""
+    from attnlab.sweep import SweepInterrupted, spec_from_config_dict
+    from attnlab.sweep.spec import config_source
+
+    try:
+        values = cli_flags.parse(default_argv(argv), FLAGS, prog="attnlab quickstart",
+                                 config_required=False)
+    except cli_flags.HelpRequested as request:
+        raise cli_flags.HelpRequested(SUMMARY + request.text) from None
+    spec = spec_from_config_dict(values.config,
+                                 source=config_source(values["config"].config_filename))
+    if values["bootstrap"].value < 0:
+        raise cli_flags.UsageError(f"--bootstrap must be >= 0, got {values['bootstrap'].value}")
+    workdir = values["workdir"].value
+    try:
+        result = run_study(spec, workdir, n_bootstrap=values["bootstrap"].value,
+                           parallel=values["parallel"].value, progress=values["progress"].value)
+    except (KeyboardInterrupt, SweepInterrupted):
+        sys.stderr.write(f"\ninterrupted; rerun the same command to resume ({workdir})\n")
+        return 130
+    return 1 if result.failed_runs else 0

@@ -1,0 +1,89 @@
+"""The quick scaling study behind `attnlab quickstart`: an IsoFLOP sweep on the embedded corpus.
+
+    attnlab quickstart                                     # sweep + Chinchilla fits + plots
+    attnlab quickstart --config=experiments/quickstart.py:gpu --workdir=runs/quickstart_gpu
+    attnlab sweep --config=experiments/quickstart.py --workdir=runs/quickstart --dry-run
+
+Three compute budgets C a factor of 3 apart (9e10, 3e11, 9e11 FLOPs) times six byte-level models
+from 7k to 165k parameters, each (C, N) pair trained for D = C / (FLOPs per token) tokens of the
+`pystdlib` corpus (the Python standard library's own source, built on first use, nothing
+downloaded): 18 runs, enough points for approach 3's five parameters and a parabola per budget
+for approach 2. FLOPs are the full Chinchilla count (embeddings, attention and the output head:
+Porian et al. 2024 found that leaving the head out skews small-scale fits), so the fit's C is
+about 10.7 N D here rather than 6 N D.
+
+The sizes were chosen by measurement: at these budgets the compute-optimal model has about 10k-40k
+parameters (100-200 tokens per parameter: short runs are limited by their number of steps, which
+favours small models), so the six sizes put each budget's minimum inside the range or at its
+low edge. The lowest budget's minimum tends to sit at the smallest size, in which case approach 2
+fits the two larger budgets and says so.
+
+Training follows Porian et al. 2024's small-scale fixes: a 5% warmup, a cosine decay spanning
+exactly each run (the schedule is built from the run's own length), AdamW beta2 = 0.99 for the
+small batch (8 x 128 = 1,024 tokens: halving it from 2,048 lowered the loss of 12 of 13 runs
+compared, by up to 0.25 nats), and a peak learning rate falling as 1/width from 1e-2 at
+d_model = 32 (muP-lite).
+
+Time (`scale=cpu`): about 10 minutes on an otherwise idle 2-core x86 CPU. Measured on a 2-core VM
+that other jobs were loading (load average 6-8), with the command pinned to one core
+(`taskset -c 1`): 16.4 min wall at 65% of that core, 642 s of CPU time in all, of which the fits
+and plots take ~20 s. An idle machine gives the sweep's worker a whole core (and XLA a second
+one for the larger models), hence 8-11 min; the estimate assumes CPU time carries over, so it is
+good to about +-30%. `attnlab sweep ... --dry-run` (above) times a few real steps on your machine.
+A rerun reuses the finished runs and only refits. On that VM the study found
+L = 1.16 + 185/N^0.65 + 384/D^0.47 and N_opt ~ C^0.42 (95% interval 0.03-0.78; Hoffmann et al.:
+0.46): a 10-minute study gives the right shape with wide intervals.
+
+`scale=gpu` (`--config=experiments/quickstart.py:gpu`) keeps the layout at ~100x the compute:
+budgets 1e13, 3e13, 1e14 FLOPs, seven models from 0.1M to 6.4M parameters, batches of
+32 x 256 tokens, bfloat16, at least 100 steps per run: 17 runs, a few minutes on one GPU (not
+measured here: no GPU was available). The smallest model at the largest budget reads the 28M-token
+corpus 3 times (Muennighoff et al. 2023: up to ~4 epochs are nearly as good as fresh data).
+"""
+
+from ml_collections import ConfigDict
+
+from attnlab.config import base_config_dict
+
+
+def get_config(scale: str = "cpu") -> ConfigDict:
+    config = ConfigDict()
+    config.scale = scale
+
+    config.base = base = base_config_dict()
+    base.data.source = "pystdlib"
+    base.train.learning_rate = 1e-2  # at d_model = ref_d_model below
+    base.train.b2 = 0.99  # Porian et al. 2024: beta2 = 0.95 is too low for small batches
+    base.train.eval_every = 1_000_000  # isoflop runs are scored once, at their end
+    base.train.eval_batches = 16
+    base.train.log_every = 25
+
+    config.sweep = sweep = ConfigDict()
+    sweep.name = "quickstart"
+    sweep.mode = "isoflop"
+    sweep.flops_per_token = "chinchilla"  # includes embeddings, attention and the output head
+    sweep.learning_rate = ConfigDict({"rule": "inverse_width", "ref_d_model": 32})
+    sweep.warmup = ConfigDict({"rule": "fraction", "fraction": 0.05})
+    sweep.min_steps = 50
+
+    if scale == "gpu":
+        base.data.seq_len = 256
+        base.data.batch_size = 32
+        base.model.dtype = "bfloat16"
+        base.train.learning_rate = 3e-3  # at d_model = 128
+        base.train.checkpoint_every = 1000
+        base.train.eval_batches = 32
+        sweep.learning_rate.ref_d_model = 128
+        sweep.min_steps = 100
+        sweep.budgets = (1e13, 3e13, 1e14)
+        # (d_model, n_layers, n_heads): 0.1M to 6.4M parameters, head_dim 32.
+        sweep.shapes = ((64, 2, 2), (96, 2, 3), (128, 2, 4), (128, 4, 4), (192, 4, 6),
+                        (192, 6, 6), (256, 8, 8))
+    else:
+        base.data.seq_len = 128
+        base.data.batch_size = 8
+        base.train.checkpoint_every = 1000
+        sweep.budgets = (9e10, 3e11, 9e11)  # FLOPs, in the chinchilla count above
+        # (d_model, n_layers, n_heads): 7k to 165k parameters, about 2x apart.
+        sweep.shapes = ((16, 1, 1), (24, 1, 2), (32, 1, 2), (32, 2, 2), (48, 2, 3), (64, 3, 4))
+    return config

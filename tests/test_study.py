@@ -1,0 +1,171 @@
+"""`attnlab quickstart` (attnlab/study.py) and the study experiments in experiments/.
+
+The fast tests check the command line and the plans of the shipped experiments (planning is pure:
+no JAX, no training). The slow test runs the whole study end to end on a tiny IsoFLOP sweep and
+checks what it prints and writes against the closed forms of the Chinchilla law.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import matplotlib.image
+import numpy as np
+import pandas as pd
+import pytest
+
+from attnlab import cli, study, sweep
+
+TINY = ["--config=experiments/tiny_isoflop.py", "--bootstrap=8", "--noprogress"]
+FIT_PARAMS = ("E", "A", "B", "alpha", "beta", "a", "b", "G")
+PLOT_KINDS = ("loss_vs_compute", "loss_vs_params", "contours", "allocation")
+
+
+# --- the command line ---------------------------------------------------------------------------
+
+def test_help_lists_the_flags(capsys):
+    assert cli.main(["quickstart", "--help"]) == 0
+    out = capsys.readouterr().out
+    for flag in ("--workdir", "--bootstrap", "--parallel", "--config"):
+        assert flag in out
+
+
+def test_default_config_is_the_shipped_quickstart():
+    argv = study.default_argv(["--config.sweep.min_steps=60"])
+    assert argv[0] == f"--config={study.DEFAULT_EXPERIMENT}"
+    assert argv[1:] == ["--config.sweep.min_steps=60"]
+    # A config given by the user is left alone, with or without a scale suffix.
+    given = ["--config=experiments/x.py:gpu"]
+    assert study.default_argv(given) == given
+
+
+@pytest.mark.parametrize("argv, field", [
+    (["--config.sweep.mode=grids"], "sweep.mode"),
+    (["--config.sweep.budgets=()"], "sweep.budgets"),
+    (["--bootstrap=-1"], "--bootstrap"),
+    (["--config=experiments/missing.py"], "--config"),
+])
+def test_bad_input_exits_2_naming_the_field(argv, field, capsys, tmp_path):
+    assert cli.main(["quickstart", f"--workdir={tmp_path / 'study'}", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and field in err
+    assert "Traceback" not in err
+    assert not (tmp_path / "study").exists()  # nothing started
+
+
+# --- the shipped experiments (plans only) -------------------------------------------------------
+
+def _plan(path: str):
+    return sweep.plan(sweep.load_spec(path))
+
+
+def _sizes_per_budget(runs) -> dict[float, int]:
+    sizes: dict[float, set] = {}
+    for run in runs:
+        sizes.setdefault(run.budget, set()).add(run.params["total"])
+    return {budget: len(s) for budget, s in sizes.items()}
+
+
+@pytest.mark.parametrize("scale", ["cpu", "gpu"])
+def test_quickstart_plan_supports_approaches_2_and_3(scale):
+    runs = _plan(f"experiments/quickstart.py:{scale}")
+    per_budget = _sizes_per_budget(runs)
+    assert len(per_budget) >= 3
+    assert min(per_budget.values()) >= 3  # a parabola per budget (approach 2)
+    assert len(runs) >= 12  # well over approach 3's five parameters
+    for run in runs:
+        # Each run spends its budget (whole batches: within one step's FLOPs).
+        batch_tokens = run.cfg.data.batch_size * run.cfg.data.seq_len
+        step_flops = run.flops_per_token["chinchilla"] * batch_tokens
+        assert abs(run.flops("chinchilla") - run.budget) <= step_flops
+        # Porian et al. 2024: a short warmup, and a schedule spanning exactly this run.
+        assert run.cfg.train.warmup_steps <= math.ceil(0.05 * run.steps)
+        assert run.cfg.train.schedule == "cosine" and run.cfg.train.tokens == run.tokens
+
+
+@pytest.mark.parametrize("scale", ["cpu", "gpu"])
+def test_chinchilla_isoflop_has_3_budgets_by_5_sizes(scale):
+    runs = _plan(f"experiments/chinchilla_isoflop.py:{scale}")
+    per_budget = _sizes_per_budget(runs)
+    assert len(per_budget) >= 3
+    assert min(per_budget.values()) >= 5
+
+
+@pytest.mark.parametrize("scale", ["cpu", "gpu"])
+def test_kaplan_sweeps_size_and_data(scale):
+    runs = _plan(f"experiments/kaplan.py:{scale}")
+    sizes = {run.params["non_embedding"] for run in runs}
+    tokens = {run.tokens for run in runs}
+    assert len(sizes) >= 5 and len(tokens) >= 4
+    assert len(runs) == len(sizes) * len(tokens)  # a full grid: L(N, D) sees every pair
+    assert max(sizes) / min(sizes) >= 100  # two decades of N for L(N)
+    assert all(run.cfg.train.eval_every < run.steps for run in runs)  # learning curves
+
+
+# --- the whole study ----------------------------------------------------------------------------
+
+def _closed_form_optimum(fit: dict, budget: float) -> dict[str, float]:
+    """Hoffmann et al. 2022 Eq. 4 in float64 from the JSON's parameters (an independent check of
+    the allocation the study prints)."""
+    E, A, B, alpha, beta = (fit[k] for k in ("E", "A", "B", "alpha", "beta"))
+    k = fit["flops_per_param_token"]
+    G = (alpha * A / (beta * B)) ** (1 / (alpha + beta))
+    n = G * (budget / k) ** (beta / (alpha + beta))
+    d = (budget / k) ** (alpha / (alpha + beta)) / G
+    return {"N_opt": n, "D_opt": d, "loss": E + A / n**alpha + B / d**beta}
+
+
+@pytest.mark.slow
+def test_quickstart_end_to_end_then_reuses_the_runs(tmp_path, capsys):
+    workdir = tmp_path / "study"
+    assert cli.main(["quickstart", f"--workdir={workdir}", *TINY]) == 0
+    out = capsys.readouterr().out
+
+    # The printed law and report.
+    law = re.search(r"L\(N, D\) = ([\d.]+) \+ (\S+) / N\^(\S+) \+ (\S+) / D\^(\S+)", out)
+    assert law, out
+    assert "Chinchilla approach 3" in out and "compute-optimal at C =" in out
+    for name in FIT_PARAMS:
+        assert re.search(rf"^  {name}\s", out, re.M), name
+
+    # The JSON: every parameter with an interval, predictions at 1x, 10x, 100x the largest run.
+    fit = json.loads((workdir / study.FIT_FILE).read_text())
+    assert fit["law"] == "chinchilla" and fit["approach"] == 3
+    assert fit["n_points"] == 6
+    assert float(law.group(1)) == pytest.approx(fit["E"], abs=5e-4)
+    for name in ("E", "A", "B", "alpha", "beta"):
+        assert set(fit["ci"][name]) and len(fit["ci"][name]) == 2
+    assert fit["a"] + fit["b"] == pytest.approx(1.0, abs=1e-12)
+    results = pd.read_parquet(workdir / "results.parquet")
+    largest = results["flops_chinchilla"].max()
+    budgets = [p["C"] for p in fit["predictions"]]
+    assert budgets == pytest.approx([largest, 10 * largest, 100 * largest], rel=1e-2)
+    for prediction in fit["predictions"]:
+        if fit["G"] is None or not np.isfinite(fit["G"]):
+            continue  # a degenerate fit of a tiny sweep has no finite optimum to check
+        expected = _closed_form_optimum(fit, prediction["C"])
+        for name, value in expected.items():
+            assert prediction[name] == pytest.approx(value, rel=1e-9)
+        # The allocation spends exactly the budget: C = k N D.
+        assert fit["flops_per_param_token"] * prediction["N_opt"] * prediction["D_opt"] == \
+            pytest.approx(prediction["C"], rel=1e-9)
+
+    # The figures: real PNGs, listed in the output.
+    for kind in PLOT_KINDS:
+        path = workdir / study.PLOTS_DIR / f"{kind}.png"
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert str(path) in out
+    image = matplotlib.image.imread(workdir / study.PLOTS_DIR / "contours.png")
+    assert image.shape[0] > 300 and image.shape[1] > 300
+
+    # Rerunning reuses every finished run and gives the same fit.
+    summaries = {p: p.stat().st_mtime_ns for p in (workdir / "runs").glob("*/summary.json")}
+    assert len(summaries) == 6
+    assert cli.main(["quickstart", f"--workdir={workdir}", *TINY]) == 0
+    again = capsys.readouterr().out
+    assert "6 completed" in again
+    assert {p: p.stat().st_mtime_ns for p in summaries} == summaries
+    refit = json.loads((workdir / study.FIT_FILE).read_text())
+    assert refit["E"] == fit["E"] and refit["ci"] == fit["ci"]
