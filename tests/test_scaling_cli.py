@@ -240,3 +240,15 @@ def test_fit_from_a_sweep_directory(tmp_path, capsys):
     assert result["n_points"] == 10
     assert result["a"] == pytest.approx(0.28 / 0.62, abs=0.05)
     assert any("flops_chinchilla" in note for note in result["notes"])
+
+
+def test_a_table_with_no_completed_run_says_so(tmp_path, capsys):
+    table = pd.DataFrame({
+        "run_id": ["a", "b"], "status": ["failed", "diverged"], "params": [1e6, 2e6],
+        "tokens": [1e7, 1e7], "final_val_loss": [np.nan, np.nan]})
+    path = tmp_path / "results.csv"
+    table.to_csv(path, index=False)
+    assert fit_main([f"--results={path}", "--law=chinchilla", "--bootstrap=0"]) == 2
+    err = capsys.readouterr().err
+    assert "none of the 2 runs has status 'completed' (failed: 1, diverged: 1)" in err
+    assert err.count("\n") == 1 and "Traceback" not in err

@@ -140,12 +140,18 @@ def _check_positive(frame: pd.DataFrame, columns: dict[str, str], source: str) -
                                 f"and > 0")
 
 
-def _drop_unfinished(df: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
+def _drop_unfinished(df: pd.DataFrame, notes: list[str], source: str = "results") -> pd.DataFrame:
     if "status" not in df.columns:
         return df
     done = df["status"].astype(str) == "completed"
     if not done.all():
         counts = df.loc[~done, "status"].astype(str).value_counts()
+        if not done.any():
+            # Say so plainly: otherwise the all-NaN loss column reads as a "missing column".
+            raise FitInputError(
+                f"{source}: none of the {len(df)} runs has status 'completed' ("
+                + ", ".join(f"{k}: {v}" for k, v in counts.items())
+                + "); see the 'error' column or each run's train.log")
         notes.append(f"dropped {int((~done).sum())} of {len(df)} rows whose status is not "
                      f"'completed' (" + ", ".join(f"{k}: {v}" for k, v in counts.items()) + ")")
     return df[done]
@@ -161,7 +167,7 @@ def prepare_points(df: pd.DataFrame, *, law: str, source: str = "results",
     """Checks a results table (one row per run) and returns its canonical columns."""
     mapping = dict(columns or {})
     notes: list[str] = []
-    df = _drop_unfinished(df, notes)
+    df = _drop_unfinished(df, notes, source)
     params_candidates = (("non_embedding_params", "params") if law == "kaplan" else ("params",))
     used = {
         "params": _pick(df, "params", params_candidates, mapping, source,
@@ -187,7 +193,7 @@ def prepare_curves(df: pd.DataFrame, *, law: str, source: str = "curves",
     results table) on run_id."""
     mapping = dict(columns or {})
     notes: list[str] = []
-    df = _drop_unfinished(df, notes)
+    df = _drop_unfinished(df, notes, source)
     run_column = _pick(df, "run_id", ("run_id",), mapping, source, "which run a step belongs to")
     params_candidates = (("non_embedding_params", "params") if law == "kaplan" else ("params",))
     if runs is not None and not any(c in df.columns for c in params_candidates) \
