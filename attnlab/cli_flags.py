@@ -30,8 +30,11 @@ class HelpRequested(Exception):
         self.text = text
 
 
-def help_text(prog: str, extra: list["Flag"], *, config_required: bool = True) -> str:
-    lines = [f"usage: {prog} --config=FILE [--config.SECTION.KEY=VALUE ...] [flags]", "", "flags:",
+def help_text(prog: str, extra: list["Flag"], *, config_required: bool = True,
+              description: str = "") -> str:
+    lines = [description.strip(), ""] if description else []
+    config = "--config=FILE" if config_required else "[--config=FILE]"
+    lines += [f"usage: {prog} {config} [--config.SECTION.KEY=VALUE ...] [flags]", "", "flags:",
              "  --config=FILE  a config file defining get_config()"
              + ("" if config_required else " (optional)"),
              "  --config.SECTION.KEY=VALUE  override one field, e.g. --config.model.n_layers=4"]
@@ -55,14 +58,15 @@ class Flag:
 
 
 def parse(argv: list[str], extra: list[Flag] = (), *, prog: str = "attnlab",
-          config_required: bool = True) -> flags.FlagValues:
+          config_required: bool = True, description: str = "") -> flags.FlagValues:
     """Parses ``argv`` (without the program name) into a fresh FlagValues.
 
     Returns the FlagValues; ``values.config`` is the ConfigDict with overrides applied.
     Raises UsageError naming the flag at fault, HelpRequested for ``--help``.
     """
     if any(arg in ("-h", "--help", "--helpfull") for arg in argv):
-        raise HelpRequested(help_text(prog, list(extra), config_required=config_required))
+        raise HelpRequested(help_text(prog, list(extra), config_required=config_required,
+                                      description=description))
     values = flags.FlagValues()
     args = [prog, *argv]
     # sys_argv: the overrides are read from these args, not from the process's sys.argv.

@@ -232,11 +232,8 @@ def quickstart_main(argv: list[str]) -> int:
     from attnlab.sweep import SweepInterrupted, spec_from_config_dict
     from attnlab.sweep.spec import config_source
 
-    try:
-        values = cli_flags.parse(default_argv(argv), FLAGS, prog="attnlab quickstart",
-                                 config_required=False)
-    except cli_flags.HelpRequested as request:
-        raise cli_flags.HelpRequested(SUMMARY + request.text) from None
+    values = cli_flags.parse(default_argv(argv), FLAGS, prog="attnlab quickstart",
+                             config_required=False, description=SUMMARY)
     spec = spec_from_config_dict(values.config,
                                  source=config_source(values["config"].config_filename))
     if values["bootstrap"].value < 0:

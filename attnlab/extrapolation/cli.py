@@ -72,22 +72,12 @@ def settings_from_flags(values):
     return settings
 
 
-def usage() -> str:
-    lines = [__doc__.strip(), "", "flags:"]
-    for flag in FLAGS:
-        choices = f" ({'|'.join(flag.enum_values)})" if flag.enum_values else ""
-        lines.append(f"  --{flag.name}{choices}  default {flag.default!r}\n      {flag.help}")
-    return "\n".join(lines) + "\n"
-
-
 def extrapolate_main(argv: list[str]) -> int:
-    if any(a in ("-h", "--help", "--helpfull") for a in argv):
-        print(usage())
-        return 0
     # --config.* overrides belong to the sweep spec (as in `attnlab sweep`); the rest are ours.
     overrides = [a for a in argv if a.startswith("--config.")]
     values = cli_flags.parse([a for a in argv if not a.startswith("--config.")], FLAGS,
-                             prog="attnlab extrapolate", config_required=False)
+                             prog="attnlab extrapolate", config_required=False,
+                             description=__doc__)
     if values["config"].value is not None:
         raise UsageError("--config: name the experiment with --sweep=FILE (or a run with --run)")
     run, sweep = values["run"].value, values["sweep"].value
