@@ -9,6 +9,7 @@ flag state leaks between sub-commands (or between tests).
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any, Callable
 
 import ml_collections
@@ -67,6 +68,7 @@ def parse(argv: list[str], extra: list[Flag] = (), *, prog: str = "attnlab",
     if any(arg in ("-h", "--help", "--helpfull") for arg in argv):
         raise HelpRequested(help_text(prog, list(extra), config_required=config_required,
                                       description=description))
+    argv, scale = _scale_as_config_argument(list(argv))
     values = flags.FlagValues()
     args = [prog, *argv]
     # sys_argv: the overrides are read from these args, not from the process's sys.argv.
@@ -86,6 +88,9 @@ def parse(argv: list[str], extra: list[Flag] = (), *, prog: str = "attnlab",
     try:
         values(args)
     except flags.Error as e:  # unknown flag, bad value, bad override path
+        if scale is not None and "get_config() takes 0 positional" in str(e):
+            raise UsageError(f"--config.scale={scale}: this config file's get_config() takes no "
+                             f"scale argument (only experiment files have scales)") from None
         raise UsageError(str(e)) from None
     except (FileNotFoundError, OSError) as e:
         raise UsageError(f"--config: cannot read config file: {e}") from None
@@ -103,3 +108,37 @@ def parse(argv: list[str], extra: list[Flag] = (), *, prog: str = "attnlab",
         if flag.required and values[flag.name].value in (None, ""):
             raise UsageError(f"--{flag.name} is required")
     return values
+
+
+def _scale_as_config_argument(argv: list[str]) -> tuple[list[str], str | None]:
+    """``--config=x.py --config.scale=gpu`` means ``--config=x.py:gpu``.
+
+    An experiment file's sizes are chosen inside ``get_config(scale)``, so overriding the
+    ``scale`` field after the call would relabel the CPU plan instead of picking the GPU one.
+    This rewrites the ``--config`` argument so that get_config receives the scale (the override
+    stays, and sets the field to the same value). Returns the new argv and the scale (or None).
+    """
+    scale = None
+    for i, arg in enumerate(argv):
+        if arg.startswith("--config.scale="):
+            scale = arg.partition("=")[2]
+        elif arg == "--config.scale" and i + 1 < len(argv):
+            scale = argv[i + 1]
+    if scale is None:
+        return argv, None
+    for i, arg in enumerate(argv):
+        if arg.startswith("--config="):
+            prefix, path = "--config=", arg.partition("=")[2]
+        elif arg == "--config" and i + 1 < len(argv):
+            prefix, path, i = "", argv[i + 1], i + 1
+        else:
+            continue
+        if not os.path.exists(path) and ":" in path:  # ml_collections reads file.py:arg
+            file, _, given = path.rpartition(":")
+            if given != scale:
+                raise UsageError(f"--config.scale={scale} contradicts --config={path}: "
+                                 f"give the scale once")
+            return argv, scale
+        argv[i] = f"{prefix}{path}:{scale}"
+        return argv, scale
+    raise UsageError(f"--config.scale={scale} needs --config=FILE (an experiment file)")

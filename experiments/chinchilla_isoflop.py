@@ -22,7 +22,7 @@ al. 2024 show that leaving the head out skews small-scale fits). Training follow
 small-scale fixes: a 5% warmup, a cosine cycle matched to each run's own length, AdamW beta2 0.99
 at these small batches, and a learning rate falling as 1/width.
 
-Scales (`--config=experiments/chinchilla_isoflop.py:gpu`):
+Scales (`--config.scale=gpu`, or `--config=experiments/chinchilla_isoflop.py:gpu`):
   cpu  C = 1e12, 3e12, 9e12 FLOPs; N from 13k to 690k; batches of 16 x 128 tokens; D up to 58M
        tokens (the smallest model at the largest budget reads the 28M-token corpus ~2 times):
        21 runs, 9.1e13 FLOPs. `--dry-run` estimated 119 min on one core of the loaded 2-core VM

@@ -23,7 +23,7 @@ Chinchilla experiments: a 5% warmup, the cosine matched to each run, AdamW beta2
 small batches, and a 1/width learning rate. FLOPs are counted in full (`flops_chinchilla`);
 `attnlab fit --law=kaplan` uses Kaplan's 6·N·D with N non-embedding (the `flops` column).
 
-Scales (`--config=experiments/kaplan.py:gpu`):
+Scales (`--config.scale=gpu`, or `--config=experiments/kaplan.py:gpu`):
   cpu  N from 3.2k to 670k, D from 0.625M to 10M tokens (no data repeats: the corpus has 28M
        training tokens), batches of 16 x 128 tokens: 30 runs, 1.65e14 FLOPs. `--dry-run`
        estimated 195 min on one core of the loaded 2-core VM (the probe reached 9 GFLOP/s on the

@@ -13,7 +13,7 @@ Scales: ``cpu`` (default) trains d_model 128 x 4 layers (0.82M parameters) at L_
 0.98M tokens per run (10 runs x 480 steps). ``attnlab sweep --dry-run`` measured 2,200 tokens/s
 per worker on a 2-core VM loaded by other jobs (load ~8), i.e. ~37 min of training with
 ``--parallel=2``; on 2 free cores expect about half, plus ~5 min of evaluation. More tokens:
-``--config.base.train.tokens=2621440``. ``gpu`` (``--sweep=experiments/pe_extrapolation.py:gpu``)
+``--config.base.train.tokens=2621440``. ``gpu`` (``--config.scale=gpu``)
 trains d_model 512 x 8 layers at L_train = 128 on 200M tokens per run (not run yet).
 """
 

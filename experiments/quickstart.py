@@ -1,7 +1,7 @@
 """The quick scaling study behind `attnlab quickstart`: an IsoFLOP sweep on the embedded corpus.
 
     attnlab quickstart                                     # sweep + Chinchilla fits + plots
-    attnlab quickstart --config=experiments/quickstart.py:gpu --workdir=runs/quickstart_gpu
+    attnlab quickstart --config.scale=gpu --workdir=runs/quickstart_gpu
     attnlab sweep --config=experiments/quickstart.py --workdir=runs/quickstart --dry-run
 
 Three compute budgets C a factor of 3 apart (9e10, 3e11, 9e11 FLOPs) times six byte-level models

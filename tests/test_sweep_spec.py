@@ -12,6 +12,8 @@ import sys
 import numpy as np
 import pytest
 
+from attnlab import cli_flags
+from attnlab.cli_flags import UsageError
 from attnlab.config import from_config_dict
 from attnlab.model import flops_per_token, param_counts
 from attnlab.sweep import (
@@ -80,6 +82,32 @@ def test_overrides_and_scale_argument():
     runs = plan(spec)
     assert len(runs) == 1 * 2 * 3
     assert sorted({r.cfg.train.seed for r in runs}) == [0, 1, 2]
+
+
+@pytest.mark.parametrize("name", ["kaplan", "chinchilla_isoflop", "quickstart",
+                                  "pe_extrapolation"])
+def test_config_scale_override_picks_the_files_gpu_plan(name):
+    # --config.scale=gpu must reach get_config(scale), not just relabel the CPU plan.
+    module_spec = importlib.util.spec_from_file_location(name, f"experiments/{name}.py")
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    expected = spec_from_config_dict(module.get_config("gpu"), source=f"experiments/{name}.py")
+    cpu = load_spec(f"experiments/{name}.py")
+    gpu = load_spec(f"experiments/{name}.py", ["--config.scale=gpu"])
+    assert gpu == expected and gpu.scale == "gpu"
+    assert plan(gpu) != plan(cpu)
+    assert load_spec(f"experiments/{name}.py:gpu", ["scale=gpu"]) == expected
+
+
+def test_config_scale_override_errors_are_clear():
+    with pytest.raises(UsageError, match="contradicts"):
+        load_spec("experiments/kaplan.py:cpu", ["--config.scale=gpu"])
+    with pytest.raises(UsageError, match="takes no scale argument"):
+        cli_flags.parse(["--config=configs/tiny.py", "--config.scale=gpu"])
+    with pytest.raises(UsageError, match="needs --config=FILE"):
+        cli_flags.parse(["--config.scale=gpu"], config_required=False)
+    with pytest.raises(SweepSpecError, match="config.scale"):
+        load_spec("experiments/kaplan.py", ["--config.scale=tpu"])
 
 
 def test_isoflop_runs_spend_their_budget_in_whole_batches():
