@@ -115,6 +115,20 @@ def test_isoflop_sweep_on_two_workers(isoflop):
     assert (workdir / "logs" / "worker-1.log").exists()
 
 
+def test_concurrent_runs_start_with_the_most_expensive(tmp_path):
+    from attnlab.sweep.runner import longest_first
+
+    runs = plan(load_spec(ISOFLOP))
+    run_dirs = [tmp_path / r.run_id for r in runs]
+    flops = {d: r.flops() for r, d in zip(runs, run_dirs)}
+    assert len(set(flops.values())) > 1  # otherwise the order says nothing
+    order = longest_first(run_dirs[1:], runs, run_dirs)  # a finished run stays out
+    assert sorted(order) == sorted(run_dirs[1:])
+    assert [flops[d] for d in order] == sorted(flops[d] for d in run_dirs[1:])[::-1]
+    with pytest.raises(ValueError):  # runs and directories must pair up
+        longest_first(run_dirs, runs, run_dirs[1:])
+
+
 @pytest.mark.slow
 def test_full_tiny_isoflop(tmp_path, cache_dir, capsys):
     table = run_sweep(load_spec(ISOFLOP), tmp_path, parallel=2, progress=False,

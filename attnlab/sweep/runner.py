@@ -70,6 +70,17 @@ def prepare_run_dirs(spec: SweepSpec, runs: list[PlannedRun], workdir: Path) -> 
     return run_dirs
 
 
+def longest_first(todo: list[Path], runs: list[PlannedRun], run_dirs: list[Path]) -> list[Path]:
+    """``todo`` ordered by planned FLOPs, the most expensive first.
+
+    With several runs at a time this is LPT scheduling (Graham 1969): a sweep in plan order often
+    ends on its largest run alone while the other workers idle; started first, the long runs
+    overlap with the many short ones. ``run_dirs[i]`` belongs to ``runs[i]``.
+    """
+    cost = {run_dir: run.flops() for run, run_dir in zip(runs, run_dirs, strict=True)}
+    return sorted(todo, key=lambda run_dir: cost[run_dir], reverse=True)
+
+
 def reset_for_retry(workdir: Path, run_dir: Path) -> str | None:
     """Makes a failed or diverged run runnable again; returns what was done (None: nothing).
 
@@ -138,6 +149,8 @@ def run_sweep(spec: SweepSpec, workdir: str | os.PathLike, *, launcher: str = "l
                 say(f"{run_dir.name}: retrying ({action})")
     statuses = collections.Counter(results.run_status(d) for d in run_dirs)
     todo = [d for d in run_dirs if results.run_status(d) not in results.FINAL_STATUSES]
+    if launcher == "ray" or parallel > 1:
+        todo = longest_first(todo, runs, run_dirs)
     say(f"sweep {spec.name} ({spec.mode}): {len(runs)} runs in {workdir}; "
         + ", ".join(f"{n} {s}" for s, n in sorted(statuses.items()))
         + (f"; running {len(todo)}" if todo else "; nothing to run"))
