@@ -16,7 +16,8 @@ import psutil
 import pytest
 
 from attnlab import cli_flags, results
-from attnlab.sweep import load_spec, plan, run_sweep, spec_from_config_dict
+from attnlab.data import DataError
+from attnlab.sweep import dry_run, load_spec, plan, run_sweep, spec_from_config_dict
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 GRID = str(ROOT / "experiments" / "tiny_grid.py")
@@ -155,31 +156,54 @@ def single_run_spec(lr=1e-2, **data):
 
 
 def test_failed_run_is_recorded_and_retried_only_when_asked(tmp_path):
-    empty = tmp_path / "no_text_here"
-    empty.mkdir()
+    # A failure at run time: the run's directory holds a checkpoints/ folder but no config.json
+    # (deleted by hand, say), which the run's own preflight refuses to resume.
+    spec = single_run_spec()
     workdir = tmp_path / "sweep"
+    run_dir = workdir / "runs" / plan(spec)[0].run_id
+    (run_dir / "checkpoints").mkdir(parents=True)
     # The command line first: a failed run makes it exit with 1.
     result = subprocess.run(
         [sys.executable, "-m", "attnlab.cli", "sweep", f"--config={GRID}",
          f"--workdir={workdir}", "--config.sweep.shapes=((16,1,2,1e-2),)",
-         "--config.sweep.axes.model.pos_encoding=('rope',)",
-         "--config.base.data.source=text_files", f"--config.base.data.path={empty}",
-         "--noprogress"],
+         "--config.sweep.axes.model.pos_encoding=('rope',)", "--noprogress"],
         capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert result.returncode == 1, result.stderr
     assert "1 failed" in result.stdout
     table = results.load(workdir)
-    assert table["status"].tolist() == ["failed"]
-    assert "is empty" in table["error"][0]
-    run_dir = workdir / "runs" / table["run_id"][0]
+    assert table["run_id"].tolist() == [run_dir.name] and table["status"].tolist() == ["failed"]
+    assert "no config.json" in table["error"][0] and "cannot be resumed" in table["error"][0]
     failure = (run_dir / "failure.json").read_bytes()
 
-    spec = single_run_spec(source="text_files", path=str(empty))
     assert run_sweep(spec, workdir, progress=False)["run_id"].tolist() == [run_dir.name]
     assert (run_dir / "failure.json").read_bytes() == failure  # not retried
     table = run_sweep(spec, workdir, progress=False, retry_failed=True)
     assert table["status"].tolist() == ["failed"]  # failed again, the first failure kept
     assert len(list(run_dir.glob("failure-*.json"))) == 1
+
+
+def test_a_bad_data_source_stops_the_sweep_before_any_run(tmp_path):
+    empty = tmp_path / "no_text_here"
+    empty.mkdir()
+    workdir = tmp_path / "sweep"
+    result = subprocess.run(
+        [sys.executable, "-m", "attnlab.cli", "sweep", f"--config={GRID}",
+         f"--workdir={workdir}", "--config.base.data.source=text_files",
+         f"--config.base.data.path={empty}", "--noprogress"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert result.returncode == 2, result.stderr
+    assert "is empty" in result.stderr and str(empty) in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not workdir.exists()  # nothing written, no run recorded as failed
+    with pytest.raises(DataError, match="is empty"):  # the dry run checks it too
+        dry_run(single_run_spec(source="text_files", path=str(empty)), workdir, probe="none")
+
+
+def test_runs_that_repeat_data_are_named_before_the_sweep(tmp_path):
+    spec = single_run_spec(max_bytes=6_000)  # 24 steps x 256 tokens: > 1 epoch
+    _, notes = dry_run(spec, tmp_path, probe="none")
+    repeats = [n for n in notes if "epochs of the" in n]
+    assert len(repeats) == 1 and repeats[0].startswith(plan(spec)[0].run_id)
 
 
 def test_diverged_run_is_kept_and_restarted_on_retry(tmp_path, cache_dir):

@@ -23,7 +23,7 @@ import pandas as pd
 from attnlab import results
 from attnlab.sweep.launchers import WorkerProcess
 from attnlab.sweep.planner import PlannedRun, expand
-from attnlab.sweep.runner import CACHE_DIR, run_record
+from attnlab.sweep.runner import CACHE_DIR, check_data, run_record
 from attnlab.sweep.spec import SweepSpec
 
 PROBES = ("steps", "none")
@@ -134,6 +134,7 @@ def dry_run(spec: SweepSpec, workdir: str | Path | None = None, *, probe: str = 
     notes.append(f"{len(runs)} runs ({len(todo)} to run); total "
                  f"{sum(r.flops('chinchilla') for r in runs):.3g} FLOPs (chinchilla count); "
                  f"isoflop budgets use the '{spec.flops_per_token}' count")
+    notes += check_data(todo)  # a bad data source fails the dry run too, naming its field
     if probe == "steps" and runs:
         cache = workdir / CACHE_DIR if workdir and workdir.exists() else None
         points = probe_throughput(runs, cache_dir=str(cache) if cache else None)

@@ -70,6 +70,25 @@ def prepare_run_dirs(spec: SweepSpec, runs: list[PlannedRun], workdir: Path) -> 
     return run_dirs
 
 
+def check_data(runs: list[PlannedRun]) -> list[str]:
+    """Prepares each corpus of ``runs`` and checks every run against it, before any run starts.
+
+    A bad data source (a missing or empty path, an unknown dataset, a corpus too small for the
+    windows) is then one error naming its field, raised here, instead of a failed run per
+    configuration. Returns a note for each run whose token budget repeats data.
+    """
+    from attnlab.data import prepare
+    from attnlab.train.loop import check_corpus
+
+    corpora = {}
+    notes = []
+    for run in runs:
+        if run.cfg.data not in corpora:
+            corpora[run.cfg.data] = prepare(run.cfg.data)
+        notes += [f"{run.run_id}: {m}" for m in check_corpus(run.cfg, corpora[run.cfg.data])]
+    return notes
+
+
 def longest_first(todo: list[Path], runs: list[PlannedRun], run_dirs: list[Path]) -> list[Path]:
     """``todo`` ordered by planned FLOPs, the most expensive first.
 
@@ -126,6 +145,7 @@ def run_sweep(spec: SweepSpec, workdir: str | os.PathLike, *, launcher: str = "l
 
     Raises:
       SweepSpecError / ConfigError: a bad spec, before anything is written or started.
+      DataError: a bad data source (see :func:`check_data`), likewise before anything starts.
       LauncherError: bad launcher settings, or Ray missing.
     """
     if launcher not in LAUNCHERS:
@@ -137,6 +157,8 @@ def run_sweep(spec: SweepSpec, workdir: str | os.PathLike, *, launcher: str = "l
     if launcher == "ray":
         launchers.import_ray()
     workdir = Path(workdir).absolute()
+    budget_notes = check_data([run for run in runs if results.run_status(
+        workdir / results.RUNS_DIR / run.run_id) != "completed"])
     cache_dir = Path(cache_dir).absolute() if cache_dir else workdir / CACHE_DIR
     cache_dir.mkdir(parents=True, exist_ok=True)
     run_dirs = prepare_run_dirs(spec, runs, workdir)
@@ -154,6 +176,8 @@ def run_sweep(spec: SweepSpec, workdir: str | os.PathLike, *, launcher: str = "l
     say(f"sweep {spec.name} ({spec.mode}): {len(runs)} runs in {workdir}; "
         + ", ".join(f"{n} {s}" for s, n in sorted(statuses.items()))
         + (f"; running {len(todo)}" if todo else "; nothing to run"))
+    for note in budget_notes:
+        say(note)
     results.write_table(workdir)
     if not todo:
         return results.load(workdir)

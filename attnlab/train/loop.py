@@ -114,21 +114,33 @@ class _Preflight:
     meta: dict  # its record ({} for a fresh run)
 
 
+def check_corpus(cfg: Config, corpus) -> list[str]:
+    """Checks the model and the token budget of ``cfg`` against its prepared ``corpus``.
+
+    Returns the budget warnings (data repeated past one epoch); raises ConfigError /
+    CorpusTooSmallError naming the field (a vocabulary larger than the model's, windows longer
+    than the training split).
+    """
+    from attnlab.data import check_budget
+
+    if corpus.vocab_size > cfg.model.vocab_size:
+        raise ConfigError("model.vocab_size", f"{cfg.model.vocab_size} is smaller than the "
+                          f"tokenizer's vocabulary ({corpus.vocab_size})")
+    tokens = cfg.total_steps * cfg.data.batch_size * cfg.data.seq_len
+    with warnings.catch_warnings():  # the caller reports them (metrics writer, sweep notes)
+        warnings.simplefilter("ignore")
+        return check_budget(corpus, tokens, cfg.data.seq_len)
+
+
 def _preflight(cfg: Config, workdir: Path) -> _Preflight:
     """Every check that can fail on bad input, cheapest first; raises AttnlabError."""
-    from attnlab.data import check_budget, prepare
+    from attnlab.data import prepare
 
     mesh = make_mesh(cfg)
     check_batch_divides(cfg, mesh.size, jax.process_count())
     optimizer, schedule = make_optimizer(cfg.train, cfg.total_steps, cfg.model.d_model)
     corpus = prepare(cfg.data)
-    if corpus.vocab_size > cfg.model.vocab_size:
-        raise ConfigError("model.vocab_size", f"{cfg.model.vocab_size} is smaller than the "
-                          f"tokenizer's vocabulary ({corpus.vocab_size})")
-    tokens = cfg.total_steps * cfg.data.batch_size * cfg.data.seq_len
-    with warnings.catch_warnings():  # shown through the metrics writer instead
-        warnings.simplefilter("ignore")
-        budget_warnings = check_budget(corpus, tokens, cfg.data.seq_len)
+    budget_warnings = check_corpus(cfg, corpus)
     graphdef, abstract_params = abstract_model(cfg)
     shapes = param_shapes(abstract_params)
     abstract_state = abstract_train_state(cfg, optimizer)
