@@ -1,7 +1,7 @@
 """Hoffmann et al. 2022 (Chinchilla): IsoFLOP profiles for approaches 2 and 3.
 
     attnlab sweep --config=experiments/chinchilla_isoflop.py --workdir=runs/chinchilla --dry-run
-    attnlab sweep --config=experiments/chinchilla_isoflop.py --workdir=runs/chinchilla
+    attnlab sweep --config=experiments/chinchilla_isoflop.py --workdir=runs/chinchilla --parallel=2
     attnlab fit --results=runs/chinchilla --law=chinchilla --approach=2 --bootstrap=1000
     attnlab fit --results=runs/chinchilla --law=chinchilla --approach=3 --bootstrap=1000
     attnlab quickstart --config=experiments/chinchilla_isoflop.py --workdir=runs/chinchilla
@@ -25,9 +25,11 @@ at these small batches, and a learning rate falling as 1/width.
 Scales (`--config.scale=gpu`, or `--config=experiments/chinchilla_isoflop.py:gpu`):
   cpu  C = 1e12, 3e12, 9e12 FLOPs; N from 13k to 690k; batches of 16 x 128 tokens; D up to 58M
        tokens (the smallest model at the largest budget reads the 28M-token corpus ~2 times):
-       21 runs, 9.1e13 FLOPs. `--dry-run` estimated 119 min on one core of the loaded 2-core VM
-       (the probe reached 11 GFLOP/s on the smallest model, 17 on the largest); expect about
-       1.5-2 hours on an idle 2-core CPU.
+       21 runs, 9.1e13 FLOPs. On the idle 2-core VM `--dry-run` estimated 47 min (the probe
+       reached 28 GFLOP/s on the smallest model, 43 on the largest, with both cores); the whole
+       plan ran in 75 min with `--parallel=2` while the Kaplan sweep shared the machine (about
+       one core for this sweep). Result (docs/results.md): every budget's minimum inside the
+       ladder, N_opt ~ C^0.44 [0.34, 0.62] (approach 3), C^0.59 [0.45, 0.81] (approach 2).
   gpu  C = 2e13, 6e13, 2e14 FLOPs; N from 0.25M to 6.4M; batches of 32 x 256, bfloat16: 19 runs,
        1.9e15 FLOPs, well under an hour on one H100 (not measured: no GPU was available). The
        smallest model at the largest budget reads pystdlib ~3 times (Muennighoff et al. 2023: up
