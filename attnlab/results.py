@@ -24,24 +24,16 @@ count of Hoffmann et al. 2022 App. F (embeddings, attention and the output head 
 
 from __future__ import annotations
 
-import json
 import math
-import os
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from attnlab.errors import AttnlabError
-
-RUNS_DIR = "runs"
-RUN_FILE = "run.json"
-SUMMARY_FILE = "summary.json"
-FAILURE_FILE = "failure.json"
-METRICS_FILE = "metrics.jsonl"
-TABLE_FILE = "results.parquet"
-CSV_FILE = "results.csv"
-FINAL_STATUSES = ("completed", "diverged", "failed")
+from attnlab.rundir import (CSV_FILE, DIVERGED, FAILED, FAILURE_FILE, FINAL_STATUSES,
+                            METRICS_FILE, RUN_FILE, RUNS_DIR, SUMMARY_FILE, TABLE_FILE,
+                            atomic_path, read_json_or_none, read_metrics, run_status)
 
 _LEADING = ["run_id", "status", "sweep", "mode", "budget"]
 _TRAILING = ["params", "non_embedding_params", "embedding_params", "tokens", "steps",
@@ -51,39 +43,6 @@ _TRAILING = ["params", "non_embedding_params", "embedding_params", "tokens", "st
 
 class ResultsError(AttnlabError):
     """A results file or sweep directory is missing or unreadable."""
-
-
-def read_json(path: Path) -> dict | None:
-    """The JSON object in ``path``, or None if it is missing or cut short."""
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def run_status(run_dir: str | Path) -> str:
-    """completed | diverged | failed | partial | pending, from the files in ``run_dir``.
-
-    A summary that says ``running`` belongs to a process that was killed (or is still running);
-    one that says ``failed`` because of KeyboardInterrupt/SystemExit was interrupted, not broken.
-    Both count as partial: rerunning resumes them.
-    """
-    run_dir = Path(run_dir)
-    summary = read_json(run_dir / SUMMARY_FILE)
-    if summary and summary.get("status") in FINAL_STATUSES and not _interrupted(summary):
-        return summary["status"]
-    if (run_dir / FAILURE_FILE).exists():
-        return "failed"
-    started = (SUMMARY_FILE, METRICS_FILE, "checkpoints")
-    if any((run_dir / name).exists() for name in started):
-        return "partial"
-    return "pending"
-
-
-def _interrupted(summary: dict) -> bool:
-    error = str(summary.get("error", ""))
-    return summary.get("status") == "failed" and error.startswith(("KeyboardInterrupt",
-                                                                   "SystemExit"))
 
 
 def run_dirs(workdir: str | Path) -> list[Path]:
@@ -97,9 +56,9 @@ def run_dirs(workdir: str | Path) -> list[Path]:
 def run_row(run_dir: str | Path) -> dict[str, Any]:
     """One table row: the planned record merged with the training summary (if any)."""
     run_dir = Path(run_dir)
-    planned = read_json(run_dir / RUN_FILE) or {}
-    summary = read_json(run_dir / SUMMARY_FILE) or {}
-    failure = read_json(run_dir / FAILURE_FILE) or {}
+    planned = read_json_or_none(run_dir / RUN_FILE) or {}
+    summary = read_json_or_none(run_dir / SUMMARY_FILE) or {}
+    failure = read_json_or_none(run_dir / FAILURE_FILE) or {}
     status = run_status(run_dir)
     row: dict[str, Any] = {"run_id": planned.get("run_id", run_dir.name), "status": status,
                            "sweep": planned.get("sweep"), "mode": planned.get("mode")}
@@ -126,8 +85,8 @@ def run_row(run_dir: str | Path) -> dict[str, Any]:
         row[key] = summary.get(key)
     row["final_train_loss"] = summary.get("final_train_loss_smoothed",
                                           summary.get("final_train_loss"))
-    error = failure.get("error") or (summary.get("error") if status == "failed" else None)
-    if status == "diverged" and summary.get("diverged_at_step"):
+    error = failure.get("error") or (summary.get("error") if status == FAILED else None)
+    if status == DIVERGED and summary.get("diverged_at_step"):
         error = f"diverged at step {summary['diverged_at_step']}"
     row["error"] = error
     return row
@@ -149,15 +108,14 @@ def build_table(workdir: str | Path) -> pd.DataFrame:
 
 
 def write_table(workdir: str | Path) -> pd.DataFrame:
-    """Rebuilds ``results.parquet`` and ``results.csv`` atomically (temporary file, then
-    os.replace: a reader sees the old table or the new one) and returns the table."""
+    """Rebuilds ``results.parquet`` and ``results.csv`` atomically (a reader sees the old table
+    or the new one) and returns the table."""
     workdir = Path(workdir)
     df = build_table(workdir)
-    for name, write in ((TABLE_FILE, lambda p: df.to_parquet(p, index=False)),
-                        (CSV_FILE, lambda p: df.to_csv(p, index=False))):
-        tmp = workdir / f".{name}.tmp{os.getpid()}"
-        write(tmp)
-        os.replace(tmp, workdir / name)
+    with atomic_path(workdir / TABLE_FILE) as tmp:
+        df.to_parquet(tmp, index=False)
+    with atomic_path(workdir / CSV_FILE) as tmp:
+        df.to_csv(tmp, index=False)
     return df
 
 
@@ -200,7 +158,7 @@ def curves(path: str | Path) -> pd.DataFrame:
         if not records:
             continue
         row = run_row(run_dir)
-        planned = read_json(run_dir / RUN_FILE) or {}
+        planned = read_json_or_none(run_dir / RUN_FILE) or {}
         train = [r for r in records if "loss" in r]
         val = [r for r in records if "val_loss" in r]
         # A resumed run may have logged a step twice: keep the last record of each step.
@@ -231,20 +189,6 @@ def curves(path: str | Path) -> pd.DataFrame:
         return pd.DataFrame(columns=["run_id", "status", "params", "non_embedding_params",
                                      "step", "tokens", "loss", "val_loss"])
     return _uniform_columns(pd.concat(frames, ignore_index=True))
-
-
-def read_metrics(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    records = []
-    for line in path.read_text().splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue  # the last line of a killed run may be cut short
-        if isinstance(record, dict) and "step" in record:
-            records.append(record)
-    return records
 
 
 _NUMERIC = [c for c in _TRAILING if c != "error"] + [

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
+from attnlab import rundir
 from attnlab.config import Config, DataConfig, ModelConfig, TrainConfig
 from attnlab.errors import ConfigError
 from attnlab.train import mfu as mfu_lib
@@ -147,14 +148,14 @@ def test_incompatible_checkpoint_is_named():
 def test_workdir_refuses_another_config_and_allows_launch_changes(tmp_path):
     cfg = make_config()
     assert wd.check_workdir(tmp_path / "new", cfg) is None
-    wd.write_json_atomic(tmp_path / wd.CONFIG_FILE, cfg.to_dict())
-    before = (tmp_path / wd.CONFIG_FILE).read_bytes()
+    rundir.write_json_atomic(tmp_path / rundir.CONFIG_FILE, cfg.to_dict())
+    before = (tmp_path / rundir.CONFIG_FILE).read_bytes()
     relaunched = make_config(mesh_fsdp=2, process_id=0, num_processes=1)
     assert wd.check_workdir(tmp_path, relaunched) is None
     with pytest.raises(wd.WorkdirError,
                        match=r"(?s)train.steps: saved 1000, given 5.*another --workdir"):
         wd.check_workdir(tmp_path, make_config(steps=5))
-    assert (tmp_path / wd.CONFIG_FILE).read_bytes() == before
+    assert (tmp_path / rundir.CONFIG_FILE).read_bytes() == before
     (tmp_path / "elsewhere" / "checkpoints").mkdir(parents=True)
     with pytest.raises(wd.WorkdirError, match="no config.json"):
         wd.check_workdir(tmp_path / "elsewhere", cfg)
@@ -164,15 +165,15 @@ def test_rewind_metrics_drops_lost_steps_and_torn_lines(tmp_path):
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"step": 5, "loss": 2}\n{"step": 10, "val_loss": 1.9}\n'
                     '{"step": 15, "loss": 1.5}\n{"step": 2')
-    kept = wd.rewind_metrics(path, 10)
+    kept = rundir.rewind_metrics(path, 10)
     assert [r["step"] for r in kept] == [5, 10]
     assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [5, 10]
 
 
 def test_summary_is_written_atomically(tmp_path):
     target = tmp_path / "summary.json"
-    wd.write_json_atomic(target, {"status": "running", "loss": math.nan})
-    wd.write_json_atomic(target, {"status": "completed"})
+    rundir.write_json_atomic(target, {"status": "running", "loss": math.nan})
+    rundir.write_json_atomic(target, {"status": "completed"})
     assert json.loads(target.read_text()) == {"status": "completed"}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["summary.json"]  # no temporaries
 

@@ -34,6 +34,7 @@ from tqdm.auto import tqdm
 
 import attnlab
 from attnlab import model as lm
+from attnlab import rundir
 from attnlab.config import Config, ModelConfig
 from attnlab.extrapolation import protocol
 from attnlab.extrapolation.protocol import PROTOCOLS, EvaluationError, WindowPlan
@@ -486,7 +487,6 @@ def results_frame(report: dict) -> pd.DataFrame:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    """Atomic, with a temporary unique to this writer: two evaluations never share one."""
+    rundir.write_text_atomic(path, text)
 

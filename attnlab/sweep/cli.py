@@ -12,6 +12,7 @@ import sys
 
 from attnlab import cli_flags
 from attnlab.cli_flags import Flag
+from attnlab.rundir import FAILED, TABLE_FILE
 
 FLAGS = [
     Flag("workdir", "string", None, "Sweep directory (created if missing).", required=True),
@@ -60,5 +61,5 @@ def sweep_main(argv: list[str]) -> int:
         sys.stderr.write(f"\ninterrupted; rerun the same command to resume ({workdir})\n")
         return 130
     counts = table["status"].value_counts().to_dict()
-    print(f"results: {workdir}/results.parquet ({', '.join(f'{n} {s}' for s, n in counts.items())})")
-    return 1 if counts.get("failed") else 0
+    print(f"results: {workdir}/{TABLE_FILE} ({', '.join(f'{n} {s}' for s, n in counts.items())})")
+    return 1 if counts.get(FAILED) else 0

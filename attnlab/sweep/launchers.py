@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Callable
 
 from attnlab.errors import AttnlabError
+from attnlab.rundir import FAILED, LOG_FILE
 from attnlab.sweep.spec import Resources
-from attnlab.sweep.worker import LOG_FILE, execute_run, write_failure
+from attnlab.sweep.worker import execute_run, write_failure
 
 OnResult = Callable[[Path, dict], None]
 _WORKER_MAIN = "import sys; from attnlab.sweep.worker import main; sys.exit(main(sys.argv[1:]))"
@@ -54,7 +55,7 @@ def record_crash(run_dir: Path, how: str) -> dict:
     result the launcher passes on."""
     error = f"worker process died ({how}) while training; see {run_dir / LOG_FILE}"
     write_failure(run_dir, error, _log_tail(run_dir / LOG_FILE))
-    return {"run_id": run_dir.name, "status": "failed", "error": error, "seconds": None}
+    return {"run_id": run_dir.name, "status": FAILED, "error": error, "seconds": None}
 
 
 def _describe_exit(returncode: int) -> str:

@@ -17,8 +17,8 @@ from typing import Any
 from attnlab.config import Config, ModelConfig, from_config_dict
 from attnlab.errors import ConfigError
 from attnlab.model import flops_per_token, param_counts
+from attnlab.rundir import RESUMABLE_DIFFERENCES
 from attnlab.sweep.spec import Ladder, Shape, SweepSpec, SweepSpecError
-from attnlab.train.workdir import RESUMABLE_DIFFERENCES
 
 # Fields that say how a run is launched, not what it computes (training accepts them changed on
 # resume): they do not enter the run id, so e.g. another mesh keeps finished runs valid.

@@ -12,7 +12,6 @@ per worker and per new shape, and the persistent compilation cache shrinks them 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import tempfile
 from pathlib import Path
@@ -20,10 +19,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from attnlab import results
+from attnlab import rundir
 from attnlab.sweep.launchers import WorkerProcess
 from attnlab.sweep.planner import PlannedRun, expand
-from attnlab.sweep.runner import CACHE_DIR, check_data, run_record
+from attnlab.sweep.runner import check_data, run_record
 from attnlab.sweep.spec import SweepSpec
 
 PROBES = ("steps", "none")
@@ -50,7 +49,8 @@ def probe_throughput(runs: list[PlannedRun], *, steps: int = 12,
     chosen = [by_cost[0]] if len(by_cost) == 1 else [by_cost[0], by_cost[-1]]
     points = []
     with tempfile.TemporaryDirectory(prefix="attnlab-probe-") as tmp:
-        worker = WorkerProcess(cpus=None, cache_dir=cache_dir or str(Path(tmp) / CACHE_DIR),
+        worker = WorkerProcess(cpus=None,
+                               cache_dir=cache_dir or str(Path(tmp) / rundir.JAX_CACHE_DIR),
                                log_path=Path(tmp) / "worker.log")
         try:
             for run in chosen:
@@ -63,14 +63,14 @@ def probe_throughput(runs: list[PlannedRun], *, steps: int = 12,
                 run_dir = Path(tmp) / run.run_id
                 run_dir.mkdir()
                 record = run_record(SweepSpec("probe", "grid", "cpu", {}), probe_run)
-                (run_dir / results.RUN_FILE).write_text(json.dumps(record))
+                rundir.write_json_atomic(run_dir / rundir.RUN_FILE, record)
                 outcome = worker.execute(run_dir)
-                if outcome["status"] != "completed":
+                if outcome["status"] != rundir.COMPLETED:
                     raise RuntimeError(f"throughput probe of {run.run_id} {outcome['status']}: "
                                        f"{outcome.get('error')}")
-                summary = results.read_json(run_dir / results.SUMMARY_FILE)
-                rates = [r["tokens_per_s"] for r in results.read_metrics(
-                    run_dir / results.METRICS_FILE) if r.get("tokens_per_s")]
+                summary = rundir.read_json(run_dir / rundir.SUMMARY_FILE)
+                rates = [r["tokens_per_s"] for r in rundir.read_metrics(
+                    run_dir / rundir.METRICS_FILE) if r.get("tokens_per_s")]
                 rate = float(np.median(rates))
                 step_seconds = steps * run.cfg.data.batch_size * run.cfg.data.seq_len / rate
                 points.append(ProbePoint(
@@ -125,18 +125,18 @@ def dry_run(spec: SweepSpec, workdir: str | Path | None = None, *, probe: str = 
                    tokens=run.tokens, steps=run.steps, lr=c.train.learning_rate,
                    warmup=c.train.warmup_steps, flops_6nd=run.flops("kaplan_6n"),
                    flops_chinchilla=run.flops("chinchilla"))
-        run_dir = workdir / results.RUNS_DIR / run.run_id if workdir else None
-        row["status"] = results.run_status(run_dir) if run_dir and run_dir.exists() else "pending"
+        row["status"] = (rundir.run_status(workdir / rundir.RUNS_DIR / run.run_id) if workdir
+                         else rundir.PENDING)
         rows.append(row)
     table = pd.DataFrame(rows)
-    todo = [run for run, row in zip(runs, rows) if row["status"] not in results.FINAL_STATUSES]
+    todo = [run for run, row in zip(runs, rows) if row["status"] not in rundir.FINAL_STATUSES]
     notes = list(notes)
     notes.append(f"{len(runs)} runs ({len(todo)} to run); total "
                  f"{sum(r.flops('chinchilla') for r in runs):.3g} FLOPs (chinchilla count); "
                  f"isoflop budgets use the '{spec.flops_per_token}' count")
     notes += check_data(todo)  # a bad data source fails the dry run too, naming its field
     if probe == "steps" and runs:
-        cache = workdir / CACHE_DIR if workdir and workdir.exists() else None
+        cache = workdir / rundir.JAX_CACHE_DIR if workdir and workdir.exists() else None
         points = probe_throughput(runs, cache_dir=str(cache) if cache else None)
         table["est_seconds"] = [estimate_seconds(run, points) for run in runs]
         remaining = sum(estimate_seconds(run, points) for run in todo)

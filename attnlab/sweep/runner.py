@@ -27,19 +27,12 @@ from pathlib import Path
 import pandas as pd
 from tqdm.auto import tqdm
 
-from attnlab import results
+from attnlab import results, rundir
 from attnlab.sweep import launchers
 from attnlab.sweep.planner import PlannedRun, plan
 from attnlab.sweep.spec import SweepSpec
 
 LAUNCHERS = ("local", "ray")
-CACHE_DIR = "jax_cache"
-
-
-def _write_json_atomic(path: Path, obj) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
 
 
 def run_record(spec: SweepSpec, run: PlannedRun) -> dict:
@@ -58,13 +51,13 @@ def prepare_run_dirs(spec: SweepSpec, runs: list[PlannedRun], workdir: Path) -> 
     """Creates ``runs/<run_id>/run.json`` for every planned run (rewritten only if it changed)."""
     run_dirs = []
     for run in runs:
-        run_dir = workdir / results.RUNS_DIR / run.run_id
+        run_dir = workdir / rundir.RUNS_DIR / run.run_id
         run_dir.mkdir(parents=True, exist_ok=True)
         record = run_record(spec, run)
-        if results.read_json(run_dir / results.RUN_FILE) != json.loads(json.dumps(record)):
-            _write_json_atomic(run_dir / results.RUN_FILE, record)
+        if rundir.read_json_or_none(run_dir / rundir.RUN_FILE) != json.loads(json.dumps(record)):
+            rundir.write_json_atomic(run_dir / rundir.RUN_FILE, record)
         run_dirs.append(run_dir)
-    _write_json_atomic(workdir / "sweep.json", {
+    rundir.write_json_atomic(workdir / rundir.SWEEP_FILE, {
         "name": spec.name, "mode": spec.mode, "scale": spec.scale, "source": spec.source,
         "planned_at": time.strftime("%Y-%m-%dT%H:%M:%S"), "runs": [r.run_id for r in runs]})
     return run_dirs
@@ -77,6 +70,7 @@ def check_data(runs: list[PlannedRun]) -> list[str]:
     windows) is then one error naming its field, raised here, instead of a failed run per
     configuration. Returns a note for each run whose token budget repeats data.
     """
+    # Here, not at the top: planning and dry runs then never import training (orbax, optax).
     from attnlab.data import prepare
     from attnlab.train.loop import check_corpus
 
@@ -108,20 +102,20 @@ def reset_for_retry(workdir: Path, run_dir: Path) -> str | None:
     diverged: the whole attempt moves to DIR/retired/<run_id>.<n>/ and the run starts afresh
               (its checkpoints lead to the divergence).
     """
-    status = results.run_status(run_dir)
-    if status == "failed":
-        failure = run_dir / results.FAILURE_FILE
+    status = rundir.run_status(run_dir)
+    if status == rundir.FAILED:
+        failure = run_dir / rundir.FAILURE_FILE
         if failure.exists():
             os.replace(failure, run_dir / f"failure-{time.strftime('%Y%m%d-%H%M%S')}.json")
         return "resumed"
-    if status == "diverged":
-        retired = workdir / "retired"
+    if status == rundir.DIVERGED:
+        retired = workdir / rundir.RETIRED_DIR
         retired.mkdir(exist_ok=True)
         n = sum(1 for p in retired.iterdir() if p.name.startswith(run_dir.name + ".")) + 1
-        record = (run_dir / results.RUN_FILE).read_text()
+        record = (run_dir / rundir.RUN_FILE).read_text()
         os.replace(run_dir, retired / f"{run_dir.name}.{n}")
         run_dir.mkdir()
-        (run_dir / results.RUN_FILE).write_text(record)
+        rundir.write_text_atomic(run_dir / rundir.RUN_FILE, record)
         return "restarted"
     return None
 
@@ -157,9 +151,9 @@ def run_sweep(spec: SweepSpec, workdir: str | os.PathLike, *, launcher: str = "l
     if launcher == "ray":
         launchers.import_ray()
     workdir = Path(workdir).absolute()
-    budget_notes = check_data([run for run in runs if results.run_status(
-        workdir / results.RUNS_DIR / run.run_id) != "completed"])
-    cache_dir = Path(cache_dir).absolute() if cache_dir else workdir / CACHE_DIR
+    budget_notes = check_data([run for run in runs if rundir.run_status(
+        workdir / rundir.RUNS_DIR / run.run_id) != rundir.COMPLETED])
+    cache_dir = Path(cache_dir).absolute() if cache_dir else workdir / rundir.JAX_CACHE_DIR
     cache_dir.mkdir(parents=True, exist_ok=True)
     run_dirs = prepare_run_dirs(spec, runs, workdir)
 
@@ -169,8 +163,8 @@ def run_sweep(spec: SweepSpec, workdir: str | os.PathLike, *, launcher: str = "l
             action = reset_for_retry(workdir, run_dir)
             if action:
                 say(f"{run_dir.name}: retrying ({action})")
-    statuses = collections.Counter(results.run_status(d) for d in run_dirs)
-    todo = [d for d in run_dirs if results.run_status(d) not in results.FINAL_STATUSES]
+    statuses = collections.Counter(rundir.run_status(d) for d in run_dirs)
+    todo = [d for d in run_dirs if rundir.run_status(d) not in rundir.FINAL_STATUSES]
     if launcher == "ray" or parallel > 1:
         todo = longest_first(todo, runs, run_dirs)
     say(f"sweep {spec.name} ({spec.mode}): {len(runs)} runs in {workdir}; "
@@ -191,9 +185,9 @@ def run_sweep(spec: SweepSpec, workdir: str | os.PathLike, *, launcher: str = "l
         outcomes[status] += 1
         bar.update(1)
         bar.set_postfix({k: v for k, v in sorted(outcomes.items())})
-        summary = results.read_json(run_dir / results.SUMMARY_FILE) or {}
+        summary = rundir.read_json_or_none(run_dir / rundir.SUMMARY_FILE) or {}
         detail = (f"val loss {summary['final_val_loss']:.4f}"
-                  if status == "completed" and summary.get("final_val_loss") is not None
+                  if status == rundir.COMPLETED and summary.get("final_val_loss") is not None
                   else result.get("error") or "")
         seconds = f" ({result['seconds']:.1f} s)" if result.get("seconds") else ""
         say(f"{run_dir.name}: {status}{seconds} {detail}".rstrip())
@@ -202,7 +196,7 @@ def run_sweep(spec: SweepSpec, workdir: str | os.PathLike, *, launcher: str = "l
     try:
         if launcher == "local":
             launchers.run_local(todo, on_result, parallel=parallel, cache_dir=str(cache_dir),
-                                logs_dir=workdir / "logs")
+                                logs_dir=workdir / rundir.LOGS_DIR)
         else:
             launchers.run_ray(todo, on_result, resources=spec.resources,
                               cache_dir=str(cache_dir), address=ray_address)

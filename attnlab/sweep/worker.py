@@ -24,10 +24,9 @@ import traceback
 from pathlib import Path
 from typing import Iterator
 
-from attnlab.results import FAILURE_FILE, RUN_FILE, read_json
+from attnlab import rundir
+from attnlab.rundir import FAILURE_FILE, LOCK_FILE, LOG_FILE, RUN_FILE
 
-LOG_FILE = "train.log"
-LOCK_FILE = ".lock"
 _PR_SET_PDEATHSIG = 1
 
 
@@ -83,10 +82,8 @@ def _output_to(path: Path) -> Iterator[None]:
 
 def write_failure(run_dir: Path, error: str, details: str = "") -> None:
     """Records a run that failed outside or around training (``failure.json``)."""
-    record = {"status": "failed", "error": error, "details": details, "time": time.time()}
-    tmp = run_dir / f".{FAILURE_FILE}.tmp{os.getpid()}"
-    tmp.write_text(json.dumps(record, indent=2) + "\n")
-    os.replace(tmp, run_dir / FAILURE_FILE)
+    rundir.write_json_atomic(run_dir / FAILURE_FILE, {
+        "status": rundir.FAILED, "error": error, "details": details, "time": time.time()})
 
 
 def execute_run(run_dir: str | os.PathLike, cache_dir: str | None = None) -> dict:
@@ -97,11 +94,12 @@ def execute_run(run_dir: str | os.PathLike, cache_dir: str | None = None) -> dic
       'failed' (an exception; recorded in failure.json), or 'busy' (another process holds the
       run's lock; nothing was done).
     """
+    # Imported here: a worker process pins its CPUs (main) before JAX starts.
     from attnlab import train
     from attnlab.config import from_config_dict
 
     run_dir = Path(run_dir)
-    planned = read_json(run_dir / RUN_FILE)
+    planned = rundir.read_json_or_none(run_dir / RUN_FILE)
     run_id = planned["run_id"] if planned else run_dir.name
     if cache_dir:
         enable_compilation_cache(cache_dir)
@@ -118,7 +116,7 @@ def execute_run(run_dir: str | os.PathLike, cache_dir: str | None = None) -> dic
                 summary = train.run(cfg, run_dir, progress=True)
                 status, error = summary["status"], summary.get("error")
             except Exception as e:  # noqa: BLE001 - any failure is recorded with the run
-                status, error = "failed", f"{type(e).__name__}: {e}"
+                status, error = rundir.FAILED, f"{type(e).__name__}: {e}"
                 traceback.print_exc()
                 write_failure(run_dir, error, traceback.format_exc())
     return {"run_id": run_id, "status": status, "error": error,

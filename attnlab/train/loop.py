@@ -26,9 +26,11 @@ import numpy as np
 import optax
 from flax import nnx
 
+from attnlab import rundir
 from attnlab.config import Config
+from attnlab.data import Batches, Corpus, check_budget, prepare, validation_batches
 from attnlab.errors import ConfigError
-from attnlab.train import workdir as wd
+from attnlab.model import flops_per_token, param_counts
 from attnlab.train.checkpoint import Checkpoints, CheckpointError, check_compatible, param_shapes
 from attnlab.train.metrics import MetricsWriter, Throughput
 from attnlab.train.mfu import mfu, peak_flops_per_device
@@ -49,6 +51,7 @@ from attnlab.train.state import (
     init_train_state,
 )
 from attnlab.train.step import make_eval_step, make_train_step
+from attnlab.train.workdir import check_workdir
 
 EXIT_COMPLETED, EXIT_BAD_INPUT, EXIT_DIVERGED = 0, 2, 3
 
@@ -73,8 +76,6 @@ def training_flops_per_token(cfg: Config) -> dict[str, float]:
     """FLOPs per trained token. ``mfu`` counts the matmuls a causal LM needs: Kaplan's
     ``6N + 6 n_layers seq d_attn`` (attention causal-averaged) plus the output layer ``6 d V``
     (Porian et al. 2024); ``6n`` and ``chinchilla`` are the two published conventions."""
-    from attnlab.model import flops_per_token
-
     f = flops_per_token(cfg.model, cfg.data.seq_len)
     return {"mfu": f["kaplan"] + f["head"], "6n": f["kaplan_6n"], "chinchilla": f["chinchilla"]}
 
@@ -104,7 +105,7 @@ class _Preflight:
     mesh: jax.sharding.Mesh
     optimizer: optax.GradientTransformation
     schedule: optax.Schedule
-    corpus: object  # attnlab.data.Corpus
+    corpus: Corpus
     budget_warnings: list[str]
     graphdef: nnx.GraphDef
     param_shapes: dict[str, list[int]]
@@ -121,8 +122,6 @@ def check_corpus(cfg: Config, corpus) -> list[str]:
     CorpusTooSmallError naming the field (a vocabulary larger than the model's, windows longer
     than the training split).
     """
-    from attnlab.data import check_budget
-
     if corpus.vocab_size > cfg.model.vocab_size:
         raise ConfigError("model.vocab_size", f"{cfg.model.vocab_size} is smaller than the "
                           f"tokenizer's vocabulary ({corpus.vocab_size})")
@@ -134,8 +133,6 @@ def check_corpus(cfg: Config, corpus) -> list[str]:
 
 def _preflight(cfg: Config, workdir: Path) -> _Preflight:
     """Every check that can fail on bad input, cheapest first; raises AttnlabError."""
-    from attnlab.data import prepare
-
     mesh = make_mesh(cfg)
     check_batch_divides(cfg, mesh.size, jax.process_count())
     optimizer, schedule = make_optimizer(cfg.train, cfg.total_steps, cfg.model.d_model)
@@ -145,7 +142,7 @@ def _preflight(cfg: Config, workdir: Path) -> _Preflight:
     shapes = param_shapes(abstract_params)
     abstract_state = abstract_train_state(cfg, optimizer)
     latest, meta = None, {}
-    directory = workdir / wd.CHECKPOINT_DIR
+    directory = workdir / rundir.CHECKPOINT_DIR
     if directory.exists():
         with Checkpoints(directory, keep=cfg.train.keep_checkpoints, read_only=True) as ckpts:
             latest = ckpts.latest_step()
@@ -217,16 +214,13 @@ def run(cfg: Config, workdir: str | Path, *, progress: bool = True) -> dict:
       attnlab.errors.AttnlabError (ConfigError, WorkdirError, CheckpointError, data errors):
       bad input, raised before anything is compiled or written.
     """
-    from attnlab.data import Batches, validation_batches
-    from attnlab.model import param_counts
-
     workdir = Path(workdir).absolute()
     initialize_distributed(cfg)
     writer = jax.process_index() == 0  # the process that writes the run's files
 
     # -- 1. checks; nothing is written ----------------------------------------------------------
-    previous = wd.check_workdir(workdir, cfg)
-    if previous and previous.get("status") in ("completed", "diverged"):
+    previous = check_workdir(workdir, cfg)
+    if previous and previous.get("status") in (rundir.COMPLETED, rundir.DIVERGED):
         return previous  # a finished result: rerunning is a no-op
     plan = _preflight(cfg, workdir)
 
@@ -236,14 +230,14 @@ def run(cfg: Config, workdir: str | Path, *, progress: bool = True) -> dict:
     start_step = plan.latest or 0
     if writer:
         workdir.mkdir(parents=True, exist_ok=True)
-        if not (workdir / wd.CONFIG_FILE).exists():
-            wd.write_json_atomic(workdir / wd.CONFIG_FILE, cfg.to_dict())
+        if not (workdir / rundir.CONFIG_FILE).exists():
+            rundir.write_json_atomic(workdir / rundir.CONFIG_FILE, cfg.to_dict())
     counts = param_counts(cfg.model)
     flops = training_flops_per_token(cfg)
     device = jax.devices()[0]
     peak, peak_source = peak_flops_per_device(device, cfg.model.dtype)
     summary = {
-        "status": "running", "name": cfg.name, "workdir": str(workdir),
+        "status": rundir.RUNNING, "name": cfg.name, "workdir": str(workdir),
         "total_steps": total_steps, "step": start_step, "tokens_per_step": tokens_per_step,
         "params": {k: counts[k] for k in ("total", "non_embedding", "embedding")},
         "flops_per_token": flops,
@@ -256,10 +250,10 @@ def run(cfg: Config, workdir: str | Path, *, progress: bool = True) -> dict:
 
     def write_summary():
         if writer:
-            wd.write_json_atomic(workdir / wd.SUMMARY_FILE, summary)
+            rundir.write_json_atomic(workdir / rundir.SUMMARY_FILE, summary)
 
     write_summary()
-    checkpoints = Checkpoints(workdir / wd.CHECKPOINT_DIR, keep=cfg.train.keep_checkpoints)
+    checkpoints = Checkpoints(workdir / rundir.CHECKPOINT_DIR, keep=cfg.train.keep_checkpoints)
     metrics = None
     try:  # from here on, a crash is recorded as status "failed"
         if plan.latest is None:
@@ -268,7 +262,7 @@ def run(cfg: Config, workdir: str | Path, *, progress: bool = True) -> dict:
         else:
             state = checkpoints.restore(plan.latest, plan.abstract_state, plan.shardings)
         if writer:  # lines logged after the checkpoint are about to be logged again
-            wd.rewind_metrics(workdir / wd.METRICS_FILE, start_step)
+            rundir.rewind_metrics(workdir / rundir.METRICS_FILE, start_step)
         train_step, eval_step = _compile(cfg, plan)
         record = _Record(plan.meta, total_steps, tokens_per_step)
 
@@ -332,7 +326,7 @@ def run(cfg: Config, workdir: str | Path, *, progress: bool = True) -> dict:
             if not _finite(loss, grad_norm):
                 metrics.log(line)
                 metrics.message(f"diverged at step {step}: loss {loss}, grad_norm {grad_norm}")
-                return finish("diverged", diverged_at_step=step)
+                return finish(rundir.DIVERGED, diverged_at_step=step)
             record.recent_losses.append(loss)
             record.throughput.step_done()
             metrics.step(step)
@@ -355,10 +349,10 @@ def run(cfg: Config, workdir: str | Path, *, progress: bool = True) -> dict:
                                          "param_shapes": plan.param_shapes})
         if record.last_val is None:  # resumed from the final checkpoint
             record.validation(evaluate(state.params))
-        return finish("completed")
+        return finish(rundir.COMPLETED)
     except BaseException as e:
-        if summary["status"] == "running":
-            summary.update(status="failed", error=f"{type(e).__name__}: {e}")
+        if summary["status"] == rundir.RUNNING:
+            summary.update(status=rundir.FAILED, error=f"{type(e).__name__}: {e}")
             write_summary()
         raise
     finally:

@@ -7,7 +7,6 @@ the processor, thread count, dtype and JAX version, so it is not re-measured on 
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import time
@@ -15,6 +14,9 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+import platformdirs
+
+from attnlab.rundir import read_json_or_none, write_json_atomic
 
 # (substring of device_kind, lower-case) -> peak dense FLOP/s per JAX device, bf16 matmul.
 # TPU v2/v3 expose one JAX device per core (half a chip); v4 and later one per chip.
@@ -76,8 +78,6 @@ def measure_matmul_peak(dtype: str = "float32", size: int = 1024, repeats: int =
 
 def default_cache_dir() -> Path:
     """$ATTNLAB_CACHE_DIR, else the platform's user cache dir (e.g. ~/.cache/attnlab)."""
-    import platformdirs
-
     return Path(os.environ.get("ATTNLAB_CACHE_DIR") or platformdirs.user_cache_dir("attnlab"))
 
 
@@ -105,9 +105,8 @@ def peak_flops_per_device(device=None, dtype: str = "float32",
     cache_file = Path(cache_dir or default_cache_dir()) / "peak_flops.json"
     key = "|".join([device.platform, device.device_kind, _cpu_name(), str(os.cpu_count()), dtype,
                     f"jax {jax.__version__}"])
-    try:
-        cache = json.loads(cache_file.read_text())
-    except (OSError, ValueError):
+    cache = read_json_or_none(cache_file)
+    if not isinstance(cache, dict):
         cache = {}
     if isinstance(cache.get(key), (int, float)):
         return float(cache[key]), "cached probe"
@@ -115,9 +114,7 @@ def peak_flops_per_device(device=None, dtype: str = "float32",
     cache[key] = peak
     try:
         cache_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache_file.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(cache, indent=1, sort_keys=True))
-        tmp.replace(cache_file)
+        write_json_atomic(cache_file, cache)
     except OSError:
         pass  # an unwritable cache only costs a re-measurement next time
     return peak, "probe"

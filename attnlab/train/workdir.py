@@ -1,52 +1,16 @@
-"""What a run keeps in its directory, apart from checkpoints and TensorBoard events.
+"""Whether a directory may hold this run: a new one, or this run to resume (same config).
 
-``config.json`` (the full resolved config), ``metrics.jsonl`` (one JSON object a line) and
-``summary.json`` (written atomically: a temporary file renamed over the old one).
+The file names, atomic writes and reads are :mod:`attnlab.rundir`'s.
 """
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 from typing import Any
 
 from attnlab.config import Config
-from attnlab.errors import AttnlabError
-
-CONFIG_FILE = "config.json"
-METRICS_FILE = "metrics.jsonl"
-SUMMARY_FILE = "summary.json"
-CHECKPOINT_DIR = "checkpoints"
-TENSORBOARD_DIR = "tensorboard"
-
-STATUSES = ("running", "completed", "diverged", "failed")
-
-# How a run is launched, not what it computes: may differ when a run is resumed. (Resharding a
-# checkpoint onto another mesh is exact for the parameters; later steps then reduce in another
-# order, so the continuation matches to float rounding, not bitwise.)
-RESUMABLE_DIFFERENCES = frozenset({
-    "data.cache_dir", "train.distributed", "train.coordinator_address", "train.num_processes",
-    "train.process_id", "train.mesh_data", "train.mesh_fsdp",
-})
-
-
-class WorkdirError(AttnlabError):
-    """The work directory holds something that this run must not overwrite."""
-
-
-def write_json_atomic(path: Path, obj: Any) -> None:
-    """Writes ``obj`` as JSON so that readers see the old file or the new one, never a part."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, allow_nan=True) + "\n")
-    os.replace(tmp, path)
-
-
-def read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise WorkdirError(f"cannot read {path}: {e}") from None
+from attnlab.rundir import (CHECKPOINT_DIR, CONFIG_FILE, RESUMABLE_DIFFERENCES, SUMMARY_FILE,
+                            WorkdirError, read_json)
 
 
 def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
@@ -93,22 +57,3 @@ def check_workdir(workdir: Path, cfg: Config) -> dict | None:
             f"in {config_path}). To start fresh, pass another --workdir, or delete {workdir}.")
     summary_path = workdir / SUMMARY_FILE
     return read_json(summary_path) if summary_path.exists() else None
-
-
-def rewind_metrics(path: Path, step: int) -> list[dict]:
-    """Drops lines logged after ``step`` (work lost when a run was killed after its last
-    checkpoint, about to be redone) and returns the lines kept."""
-    if not path.exists():
-        return []
-    kept = []
-    for line in path.read_text().splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue  # a line cut short by a kill
-        if record.get("step", 0) <= step:
-            kept.append(record)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
-    os.replace(tmp, path)
-    return kept

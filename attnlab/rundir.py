@@ -1,0 +1,188 @@
+"""The files of run and sweep directories: their names, atomic writes and tolerant reads.
+
+A run directory (``attnlab train --workdir`` or a sweep's ``runs/<run_id>/``)::
+
+    config.json      the full resolved config (training)
+    metrics.jsonl    one JSON object a line (training; the last line may be cut short by a kill)
+    summary.json     status and totals, rewritten atomically as the run goes (training)
+    checkpoints/     orbax steps (training)
+    tensorboard/     event files (training)
+    run.json         the sweep's plan of the run
+    failure.json     a run that failed outside or around training (sweep worker)
+    train.log, .lock the sweep worker's log and lock
+
+A sweep directory holds ``runs/``, ``sweep.json``, ``results.parquet`` / ``results.csv``,
+``jax_cache/``, ``logs/`` and ``retired/``.
+
+Writers replace a file in one step (a unique temporary file in the same directory, fsync,
+``os.replace``), so readers see the old file or the new one and two writers never share a
+temporary. Readers choose what a missing or partial file means: :func:`read_json` raises,
+:func:`read_json_or_none` returns None.
+
+This is a low layer: it imports nothing of attnlab but :mod:`attnlab.errors`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+from attnlab.errors import AttnlabError
+
+# -- a run directory ---------------------------------------------------------------------------
+CONFIG_FILE = "config.json"
+METRICS_FILE = "metrics.jsonl"
+SUMMARY_FILE = "summary.json"
+CHECKPOINT_DIR = "checkpoints"
+TENSORBOARD_DIR = "tensorboard"
+RUN_FILE = "run.json"
+FAILURE_FILE = "failure.json"
+LOG_FILE = "train.log"
+LOCK_FILE = ".lock"
+
+# -- a sweep directory -------------------------------------------------------------------------
+RUNS_DIR = "runs"
+SWEEP_FILE = "sweep.json"
+TABLE_FILE = "results.parquet"
+CSV_FILE = "results.csv"
+JAX_CACHE_DIR = "jax_cache"
+LOGS_DIR = "logs"
+RETIRED_DIR = "retired"
+
+# -- statuses ----------------------------------------------------------------------------------
+# What summary.json says (training) ...
+RUNNING, COMPLETED, DIVERGED, FAILED = "running", "completed", "diverged", "failed"
+SUMMARY_STATUSES = (RUNNING, COMPLETED, DIVERGED, FAILED)
+# ... and what a sweep makes of a run directory (run_status).
+PARTIAL, PENDING = "partial", "pending"
+FINAL_STATUSES = (COMPLETED, DIVERGED, FAILED)
+
+
+# How a run is launched, not what it computes: may differ when a run is resumed. (Resharding a
+# checkpoint onto another mesh is exact for the parameters; later steps then reduce in another
+# order, so the continuation matches to float rounding, not bitwise.)
+RESUMABLE_DIFFERENCES = frozenset({
+    "data.cache_dir", "train.distributed", "train.coordinator_address", "train.num_processes",
+    "train.process_id", "train.mesh_data", "train.mesh_fsdp",
+})
+
+
+class WorkdirError(AttnlabError):
+    """A run directory holds something this run must not overwrite, or a file it cannot read."""
+
+
+# -- writing -----------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yields a fresh temporary path beside ``path``; on success it replaces ``path``.
+
+    The temporary's name is unique to this writer (``mkstemp``), so concurrent writers of one
+    file cannot clobber each other's half-written data; the last ``os.replace`` wins whole. On
+    an exception the temporary is removed and ``path`` is left as it was.
+    """
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp = Path(tmp)
+    try:
+        yield tmp
+        with open(tmp, "rb") as handle:  # on disk before the rename makes it visible
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """Writes ``text`` so that readers see the old file or the new one, never a part."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
+
+
+def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
+    """``obj`` as indented, key-sorted JSON (NaN allowed: losses can be NaN), atomically."""
+    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True, allow_nan=True) + "\n")
+
+
+# -- reading -----------------------------------------------------------------------------------
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    """The JSON in ``path``. Raises WorkdirError naming the file if it is missing or unreadable."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise WorkdirError(f"cannot read {path}: {e}") from None
+
+
+def read_json_or_none(path: str | os.PathLike) -> Any:
+    """The JSON in ``path``, or None if it is missing or cut short (e.g. a run still starting)."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def read_jsonl(path: str | os.PathLike) -> list[Any]:
+    """Every whole JSON line of ``path`` ([] if missing); a line cut short by a kill is skipped."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            continue
+    return records
+
+
+def read_metrics(path: str | os.PathLike) -> list[dict]:
+    """The step records of a ``metrics.jsonl``."""
+    return [r for r in read_jsonl(path) if isinstance(r, dict) and "step" in r]
+
+
+def rewind_metrics(path: str | os.PathLike, step: int) -> list[dict]:
+    """Drops lines logged after ``step`` (work lost when a run was killed after its last
+    checkpoint, about to be redone), rewriting the file atomically; returns the lines kept."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    kept = [r for r in read_jsonl(path) if isinstance(r, dict) and r.get("step", 0) <= step]
+    write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in kept))
+    return kept
+
+
+# -- a run's state -----------------------------------------------------------------------------
+
+
+def run_status(run_dir: str | os.PathLike) -> str:
+    """completed | diverged | failed | partial | pending, from the files in ``run_dir``.
+
+    A summary that says ``running`` belongs to a process that was killed (or is still running);
+    one that says ``failed`` because of KeyboardInterrupt/SystemExit was interrupted, not broken.
+    Both count as partial: rerunning resumes them.
+    """
+    run_dir = Path(run_dir)
+    summary = read_json_or_none(run_dir / SUMMARY_FILE)
+    if (isinstance(summary, dict) and summary.get("status") in FINAL_STATUSES
+            and not _interrupted(summary)):
+        return summary["status"]
+    if (run_dir / FAILURE_FILE).exists():
+        return FAILED
+    if any((run_dir / name).exists() for name in (SUMMARY_FILE, METRICS_FILE, CHECKPOINT_DIR)):
+        return PARTIAL
+    return PENDING
+
+
+def _interrupted(summary: dict) -> bool:
+    error = str(summary.get("error", ""))
+    return summary.get("status") == FAILED and error.startswith(("KeyboardInterrupt",
+                                                                 "SystemExit"))
