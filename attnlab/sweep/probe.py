@@ -25,8 +25,6 @@ from attnlab.sweep.planner import PlannedRun, expand
 from attnlab.sweep.runner import check_data, run_record
 from attnlab.sweep.spec import SweepSpec
 
-PROBES = ("steps", "none")
-
 
 @dataclasses.dataclass(frozen=True)
 class ProbePoint:
@@ -62,7 +60,7 @@ def probe_throughput(runs: list[PlannedRun], *, steps: int = 12,
                 probe_run = dataclasses.replace(run, cfg=cfg)
                 run_dir = Path(tmp) / run.run_id
                 run_dir.mkdir()
-                record = run_record(SweepSpec("probe", "grid", "cpu", {}), probe_run)
+                record = run_record(SweepSpec("probe", "grid", "cpu", cfg), probe_run)
                 rundir.write_json_atomic(run_dir / rundir.RUN_FILE, record)
                 outcome = worker.execute(run_dir)
                 if outcome["status"] != rundir.COMPLETED:

@@ -70,7 +70,7 @@ def check_data(runs: list[PlannedRun]) -> list[str]:
     windows) is then one error naming its field, raised here, instead of a failed run per
     configuration. Returns a note for each run whose token budget repeats data.
     """
-    # Here, not at the top: planning and dry runs then never import training (orbax, optax).
+    # Here, not at the top: importing attnlab.sweep (to plan) stays free of orbax and TFDS.
     from attnlab.data import prepare
     from attnlab.train.loop import check_corpus
 

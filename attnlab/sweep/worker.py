@@ -24,7 +24,10 @@ import traceback
 from pathlib import Path
 from typing import Iterator
 
+import jax
+
 from attnlab import rundir
+from attnlab.config import from_config_dict
 from attnlab.rundir import FAILURE_FILE, LOCK_FILE, LOG_FILE, RUN_FILE
 
 _PR_SET_PDEATHSIG = 1
@@ -37,8 +40,6 @@ def enable_compilation_cache(cache_dir: str | os.PathLike) -> None:
     runs are cached: runs with identical shapes then load their executables instead of
     recompiling them (in later runs and in later sweeps that share the directory).
     """
-    import jax
-
     jax.config.update("jax_compilation_cache_dir", os.fspath(cache_dir))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
@@ -94,9 +95,9 @@ def execute_run(run_dir: str | os.PathLike, cache_dir: str | None = None) -> dic
       'failed' (an exception; recorded in failure.json), or 'busy' (another process holds the
       run's lock; nothing was done).
     """
-    # Imported here: a worker process pins its CPUs (main) before JAX starts.
+    # Imported here, not at the top: the launching process imports this module but never
+    # trains, so importing attnlab.sweep (to plan) stays free of orbax and TFDS.
     from attnlab import train
-    from attnlab.config import from_config_dict
 
     run_dir = Path(run_dir)
     planned = rundir.read_json_or_none(run_dir / RUN_FILE)
