@@ -1,9 +1,12 @@
-"""Command-line flags for sub-commands that take a config file.
+"""Command-line flags of every ``attnlab`` sub-command: one parser, one ``--help``, one error style.
 
-The Flax-examples convention: ``--config=configs/x.py`` names a file whose ``get_config()`` returns
-an ``ml_collections.ConfigDict``, and ``--config.model.n_layers=4`` overrides one field.
-ml_collections' absl flags do the parsing; each call gets its own ``FlagValues`` so that no global
-flag state leaks between sub-commands (or between tests).
+Flags are ``--name=value`` (absl; ``--name value`` too, and ``--flag`` / ``--noflag`` for booleans).
+Commands that take a config follow the Flax-examples convention: ``--config=configs/x.py`` names a
+file whose ``get_config()`` returns an ``ml_collections.ConfigDict``, and
+``--config.model.n_layers=4`` overrides one field; commands without one (``fit``, ``plot``) pass
+``takes_config=False``. Each call gets its own ``FlagValues``, so no global flag state leaks
+between sub-commands (or between tests). Bad usage raises :class:`UsageError` naming the flag,
+which the dispatcher prints as one ``error: ...`` line with exit code 2.
 """
 
 from __future__ import annotations
@@ -32,13 +35,17 @@ class HelpRequested(Exception):
 
 
 def help_text(prog: str, extra: list["Flag"], *, config_required: bool = True,
-              description: str = "") -> str:
+              takes_config: bool = True, description: str = "") -> str:
     lines = [description.strip(), ""] if description else []
-    config = "--config=FILE" if config_required else "[--config=FILE]"
-    lines += [f"usage: {prog} {config} [--config.SECTION.KEY=VALUE ...] [flags]", "", "flags:",
-             "  --config=FILE  a config file defining get_config()"
-             + ("" if config_required else " (optional)"),
-             "  --config.SECTION.KEY=VALUE  override one field, e.g. --config.model.n_layers=4"]
+    if takes_config:
+        config = "--config=FILE" if config_required else "[--config=FILE]"
+        lines += [f"usage: {prog} {config} [--config.SECTION.KEY=VALUE ...] [flags]", "",
+                  "flags:", "  --config=FILE  a config file defining get_config()"
+                  + ("" if config_required else " (optional)"),
+                  "  --config.SECTION.KEY=VALUE  override one field, e.g. "
+                  "--config.model.n_layers=4"]
+    else:
+        lines += [f"usage: {prog} [flags]", "", "flags:"]
     for flag in extra:
         choices = f" ({'|'.join(flag.enum_values)})" if flag.enum_values else ""
         required = ", required" if flag.required else f", default {flag.default!r}"
@@ -59,22 +66,30 @@ class Flag:
 
 
 def parse(argv: list[str], extra: list[Flag] = (), *, prog: str = "attnlab",
-          config_required: bool = True, description: str = "") -> flags.FlagValues:
+          config_required: bool = True, takes_config: bool = True,
+          description: str = "") -> flags.FlagValues:
     """Parses ``argv`` (without the program name) into a fresh FlagValues.
+
+    Args:
+      extra: the command's flags besides ``--config``.
+      config_required: ``--config`` must be given (else it is optional).
+      takes_config: False for commands without a config file: no ``--config`` flag at all.
+      description: the first lines of ``--help``.
 
     Returns the FlagValues; ``values.config`` is the ConfigDict with overrides applied.
     Raises UsageError naming the flag at fault, HelpRequested for ``--help``.
     """
     if any(arg in ("-h", "--help", "--helpfull") for arg in argv):
         raise HelpRequested(help_text(prog, list(extra), config_required=config_required,
-                                      description=description))
-    argv, scale = _scale_as_config_argument(list(argv))
+                                      takes_config=takes_config, description=description))
+    argv, scale = _scale_as_config_argument(list(argv)) if takes_config else (list(argv), None)
     values = flags.FlagValues()
     args = [prog, *argv]
-    # sys_argv: the overrides are read from these args, not from the process's sys.argv.
-    config_flags.DEFINE_config_file(
-        "config", None, "Path to a config file defining get_config().", flag_values=values,
-        lock_config=True, sys_argv=args)
+    if takes_config:
+        # sys_argv: the overrides are read from these args, not from the process's sys.argv.
+        config_flags.DEFINE_config_file(
+            "config", None, "Path to a config file defining get_config().", flag_values=values,
+            lock_config=True, sys_argv=args)
     definers: dict[str, Callable] = {
         "string": flags.DEFINE_string, "integer": flags.DEFINE_integer,
         "float": flags.DEFINE_float, "bool": flags.DEFINE_bool,
@@ -86,7 +101,7 @@ def parse(argv: list[str], extra: list[Flag] = (), *, prog: str = "attnlab",
         else:
             definers[flag.kind](flag.name, flag.default, flag.help, flag_values=values)
     try:
-        values(args)
+        positional = values(args)[1:]
     except flags.Error as e:  # unknown flag, bad value, bad override path
         if scale is not None and "get_config() takes 0 positional" in str(e):
             raise UsageError(f"--config.scale={scale}: this config file's get_config() takes no "
@@ -97,17 +112,25 @@ def parse(argv: list[str], extra: list[Flag] = (), *, prog: str = "attnlab",
     except (AttributeError, KeyError, TypeError, ValueError) as e:
         bad = [a.split("=")[0] for a in argv if a.startswith("--config.")]
         raise UsageError(f"bad config override among {', '.join(bad)}: no such field {e}") from None
+    if positional:
+        raise UsageError(f"unexpected argument {positional[0]!r}: flags take the form "
+                         f"--name=value (see {prog} --help)")
+    if takes_config:
+        _check_config(values, config_required)
+    for flag in extra:
+        if flag.required and values[flag.name].value in (None, ""):
+            raise UsageError(f"--{flag.name} is required")
+    return values
+
+
+def _check_config(values: flags.FlagValues, required: bool) -> None:
     config = values["config"].value
     if config is not None and not isinstance(config, ml_collections.ConfigDict):
         # ml_collections defers file errors into a placeholder object; surface them now.
         path = values["config"].serialize().partition("=")[2]
         raise UsageError(f"--config: cannot load config file {path!r} (missing, or no get_config())")
-    if config_required and config is None:
+    if required and config is None:
         raise UsageError("--config is required, e.g. --config=configs/default.py")
-    for flag in extra:
-        if flag.required and values[flag.name].value in (None, ""):
-            raise UsageError(f"--{flag.name} is required")
-    return values
 
 
 def _scale_as_config_argument(argv: list[str]) -> tuple[list[str], str | None]:
