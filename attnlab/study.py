@@ -63,14 +63,15 @@ class StudyError(AttnlabError):
 class StudyResult:
     """What one ``quickstart`` produced.
 
-    table: the sweep's results (one row per run); fit: Chinchilla approach 3; fit_approach2:
-    approach 2, or None when the sweep has no budgets or the fit failed (see ``messages``);
+    table: the sweep's results (one row per run); fit: Chinchilla approach 3, or None when no
+    scaling law fits the runs; fit_approach2: approach 2, or None when the sweep has no budgets
+    or the fit failed (see ``messages`` for either);
     budgets: the FLOP budgets of the printed predictions; plots: kind -> PNG path;
     json_paths: the fit files; failed_runs: how many runs ended failed.
     """
 
     table: ScalingTable
-    fit: ScalingFit
+    fit: ScalingFit | None
     fit_approach2: ScalingFit | None
     budgets: tuple[float, ...]
     plots: dict[str, Path]
@@ -100,7 +101,8 @@ def prediction_budgets(table: ScalingTable,
 
 def fit_study(workdir: str | Path, *, n_bootstrap: int = 200, seed: int = 0):
     """Fits Chinchilla approach 3 (and approach 2 when the runs carry budgets) to a sweep
-    directory. Returns (table, fit3, fit2 or None, messages)."""
+    directory. Returns (table, fit3 or None, fit2 or None, messages): a fit that fails is a
+    message, so the study still reports and plots what it has."""
     from attnlab.scaling import FitError, FitInputError, GridEdgeWarning, fit_table
     from attnlab.scaling import prepare_points, read_table
 
@@ -109,8 +111,12 @@ def fit_study(workdir: str | Path, *, n_bootstrap: int = 200, seed: int = 0):
     messages = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", GridEdgeWarning)  # reported through fit.warnings
-        fit3 = fit_table(table, law="chinchilla", approach=3, n_bootstrap=n_bootstrap, seed=seed)
-        fit2 = None
+        fit3 = fit2 = None
+        try:
+            fit3 = fit_table(table, law="chinchilla", approach=3, n_bootstrap=n_bootstrap,
+                             seed=seed)
+        except (FitInputError, FitError) as error:
+            messages.append(f"approach 3 skipped: {error}")
         if table.budget is None:
             messages.append("approach 2 skipped: the sweep has no compute budgets (only isoflop "
                             "sweeps have them)")
@@ -123,32 +129,52 @@ def fit_study(workdir: str | Path, *, n_bootstrap: int = 200, seed: int = 0):
     return table, fit3, fit2, messages
 
 
-def draw_plots(table: ScalingTable, fit3: ScalingFit, fit2: ScalingFit | None,
-               out_dir: str | Path) -> dict[str, Path]:
-    """The standard scaling figures as PNGs in ``out_dir``; returns kind -> path."""
+def draw_plots(table: ScalingTable, fit3: ScalingFit | None, fit2: ScalingFit | None,
+               out_dir: str | Path) -> tuple[dict[str, Path], list[str]]:
+    """The standard scaling figures as PNGs in ``out_dir``; returns (kind -> path, messages).
+
+    Runs after the fits and tables are written, and a figure that fails to draw becomes a
+    message, never an exception: a plot must not cost the user an hour of training."""
     from attnlab.plots import scaling as plots
 
     out_dir = Path(out_dir)
     figures = {
         "loss_vs_compute": lambda: plots.plot_loss_vs_compute(table.frame),
         "loss_vs_params": lambda: plots.plot_loss_vs_params(table.frame, fit3),
-        "contours": lambda: plots.plot_loss_contours(fit3, table.frame),
-        "allocation": lambda: plots.plot_optimal_allocation(fit3, table.frame),
     }
+    if fit3 is not None:
+        figures["contours"] = lambda: plots.plot_loss_contours(fit3, table.frame)
+        figures["allocation"] = lambda: plots.plot_optimal_allocation(fit3, table.frame)
     if fit2 is not None:
         figures["isoflop"] = lambda: plots.plot_isoflops(fit2)
-    return {kind: plots.save_figure(make(), out_dir / f"{kind}.png")
-            for kind, make in figures.items()}
+    written, messages = {}, []
+    for kind, make in figures.items():
+        try:
+            written[kind] = plots.save_figure(make(), out_dir / f"{kind}.png")
+        except Exception as error:  # noqa: BLE001 - any drawing failure is reported, not raised
+            messages.append(f"plot {kind!r} not drawn: {type(error).__name__}: {error}")
+    return written, messages
 
 
 def headline(fit3: ScalingFit) -> str:
-    """The fitted law and the allocation exponents, next to the published ones."""
+    """The fitted law and the allocation exponents, next to the published ones. A parameter the
+    data do not pin is shown by its name, not by a value that means nothing."""
     p = fit3.params
-    return (f"fitted law (L: validation loss in nats per token, N: parameters, D: tokens):\n"
-            f"  L(N, D) = {p['E']:.3f} + {p['A']:.4g} / N^{p['alpha']:.3f} "
-            f"+ {p['B']:.4g} / D^{p['beta']:.3f}\n"
-            f"  N_opt ~ C^{p['a']:.3f}, D_opt ~ C^{p['b']:.3f}   (Hoffmann et al. 2022, "
-            f"approach 3: C^0.46, C^0.54)")
+
+    def value(name: str, spec: str) -> str:
+        return name if name in fit3.unpinned else format(p[name], spec)
+
+    lines = ["fitted law (L: validation loss in nats per token, N: parameters, D: tokens):",
+             f"  L(N, D) = {value('E', '.3f')} + {value('A', '.4g')} / N^{value('alpha', '.3f')} "
+             f"+ {value('B', '.4g')} / D^{value('beta', '.3f')}"]
+    if fit3.allocation_determined:
+        lines.append(f"  N_opt ~ C^{p['a']:.3f}, D_opt ~ C^{p['b']:.3f}   (Hoffmann et al. 2022, "
+                     f"approach 3: C^0.46, C^0.54)")
+    else:
+        lines.append(f"  N_opt ~ C^a: not determined, these runs do not pin "
+                     f"{', '.join(n for n in fit3.unpinned if n not in ('a', 'b', 'G'))} "
+                     f"(degenerate fit: see the warnings below; add sizes or budgets)")
+    return "\n".join(lines)
 
 
 def run_study(spec: SweepSpec, workdir: str | Path, *, n_bootstrap: int = 200, parallel: int = 1,
@@ -181,7 +207,9 @@ def run_study(spec: SweepSpec, workdir: str | Path, *, n_bootstrap: int = 200, p
         budgets = prediction_budgets(table)
         say("\n" + report(fit3, fit2, messages, str(workdir), budgets))
         json_paths = write_fits(workdir, fit3, fit2, budgets)
-        plots = draw_plots(table, fit3, fit2, workdir / PLOTS_DIR)
+        plots, plot_messages = draw_plots(table, fit3, fit2, workdir / PLOTS_DIR)
+    for message in plot_messages:
+        say(f"warning: {message}")
     say("wrote")
     for path in json_paths:
         say(f"  {path}")
@@ -195,13 +223,15 @@ def run_study(spec: SweepSpec, workdir: str | Path, *, n_bootstrap: int = 200, p
                        messages=tuple(messages))
 
 
-def report(fit3: ScalingFit, fit2: ScalingFit | None, messages: list[str], source: str,
+def report(fit3: ScalingFit | None, fit2: ScalingFit | None, messages: list[str], source: str,
            budgets: tuple[float, ...]) -> str:
     """The printed summary: the law, `attnlab fit`'s table of estimates and compute-optimal
     allocations, and approach 2's exponents."""
     from attnlab.scaling.cli import format_report  # the report `attnlab fit` prints
 
-    lines = [headline(fit3), "", format_report(fit3, source, list(budgets)).rstrip()]
+    lines = []
+    if fit3 is not None:
+        lines += [headline(fit3), "", format_report(fit3, source, list(budgets)).rstrip()]
     if fit2 is not None:
         ci = fit2.ci
         interval = lambda name: (f" [{ci[name][0]:.3f}, {ci[name][1]:.3f}]"  # noqa: E731
@@ -209,12 +239,13 @@ def report(fit3: ScalingFit, fit2: ScalingFit | None, messages: list[str], sourc
         lines += ["", f"approach 2 (IsoFLOP parabolas): N_opt ~ C^{fit2.params['a']:.3f}"
                       f"{interval('a')}, D_opt ~ C^{fit2.params['b']:.3f}{interval('b')}"]
         lines += [f"approach 2 warning: {w}" for w in fit2.warnings]
-        lines += [f"approach 2 note: {n}" for n in fit2.notes if n not in fit3.notes]
+        seen = fit3.notes if fit3 is not None else ()
+        lines += [f"approach 2 note: {n}" for n in fit2.notes if n not in seen]
     lines += [f"note: {message}" for message in messages]
     return "\n".join(lines) + "\n"
 
 
-def write_fits(workdir: Path, fit3: ScalingFit, fit2: ScalingFit | None,
+def write_fits(workdir: Path, fit3: ScalingFit | None, fit2: ScalingFit | None,
                budgets: tuple[float, ...]) -> list[Path]:
     """The fits as JSON, in the format of ``attnlab fit --json``, with the predictions."""
     written = []

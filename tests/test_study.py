@@ -119,44 +119,62 @@ def _closed_form_optimum(fit: dict, budget: float) -> dict[str, float]:
 
 @pytest.mark.slow
 def test_quickstart_end_to_end_then_reuses_the_runs(tmp_path, capsys):
+    """The pipeline's contract, whichever CPU trained the runs: six runs complete, the fit is
+    reported (or its degeneracy is), fit.json, results and every figure are written, and a rerun
+    reuses the runs. Six tiny runs can land in a degenerate basin on one instruction set and not
+    on another (XLA:CPU codegen differs in the last bits), so the test accepts both outcomes but
+    checks each completely."""
     workdir = tmp_path / "study"
     assert cli.main(["quickstart", f"--workdir={workdir}", *TINY]) == 0
     out = capsys.readouterr().out
-
-    # The printed law and report.
-    law = re.search(r"L\(N, D\) = ([\d.]+) \+ (\S+) / N\^(\S+) \+ (\S+) / D\^(\S+)", out)
-    assert law, out
-    assert "Chinchilla approach 3" in out and "compute-optimal at C =" in out
-    for name in FIT_PARAMS:
-        assert re.search(rf"^  {name}\s", out, re.M), name
+    assert "Traceback" not in out
 
     # The JSON: every parameter with an interval, predictions at 1x, 10x, 100x the largest run.
     fit = json.loads((workdir / study.FIT_FILE).read_text())
     assert fit["law"] == "chinchilla" and fit["approach"] == 3
     assert fit["n_points"] == 6
-    assert float(law.group(1)) == pytest.approx(fit["E"], abs=5e-4)
+    assert fit["alpha"] > 0 and fit["beta"] > 0  # a scaling law, degenerate or not
+    assert fit["degenerate"] == bool(fit["unpinned"])
     for name in ("E", "A", "B", "alpha", "beta"):
         assert set(fit["ci"][name]) and len(fit["ci"][name]) == 2
     assert fit["a"] + fit["b"] == pytest.approx(1.0, abs=1e-12)
+
+    # The printed law: each parameter's value, or its name when the data do not pin it.
+    law = re.search(r"L\(N, D\) = (\S+) \+ (\S+) / N\^(\S+) \+ (\S+) / D\^(\S+)", out)
+    assert law, out
+    for printed, name in zip(law.groups(), ("E", "A", "alpha", "B", "beta")):
+        if name in fit["unpinned"]:
+            assert printed == name
+        else:
+            assert float(printed) == pytest.approx(fit[name], rel=5e-3, abs=1e-3)
+    assert "Chinchilla approach 3" in out and "compute-optimal at C =" in out
+    for name in FIT_PARAMS:
+        assert re.search(rf"^  {name}\s", out, re.M), name
+
     results = pd.read_parquet(workdir / "results.parquet")
     largest = results["flops_chinchilla"].max()
     budgets = [p["C"] for p in fit["predictions"]]
     assert budgets == pytest.approx([largest, 10 * largest, 100 * largest], rel=1e-2)
-    for prediction in fit["predictions"]:
-        if fit["G"] is None or not np.isfinite(fit["G"]):
-            continue  # a degenerate fit of a tiny sweep has no finite optimum to check
-        expected = _closed_form_optimum(fit, prediction["C"])
-        for name, value in expected.items():
-            assert prediction[name] == pytest.approx(value, rel=1e-9)
-        # The allocation spends exactly the budget: C = k N D.
-        assert fit["flops_per_param_token"] * prediction["N_opt"] * prediction["D_opt"] == \
-            pytest.approx(prediction["C"], rel=1e-9)
+    if fit["degenerate"]:
+        assert "degenerate fit: the data do not pin" in out
+        assert "N_opt ~ C^a: not determined" in out
+        if "a" in fit["unpinned"]:
+            assert all(p["N_opt"] is None for p in fit["predictions"])
+    else:
+        for prediction in fit["predictions"]:
+            expected = _closed_form_optimum(fit, prediction["C"])
+            for name, value in expected.items():
+                assert prediction[name] == pytest.approx(value, rel=1e-9)
+            # The allocation spends exactly the budget: C = k N D.
+            assert fit["flops_per_param_token"] * prediction["N_opt"] * prediction["D_opt"] == \
+                pytest.approx(prediction["C"], rel=1e-9)
 
     # The figures: real PNGs, listed in the output.
     for kind in PLOT_KINDS:
         path = workdir / study.PLOTS_DIR / f"{kind}.png"
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert str(path) in out
+    assert "not drawn:" not in out  # no figure failed
     image = matplotlib.image.imread(workdir / study.PLOTS_DIR / "contours.png")
     assert image.shape[0] > 300 and image.shape[1] > 300
 

@@ -5,10 +5,15 @@
 
 ``frame`` arguments are canonical tables (``ScalingTable.frame``): columns params, tokens,
 loss, flops (and budget / run_id for IsoFLOP sweeps and curves).
+
+A figure never fails because of its fit: a degenerate fit (``ScalingFit.unpinned``) or one with
+NaN/inf parameters still gives a figure with the data, and a note on it says what was not drawn
+(curves are drawn only where they are finite and positive on the log axes).
 """
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +42,47 @@ def save_figure(figure: Figure, path: str | Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=150, bbox_inches="tight")
     return path
+
+
+def _positive(values) -> np.ndarray:
+    """float64 copy with every value that a log axis cannot show (NaN, inf, <= 0) as NaN."""
+    values = np.array(values, np.float64)
+    with np.errstate(invalid="ignore"):
+        values[~(np.isfinite(values) & (values > 0))] = np.nan
+    return values
+
+
+def _line(ax, x, y, **style) -> bool:
+    """Plots the finite, positive part of y(x); returns False (drawing nothing) if none is."""
+    x, y = np.broadcast_arrays(_positive(x), _positive(y))
+    if not np.any(np.isfinite(x) & np.isfinite(y)):
+        return False
+    ax.plot(x, y, **style)
+    return True
+
+
+def _note(ax, text: str, width: int = 60) -> None:
+    """A visible note in the axes' lower left corner (what this figure could not draw)."""
+    ax.text(0.02, 0.02, textwrap.fill(text, width, break_on_hyphens=False),
+            transform=ax.transAxes, fontsize=7, color="darkred", va="bottom", zorder=5,
+            bbox={"facecolor": "white", "edgecolor": "darkred", "alpha": 0.85})
+
+
+def _legend(ax) -> None:
+    """A legend, when something drawn has a label (a figure of a broken fit may have none)."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+
+
+def _fit_problem(fit: ScalingFit) -> str | None:
+    """Why the fit's own curves may mislead, or None: unpinned or non-finite parameters."""
+    problems = []
+    if fit.unpinned:
+        problems.append(f"degenerate fit: the data do not pin {', '.join(fit.unpinned)}")
+    bad = [name for name, value in fit.params.items() if not np.isfinite(value)]
+    if bad:
+        problems.append(f"non-finite fitted parameters: {', '.join(bad)}")
+    return "; ".join(problems) or None
 
 
 def _figure(width: float = 6.4, height: float = 4.6, ncols: int = 1):
@@ -82,16 +128,26 @@ def plot_loss_vs_params(frame: pd.DataFrame, fit: ScalingFit | None = None) -> F
     binned = not np.allclose(token_groups, frame["tokens"].to_numpy(), rtol=1e-3)
     colours = _colours(token_groups)
     n_line = np.geomspace(frame["params"].min() / 1.5, frame["params"].max() * 1.5, 200)
+    drawn = []  # whether each fitted curve could be drawn
     for tokens in sorted(set(token_groups)):
         at = token_groups == tokens
         label = f"D {'≈' if binned else '='} {tokens:.3g}"
         ax.scatter(frame["params"][at], frame["loss"][at], color=colours[tokens], s=22,
                    label=label, zorder=3)
         if fit is not None and fit.has_loss_model:
-            ax.plot(n_line, fit.loss(n_line, tokens), color=colours[tokens], lw=1.2)
+            with np.errstate(all="ignore"):
+                predicted = fit.loss(n_line, tokens)
+            drawn.append(_line(ax, n_line, predicted, color=colours[tokens], lw=1.2))
     if fit is not None and fit.form == "n":
-        ax.plot(n_line, np.exp(fit.params["alpha_N"] * np.log(fit.params["N_c"] / n_line)),
-                color="black", lw=1.2, label="L(N) fit")
+        with np.errstate(all="ignore"):
+            predicted = np.exp(fit.params["alpha_N"] * np.log(fit.params["N_c"] / n_line))
+        drawn.append(_line(ax, n_line, predicted, color="black", lw=1.2, label="L(N) fit"))
+    if fit is not None:
+        problems = [p for p in (_fit_problem(fit),) if p]
+        if not all(drawn):
+            problems.append("the fitted law is not finite here: some curves not drawn")
+        if problems:
+            _note(ax, "; ".join(problems))
     _log_axes(ax)
     ax.set_xlabel(N_LABEL)
     ax.set_ylabel(LOSS_LABEL)
@@ -160,15 +216,18 @@ def plot_isoflops(fit: ScalingFit) -> Figure:
     left.set_title("IsoFLOP profiles (▼ parabola minimum)", fontsize=10)
     left.legend(fontsize=7, title="budget (FLOPs)", title_fontsize=7)
     budgets = np.array([p["budget"] for p in profiles])
-    right.scatter(budgets, [p["N_opt"] for p in profiles],
+    right.scatter(budgets, _positive([p["N_opt"] for p in profiles]),
                   c=[colours[b] for b in budgets], edgecolor="black", zorder=3)
-    _allocation_line(right, fit, "N_opt", np.geomspace(budgets.min() / 3, budgets.max() * 3, 100))
+    missing = _allocation_line(right, fit, "N_opt",
+                               np.geomspace(budgets.min() / 3, budgets.max() * 3, 100))
+    if missing:
+        _note(right, "; ".join([p for p in (_fit_problem(fit),) if p] + [missing]))
     right.set_xscale("log")
     right.set_yscale("log")
     right.set_xlabel(C_LABEL)
     right.set_ylabel(f"optimal {N_LABEL}")
     right.set_title(f"N_opt ∝ C^{fit.params['a']:.3f}", fontsize=10)
-    right.legend(fontsize=7)
+    _legend(right)
     return figure
 
 
@@ -188,15 +247,25 @@ def plot_loss_contours(fit: ScalingFit, frame: pd.DataFrame | None = None) -> Fi
     c_grid = np.geomspace(c_low, c_high, 200)
     n_grid = np.geomspace(n_low, n_high, 200)
     cc, nn = np.meshgrid(c_grid, n_grid)
-    loss = fit.loss(nn, cc / (k * nn))
-    levels = np.geomspace(np.nanmin(loss), np.nanpercentile(loss, 90), 14)
-    contours = ax.contourf(cc, nn, loss, levels=levels, cmap="viridis_r", norm=LogNorm(),
-                           extend="max")
-    colorbar = figure.colorbar(contours, ax=ax, label=f"predicted {LOSS_LABEL}")
-    colorbar.set_ticks(levels[::2])
-    colorbar.set_ticklabels([f"{v:.3g}" for v in levels[::2]])
-    ax.plot(c_grid, fit.optimal(c_grid)["N_opt"], color="tab:blue", lw=2.2,
-            label="efficient frontier N_opt(C)")
+    with np.errstate(all="ignore"):
+        loss = _positive(fit.loss(nn, cc / (k * nn)))
+    missing = []
+    if np.sum(np.isfinite(loss)) >= 2 and np.nanmin(loss) < np.nanpercentile(loss, 90):
+        levels = np.geomspace(np.nanmin(loss), np.nanpercentile(loss, 90), 14)
+        contours = ax.contourf(cc, nn, loss, levels=levels, cmap="viridis_r", norm=LogNorm(),
+                               extend="max")
+        colorbar = figure.colorbar(contours, ax=ax, label=f"predicted {LOSS_LABEL}")
+        colorbar.set_ticks(levels[::2])
+        colorbar.set_ticklabels([f"{v:.3g}" for v in levels[::2]])
+    else:
+        missing.append("contours not drawn: the fitted L(N, D) is not finite and varying here")
+    if not fit.allocation_determined:
+        missing.append("frontier not drawn: the fit does not determine N_opt(C)")
+    elif not _line(ax, c_grid, fit.optimal(c_grid)["N_opt"], color="tab:blue", lw=2.2,
+                   label="efficient frontier N_opt(C)"):
+        missing.append("frontier not drawn: N_opt(C) is not finite here")
+    if missing:
+        _note(ax, "; ".join([p for p in (_fit_problem(fit),) if p] + missing))
     if frame is not None and len(frame):
         ax.scatter(frame["flops"], frame["params"], s=14, color="white", edgecolor="black",
                    label="sweep runs", zorder=3)
@@ -211,14 +280,24 @@ def plot_loss_contours(fit: ScalingFit, frame: pd.DataFrame | None = None) -> Fi
     return figure
 
 
-def _allocation_line(ax, fit: ScalingFit, name: str, budgets: np.ndarray, colour="tab:blue"):
-    ax.plot(budgets, fit.optimal(budgets)[name], color=colour, lw=1.8, label="fit")
-    if fit.samples:
-        replicated = fit.optimal(budgets[:, None], {k: v[None, :] for k, v in fit.samples.items()})
-        tail = 50 * (1 - fit.ci_level)
-        low, high = np.nanpercentile(replicated[name], [tail, 100 - tail], axis=1)
-        ax.fill_between(budgets, low, high, color=colour, alpha=0.25,
-                        label=f"{100 * fit.ci_level:g}% bootstrap interval")
+def _allocation_line(ax, fit: ScalingFit, name: str, budgets: np.ndarray,
+                     colour="tab:blue") -> str | None:
+    """The fit's N_opt(C) or D_opt(C) with its bootstrap band; returns why it was not drawn, or
+    None."""
+    if not fit.allocation_determined:
+        return f"{name}(C) not drawn: the fit does not determine it"
+    with np.errstate(all="ignore"):
+        drawn = _line(ax, budgets, fit.optimal(budgets)[name], color=colour, lw=1.8, label="fit")
+        if drawn and fit.samples:
+            replicated = fit.optimal(budgets[:, None],
+                                     {k: v[None, :] for k, v in fit.samples.items()})
+            tail = 50 * (1 - fit.ci_level)
+            low, high = _positive(np.nanpercentile(_positive(replicated[name]),
+                                                   [tail, 100 - tail], axis=1))
+            if np.any(np.isfinite(low) & np.isfinite(high)):
+                ax.fill_between(budgets, low, high, color=colour, alpha=0.25,
+                                label=f"{100 * fit.ci_level:g}% bootstrap interval")
+    return None if drawn else f"{name}(C) not drawn: it is not finite here"
 
 
 def plot_optimal_allocation(fit: ScalingFit, frame: pd.DataFrame | None = None,
@@ -234,10 +313,11 @@ def plot_optimal_allocation(fit: ScalingFit, frame: pd.DataFrame | None = None,
             budgets = np.geomspace(1e15, 1e24, 120)
     figure, (left, right) = _figure(11, 4.4, ncols=2)
     for ax, name, label in ((left, "N_opt", N_LABEL), (right, "D_opt", D_LABEL)):
-        _allocation_line(ax, fit, name, budgets, "tab:blue" if name == "N_opt" else "tab:green")
+        missing = _allocation_line(ax, fit, name, budgets,
+                                   "tab:blue" if name == "N_opt" else "tab:green")
         if fit.approach == 2:
             profiles = fit.details["profiles"]
-            ax.scatter([p["budget"] for p in profiles], [p[name] for p in profiles],
+            ax.scatter([p["budget"] for p in profiles], _positive([p[name] for p in profiles]),
                        color="black", s=20, zorder=3, label="IsoFLOP minima")
         elif fit.approach == 1:
             envelope = fit.details["envelope"]
@@ -245,14 +325,23 @@ def plot_optimal_allocation(fit: ScalingFit, frame: pd.DataFrame | None = None,
             column = "params" if name == "N_opt" else "tokens"
             ax.scatter(inner["flops"], inner[column], color="black", s=6, zorder=3,
                        label="envelope")
+        if missing:
+            if frame is not None and len(frame):  # at least the runs themselves
+                column = "params" if name == "N_opt" else "tokens"
+                ax.scatter(frame["flops"], frame[column], color="grey", s=14, zorder=3,
+                           label="runs")
+            _note(ax, "; ".join([p for p in (_fit_problem(fit),) if p] + [missing]))
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel(C_LABEL)
         ax.set_ylabel(f"optimal {label}")
-        ax.legend(fontsize=7)
+        _legend(ax)
     exponent_a = fit.params.get("a")
     exponent_b = fit.params.get("b")
-    if exponent_a is not None:
+    if not fit.allocation_determined:
+        left.set_title("N_opt(C): not determined by this fit", fontsize=10)
+        right.set_title("D_opt(C): not determined by this fit", fontsize=10)
+    elif exponent_a is not None:
         left.set_title(f"N_opt ∝ C^{exponent_a:.3f}", fontsize=10)
         right.set_title(f"D_opt ∝ C^{exponent_b:.3f}", fontsize=10)
     figure.suptitle(fit.name.split(":")[0], fontsize=10)

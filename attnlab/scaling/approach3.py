@@ -5,9 +5,22 @@ Minimise over theta = (a, b, e, alpha, beta)
     sum_i Huber_delta( LSE(a - alpha·log N_i, b - beta·log D_i, e) - log L_i ),  delta = 1e-3,
 
 with L-BFGS from every point of an initialisation grid and keep the best start among those that
-converged; then E = exp(e), A = exp(a), B = exp(b). As Besiroglu et al. 2024 found, this must be
-the *sum* of Huber terms (a mean shrinks the gradients by the number of points and stops
-tolerance-based optimisers early) and must run in float64.
+converged to an admissible law; then E = exp(e), A = exp(a), B = exp(b). As Besiroglu et al.
+2024 found, this must be the *sum* of Huber terms (a mean shrinks the gradients by the number of
+points and stops tolerance-based optimisers early) and must run in float64.
+
+Admissible: alpha > 0 and beta > 0, every parameter finite. With a negative exponent
+E + A/N^alpha + B/D^beta is not a scaling law (loss would grow with N or D without bound), yet
+a few runs can prefer one: on a tiny IsoFLOP sweep whose larger models are undertrained, the
+unconstrained optimum was alpha = -65.8 with A ~ 0, a term that only bends the largest runs.
+Hoffmann et al. start every exponent at >= 0; we keep the constraint through the whole fit. The
+unconstrained multi-start is unchanged (so admissible fits are bitwise what they were); the
+constraint only chooses among its converged starts.
+
+Identifiability: a parameter is *not pinned* by the data when the term it belongs to contributes
+less than ``NEGLIGIBLE_TERM`` of the predicted loss at every point (any A/alpha then fits as well)
+or an exponent is ~0 (the term is a constant that E absorbs). Such fits are reported, flagged
+(``ScalingFit.unpinned``) and never used as a headline allocation.
 
 Bootstrap: each replicate refits the resampled points (as multiplicity weights) from the
 full-data estimate plus a few starts drawn from the grid, not from the whole grid: with 1,000
@@ -33,6 +46,12 @@ from attnlab.scaling.result import ScalingFit
 
 HUBER_DELTA = 1e-3
 THETA_NAMES = ("a", "b", "e", "alpha", "beta")  # order of the optimised vector
+# A term below this fraction of the predicted loss at every point is invisible to the fit.
+NEGLIGIBLE_TERM = 1e-3
+# An exponent below this makes X^-exponent ~ 1 over any ladder: the term is a constant.
+MIN_EXPONENT = 1e-2
+# What the allocation (a, b, G) is computed from: unpinned inputs leave it undetermined.
+_ALLOCATION_INPUTS = ("A", "B", "alpha", "beta")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,6 +151,45 @@ def params_from_theta(theta) -> dict:
             "b": b_exp, "G": g}
 
 
+def admissible(theta) -> np.ndarray:
+    """theta [..., 5] -> bool [...]: finite, alpha > 0 and beta > 0 (a scaling law)."""
+    theta = np.asarray(theta, np.float64)
+    return np.all(np.isfinite(theta), axis=-1) & (theta[..., 3] > 0) & (theta[..., 4] > 0)
+
+
+def unpinned_parameters(theta, data) -> dict[str, str]:
+    """The parameters these points cannot determine at ``theta``, each with the reason.
+
+    theta: [5] (a, b, e, alpha, beta); data: (log N, log D, log L), each [points]. The N term is
+    A/N^alpha = exp(a - alpha log N); when it is below NEGLIGIBLE_TERM of the predicted loss at
+    every point, any smaller A (or larger alpha) fits as well, so neither is pinned; when alpha
+    < MIN_EXPONENT the term is ~A everywhere and only E + A is pinned. Likewise for D. The
+    allocation a, b, G derives from A, B, alpha, beta and inherits their problems.
+    """
+    log_n, log_d, _ = (np.asarray(c, np.float64) for c in data)
+    a, b, e, alpha, beta = np.asarray(theta, np.float64)
+    with np.errstate(all="ignore"):
+        n_term, d_term = np.exp(a - alpha * log_n), np.exp(b - beta * log_d)
+        predicted = n_term + d_term + np.exp(e)
+    found: dict[str, str] = {}
+    for (coefficient, exponent), term, value, axis in (
+            (("A", "alpha"), n_term, alpha, "N"), (("B", "beta"), d_term, beta, "D")):
+        share = float(np.max(term / predicted)) if np.all(np.isfinite(term)) else np.inf
+        if share < NEGLIGIBLE_TERM:
+            reason = (f"{coefficient}/{axis}^{exponent} is below {NEGLIGIBLE_TERM:g} of the loss "
+                      f"at every point (largest share {share:.1e})")
+            found.update({coefficient: reason, exponent: reason})
+        elif value < MIN_EXPONENT:
+            reason = (f"{exponent}={value:.3g} ~ 0: {coefficient}/{axis}^{exponent} is a constant "
+                      f"that E absorbs")
+            found.update({coefficient: reason, exponent: reason, "E": reason})
+    if any(name in found for name in _ALLOCATION_INPUTS):
+        cause = ", ".join(name for name in _ALLOCATION_INPUTS if name in found)
+        for name in ("a", "b", "G"):
+            found[name] = f"derived from {cause}, which the data do not pin"
+    return found
+
+
 def _best_converged(objective: np.ndarray, converged: np.ndarray) -> int | None:
     if not converged.any():
         return None
@@ -148,7 +206,8 @@ def fit_approach3(n, d, loss, *, grid: InitGrid = CHINCHILLA_GRID, n_bootstrap: 
     n_bootstrap replicates refit from the full-data estimate plus ``bootstrap_grid_starts``
     random grid starts each. Warns (GridEdgeWarning) when the estimate lies on or beyond the
     grid's edge. Raises FitInputError for fewer points than the 5 parameters, FitError when no
-    start converges.
+    start converges to an admissible law (alpha, beta > 0). A fit the data cannot pin is
+    returned with ``unpinned`` set and a warning, not raised.
     """
     n, d, loss = (np.asarray(x, np.float64) for x in (n, d, loss))
     n_points = len(loss)
@@ -159,12 +218,31 @@ def fit_approach3(n, d, loss, *, grid: InitGrid = CHINCHILLA_GRID, n_bootstrap: 
     starts = grid.points()
     ones = np.ones((len(starts), n_points))
     solved = minimise_many(huber_objective, starts, data, ones, max_steps=max_steps)
-    best = _best_converged(solved.objective, solved.converged)
-    if best is None:
+    if not solved.converged.any():
         raise FitError(f"{source}: none of the {len(starts)} starts of the grid converged within "
                        f"{max_steps} L-BFGS steps; check the data or widen the grid")
+    unconstrained = _best_converged(solved.objective, solved.converged)
+    best = _best_converged(solved.objective, solved.converged & admissible(solved.params))
+    if best is None:
+        alpha, beta = solved.params[unconstrained, 3:]
+        raise FitError(f"{source}: no start of the grid converged to a scaling law (alpha, beta "
+                       f"> 0); the best fit has alpha={alpha:.3g}, beta={beta:.3g}: these runs do "
+                       f"not follow E + A/N^alpha + B/D^beta")
     theta = solved.params[best]
     warn_list = []
+    if unconstrained != best:
+        rejected = dict(zip(THETA_NAMES, solved.params[unconstrained]))
+        warn_list.append(
+            f"the unconstrained optimum has alpha={rejected['alpha']:.3g}, "
+            f"beta={rejected['beta']:.3g} (objective {solved.objective[unconstrained]:.4g}), not "
+            f"a scaling law; kept the best fit with alpha, beta > 0 "
+            f"(objective {solved.objective[best]:.4g})")
+    unpinned = unpinned_parameters(theta, data)
+    if unpinned:
+        reasons = dict.fromkeys(unpinned.values())  # each reason once, in order
+        warn_list.append(f"degenerate fit: the data do not pin {', '.join(unpinned)} ("
+                         + "; ".join(reasons) + "); its allocation and predictions beyond the "
+                         "runs are not meaningful: add sizes or budgets")
     edges = grid.edges_reached(theta)
     if edges:
         message = (f"the best fit lies on the edge of the initialisation grid ({'; '.join(edges)});"
@@ -195,13 +273,14 @@ def fit_approach3(n, d, loss, *, grid: InitGrid = CHINCHILLA_GRID, n_bootstrap: 
         objective = boot.objective.reshape(k + 1, n_bootstrap)
         converged = boot.converged.reshape(k + 1, n_bootstrap)
         params = boot.params.reshape(k + 1, n_bootstrap, len(THETA_NAMES))
-        chosen = [_best_converged(objective[:, r], converged[:, r]) for r in range(n_bootstrap)]
+        usable = converged & admissible(params)
+        chosen = [_best_converged(objective[:, r], usable[:, r]) for r in range(n_bootstrap)]
         kept = [r for r, c in enumerate(chosen) if c is not None]
         replicate_theta = np.array([params[chosen[r], r] for r in kept]).reshape(-1, 5)
         samples = params_from_theta(replicate_theta)
         if len(kept) < n_bootstrap:
             notes.append(f"{n_bootstrap - len(kept)} of {n_bootstrap} bootstrap refits did not "
-                         f"converge and were dropped")
+                         f"converge to a law with alpha, beta > 0 and were dropped")
         on_edge = sum(bool(grid.edges_reached(t)) for t in replicate_theta)
         if on_edge:
             message = (f"{on_edge} of {len(kept)} bootstrap refits lie on the edge of the "
@@ -216,4 +295,4 @@ def fit_approach3(n, d, loss, *, grid: InitGrid = CHINCHILLA_GRID, n_bootstrap: 
                       objective_name=f"sum of Huber(delta={HUBER_DELTA:g}) terms on log L",
                       flops_per_param_token=flops_per_param_token,
                       n_bootstrap_requested=n_bootstrap, warnings=tuple(warn_list),
-                      notes=tuple(notes), details=details)
+                      notes=tuple(notes), details=details, unpinned=tuple(unpinned))

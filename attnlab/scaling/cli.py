@@ -113,12 +113,18 @@ def format_report(fit: ScalingFit, source: str, budgets: list[float]) -> str:
     lines += ["", f"  {'parameter':<10}{'estimate':>14}{level + ' low':>14}{level + ' high':>14}"]
     for name, value in fit.params.items():
         low, high = ci.get(name, (None, None))
-        lines.append(f"  {name:<10}{_number(value):>14}{_number(low):>14}{_number(high):>14}")
+        flag = "   not pinned by the data" if name in fit.unpinned else ""
+        lines.append(f"  {name:<10}{_number(value):>14}{_number(low):>14}{_number(high):>14}"
+                     f"{flag}")
     for budget in budgets:
-        prediction = fit.predict_optimal(budget)
         convention = (f"C = {fit.flops_per_param_token:.3g}·N·D" if fit.approach in (3, None)
                       else "power laws in C")
         lines += ["", f"compute-optimal at C = {budget:.4g} FLOPs ({convention}):"]
+        if not fit.allocation_determined:
+            lines.append("  not determined: the fit does not pin the allocation (see the "
+                         "warnings)")
+            continue
+        prediction = fit.predict_optimal(budget)
         for name in ("N_opt", "D_opt", "loss"):
             low, high = prediction["ci"].get(name, (None, None))
             value = prediction[name]

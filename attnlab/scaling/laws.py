@@ -74,20 +74,23 @@ def allocation_exponents(alpha, beta):
 
 
 def allocation_coefficient(A, B, alpha, beta):
-    """G = (alpha·A / (beta·B))^(1/(alpha+beta)) (Hoffmann et al. 2022 Eq. 4)."""
-    return np.power(alpha * A / (beta * B), 1.0 / (alpha + beta))
+    """G = (alpha·A / (beta·B))^(1/(alpha+beta)) (Hoffmann et al. 2022 Eq. 4); inf or NaN (no
+    warning) for a bootstrap replicate far from any law, which the percentiles then rank."""
+    with np.errstate(all="ignore"):
+        return np.power(alpha * A / (beta * B), 1.0 / (alpha + beta))
 
 
 def chinchilla_optimal(params: Mapping, c,
                        flops_per_param_token: float = FLOPS_PER_PARAM_TOKEN):
     """N_opt = G·(C/k)^a, D_opt = G^-1·(C/k)^b, the minimiser of E + A/N^alpha + B/D^beta on
     N·D = C/k (Hoffmann et al. 2022 Eq. 4 with k = 6), and the loss there."""
-    a, b = allocation_exponents(params["alpha"], params["beta"])
-    g = allocation_coefficient(params["A"], params["B"], params["alpha"], params["beta"])
-    per_param_token = np.asarray(c, np.float64) / flops_per_param_token
-    n_opt = g * np.power(per_param_token, a)
-    d_opt = np.power(per_param_token, b) / g
-    return {"N_opt": n_opt, "D_opt": d_opt, "loss": chinchilla_loss(params, n_opt, d_opt)}
+    with np.errstate(all="ignore"):  # see allocation_coefficient
+        a, b = allocation_exponents(params["alpha"], params["beta"])
+        g = allocation_coefficient(params["A"], params["B"], params["alpha"], params["beta"])
+        per_param_token = np.asarray(c, np.float64) / flops_per_param_token
+        n_opt = g * np.power(per_param_token, a)
+        d_opt = np.power(per_param_token, b) / g
+        return {"N_opt": n_opt, "D_opt": d_opt, "loss": chinchilla_loss(params, n_opt, d_opt)}
 
 
 def power_law_optimal(params: Mapping, c):

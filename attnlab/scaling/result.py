@@ -36,6 +36,8 @@ class ScalingFit:
     flops_per_param_token: k in C = k·N·D, used for the compute-optimal allocation.
     details: approach-specific facts (the initialisation grid, IsoFLOP profiles, the envelope);
     entries that are numpy arrays are for plots and stay out of ``to_dict``.
+    unpinned: parameters the data cannot determine (a degenerate fit; ``warnings`` says why):
+    their estimates are one of many equally good values, so nothing should be read from them.
     """
 
     law: str
@@ -52,6 +54,19 @@ class ScalingFit:
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     details: dict[str, Any] = dataclasses.field(default_factory=dict)
+    unpinned: tuple[str, ...] = ()
+
+    @property
+    def degenerate(self) -> bool:
+        """True when some parameter is not pinned by the data (see ``unpinned``)."""
+        return bool(self.unpinned)
+
+    @property
+    def allocation_determined(self) -> bool:
+        """Whether N_opt(C), D_opt(C) follow from the fit: none of a, b, G is unpinned and the
+        point estimates are finite."""
+        return (self.has_allocation and not {"a", "b", "G"} & set(self.unpinned)
+                and all(math.isfinite(v) for v in self.params.values()))
 
     @property
     def name(self) -> str:
@@ -107,9 +122,16 @@ class ScalingFit:
         return {"N": float(n), "D": float(d), "loss": value, "ci": ci}
 
     def predict_optimal(self, budget: float) -> dict[str, Any]:
-        """{"C", "N_opt", "D_opt", "loss", "ci": name -> [low, high]} at one FLOP budget."""
-        point = self.optimal(budget)
+        """{"C", "N_opt", "D_opt", "loss", "ci": name -> [low, high]} at one FLOP budget.
+
+        A fit that does not determine the allocation (``allocation_determined``) predicts NaN,
+        with no interval: its optimum would be one of many equally good answers."""
         out: dict[str, Any] = {"C": float(budget)}
+        if not self.allocation_determined:
+            loss = math.nan if self.has_loss_model else None
+            out.update({"N_opt": math.nan, "D_opt": math.nan, "loss": loss, "ci": {}})
+            return out
+        point = self.optimal(budget)
         out.update({k: (None if v is None else float(v)) for k, v in point.items()})
         out["ci"] = {}
         if self.samples:
@@ -134,6 +156,8 @@ class ScalingFit:
         out["details"] = _jsonable(self.details)
         if budgets:
             out["predictions"] = [_jsonable(self.predict_optimal(c)) for c in budgets]
+        out["degenerate"] = self.degenerate
+        out["unpinned"] = list(self.unpinned)
         out["warnings"] = list(self.warnings)
         out["notes"] = list(self.notes)
         return out
