@@ -2,8 +2,13 @@
 
 Users write `ml_collections.ConfigDict`s (``configs/*.py`` each define ``get_config()``, overridden
 from the command line as ``--config.model.n_layers=4``). The dict is converted exactly once, by
-:func:`from_config_dict`, into the frozen dataclasses below and validated before anything is
-compiled. Every module receives these dataclasses, never the raw dict.
+:func:`from_config_dict`, into the frozen dataclasses below. Each dataclass validates itself when
+it is built (``__post_init__``, so also after ``dataclasses.replace``), and :class:`Config` checks
+the rules between sections: a config that exists is valid, and no module re-validates it.
+Every module receives these dataclasses, never the raw dict.
+
+``model.pos_encoding`` is a key of the encoding registry (``attnlab.model.positions.ENCODINGS``);
+each encoding validates its own constraints and says how many positions it can represent.
 """
 
 from __future__ import annotations
@@ -15,8 +20,8 @@ from typing import Any, Mapping
 import ml_collections
 
 from attnlab.errors import ConfigError
+from attnlab.model.positions import ENCODINGS, encoding_for
 
-POS_ENCODINGS = ("none", "sinusoidal", "learned", "rope", "alibi")
 NORMS = ("layernorm", "rmsnorm")
 NORM_POSITIONS = ("pre", "post")
 FFNS = ("relu", "gelu", "swiglu")
@@ -51,6 +56,9 @@ class ModelConfig:
     dropout: float = 0.0
     dtype: str = "float32"  # compute dtype; parameters are always float32
     init_std: float = 0.02
+
+    def __post_init__(self):
+        validate_model(self)
 
     @property
     def head_dim(self) -> int:
@@ -88,6 +96,9 @@ class DataConfig:
     markov_seed: int = 0
     markov_tokens: int = 2_000_000
 
+    def __post_init__(self):
+        validate_data(self)
+
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
@@ -119,6 +130,9 @@ class TrainConfig:
     num_processes: int = 1
     process_id: int = 0
 
+    def __post_init__(self):
+        validate_train(self)
+
 
 @dataclasses.dataclass(frozen=True)
 class Config:
@@ -128,6 +142,9 @@ class Config:
     data: DataConfig = dataclasses.field(default_factory=DataConfig)
     train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
     name: str = "run"
+
+    def __post_init__(self):
+        validate_sections(self)
 
     @property
     def total_steps(self) -> int:
@@ -200,9 +217,7 @@ def from_config_dict(config: ml_collections.ConfigDict | Mapping[str, Any]) -> C
         if not isinstance(values, Mapping):
             raise ConfigError(section, f"expected a section of keys, got {values!r}")
         sections[section] = _build_section(cls, values, section)
-    cfg = Config(name=str(raw.get("name", "run")), **sections)
-    validate(cfg)
-    return cfg
+    return Config(name=str(raw.get("name", "run")), **sections)
 
 
 def _choice(path: str, value: str, valid: tuple[str, ...]) -> None:
@@ -216,9 +231,10 @@ def _positive(path: str, value: float) -> None:
 
 
 def validate_model(m: ModelConfig) -> None:
+    """Every field of the model section; raises ConfigError on the first bad one."""
     for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_len"):
         _positive(f"model.{name}", getattr(m, name))
-    _choice("model.pos_encoding", m.pos_encoding, POS_ENCODINGS)
+    _choice("model.pos_encoding", m.pos_encoding, tuple(ENCODINGS))
     _choice("model.norm", m.norm, NORMS)
     _choice("model.norm_position", m.norm_position, NORM_POSITIONS)
     _choice("model.ffn", m.ffn, FFNS)
@@ -237,13 +253,7 @@ def validate_model(m: ModelConfig) -> None:
             )
     if m.d_ff is not None:
         _positive("model.d_ff", m.d_ff)
-    if m.pos_encoding == "rope" and m.head_dim % 2:
-        raise ConfigError(
-            "model.pos_encoding",
-            f"rope needs an even head_dim, but d_model/n_heads = {m.head_dim}",
-        )
-    if m.pos_encoding == "sinusoidal" and m.d_model % 2:
-        raise ConfigError("model.d_model", f"sinusoidal encoding needs an even d_model, got {m.d_model}")
+    encoding_for(m).validate()  # e.g. RoPE: even head_dim; sinusoidal: even d_model
     _positive("model.rope_theta", m.rope_theta)
     _positive("model.norm_eps", m.norm_eps)
     _positive("model.init_std", m.init_std)
@@ -254,6 +264,7 @@ def validate_model(m: ModelConfig) -> None:
 
 
 def validate_data(d: DataConfig) -> None:
+    """Every field of the data section; raises ConfigError on the first bad one."""
     if not (d.source in DATA_SOURCES or d.source.startswith("tfds:")):
         raise ConfigError(
             "data.source",
@@ -271,6 +282,7 @@ def validate_data(d: DataConfig) -> None:
 
 
 def validate_train(t: TrainConfig) -> None:
+    """Every field of the train section; raises ConfigError on the first bad one."""
     _choice("train.schedule", t.schedule, SCHEDULES)
     for name in ("steps", "learning_rate", "eval_every", "eval_batches", "log_every",
                  "checkpoint_every", "keep_checkpoints", "grad_accum", "num_processes"):
@@ -286,29 +298,22 @@ def validate_train(t: TrainConfig) -> None:
         raise ConfigError("train.mesh_data", "mesh sizes must be >= 1 (mesh_data may be -1 = rest)")
 
 
-def validate(cfg: Config) -> None:
-    """Checks every field and the relations between sections; raises ConfigError on the first."""
-    validate_model(cfg.model)
-    validate_data(cfg.data)
-    validate_train(cfg.train)
+def validate_sections(cfg: Config) -> None:
+    """The rules between sections (each section has validated itself when it was built)."""
     if cfg.data.batch_size % cfg.train.grad_accum:
         raise ConfigError(
             "train.grad_accum",
             f"data.batch_size={cfg.data.batch_size} is not divisible by grad_accum={cfg.train.grad_accum}",
         )
-    if cfg.model.pos_encoding == "learned" and cfg.data.seq_len > cfg.model.max_len:
+    encoding = encoding_for(cfg.model)
+    limit = encoding.max_positions()
+    if limit is not None and cfg.data.seq_len > limit:
         raise ConfigError(
             "data.seq_len",
-            f"{cfg.data.seq_len} exceeds model.max_len={cfg.model.max_len}, the size of the learned "
-            "position table",
+            f"{cfg.data.seq_len} exceeds the {limit} positions of the {encoding.range_name}",
         )
     if cfg.data.tokenizer == "byte" and cfg.model.vocab_size < 256:
         raise ConfigError("model.vocab_size", f"the byte tokenizer needs >= 256, got {cfg.model.vocab_size}")
-
-
-def to_config_dict(cfg: Config) -> ml_collections.ConfigDict:
-    """The inverse of from_config_dict (used to write config.json and to rebuild runs)."""
-    return ml_collections.ConfigDict(cfg.to_dict())
 
 
 def base_config_dict() -> ml_collections.ConfigDict:

@@ -123,3 +123,33 @@ def test_help_of_a_config_command_lists_its_flags(capsys):
     assert cli.main(["train", "--help"]) == 0
     out = capsys.readouterr().out
     assert "--config=FILE" in out and "--workdir" in out
+
+
+def test_configs_validate_when_built_and_when_replaced():
+    from attnlab.config import DataConfig, TrainConfig
+
+    assert Config() == from_config_dict({})  # the defaults are valid
+    with pytest.raises(ConfigError, match="must be positive") as info:
+        ModelConfig(n_layers=0)
+    assert info.value.field == "model.n_layers"
+    with pytest.raises(ConfigError) as info:
+        dataclasses.replace(ModelConfig(), norm="batchnorm")
+    assert info.value.field == "model.norm"
+    with pytest.raises(ConfigError) as info:
+        DataConfig(source="text_files")
+    assert info.value.field == "data.path"
+    with pytest.raises(ConfigError) as info:
+        TrainConfig(schedule="linear")
+    assert info.value.field == "train.schedule"
+    # Rules between sections belong to Config: each section alone is fine.
+    learned = ModelConfig(pos_encoding="learned", max_len=64)
+    with pytest.raises(ConfigError, match="learned position table") as info:
+        Config(model=learned)  # data.seq_len defaults to 128
+    assert info.value.field == "data.seq_len"
+    cfg = Config(model=learned, data=DataConfig(seq_len=64))
+    with pytest.raises(ConfigError) as info:
+        dataclasses.replace(cfg, data=DataConfig(seq_len=65))
+    assert info.value.field == "data.seq_len"
+    with pytest.raises(ConfigError) as info:
+        dataclasses.replace(cfg, train=TrainConfig(grad_accum=3))
+    assert info.value.field == "train.grad_accum"

@@ -1,6 +1,8 @@
 """Attention against a float64 NumPy reference of softmax(QK^T / sqrt(d_k) + B) V, and the
 equalities between its implementations (einsum / xla, chunked / unchunked, GQA / MHA)."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,8 +12,10 @@ from flax import nnx
 from attnlab.config import ModelConfig
 from attnlab.model import (
     CausalSelfAttention,
+    alibi_bias,
     alibi_slopes,
     attention_weights,
+    causal,
     dot_product_attention,
 )
 
@@ -39,13 +43,27 @@ def reference_attention(q, k, v, *, causal=True, q_offset=0, slopes=None, q_pos=
 
 
 # Jitted once per static combination: one compilation is much cheaper than eager op-by-op.
-attention = jax.jit(dot_product_attention, static_argnames=("causal", "q_offset", "impl", "chunk"))
+attention = jax.jit(
+    dot_product_attention, static_argnames=("mask", "bias", "q_offset", "impl", "chunk")
+)
+
+
+def alibi(slopes):
+    """The ALiBi bias function of positions, as the layer gets it from its encoding."""
+    return functools.partial(alibi_bias, slopes)
 
 
 def call(module, *args, **kwargs):
-    """Runs an NNX module the way the model is used: split once, a jitted pure function."""
+    """Runs an attention layer the way the model does: split once, a jitted pure function;
+    returns its output (the layer returns ``(output, kv)``, kv None without a cache)."""
     graphdef, state = nnx.split(module)
-    return jax.jit(lambda state, *args: nnx.merge(graphdef, state)(*args, **kwargs))(state, *args)
+
+    def forward(state, *args):
+        out, kv = nnx.merge(graphdef, state)(*args, **kwargs)
+        assert kv is None
+        return out
+
+    return jax.jit(forward)(state, *args)
 
 
 def random_qkv(seed, batch=2, q_len=7, k_len=7, heads=4, kv_heads=4, d=8):
@@ -77,16 +95,16 @@ CASES = {
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_attention_equals_float64_formula(case, impl):
     spec = dict(CASES[case])
-    causal, q_offset = spec.pop("causal", True), spec.pop("q_offset", 0)
+    is_causal, q_offset = spec.pop("causal", True), spec.pop("q_offset", 0)
     chunk = spec.pop("chunk", 0)
     slopes = alibi_slopes(4) if spec.pop("alibi", False) else None
     q, k, v = random_qkv(0, **spec)
     out = attention(
-        jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), causal=causal, q_offset=q_offset,
-        alibi_slopes=slopes, impl=impl, chunk=chunk,
+        jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), mask=causal if is_causal else None,
+        q_offset=q_offset, bias=None if slopes is None else alibi(slopes), impl=impl, chunk=chunk,
     )
     assert out.shape == q.shape and out.dtype == jnp.float32
-    expected = reference_attention(q, k, v, causal=causal, q_offset=q_offset, slopes=slopes)
+    expected = reference_attention(q, k, v, causal=is_causal, q_offset=q_offset, slopes=slopes)
     np.testing.assert_allclose(np.asarray(out), expected, atol=2e-5, rtol=1e-5)
 
 
@@ -106,7 +124,7 @@ def test_alibi_positions_may_be_offset_or_per_batch():
     positions = np.stack([np.arange(7) + 100, np.arange(7) * 2])  # [batch, seq]
     out = attention(
         jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), q_positions=positions,
-        k_positions=positions, alibi_slopes=slopes, chunk=3,
+        k_positions=positions, bias=alibi(slopes), chunk=3,
     )
     for b in range(2):
         expected = reference_attention(
@@ -121,7 +139,7 @@ def test_chunked_gradients_equal_unchunked():
     slopes = alibi_slopes(4)
 
     def loss(q, k, v, chunk):
-        out = dot_product_attention(q, k, v, alibi_slopes=slopes, chunk=chunk)
+        out = dot_product_attention(q, k, v, bias=alibi(slopes), chunk=chunk)
         return jnp.sum(jnp.sin(out))
 
     gradient = jax.jit(jax.grad(loss, argnums=(0, 1, 2)), static_argnums=3)
@@ -141,8 +159,8 @@ def test_attention_without_position_or_mask_is_permutation_equivariant():
     x = jax.random.normal(jax.random.key(1), (2, 9, 16))
     positions = jnp.arange(9)[None]
     perm = np.random.default_rng(0).permutation(9)
-    out = call(layer, x, positions, causal=False)
-    out_permuted = call(layer, x[:, perm], positions, causal=False)
+    out = call(layer, x, positions, mask=None)
+    out_permuted = call(layer, x[:, perm], positions, mask=None)
     np.testing.assert_allclose(np.asarray(out_permuted), np.asarray(out[:, perm]), atol=1e-6)
     # With the causal mask it is not (a sanity check that the flag does something).
     causal = call(layer, x[:, perm], positions)

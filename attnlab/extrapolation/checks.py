@@ -40,13 +40,15 @@ def identical_across_encodings(table: pd.DataFrame) -> list[str]:
     ok = table[table["status"] == "ok"]
     warnings = []
     for (seed, name, length), group in ok.groupby(["seed", "protocol", "length"]):
-        for a, b in itertools.combinations(group.itertuples(), 2):
-            if a.pos_encoding != b.pos_encoding and math.isclose(
-                    a.perplexity, b.perplexity, rel_tol=IDENTICAL_RTOL):
-                warnings.append(
-                    f"{a.pos_encoding} and {b.pos_encoding} (seed {seed}) have identical "
-                    f"perplexity {a.perplexity:.6g} at {name} L={length}: the encodings are "
-                    "probably not being applied")
+        # Pairs of different encodings: every row of one against every row of the other.
+        encodings = [rows for _, rows in group.groupby("pos_encoding", sort=False)]
+        for rows_a, rows_b in itertools.combinations(encodings, 2):
+            for a, b in itertools.product(rows_a.itertuples(), rows_b.itertuples()):
+                if math.isclose(a.perplexity, b.perplexity, rel_tol=IDENTICAL_RTOL):
+                    warnings.append(
+                        f"{a.pos_encoding} and {b.pos_encoding} (seed {seed}) have identical "
+                        f"perplexity {a.perplexity:.6g} at {name} L={length}: the encodings are "
+                        "probably not being applied")
     return warnings
 
 

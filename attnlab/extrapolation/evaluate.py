@@ -10,7 +10,9 @@ lengths are reported as not applicable, with the reason; they are never clamped 
 indexing would clamp silently, a flax embedding lookup would give NaN).
 
 Optional RoPE context extension, applied only when asked and recorded in the report and in the
-output file names: ``ntk`` ("NTK-aware" scaling, bloc97 2023; eq. in Peng et al. 2023, YaRN
+output file names. The encoding owns its rescalings (``RoPE.rescalings`` in
+``attnlab/model/positions.py``); this module asks ``encoding.rescaled(method, factor)`` for the
+evaluation config. ``ntk`` ("NTK-aware" scaling, bloc97 2023; eq. in Peng et al. 2023, YaRN
 sec. 3.2) raises the RoPE base to ``theta * s^(d/(d-2))`` so that the lowest frequency is
 interpolated by ``s`` while the highest is left almost unchanged.
 
@@ -38,10 +40,17 @@ from attnlab import rundir
 from attnlab.config import Config, ModelConfig
 from attnlab.extrapolation import protocol
 from attnlab.extrapolation.protocol import PROTOCOLS, EvaluationError, WindowPlan
+from attnlab.model.positions import (  # ntk_rope_theta: re-exported for attnlab.extrapolation
+    UNSCALED,
+    RescalingError,
+    RoPE,
+    encoding_for,
+    ntk_rope_theta,  # noqa: F401
+)
 
 REPORT_FILE = "extrapolation"  # <run_dir>/extrapolation[<tag>].json / .csv / _positions.csv
 FORMAT_VERSION = 1
-ROPE_SCALINGS = ("none", "ntk")
+ROPE_SCALINGS = tuple(RoPE.rescalings)  # none, ntk
 SPLIT = "validation"
 
 
@@ -81,7 +90,7 @@ class EvalSettings:
                                   f"{', '.join(ROPE_SCALINGS)}")
         if not (math.isfinite(self.rope_factor) and self.rope_factor >= 0):
             raise EvaluationError(f"rope_factor: must be >= 0 (0 = automatic), got {self.rope_factor}")
-        if self.rope_factor and self.rope_scaling == "none":
+        if self.rope_factor and self.rope_scaling == UNSCALED:
             raise EvaluationError("rope_factor: set only with --rope_scaling (ntk)")
 
     def resolve_lengths(self, train_length: int, *, include_train_length: bool = True
@@ -106,7 +115,7 @@ class EvalSettings:
 
     def tag(self, train_length: int, lengths: tuple[int, ...]) -> str:
         """Suffix of the output files: '' for plain zero-shot evaluation."""
-        if self.rope_scaling == "none":
+        if self.rope_scaling == UNSCALED:
             return ""
         return f"-rope_{self.rope_scaling}_x{self.resolve_rope_factor(train_length, lengths):g}"
 
@@ -125,38 +134,36 @@ def _check_int(name: str, value: Any, minimum: int) -> None:
 
 def max_representable_length(model_cfg: ModelConfig) -> int | None:
     """Longest window the model can take without inventing positions (None: no limit)."""
-    return model_cfg.max_len if model_cfg.pos_encoding == "learned" else None
+    return encoding_for(model_cfg).max_positions()
 
 
 def not_applicable_reason(model_cfg: ModelConfig, length: int) -> str | None:
     """Why ``length`` cannot be evaluated zero-shot, or None if it can."""
-    limit = max_representable_length(model_cfg)
-    if limit is not None and length > limit:
-        return (f"learned absolute positions: the table has model.max_len={limit} rows, length "
-                f"{length} needs positions 0..{length - 1}; learned embeddings cannot "
-                "extrapolate (not clamped)")
-    return None
+    return encoding_for(model_cfg).unrepresentable(length)
 
 
-def ntk_rope_theta(theta: float, head_dim: int, factor: float) -> float:
-    """NTK-aware RoPE base: ``theta * s^(d / (d - 2))``, which stretches the lowest frequency
-    ``theta^(-(d-2)/d)`` by exactly ``1/s`` and leaves frequency 1 (i = 0) unchanged."""
-    if head_dim <= 2:
-        raise EvaluationError(f"rope_scaling: ntk needs head_dim > 2, got {head_dim}")
-    return float(theta) * float(factor) ** (head_dim / (head_dim - 2))
+def rescaled_model_config(model_cfg: ModelConfig, settings: EvalSettings,
+                          rope_factor: float) -> ModelConfig:
+    """The run's model config with the positional encoding rescaled as ``settings`` ask
+    (unchanged for ``rope_scaling="none"``).
+
+    Raises:
+      EvaluationError: the run's encoding has no such rescaling (e.g. ntk on a learned table).
+    """
+    try:
+        return encoding_for(model_cfg).rescaled(settings.rope_scaling, rope_factor)
+    except RescalingError as e:
+        raise EvaluationError(f"rope_scaling: {e}") from None
 
 
 def eval_model_config(model_cfg: ModelConfig, length: int, settings: EvalSettings,
                       rope_factor: float) -> ModelConfig:
     """The model config used for windows of ``length``: query-block attention for long windows
     (same function, memory linear in length) and the RoPE scaling, if asked."""
-    changes: dict[str, Any] = {}
+    model_cfg = rescaled_model_config(model_cfg, settings, rope_factor)
     if settings.attention_chunk and length > settings.attention_chunk:
-        changes["attention_chunk"] = settings.attention_chunk
-    if settings.rope_scaling == "ntk":
-        changes["rope_theta"] = ntk_rope_theta(model_cfg.rope_theta, model_cfg.head_dim,
-                                               rope_factor)
-    return dataclasses.replace(model_cfg, **changes)
+        model_cfg = dataclasses.replace(model_cfg, attention_chunk=settings.attention_chunk)
+    return model_cfg
 
 
 # ------------------------------------------------------------------------------------------------
@@ -252,10 +259,8 @@ def evaluate_model(cfg: Config, state, stream: np.ndarray, settings: EvalSetting
     settings.validate()
     train_length = cfg.data.seq_len
     lengths = settings.resolve_lengths(train_length)
-    if settings.rope_scaling != "none" and cfg.model.pos_encoding != "rope":
-        raise EvaluationError(f"rope_scaling: {settings.rope_scaling} applies to RoPE models; "
-                              f"this run uses pos_encoding={cfg.model.pos_encoding}")
     rope_factor = settings.resolve_rope_factor(train_length, lengths)
+    rescaled = rescaled_model_config(cfg.model, settings, rope_factor)  # fails early, clearly
     stream = np.asarray(stream)
     if settings.max_tokens:
         stream = stream[: settings.max_tokens]
@@ -315,7 +320,8 @@ def evaluate_model(cfg: Config, state, stream: np.ndarray, settings: EvalSetting
     report = {
         "train_length": train_length, "lengths": list(lengths), "stride": stride,
         "n_tokens": int(stream.shape[0]), "n_targets": n_targets,
-        "bytes_per_token": bytes_per_token, "rope_scaling": _rope_record(cfg, settings, rope_factor),
+        "bytes_per_token": bytes_per_token,
+        "rope_scaling": _rope_record(cfg.model, rescaled, settings, rope_factor),
         "results": rows, "per_position": per_position,
     }
     report["warnings"] = run_warnings(report)
@@ -355,13 +361,12 @@ def _exp(x: float) -> float:
     return math.inf if x > 709.0 else math.exp(x)
 
 
-def _rope_record(cfg: Config, settings: EvalSettings, rope_factor: float) -> dict:
-    if settings.rope_scaling == "none":
-        return {"method": "none"}
+def _rope_record(trained: ModelConfig, rescaled: ModelConfig, settings: EvalSettings,
+                 rope_factor: float) -> dict:
+    if settings.rope_scaling == UNSCALED:
+        return {"method": UNSCALED}
     return {"method": settings.rope_scaling, "factor": rope_factor,
-            "rope_theta": cfg.model.rope_theta,
-            "eval_rope_theta": ntk_rope_theta(cfg.model.rope_theta, cfg.model.head_dim,
-                                              rope_factor)}
+            "rope_theta": trained.rope_theta, "eval_rope_theta": rescaled.rope_theta}
 
 
 def run_warnings(report: dict) -> list[str]:

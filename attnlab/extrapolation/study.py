@@ -18,8 +18,10 @@ from pathlib import Path
 import pandas as pd
 from tqdm.auto import tqdm
 
+from attnlab.config import from_config_dict
 from attnlab.extrapolation import checks
 from attnlab.extrapolation.evaluate import EvalSettings, evaluate_run, results_frame
+from attnlab.model.positions import UNSCALED, encoding_for
 
 RUNS_DIR = "runs"
 STUDY_STEM = "extrapolation"
@@ -61,9 +63,10 @@ def run_study(spec, workdir: str | Path, settings: EvalSettings = EvalSettings()
             continue
         run_dir = workdir / RUNS_DIR / row.run_id
         run_settings = settings
-        pos_encoding = json.loads((run_dir / "config.json").read_text())["model"]["pos_encoding"]
-        if settings.rope_scaling != "none" and pos_encoding != "rope":
-            run_settings = dataclasses.replace(settings, rope_scaling="none", rope_factor=0.0)
+        model_cfg = from_config_dict(json.loads((run_dir / "config.json").read_text())).model
+        if not encoding_for(model_cfg).can_rescale(settings.rope_scaling):
+            # Encodings without this rescaling are evaluated zero-shot, as usual.
+            run_settings = dataclasses.replace(settings, rope_scaling=UNSCALED, rope_factor=0.0)
         report = evaluate_run(run_dir, run_settings, force=force, progress=progress)
         say(f"{row.run_id}: evaluated ({report['pos_encoding']}, {report['seconds']:.1f} s)")
         reports.append((row.run_id, report))
@@ -72,7 +75,7 @@ def run_study(spec, workdir: str | Path, settings: EvalSettings = EvalSettings()
     table, curves = combine(reports)
     warnings += [w for _, r in reports for w in r.get("warnings", [])]
     warnings += checks.red_flags(table)
-    stem = STUDY_STEM + ("" if settings.rope_scaling == "none" else f"-rope_{settings.rope_scaling}")
+    stem = STUDY_STEM + ("" if settings.rope_scaling == UNSCALED else f"-rope_{settings.rope_scaling}")
     files = write_study(workdir, stem, table, curves, warnings, settings)
     for warning in warnings:
         say(f"WARNING: {warning}")
@@ -91,7 +94,7 @@ def combine(reports: list[tuple[str, dict]]) -> tuple[pd.DataFrame, pd.DataFrame
     tables, curves = [], []
     for run_id, report in reports:
         label = report["pos_encoding"]
-        if report["rope_scaling"]["method"] != "none":
+        if report["rope_scaling"]["method"] != UNSCALED:
             label = f"{label}+{report['rope_scaling']['method']}"
         frame = results_frame({**report, "pos_encoding": label})
         frame.insert(0, "run_id", run_id)

@@ -1,32 +1,60 @@
-"""Scaled dot-product attention (MHA / GQA / MQA) and the causal self-attention layer.
+"""Attention: the score function, scaled dot-product attention (MHA / GQA / MQA), and the causal
+self-attention layer.
+
+    s[b, h, i, j] = scale * <q[b, i, h], k[b, j, h // g]> + bias[b, h, i, j]   (-inf where masked)
+    out[b, i, h]  = sum_j softmax_j(s[b, h, i, :]) v[b, j, h // g]
+
+(Vaswani et al. 2017, eq. 1, with ``scale = 1/sqrt(head_dim)``). :func:`attention_scores` is that
+score function, written once; :func:`dot_product_attention` adds the softmax and ``P V`` and hides
+how they are computed (``impl``: the einsum reference or ``jax.nn.dot_product_attention``;
+``chunk``: query blocks), which changes no number beyond float rounding.
 
 Shapes: queries ``[batch, q_len, heads, head_dim]``, keys and values
 ``[batch, k_len, kv_heads, head_dim]`` with ``heads % kv_heads == 0``. Query head ``h`` reads
-key/value head ``h // (heads // kv_heads)`` (the grouping of ``jax.nn.dot_product_attention``).
+key/value head ``h // g``, ``g = heads // kv_heads`` (the grouping of
+``jax.nn.dot_product_attention``).
 
-Causal masking is by index: query ``i`` sits at key index ``q_offset + i`` and sees keys
-``j <= q_offset + i``. Self-attention has ``q_offset = 0``; a KV-cache decode step has
-``q_offset = start``. Positions (which may be offset or batch-specific) only enter through the
-positional encodings (RoPE on q/k, the ALiBi bias), never through the mask.
+The ingredients of the scores are arguments, so that variants slot in without touching the
+implementations:
+
+* ``scale``: a number (``1/sqrt(head_dim)`` by default).
+* ``bias``: a function ``(q_positions [pbatch, q_len], k_positions [pbatch, k_len]) -> float32
+  [pbatch, heads, q_len, k_len] | None``; the layer passes its positional encoding's
+  :meth:`~attnlab.model.positions.PositionalEncoding.bias` (ALiBi).
+* ``mask``: a function ``(q_index [q_len], k_index [k_len]) -> bool [q_len, k_len]`` (True = may
+  attend), or None for no mask. Masks are by index, not position: query ``i`` of a call sits at
+  key index ``q_offset + i`` (0 for a forward pass, ``start`` for a KV-cache step).
+* q/k normalisation and q/k transforms (QK-norm, RoPE) are applied by the layer before the
+  scores.
 """
 
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, Callable
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attnlab.config import ModelConfig
-from attnlab.model import positions as pos
 from attnlab.model.layers import dense, make_norm
+from attnlab.model.positions import encoding_for
+
+if TYPE_CHECKING:
+    from attnlab.config import ModelConfig
+
+Mask = Callable[[jax.Array, jax.Array], jax.Array]
+Bias = Callable[[jax.Array, jax.Array], "jax.Array | None"]
+
+
+def causal(q_index: jax.Array, k_index: jax.Array) -> jax.Array:
+    """The causal mask: query ``i`` sees key ``j`` iff ``j <= i``; bool ``[q_len, k_len]``."""
+    return k_index[None, :] <= q_index[:, None]
 
 
 def causal_mask(q_len: int, k_len: int, q_offset: int | jax.Array = 0) -> jax.Array:
     """``mask[i, j] = j <= q_offset + i``; bool ``[q_len, k_len]`` (True = may attend)."""
-    q_index = q_offset + jnp.arange(q_len)[:, None]
-    return jnp.arange(k_len)[None, :] <= q_index
+    return causal(q_offset + jnp.arange(q_len), jnp.arange(k_len))
 
 
 def _group(q: jax.Array, kv_heads: int) -> jax.Array:
@@ -35,68 +63,100 @@ def _group(q: jax.Array, kv_heads: int) -> jax.Array:
     return q.reshape(b, t, kv_heads, heads // kv_heads, d)
 
 
-def attention_weights(
+def attention_scores(
     q: jax.Array,
     k: jax.Array,
     *,
-    causal: bool = True,
-    q_offset: int | jax.Array = 0,
+    scale: float,
     bias: jax.Array | None = None,
+    mask: jax.Array | None = None,
 ) -> jax.Array:
-    """``softmax(Q K^T / sqrt(d_k) + bias)`` with the causal mask; float32 ``[batch, heads, q_len,
-    k_len]``.
+    """The score function ``scale * Q K^T + bias``, ``-inf`` where ``mask`` is False.
 
     Args:
       q: ``[batch, q_len, heads, head_dim]``.
       k: ``[batch, k_len, kv_heads, head_dim]``.
-      causal: mask keys after each query (see the module docstring for ``q_offset``).
-      bias: additive float32 bias broadcastable to ``[batch, heads, q_len, k_len]`` (ALiBi); it is
-        not scaled by ``1/sqrt(d_k)``.
+      scale: multiplies ``Q K^T`` (not the bias).
+      bias: float32, broadcastable to ``[batch, heads, q_len, k_len]``, or None.
+      mask: bool ``[q_len, k_len]`` (True = may attend), or None.
+
+    Returns:
+      float32 ``[batch, heads, q_len, k_len]`` (accumulated in float32 for bf16 inputs too).
     """
-    batch, q_len, heads, head_dim = q.shape
+    batch, q_len, heads, _ = q.shape
     k_len, kv_heads = k.shape[1], k.shape[2]
-    # Scores accumulate in float32 even for bf16 inputs; the softmax is float32.
     scores = jnp.einsum(
-        "bqkgd,bskd->bkgqs", _group(q, kv_heads), k, preferred_element_type=jnp.float32
+        "bqhgd,bkhd->bhgqk", _group(q, kv_heads), k, preferred_element_type=jnp.float32
     ).reshape(batch, heads, q_len, k_len)
-    scores = scores / math.sqrt(head_dim)
+    scores = scores * scale
     if bias is not None:
         scores = scores + bias
-    if causal:
-        scores = jnp.where(causal_mask(q_len, k_len, q_offset), scores, -jnp.inf)
+    if mask is not None:
+        scores = jnp.where(mask, scores, -jnp.inf)
+    return scores
+
+
+def attention_weights(
+    q: jax.Array,
+    k: jax.Array,
+    *,
+    scale: float | None = None,
+    mask: Mask | None = causal,
+    q_offset: int | jax.Array = 0,
+    bias: jax.Array | None = None,
+) -> jax.Array:
+    """``softmax(attention_scores)`` over keys; float32 ``[batch, heads, q_len, k_len]``.
+
+    ``scale`` defaults to ``1/sqrt(head_dim)``; ``mask`` is a mask function (see the module
+    docstring) applied at query offset ``q_offset``; ``bias`` as in :func:`attention_scores`.
+    """
+    q_len, head_dim, k_len = q.shape[1], q.shape[3], k.shape[1]
+    scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
+    mask_array = None if mask is None else mask(q_offset + jnp.arange(q_len), jnp.arange(k_len))
+    scores = attention_scores(q, k, scale=scale, bias=bias, mask=mask_array)
     return jax.nn.softmax(scores, axis=-1)
 
 
-def _einsum_attention(q, k, v, *, causal, q_offset, bias):
-    """The plain reference: weights from :func:`attention_weights`, then ``P V``."""
+# --------------------------------------------------------------------------------------------
+# Implementations: the same function of (q, k, v, scale, bias, mask). ``is_causal`` says that
+# ``mask`` is the plain lower triangle of a square score matrix, which kernels can apply
+# without reading the mask array.
+# --------------------------------------------------------------------------------------------
+
+
+def _einsum_attention(q, k, v, *, scale, bias, mask, is_causal):
+    """The plain reference: :func:`attention_scores`, softmax, then ``P V``."""
     batch, q_len, heads, head_dim = q.shape
     kv_heads = k.shape[2]
-    probs = attention_weights(q, k, causal=causal, q_offset=q_offset, bias=bias)
+    probs = jax.nn.softmax(attention_scores(q, k, scale=scale, bias=bias, mask=mask), axis=-1)
     probs = probs.reshape(batch, kv_heads, heads // kv_heads, q_len, -1).astype(v.dtype)
-    out = jnp.einsum("bkgqs,bskd->bqkgd", probs, v)
+    out = jnp.einsum("bhgqk,bkhd->bqhgd", probs, v)
     return out.reshape(batch, q_len, heads, head_dim)
 
 
-def _xla_attention(q, k, v, *, causal, q_offset, bias):
+def _xla_attention(q, k, v, *, scale, bias, mask, is_causal):
     """``jax.nn.dot_product_attention``: GQA natively; cuDNN flash attention on GPUs for
     bf16/fp16 inputs without a bias (ALiBi stays on the XLA path so that its bias keeps
     float32 precision at long distances)."""
-    q_len, k_len = q.shape[1], k.shape[1]
-    plain_causal = causal and isinstance(q_offset, int) and q_offset == 0 and q_len == k_len
-    mask = None
-    if causal and not plain_causal:
-        mask = causal_mask(q_len, k_len, q_offset)[None, None]
+    if is_causal:
+        mask = None  # the kernel applies the same lower triangle itself
+    elif mask is not None:
+        mask = mask[None, None]  # [1, 1, q_len, k_len]
     if (
-        plain_causal
+        is_causal
         and bias is None
         and jax.default_backend() == "gpu"
         and q.dtype in (jnp.bfloat16, jnp.float16)
     ):
         try:
-            return jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation="cudnn")
+            return jax.nn.dot_product_attention(
+                q, k, v, scale=scale, is_causal=True, implementation="cudnn"
+            )
         except Exception:  # unsupported shape or cuDNN version: the XLA path below is exact too
             pass
-    return jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask, is_causal=plain_causal)
+    return jax.nn.dot_product_attention(
+        q, k, v, bias=bias, mask=mask, scale=scale, is_causal=is_causal
+    )
 
 
 _IMPLEMENTATIONS = {"einsum": _einsum_attention, "xla": _xla_attention}
@@ -107,24 +167,27 @@ def dot_product_attention(
     k: jax.Array,
     v: jax.Array,
     *,
-    causal: bool = True,
+    scale: float | None = None,
+    bias: Bias | None = None,
+    mask: Mask | None = causal,
     q_offset: int | jax.Array = 0,
     q_positions: jax.Array | None = None,
     k_positions: jax.Array | None = None,
-    alibi_slopes=None,
     impl: str = "einsum",
     chunk: int = 0,
 ) -> jax.Array:
-    """``softmax(Q K^T / sqrt(d_k) [+ ALiBi]) V`` per head, optionally in query blocks.
+    """``softmax(attention_scores) V`` per head, optionally in query blocks.
 
     Args:
       q: ``[batch, q_len, heads, head_dim]``.
       k, v: ``[batch, k_len, kv_heads, head_dim]``.
-      causal: apply the causal mask (False: every query sees every key).
+      scale: score scale; default ``1/sqrt(head_dim)``.
+      bias: bias function of positions (see the module docstring), or None.
+      mask: mask function of indices (default :func:`causal`), or None (every query sees every
+        key).
       q_offset: key index of query 0 (a KV-cache step's ``start``); may be traced.
-      q_positions, k_positions: int ``[pbatch, q_len]`` / ``[pbatch, k_len]``, used only for the
-        ALiBi distance (default ``q_offset + arange`` and ``arange``).
-      alibi_slopes: ``[heads]`` or None (no bias).
+      q_positions, k_positions: int ``[pbatch, q_len]`` / ``[pbatch, k_len]``, given to ``bias``
+        (default ``q_offset + arange`` and ``arange``).
       impl: ``"einsum"`` (plain reference) or ``"xla"`` (``jax.nn.dot_product_attention``).
       chunk: if > 0 and ``q_len > chunk``, process queries in blocks of ``chunk`` so that at most a
         ``[batch, heads, chunk, k_len]`` score tensor exists at once (memory linear in length for
@@ -136,34 +199,37 @@ def dot_product_attention(
     if impl not in _IMPLEMENTATIONS:
         raise ValueError(f"unknown attention impl {impl!r}; valid: {', '.join(_IMPLEMENTATIONS)}")
     attend = _IMPLEMENTATIONS[impl]
-    q_len, k_len = q.shape[1], k.shape[1]
-    if alibi_slopes is not None:
-        if q_positions is None:
-            q_positions = (q_offset + jnp.arange(q_len))[None]
-        if k_positions is None:
-            k_positions = jnp.arange(k_len)[None]
+    batch, q_len, heads, head_dim = q.shape
+    k_len = k.shape[1]
+    scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
+    if q_positions is None:
+        q_positions = (q_offset + jnp.arange(q_len))[None]
+    if k_positions is None:
+        k_positions = jnp.arange(k_len)[None]
+    chunked = 0 < chunk < q_len
+    is_causal = (mask is causal and isinstance(q_offset, int) and q_offset == 0
+                 and q_len == k_len and not chunked)
 
     def block(q_block, q_positions_block, offset):
-        bias = None
-        if alibi_slopes is not None:
-            bias = pos.alibi_bias(alibi_slopes, q_positions_block, k_positions)
-        return attend(q_block, k, v, causal=causal, q_offset=offset, bias=bias)
+        """Queries ``offset .. offset + len - 1`` against every key."""
+        block_bias = None if bias is None else bias(q_positions_block, k_positions)
+        block_mask = None
+        if mask is not None:
+            block_mask = mask(offset + jnp.arange(q_block.shape[1]), jnp.arange(k_len))
+        return attend(q_block, k, v, scale=scale, bias=block_bias, mask=block_mask,
+                      is_causal=is_causal)
 
-    if chunk <= 0 or q_len <= chunk:
+    if not chunked:
         return block(q, q_positions, q_offset)
 
     # Memory-linear path: pad the queries to whole blocks and map over the blocks.
     n_blocks = -(-q_len // chunk)
     pad = n_blocks * chunk - q_len
-    batch, _, heads, head_dim = q.shape
     q_blocks = jnp.pad(q, ((0, 0), (0, pad), (0, 0), (0, 0)))
     q_blocks = q_blocks.reshape(batch, n_blocks, chunk, heads, head_dim).swapaxes(0, 1)
     offsets = q_offset + chunk * jnp.arange(n_blocks)
-    if q_positions is None:
-        position_blocks = jnp.zeros((n_blocks, 1, chunk), jnp.int32)  # unused without ALiBi
-    else:
-        padded = jnp.pad(q_positions, ((0, 0), (0, pad)), mode="edge")
-        position_blocks = padded.reshape(padded.shape[0], n_blocks, chunk).swapaxes(0, 1)
+    padded = jnp.pad(q_positions, ((0, 0), (0, pad)), mode="edge")
+    position_blocks = padded.reshape(padded.shape[0], n_blocks, chunk).swapaxes(0, 1)
     out = jax.lax.map(
         jax.checkpoint(lambda args: block(*args)), (q_blocks, position_blocks, offsets)
     )  # [n_blocks, batch, chunk, heads, head_dim]
@@ -174,13 +240,18 @@ def dot_product_attention(
 class CausalSelfAttention(nnx.Module):
     """Multi-head (or grouped-query) causal self-attention with the configured position encoding.
 
-    ``q = x W_q``, ``k = x W_k``, ``v = x W_v`` (no biases), optional QK-norm per head, RoPE on
-    q and k, attention, then ``W_o``. ``W_o`` is a residual output projection: GPT-2 init scales
-    its std by ``1/sqrt(2 n_layers)``.
+    ``q = x W_q``, ``k = x W_k``, ``v = x W_v`` (no biases); QK-norm per head (optional); the
+    positional encoding's q/k transform (RoPE); attention with the encoding's score bias
+    (ALiBi), scale ``1/sqrt(head_dim)`` and the causal mask; then ``W_o``. ``W_o`` is a residual
+    output projection: GPT-2 init scales its std by ``1/sqrt(2 n_layers)``.
+
+    A sequence mixer: ``(x, positions, kv, start) -> (y, kv)``, with or without a cache.
     """
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
         self.cfg = cfg
+        self.encoding = encoding_for(cfg)
+        self.scale = 1.0 / math.sqrt(cfg.head_dim)
         d, hd = cfg.d_model, cfg.head_dim
         residual_std = cfg.init_std / math.sqrt(2 * cfg.n_layers)
         self.q_proj = dense(cfg, d, cfg.n_heads * hd, cfg.init_std, rngs)
@@ -192,57 +263,38 @@ class CausalSelfAttention(nnx.Module):
             self.q_norm = make_norm(cfg, hd)
             self.k_norm = make_norm(cfg, hd)
 
-    def _project(self, x, positions):
-        """``x [batch, seq, d_model] -> q [b, s, heads, hd], k, v [b, s, kv_heads, hd]``."""
-        cfg = self.cfg
-        batch, seq, _ = x.shape
-        q = self.q_proj(x).reshape(batch, seq, cfg.n_heads, cfg.head_dim)
-        k = self.k_proj(x).reshape(batch, seq, cfg.kv_heads, cfg.head_dim)
-        v = self.v_proj(x).reshape(batch, seq, cfg.kv_heads, cfg.head_dim)
-        if cfg.qk_norm:
-            q, k = self.q_norm(q), self.k_norm(k)
-        if cfg.pos_encoding == "rope":
-            q = pos.apply_rope(q, positions, cfg.rope_theta)
-            k = pos.apply_rope(k, positions, cfg.rope_theta)
-        return q, k, v
+    def __call__(self, x: jax.Array, positions: jax.Array, *, kv=None, start=0,
+                 mask: Mask | None = causal):
+        """Self-attention of ``x [batch, t, d_model]`` at ``positions [pbatch, t]``.
 
-    def _attend(self, q, k, v, *, causal, q_offset, q_positions, k_positions):
-        cfg = self.cfg
-        slopes = pos.alibi_slopes(cfg.n_heads) if cfg.pos_encoding == "alibi" else None
-        out = dot_product_attention(
-            q, k, v, causal=causal, q_offset=q_offset, q_positions=q_positions,
-            k_positions=k_positions, alibi_slopes=slopes, impl=cfg.attention_impl,
-            chunk=cfg.attention_chunk,
-        )  # [batch, q_len, heads, head_dim]
-        batch, q_len = out.shape[:2]
-        return self.o_proj(out.reshape(batch, q_len, cfg.n_heads * cfg.head_dim))
-
-    def __call__(self, x: jax.Array, positions: jax.Array, *, causal: bool = True) -> jax.Array:
-        """``x [batch, seq, d_model]``, ``positions [pbatch, seq]`` -> ``[batch, seq, d_model]``."""
-        q, k, v = self._project(x, positions)
-        return self._attend(
-            q, k, v, causal=causal, q_offset=0, q_positions=positions, k_positions=positions
-        )
-
-    def decode(self, x, positions, start, kv):
-        """One KV-cache step: writes this step's keys/values at ``start`` and attends to the cache.
-
-        Args:
-          x: ``[batch, t, d_model]`` (the new tokens' hidden states).
-          positions: ``[pbatch, t]``, equal to ``start + arange(t)``.
-          start: cache index (= position) of the first new token; int or traced int.
-          kv: ``(keys, values)``, each ``[batch, cache_len, kv_heads, head_dim]``.
+        Without ``kv``: plain self-attention under ``mask`` (a mask function of indices, see the
+        module docstring; None: every query sees every key). With ``kv = (keys, values)``, each
+        ``[batch, cache_len, kv_heads, head_dim]``: a KV-cache step that writes this call's keys
+        and values at cache slots ``start .. start + t - 1`` (``positions`` must equal
+        ``start + arange(t)``; ``start`` may be traced) and attends over the whole cache; slots
+        not yet written are hidden by the causal mask (a cache needs one).
 
         Returns:
-          ``([batch, t, d_model], (keys, values))`` with the cache updated.
+          ``([batch, t, d_model], kv)``: ``kv`` updated, or None without a cache.
         """
-        keys, values = kv
-        q, k, v = self._project(x, positions)
-        keys = jax.lax.dynamic_update_slice_in_dim(keys, k.astype(keys.dtype), start, axis=1)
-        values = jax.lax.dynamic_update_slice_in_dim(values, v.astype(values.dtype), start, axis=1)
-        # Slots after start + t still hold zeros; the causal mask hides them.
-        out = self._attend(
-            q, keys, values, causal=True, q_offset=start, q_positions=positions,
-            k_positions=jnp.arange(keys.shape[1])[None],
-        )
-        return out, (keys, values)
+        cfg = self.cfg
+        batch, t, _ = x.shape
+        q = self.q_proj(x).reshape(batch, t, cfg.n_heads, cfg.head_dim)
+        k = self.k_proj(x).reshape(batch, t, cfg.kv_heads, cfg.head_dim)
+        v = self.v_proj(x).reshape(batch, t, cfg.kv_heads, cfg.head_dim)
+        if cfg.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = self.encoding.transform_qk(q, k, positions)
+        q_offset, k_positions = 0, positions
+        if kv is not None:
+            keys, values = kv
+            k = jax.lax.dynamic_update_slice_in_dim(keys, k.astype(keys.dtype), start, axis=1)
+            v = jax.lax.dynamic_update_slice_in_dim(values, v.astype(values.dtype), start, axis=1)
+            kv = (k, v)
+            q_offset, k_positions = start, jnp.arange(k.shape[1])[None]
+        out = dot_product_attention(
+            q, k, v, scale=self.scale, bias=self.encoding.bias,
+            mask=mask, q_offset=q_offset, q_positions=positions,
+            k_positions=k_positions, impl=cfg.attention_impl, chunk=cfg.attention_chunk,
+        )  # [batch, t, heads, head_dim]
+        return self.o_proj(out.reshape(batch, t, cfg.n_heads * cfg.head_dim)), kv

@@ -11,10 +11,15 @@ fuller Chinchilla count, which includes them.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 from flax import nnx
 
-from attnlab.config import ModelConfig
+from attnlab.model.positions import encoding_for
+
+if TYPE_CHECKING:
+    from attnlab.config import ModelConfig
 
 EMBEDDING_PARAMS = ("token_embedding", "position_embedding", "lm_head")
 
@@ -39,7 +44,7 @@ def param_counts(cfg: ModelConfig) -> dict[str, int]:
     per_layer = attention + ffn + 2 * _norm_params(cfg, d)
     final_norm = _norm_params(cfg, d) if cfg.norm_position == "pre" else 0
     token_embedding = cfg.vocab_size * d
-    position_embedding = cfg.max_len * d if cfg.pos_encoding == "learned" else 0
+    position_embedding = encoding_for(cfg).param_count()  # the learned table; 0 for the others
     output_head = 0 if cfg.tie_embeddings else d * cfg.vocab_size
     embedding = token_embedding + position_embedding + output_head
     non_embedding = cfg.n_layers * per_layer + final_norm
@@ -101,7 +106,9 @@ def flops_per_token(cfg: ModelConfig, seq_len: int) -> dict[str, float]:
     mix = 2.0 * seq_len * d_attn
     out = 2.0 * d_attn * d
     ffn = 2.0 * (3 if cfg.ffn == "swiglu" else 2) * d * cfg.ffn_dim
-    forward = 2.0 * V * d + L * (qkv + scores + softmax + mix + out + ffn) + 2.0 * d * V
+    encoding = encoding_for(cfg).flops_per_token(seq_len)  # 0 so far: no matrix products
+    forward = (2.0 * V * d + encoding + L * (qkv + scores + softmax + mix + out + ffn)
+               + 2.0 * d * V)
     return {
         "kaplan_6n": 6.0 * n,
         "kaplan_attention": kaplan_attention,

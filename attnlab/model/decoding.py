@@ -8,16 +8,18 @@ tokens at slots ``start .. start + t - 1`` and attends over the whole cache unde
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
-from attnlab.config import ModelConfig
-from attnlab.model import positions as pos
 from attnlab.model.layers import compute_dtype
-from attnlab.model.transformer import LEARNED_TABLE
+from attnlab.model.positions import encoding_for
+
+if TYPE_CHECKING:
+    from attnlab.config import ModelConfig
 
 
 class KVCache(NamedTuple):
@@ -105,9 +107,8 @@ def generate(
     if max_new_tokens == 0:
         return prompt
     total = prompt.shape[1] + max_new_tokens
-    if cfg.pos_encoding == "learned":
-        # Checked here once, statically; the jitted loop then runs without callbacks.
-        pos.check_positions([0, total - 1], cfg.max_len, LEARNED_TABLE)
+    # Checked here once, statically (learned table); the jitted loop then runs without callbacks.
+    encoding_for(cfg).check_range(np.array([0, total - 1]))
     rng = jax.random.key(0) if rng is None else rng
     return _generate(
         graphdef, state, prompt, rng, max_new_tokens=max_new_tokens, temperature=float(temperature)

@@ -1,24 +1,45 @@
-"""Positional encodings: sinusoidal, learned (range check), RoPE and ALiBi.
+"""Positional encodings: the pure functions of each equation, and one class per encoding that the
+model, the KV cache, the counters, config validation and the extrapolation code ask.
 
 Shapes: ``positions`` are int32 ``[pbatch, seq]`` with ``pbatch`` 1 (shared by the batch) or
-``batch``. Every function here is pure; tables and phases are computed in float32 from the
-positions themselves, so no encoding except the learned table has a length limit.
+``batch``; heads are ``[batch, seq, heads, head_dim]``. Every function here is pure; tables and
+phases are computed in float32 from the positions themselves, so no encoding except the learned
+table has a length limit.
+
+    encoding = encoding_for(cfg)                 # ENCODINGS[cfg.pos_encoding](cfg)
+    x = encoding.embed(x, positions, table)      # what it adds to the token embeddings
+    q, k = encoding.transform_qk(q, k, positions)   # RoPE rotates q and k
+    bias = encoding.bias(q_positions, k_positions)  # ALiBi's score bias (None: no bias)
+    encoding.max_positions()                     # None = unlimited; learned = model.max_len
+
+Adding an encoding is one subclass of :class:`PositionalEncoding` (overriding only what it
+changes), its tests, and one line in :data:`ENCODINGS` (docs/design.md has a worked example).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 
-from attnlab.errors import AttnlabError
+from attnlab.errors import AttnlabError, ConfigError
+
+if TYPE_CHECKING:  # config.py imports this module to validate model.pos_encoding
+    from attnlab.config import ModelConfig
 
 
 class PositionOutOfRangeError(AttnlabError):
     """A position lies outside what an encoding or a KV cache can represent."""
+
+
+class RescalingError(AttnlabError):
+    """An encoding cannot be rescaled (for longer contexts) the way that was asked."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -67,6 +88,129 @@ def check_positions(positions, limit: int, what: str) -> None:
 
 
 # --------------------------------------------------------------------------------------------
+# The interface every encoding implements. The defaults are "does nothing here", so an encoding
+# overrides only the hooks where it acts.
+# --------------------------------------------------------------------------------------------
+
+
+def unscaled(cfg: ModelConfig, factor: float) -> ModelConfig:
+    """The identity rescaling: evaluate longer contexts with the trained encoding as it is."""
+    return cfg
+
+
+UNSCALED = "none"  # the name of :func:`unscaled` in every encoding's ``rescalings``
+
+
+@dataclasses.dataclass(frozen=True)
+class PositionalEncoding:
+    """One positional encoding of a model built from ``cfg`` (immutable and hashable, so that
+    modules may hold it as static structure).
+
+    Class attributes:
+      name: the ``model.pos_encoding`` value, the key in :data:`ENCODINGS`.
+      title: how messages name it ("" = the name).
+      range_name: what :meth:`max_positions` counts, for range errors.
+      rescalings: ``{method: function(cfg, factor) -> cfg}``, how the encoding may be changed to
+        evaluate at ``factor`` x the training context (see :meth:`rescaled`).
+    """
+
+    cfg: ModelConfig
+
+    name = ""
+    title = ""
+    range_name = "positional encoding"
+    rescalings = {UNSCALED: unscaled}
+
+    # --- configuration -----------------------------------------------------------------------
+
+    def validate(self) -> None:
+        """Raises :class:`ConfigError` (naming the field) if ``cfg`` breaks this encoding's
+        constraints. Called by ``ModelConfig.__post_init__``."""
+
+    def max_positions(self) -> int | None:
+        """How many positions (0 .. n-1) the encoding can represent; None = no limit."""
+        return None
+
+    def unrepresentable(self, length: int) -> str | None:
+        """Why a window of ``length`` tokens (positions ``0 .. length-1``) cannot be fed to the
+        model, for reports; None if it can."""
+        limit = self.max_positions()
+        if limit is None or length <= limit:
+            return None
+        return (f"the {self.range_name} holds positions 0..{limit - 1}, length {length} needs "
+                f"positions 0..{length - 1} (not clamped)")
+
+    def param_count(self) -> int:
+        """Scalars of :meth:`init_params`. Embedding parameters (not in Kaplan's N)."""
+        return 0
+
+    def flops_per_token(self, seq_len: int) -> float:
+        """Forward FLOPs per token outside matrix products: 0 for every encoding so far, as
+        Hoffmann et al. (Appendix F) count only the matrix products, the softmax and the
+        embeddings. ``seq_len`` is the context of a training step."""
+        return 0.0
+
+    # --- the model ---------------------------------------------------------------------------
+
+    def init_params(self, rngs: nnx.Rngs) -> nnx.Param | None:
+        """The encoding's trainable table, stored by the model as ``position_embedding`` (that
+        parameter path is what checkpoints hold); None when it has none."""
+        return None
+
+    def check_range(self, positions) -> None:
+        """Raises :class:`PositionOutOfRangeError` for positions beyond :meth:`max_positions`
+        (at once when concrete, at run time when traced; see :func:`check_positions`)."""
+        limit = self.max_positions()
+        if limit is not None:
+            check_positions(positions, limit, self.range_name)
+
+    def embed(self, x: jax.Array, positions: jax.Array, table: nnx.Param | None) -> jax.Array:
+        """Token embeddings ``x`` float32 ``[batch, seq, d_model]``, positions ``[pbatch, seq]``,
+        this encoding's ``table`` -> the embedding-layer output ``[batch, seq, d_model]``."""
+        return x
+
+    def transform_qk(self, q: jax.Array, k: jax.Array, positions: jax.Array
+                     ) -> tuple[jax.Array, jax.Array]:
+        """``q [batch, seq, heads, head_dim]``, ``k [batch, seq, kv_heads, head_dim]`` of the
+        tokens at ``positions [pbatch, seq]`` -> ``(q, k)`` of the same shapes and dtypes."""
+        return q, k
+
+    def bias(self, q_positions: jax.Array, k_positions: jax.Array) -> jax.Array | None:
+        """Additive attention-score bias, float32 ``[pbatch, heads, q_len, k_len]``, for
+        ``q_positions [pbatch, q_len]`` and ``k_positions [pbatch, k_len]``; None: no bias
+        (the attention then may use fused kernels)."""
+        return None
+
+    # --- evaluation at longer contexts -------------------------------------------------------
+
+    def can_rescale(self, method: str) -> bool:
+        return method in self.rescalings
+
+    def rescaled(self, method: str, factor: float) -> ModelConfig:
+        """The model config to evaluate with at ``factor`` x the training context.
+
+        ``"none"`` (:data:`UNSCALED`) returns ``cfg`` unchanged for every encoding.
+
+        Raises:
+          RescalingError: this encoding has no rescaling ``method``.
+        """
+        if not self.can_rescale(method):
+            owners = [c.title or c.name for c in ENCODINGS.values() if method in c.rescalings]
+            where = f"{' and '.join(owners)} models" if owners else "no encoding"
+            raise RescalingError(
+                f"{method} applies to {where}; this run uses pos_encoding={self.name}")
+        return self.rescalings[method](self.cfg, factor)
+
+
+class NoPE(PositionalEncoding):
+    """No positional information (Kazemnejad et al. 2023): a causal decoder still infers
+    positions from the mask alone."""
+
+    name = "none"
+    title = "NoPE"
+
+
+# --------------------------------------------------------------------------------------------
 # Sinusoidal (Vaswani et al. 2017, section 3.5)
 # --------------------------------------------------------------------------------------------
 
@@ -90,6 +234,57 @@ def sinusoidal_table(positions, d_model: int, base: float = 10000.0) -> jax.Arra
     angles = jnp.asarray(positions, jnp.float32)[..., None] * jnp.asarray(inv_freq, jnp.float32)
     table = jnp.stack([jnp.sin(angles), jnp.cos(angles)], axis=-1)  # [..., d/2, 2]
     return table.reshape(*angles.shape[:-1], d_model)
+
+
+class Sinusoidal(PositionalEncoding):
+    """``x = E[tokens] sqrt(d_model) + PE[positions]`` (Vaswani et al. 2017, sections 3.4-3.5):
+    the embeddings are scaled so that the unit-amplitude sinusoids do not swamp them."""
+
+    name = "sinusoidal"
+
+    def validate(self) -> None:
+        if self.cfg.d_model % 2:
+            raise ConfigError(
+                "model.d_model", f"sinusoidal encoding needs an even d_model, got {self.cfg.d_model}")
+
+    def embed(self, x, positions, table):
+        d_model = self.cfg.d_model
+        return x * math.sqrt(d_model) + sinusoidal_table(positions, d_model)
+
+
+# --------------------------------------------------------------------------------------------
+# Learned absolute positions (Gehring et al. 2017; GPT-2): one trained row per position
+# --------------------------------------------------------------------------------------------
+
+
+class Learned(PositionalEncoding):
+    """``x = E[tokens] + P[positions]`` with a trained table ``P [model.max_len, d_model]``
+    (initialised like every matrix, N(0, init_std^2)). It has no rows beyond ``max_len``:
+    positions outside raise :class:`PositionOutOfRangeError`, never clamp."""
+
+    name = "learned"
+    range_name = "learned position table (model.max_len)"
+
+    def max_positions(self) -> int:
+        return self.cfg.max_len
+
+    def unrepresentable(self, length):
+        limit = self.cfg.max_len
+        if length <= limit:
+            return None
+        return (f"learned absolute positions: the table has model.max_len={limit} rows, length "
+                f"{length} needs positions 0..{length - 1}; learned embeddings cannot "
+                "extrapolate (not clamped)")
+
+    def param_count(self) -> int:
+        return self.cfg.max_len * self.cfg.d_model
+
+    def init_params(self, rngs):
+        init = nnx.initializers.normal(self.cfg.init_std)
+        return nnx.Param(init(rngs.params(), (self.cfg.max_len, self.cfg.d_model)))
+
+    def embed(self, x, positions, table):
+        return x + jnp.take(table[...], positions, axis=0)  # [pbatch, seq, d] broadcasts
 
 
 # --------------------------------------------------------------------------------------------
@@ -142,6 +337,42 @@ def apply_rope(x: jax.Array, positions, theta: float = 10000.0) -> jax.Array:
     return rotated.astype(x.dtype)
 
 
+def ntk_rope_theta(theta: float, head_dim: int, factor: float) -> float:
+    """NTK-aware RoPE base (bloc97 2023; Peng et al. 2023, YaRN section 3.2):
+    ``theta * s^(d / (d - 2))`` stretches the lowest frequency ``theta^(-(d-2)/d)`` by exactly
+    ``1/s`` and leaves frequency 1 (i = 0) unchanged."""
+    if head_dim <= 2:
+        raise RescalingError(f"ntk needs head_dim > 2, got {head_dim}")
+    return float(theta) * float(factor) ** (head_dim / (head_dim - 2))
+
+
+def _ntk_scaled(cfg: ModelConfig, factor: float) -> ModelConfig:
+    return dataclasses.replace(cfg, rope_theta=ntk_rope_theta(cfg.rope_theta, cfg.head_dim, factor))
+
+
+class RoPE(PositionalEncoding):
+    """Rotates every query and key head by its position (Su et al. 2021, eq. 34), so that
+    ``<R(m) q, R(n) k>`` depends only on ``m - n``; base ``model.rope_theta``.
+
+    Rescalings for longer contexts: ``ntk`` raises the base (:func:`ntk_rope_theta`).
+    """
+
+    name = "rope"
+    title = "RoPE"
+    rescalings = {UNSCALED: unscaled, "ntk": _ntk_scaled}
+
+    def validate(self) -> None:
+        if self.cfg.head_dim % 2:
+            raise ConfigError(
+                "model.pos_encoding",
+                f"rope needs an even head_dim, but d_model/n_heads = {self.cfg.head_dim}",
+            )
+
+    def transform_qk(self, q, k, positions):
+        theta = self.cfg.rope_theta
+        return apply_rope(q, positions, theta), apply_rope(k, positions, theta)
+
+
 # --------------------------------------------------------------------------------------------
 # ALiBi (Press et al. 2022)
 # --------------------------------------------------------------------------------------------
@@ -186,3 +417,35 @@ def alibi_bias(slopes, q_positions, k_positions) -> jax.Array:
         - jnp.asarray(k_positions, jnp.float32)[:, None, :]
     )  # [pb, q, k]
     return -jnp.asarray(slopes, jnp.float32)[None, :, None, None] * distance[:, None, :, :]
+
+
+class ALiBi(PositionalEncoding):
+    """Adds ``-m_h |i - j|`` to head ``h``'s scores (Press et al. 2022), with the slopes of
+    :func:`alibi_slopes`; nothing is added to the embeddings or to q/k."""
+
+    name = "alibi"
+    title = "ALiBi"
+
+    def bias(self, q_positions, k_positions):
+        return alibi_bias(alibi_slopes(self.cfg.n_heads), q_positions, k_positions)
+
+
+# --------------------------------------------------------------------------------------------
+# The registry: model.pos_encoding -> class. Config validation reads its keys.
+# --------------------------------------------------------------------------------------------
+
+ENCODINGS: dict[str, type[PositionalEncoding]] = {
+    encoding.name: encoding
+    for encoding in (
+        NoPE,
+        Sinusoidal,
+        Learned,
+        RoPE,
+        ALiBi,
+    )
+}
+
+
+def encoding_for(cfg: ModelConfig) -> PositionalEncoding:
+    """The encoding of ``cfg`` (``cfg.pos_encoding`` is validated against :data:`ENCODINGS`)."""
+    return ENCODINGS[cfg.pos_encoding](cfg)

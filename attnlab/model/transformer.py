@@ -5,7 +5,7 @@ parameters (:func:`init_model`); :func:`apply` is a pure function of that state,
 ``jax.jit(lambda state, tokens: apply(graphdef, state, tokens))``. Nothing mutates module state
 inside jit (dropout takes an explicit key).
 
-    x = E[tokens] (+ P[positions] for learned / sinusoidal encodings)
+    x = encoding.embed(E[tokens], positions)   (adds P[positions] for learned / sinusoidal)
     pre-LN:  x = x + Attn(Norm(x));  x = x + FFN(Norm(x));  ... ; logits = Norm(x) W_head
     post-LN: x = Norm(x + Attn(x));  x = Norm(x + FFN(x));  ... ; logits = x W_head
     W_head = E^T when tied.
@@ -13,19 +13,20 @@ inside jit (dropout takes an explicit key).
 
 from __future__ import annotations
 
-import math
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from attnlab.config import ModelConfig
-from attnlab.model import positions as pos
 from attnlab.model.attention import CausalSelfAttention
 from attnlab.model.layers import FeedForward, compute_dtype, dropout, make_norm
+from attnlab.model.positions import check_positions, encoding_for
 
-LEARNED_TABLE = "learned position table (model.max_len)"
+if TYPE_CHECKING:
+    from attnlab.config import ModelConfig
+
 KV_CACHE = "KV cache"
 
 
@@ -43,25 +44,19 @@ class Block(nnx.Module):
     def __call__(self, x, positions, *, dropout_key=None, kv=None, start=0):
         """``x [batch, seq, d_model]``, ``positions [pbatch, seq]`` -> ``(x, kv)``.
 
-        With ``kv`` (this layer's cache, see :meth:`CausalSelfAttention.decode`) the attention
+        With ``kv`` (this layer's cache, see :meth:`CausalSelfAttention.__call__`) the attention
         reads and extends the cache at ``start``; otherwise it is plain self-attention and the
         returned ``kv`` is None.
         """
         attn_key = ffn_key = None
         if dropout_key is not None:
             attn_key, ffn_key = jax.random.split(dropout_key)
-
-        def attention(h):
-            if kv is None:
-                return self.attn(h, positions), None
-            return self.attn.decode(h, positions, start, kv)
-
         if self.pre_norm:
-            update, kv = attention(self.attn_norm(x))
+            update, kv = self.attn(self.attn_norm(x), positions, kv=kv, start=start)
             x = x + dropout(update, self.dropout_rate, attn_key)
             x = x + dropout(self.ffn(self.ffn_norm(x)), self.dropout_rate, ffn_key)
         else:  # classic post-LN (Vaswani et al. 2017): normalise after the residual add
-            update, kv = attention(x)
+            update, kv = self.attn(x, positions, kv=kv, start=start)
             x = self.attn_norm(x + dropout(update, self.dropout_rate, attn_key))
             x = self.ffn_norm(x + dropout(self.ffn(x), self.dropout_rate, ffn_key))
         return x, kv
@@ -72,13 +67,12 @@ class TransformerLM(nnx.Module):
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
         self.cfg = cfg
+        self.encoding = encoding_for(cfg)
         init = nnx.initializers.normal(cfg.init_std)
         self.token_embedding = nnx.Param(init(rngs.params(), (cfg.vocab_size, cfg.d_model)))
-        self.position_embedding = (
-            nnx.Param(init(rngs.params(), (cfg.max_len, cfg.d_model)))
-            if cfg.pos_encoding == "learned"
-            else None
-        )
+        # The encoding's table (learned positions; None for the others) keeps this attribute
+        # name: it is the parameter path in checkpoints.
+        self.position_embedding = self.encoding.init_params(rngs)
         self.blocks = nnx.List([Block(cfg, rngs=rngs) for _ in range(cfg.n_layers)])
         # Post-LN already ends every block with a norm, so only pre-LN has a final one.
         self.final_norm = make_norm(cfg, cfg.d_model) if cfg.norm_position == "pre" else None
@@ -91,7 +85,7 @@ class TransformerLM(nnx.Module):
     # ---------------------------------------------------------------------------------------
 
     def _positions(self, positions, batch: int, seq: int) -> jax.Array:
-        """Normalises positions to int32 ``[pbatch, seq]`` and checks the learned table's range."""
+        """Normalises positions to int32 ``[pbatch, seq]`` and checks the encoding's range."""
         if positions is None:
             positions = np.arange(seq, dtype=np.int32)[None]  # concrete: checked at trace time
         elif not isinstance(positions, jax.core.Tracer):
@@ -103,21 +97,14 @@ class TransformerLM(nnx.Module):
                 f"positions must have shape [seq] or [batch, seq] = [{batch}, {seq}], "
                 f"got {tuple(positions.shape)}"
             )
-        if self.cfg.pos_encoding == "learned":
-            pos.check_positions(positions, self.cfg.max_len, LEARNED_TABLE)
+        self.encoding.check_range(positions)
         return jnp.asarray(positions, jnp.int32)
 
     def embed(self, tokens: jax.Array, positions: jax.Array) -> jax.Array:
         """``tokens [batch, seq]``, ``positions [pbatch, seq]`` -> ``[batch, seq, d_model]``."""
-        cfg = self.cfg
         x = jnp.take(self.token_embedding[...], tokens, axis=0)
-        if cfg.pos_encoding == "learned":
-            x = x + jnp.take(self.position_embedding[...], positions, axis=0)
-        elif cfg.pos_encoding == "sinusoidal":
-            # Vaswani et al. section 3.4: embeddings are scaled by sqrt(d_model) so that the
-            # unit-amplitude sinusoids do not swamp them.
-            x = x * math.sqrt(cfg.d_model) + pos.sinusoidal_table(positions, cfg.d_model)
-        return x.astype(compute_dtype(cfg))
+        x = self.encoding.embed(x, positions, self.position_embedding)
+        return x.astype(compute_dtype(self.cfg))
 
     def logits(self, x: jax.Array) -> jax.Array:
         """``[batch, seq, d_model] -> float32 [batch, seq, vocab]`` (final norm for pre-LN)."""
@@ -166,7 +153,7 @@ class TransformerLM(nnx.Module):
           tokens: int32 ``[batch, t]``.
           start: int or traced int: how many tokens the cache already holds.
           cache: :class:`attnlab.model.decoding.KVCache`.
-          check_range: verify that ``start + t`` fits the cache and the learned table (callers
+          check_range: verify that ``start + t`` fits the cache and the encoding (callers
             that have checked the whole generation statically pass False).
 
         Returns:
@@ -179,9 +166,8 @@ class TransformerLM(nnx.Module):
         else:
             positions = (int(start) + np.arange(t, dtype=np.int32))[None]
         if check_range:
-            pos.check_positions(positions, cache_len, KV_CACHE)
-            if self.cfg.pos_encoding == "learned":
-                pos.check_positions(positions, self.cfg.max_len, LEARNED_TABLE)
+            check_positions(positions, cache_len, KV_CACHE)
+            self.encoding.check_range(positions)
         positions = jnp.asarray(positions, jnp.int32)
         x = self.embed(tokens, positions)
         new_keys, new_values = [], []

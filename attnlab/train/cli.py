@@ -114,7 +114,7 @@ def generate_main(argv: list[str]) -> int:
     import numpy as np
 
     from attnlab.data import prepare
-    from attnlab.model import generate
+    from attnlab.model import encoding_for, generate
     from attnlab.train.load import load_params
 
     values = parse(argv, GENERATE_FLAGS, prog="attnlab generate", config_required=False)
@@ -129,10 +129,12 @@ def generate_main(argv: list[str]) -> int:
     prompt = np.asarray(tokenizer.encode(values.prompt), np.int32)[None]
     if prompt.shape[1] == 0:
         raise AttnlabError("--prompt encodes to no tokens; give some text to continue")
-    if cfg.model.pos_encoding == "learned" and prompt.shape[1] + max_new > cfg.model.max_len:
+    encoding = encoding_for(cfg.model)
+    limit = encoding.max_positions()
+    if limit is not None and prompt.shape[1] + max_new > limit:
         raise AttnlabError(
             f"prompt ({prompt.shape[1]} tokens) + --max-new-tokens ({max_new}) exceeds the "
-            f"learned position table (model.max_len={cfg.model.max_len})")
+            f"{limit} positions of the {encoding.range_name}")
     out = generate(graphdef, params, cfg.model, prompt, max_new,
                    rng=jax.random.key(values.seed), temperature=temperature)
     # Bytes that are not valid UTF-8 (a cut multi-byte character) print as U+FFFD.
