@@ -21,7 +21,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "generate": ("attnlab.train.cli", "generate_main", "sample text from a trained run"),
     "sweep": ("attnlab.sweep.cli", "sweep_main", "run a grid / isoflop / curves sweep"),
     "fit": ("attnlab.scaling.cli", "fit_main", "fit Kaplan or Chinchilla scaling laws"),
-    "plot": ("attnlab.scaling.cli", "plot_main", "draw the standard scaling plots"),
+    "plot": ("attnlab.plots.cli", "plot_main", "draw the standard scaling plots"),
     "extrapolate": ("attnlab.extrapolation.cli", "extrapolate_main",
                     "evaluate a run at longer context lengths"),
     "quickstart": ("attnlab.study", "quickstart_main",

@@ -48,8 +48,13 @@ def help_text(prog: str, extra: list["Flag"], *, config_required: bool = True,
         lines += [f"usage: {prog} [flags]", "", "flags:"]
     for flag in extra:
         choices = f" ({'|'.join(flag.enum_values)})" if flag.enum_values else ""
-        required = ", required" if flag.required else f", default {flag.default!r}"
-        lines.append(f"  --{flag.name}{choices}  {flag.help}{required}")
+        if flag.required:
+            note = " (required)"
+        elif flag.default in (None, ""):
+            note = ""  # unset unless given
+        else:
+            note = f" (default {flag.default!r})"
+        lines.append(f"  --{flag.name}{choices}  {flag.help}{note}")
     return "\n".join(lines) + "\n"
 
 

@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 
 from attnlab.cli import main as attnlab_main
-from attnlab.scaling.cli import fit_main, plot_main
+from attnlab.plots.cli import plot_main
+from attnlab.scaling.cli import fit_main
 from attnlab.scaling.synthetic import (CHINCHILLA_PUBLISHED, KAPLAN_PUBLISHED, grid_points,
                                        isoflop_points, learning_curves)
 

@@ -1,21 +1,26 @@
-"""``attnlab fit`` and ``attnlab plot``.
+"""``attnlab fit``: Kaplan or Chinchilla scaling-law fits of a sweep's results, with intervals.
 
     attnlab fit --results=sweeps/isoflop --law=chinchilla --approach=3 --bootstrap=1000 \
         --budget=1e18 --json=fit.json
-    attnlab plot --results=sweeps/isoflop --kind=isoflop --out=isoflop.png
 
-Bad input (a missing column, a non-positive value, too few points, one budget for approach 2)
-prints one ``error: ...`` line and returns 2.
+:data:`INPUT_FLAGS`, :class:`FitInputs` and :func:`run_fit` are shared with ``attnlab plot``
+(``attnlab/plots/cli.py``, which draws the fits). Bad input (a bad flag, a missing column, a
+non-positive value, too few points, one budget for approach 2) prints one ``error: ...`` line
+and returns 2.
 """
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import sys
 import warnings
 from pathlib import Path
 
+from absl import flags
+
+from attnlab import cli_flags
+from attnlab.cli_flags import Flag
 from attnlab.errors import AttnlabError
 from attnlab.scaling.approach3 import CHINCHILLA_GRID, InitGrid
 from attnlab.scaling.errors import FitInputError, GridEdgeWarning
@@ -24,7 +29,60 @@ from attnlab.scaling.result import ScalingFit
 from attnlab.scaling.table import (ScalingTable, parse_columns, prepare_curves, prepare_points,
                                    read_curves, read_table)
 
-PLOT_KINDS = ("loss-vs-params", "loss-vs-compute", "isoflop", "contours", "allocation")
+FIT_HELP = """\
+Fit Kaplan or Chinchilla scaling laws to a sweep's results, with bootstrap intervals.
+
+    attnlab fit --results=sweeps/isoflop --law=chinchilla --approach=3 --bootstrap=1000 \\
+        --budget=1e18 --json=fit.json"""
+
+# Where the table comes from and how to fit it: the flags of both `fit` and `plot`.
+INPUT_FLAGS = [
+    Flag("results", "string", None, "A sweep directory or a results .parquet/.csv with columns "
+                                    "params, tokens, loss (optional flops, budget)."),
+    Flag("curves", "string", None, "Learning curves for approach 1: a .parquet/.csv with run_id, "
+                                   "step, tokens, params, loss (optional flops), a directory "
+                                   "holding curves.parquet, or a sweep directory."),
+    Flag("law", "enum", None, "The law to fit.", enum_values=("kaplan", "chinchilla")),
+    Flag("approach", "enum", None, "Chinchilla approach (default 3).",
+         enum_values=("1", "2", "3")),
+    Flag("form", "enum", "nd", "Kaplan law: L(N, D), L(N) or L(D).", enum_values=("nd", "n", "d")),
+    Flag("columns", "string", None, "Rename columns, e.g. 'params:Model Size,tokens:Tokens'."),
+    Flag("ci-level", "float", 0.95, "Coverage of the percentile intervals."),
+    Flag("seed", "integer", 0, "Bootstrap seed."),
+    Flag("grid", "string", None, "Approach 3 initialisation grid overrides, NAME:START:STOP:STEP "
+                                 "for NAME in a, b, e, alpha, beta (default: Hoffmann et al.'s "
+                                 "grid)."),
+]
+FIT_FLAGS = INPUT_FLAGS + [
+    Flag("bootstrap", "integer", 200, "Bootstrap refits for the intervals (0: none)."),
+    Flag("budget", "string", None, "FLOP budget(s), comma-separated: print the compute-optimal "
+                                   "N, D and loss there, with intervals."),
+    Flag("json", "string", None, "Write the fit as JSON to this file."),
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class FitInputs:
+    """The values of :data:`INPUT_FLAGS`."""
+
+    results: str | None
+    curves: str | None
+    law: str | None
+    approach: int | None
+    form: str
+    columns: str | None
+    ci_level: float
+    seed: int
+    grid: str | None
+
+    @classmethod
+    def from_flags(cls, values: flags.FlagValues) -> FitInputs:
+        approach = values["approach"].value
+        return cls(results=values["results"].value, curves=values["curves"].value,
+                   law=values["law"].value, approach=int(approach) if approach else None,
+                   form=values["form"].value, columns=values["columns"].value,
+                   ci_level=values["ci-level"].value, seed=values["seed"].value,
+                   grid=values["grid"].value)
 
 
 def _budgets(text: str | None) -> list[float]:
@@ -40,53 +98,32 @@ def _budgets(text: str | None) -> list[float]:
     return values
 
 
-def _add_input_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--results", help="a sweep directory or a results .parquet/.csv with "
-                                          "columns params, tokens, loss (optional flops, budget)")
-    parser.add_argument("--curves", help="learning curves for approach 1: a .parquet/.csv with "
-                                         "run_id, step, tokens, params, loss (optional flops), a "
-                                         "directory holding curves.parquet, or a sweep directory")
-    parser.add_argument("--law", choices=("kaplan", "chinchilla"), default=None)
-    parser.add_argument("--approach", type=int, choices=(1, 2, 3), default=None,
-                        help="Chinchilla approach (default 3)")
-    parser.add_argument("--form", choices=("nd", "n", "d"), default="nd",
-                        help="Kaplan law: L(N, D) (default), L(N) or L(D)")
-    parser.add_argument("--columns", default=None,
-                        help="rename columns, e.g. 'params:Model Size,tokens:Tokens'")
-    parser.add_argument("--ci-level", type=float, default=0.95,
-                        help="coverage of the percentile intervals (default 0.95)")
-    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed")
-    parser.add_argument("--grid", default=None,
-                        help="approach 3 initialisation grid overrides, NAME:START:STOP:STEP "
-                             "for NAME in a, b, e, alpha, beta (default: Hoffmann et al.'s grid)")
-
-
-def load_table(args: argparse.Namespace, law: str, approach: int | None) -> ScalingTable:
+def load_table(inputs: FitInputs, law: str, approach: int | None) -> ScalingTable:
     """The checked table the chosen fit needs: curves for approach 1, run results otherwise."""
-    columns = parse_columns(args.columns)
+    columns = parse_columns(inputs.columns)
     if law == "chinchilla" and approach == 1:
-        source = args.curves or args.results
+        source = inputs.curves or inputs.results
         if not source:
             raise FitInputError("approach 1 needs --curves=FILE (or --results=SWEEP_DIR)")
         runs = None
-        if args.results and Path(args.results).exists() and args.curves:
-            runs = read_table(args.results)
+        if inputs.results and Path(inputs.results).exists() and inputs.curves:
+            runs = read_table(inputs.results)
         return prepare_curves(read_curves(source), law=law, source=str(source),
                               columns=columns, runs=runs)
-    if not args.results:
+    if not inputs.results:
         raise FitInputError("--results=FILE is required (a sweep directory or a .parquet/.csv)")
-    return prepare_points(read_table(args.results), law=law, source=str(args.results),
+    return prepare_points(read_table(inputs.results), law=law, source=str(inputs.results),
                           columns=columns)
 
 
-def run_fit(args: argparse.Namespace, law: str, approach: int | None,
+def run_fit(inputs: FitInputs, law: str, approach: int | None,
             n_bootstrap: int) -> tuple[ScalingTable, ScalingFit]:
-    grid = InitGrid.parse(args.grid) if args.grid else CHINCHILLA_GRID
-    table = load_table(args, law, approach)
+    grid = InitGrid.parse(inputs.grid) if inputs.grid else CHINCHILLA_GRID
+    table = load_table(inputs, law, approach)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", GridEdgeWarning)  # reported from fit.warnings instead
-        fit = fit_table(table, law=law, approach=approach, form=args.form,
-                        n_bootstrap=n_bootstrap, ci_level=args.ci_level, seed=args.seed,
+        fit = fit_table(table, law=law, approach=approach, form=inputs.form,
+                        n_bootstrap=n_bootstrap, ci_level=inputs.ci_level, seed=inputs.seed,
                         grid=grid)
     return table, fit
 
@@ -141,81 +178,21 @@ def format_report(fit: ScalingFit, source: str, budgets: list[float]) -> str:
 
 
 def fit_main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="attnlab fit", description=(
-        "Fit Kaplan or Chinchilla scaling laws to a sweep's results, with bootstrap intervals."))
-    _add_input_flags(parser)
-    parser.add_argument("--bootstrap", type=int, default=200,
-                        help="bootstrap refits for the intervals (default 200; 0: none)")
-    parser.add_argument("--budget", default=None,
-                        help="FLOP budget(s), comma-separated: print the compute-optimal N, D "
-                             "and loss there, with intervals")
-    parser.add_argument("--json", default=None, help="write the fit as JSON to this file")
-    args = parser.parse_args(argv)
     try:
-        if args.law is None:
+        values = cli_flags.parse(argv, FIT_FLAGS, prog="attnlab fit", takes_config=False,
+                                 description=FIT_HELP)
+        inputs = FitInputs.from_flags(values)
+        if inputs.law is None:
             raise FitInputError("--law is required: kaplan or chinchilla")
-        approach = (args.approach or 3) if args.law == "chinchilla" else None
-        budgets = _budgets(args.budget)
-        table, fit = run_fit(args, args.law, approach, args.bootstrap)
+        approach = (inputs.approach or 3) if inputs.law == "chinchilla" else None
+        budgets = _budgets(values["budget"].value)
+        table, fit = run_fit(inputs, inputs.law, approach, values["bootstrap"].value)
         sys.stdout.write(format_report(fit, table.source, budgets))
-        if args.json:
-            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.json).write_text(json.dumps(fit.to_dict(budgets), indent=2) + "\n")
-    except AttnlabError as error:
-        sys.stderr.write(f"error: {error}\n")
-        return 2
-    return 0
-
-
-def plot_main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="attnlab plot", description=(
-        "Draw the standard scaling-law figures (PNG or PDF, by the --out extension)."))
-    _add_input_flags(parser)
-    parser.add_argument("--kind", required=True, choices=PLOT_KINDS, help=(
-        "loss-vs-params: loss against N per D with Kaplan lines; loss-vs-compute: loss against "
-        "FLOPs with the frontier; isoflop: IsoFLOP parabolas (Chinchilla Fig. 3); contours: "
-        "fitted L(N, D) with the efficient frontier (Chinchilla Fig. 4); allocation: N_opt(C) "
-        "and D_opt(C) with interval bands"))
-    parser.add_argument("--out", required=True, help="output file, .png or .pdf")
-    parser.add_argument("--bootstrap", type=int, default=None,
-                        help="bootstrap refits for the bands (default 200 for allocation, else 0)")
-    args = parser.parse_args(argv)
-    from attnlab.plots import scaling as scaling_plots  # matplotlib only when plotting
-
-    try:
-        suffix = Path(args.out).suffix.lower()
-        if suffix not in (".png", ".pdf"):
-            raise FitInputError(f"--out must end in .png or .pdf, not {args.out!r}")
-        n_bootstrap = args.bootstrap if args.bootstrap is not None else (
-            200 if args.kind == "allocation" else 0)
-        kind = args.kind
-        if kind == "loss-vs-params":
-            law = args.law or "kaplan"
-            table, fit = run_fit(args, law, None if law == "kaplan" else (args.approach or 3),
-                                 n_bootstrap)
-            figure = scaling_plots.plot_loss_vs_params(table.frame, fit)
-        elif kind == "loss-vs-compute":
-            law = args.law or "chinchilla"
-            if args.curves:
-                table, fit = run_fit(args, law, 1, n_bootstrap)
-                figure = scaling_plots.plot_loss_vs_compute(table.frame, fit)
-            else:
-                table = load_table(args, law, None)
-                figure = scaling_plots.plot_loss_vs_compute(table.frame)
-        elif kind == "isoflop":
-            table, fit = run_fit(args, "chinchilla", 2, n_bootstrap)
-            figure = scaling_plots.plot_isoflops(fit)
-        elif kind == "contours":
-            table, fit = run_fit(args, "chinchilla", 3, n_bootstrap)
-            figure = scaling_plots.plot_loss_contours(fit, table.frame)
-        else:
-            law = args.law or "chinchilla"
-            approach = (args.approach or 3) if law == "chinchilla" else None
-            table, fit = run_fit(args, law, approach, n_bootstrap)
-            figure = scaling_plots.plot_optimal_allocation(fit, table.frame)
-        path = scaling_plots.save_figure(figure, args.out)
-        sys.stdout.write(f"wrote {path}\n")
-    except AttnlabError as error:
+        if values["json"].value:
+            out = Path(values["json"].value)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(fit.to_dict(budgets), indent=2) + "\n")
+    except AttnlabError as error:  # also when called directly, not through attnlab.cli
         sys.stderr.write(f"error: {error}\n")
         return 2
     return 0

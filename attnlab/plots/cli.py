@@ -1,0 +1,79 @@
+"""``attnlab plot``: the standard scaling-law figures, fitted and drawn from a sweep's results.
+
+It reads and fits the table as ``attnlab fit`` does (the same input flags) and draws with
+:mod:`attnlab.plots.scaling`. Bad input prints one ``error: ...`` line and returns 2.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from attnlab import cli_flags
+from attnlab.cli_flags import Flag
+from attnlab.errors import AttnlabError
+from attnlab.plots import scaling as scaling_plots
+from attnlab.scaling.cli import INPUT_FLAGS, FitInputs, load_table, run_fit
+from attnlab.scaling.errors import FitInputError
+
+PLOT_HELP = """\
+Draw the standard scaling-law figures (PNG or PDF, by the --out extension).
+
+    attnlab plot --results=sweeps/isoflop --kind=isoflop --out=isoflop.png"""
+
+PLOT_KINDS = ("loss-vs-params", "loss-vs-compute", "isoflop", "contours", "allocation")
+
+PLOT_FLAGS = INPUT_FLAGS + [
+    Flag("kind", "enum", None, "loss-vs-params: loss against N per D with Kaplan lines; "
+         "loss-vs-compute: loss against FLOPs with the frontier; isoflop: IsoFLOP parabolas "
+         "(Chinchilla Fig. 3); contours: fitted L(N, D) with the efficient frontier (Chinchilla "
+         "Fig. 4); allocation: N_opt(C) and D_opt(C) with interval bands.",
+         enum_values=PLOT_KINDS, required=True),
+    Flag("out", "string", None, "Output file, .png or .pdf.", required=True),
+    Flag("bootstrap", "integer", None, "Bootstrap refits for the bands (default 200 for "
+                                       "allocation, else 0)."),
+]
+
+
+def plot_main(argv: list[str]) -> int:
+    try:
+        values = cli_flags.parse(argv, PLOT_FLAGS, prog="attnlab plot", takes_config=False,
+                                 description=PLOT_HELP)
+        inputs = FitInputs.from_flags(values)
+        kind, out = values["kind"].value, values["out"].value
+        if Path(out).suffix.lower() not in (".png", ".pdf"):
+            raise FitInputError(f"--out must end in .png or .pdf, not {out!r}")
+        n_bootstrap = values["bootstrap"].value
+        if n_bootstrap is None:
+            n_bootstrap = 200 if kind == "allocation" else 0
+        figure = _draw(kind, inputs, n_bootstrap)
+        sys.stdout.write(f"wrote {scaling_plots.save_figure(figure, out)}\n")
+    except AttnlabError as error:  # also when called directly, not through attnlab.cli
+        sys.stderr.write(f"error: {error}\n")
+        return 2
+    return 0
+
+
+def _draw(kind: str, inputs: FitInputs, n_bootstrap: int):
+    """The figure of ``kind``, with the fit it needs (each kind has its default law)."""
+    if kind == "loss-vs-params":
+        law = inputs.law or "kaplan"
+        table, fit = run_fit(inputs, law, None if law == "kaplan" else (inputs.approach or 3),
+                             n_bootstrap)
+        return scaling_plots.plot_loss_vs_params(table.frame, fit)
+    if kind == "loss-vs-compute":
+        law = inputs.law or "chinchilla"
+        if inputs.curves:
+            table, fit = run_fit(inputs, law, 1, n_bootstrap)
+            return scaling_plots.plot_loss_vs_compute(table.frame, fit)
+        return scaling_plots.plot_loss_vs_compute(load_table(inputs, law, None).frame)
+    if kind == "isoflop":
+        _, fit = run_fit(inputs, "chinchilla", 2, n_bootstrap)
+        return scaling_plots.plot_isoflops(fit)
+    if kind == "contours":
+        table, fit = run_fit(inputs, "chinchilla", 3, n_bootstrap)
+        return scaling_plots.plot_loss_contours(fit, table.frame)
+    law = inputs.law or "chinchilla"  # allocation
+    approach = (inputs.approach or 3) if law == "chinchilla" else None
+    table, fit = run_fit(inputs, law, approach, n_bootstrap)
+    return scaling_plots.plot_optimal_allocation(fit, table.frame)
