@@ -7,8 +7,7 @@ import warnings
 import numpy as np
 import pytest
 
-from attnlab.scaling import (GridEdgeWarning, InitGrid, fit_approach2, fit_approach3,
-                             fit_kaplan, laws)
+from attnlab.scaling import GridEdgeWarning, InitGrid, fit_approach2, fit_approach3, fit_kaplan
 from attnlab.scaling.synthetic import (CHINCHILLA_PUBLISHED, KAPLAN_PUBLISHED, grid_points,
                                        isoflop_points)
 
@@ -23,6 +22,11 @@ def _coverage(fits, truth):
     return float(np.mean(hits))
 
 
+def _median_width(fits, name):
+    """An interval can cover anything by being wide: the widths are bounded too."""
+    return float(np.median([fit.ci[name][1] - fit.ci[name][0] for fit in fits]))
+
+
 @pytest.mark.slow
 def test_approach3_intervals_cover_the_truth():
     truth = {"E": 1.69, "alpha": 0.34, "beta": 0.28, "a": 0.28 / 0.62}
@@ -35,8 +39,13 @@ def test_approach3_intervals_cover_the_truth():
             fits.append(fit_approach3(frame["params"], frame["tokens"], frame["loss"],
                                       grid=SMALL_GRID, n_bootstrap=150, bootstrap_grid_starts=1,
                                       ci_level=LEVEL, seed=seed))
+    # Measured (30 sweeps x 4 parameters): 0.96 coverage; median 90% widths E 0.20,
+    # alpha 0.09, beta 0.045, a 0.08.
     coverage = _coverage(fits, truth)
-    assert 0.75 <= coverage <= 1.0, coverage
+    assert 0.8 <= coverage <= 0.99, coverage
+    for name, (low, high) in {"E": (0.05, 0.5), "alpha": (0.02, 0.25), "beta": (0.01, 0.15),
+                              "a": (0.02, 0.2)}.items():
+        assert low <= _median_width(fits, name) <= high, name
 
 
 @pytest.mark.slow
@@ -49,7 +58,10 @@ def test_kaplan_and_approach2_intervals_cover_the_truth():
                             rng=np.random.default_rng(200 + seed))
         kaplan_fits.append(fit_kaplan(frame["params"], frame["tokens"], frame["loss"],
                                       n_bootstrap=150, ci_level=LEVEL, seed=seed))
-    assert 0.75 <= _coverage(kaplan_fits, kaplan_truth) <= 1.0
+    # Measured: 0.90 coverage; median widths alpha_N 0.0049, alpha_D 0.0056.
+    assert 0.75 <= _coverage(kaplan_fits, kaplan_truth) <= 0.99
+    for name in kaplan_truth:
+        assert 0.001 <= _median_width(kaplan_fits, name) <= 0.02, name
 
     # Approach 2 fits parabolas to a law that is not exactly parabolic in log N, so its target is
     # the exponent of the true per-budget minima, which a dense, symmetric IsoFLOP grid recovers.
@@ -62,6 +74,9 @@ def test_kaplan_and_approach2_intervals_cover_the_truth():
         fits.append(fit_approach2(frame["params"], frame["tokens"], frame["loss"],
                                   frame["flops"], budget=frame["budget"], n_bootstrap=150,
                                   ci_level=LEVEL, seed=seed))
-    assert 0.7 <= _coverage(fits, a_truth) <= 1.0
-    # The truth's own N_opt(C) at the middle budget, for the record of what is being covered.
-    assert laws.chinchilla_optimal(CHINCHILLA_PUBLISHED, budgets[2])["N_opt"] > 0
+    # Measured: 0.975 coverage (40 sweeps: all 40 covering is likely at that rate, so the
+    # upper check is on the widths), median width of a 0.13.
+    assert 0.7 <= _coverage(fits, a_truth)
+    assert 0.03 <= _median_width(fits, "a") <= 0.3
+    # The point estimates centre on the truth: the intervals are not wide around a biased a.
+    assert abs(np.median([fit.params["a"] for fit in fits]) - a_truth["a"]) < 0.03
