@@ -75,11 +75,11 @@ def settings_from_flags(values):
 def extrapolate_main(argv: list[str]) -> int:
     # --config.* overrides belong to the sweep spec (as in `attnlab sweep`); the rest are ours.
     overrides = [a for a in argv if a.startswith("--config.")]
-    values = cli_flags.parse([a for a in argv if not a.startswith("--config.")], FLAGS,
-                             prog="attnlab extrapolate", config_required=False,
-                             description=__doc__)
-    if values["config"].value is not None:
+    if any(a == "--config" or a.startswith("--config=") for a in argv):
         raise UsageError("--config: name the experiment with --sweep=FILE (or a run with --run)")
+    values = cli_flags.parse([a for a in argv if not a.startswith("--config.")], FLAGS,
+                             prog="attnlab extrapolate", takes_config=False,
+                             description=__doc__)
     run, sweep = values["run"].value, values["sweep"].value
     if bool(run) == bool(sweep):
         raise UsageError("give exactly one of --run=RUN_DIR or --sweep=experiments/FILE.py")
