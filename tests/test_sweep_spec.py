@@ -14,7 +14,6 @@ import pytest
 
 from attnlab import cli_flags
 from attnlab.cli_flags import UsageError
-from attnlab.config import from_config_dict
 from attnlab.model import flops_per_token, param_counts
 from attnlab.sweep import (
     LauncherError,
@@ -147,7 +146,7 @@ def test_ladder_hits_its_targets_at_the_aspect_ratio():
     config.sweep.ladder.aspect_ratio = 32.0
     config.sweep.ladder.head_dim = 16
     spec = spec_from_config_dict(config)
-    base = from_config_dict(spec.base).model
+    base = spec.base.model
     shapes = sorted({(r.cfg.model.d_model, r.cfg.model.n_layers, r.cfg.model.n_heads)
                      for r in plan(spec)})
     assert len(shapes) == 3
@@ -223,6 +222,23 @@ def test_axis_value_is_validated_before_anything_runs(tmp_path):
         run_sweep(spec, tmp_path / "sweep", progress=False)
     assert info.value.field == "sweep.axes.model.pos_encoding" and "rotary" in str(info.value)
     assert not (tmp_path / "sweep").exists()
+
+
+def test_axis_values_take_their_config_field_types():
+    # An int for a float field gives the same config, and run id, as the float would.
+    as_int, as_float = experiment("tiny_grid"), experiment("tiny_grid")
+    as_int.sweep.axes.model.rope_theta = (10000, 500000)
+    as_float.sweep.axes.model.rope_theta = (10000.0, 500000.0)
+    runs = plan(spec_from_config_dict(as_int))
+    assert {type(r.cfg.model.rope_theta) for r in runs} == {float}
+    assert [r.run_id for r in runs] == [r.run_id for r in plan(spec_from_config_dict(as_float))]
+    for key, value, expected in [("seed", "1", "expected an integer"),
+                                 ("seed", True, "expected an integer"),
+                                 ("weight_decay", None, "must not be None")]:
+        config = experiment("tiny_grid")
+        config.sweep.axes.train[key] = (value,)
+        error = spec_error(config)
+        assert error.field == f"sweep.axes.train.{key}" and expected in str(error)
 
 
 def test_budget_too_small_for_one_batch():

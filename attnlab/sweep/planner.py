@@ -6,15 +6,15 @@ value anywhere in a sweep is reported before the first minute of training is spe
 
 from __future__ import annotations
 
-import copy
+import collections
 import dataclasses
 import hashlib
 import itertools
 import json
 import math
-from typing import Any
+from typing import Any, Mapping
 
-from attnlab.config import Config, ModelConfig, from_config_dict
+from attnlab.config import Config, ModelConfig
 from attnlab.errors import ConfigError
 from attnlab.model import flops_per_token, param_counts
 from attnlab.rundir import RESUMABLE_DIFFERENCES
@@ -72,8 +72,7 @@ def plan(spec: SweepSpec) -> list[PlannedRun]:
 def expand(spec: SweepSpec) -> tuple[list[PlannedRun], list[str]]:
     """Like :func:`plan`, plus notes on (budget, shape) pairs left out of an isoflop sweep
     because the budget buys fewer than ``sweep.min_steps`` steps of that shape."""
-    base_cfg = from_config_dict(spec.base)
-    shapes: list[Shape | None] = list(resolve_shapes(spec, base_cfg.model)) or [None]
+    shapes: list[Shape | None] = list(resolve_shapes(spec, spec.base.model)) or [None]
     axis_keys = [key for key, _ in spec.axes]
     combos = list(itertools.product(*(values for _, values in spec.axes)))
     budgets: list[float | None] = list(spec.budgets) or [None]
@@ -99,7 +98,7 @@ def expand(spec: SweepSpec) -> tuple[list[PlannedRun], list[str]]:
                 "sweep.budgets",
                 f"budget {budget:.3g} FLOPs is too small: the smallest shape {smallest.label} "
                 f"needs {needed:.3g} FLOPs for {spec.min_steps} step(s) of one batch "
-                f"({base_cfg.data.batch_size}x{base_cfg.data.seq_len} tokens)")
+                f"({spec.base.data.batch_size}x{spec.base.data.seq_len} tokens)")
     seen: dict[str, PlannedRun] = {}
     for run in runs:
         if run.run_id in seen:
@@ -172,14 +171,18 @@ def run_id(cfg: Config) -> str:
 
 def _plan_one(spec: SweepSpec, shape: Shape | None, axis_values: dict[str, Any],
               budget: float | None) -> PlannedRun | None:
-    raw = copy.deepcopy(dict(spec.base))
-    owners = spec.set_keys()
+    """The run at one (shape, axis values, budget), or None if the budget buys too few steps.
+
+    ``swept`` collects every value the sweep sets, in the order it is derived (each rule needs
+    the config so far: the learning rate the parameter count, warmup the run length); each step
+    overrides the base config with all of them, so the run's config never depends on the order.
+    """
     swept: dict[str, Any] = {}
     if shape is not None:
         for key in ("d_model", "n_layers", "n_heads"):
             swept[f"model.{key}"] = getattr(shape, key)
     swept.update(axis_values)
-    cfg = _build(raw, swept, spec, owners)
+    cfg = _override(spec, swept)
     counts = param_counts(cfg.model)
     per_token = flops_per_token(cfg.model, cfg.data.seq_len)
     batch_tokens = cfg.data.batch_size * cfg.data.seq_len
@@ -192,7 +195,7 @@ def _plan_one(spec: SweepSpec, shape: Shape | None, axis_values: dict[str, Any],
         if steps < spec.min_steps:
             return None
         swept["train.tokens"] = steps * batch_tokens
-    cfg = _build(raw, swept, spec, owners)
+    cfg = _override(spec, swept)
     if cfg.train.tokens and cfg.train.tokens < batch_tokens:
         origin = ("sweep.axes.train.tokens" if "train.tokens" in axis_values else
                   "base.train.tokens")
@@ -201,29 +204,41 @@ def _plan_one(spec: SweepSpec, shape: Shape | None, axis_values: dict[str, Any],
     warmup = _warmup_steps(spec, cfg, counts["total"])
     if warmup is not None:
         swept["train.warmup_steps"] = warmup
-    if spec.mode == "curves":
+    if spec.mode == "curves":  # the logging cadence: set, but not a variable of the study
         every = max(1, cfg.total_steps // spec.curve_points)
-        swept["train.eval_every"] = every
-        raw.setdefault("train", {})["log_every"] = min(cfg.train.log_every, every)
-    cfg = _build(raw, swept, spec, owners)
+        cfg = _override(spec, {"train.log_every": min(cfg.train.log_every, every), **swept,
+                               "train.eval_every": every})
+    else:
+        cfg = _override(spec, swept)
     rid = run_id(cfg)
-    cfg = dataclasses.replace(cfg, name=rid)
-    swept.pop("train.eval_every", None)  # a logging cadence, not a variable of the study
-    return PlannedRun(rid, cfg, swept, budget,
+    return PlannedRun(rid, dataclasses.replace(cfg, name=rid), swept, budget,
                       {k: counts[k] for k in ("total", "non_embedding", "embedding")}, per_token)
 
 
-def _build(raw: dict[str, Any], swept: dict[str, Any], spec: SweepSpec,
-           owners: dict[str, str]) -> Config:
-    raw = copy.deepcopy(raw)
-    for dotted, value in swept.items():
+def with_values(cfg: Config, values: Mapping[str, Any]) -> Config:
+    """``cfg`` with the dotted fields of ``values`` replaced (``{'model.d_model': 64}``).
+
+    Each changed section is rebuilt with ``dataclasses.replace``, which validates it (the config
+    dataclasses check themselves in ``__post_init__``), then the Config, which checks the rules
+    between sections. Raises ConfigError naming the first bad field.
+    """
+    sections: dict[str, dict[str, Any]] = collections.defaultdict(dict)
+    for dotted, value in values.items():
         section, key = dotted.split(".")
-        raw.setdefault(section, {})[key] = value
+        sections[section][key] = value
+    return dataclasses.replace(cfg, **{
+        section: dataclasses.replace(getattr(cfg, section), **changes)
+        for section, changes in sections.items()})
+
+
+def _override(spec: SweepSpec, swept: dict[str, Any]) -> Config:
+    """The base config with ``swept`` applied and validated; an invalid result is a
+    SweepSpecError naming the spec field that set the offending value (or the base's)."""
     try:
-        return from_config_dict(raw)
+        return with_values(spec.base, swept)
     except ConfigError as e:
         if e.field in swept:
-            origin = owners.get(e.field, f"sweep.axes.{e.field}")
+            origin = spec.set_keys().get(e.field, f"sweep.axes.{e.field}")
             where = ", ".join(f"{k}={v}" for k, v in swept.items())
             raise SweepSpecError(origin, f"gives {e.field} = {swept[e.field]!r}: {e.reason} "
                                          f"(run with {where})") from None
@@ -258,9 +273,8 @@ def _warmup_steps(spec: SweepSpec, cfg: Config, total_params: int) -> int | None
 
 
 def _isoflop_flops_for_steps(spec: SweepSpec, shape: Shape, steps: int) -> float:
-    cfg = _build(copy.deepcopy(dict(spec.base)),
-                 {f"model.{k}": getattr(shape, k) for k in ("d_model", "n_layers", "n_heads")},
-                 spec, spec.set_keys())
+    cfg = _override(spec, {f"model.{k}": getattr(shape, k)
+                           for k in ("d_model", "n_layers", "n_heads")})
     per_token = flops_per_token(cfg.model, cfg.data.seq_len)[spec.flops_per_token]
     return per_token * steps * cfg.data.batch_size * cfg.data.seq_len
 

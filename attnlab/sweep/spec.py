@@ -21,7 +21,7 @@ from typing import Any, Mapping
 import ml_collections
 
 from attnlab import cli_flags
-from attnlab.config import DataConfig, ModelConfig, TrainConfig, from_config_dict
+from attnlab.config import Config, DataConfig, ModelConfig, TrainConfig, from_config_dict
 from attnlab.errors import ConfigError
 
 MODES = ("grid", "isoflop", "curves")
@@ -122,7 +122,7 @@ class SweepSpec:
     name: str
     mode: str
     scale: str
-    base: Mapping[str, Any]  # the base train config as a plain nested dict
+    base: Config  # the train config every run starts from, validated
     shapes: tuple[Shape, ...] = ()
     ladder: Ladder | None = None
     axes: tuple[tuple[str, tuple[Any, ...]], ...] = ()
@@ -234,7 +234,7 @@ def spec_from_config_dict(config: ml_collections.ConfigDict | Mapping[str, Any],
 # Parsing helpers: each raises SweepSpecError naming the field.
 
 
-def _load_base(base: Any, source: str) -> dict[str, Any]:
+def _load_base(base: Any, source: str) -> Config:
     if base is None:
         raise SweepSpecError("base", "missing: set config.base to a train ConfigDict "
                                      "(e.g. attnlab.config.base_config_dict()) or a configs/*.py path")
@@ -243,10 +243,9 @@ def _load_base(base: Any, source: str) -> dict[str, Any]:
     if not isinstance(base, Mapping):
         raise SweepSpecError("base", f"expected a train ConfigDict or a file path, got {base!r}")
     try:
-        from_config_dict(base)
+        return from_config_dict(base)
     except ConfigError as e:
         raise SweepSpecError(f"base.{e.field}", e.reason) from None
-    return dict(base)
 
 
 def _read_config_file(path: str, source: str) -> dict[str, Any]:
@@ -328,7 +327,7 @@ def _parse_axes(raw: Any) -> tuple[tuple[str, tuple[Any, ...]], ...]:
         if not isinstance(keys, Mapping):
             raise SweepSpecError(f"sweep.axes.{section}", "expected a section of keys, e.g. "
                                  f"sweep.axes.{section}.<key> = (value1, value2)")
-        fields = {f.name for f in dataclasses.fields(_SECTIONS[section])}
+        fields = {f.name: f for f in dataclasses.fields(_SECTIONS[section])}
         for key, values in keys.items():
             field = f"sweep.axes.{section}.{key}"
             if key not in fields:
@@ -341,10 +340,40 @@ def _parse_axes(raw: Any) -> tuple[tuple[str, tuple[Any, ...]], ...]:
                                             f"got {values!r}")
             if not values:
                 raise SweepSpecError(field, "empty axis: give at least one value")
+            values = tuple(_typed_axis_value(v, fields[key], field) for v in values)
             if len(set(map(repr, values))) != len(values):
                 raise SweepSpecError(field, f"a value appears twice in {values!r}")
             axes.append((f"{section}.{key}", values))
     return tuple(axes)
+
+
+def _typed_axis_value(value: Any, config_field: dataclasses.Field, field: str) -> Any:
+    """``value`` as the type of the config field it sets (an int may stand for a float).
+
+    The planner puts axis values into configs with ``dataclasses.replace``, which checks no
+    types; converting here gives a run the same config (and so the same run id) as if the
+    value had been written in the base config.
+    """
+    kind = str(config_field.type)
+    if value is None:
+        if "None" in kind:
+            return None
+        raise SweepSpecError(field, "must not be None")
+    if kind.startswith("bool"):
+        if isinstance(value, bool):
+            return value
+        raise SweepSpecError(field, f"expected true/false, got {value!r}")
+    if kind.startswith("int"):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return int(value)
+        raise SweepSpecError(field, f"expected an integer, got {value!r}")
+    if kind.startswith("float"):
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise SweepSpecError(field, f"expected a number, got {value!r}")
+    if kind.startswith("str") and not isinstance(value, str):
+        raise SweepSpecError(field, f"expected a string, got {value!r}")
+    return value
 
 
 def _parse_rule(cls, raw: Any, field: str, rules: tuple[str, ...]):
