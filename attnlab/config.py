@@ -7,8 +7,10 @@ it is built (``__post_init__``, so also after ``dataclasses.replace``), and :cla
 the rules between sections: a config that exists is valid, and no module re-validates it.
 Every module receives these dataclasses, never the raw dict.
 
-``model.pos_encoding`` is a key of the encoding registry (``attnlab.model.positions.ENCODINGS``);
-each encoding validates its own constraints and says how many positions it can represent.
+The model section, :class:`ModelConfig`, is the model's own (``attnlab/model/config.py``, re-exported
+here), so the model never imports this module; ``model.pos_encoding`` is a key of the encoding
+registry (``attnlab.model.positions.ENCODINGS``), and each encoding validates its own constraints
+and says how many positions it can represent.
 """
 
 from __future__ import annotations
@@ -20,62 +22,15 @@ from typing import Any, Mapping
 import ml_collections
 
 from attnlab.errors import ConfigError
-from attnlab.model.positions import ENCODINGS, encoding_for
+from attnlab.model.config import ModelConfig, check_choice, check_positive, validate_model
+from attnlab.model.positions import encoding_for
 
-NORMS = ("layernorm", "rmsnorm")
-NORM_POSITIONS = ("pre", "post")
-FFNS = ("relu", "gelu", "swiglu")
-ATTENTION_IMPLS = ("einsum", "xla")
-DTYPES = ("float32", "bfloat16")
+__all__ = ["Config", "DataConfig", "ModelConfig", "TrainConfig", "base_config_dict",
+           "from_config_dict", "validate_data", "validate_model", "validate_train"]
+
 SCHEDULES = ("cosine", "noam", "wsd", "constant")
 TOKENIZERS = ("byte", "bpe")
 DATA_SOURCES = ("pystdlib", "text_files", "markov")  # plus "tfds:<name>/<feature>"
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelConfig:
-    """Shape and architecture of the decoder-only Transformer LM."""
-
-    vocab_size: int = 256
-    d_model: int = 128
-    n_layers: int = 4
-    n_heads: int = 4
-    n_kv_heads: int | None = None  # None -> n_heads (MHA); 1 -> MQA; in between -> GQA
-    d_ff: int | None = None  # None -> 4 * d_model, or 8/3 * d_model for SwiGLU (rounded up to 8)
-    max_len: int = 256  # rows of the learned position table; other encodings ignore it
-    pos_encoding: str = "rope"
-    rope_theta: float = 10000.0
-    norm: str = "layernorm"
-    norm_position: str = "pre"
-    norm_eps: float = 1e-5
-    ffn: str = "gelu"
-    tie_embeddings: bool = True
-    qk_norm: bool = False
-    attention_impl: str = "einsum"
-    attention_chunk: int = 0  # query-block size for memory-linear attention; 0 -> one block
-    dropout: float = 0.0
-    dtype: str = "float32"  # compute dtype; parameters are always float32
-    init_std: float = 0.02
-
-    def __post_init__(self):
-        validate_model(self)
-
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.n_heads
-
-    @property
-    def kv_heads(self) -> int:
-        return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
-
-    @property
-    def ffn_dim(self) -> int:
-        if self.d_ff is not None:
-            return self.d_ff
-        if self.ffn == "swiglu":
-            # Shazeer 2020: 8/3 d keeps SwiGLU's three matrices at the cost of a 4d two-matrix FFN.
-            return -(-(8 * self.d_model // 3) // 8) * 8
-        return 4 * self.d_model
 
 
 @dataclasses.dataclass(frozen=True)
@@ -220,49 +175,6 @@ def from_config_dict(config: ml_collections.ConfigDict | Mapping[str, Any]) -> C
     return Config(name=str(raw.get("name", "run")), **sections)
 
 
-def _choice(path: str, value: str, valid: tuple[str, ...]) -> None:
-    if value not in valid:
-        raise ConfigError(path, f"unknown value {value!r}; valid values are {', '.join(valid)}")
-
-
-def _positive(path: str, value: float) -> None:
-    if value <= 0:
-        raise ConfigError(path, f"must be positive, got {value}")
-
-
-def validate_model(m: ModelConfig) -> None:
-    """Every field of the model section; raises ConfigError on the first bad one."""
-    for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_len"):
-        _positive(f"model.{name}", getattr(m, name))
-    _choice("model.pos_encoding", m.pos_encoding, tuple(ENCODINGS))
-    _choice("model.norm", m.norm, NORMS)
-    _choice("model.norm_position", m.norm_position, NORM_POSITIONS)
-    _choice("model.ffn", m.ffn, FFNS)
-    _choice("model.attention_impl", m.attention_impl, ATTENTION_IMPLS)
-    _choice("model.dtype", m.dtype, DTYPES)
-    if m.d_model % m.n_heads:
-        raise ConfigError(
-            "model.d_model", f"{m.d_model} is not divisible by model.n_heads={m.n_heads}"
-        )
-    if m.n_kv_heads is not None:
-        _positive("model.n_kv_heads", m.n_kv_heads)
-        if m.n_heads % m.n_kv_heads:
-            raise ConfigError(
-                "model.n_heads",
-                f"{m.n_heads} is not divisible by model.n_kv_heads={m.n_kv_heads}",
-            )
-    if m.d_ff is not None:
-        _positive("model.d_ff", m.d_ff)
-    encoding_for(m).validate()  # e.g. RoPE: even head_dim; sinusoidal: even d_model
-    _positive("model.rope_theta", m.rope_theta)
-    _positive("model.norm_eps", m.norm_eps)
-    _positive("model.init_std", m.init_std)
-    if m.attention_chunk < 0:
-        raise ConfigError("model.attention_chunk", f"must be >= 0, got {m.attention_chunk}")
-    if not 0.0 <= m.dropout < 1.0:
-        raise ConfigError("model.dropout", f"must be in [0, 1), got {m.dropout}")
-
-
 def validate_data(d: DataConfig) -> None:
     """Every field of the data section; raises ConfigError on the first bad one."""
     if not (d.source in DATA_SOURCES or d.source.startswith("tfds:")):
@@ -273,20 +185,20 @@ def validate_data(d: DataConfig) -> None:
         )
     if d.source == "text_files" and not d.path:
         raise ConfigError("data.path", "source text_files needs a directory or glob in data.path")
-    _choice("data.tokenizer", d.tokenizer, TOKENIZERS)
+    check_choice("data.tokenizer", d.tokenizer, TOKENIZERS)
     for name in ("seq_len", "batch_size", "bpe_vocab_size", "markov_order", "markov_branching",
                  "markov_tokens"):
-        _positive(f"data.{name}", getattr(d, name))
+        check_positive(f"data.{name}", getattr(d, name))
     if d.max_bytes < 0:
         raise ConfigError("data.max_bytes", f"must be >= 0 (0 = whole corpus), got {d.max_bytes}")
 
 
 def validate_train(t: TrainConfig) -> None:
     """Every field of the train section; raises ConfigError on the first bad one."""
-    _choice("train.schedule", t.schedule, SCHEDULES)
+    check_choice("train.schedule", t.schedule, SCHEDULES)
     for name in ("steps", "learning_rate", "eval_every", "eval_batches", "log_every",
                  "checkpoint_every", "keep_checkpoints", "grad_accum", "num_processes"):
-        _positive(f"train.{name}", getattr(t, name))
+        check_positive(f"train.{name}", getattr(t, name))
     for name in ("tokens", "warmup_steps", "weight_decay", "grad_clip", "min_lr_ratio"):
         if getattr(t, name) < 0:
             raise ConfigError(f"train.{name}", f"must be >= 0, got {getattr(t, name)}")

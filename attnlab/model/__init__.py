@@ -3,9 +3,10 @@
     graphdef, state = init_model(cfg, seed)          # nnx.split once
     logits = jax.jit(lambda s, x: apply(graphdef, s, x))(state, tokens)
 
-Positional encodings are classes registered in ``ENCODINGS`` (``positions.py``); the model asks
-``encoding_for(cfg)`` what to add to embeddings, q/k and scores. No module here imports
-``attnlab.config`` at run time (it imports the registry to validate ``model.pos_encoding``).
+The model's config section, ``ModelConfig``, lives here (``config.py``; ``attnlab.config``
+re-exports it), so nothing in ``attnlab/model`` imports ``attnlab.config``. Positional encodings
+are classes registered in ``ENCODINGS`` (``positions.py``); the model asks ``encoding_for(cfg)``
+what to add to embeddings, q/k and scores.
 """
 
 from attnlab.model.attention import (
@@ -16,6 +17,7 @@ from attnlab.model.attention import (
     causal_mask,
     dot_product_attention,
 )
+from attnlab.model.config import ModelConfig
 from attnlab.model.counting import count_state_params, flops_per_token, param_counts
 from attnlab.model.decoding import KVCache, decode_step, generate, init_cache
 from attnlab.model.layers import FeedForward, LayerNorm, RMSNorm
@@ -43,6 +45,7 @@ __all__ = [
     "FeedForward",
     "KVCache",
     "LayerNorm",
+    "ModelConfig",
     "PositionOutOfRangeError",
     "PositionalEncoding",
     "RMSNorm",

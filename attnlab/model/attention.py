@@ -31,17 +31,15 @@ implementations:
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from attnlab.model.config import ModelConfig
 from attnlab.model.layers import dense, make_norm
 from attnlab.model.positions import encoding_for
-
-if TYPE_CHECKING:
-    from attnlab.config import ModelConfig
 
 Mask = Callable[[jax.Array, jax.Array], jax.Array]
 Bias = Callable[[jax.Array, jax.Array], "jax.Array | None"]

@@ -11,15 +11,11 @@ fuller Chinchilla count, which includes them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 from flax import nnx
 
+from attnlab.model.config import ModelConfig
 from attnlab.model.positions import encoding_for
-
-if TYPE_CHECKING:
-    from attnlab.config import ModelConfig
 
 EMBEDDING_PARAMS = ("token_embedding", "position_embedding", "lm_head")
 

@@ -8,18 +8,16 @@ tokens at slots ``start .. start + t - 1`` and attends over the whole cache unde
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from attnlab.model.config import ModelConfig
 from attnlab.model.layers import compute_dtype
 from attnlab.model.positions import encoding_for
-
-if TYPE_CHECKING:
-    from attnlab.config import ModelConfig
 
 
 class KVCache(NamedTuple):

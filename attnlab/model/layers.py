@@ -7,14 +7,12 @@ norm statistics are always float32.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
-if TYPE_CHECKING:
-    from attnlab.config import ModelConfig
+from attnlab.model.config import ModelConfig
 
 
 def compute_dtype(cfg: ModelConfig) -> jnp.dtype:

@@ -30,8 +30,8 @@ from flax import nnx
 
 from attnlab.errors import AttnlabError, ConfigError
 
-if TYPE_CHECKING:  # config.py imports this module to validate model.pos_encoding
-    from attnlab.config import ModelConfig
+if TYPE_CHECKING:  # model/config.py imports this module to validate model.pos_encoding
+    from attnlab.model.config import ModelConfig
 
 
 class PositionOutOfRangeError(AttnlabError):

@@ -13,19 +13,15 @@ inside jit (dropout takes an explicit key).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
 from attnlab.model.attention import CausalSelfAttention
+from attnlab.model.config import ModelConfig
 from attnlab.model.layers import FeedForward, compute_dtype, dropout, make_norm
 from attnlab.model.positions import check_positions, encoding_for
-
-if TYPE_CHECKING:
-    from attnlab.config import ModelConfig
 
 KV_CACHE = "KV cache"
 

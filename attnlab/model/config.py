@@ -1,0 +1,109 @@
+"""The model section of the run config: shape and architecture of the decoder-only LM.
+
+It lives with the model (``attnlab.config`` re-exports it and composes it with the data and train
+sections), so no model module imports ``attnlab.config``. It validates itself when built
+(``__post_init__``, so ``dataclasses.replace`` validates too), raising
+:class:`~attnlab.errors.ConfigError` naming the field (``model.d_model``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from attnlab.errors import ConfigError
+from attnlab.model.positions import ENCODINGS, encoding_for
+
+NORMS = ("layernorm", "rmsnorm")
+NORM_POSITIONS = ("pre", "post")
+FFNS = ("relu", "gelu", "swiglu")
+ATTENTION_IMPLS = ("einsum", "xla")
+DTYPES = ("float32", "bfloat16")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Shape and architecture of the decoder-only Transformer LM."""
+
+    vocab_size: int = 256
+    d_model: int = 128
+    n_layers: int = 4
+    n_heads: int = 4
+    n_kv_heads: int | None = None  # None -> n_heads (MHA); 1 -> MQA; in between -> GQA
+    d_ff: int | None = None  # None -> 4 * d_model, or 8/3 * d_model for SwiGLU (rounded up to 8)
+    max_len: int = 256  # rows of the learned position table; other encodings ignore it
+    pos_encoding: str = "rope"
+    rope_theta: float = 10000.0
+    norm: str = "layernorm"
+    norm_position: str = "pre"
+    norm_eps: float = 1e-5
+    ffn: str = "gelu"
+    tie_embeddings: bool = True
+    qk_norm: bool = False
+    attention_impl: str = "einsum"
+    attention_chunk: int = 0  # query-block size for memory-linear attention; 0 -> one block
+    dropout: float = 0.0
+    dtype: str = "float32"  # compute dtype; parameters are always float32
+    init_std: float = 0.02
+
+    def __post_init__(self):
+        validate_model(self)
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
+
+    @property
+    def ffn_dim(self) -> int:
+        if self.d_ff is not None:
+            return self.d_ff
+        if self.ffn == "swiglu":
+            # Shazeer 2020: 8/3 d keeps SwiGLU's three matrices at the cost of a 4d two-matrix FFN.
+            return -(-(8 * self.d_model // 3) // 8) * 8
+        return 4 * self.d_model
+
+
+def check_choice(path: str, value: str, valid: tuple[str, ...]) -> None:
+    if value not in valid:
+        raise ConfigError(path, f"unknown value {value!r}; valid values are {', '.join(valid)}")
+
+
+def check_positive(path: str, value: float) -> None:
+    if value <= 0:
+        raise ConfigError(path, f"must be positive, got {value}")
+
+
+def validate_model(m: ModelConfig) -> None:
+    """Every field of the model section; raises ConfigError on the first bad one."""
+    for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_len"):
+        check_positive(f"model.{name}", getattr(m, name))
+    check_choice("model.pos_encoding", m.pos_encoding, tuple(ENCODINGS))
+    check_choice("model.norm", m.norm, NORMS)
+    check_choice("model.norm_position", m.norm_position, NORM_POSITIONS)
+    check_choice("model.ffn", m.ffn, FFNS)
+    check_choice("model.attention_impl", m.attention_impl, ATTENTION_IMPLS)
+    check_choice("model.dtype", m.dtype, DTYPES)
+    if m.d_model % m.n_heads:
+        raise ConfigError(
+            "model.d_model", f"{m.d_model} is not divisible by model.n_heads={m.n_heads}"
+        )
+    if m.n_kv_heads is not None:
+        check_positive("model.n_kv_heads", m.n_kv_heads)
+        if m.n_heads % m.n_kv_heads:
+            raise ConfigError(
+                "model.n_heads",
+                f"{m.n_heads} is not divisible by model.n_kv_heads={m.n_kv_heads}",
+            )
+    if m.d_ff is not None:
+        check_positive("model.d_ff", m.d_ff)
+    encoding_for(m).validate()  # e.g. RoPE: even head_dim; sinusoidal: even d_model
+    check_positive("model.rope_theta", m.rope_theta)
+    check_positive("model.norm_eps", m.norm_eps)
+    check_positive("model.init_std", m.init_std)
+    if m.attention_chunk < 0:
+        raise ConfigError("model.attention_chunk", f"must be >= 0, got {m.attention_chunk}")
+    if not 0.0 <= m.dropout < 1.0:
+        raise ConfigError("model.dropout", f"must be in [0, 1), got {m.dropout}")
