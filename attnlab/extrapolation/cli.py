@@ -15,6 +15,10 @@ from pathlib import Path
 
 from attnlab import cli_flags
 from attnlab.cli_flags import Flag, UsageError
+from attnlab.extrapolation.evaluate import (EvalSettings, evaluate_run, report_paths,
+                                            results_frame)
+from attnlab.extrapolation.study import ratio_table, run_study
+from attnlab.sweep import load_spec
 
 FLAGS = [
     Flag("run", "string", "", "A trained run directory to evaluate."),
@@ -54,8 +58,6 @@ def _int_list(flag: str, text: str) -> tuple[int, ...]:
 
 
 def settings_from_flags(values):
-    from attnlab.extrapolation.evaluate import EvalSettings
-
     protocol = values["protocol"].value
     settings = EvalSettings(
         multipliers=_int_list("multipliers", values["multipliers"].value),
@@ -95,8 +97,6 @@ def extrapolate_main(argv: list[str]) -> int:
 
 
 def _evaluate_one(run: str, settings, *, force: bool, progress: bool) -> int:
-    from attnlab.extrapolation.evaluate import evaluate_run, report_paths, results_frame
-
     report = evaluate_run(run, settings, force=force, progress=progress)
     columns = ["protocol", "length", "multiplier", "status", "loss", "perplexity",
                "bits_per_byte", "ppl_ratio", "n_scored"]
@@ -112,9 +112,6 @@ def _evaluate_one(run: str, settings, *, force: bool, progress: bool) -> int:
 
 
 def _evaluate_sweep(sweep: str, overrides: list[str], values, settings, progress: bool) -> int:
-    from attnlab.extrapolation.study import ratio_table, run_study
-    from attnlab.sweep import load_spec
-
     spec = load_spec(sweep, overrides)
     study = run_study(spec, values["workdir"].value, settings, launcher=values["launcher"].value,
                       parallel=values["parallel"].value, force=values["force"].value,

@@ -13,6 +13,10 @@ import sys
 from attnlab import cli_flags
 from attnlab.cli_flags import Flag
 from attnlab.rundir import FAILED, TABLE_FILE
+from attnlab.sweep.launchers import SweepInterrupted
+from attnlab.sweep.probe import dry_run, format_table
+from attnlab.sweep.runner import run_sweep
+from attnlab.sweep.spec import config_source, spec_from_config_dict
 
 FLAGS = [
     Flag("workdir", "string", None, "Sweep directory (created if missing).", required=True),
@@ -35,10 +39,6 @@ FLAGS = [
 
 
 def sweep_main(argv: list[str]) -> int:
-    from attnlab.sweep import (SweepInterrupted, dry_run, format_table, run_sweep,
-                               spec_from_config_dict)
-    from attnlab.sweep.spec import config_source
-
     values = cli_flags.parse(argv, FLAGS, prog="attnlab sweep")
     spec = spec_from_config_dict(values.config,
                                  source=config_source(values["config"].config_filename))
