@@ -121,7 +121,8 @@ def test_approach2_recovers_the_allocation_exponent():
     low, high = fit.ci["a"]
     assert low < fit.params["a"] < high
     # Without a budget column the runs are grouped by their FLOPs.
-    unlabelled = fit_approach2(frame["params"], frame["tokens"], frame["loss"], frame["flops"])
+    unlabelled = fit_approach2(frame["params"], frame["tokens"], frame["loss"], frame["flops"],
+                               n_bootstrap=100)
     assert unlabelled.params["a"] == pytest.approx(fit.params["a"], rel=1e-9)
 
 
@@ -159,8 +160,78 @@ def test_approach2_skips_a_budget_without_a_usable_minimum():
     sloped = frame["budget"] == budgets[-1]
     x = np.log(frame.loc[sloped, "params"])
     frame.loc[sloped, "loss"] = 3.0 - 0.05 * (x - x.mean()) + 1e-5 * (x - x.mean()) ** 2
+    # The windowed profile sees the best run at the ladder's end: the budget is excluded, loudly.
     fit = fit_approach2(frame["params"], frame["tokens"], frame["loss"], frame["flops"],
                         budget=frame["budget"])
     assert len(fit.details["profiles"]) == 2
-    assert any("more than the sampled range away" in note for note in fit.notes)
+    assert any(f"budget C = {budgets[-1]:.3g} excluded: its best run is the largest size" in w
+               for w in fit.warnings)
+    assert fit.details["excluded_budgets"][0]["budget"] == budgets[-1]
     assert fit.params["a"] == pytest.approx(TRUE_A, abs=0.02)
+    # The whole-ladder parabola has no edge check; its far-away vertex is what skips the budget.
+    whole = fit_approach2(frame["params"], frame["tokens"], frame["loss"], frame["flops"],
+                          budget=frame["budget"], profile="whole")
+    assert len(whole.details["profiles"]) == 2
+    assert any("more than the sampled range away" in note for note in whole.notes)
+    assert whole.params["a"] == pytest.approx(TRUE_A, abs=0.02)
+
+
+# --- approach 2 on wide ladders (Porian et al. 2024: 2-3 decades of N at every budget) -----------
+
+# A CPU-scale law (docs/results.md's chinchilla_isoflop fit): steep exponents make the IsoFLOP
+# profile clearly asymmetric in log N over three decades.
+STEEP = {"E": 1.03, "A": 741.9, "B": 2438.0, "alpha": 0.752, "beta": 0.595}
+STEEP_A = 0.595 / (0.752 + 0.595)
+
+
+def _wide_suite(seed):
+    """5 budgets x 13 sizes spanning three decades, each ladder centred off the optimum by a
+    factor growing with C (0.1x to 10x), 0.3% loss noise."""
+    return isoflop_points(STEEP, np.geomspace(1e14, 1e17, 5), sizes_per_budget=13,
+                          span=10**1.5, noise=0.003, offsets=[0.1, 0.3, 1.0, 4.0, 10.0],
+                          rng=np.random.default_rng(seed))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_approach2_window_recovers_a_where_the_whole_ladder_parabola_fails(seed):
+    frame = _wide_suite(seed)
+    args = (frame["params"], frame["tokens"], frame["loss"], frame["flops"])
+    window = fit_approach2(*args, budget=frame["budget"], n_bootstrap=100, seed=seed)
+    low, high = window.ci["a"]
+    assert low <= STEEP_A <= high
+    assert window.params["a"] == pytest.approx(STEEP_A, abs=0.06)
+    # The same data, one parabola over each whole ladder: biased, and confidently so.
+    whole = fit_approach2(*args, budget=frame["budget"], n_bootstrap=100, seed=seed,
+                          profile="whole")
+    low, high = whole.ci["a"]
+    assert not low <= STEEP_A <= high
+    assert whole.params["a"] - STEEP_A > 0.08
+    # Every budget's minimum is found with its own bootstrap interval, which holds the truth's.
+    for profile in window.details["profiles"]:
+        truth = laws.chinchilla_optimal(STEEP, profile["budget"])["N_opt"]
+        n_low, n_high = profile["N_opt_ci"]
+        assert n_low < profile["N_opt"] < n_high
+        assert n_low / 3 < truth < 3 * n_high
+        assert profile["log_N_opt_se"] > 0
+        assert profile["n_fitted"] < profile["n_points"]  # the window, not the whole ladder
+    assert any("weighted by 1/se^2" in note for note in window.notes)
+
+
+def test_approach2_akima_profile_finds_the_minimum():
+    frame = _wide_suite(0)
+    fit = fit_approach2(frame["params"], frame["tokens"], frame["loss"], frame["flops"],
+                        budget=frame["budget"], profile="akima")
+    for profile in fit.details["profiles"]:
+        truth = laws.chinchilla_optimal(STEEP, profile["budget"])["N_opt"]
+        # The spline's argmin on 0.3%-noisy points lands within about one ladder step (1.8x).
+        assert truth / 2 < profile["N_opt"] < 2 * truth
+        assert profile["coefficients"] is None
+    assert fit.params["a"] == pytest.approx(STEEP_A, abs=0.1)
+
+
+@pytest.mark.parametrize("kwargs, message", [({"profile": "cubic"}, "--profile must be one of"),
+                                             ({"window": 0.0}, "--window must be > 0")])
+def test_approach2_rejects_bad_profile_options(kwargs, message):
+    frame = _wide_suite(0)
+    with pytest.raises(FitInputError, match=message):
+        fit_approach2(frame["params"], frame["tokens"], frame["loss"], frame["flops"], **kwargs)

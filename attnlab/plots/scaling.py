@@ -204,20 +204,32 @@ def plot_isoflops(fit: ScalingFit) -> Figure:
     colours = _colours([p["budget"] for p in profiles], "viridis")
     for profile in profiles:
         colour = colours[profile["budget"]]
-        left.scatter(np.exp(profile["log_n"]), profile["loss"], color=colour, s=18, zorder=3)
-        x = np.linspace(profile["log_n"].min() - 0.2, profile["log_n"].max() + 0.2, 100)
-        left.plot(np.exp(x), np.polyval(profile["coefficients"], x), color=colour, lw=1.2,
-                  label=f"C = {profile['budget']:.2g}")
+        fitted = profile.get("fitted", np.ones(len(profile["loss"]), bool))
+        sizes = np.exp(profile["log_n"])
+        left.scatter(sizes[fitted], profile["loss"][fitted], color=colour, s=18, zorder=3,
+                     label=f"C = {profile['budget']:.2g}")
+        # Runs outside the window around the minimum: shown, not fitted.
+        left.scatter(sizes[~fitted], profile["loss"][~fitted], facecolor="none",
+                     edgecolor=colour, s=18, zorder=3)
+        if profile.get("coefficients") is not None:
+            low, high = np.log(profile.get("N_fit_min", sizes.min())), np.log(
+                profile.get("N_fit_max", sizes.max()))
+            x = np.linspace(low - 0.2, high + 0.2, 100)
+            left.plot(np.exp(x), np.polyval(profile["coefficients"], x), color=colour, lw=1.2)
         left.scatter([profile["N_opt"]], [profile["loss_opt"]], color=colour, marker="v",
                      edgecolor="black", s=60, zorder=4)
     left.set_xscale("log")
     left.set_xlabel(N_LABEL)
     left.set_ylabel(LOSS_LABEL)
-    left.set_title("IsoFLOP profiles (▼ parabola minimum)", fontsize=10)
+    left.set_title("IsoFLOP profiles (▼ minimum; hollow: outside the fitted window)",
+                   fontsize=10)
     left.legend(fontsize=7, title="budget (FLOPs)", title_fontsize=7)
     budgets = np.array([p["budget"] for p in profiles])
     right.scatter(budgets, _positive([p["N_opt"] for p in profiles]),
                   c=[colours[b] for b in budgets], edgecolor="black", zorder=3)
+    for p in profiles:  # each budget's own bootstrap interval on N_opt
+        if "N_opt_ci" in p and np.all(np.isfinite(_positive(p["N_opt_ci"]))):
+            right.plot([p["budget"]] * 2, p["N_opt_ci"], color=colours[p["budget"]], lw=1.5)
     missing = _allocation_line(right, fit, "N_opt",
                                np.geomspace(budgets.min() / 3, budgets.max() * 3, 100))
     if missing:

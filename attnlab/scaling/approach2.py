@@ -1,17 +1,39 @@
 """Chinchilla approach 2: IsoFLOP profiles (Hoffmann et al. 2022 Sec. 3.2, Fig. 3).
 
-For each compute budget C, fit a parabola to the final loss against log N over the runs of that
-budget; its vertex is N_opt(C) (and D_opt(C), read off the budget's own log D-log N line, which
-is log(C/6) - log N when C = 6ND). Then fit N_opt = k_N·C^a and D_opt = k_D·C^b by least squares
-in log-log space. Bootstrap replicates resample the runs within each budget (a stratified
-bootstrap keeps every budget's profile) and redo both stages.
+For each compute budget C, find the model size N_opt(C) that minimises the final loss over the
+runs of that budget; D_opt(C) is read off the budget's own log D-log N line (log(C/6) - log N
+when C = 6ND). Then fit N_opt = k_N·C^a and D_opt = k_D·C^b in log-log space.
+
+How each budget's minimum is found (``profile``):
+
+- ``"window"`` (default): a parabola in log N over the sizes near the empirical minimum, those
+  within a factor 10^``window`` (default 10^0.5, so one decade in all) of the best run's N,
+  widened to the three sizes nearest it when fewer fall inside. A single parabola is a good
+  model of an IsoFLOP profile only near its minimum: published suites span two to three decades
+  of N per budget (Porian et al. 2024: 5M-900M at every budget), where a whole-ladder parabola
+  puts its vertex off the minimum and biases a.
+- ``"akima"``: Porian et al. 2024's rule: an Akima spline through the profile in log N, its
+  argmin on a fine grid.
+- ``"whole"``: one parabola over the whole ladder (Chinchilla's own narrow ladders; the old
+  default).
+
+Edge check: a budget whose best run is the smallest or the largest size of its ladder has its
+minimum outside the sizes trained; it is excluded from the fit, loudly (a warning naming it).
+
+Intervals and weights: bootstrap replicates resample the runs within each budget (a stratified
+bootstrap keeps every profile) and redo both stages. The spread of each budget's log N_opt over
+the replicates is its standard error (reported per budget, with a percentile interval); the
+power law log N_opt = a log C + log k_N is then fit by weighted least squares with weights
+1/se^2 (Porian et al. 2024), so a budget whose minimum is poorly determined counts less. Without
+a bootstrap the weights are equal.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from scipy.interpolate import Akima1DInterpolator
 
-from attnlab.scaling.bootstrap import resample_within_groups
+from attnlab.scaling.bootstrap import percentile_interval, resample_within_groups
 from attnlab.scaling.errors import FitInputError
 from attnlab.scaling.result import ScalingFit
 
@@ -19,6 +41,12 @@ MIN_SIZES_PER_BUDGET = 3  # a parabola has 3 coefficients
 # Runs whose FLOPs differ by less than this factor belong to one budget when the table has no
 # budget column (rounding of steps makes a budget's runs differ by a few percent).
 BUDGET_TOLERANCE = 1.25
+PROFILES = ("window", "akima", "whole")
+DEFAULT_WINDOW = 0.5  # decades of N either side of the best run
+# The smallest standard error of log N_opt used as a weight (a budget whose bootstrap replicates
+# all agree would otherwise take every weight).
+MIN_LOG_N_SE = 0.01
+AKIMA_GRID = 512  # points of the fine log N grid the spline is minimised on
 
 
 def budget_labels(flops: np.ndarray, budget: np.ndarray | None = None) -> np.ndarray:
@@ -49,57 +77,118 @@ def parabola_vertex(log_n: np.ndarray, loss: np.ndarray):
     return coefficients, float(x_star), float(np.polyval(coefficients, x_star))
 
 
-def isoflop_profiles(log_n, log_d, loss, labels):
-    """Per budget: the parabola and its vertex. Returns (profiles, skipped): profiles is a list of
-    dicts (budget, N_opt, D_opt, loss_opt, ...), skipped a list of (budget, reason)."""
-    profiles, skipped = [], []
+def profile_window(sizes: np.ndarray, best: float, window: float) -> np.ndarray:
+    """The sizes (sorted log N, [sizes]) a windowed profile fits: within ``window`` decades of
+    ``best`` (the best run's log N), widened to the MIN_SIZES_PER_BUDGET nearest to it."""
+    distance = np.abs(sizes - best)
+    inside = distance <= window * np.log(10.0) + 1e-12
+    if inside.sum() < MIN_SIZES_PER_BUDGET:
+        inside = np.zeros_like(inside)
+        inside[np.argsort(distance, kind="stable")[:MIN_SIZES_PER_BUDGET]] = True
+    return sizes[inside]
+
+
+def _akima_minimum(sizes: np.ndarray, mean_loss: np.ndarray):
+    """(x*, loss at x*) of the Akima spline through (log N, mean loss) on a fine grid."""
+    spline = Akima1DInterpolator(sizes, mean_loss)
+    grid = np.linspace(sizes[0], sizes[-1], AKIMA_GRID)
+    values = spline(grid)
+    best = int(np.argmin(values))
+    return float(grid[best]), float(values[best])
+
+
+def isoflop_profiles(log_n, log_d, loss, labels, *, profile: str = "window",
+                     window: float = DEFAULT_WINDOW):
+    """Per budget: the minimum of its profile (see the module docstring for ``profile``).
+    Returns (profiles, skipped, edges): profiles a list of dicts (budget, N_opt, D_opt,
+    loss_opt, the points used, ...); skipped and edges lists of (budget, reason), edges for the
+    budgets whose best run lies at an end of the ladder."""
+    profiles, skipped, edges = [], [], []
     for budget in np.unique(labels):
         at = labels == budget
         sizes = np.unique(log_n[at])
         if len(sizes) < MIN_SIZES_PER_BUDGET:
-            skipped.append((float(budget), f"{len(sizes)} distinct model size(s), a parabola "
+            skipped.append((float(budget), f"{len(sizes)} distinct model size(s), a profile "
                                             f"needs {MIN_SIZES_PER_BUDGET}"))
             continue
-        vertex = parabola_vertex(log_n[at], loss[at])
-        if vertex is None:
-            skipped.append((float(budget), "the parabola opens downward (no minimum)"))
+        mean_loss = np.array([loss[at][log_n[at] == x].mean() for x in sizes])
+        best = sizes[int(np.argmin(mean_loss))]
+        if profile != "whole" and best in (sizes[0], sizes[-1]):
+            end = "smallest" if best == sizes[0] else "largest"
+            edges.append((float(budget), f"its best run is the {end} size of the ladder "
+                                         f"(N = {np.exp(best):.3g}), so its minimum lies outside "
+                                         f"the sizes trained"))
             continue
-        coefficients, x_star, loss_star = vertex
-        width = sizes[-1] - sizes[0]
-        if not sizes[0] - width <= x_star <= sizes[-1] + width:
-            # A nearly flat parabola puts its vertex anywhere; one that far out is no estimate.
-            skipped.append((float(budget), f"the parabola's minimum (N = e^{x_star:.3g}) is "
-                                            f"more than the sampled range away from the sizes "
-                                            f"trained"))
-            continue
+        used = sizes if profile == "whole" else profile_window(sizes, best, window)
+        chosen = at & np.isin(log_n, used)
+        coefficients = None
+        if profile == "akima":
+            x_star, loss_star = _akima_minimum(sizes, mean_loss)
+        else:
+            vertex = parabola_vertex(log_n[chosen], loss[chosen])
+            if vertex is None:
+                skipped.append((float(budget), "the parabola opens downward (no minimum)"))
+                continue
+            coefficients, x_star, loss_star = vertex
+            width = used[-1] - used[0]
+            if not used[0] - width <= x_star <= used[-1] + width:
+                # A nearly flat parabola puts its vertex anywhere; one that far out is no
+                # estimate.
+                skipped.append((float(budget), f"the parabola's minimum (N = e^{x_star:.3g}) is "
+                                                f"more than the sampled range away from the "
+                                                f"sizes it was fitted to"))
+                continue
         # log D is (close to) linear in log N along an IsoFLOP curve: read D_opt off that line.
         log_d_star = np.polyval(np.polyfit(log_n[at], log_d[at], 1), x_star)
         profiles.append({"budget": float(budget), "N_opt": float(np.exp(x_star)),
                          "D_opt": float(np.exp(log_d_star)), "loss_opt": loss_star,
-                         "n_points": int(at.sum()), "N_min": float(np.exp(sizes[0])),
-                         "N_max": float(np.exp(sizes[-1])),
-                         "coefficients": [float(c) for c in coefficients],
-                         "inside_range": bool(sizes[0] <= x_star <= sizes[-1]),
-                         "log_n": log_n[at], "loss": loss[at]})
-    return profiles, skipped
+                         "n_points": int(at.sum()), "n_fitted": int(chosen.sum()),
+                         "N_min": float(np.exp(sizes[0])), "N_max": float(np.exp(sizes[-1])),
+                         "N_fit_min": float(np.exp(used[0])), "N_fit_max": float(np.exp(used[-1])),
+                         "coefficients": (None if coefficients is None
+                                          else [float(c) for c in coefficients]),
+                         "inside_range": bool(used[0] <= x_star <= used[-1]),
+                         "log_n": log_n[at], "loss": loss[at], "fitted": chosen[at]})
+    return profiles, skipped, edges
 
 
-def _power_laws(profiles):
-    log_c = np.log([p["budget"] for p in profiles])
-    log_n = np.log([p["N_opt"] for p in profiles])
-    log_d = np.log([p["D_opt"] for p in profiles])
-    a, log_kn = np.polyfit(log_c, log_n, 1)
-    b, log_kd = np.polyfit(log_c, log_d, 1)
+def _power_laws(budgets, log_n_opt, log_d_opt, weights):
+    """Weighted least squares of log N_opt and log D_opt on log C ([budgets] each; NaN entries
+    are left out). Returns (params a, b, k_N, k_D; weighted RSS of log N_opt), or None when
+    fewer than two budgets are finite."""
+    log_c = np.log(budgets)
+    finite = np.isfinite(log_n_opt) & np.isfinite(log_d_opt)
+    if finite.sum() < 2:
+        return None
+    log_c, log_n, log_d, w = log_c[finite], log_n_opt[finite], log_d_opt[finite], weights[finite]
+    # np.polyfit's w multiplies the residuals, so it takes 1/se, not 1/se^2.
+    a, log_kn = np.polyfit(log_c, log_n, 1, w=np.sqrt(w))
+    b, log_kd = np.polyfit(log_c, log_d, 1, w=np.sqrt(w))
     residual = log_n - (a * log_c + log_kn)
     params = {"a": float(a), "b": float(b), "k_N": float(np.exp(log_kn)),
               "k_D": float(np.exp(log_kd))}
-    return params, float(residual @ residual)
+    return params, float(np.sum(w * residual**2))
+
+
+def _optima(profiles, budgets):
+    """[budgets] log N_opt and log D_opt of ``profiles`` at ``budgets`` (NaN where missing)."""
+    found = {p["budget"]: p for p in profiles}
+    log_n = np.array([np.log(found[c]["N_opt"]) if c in found else np.nan for c in budgets])
+    log_d = np.array([np.log(found[c]["D_opt"]) if c in found else np.nan for c in budgets])
+    return log_n, log_d
 
 
 def fit_approach2(n, d, loss, flops, *, budget=None, n_bootstrap: int = 0,
-                  ci_level: float = 0.95, seed: int = 0, source: str = "data") -> ScalingFit:
+                  ci_level: float = 0.95, seed: int = 0, source: str = "data",
+                  profile: str = "window", window: float = DEFAULT_WINDOW) -> ScalingFit:
     """Fits N_opt ~ C^a, D_opt ~ C^b from IsoFLOP profiles. n, d, loss, flops: [points];
-    budget: optional [points] budget labels (else FLOPs are clustered)."""
+    budget: optional [points] budget labels (else FLOPs are clustered); profile, window: how
+    each budget's minimum is found (module docstring). Each profile in ``details["profiles"]``
+    carries its N_opt interval and standard error from the bootstrap."""
+    if profile not in PROFILES:
+        raise FitInputError(f"--profile must be one of {', '.join(PROFILES)}, not {profile!r}")
+    if not window > 0:
+        raise FitInputError(f"--window must be > 0 decades, not {window}")
     n, d, loss, flops = (np.asarray(x, np.float64) for x in (n, d, loss, flops))
     labels = budget_labels(flops, budget)
     budgets = np.unique(labels)
@@ -107,38 +196,80 @@ def fit_approach2(n, d, loss, flops, *, budget=None, n_bootstrap: int = 0,
         raise FitInputError(f"{source}: approach 2 needs IsoFLOP profiles at two or more compute "
                             f"budgets, but all {len(loss)} runs share one (C = {budgets[0]:.3g})")
     log_n, log_d = np.log(n), np.log(d)
-    profiles, skipped = isoflop_profiles(log_n, log_d, loss, labels)
+    profiles, skipped, edges = isoflop_profiles(log_n, log_d, loss, labels, profile=profile,
+                                                window=window)
     notes = [f"budget C = {c:.3g} skipped: {why}" for c, why in skipped]
+    warn = [f"budget C = {c:.3g} excluded: {why}; add sizes beyond it to use it"
+            for c, why in edges]
     if len(profiles) < 2:
         raise FitInputError(f"{source}: approach 2 needs at least two budgets with a usable "
-                            f"IsoFLOP parabola (>= {MIN_SIZES_PER_BUDGET} model sizes, opening "
-                            f"upward); found {len(profiles)}. " + "; ".join(notes))
-    params, rss = _power_laws(profiles)
-    warn = [f"budget C = {p['budget']:.3g}: the parabola's minimum N = {p['N_opt']:.3g} lies "
-            f"outside the sampled sizes [{p['N_min']:.3g}, {p['N_max']:.3g}] (extrapolated)"
-            for p in profiles if not p["inside_range"]]
+                            f"IsoFLOP profile (>= {MIN_SIZES_PER_BUDGET} model sizes, minimum "
+                            f"inside the ladder); found {len(profiles)}. "
+                            + "; ".join(notes + warn))
+    warn += [f"budget C = {p['budget']:.3g}: the parabola's minimum N = {p['N_opt']:.3g} lies "
+             f"outside the sizes it was fitted to [{p['N_fit_min']:.3g}, {p['N_fit_max']:.3g}] "
+             f"(extrapolated)" for p in profiles if not p["inside_range"]]
+    fitted = np.array([p["budget"] for p in profiles])
+    point_n, point_d = _optima(profiles, fitted)
 
-    samples: dict[str, list] = {}
+    # Stage 1 of the bootstrap: each budget's N_opt over replicates that resample its runs.
+    replicates = []
     if n_bootstrap > 0:
         rng = np.random.default_rng(seed)
-        used = np.flatnonzero(np.isin(labels, [p["budget"] for p in profiles]))
-        failed = 0
+        used = np.flatnonzero(np.isin(labels, fitted))
         for _ in range(n_bootstrap):
             index = used[resample_within_groups(labels[used], rng)]
-            replicate, _ = isoflop_profiles(log_n[index], log_d[index], loss[index],
-                                            labels[index])
-            if len(replicate) < 2:
-                failed += 1
-                continue
-            for name, value in _power_laws(replicate)[0].items():
-                samples.setdefault(name, []).append(value)
-        if failed:
-            notes.append(f"{failed} of {n_bootstrap} bootstrap refits had fewer than two usable "
-                         f"parabolas and were dropped")
+            replicate, _, _ = isoflop_profiles(log_n[index], log_d[index], loss[index],
+                                               labels[index], profile=profile, window=window)
+            replicates.append(_optima(replicate, fitted))
+    weights = np.ones(len(fitted))
+    if replicates:
+        rep_n = np.array([r[0] for r in replicates])  # [replicates, budgets]
+        for column, p in enumerate(profiles):
+            values = rep_n[:, column][np.isfinite(rep_n[:, column])]
+            se = float(np.std(values, ddof=1)) if len(values) > 1 else np.nan
+            low, high = percentile_interval(np.exp(values), ci_level)
+            p.update({"log_N_opt_se": se, "N_opt_ci": [low, high],
+                      "replicates_with_minimum": int(len(values))})
+        se = np.array([p["log_N_opt_se"] for p in profiles])
+        weights = 1.0 / np.maximum(np.nan_to_num(se, nan=np.inf), MIN_LOG_N_SE) ** 2
+        weights = np.where(np.isfinite(se), weights, 0.0)
+        if np.count_nonzero(weights) < 2:
+            weights = np.ones(len(fitted))
+            notes.append("too few bootstrap replicates per budget for weights: equal weights")
+    point = _power_laws(fitted, point_n, point_d, weights)
+    if point is None:
+        raise FitInputError(f"{source}: approach 2 has fewer than two budgets with a finite "
+                            f"minimum")
+    params, rss = point
+
+    # Stage 2: the weighted power law refitted to each replicate's minima.
+    samples: dict[str, list] = {}
+    failed = 0
+    for rep_n_opt, rep_d_opt in replicates:
+        refit = _power_laws(fitted, rep_n_opt, rep_d_opt, weights)
+        if refit is None:
+            failed += 1
+            continue
+        for name, value in refit[0].items():
+            samples.setdefault(name, []).append(value)
+    if failed:
+        notes.append(f"{failed} of {n_bootstrap} bootstrap refits had fewer than two usable "
+                     f"profiles and were dropped")
+    rule = {"window": f"a parabola over the sizes within 10^{window:g} of each budget's best run",
+            "akima": "the minimum of an Akima spline through each profile",
+            "whole": "a parabola over each budget's whole ladder"}[profile]
+    notes.append(f"profiles: {rule}; log N_opt on log C by "
+                 + ("least squares weighted by 1/se^2 of each budget's bootstrap log N_opt"
+                    if replicates else "unweighted least squares (no bootstrap)"))
     return ScalingFit(law="chinchilla", approach=2, form="", params=params,
                       samples={k: np.asarray(v) for k, v in samples.items()},
                       ci_level=ci_level, n_points=int(sum(p["n_points"] for p in profiles)),
                       objective=rss,
-                      objective_name="sum of squared residuals of log N_opt against log C",
+                      objective_name="weighted sum of squared residuals of log N_opt against "
+                                     "log C",
                       n_bootstrap_requested=n_bootstrap, warnings=tuple(warn),
-                      notes=tuple(notes), details={"profiles": profiles})
+                      notes=tuple(notes),
+                      details={"profiles": profiles, "profile": profile, "window": window,
+                               "excluded_budgets": [{"budget": c, "reason": why}
+                                                    for c, why in edges]})

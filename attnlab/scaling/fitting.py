@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 
 from attnlab.scaling.approach1 import fit_approach1
-from attnlab.scaling.approach2 import fit_approach2
+from attnlab.scaling.approach2 import DEFAULT_WINDOW, fit_approach2
 from attnlab.scaling.approach3 import CHINCHILLA_GRID, InitGrid, fit_approach3
 from attnlab.scaling.errors import FitInputError
 from attnlab.scaling.kaplan import fit_kaplan
@@ -27,9 +27,11 @@ def flops_per_param_token(table: ScalingTable) -> float:
 
 def fit_table(table: ScalingTable, *, law: str, approach: int | None = None, form: str = "nd",
               n_bootstrap: int = 0, ci_level: float = 0.95, seed: int = 0,
-              grid: InitGrid = CHINCHILLA_GRID) -> ScalingFit:
+              grid: InitGrid = CHINCHILLA_GRID, profile: str = "window",
+              window: float = DEFAULT_WINDOW) -> ScalingFit:
     """Fits ``law`` to a checked table (points for Kaplan and approaches 2-3, curves for
-    approach 1); the table's notes are carried into the fit's notes."""
+    approach 1); the table's notes are carried into the fit's notes. profile, window: how
+    approach 2 finds each budget's minimum."""
     if law not in LAWS:
         raise FitInputError(f"--law must be one of {', '.join(LAWS)}, not {law!r}")
     if not 0.0 < ci_level < 1.0:
@@ -49,7 +51,8 @@ def fit_table(table: ScalingTable, *, law: str, approach: int | None = None, for
                                 f"directory")
         fit = fit_approach1(table.array("run_id"), n, d, loss, table.array("flops"), **common)
     elif approach == 2:
-        fit = fit_approach2(n, d, loss, table.array("flops"), budget=table.budget, **common)
+        fit = fit_approach2(n, d, loss, table.array("flops"), budget=table.budget,
+                            profile=profile, window=window, **common)
     elif approach == 3:
         fit = fit_approach3(n, d, loss, grid=grid, flops_per_param_token=k, **common)
     else:

@@ -29,14 +29,17 @@ def grid_points(params: dict, *, law: str = "chinchilla", n_range=(1e7, 1e10),
 
 
 def isoflop_points(params: dict, budgets, *, sizes_per_budget: int = 9, span: float = 8.0,
-                   noise: float = 0.005, rng: np.random.Generator) -> pd.DataFrame:
+                   noise: float = 0.005, offsets=None,
+                   rng: np.random.Generator) -> pd.DataFrame:
     """IsoFLOP sweep from Chinchilla's L(N, D): per budget C, sizes log-spaced over a factor
-    ``span`` either side of the true N_opt(C), D = C/(6N). Columns params, tokens, loss, flops,
+    ``span`` either side of offset·N_opt(C) (``offsets``: one factor per budget, default 1: the
+    ladder centred on the true optimum), D = C/(6N). Columns params, tokens, loss, flops,
     budget."""
     rows = []
-    for budget in budgets:
-        n_opt = laws.chinchilla_optimal(params, budget)["N_opt"]
-        n = np.geomspace(n_opt / span, n_opt * span, sizes_per_budget)
+    offsets = np.ones(len(budgets)) if offsets is None else np.asarray(offsets, np.float64)
+    for budget, offset in zip(budgets, offsets):
+        centre = offset * laws.chinchilla_optimal(params, budget)["N_opt"]
+        n = np.geomspace(centre / span, centre * span, sizes_per_budget)
         d = budget / (laws.FLOPS_PER_PARAM_TOKEN * n)
         loss = _noisy(laws.chinchilla_loss(params, n, d), noise, rng)
         rows.append(pd.DataFrame({"params": n, "tokens": d, "loss": loss, "flops": budget,
