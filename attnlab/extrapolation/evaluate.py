@@ -393,6 +393,8 @@ def report_paths(run_dir: Path, tag: str = "") -> dict[str, Path]:
 
 def latest_checkpoint_step(run_dir: Path) -> int:
     """Step of the run's latest finished checkpoint; raises EvaluationError if there is none."""
+    # Deferred here and below: the trainer and the data pipeline (orbax, TFDS) take seconds to
+    # import, which protocol and checks users (pure NumPy) never need.
     from attnlab.train.checkpoint import Checkpoints
     from attnlab.train.workdir import CHECKPOINT_DIR, CONFIG_FILE
 

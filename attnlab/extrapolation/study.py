@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 from attnlab.config import from_config_dict
 from attnlab.extrapolation import checks
 from attnlab.extrapolation.evaluate import EvalSettings, evaluate_run, results_frame
+from attnlab.extrapolation.protocol import EvaluationError
 from attnlab.model.positions import UNSCALED, encoding_for
 
 RUNS_DIR = "runs"
@@ -49,7 +50,7 @@ def run_study(spec, workdir: str | Path, settings: EvalSettings = EvalSettings()
     ``extrapolation_ratio[_sliding].png/.pdf``, ``extrapolation_positions.png/.pdf`` and
     ``extrapolation_report.md`` (mean ratios per encoding and length, and the red flags).
     """
-    from attnlab.sweep import run_sweep
+    from attnlab.sweep import run_sweep  # deferred: sweeps import the trainer (orbax, TFDS)
 
     settings.validate()
     workdir = Path(workdir)
@@ -83,8 +84,6 @@ def run_study(spec, workdir: str | Path, settings: EvalSettings = EvalSettings()
 
 
 def raise_no_runs(workdir: Path, warnings: list[str]) -> None:
-    from attnlab.extrapolation.protocol import EvaluationError
-
     raise EvaluationError(f"--workdir: no completed run to evaluate in {workdir}"
                           + (": " + "; ".join(warnings) if warnings else ""))
 

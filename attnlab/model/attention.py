@@ -41,7 +41,10 @@ from attnlab.model.config import ModelConfig
 from attnlab.model.layers import dense, make_norm
 from attnlab.model.positions import encoding_for
 
+# (q_index [q_len], k_index [k_len]) -> bool [q_len, k_len], True = may attend.
 Mask = Callable[[jax.Array, jax.Array], jax.Array]
+# (q_positions [pbatch, q_len], k_positions [pbatch, k_len]) -> float32 [pbatch, heads, q_len, k_len]
+# or None (no bias).
 Bias = Callable[[jax.Array, jax.Array], "jax.Array | None"]
 
 
