@@ -91,6 +91,11 @@ class ScalingFit:
     def has_allocation(self) -> bool:
         return self.law == "chinchilla" or self.form == "nd"
 
+    @property
+    def predicts_loss(self) -> bool:
+        """Whether the law gives a loss for a run (every Kaplan form, Chinchilla approach 3)."""
+        return self.law == "kaplan" or self.approach == 3
+
     def loss(self, n, d, params=None):
         """Predicted loss at (N, D) (Kaplan L(N, D) or Chinchilla approach 3)."""
         params = self.params if params is None else params
@@ -100,6 +105,16 @@ class ScalingFit:
             return laws.chinchilla_loss(params, n, d)
         raise FitError(f"{self.name} has no L(N, D); fit --law=kaplan (form nd) or "
                        f"--law=chinchilla --approach=3 to predict losses")
+
+    def run_loss(self, n, d, params=None):
+        """The loss the law predicts for a run of N parameters trained on D tokens: L(N, D), or
+        Kaplan's L(N) / L(D), which ignore the other argument."""
+        params = self.params if params is None else params
+        if self.law == "kaplan" and self.form == "n":
+            return laws.kaplan_loss_n(params, n) + 0 * np.asarray(d, np.float64)
+        if self.law == "kaplan" and self.form == "d":
+            return laws.kaplan_loss_d(params, d) + 0 * np.asarray(n, np.float64)
+        return self.loss(n, d, params)
 
     def optimal(self, budget, params=None) -> dict[str, Any]:
         """Compute-optimal N_opt, D_opt (and the loss there, when the law models it) at FLOP
