@@ -132,11 +132,6 @@ def _check_int(name: str, value: Any, minimum: int) -> None:
 # What a model can represent, and how it is configured at evaluation time.
 
 
-def max_representable_length(model_cfg: ModelConfig) -> int | None:
-    """Longest window the model can take without inventing positions (None: no limit)."""
-    return encoding_for(model_cfg).max_positions()
-
-
 def not_applicable_reason(model_cfg: ModelConfig, length: int) -> str | None:
     """Why ``length`` cannot be evaluated zero-shot, or None if it can."""
     return encoding_for(model_cfg).unrepresentable(length)
