@@ -191,3 +191,33 @@ def test_n_kv_heads_equal_to_n_heads_is_mha():
     np.testing.assert_array_equal(
         np.asarray(call(explicit, x, positions)), np.asarray(call(default, x, positions))
     )
+
+
+def banded(window):
+    """A test-local mask function (a sliding window): the seam a new mask plugs into."""
+
+    def mask(q_index, k_index):
+        return causal(q_index, k_index) & (q_index[:, None] - k_index[None, :] < window)
+
+    return mask
+
+
+@pytest.mark.parametrize("impl, chunk", [("einsum", 0), ("xla", 0), ("einsum", 3), ("xla", 3)])
+def test_scale_bias_and_mask_are_arguments_of_the_one_score_function(impl, chunk):
+    q, k, v = random_qkv(4, kv_heads=2, q_len=4, k_len=9)
+    slopes, scale, window, offset = alibi_slopes(4), 0.1, 3, 5
+    out = attention(
+        jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), scale=scale, bias=alibi(slopes),
+        mask=banded(window), q_offset=offset, impl=impl, chunk=chunk,
+    )
+    # float64: s = scale q.k - m_h |i - j|, keys offset + i - window < j <= offset + i.
+    q64 = np.asarray(q, np.float64)
+    # Query head h reads key/value head h // 2.
+    k64, v64 = (np.repeat(np.asarray(a, np.float64), 2, axis=2) for a in (k, v))
+    i, j = offset + np.arange(4)[:, None], np.arange(9)[None, :]
+    scores = scale * np.einsum("bqhd,bkhd->bhqk", q64, k64) - slopes[:, None, None] * np.abs(i - j)
+    scores = np.where((j <= i) & (i - j < window), scores, -np.inf)
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    weights /= weights.sum(-1, keepdims=True)
+    expected = np.einsum("bhqk,bkhd->bqhd", weights, v64)
+    np.testing.assert_allclose(np.asarray(out), expected, atol=2e-5, rtol=1e-5)
