@@ -8,7 +8,8 @@ A run directory (``attnlab train --workdir`` or a sweep's ``runs/<run_id>/``)::
     checkpoints/     orbax steps (training)
     tensorboard/     event files (training)
     run.json         the sweep's plan of the run
-    failure.json     a run that failed outside or around training (sweep worker)
+    failure.json     a run that failed outside or around training (sweep worker);
+                     failure-<time>.json once the run is retried
     train.log, .lock the sweep worker's log and lock
 
 A sweep directory holds ``runs/``, ``sweep.json``, ``results.parquet`` / ``results.csv``,
@@ -41,6 +42,7 @@ CHECKPOINT_DIR = "checkpoints"
 TENSORBOARD_DIR = "tensorboard"
 RUN_FILE = "run.json"
 FAILURE_FILE = "failure.json"
+RETRIED_FAILURE_FILE = "failure-{time}.json"  # failure.json of an attempt retried at {time}
 LOG_FILE = "train.log"
 LOCK_FILE = ".lock"
 

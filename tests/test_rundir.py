@@ -12,10 +12,10 @@ from attnlab.errors import AttnlabError
 def test_file_names_are_the_on_disk_format():
     # Existing run and sweep directories are found by these names: changing one orphans them.
     assert (rundir.CONFIG_FILE, rundir.METRICS_FILE, rundir.SUMMARY_FILE, rundir.RUN_FILE,
-            rundir.FAILURE_FILE, rundir.CHECKPOINT_DIR, rundir.TENSORBOARD_DIR,
-            rundir.LOG_FILE, rundir.LOCK_FILE) == (
+            rundir.FAILURE_FILE, rundir.RETRIED_FAILURE_FILE.format(time="T"),
+            rundir.CHECKPOINT_DIR, rundir.TENSORBOARD_DIR, rundir.LOG_FILE, rundir.LOCK_FILE) == (
         "config.json", "metrics.jsonl", "summary.json", "run.json", "failure.json",
-        "checkpoints", "tensorboard", "train.log", ".lock")
+        "failure-T.json", "checkpoints", "tensorboard", "train.log", ".lock")
     assert (rundir.RUNS_DIR, rundir.SWEEP_FILE, rundir.TABLE_FILE, rundir.CSV_FILE,
             rundir.JAX_CACHE_DIR, rundir.LOGS_DIR, rundir.RETIRED_DIR) == (
         "runs", "sweep.json", "results.parquet", "results.csv", "jax_cache", "logs", "retired")

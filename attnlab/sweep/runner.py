@@ -106,7 +106,8 @@ def reset_for_retry(workdir: Path, run_dir: Path) -> str | None:
     if status == rundir.FAILED:
         failure = run_dir / rundir.FAILURE_FILE
         if failure.exists():
-            os.replace(failure, run_dir / f"failure-{time.strftime('%Y%m%d-%H%M%S')}.json")
+            os.replace(failure, run_dir / rundir.RETRIED_FAILURE_FILE.format(
+                time=time.strftime("%Y%m%d-%H%M%S")))
         return "resumed"
     if status == rundir.DIVERGED:
         retired = workdir / rundir.RETIRED_DIR
