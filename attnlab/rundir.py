@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
+import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -84,14 +84,15 @@ class WorkdirError(AttnlabError):
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yields a fresh temporary path beside ``path``; on success it replaces ``path``.
 
-    The temporary's name is unique to this writer (``mkstemp``), so concurrent writers of one
-    file cannot clobber each other's half-written data; the last ``os.replace`` wins whole. On
-    an exception the temporary is removed and ``path`` is left as it was.
+    The temporary's name is unique to this writer (a random suffix, created exclusively), so
+    concurrent writers of one file cannot clobber each other's half-written data; the last
+    ``os.replace`` wins whole. (Not ``mkstemp``: its files are private, mode 0600, and the
+    results must stay readable as before.) On an exception the temporary is removed and ``path``
+    is left as it was.
     """
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp = Path(tmp)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    tmp.touch(exist_ok=False)  # permissions from the umask, like any new file
     try:
         yield tmp
         with open(tmp, "rb") as handle:  # on disk before the rename makes it visible

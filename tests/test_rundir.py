@@ -52,6 +52,14 @@ def test_concurrent_writers_never_tear_or_collide(tmp_path):
     assert reads > 0
 
 
+def test_written_files_get_ordinary_permissions(tmp_path):
+    # Tables and summaries are read by other users and tools (not private temporaries).
+    reference = tmp_path / "plain.txt"
+    reference.write_text("x")
+    rundir.write_text_atomic(tmp_path / "results.csv", "x")
+    assert (tmp_path / "results.csv").stat().st_mode == reference.stat().st_mode
+
+
 def test_a_failed_write_keeps_the_old_file_and_no_temporary(tmp_path):
     target = tmp_path / "results.csv"
     rundir.write_text_atomic(target, "old\n")
