@@ -358,3 +358,50 @@ def plot_optimal_allocation(fit: ScalingFit, frame: pd.DataFrame | None = None,
         right.set_title(f"D_opt ∝ C^{exponent_b:.3f}", fontsize=10)
     figure.suptitle(fit.name.split(":")[0], fontsize=10)
     return figure
+
+
+def plot_group_frontiers(grouped, budgets: np.ndarray | None = None) -> Figure:
+    """One fit per group (``attnlab.scaling.grouped.GroupedFits``) in one figure: (left) each
+    group's compute-optimal N_opt(C) with its bootstrap band, (right) each group's runs, loss
+    against compute, with the loss along its compute-optimal frontier when the law models one
+    (approach 3, Kaplan L(N, D))."""
+    frames = {g: t.frame for g, t in grouped.tables.items()}
+    if budgets is None:
+        flops = np.concatenate([f["flops"].to_numpy() for f in frames.values()])
+        budgets = np.geomspace(flops.min() / 3, flops.max() * 30, 120)
+    figure, (left, right) = _figure(11.5, 4.6, ncols=2)
+    palette = colormaps["tab10"]
+    notes = []
+    for i, (group, fit) in enumerate(grouped.fits.items()):
+        colour = palette(i % 10)
+        missing = (_allocation_line(left, fit, "N_opt", budgets, colour)
+                   if fit.has_allocation else f"{group}: no allocation")
+        if missing:
+            notes.append(f"{group}: {missing}")
+        for line in left.get_lines()[-1:]:
+            if line.get_label() == "fit":
+                line.set_label(group)
+        frame = frames[group]
+        right.scatter(frame["flops"], frame["loss"], color=colour, s=14, label=group, zorder=3)
+        if fit.has_loss_model and fit.allocation_determined:
+            with np.errstate(all="ignore"):
+                _line(right, budgets, fit.optimal(budgets)["loss"], color=colour, lw=1.5)
+    for ax in (left, right):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel(C_LABEL)
+    right.yaxis.set_major_formatter(ScalarFormatter())
+    right.yaxis.set_minor_formatter(ScalarFormatter())
+    left.set_ylabel(f"optimal {N_LABEL}")
+    right.set_ylabel(LOSS_LABEL)
+    left.set_title(f"compute-optimal N_opt(C) per {grouped.by}", fontsize=10)
+    right.set_title("runs and loss along each frontier", fontsize=10)
+    if notes:
+        _note(left, "; ".join(notes))
+    # The bands' labels repeat per group: keep one legend entry per group name.
+    handles, labels = left.get_legend_handles_labels()
+    keep = [(h, lab) for h, lab in zip(handles, labels) if lab in grouped.fits]
+    if keep:
+        left.legend(*zip(*keep), fontsize=7, title=grouped.by, title_fontsize=7)
+    _legend(right)
+    return figure

@@ -8,7 +8,8 @@ How each budget's minimum is found (``profile``):
 
 - ``"window"`` (default): a parabola in log N over the sizes near the empirical minimum, those
   within a factor 10^``window`` (default 10^0.5, so one decade in all) of the best run's N,
-  widened to the three sizes nearest it when fewer fall inside. A single parabola is a good
+  widened to the five sizes nearest it when fewer fall inside (three points would fit a
+  parabola exactly, and its vertex would follow every run's noise). A single parabola is a good
   model of an IsoFLOP profile only near its minimum: published suites span two to three decades
   of N per budget (Porian et al. 2024: 5M-900M at every budget), where a whole-ladder parabola
   puts its vertex off the minimum and biases a.
@@ -38,6 +39,9 @@ from attnlab.scaling.errors import FitInputError
 from attnlab.scaling.result import ScalingFit
 
 MIN_SIZES_PER_BUDGET = 3  # a parabola has 3 coefficients
+# A windowed parabola takes at least this many sizes (when the ladder has them): three points
+# fit a parabola exactly, so its vertex would follow every run's noise.
+MIN_WINDOW_SIZES = 5
 # Runs whose FLOPs differ by less than this factor belong to one budget when the table has no
 # budget column (rounding of steps makes a budget's runs differ by a few percent).
 BUDGET_TOLERANCE = 1.25
@@ -79,12 +83,12 @@ def parabola_vertex(log_n: np.ndarray, loss: np.ndarray):
 
 def profile_window(sizes: np.ndarray, best: float, window: float) -> np.ndarray:
     """The sizes (sorted log N, [sizes]) a windowed profile fits: within ``window`` decades of
-    ``best`` (the best run's log N), widened to the MIN_SIZES_PER_BUDGET nearest to it."""
+    ``best`` (the best run's log N), widened to the MIN_WINDOW_SIZES nearest to it."""
     distance = np.abs(sizes - best)
     inside = distance <= window * np.log(10.0) + 1e-12
-    if inside.sum() < MIN_SIZES_PER_BUDGET:
+    if inside.sum() < MIN_WINDOW_SIZES:
         inside = np.zeros_like(inside)
-        inside[np.argsort(distance, kind="stable")[:MIN_SIZES_PER_BUDGET]] = True
+        inside[np.argsort(distance, kind="stable")[:MIN_WINDOW_SIZES]] = True
     return sizes[inside]
 
 
