@@ -12,6 +12,8 @@ import math
 
 import pandas as pd
 
+from attnlab.model.positions import Learned, RoPE
+
 # Perplexities of two differently trained models agreeing to this relative precision are the
 # same number computed twice (e.g. the encoding was never applied).
 IDENTICAL_RTOL = 1e-6
@@ -54,7 +56,7 @@ def identical_across_encodings(table: pd.DataFrame) -> list[str]:
 
 def flat_rope(table: pd.DataFrame) -> list[str]:
     """A RoPE run whose ratio stays within FLAT_ATOL of 1 at every length up to >= 4x."""
-    ok = table[(table["status"] == "ok") & (table["pos_encoding"] == "rope")]
+    ok = table[(table["status"] == "ok") & (table["pos_encoding"] == RoPE.name)]  # not +ntk
     warnings = []
     for (run_id, name), group in ok.groupby(["run_id", "protocol"]):
         longer = group[group["multiplier"] > 1]
@@ -71,7 +73,7 @@ def learned_beyond_table(table: pd.DataFrame) -> list[str]:
     """A learned-position run with a number beyond its table: something clamped positions."""
     if "max_len" not in table:
         return []
-    bad = table[(table["pos_encoding"] == "learned") & (table["status"] == "ok")
+    bad = table[(table["pos_encoding"] == Learned.name) & (table["status"] == "ok")
                 & (table["length"] > table["max_len"])]
     return [f"{r.run_id} (learned) has a result at L={r.length} > max_len={r.max_len}: positions "
             "must have been clamped" for r in bad.itertuples()]
