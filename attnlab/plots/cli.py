@@ -13,7 +13,8 @@ from attnlab import cli_flags
 from attnlab.cli_flags import Flag
 from attnlab.errors import AttnlabError
 from attnlab.plots import scaling as scaling_plots
-from attnlab.scaling.cli import INPUT_FLAGS, FitInputs, load_table, run_fit
+from attnlab.scaling.cli import (INPUT_FLAGS, FitInputs, load_table, run_fit, run_grouped,
+                                 run_holdout)
 from attnlab.scaling.errors import FitInputError
 
 PLOT_HELP = """\
@@ -21,17 +22,22 @@ Draw the standard scaling-law figures (PNG or PDF, by the --out extension).
 
     attnlab plot --results=sweeps/isoflop --kind=isoflop --out=isoflop.png"""
 
-PLOT_KINDS = ("loss-vs-params", "loss-vs-compute", "isoflop", "contours", "allocation")
+PLOT_KINDS = ("loss-vs-params", "loss-vs-compute", "isoflop", "contours", "allocation",
+              "holdout", "frontiers")
 
 PLOT_FLAGS = INPUT_FLAGS + [
     Flag("kind", "enum", None, "loss-vs-params: loss against N per D with Kaplan lines; "
          "loss-vs-compute: loss against FLOPs with the frontier; isoflop: IsoFLOP parabolas "
          "(Chinchilla Fig. 3); contours: fitted L(N, D) with the efficient frontier (Chinchilla "
-         "Fig. 4); allocation: N_opt(C) and D_opt(C) with interval bands.",
+         "Fig. 4); allocation: N_opt(C) and D_opt(C) with interval bands; holdout: predicted "
+         "against observed loss of the runs --holdout leaves out; frontiers: every --by group's "
+         "compute-optimal frontier in one figure.",
          enum_values=PLOT_KINDS, required=True),
     Flag("out", "string", None, "Output file, .png or .pdf.", required=True),
     Flag("bootstrap", "integer", None, "Bootstrap refits for the bands (default 200 for "
-                                       "allocation, else 0)."),
+                                       "allocation, holdout and frontiers, else 0)."),
+    Flag("holdout", "string", None, "--kind=holdout: the runs to leave out (as attnlab fit "
+                                    "--holdout)."),
 ]
 
 
@@ -45,8 +51,12 @@ def plot_main(argv: list[str]) -> int:
             raise FitInputError(f"--out must end in .png or .pdf, not {out!r}")
         n_bootstrap = values["bootstrap"].value
         if n_bootstrap is None:
-            n_bootstrap = 200 if kind == "allocation" else 0
-        figure = _draw(kind, inputs, n_bootstrap)
+            n_bootstrap = 200 if kind in ("allocation", "holdout", "frontiers") else 0
+        if kind == "holdout" and not values["holdout"].value:
+            raise FitInputError("--kind=holdout needs --holdout=... (e.g. largest-budget)")
+        if kind == "frontiers" and not inputs.by:
+            raise FitInputError("--kind=frontiers needs --by=COLUMN (e.g. model.pos_encoding)")
+        figure = _draw(kind, inputs, n_bootstrap, values["holdout"].value)
         sys.stdout.write(f"wrote {scaling_plots.save_figure(figure, out)}\n")
     except AttnlabError as error:  # also when called directly, not through attnlab.cli
         sys.stderr.write(f"error: {error}\n")
@@ -54,8 +64,16 @@ def plot_main(argv: list[str]) -> int:
     return 0
 
 
-def _draw(kind: str, inputs: FitInputs, n_bootstrap: int):
+def _draw(kind: str, inputs: FitInputs, n_bootstrap: int, holdout: str | None = None):
     """The figure of ``kind``, with the fit it needs (each kind has its default law)."""
+    if kind in ("holdout", "frontiers"):
+        law = inputs.law or "chinchilla"
+        approach = (inputs.approach or 3) if law == "chinchilla" else None
+        if kind == "holdout":
+            return scaling_plots.plot_holdout(run_holdout(inputs, law, approach, n_bootstrap,
+                                                          holdout))
+        return scaling_plots.plot_group_frontiers(run_grouped(inputs, law, approach,
+                                                              n_bootstrap))
     if kind == "loss-vs-params":
         law = inputs.law or "kaplan"
         table, fit = run_fit(inputs, law, None if law == "kaplan" else (inputs.approach or 3),

@@ -405,3 +405,35 @@ def plot_group_frontiers(grouped, budgets: np.ndarray | None = None) -> Figure:
         left.legend(*zip(*keep), fontsize=7, title=grouped.by, title_fontsize=7)
     _legend(right)
     return figure
+
+
+def plot_holdout(result) -> Figure:
+    """Predicted against observed loss for the runs a fit did not see
+    (``attnlab.scaling.holdout.HoldoutResult``), with each prediction's bootstrap interval and
+    the identity line; the title gives the mean |relative error|."""
+    frame = result.frame
+    figure, ax = _figure(5.6, 5.0)
+    low = np.nanmin(np.concatenate([frame["observed"], frame["predicted"]]))
+    high = np.nanmax(np.concatenate([frame["observed"], frame["predicted"]]))
+    pad = 0.05 * (high - low if high > low else max(abs(high), 1.0))
+    ax.plot([low - pad, high + pad], [low - pad, high + pad], color="grey", lw=1,
+            label="predicted = observed")
+    has_interval = frame["low"].notna()
+    if has_interval.any():
+        ax.errorbar(frame["observed"][has_interval], frame["predicted"][has_interval],
+                    yerr=[frame["predicted"][has_interval] - frame["low"][has_interval],
+                          frame["high"][has_interval] - frame["predicted"][has_interval]],
+                    fmt="none", ecolor="tab:blue", alpha=0.6, label="bootstrap interval")
+    points = ax.scatter(frame["observed"], frame["predicted"], c=np.log10(frame["params"]),
+                        cmap="viridis", zorder=3)
+    figure.colorbar(points, ax=ax, label="log10 parameters N")
+    ax.set_xlabel(f"observed {LOSS_LABEL}")
+    ax.set_ylabel(f"predicted {LOSS_LABEL}")
+    summary = result.summary()
+    ax.set_title(f"held out ({result.spec}): {summary['held_out_runs']} runs, mean |error| "
+                 f"{100 * summary['mean_abs_relative_error']:.2f}%", fontsize=10)
+    problem = _fit_problem(result.fit)
+    if problem:
+        _note(ax, problem)
+    _legend(ax)
+    return figure

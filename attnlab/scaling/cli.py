@@ -22,9 +22,12 @@ from absl import flags
 from attnlab import cli_flags
 from attnlab.cli_flags import Flag
 from attnlab.errors import AttnlabError
+from attnlab.scaling.approach2 import DEFAULT_WINDOW, PROFILES
 from attnlab.scaling.approach3 import CHINCHILLA_GRID, InitGrid
 from attnlab.scaling.errors import FitInputError, GridEdgeWarning
 from attnlab.scaling.fitting import fit_table
+from attnlab.scaling.grouped import GroupedFits, fit_by, format_grouped
+from attnlab.scaling.holdout import HoldoutResult, format_holdout, holdout_prediction
 from attnlab.scaling.result import ScalingFit
 from attnlab.scaling.table import (ScalingTable, parse_columns, prepare_curves, prepare_points,
                                    read_curves, read_table)
@@ -33,7 +36,9 @@ FIT_HELP = """\
 Fit Kaplan or Chinchilla scaling laws to a sweep's results, with bootstrap intervals.
 
     attnlab fit --results=sweeps/isoflop --law=chinchilla --approach=3 --bootstrap=1000 \\
-        --budget=1e18 --json=fit.json"""
+        --budget=1e18 --json=fit.json
+    attnlab fit --results=sweeps/isoflop --law=chinchilla --holdout=largest-budget
+    attnlab fit --results=sweeps/pe --law=chinchilla --approach=2 --by=model.pos_encoding"""
 
 # Where the table comes from and how to fit it: the flags of both `fit` and `plot`.
 INPUT_FLAGS = [
@@ -52,12 +57,22 @@ INPUT_FLAGS = [
     Flag("grid", "string", None, "Approach 3 initialisation grid overrides, NAME:START:STOP:STEP "
                                  "for NAME in a, b, e, alpha, beta (default: Hoffmann et al.'s "
                                  "grid)."),
+    Flag("profile", "enum", "window", "Approach 2: how each budget's minimum is found: a "
+         "parabola over the sizes near the best run (window), an Akima spline (akima), or one "
+         "parabola over the whole ladder (whole).", enum_values=PROFILES),
+    Flag("window", "float", DEFAULT_WINDOW, "Approach 2, --profile=window: decades of N either "
+                                            "side of each budget's best run."),
+    Flag("by", "string", None, "Fit each group of runs sharing a value of this results column "
+                               "(e.g. model.pos_encoding) and show the fits side by side."),
 ]
 FIT_FLAGS = INPUT_FLAGS + [
     Flag("bootstrap", "integer", 200, "Bootstrap refits for the intervals (0: none)."),
     Flag("budget", "string", None, "FLOP budget(s), comma-separated: print the compute-optimal "
                                    "N, D and loss there, with intervals."),
     Flag("json", "string", None, "Write the fit as JSON to this file."),
+    Flag("holdout", "string", None, "Fit without these runs and report how well the law "
+         "predicts their loss: largest-budget, budget:C[,C...], or flops>X / params>X / "
+         "tokens>X (>= too)."),
 ]
 
 
@@ -74,6 +89,9 @@ class FitInputs:
     ci_level: float
     seed: int
     grid: str | None
+    profile: str = "window"
+    window: float = DEFAULT_WINDOW
+    by: str | None = None
 
     @classmethod
     def from_flags(cls, values: flags.FlagValues) -> FitInputs:
@@ -82,7 +100,14 @@ class FitInputs:
                    law=values["law"].value, approach=int(approach) if approach else None,
                    form=values["form"].value, columns=values["columns"].value,
                    ci_level=values["ci-level"].value, seed=values["seed"].value,
-                   grid=values["grid"].value)
+                   grid=values["grid"].value, profile=values["profile"].value,
+                   window=values["window"].value, by=values["by"].value)
+
+    def fit_options(self, n_bootstrap: int) -> dict:
+        """The keyword arguments of ``fit_table`` that these flags set."""
+        grid = InitGrid.parse(self.grid) if self.grid else CHINCHILLA_GRID
+        return dict(form=self.form, n_bootstrap=n_bootstrap, ci_level=self.ci_level,
+                    seed=self.seed, grid=grid, profile=self.profile, window=self.window)
 
 
 def _budgets(text: str | None) -> list[float]:
@@ -118,14 +143,40 @@ def load_table(inputs: FitInputs, law: str, approach: int | None) -> ScalingTabl
 
 def run_fit(inputs: FitInputs, law: str, approach: int | None,
             n_bootstrap: int) -> tuple[ScalingTable, ScalingFit]:
-    grid = InitGrid.parse(inputs.grid) if inputs.grid else CHINCHILLA_GRID
     table = load_table(inputs, law, approach)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", GridEdgeWarning)  # reported from fit.warnings instead
-        fit = fit_table(table, law=law, approach=approach, form=inputs.form,
-                        n_bootstrap=n_bootstrap, ci_level=inputs.ci_level, seed=inputs.seed,
-                        grid=grid)
+        fit = fit_table(table, law=law, approach=approach, **inputs.fit_options(n_bootstrap))
     return table, fit
+
+
+def run_grouped(inputs: FitInputs, law: str, approach: int | None,
+                n_bootstrap: int) -> GroupedFits:
+    """One fit per value of ``inputs.by`` (``attnlab fit --by``)."""
+    if not inputs.results:
+        raise FitInputError("--by needs --results=FILE (a sweep directory or a .parquet/.csv)")
+    curves = None
+    if law == "chinchilla" and approach == 1:
+        curves = read_curves(inputs.curves or inputs.results)
+    return fit_by(read_table(inputs.results), inputs.by, law=law, approach=approach,
+                  source=str(inputs.results), columns=parse_columns(inputs.columns),
+                  curves=curves, **inputs.fit_options(n_bootstrap))
+
+
+def run_holdout(inputs: FitInputs, law: str, approach: int | None, n_bootstrap: int,
+                holdout: str) -> HoldoutResult:
+    """The fit without the held-out runs, and its predictions for them."""
+    table = load_table(inputs, law, approach)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", GridEdgeWarning)
+        return holdout_prediction(table, law=law, approach=approach, holdout=holdout,
+                                  **inputs.fit_options(n_bootstrap))
+
+
+def _write_json(path: str, payload: dict) -> None:
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(payload, indent=2) + "\n")
 
 
 def _number(value) -> str:
@@ -186,12 +237,25 @@ def fit_main(argv: list[str]) -> int:
             raise FitInputError("--law is required: kaplan or chinchilla")
         approach = (inputs.approach or 3) if inputs.law == "chinchilla" else None
         budgets = _budgets(values["budget"].value)
-        table, fit = run_fit(inputs, inputs.law, approach, values["bootstrap"].value)
-        sys.stdout.write(format_report(fit, table.source, budgets))
+        n_bootstrap, holdout = values["bootstrap"].value, values["holdout"].value
+        if inputs.by and holdout:
+            raise FitInputError("--by and --holdout: run one fit per group with --holdout "
+                                "on each group's own table; together they are not supported")
+        if inputs.by:
+            grouped = run_grouped(inputs, inputs.law, approach, n_bootstrap)
+            sys.stdout.write(format_grouped(grouped, budgets))
+            payload = grouped.to_dict(budgets)
+        elif holdout:
+            held = run_holdout(inputs, inputs.law, approach, n_bootstrap, holdout)
+            sys.stdout.write(format_report(held.fit, inputs.results or "", budgets) + "\n"
+                             + format_holdout(held))
+            payload = held.to_dict()
+        else:
+            table, fit = run_fit(inputs, inputs.law, approach, n_bootstrap)
+            sys.stdout.write(format_report(fit, table.source, budgets))
+            payload = fit.to_dict(budgets)
         if values["json"].value:
-            out = Path(values["json"].value)
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(json.dumps(fit.to_dict(budgets), indent=2) + "\n")
+            _write_json(values["json"].value, payload)
     except AttnlabError as error:  # also when called directly, not through attnlab.cli
         sys.stderr.write(f"error: {error}\n")
         return 2

@@ -1,0 +1,112 @@
+"""``attnlab fit --holdout / --by / --profile`` and ``attnlab plot --kind=holdout|frontiers``:
+the reports, JSON and figures, and one clear error (exit 2) for each bad input."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from attnlab.plots.cli import plot_main
+from attnlab.scaling.cli import fit_main
+from attnlab.scaling.synthetic import CHINCHILLA_PUBLISHED, isoflop_points
+
+SMALL_GRID = "--grid=a:0:20:10,b:0:20:10,e:-1:1:1,alpha:0:2:1,beta:0:2:1"  # 243 starts
+OTHER = {"E": 1.8, "A": 500.0, "B": 300.0, "alpha": 0.30, "beta": 0.36}
+
+
+@pytest.fixture(scope="module")
+def sweep_csv(tmp_path_factory):
+    """Two encodings, each an IsoFLOP suite of 4 budgets x 7 sizes, in one results table."""
+    frames = []
+    for name, law in (("rope", CHINCHILLA_PUBLISHED), ("alibi", OTHER)):
+        frame = isoflop_points(law, np.geomspace(1e18, 1e21, 4), sizes_per_budget=7,
+                               noise=0.003, rng=np.random.default_rng(len(name)))
+        frame["model.pos_encoding"] = name
+        frames.append(frame)
+    path = tmp_path_factory.mktemp("by") / "results.csv"
+    pd.concat(frames, ignore_index=True).to_csv(path, index=False)
+    return path
+
+
+def _rope_only(sweep_csv, tmp_path):
+    frame = pd.read_csv(sweep_csv)
+    path = tmp_path / "rope.csv"
+    frame[frame["model.pos_encoding"] == "rope"].to_csv(path, index=False)
+    return path
+
+
+def test_fit_holdout_reports_the_error_on_the_largest_budget(sweep_csv, tmp_path, capsys):
+    out = tmp_path / "holdout.json"
+    rc = fit_main([f"--results={_rope_only(sweep_csv, tmp_path)}", "--law=chinchilla",
+                   "--holdout=largest-budget", "--bootstrap=20", SMALL_GRID, f"--json={out}"])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    assert "fitted on 21 runs, predicting 7" in captured.out
+    saved = json.loads(out.read_text())
+    assert saved["held_out_runs"] == 7 and saved["kept_runs"] == 21
+    assert saved["mean_abs_relative_error"] < 0.02
+    assert len(saved["runs"]) == 7 and saved["fit"]["n_points"] == 21
+
+
+def test_fit_by_fits_each_group_side_by_side(sweep_csv, tmp_path, capsys):
+    out = tmp_path / "by.json"
+    rc = fit_main([f"--results={sweep_csv}", "--law=chinchilla", "--approach=2",
+                   "--by=model.pos_encoding", "--bootstrap=30", f"--json={out}",
+                   "--budget=1e22"])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    assert "one fit per model.pos_encoding" in captured.out
+    saved = json.loads(out.read_text())
+    assert set(saved["groups"]) == {"alibi", "rope"}
+    assert saved["groups"]["rope"]["a"] == pytest.approx(0.28 / 0.62, abs=0.04)
+    assert saved["groups"]["alibi"]["a"] == pytest.approx(0.36 / 0.66, abs=0.04)
+
+
+def test_fit_profile_whole_is_selectable(sweep_csv, tmp_path, capsys):
+    rc = fit_main([f"--results={_rope_only(sweep_csv, tmp_path)}", "--law=chinchilla",
+                   "--approach=2", "--profile=whole", "--bootstrap=0"])
+    assert rc == 0
+    assert "a parabola over each budget's whole ladder" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("kind, extra", [("holdout", ["--holdout=largest-budget"]),
+                                         ("frontiers", ["--by=model.pos_encoding"])])
+def test_plot_holdout_and_frontiers(kind, extra, sweep_csv, tmp_path, capsys):
+    out = tmp_path / f"{kind}.png"
+    results = sweep_csv if kind == "frontiers" else _rope_only(sweep_csv, tmp_path)
+    rc = plot_main([f"--results={results}", f"--kind={kind}", f"--out={out}", "--bootstrap=5",
+                    SMALL_GRID, *extra])
+    assert rc == 0, capsys.readouterr().err
+    assert out.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--holdout=flops>=1e18", "--law=chinchilla"], "keeps 0 of 28 runs, fewer than the 5"),
+    (["--holdout=everything", "--law=chinchilla"], "--holdout: 'everything' is not one of"),
+    (["--holdout=largest-budget", "--law=chinchilla", "--approach=2"],
+     "approach 2 models no loss"),
+    (["--by=model.mixer", "--law=chinchilla"], "--by: .* has no column 'model.mixer'"),
+    (["--by=model.pos_encoding", "--holdout=largest-budget", "--law=chinchilla"],
+     "--by and --holdout"),
+    (["--law=chinchilla", "--approach=2", "--profile=cubic"], "--profile"),
+])
+def test_bad_holdout_and_by_input_is_one_line_exit_2(argv, message, sweep_csv, tmp_path,
+                                                     capsys):
+    results = sweep_csv if "--by" in " ".join(argv) else _rope_only(sweep_csv, tmp_path)
+    rc = fit_main([f"--results={results}", "--bootstrap=0", SMALL_GRID, *argv])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err
+    assert re.search(message, err), err
+
+
+def test_plot_kinds_need_their_flags(sweep_csv, tmp_path, capsys):
+    for kind, message in (("holdout", "--kind=holdout needs --holdout"),
+                          ("frontiers", "--kind=frontiers needs --by")):
+        rc = plot_main([f"--results={sweep_csv}", f"--kind={kind}",
+                        f"--out={tmp_path / 'x.png'}"])
+        assert rc == 2 and message in capsys.readouterr().err
