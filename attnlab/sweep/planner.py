@@ -154,8 +154,9 @@ def ladder_shapes(ladder: Ladder, base_model: ModelConfig) -> tuple[Shape, ...]:
 
 def run_id(cfg: Config) -> str:
     """``d128-l4-rope-t2.05M-s0-1a2b3c4d``: a readable prefix plus the first 8 hex digits of the
-    SHA-256 of the full config as sorted JSON (less :data:`NOT_IN_RUN_ID`)."""
-    raw = cfg.to_dict()
+    SHA-256 of the config's identity as sorted JSON (less :data:`NOT_IN_RUN_ID`; fields added
+    since the first release count only when set away from their defaults)."""
+    raw = cfg.identity()
     for dotted in NOT_IN_RUN_ID:
         section, _, key = dotted.rpartition(".")
         (raw[section] if section else raw).pop(key, None)

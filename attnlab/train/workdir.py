@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from attnlab.config import Config
+from attnlab.config import Config, without_new_defaults
 from attnlab.rundir import (CHECKPOINT_DIR, CONFIG_FILE, RESUMABLE_DIFFERENCES, SUMMARY_FILE,
                             WorkdirError, read_json)
 
@@ -24,8 +24,9 @@ def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
 
 
 def config_differences(saved: dict, current: dict) -> list[str]:
-    """``['train.steps: saved 20, given 40', ...]`` ignoring :data:`RESUMABLE_DIFFERENCES`."""
-    a, b = _flatten(saved), _flatten(current)
+    """``['train.steps: saved 20, given 40', ...]`` ignoring :data:`RESUMABLE_DIFFERENCES`; a
+    field the saved config predates counts as its default (``config.without_new_defaults``)."""
+    a, b = _flatten(without_new_defaults(saved)), _flatten(without_new_defaults(current))
     return [f"{k}: saved {a.get(k)!r}, given {b.get(k)!r}"
             for k in sorted(set(a) | set(b))
             if k not in RESUMABLE_DIFFERENCES and a.get(k) != b.get(k)]
