@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from attnlab.scaling import (FitInputError, GridEdgeWarning, InitGrid, fit_approach1,
-                             fit_approach2, fit_approach3, fit_kaplan, laws)
+                             fit_approach2, fit_approach3, fit_kaplan, laws, prepare_curves)
 from attnlab.scaling.synthetic import (CHINCHILLA_PUBLISHED, KAPLAN_PUBLISHED, grid_points,
                                        isoflop_points, learning_curves)
 
@@ -235,3 +235,20 @@ def test_approach2_rejects_bad_profile_options(kwargs, message):
     frame = _wide_suite(0)
     with pytest.raises(FitInputError, match=message):
         fit_approach2(frame["params"], frame["tokens"], frame["loss"], frame["flops"], **kwargs)
+
+
+def test_approach1_reads_validation_points_when_every_run_has_enough():
+    """Curves with both columns: the envelope runs through val_loss (interpolated in log C) when
+    each run was evaluated >= 4 times, else through the training loss, and the note says which."""
+    curves = learning_curves(CHINCHILLA_PUBLISHED, np.geomspace(1e7, 3e9, 6), steps=20,
+                             noise=0.0, rng=np.random.default_rng(11))
+    curves["val_loss"] = np.where(curves["step"] % 4 == 0, curves["loss"] * 1.01, np.nan)
+    table = prepare_curves(curves, law="chinchilla", source="curves")
+    assert table.columns["loss"] == "val_loss"
+    assert any("reads the validation loss" in note for note in table.notes)
+    assert np.allclose(table.frame["loss"], curves["loss"][curves["step"] % 4 == 0] * 1.01)
+    sparse = curves.copy()
+    sparse["val_loss"] = np.where(sparse["step"] == 20, sparse["loss"], np.nan)
+    table = prepare_curves(sparse, law="chinchilla", source="curves")
+    assert table.columns["loss"] == "loss"
+    assert any("the training loss is used" in note for note in table.notes)

@@ -6,7 +6,9 @@ match ``attnlab.results``' sweep tables, and can be renamed with ``--columns=par
 
   params  Kaplan: ``non_embedding_params`` when present, else ``params``; Chinchilla: ``params``
   tokens  ``tokens``
-  loss    ``loss``, else ``final_val_loss`` (results) / ``val_loss`` (curves)
+  loss    ``loss``, else ``final_val_loss`` (results); curves: ``val_loss`` when every run has
+          at least MIN_VALIDATION_POINTS evaluations (approach 1's envelope then runs through
+          validation points, interpolated in log C), else the training ``loss`` with a note
   flops   optional. Kaplan: ``flops`` (6·N·D with N non-embedding); Chinchilla:
           ``flops_chinchilla`` when present, else ``flops``; absent: C = 6·N·D
   budget  optional, ``budget``: the IsoFLOP target of each run (approach 2)
@@ -30,6 +32,9 @@ from attnlab.scaling import laws
 from attnlab.scaling.errors import FitInputError
 
 CANONICAL = ("params", "tokens", "loss", "flops", "budget", "run_id", "step")
+# Evaluations a run needs for approach 1 to read its validation curve rather than the training
+# loss (a noisy minibatch estimate that also lags the weights by the averaging of the log).
+MIN_VALIDATION_POINTS = 4
 CURVES_FILES = ("curves.parquet", "curves.csv")
 
 
@@ -205,7 +210,8 @@ def prepare_curves(df: pd.DataFrame, *, law: str, source: str = "curves",
         "run_id": run_column,
         "params": _pick(df, "params", params_candidates, mapping, source, "model parameters N"),
         "tokens": _pick(df, "tokens", ("tokens",), mapping, source, "tokens seen D"),
-        "loss": _pick(df, "loss", ("loss", "val_loss"), mapping, source, "loss L"),
+        "loss": _pick(df, "loss", _curve_loss_columns(df, run_column, mapping, notes, source),
+                      mapping, source, "loss L"),
     }
     flops = _flops_column(df, law, mapping, source)
     if flops:
@@ -220,6 +226,24 @@ def prepare_curves(df: pd.DataFrame, *, law: str, source: str = "curves",
         notes.append(f"dropped {int((~logged).sum())} step rows without a logged "
                      f"{used['loss']!r} or with zero tokens")
     return _finish(df[logged], used, law, source, notes)
+
+
+def _curve_loss_columns(df, run_column, mapping, notes, source) -> tuple[str, ...]:
+    """The loss columns to try for a curves table, best first: ``val_loss`` when every run was
+    evaluated at least MIN_VALIDATION_POINTS times, else ``loss`` (and a note saying why)."""
+    if "loss" in mapping or "val_loss" not in df.columns:
+        return ("loss", "val_loss")
+    evaluations = df["val_loss"].notna().groupby(df[run_column]).sum()
+    if len(evaluations) and evaluations.min() >= MIN_VALIDATION_POINTS:
+        notes.append(f"{source}: approach 1 reads the validation loss ('val_loss', at least "
+                     f"{int(evaluations.min())} evaluations per run)")
+        return ("val_loss", "loss")
+    if "loss" in df.columns:
+        notes.append(f"{source}: the training loss is used: some run has only "
+                     f"{int(evaluations.min()) if len(evaluations) else 0} validation points "
+                     f"(approach 1 reads 'val_loss' from {MIN_VALIDATION_POINTS}); evaluate more "
+                     f"often (train.eval_every) for a validation envelope")
+    return ("loss", "val_loss")
 
 
 def _finish(df, used, law, source, notes) -> ScalingTable:
