@@ -9,6 +9,7 @@ import math
 import subprocess
 import sys
 
+import ml_collections
 import numpy as np
 import pytest
 
@@ -339,3 +340,43 @@ def test_base_may_be_a_config_file(tmp_path):
     with pytest.raises(SweepSpecError) as info:
         load_spec(str(experiment_file))
     assert info.value.field == "base" and "nope.py" in str(info.value)
+
+
+def test_centre_keeps_the_shapes_around_each_budgets_prior_optimum():
+    """sweep.centre: each budget trains only the shapes within `span` of N*(C); the notes say
+    which were left out and why; a centre no shape is near is one error naming the field."""
+    spec = load_spec("experiments/quickstart.py")
+    runs, notes = expand(spec)
+    centre = spec.centre
+    assert centre is not None and len(spec.budgets) == 4
+    for run in runs:
+        target = centre.target(run.budget)
+        assert target / centre.span <= run.params["total"] <= target * centre.span
+    per_budget = {b: sum(r.budget == b for r in runs) for b in spec.budgets}
+    assert min(per_budget.values()) >= 4  # a profile on both sides of each minimum
+    assert any("outside the centred ladder" in note for note in notes)
+    far = dataclasses.replace(spec, centre=dataclasses.replace(centre, n_opt=1e9))
+    with pytest.raises(SweepSpecError, match="no shape of the sweep lies within") as error:
+        expand(far)
+    assert error.value.field == "sweep.centre"
+
+
+@pytest.mark.parametrize("centre, field", [
+    ({"n_opt": 1e4}, "sweep.centre.budget"),
+    ({"n_opt": 1e4, "budget": 1e12, "span": 1.0}, "sweep.centre.span"),
+    ({"n_opt": 1e4, "budget": 1e12, "width": 2}, "sweep.centre.width"),
+    ({"n_opt": -1, "budget": 1e12}, "sweep.centre.n_opt"),
+])
+def test_bad_centre_names_the_field(centre, field):
+    raw = load_raw_quickstart()
+    raw.sweep.centre = ml_collections.ConfigDict(centre)
+    with pytest.raises(SweepSpecError) as error:
+        spec_from_config_dict(raw)
+    assert error.value.field == field
+
+
+def load_raw_quickstart():
+    module_spec = importlib.util.spec_from_file_location("qs", "experiments/quickstart.py")
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module.get_config("cpu")

@@ -71,7 +71,8 @@ def plan(spec: SweepSpec) -> list[PlannedRun]:
 
 def expand(spec: SweepSpec) -> tuple[list[PlannedRun], list[str]]:
     """Like :func:`plan`, plus notes on (budget, shape) pairs left out of an isoflop sweep
-    because the budget buys fewer than ``sweep.min_steps`` steps of that shape."""
+    because the budget buys fewer than ``sweep.min_steps`` steps of that shape, or the shape
+    lies outside the budget's centred ladder (``sweep.centre``)."""
     shapes: list[Shape | None] = list(resolve_shapes(spec, spec.base.model)) or [None]
     axis_keys = [key for key, _ in spec.axes]
     combos = list(itertools.product(*(values for _, values in spec.axes)))
@@ -79,18 +80,24 @@ def expand(spec: SweepSpec) -> tuple[list[PlannedRun], list[str]]:
     runs: list[PlannedRun] = []
     notes: list[str] = []
     for budget in budgets:
-        kept = 0
+        kept, off_centre = 0, 0
         for shape in shapes:
             for combo in combos:
                 run = _plan_one(spec, shape, dict(zip(axis_keys, combo)), budget)
-                if run is None:
+                if isinstance(run, str):
                     label = shape.label if shape else "base"
                     what = " ".join(filter(None, (label, _combo_label(combo))))
-                    notes.append(f"budget {budget:.3g}: {what} left out "
-                                 f"(fewer than {spec.min_steps} step(s))")
+                    notes.append(f"budget {budget:.3g}: {what} left out ({run})")
+                    off_centre += run.startswith(_OFF_CENTRE)
                 else:
                     runs.append(run)
                     kept += 1
+        if budget is not None and kept == 0 and off_centre:
+            raise SweepSpecError(
+                "sweep.centre",
+                f"no shape of the sweep lies within {spec.centre.span:g}x of N* = "
+                f"{spec.centre.target(budget):.3g} parameters at budget {budget:.3g} FLOPs: add "
+                f"shapes near it or widen sweep.centre.span")
         if budget is not None and kept == 0:
             smallest = min(shapes, key=lambda s: s.d_model * s.n_layers)
             needed = _isoflop_flops_for_steps(spec, smallest, spec.min_steps)
@@ -170,9 +177,13 @@ def run_id(cfg: Config) -> str:
 # ----------------------------------------------------------------------------------------------
 
 
+_OFF_CENTRE = "outside the centred ladder"
+
+
 def _plan_one(spec: SweepSpec, shape: Shape | None, axis_values: dict[str, Any],
-              budget: float | None) -> PlannedRun | None:
-    """The run at one (shape, axis values, budget), or None if the budget buys too few steps.
+              budget: float | None) -> PlannedRun | str:
+    """The run at one (shape, axis values, budget), or why it is left out: the budget buys too
+    few steps, or the shape lies outside the budget's centred ladder (``sweep.centre``).
 
     ``swept`` collects every value the sweep sets, in the order it is derived (each rule needs
     the config so far: the learning rate the parameter count, warmup the run length); each step
@@ -194,7 +205,10 @@ def _plan_one(spec: SweepSpec, shape: Shape | None, axis_values: dict[str, Any],
     if budget is not None:
         steps = round(budget / per_token[spec.flops_per_token] / batch_tokens)
         if steps < spec.min_steps:
-            return None
+            return f"fewer than {spec.min_steps} step(s)"
+        if spec.centre is not None and not spec.centre.keeps(counts["total"], budget):
+            return (f"{_OFF_CENTRE}: {counts['total']:,} parameters, N* = "
+                    f"{spec.centre.target(budget):,.0f} +- {spec.centre.span:g}x")
         swept["train.tokens"] = steps * batch_tokens
     cfg = _override(spec, swept)
     if cfg.train.tokens and cfg.train.tokens < batch_tokens:

@@ -34,7 +34,7 @@ FLOP_CONVENTIONS = ("chinchilla", "kaplan", "kaplan_causal", "kaplan_6n")
 _SECTIONS: dict[str, type] = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
 _TOP_LEVEL_KEYS = ("scale", "base", "sweep")
 _SWEEP_KEYS = ("name", "mode", "shapes", "ladder", "axes", "learning_rate", "warmup", "budgets",
-               "flops_per_token", "min_steps", "curve_points", "resources")
+               "flops_per_token", "min_steps", "curve_points", "resources", "centre")
 
 
 class SweepSpecError(ConfigError):
@@ -116,6 +116,29 @@ class Resources:
 
 
 @dataclasses.dataclass(frozen=True)
+class CentreRule:
+    """IsoFLOP ladders placed around a prior optimum (``sweep.centre``): at budget C a shape is
+    planned only if its parameter count (all parameters, Chinchilla's N) lies within a factor
+    ``span`` of N*(C) = n_opt · (C / budget)^exponent. From one long list of shapes each budget
+    then trains the sizes around its own optimum, so its minimum lies inside its ladder (and no
+    compute goes to sizes far from it). The prior comes from an earlier sweep's fit: Chinchilla's
+    a ~ 0.5, or one's own approach-2 minima."""
+
+    n_opt: float
+    budget: float
+    exponent: float = 0.5
+    span: float = 3.0
+
+    def target(self, budget: float) -> float:
+        """N*(C) at one budget."""
+        return self.n_opt * (budget / self.budget) ** self.exponent
+
+    def keeps(self, params: float, budget: float) -> bool:
+        target = self.target(budget)
+        return target / self.span <= params <= target * self.span
+
+
+@dataclasses.dataclass(frozen=True)
 class SweepSpec:
     """A validated sweep. ``axes`` keeps the file's order: ((dotted_key, values), ...)."""
 
@@ -129,6 +152,7 @@ class SweepSpec:
     learning_rate: LearningRateRule = LearningRateRule()
     warmup: WarmupRule = WarmupRule()
     budgets: tuple[float, ...] = ()
+    centre: CentreRule | None = None
     flops_per_token: str = "chinchilla"
     min_steps: int = 1
     curve_points: int = 0
@@ -220,6 +244,7 @@ def spec_from_config_dict(config: ml_collections.ConfigDict | Mapping[str, Any],
                                   "sweep.learning_rate", LR_RULES),
         warmup=_parse_rule(WarmupRule, sweep.get("warmup"), "sweep.warmup", WARMUP_RULES),
         budgets=_parse_budgets(sweep.get("budgets") or ()),
+        centre=_parse_centre(sweep.get("centre")),
         flops_per_token=sweep.get("flops_per_token", "chinchilla"),
         min_steps=_int_at_least(sweep.get("min_steps", 1), 1, "sweep.min_steps"),
         curve_points=_int_at_least(sweep.get("curve_points", 0), 0, "sweep.curve_points"),
@@ -410,6 +435,28 @@ def _parse_budgets(raw: Any) -> tuple[float, ...]:
     return budgets
 
 
+def _parse_centre(raw: Any) -> CentreRule | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise SweepSpecError("sweep.centre", f"expected a section (n_opt, budget, exponent, "
+                                             f"span), got {raw!r}")
+    known = {f.name for f in dataclasses.fields(CentreRule)}
+    for key in raw:
+        if key not in known:
+            raise SweepSpecError(f"sweep.centre.{key}", f"unknown key; valid keys are "
+                                                        f"{', '.join(sorted(known))}")
+    for key in ("n_opt", "budget"):
+        if key not in raw:
+            raise SweepSpecError(f"sweep.centre.{key}", "missing: the prior optimum N* at a "
+                                                        "reference budget")
+    values = {key: _positive_number(raw[key], f"sweep.centre.{key}") for key in raw}
+    if values.get("span", 3.0) <= 1.0:
+        raise SweepSpecError("sweep.centre.span", f"must be > 1 (a factor either side of N*), "
+                                                  f"got {values['span']}")
+    return CentreRule(**values)
+
+
 def _parse_resources(raw: Any, scale: str) -> Resources:
     default = Resources(cpus=1.0, gpus=1.0 if scale == "gpu" else 0.0)
     if raw is None or (isinstance(raw, Mapping) and not raw):
@@ -444,6 +491,9 @@ def _check_relations(spec: SweepSpec) -> None:
         raise SweepSpecError("sweep.flops_per_token", f"unknown convention "
                              f"{spec.flops_per_token!r}; valid values are "
                              f"{', '.join(FLOP_CONVENTIONS)}")
+    if spec.centre is not None and not spec.budgets:
+        raise SweepSpecError("sweep.centre", "centres IsoFLOP ladders: it needs sweep.budgets "
+                                             "(mode isoflop)")
     owners = spec.set_keys()
     axis_keys = [key for key, _ in spec.axes]
     for key in axis_keys:
