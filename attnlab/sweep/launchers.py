@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -32,7 +33,8 @@ from attnlab.sweep.worker import execute_run, write_failure
 
 OnResult = Callable[[Path, dict], None]
 _WORKER_MAIN = "import sys; from attnlab.sweep.worker import main; sys.exit(main(sys.argv[1:]))"
-_INTERRUPTED = (-signal.SIGINT, -signal.SIGTERM, 128 + signal.SIGINT)
+_INTERRUPTED = (-signal.SIGINT, -signal.SIGTERM, 128 + signal.SIGINT, 128 + signal.SIGTERM)
+STOP_GRACE_SECONDS = 10.0  # how long interrupted workers get to wind down before SIGKILL
 
 
 class LauncherError(AttnlabError):
@@ -79,19 +81,21 @@ class WorkerProcess:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True,
             bufsize=1)
 
-    def execute(self, run_dir: Path) -> dict:
-        """Runs one run; if the worker dies meanwhile, records the run as failed (or raises
-        SweepInterrupted when it died of SIGINT/SIGTERM, i.e. the sweep is being stopped)."""
+    def execute(self, run_dir: Path, stopping: threading.Event | None = None) -> dict:
+        """Runs one run; if the worker dies meanwhile, records the run as failed, unless it
+        died of SIGINT/SIGTERM or while the sweep is ``stopping`` (Ctrl-C, SIGTERM): then it
+        raises SweepInterrupted and records nothing, so the run stays partial (resumed from
+        its latest checkpoint by the next invocation), never failed."""
         try:
             self.process.stdin.write(f"{run_dir}\n")
             self.process.stdin.flush()
             answer = self.process.stdout.readline()
-        except (BrokenPipeError, OSError):
+        except (BrokenPipeError, OSError, ValueError):  # ValueError: the pipe was closed
             answer = ""
         if answer:
             return json.loads(answer)
         returncode = self.process.wait()
-        if returncode in _INTERRUPTED:
+        if returncode in _INTERRUPTED or (stopping is not None and stopping.is_set()):
             raise SweepInterrupted(_describe_exit(returncode))
         return record_crash(run_dir, _describe_exit(returncode))
 
@@ -114,6 +118,15 @@ class WorkerProcess:
             self.process.kill()
             self.process.wait()
         self._log.close()
+
+    def interrupt(self) -> None:
+        """Asks the worker to stop its run as Ctrl-C would (SIGINT: training raises
+        KeyboardInterrupt, finishes its pending checkpoint save and exits)."""
+        if self.alive:
+            try:
+                self.process.send_signal(signal.SIGINT)
+            except OSError:
+                pass
 
 
 def cpu_slots(parallel: int) -> list[list[int] | None]:
@@ -150,11 +163,13 @@ def run_local(run_dirs: list[Path], on_result: OnResult, *, parallel: int, cache
                 if worker is None or not worker.alive:
                     if worker is not None:  # it crashed; its run is recorded as failed
                         worker.close()
-                    worker = WorkerProcess(cpus=cpus, cache_dir=cache_dir,
-                                           log_path=logs_dir / f"worker-{index}.log")
-                    with lock:
+                    with lock:  # no worker starts once the sweep is stopping
+                        if stop.is_set():
+                            break
+                        worker = WorkerProcess(cpus=cpus, cache_dir=cache_dir,
+                                               log_path=logs_dir / f"worker-{index}.log")
                         workers.append(worker)
-                result = worker.execute(run_dir)
+                result = worker.execute(run_dir, stop)
                 with lock:
                     on_result(run_dir, result)
         except BaseException as e:  # noqa: BLE001 - handed to the main thread
@@ -173,13 +188,33 @@ def run_local(run_dirs: list[Path], on_result: OnResult, *, parallel: int, cache
             while thread.is_alive():
                 thread.join(timeout=0.5)  # short waits keep Ctrl-C responsive
     except BaseException:
-        stop.set()
-        with lock:
-            for worker in workers:
-                worker.kill()
+        stop.set()  # before any worker dies: its run is then partial, not failed
+        stop_workers(workers, lock)
         raise
     if errors:
         raise errors[0]
+
+
+def stop_workers(workers: list[WorkerProcess], lock: threading.Lock,
+                 grace_seconds: float = STOP_GRACE_SECONDS) -> None:
+    """Interrupts every worker (SIGINT), gives them ``grace_seconds`` to finish their pending
+    checkpoint saves and record their runs as interrupted, then kills what is left. A second
+    Ctrl-C (or SIGTERM) meanwhile kills them at once. Either way their runs stay resumable:
+    training writes atomically and orbax commits a checkpoint by renaming it."""
+    with lock:
+        workers = list(workers)
+    try:
+        for worker in workers:
+            worker.interrupt()
+        deadline = time.monotonic() + grace_seconds
+        for worker in workers:
+            while worker.alive and time.monotonic() < deadline:
+                time.sleep(0.05)
+    except BaseException:  # noqa: BLE001 - a second interrupt: stop waiting
+        pass
+    finally:
+        for worker in workers:
+            worker.kill()
 
 
 # ------------------------------------------------------------------------------------------------

@@ -141,16 +141,31 @@ def main(argv: list[str] | None = None) -> int:
     if settings.get("cpus"):
         # Before JAX starts: XLA sizes its CPU thread pool by the CPUs this process may use.
         os.sched_setaffinity(0, settings["cpus"])
+    # SIGTERM stops a run as Ctrl-C does: training records it as interrupted (partial, resumed
+    # by the next invocation) after its pending checkpoint save, and the worker exits 130.
+    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     # Answers go to a private copy of stdout; anything else printed goes to stderr (the log).
     answers = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
-    for line in sys.stdin:
-        run_dir = line.strip()
-        if not run_dir:
-            continue
-        result = execute_run(run_dir, settings.get("cache_dir"))
-        answers.write(json.dumps(result) + "\n")
+    try:
+        for line in sys.stdin:
+            run_dir = line.strip()
+            if not run_dir:
+                continue
+            result = execute_run(run_dir, settings.get("cache_dir"))
+            answers.write(json.dumps(result) + "\n")
+    except KeyboardInterrupt:
+        sys.stderr.write("worker interrupted; its run resumes on the next invocation\n")
+        sys.stderr.flush()
+        os._exit(EXIT_INTERRUPTED)  # no answer: the launcher treats the run as partial
     return 0
+
+
+EXIT_INTERRUPTED = 128 + signal.SIGINT
+
+
+def _raise_keyboard_interrupt(signum, frame):
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 if __name__ == "__main__":

@@ -37,11 +37,16 @@ def _config(values) -> Config:
 
 def train_main(argv: list[str]) -> int:
     """``attnlab train --config=configs/x.py [--config.a.b=v ...] --workdir=DIR``."""
-    from attnlab.train.loop import EXIT_COMPLETED, EXIT_DIVERGED, run
+    from attnlab.train.loop import EXIT_COMPLETED, EXIT_DIVERGED, EXIT_INTERRUPTED, run
 
     values = parse(argv, TRAIN_FLAGS, prog="attnlab train")
     cfg = _config(values)
-    summary = run(cfg, values.workdir, progress=values.progress)
+    try:
+        summary = run(cfg, values.workdir, progress=values.progress)
+    except KeyboardInterrupt:
+        sys.stderr.write(f"\ninterrupted; rerun the same command to resume from the latest "
+                         f"checkpoint in {values.workdir}\n")
+        return EXIT_INTERRUPTED
     if summary["status"] == "diverged":
         sys.stderr.write(f"diverged at step {summary.get('diverged_at_step')}: non-finite loss or "
                          f"gradient; see {values.workdir}/summary.json\n")
