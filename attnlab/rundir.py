@@ -54,6 +54,7 @@ CSV_FILE = "results.csv"
 JAX_CACHE_DIR = "jax_cache"
 LOGS_DIR = "logs"
 RETIRED_DIR = "retired"
+SWEEP_LOCK_FILE = ".sweep.lock"  # held (flock) by the sweep writing the directory; names its pid
 
 # -- statuses ----------------------------------------------------------------------------------
 # What summary.json says (training) ...

@@ -19,10 +19,14 @@ the steps since each running run's last checkpoint.
 from __future__ import annotations
 
 import collections
+import contextlib
+import fcntl
 import json
 import os
+import socket
 import time
 from pathlib import Path
+from typing import Iterator
 
 import pandas as pd
 from tqdm.auto import tqdm
@@ -33,6 +37,76 @@ from attnlab.sweep.planner import PlannedRun, plan
 from attnlab.sweep.spec import SweepSpec
 
 LAUNCHERS = ("local", "ray")
+
+
+class SweepDirError(rundir.WorkdirError):
+    """The sweep directory cannot hold this sweep (a file, not writable, another sweep's or a
+    training run's directory, or in use by another sweep)."""
+
+
+def _existing_ancestor(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def check_sweep_dir(workdir: Path, name: str) -> None:
+    """Refuses, before anything is written, a directory this sweep must not write into.
+
+    Raises SweepDirError naming the directory: a file; not writable; a training run's directory
+    (``attnlab train --workdir``); the directory of another sweep (``sweep.json`` names another
+    spec: its rows would be merged into this sweep's results table).
+    """
+    if workdir.exists() and not workdir.is_dir():
+        raise SweepDirError(f"--workdir {workdir} exists and is not a directory")
+    ancestor = _existing_ancestor(workdir)
+    if not ancestor.is_dir():
+        raise SweepDirError(f"--workdir {workdir}: {ancestor} is not a directory")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise SweepDirError(f"--workdir {workdir}: {ancestor} is not writable")
+    if not workdir.exists():
+        return
+    if any((workdir / f).exists() for f in (rundir.CONFIG_FILE, rundir.SUMMARY_FILE,
+                                            rundir.CHECKPOINT_DIR)):
+        raise SweepDirError(f"--workdir {workdir} holds a training run ({rundir.CONFIG_FILE}), "
+                            f"not a sweep: pass another --workdir")
+    previous = rundir.read_json_or_none(workdir / rundir.SWEEP_FILE)
+    if isinstance(previous, dict) and previous.get("name") not in (None, name):
+        raise SweepDirError(f"--workdir {workdir} holds sweep {previous['name']!r}, not "
+                            f"{name!r}: pass another --workdir (one sweep per directory)")
+
+
+@contextlib.contextmanager
+def sweep_lock(workdir: Path) -> Iterator[None]:
+    """Holds ``DIR/.sweep.lock`` (flock) while this process writes the sweep directory.
+
+    A second sweep on the same directory gets SweepDirError naming the holder's pid. The kernel
+    releases the lock when its holder dies (even by SIGKILL), so a stale lock file from a dead
+    process is simply taken over.
+    """
+    path = workdir / rundir.SWEEP_LOCK_FILE
+    handle = open(path, "a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "a process that has not said its pid yet"
+        handle.close()
+        raise SweepDirError(f"{workdir} is in use by another sweep ({holder}); wait for it to "
+                            f"end, or stop it, then rerun") from None
+    try:
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()} on {socket.gethostname()}, since "
+                     f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+        handle.flush()
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            handle.seek(0)
+            handle.truncate()
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        handle.close()
 
 
 def run_record(spec: SweepSpec, run: PlannedRun) -> dict:
@@ -142,6 +216,8 @@ def run_sweep(spec: SweepSpec, workdir: str | os.PathLike, *, launcher: str = "l
       SweepSpecError / ConfigError: a bad spec, before anything is written or started.
       DataError: a bad data source (see :func:`check_data`), likewise before anything starts.
       LauncherError: bad launcher settings, or Ray missing.
+      SweepDirError: ``workdir`` is a file, not writable, another sweep's or a training run's
+        directory, or in use by another sweep (its lock names the pid).
     """
     if launcher not in LAUNCHERS:
         raise launchers.LauncherError(f"--launcher={launcher!r}: valid launchers are "
@@ -152,8 +228,20 @@ def run_sweep(spec: SweepSpec, workdir: str | os.PathLike, *, launcher: str = "l
     if launcher == "ray":
         launchers.import_ray()
     workdir = Path(workdir).absolute()
+    check_sweep_dir(workdir, spec.name)
     budget_notes = check_data([run for run in runs if rundir.run_status(
         workdir / rundir.RUNS_DIR / run.run_id) != rundir.COMPLETED])
+    workdir.mkdir(parents=True, exist_ok=True)
+    with sweep_lock(workdir):
+        return _run_sweep(spec, runs, workdir, budget_notes, launcher=launcher,
+                          parallel=parallel, retry_failed=retry_failed, progress=progress,
+                          ray_address=ray_address, cache_dir=cache_dir)
+
+
+def _run_sweep(spec: SweepSpec, runs: list[PlannedRun], workdir: Path, budget_notes: list[str],
+               *, launcher: str, parallel: int, retry_failed: bool, progress: bool,
+               ray_address: str | None, cache_dir: str | os.PathLike | None) -> pd.DataFrame:
+    """run_sweep's work once the directory is checked and locked."""
     cache_dir = Path(cache_dir).absolute() if cache_dir else workdir / rundir.JAX_CACHE_DIR
     cache_dir.mkdir(parents=True, exist_ok=True)
     run_dirs = prepare_run_dirs(spec, runs, workdir)

@@ -5,12 +5,13 @@ The file names, atomic writes and reads are :mod:`attnlab.rundir`'s.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 from attnlab.config import Config, without_new_defaults
-from attnlab.rundir import (CHECKPOINT_DIR, CONFIG_FILE, RESUMABLE_DIFFERENCES, SUMMARY_FILE,
-                            WorkdirError, read_json)
+from attnlab.rundir import (CHECKPOINT_DIR, CONFIG_FILE, RESUMABLE_DIFFERENCES, RUNS_DIR,
+                            SUMMARY_FILE, SWEEP_FILE, WorkdirError, read_json)
 
 
 def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
@@ -36,11 +37,21 @@ def check_workdir(workdir: Path, cfg: Config) -> dict | None:
     """Refuses a directory that holds another run; returns its summary if it holds this one.
 
     Raises:
-      WorkdirError: the directory is a file, holds a run with another config, or holds
-        checkpoints without a config. Nothing is written.
+      WorkdirError: the directory is a file or not writable, is a sweep directory, holds a
+        run with another config, or holds checkpoints without a config. Nothing is written.
     """
     if workdir.exists() and not workdir.is_dir():
         raise WorkdirError(f"--workdir {workdir} exists and is not a directory")
+    ancestor = workdir
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise WorkdirError(f"--workdir {workdir}: {ancestor} is not a directory")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise WorkdirError(f"--workdir {workdir}: {ancestor} is not writable")
+    if (workdir / SWEEP_FILE).exists() or (workdir / RUNS_DIR).is_dir():
+        raise WorkdirError(f"--workdir {workdir} is a sweep directory ({SWEEP_FILE}, {RUNS_DIR}/), "
+                           f"not a training run: pass another --workdir")
     config_path = workdir / CONFIG_FILE
     if not config_path.exists():
         if (workdir / CHECKPOINT_DIR).exists():
