@@ -31,15 +31,17 @@ implementations:
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attnlab.model.config import ModelConfig
 from attnlab.model.layers import dense, make_norm
 from attnlab.model.positions import encoding_for
+
+if TYPE_CHECKING:  # annotations only: model/config.py imports the mixer registry, which imports us
+    from attnlab.model.config import ModelConfig
 
 # (q_index [q_len], k_index [k_len]) -> bool [q_len, k_len], True = may attend.
 Mask = Callable[[jax.Array, jax.Array], jax.Array]

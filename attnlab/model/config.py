@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 from attnlab.errors import ConfigError
+from attnlab.model.mixers import MIXERS, validate_mixer
 from attnlab.model.positions import ENCODINGS, encoding_for
 
 NORMS = ("layernorm", "rmsnorm")
@@ -44,6 +45,15 @@ class ModelConfig:
     dropout: float = 0.0
     dtype: str = "float32"  # compute dtype; parameters are always float32
     init_std: float = 0.02
+
+    # Issue #15 sequence mixers (attnlab/model/mixers.py); the defaults are softmax attention.
+    mixer: str = "softmax"  # softmax | linear (elu+1) | performer (FAVOR+) | mamba
+    attention_every: int = 0  # hybrid: layers k-1, 2k-1, ... are softmax attention; 0 -> none
+    mixer_features: int = 64  # performer: random features m per head
+    mixer_chunk: int = 64  # linear / performer: tokens per chunk of the causal prefix sum
+    ssm_state: int = 16  # mamba: N, states per channel
+    ssm_expand: int = 2  # mamba: E = ssm_expand * d_model channels
+    ssm_conv: int = 4  # mamba: causal depthwise conv kernel
 
     def __post_init__(self):
         validate_model(self)
@@ -107,3 +117,5 @@ def validate_model(m: ModelConfig) -> None:
         raise ConfigError("model.attention_chunk", f"must be >= 0, got {m.attention_chunk}")
     if not 0.0 <= m.dropout < 1.0:
         raise ConfigError("model.dropout", f"must be in [0, 1), got {m.dropout}")
+    check_choice("model.mixer", m.mixer, tuple(MIXERS))
+    validate_mixer(m)  # e.g. performer with ALiBi, pure mamba with RoPE

@@ -15,6 +15,7 @@ import numpy as np
 from flax import nnx
 
 from attnlab.model.config import ModelConfig
+from attnlab.model.mixers import layer_mixers
 from attnlab.model.positions import encoding_for
 
 EMBEDDING_PARAMS = ("token_embedding", "position_embedding", "lm_head")
@@ -29,21 +30,20 @@ def param_counts(cfg: ModelConfig) -> dict[str, int]:
 
     Returns a dict with ``total``, ``non_embedding`` (Kaplan's N), ``embedding`` (token table +
     learned position table + untied head), and the parts ``token_embedding``,
-    ``position_embedding``, ``output_head`` (0 when tied), ``attention`` and ``ffn`` (per layer),
-    ``per_layer``, ``final_norm``.
+    ``position_embedding``, ``output_head`` (0 when tied), ``attention`` and ``ffn`` (per layer;
+    ``attention`` is the first layer's sequence mixer), ``per_layer`` (the first layer),
+    ``mixers`` (all layers' mixers: a hybrid's differ), ``final_norm``.
     """
-    d, hd = cfg.d_model, cfg.head_dim
-    attention = d * cfg.n_heads * hd + 2 * d * cfg.kv_heads * hd + cfg.n_heads * hd * d
-    if cfg.qk_norm:
-        attention += 2 * _norm_params(cfg, hd)
+    d = cfg.d_model
+    mixers = [mixer.param_count() for mixer in layer_mixers(cfg)]
     ffn = (3 if cfg.ffn == "swiglu" else 2) * d * cfg.ffn_dim
-    per_layer = attention + ffn + 2 * _norm_params(cfg, d)
+    per_layer = mixers[0] + ffn + 2 * _norm_params(cfg, d)
     final_norm = _norm_params(cfg, d) if cfg.norm_position == "pre" else 0
     token_embedding = cfg.vocab_size * d
     position_embedding = encoding_for(cfg).param_count()  # the learned table; 0 for the others
     output_head = 0 if cfg.tie_embeddings else d * cfg.vocab_size
     embedding = token_embedding + position_embedding + output_head
-    non_embedding = cfg.n_layers * per_layer + final_norm
+    non_embedding = sum(mixers) + cfg.n_layers * (ffn + 2 * _norm_params(cfg, d)) + final_norm
     return {
         "total": embedding + non_embedding,
         "non_embedding": non_embedding,
@@ -51,7 +51,8 @@ def param_counts(cfg: ModelConfig) -> dict[str, int]:
         "token_embedding": token_embedding,
         "position_embedding": position_embedding,
         "output_head": output_head,
-        "attention": attention,
+        "attention": mixers[0],
+        "mixers": sum(mixers),
         "ffn": ffn,
         "per_layer": per_layer,
         "final_norm": final_norm,
@@ -76,7 +77,9 @@ def flops_per_token(cfg: ModelConfig, seq_len: int) -> dict[str, float]:
     Keys:
       kaplan_6n: ``6 N`` (Kaplan's C = 6ND), N = non-embedding parameters.
       kaplan_attention: ``6 n_layers seq_len d_attn`` with ``d_attn = n_heads head_dim``
-        (Kaplan Table 1: ``2 n_layer n_ctx d_attn`` per forward token, x3).
+        (Kaplan Table 1: ``2 n_layer n_ctx d_attn`` per forward token, x3) for softmax layers;
+        a layer with another mixer (linear attention, Mamba) adds 3x its forward token-mixing
+        FLOPs instead (``SequenceMixer.kaplan_context_flops``).
       kaplan: ``6 N + kaplan_attention``, Kaplan's convention: every query against all
         ``seq_len`` keys, no causal halving.
       kaplan_causal: ``6 N + kaplan_attention / 2``: a causal query sees on average about
@@ -87,24 +90,21 @@ def flops_per_token(cfg: ModelConfig, seq_len: int) -> dict[str, float]:
         (``2 seq d_attn``), softmax (``3 heads seq``), ``PV`` (``2 seq d_attn``), output
         projection, the FFN (2 matrices, 3 for SwiGLU), and the logits ``2 d_model vocab``;
         x3 for forward + backward. No causal halving (as published); norms and nonlinearities
-        are not counted.
+        are not counted. Non-softmax layers count their mixer's own FLOPs
+        (``SequenceMixer.flops_per_token``) in place of the attention terms.
       chinchilla_forward: the forward part of ``chinchilla``.
     """
     counts = param_counts(cfg)
-    d, hd, L, V = cfg.d_model, cfg.head_dim, cfg.n_layers, cfg.vocab_size
-    d_attn = cfg.n_heads * hd
+    d, L, V = cfg.d_model, cfg.n_layers, cfg.vocab_size
     n = counts["non_embedding"]
-    kaplan_attention = 6.0 * L * seq_len * d_attn
+    mixers = layer_mixers(cfg)
+    kaplan_attention = 3.0 * sum(mixer.kaplan_context_flops(seq_len) for mixer in mixers)
 
-    qkv = 2.0 * d * (cfg.n_heads * hd + 2 * cfg.kv_heads * hd)
-    scores = 2.0 * seq_len * d_attn
-    softmax = 3.0 * cfg.n_heads * seq_len
-    mix = 2.0 * seq_len * d_attn
-    out = 2.0 * d_attn * d
+    # softmax: q/k/v/o projections + QK^T + softmax + PV (SequenceMixer.flops_per_token)
+    mixing = sum(sum(mixer.flops_per_token(seq_len).values()) for mixer in mixers)
     ffn = 2.0 * (3 if cfg.ffn == "swiglu" else 2) * d * cfg.ffn_dim
     encoding = encoding_for(cfg).flops_per_token(seq_len)  # 0 so far: no matrix products
-    forward = (2.0 * V * d + encoding + L * (qkv + scores + softmax + mix + out + ffn)
-               + 2.0 * d * V)
+    forward = 2.0 * V * d + encoding + mixing + L * ffn + 2.0 * d * V
     return {
         "kaplan_6n": 6.0 * n,
         "kaplan_attention": kaplan_attention,

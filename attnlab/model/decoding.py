@@ -2,7 +2,8 @@
 
 Cache slot ``i`` holds the keys/values of the token at position ``i``; a step writes ``t`` new
 tokens at slots ``start .. start + t - 1`` and attends over the whole cache under the causal mask
-(slots not yet written are masked out).
+(slots not yet written are masked out). Layers whose mixer is recurrent (linear attention, Mamba;
+see :mod:`attnlab.model.mixers`) keep their own two-array state in the same slots instead.
 """
 
 from __future__ import annotations
@@ -16,13 +17,15 @@ import numpy as np
 from flax import nnx
 
 from attnlab.model.config import ModelConfig
-from attnlab.model.layers import compute_dtype
+from attnlab.model.mixers import layer_mixers
 from attnlab.model.positions import encoding_for
 
 
 class KVCache(NamedTuple):
-    """Per-layer keys and values, each ``[batch, max_len, kv_heads, head_dim]`` in the compute
-    dtype. A pytree: pass it through ``jit`` and ``scan`` freely."""
+    """Per-layer decode state as two arrays: for softmax attention the keys and values, each
+    ``[batch, max_len, kv_heads, head_dim]`` in the compute dtype; for other mixers whatever their
+    ``init_state`` gives (linear attention ``S, z``; Mamba the conv window and ``h``). A pytree:
+    pass it through ``jit`` and ``scan`` freely."""
 
     keys: tuple[jax.Array, ...]
     values: tuple[jax.Array, ...]
@@ -30,9 +33,8 @@ class KVCache(NamedTuple):
 
 def init_cache(cfg: ModelConfig, batch: int, max_len: int) -> KVCache:
     """An empty cache for ``batch`` sequences of up to ``max_len`` tokens (prompt + generated)."""
-    shape = (batch, max_len, cfg.kv_heads, cfg.head_dim)
-    zeros = tuple(jnp.zeros(shape, compute_dtype(cfg)) for _ in range(cfg.n_layers))
-    return KVCache(keys=zeros, values=zeros)
+    states = [mixer.init_state(batch, max_len) for mixer in layer_mixers(cfg)]
+    return KVCache(keys=tuple(s[0] for s in states), values=tuple(s[1] for s in states))
 
 
 def decode_step(graphdef: nnx.GraphDef, state: nnx.State, cache: KVCache, tokens, start):

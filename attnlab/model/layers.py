@@ -7,12 +7,14 @@ norm statistics are always float32.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attnlab.model.config import ModelConfig
+if TYPE_CHECKING:  # annotations only: model/config.py imports the mixer registry, which imports us
+    from attnlab.model.config import ModelConfig
 
 
 def compute_dtype(cfg: ModelConfig) -> jnp.dtype:

@@ -18,31 +18,35 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from attnlab.model.attention import CausalSelfAttention
 from attnlab.model.config import ModelConfig
 from attnlab.model.layers import FeedForward, compute_dtype, dropout, make_norm
+from attnlab.model.mixers import mixer_for
 from attnlab.model.positions import check_positions, encoding_for
 
 KV_CACHE = "KV cache"
 
 
 class Block(nnx.Module):
-    """One Transformer layer: attention and FFN sublayers with residual connections."""
+    """One Transformer layer: sequence-mixer and FFN sublayers with residual connections.
 
-    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    The mixer (softmax attention by default; see :mod:`attnlab.model.mixers`) is asked of the
+    registry for this ``layer`` and kept at the attribute ``attn`` (the checkpoint path).
+    """
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, layer: int = 0):
         self.pre_norm = cfg.norm_position == "pre"
         self.dropout_rate = cfg.dropout
         self.attn_norm = make_norm(cfg, cfg.d_model)
-        self.attn = CausalSelfAttention(cfg, rngs=rngs)
+        self.attn = mixer_for(cfg, layer).build(rngs)
         self.ffn_norm = make_norm(cfg, cfg.d_model)
         self.ffn = FeedForward(cfg, rngs=rngs)
 
     def __call__(self, x, positions, *, dropout_key=None, kv=None, start=0):
         """``x [batch, seq, d_model]``, ``positions [pbatch, seq]`` -> ``(x, kv)``.
 
-        With ``kv`` (this layer's cache, see :meth:`CausalSelfAttention.__call__`) the attention
-        reads and extends the cache at ``start``; otherwise it is plain self-attention and the
-        returned ``kv`` is None.
+        With ``kv`` (this layer's decode state: a KV cache, see
+        :meth:`CausalSelfAttention.__call__`, or a recurrent state) the mixer reads and extends it
+        at ``start``; otherwise it mixes the whole sequence and the returned ``kv`` is None.
         """
         attn_key = ffn_key = None
         if dropout_key is not None:
@@ -69,7 +73,7 @@ class TransformerLM(nnx.Module):
         # The encoding's table (learned positions; None for the others) keeps this attribute
         # name: it is the parameter path in checkpoints.
         self.position_embedding = self.encoding.init_params(rngs)
-        self.blocks = nnx.List([Block(cfg, rngs=rngs) for _ in range(cfg.n_layers)])
+        self.blocks = nnx.List([Block(cfg, rngs=rngs, layer=i) for i in range(cfg.n_layers)])
         # Post-LN already ends every block with a norm, so only pre-LN has a final one.
         self.final_norm = make_norm(cfg, cfg.d_model) if cfg.norm_position == "pre" else None
         self.lm_head = (
@@ -156,13 +160,17 @@ class TransformerLM(nnx.Module):
           ``(logits float32 [batch, t, vocab], cache)``.
         """
         batch, t = tokens.shape
-        cache_len = cache.keys[0].shape[1]
+        # Attention layers hold max_len positions; recurrent states (linear attention, Mamba) any.
+        lengths = [mixer_for(self.cfg, layer).state_length((keys, values))
+                   for layer, (keys, values) in enumerate(zip(cache.keys, cache.values))]
+        lengths = [n for n in lengths if n is not None]
         if isinstance(start, jax.core.Tracer):
             positions = (start + jnp.arange(t, dtype=jnp.int32))[None]
         else:
             positions = (int(start) + np.arange(t, dtype=np.int32))[None]
         if check_range:
-            check_positions(positions, cache_len, KV_CACHE)
+            if lengths:
+                check_positions(positions, min(lengths), KV_CACHE)
             self.encoding.check_range(positions)
         positions = jnp.asarray(positions, jnp.int32)
         x = self.embed(tokens, positions)

@@ -1,0 +1,166 @@
+"""Causal linear attention: the elu+1 feature map and Performer's FAVOR+ random features.
+
+Katharopoulos et al. 2020 (arXiv 2006.16236, eqs. 4-6 and 16-20): replace ``exp(q.k)`` by
+``phi(q).phi(k)`` for a positive feature map ``phi: R^d -> R^m``; the causal output of query ``i``
+
+    out_i = phi(q_i)^T S_i / phi(q_i)^T z_i,   S_i = sum_{j<=i} phi(k_j) v_j^T  [m, d],
+                                               z_i = sum_{j<=i} phi(k_j)        [m]
+
+is an RNN over the state ``(S, z)``: O(1) work per decoded token.
+
+Feature maps (``[..., d] -> [..., m]``):
+
+* elu+1 (Katharopoulos eq. 7): ``phi(x) = elu(x) + 1``, ``m = d``.
+* FAVOR+ (Choromanski et al. 2021, arXiv 2009.14794, Lemma 1 and sec. 2.4): positive random
+  features ``phi(x) = exp(W x - |x|^2 / 2) / sqrt(m)`` with ``x = q / d^(1/4)`` (and the same for
+  k), so that ``E[phi(q).phi(k)] = exp(q.k / sqrt(d))``, the softmax kernel; the rows of
+  ``W [m, d]`` are orthogonal in blocks of ``d`` with chi(d)-distributed norms (the law of a
+  Gaussian row's norm). Redraw policy: none. ``W`` is drawn once, by NumPy, from the seed
+  ``(FEATURE_SEED, layer)``, so a layer's features are a fixed function of the config: the same
+  at every step, in every checkpoint and at decoding. They are a constant, not a parameter
+  (nothing to train, nothing stored).
+
+Training uses a chunked prefix sum (Katharopoulos sec. 3.3.1 in blocks): split the T tokens into
+chunks of C; inside a chunk the masked quadratic form, across chunks the state carried by
+``jax.lax.scan``. Memory O(T/C * m * d) for the carried states plus O(C^2) per chunk, never
+O(T^2).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import TYPE_CHECKING
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from attnlab.model.layers import dense
+
+if TYPE_CHECKING:
+    from attnlab.model.config import ModelConfig
+
+FEATURE_SEED = 20210301  # Performer's W: np.random.default_rng((FEATURE_SEED, layer))
+EPS = 1e-6  # added to the normaliser phi(q)^T z
+
+
+def elu_plus_one(x: jax.Array) -> jax.Array:
+    """``phi(x) = elu(x) + 1 > 0`` (Katharopoulos et al. 2020, eq. 7); ``[..., d] -> [..., d]``."""
+    return jax.nn.elu(x) + 1.0
+
+
+@functools.lru_cache(maxsize=None)
+def orthogonal_features(m: int, d: int, seed: tuple[int, ...]) -> np.ndarray:
+    """``W [m, d]`` float32: blocks of ``d`` orthogonal directions (QR of a Gaussian matrix),
+    each row rescaled to the norm of an independent Gaussian vector (chi(d)), as in Performer's
+    ORF (Choromanski et al. 2021, sec. 4). Deterministic in ``seed``."""
+    rng = np.random.default_rng(seed)
+    blocks = []
+    for _ in range(-(-m // d)):
+        q, _ = np.linalg.qr(rng.standard_normal((d, d)))
+        blocks.append(q.T)
+    directions = np.concatenate(blocks)[:m]
+    norms = np.linalg.norm(rng.standard_normal((m, d)), axis=1)
+    return (directions * norms[:, None]).astype(np.float32)
+
+
+def favor_features(x: jax.Array, w: jax.Array) -> jax.Array:
+    """FAVOR+ positive features (Choromanski et al. 2021, Lemma 1):
+    ``phi(x) = exp(W x - |x|^2 / 2) / sqrt(m)``, ``x [..., d]`` already scaled by ``d^-1/4``,
+    ``w [m, d]`` -> ``[..., m]`` (float32)."""
+    x = x.astype(jnp.float32)
+    projected = jnp.einsum("...d,md->...m", x, w)
+    return jnp.exp(projected - 0.5 * jnp.sum(x * x, axis=-1, keepdims=True)) / math.sqrt(
+        w.shape[0])
+
+
+def causal_linear_attention(phi_q, phi_k, v, state=None, *, chunk: int):
+    """The causal linear-attention output by chunks, from an optional carried state.
+
+    Args:
+      phi_q, phi_k: features ``[batch, t, heads, m]`` (positive).
+      v: ``[batch, t, heads, d]``.
+      state: ``(S [batch, heads, m, d], z [batch, heads, m])`` of the tokens before this call,
+        or None (zeros).
+      chunk: tokens per chunk ``C`` (the last chunk is zero-padded; padded keys add nothing).
+
+    Returns:
+      ``(out [batch, t, heads, d] float32, (S, z) after the last token)``.
+    """
+    batch, t, heads, m = phi_q.shape
+    d = v.shape[-1]
+    if state is None:
+        state = (jnp.zeros((batch, heads, m, d), jnp.float32),
+                 jnp.zeros((batch, heads, m), jnp.float32))
+    chunk = max(1, min(chunk, t))
+    n_chunks = -(-t // chunk)
+    pad = n_chunks * chunk - t
+
+    def blocks(a):  # [batch, t, heads, e] -> [n_chunks, batch, chunk, heads, e]
+        a = jnp.pad(a.astype(jnp.float32), ((0, 0), (0, pad), (0, 0), (0, 0)))
+        return a.reshape(batch, n_chunks, chunk, heads, a.shape[-1]).swapaxes(0, 1)
+
+    mask = jnp.tril(jnp.ones((chunk, chunk), jnp.float32))  # [C_query, C_key]
+
+    def step(carry, inputs):
+        s, z = carry  # [b, h, m, d], [b, h, m]
+        q_c, k_c, v_c = inputs  # [b, C, h, m], [b, C, h, m], [b, C, h, d]
+        scores = jnp.einsum("bqhm,bkhm->bhqk", q_c, k_c) * mask  # intra-chunk, causal
+        numerator = (jnp.einsum("bqhm,bhmd->bqhd", q_c, s)
+                     + jnp.einsum("bhqk,bkhd->bqhd", scores, v_c))
+        denominator = jnp.einsum("bqhm,bhm->bqh", q_c, z) + jnp.einsum("bhqk->bqh", scores)
+        s = s + jnp.einsum("bkhm,bkhd->bhmd", k_c, v_c)
+        z = z + jnp.einsum("bkhm->bhm", k_c)
+        return (s, z), numerator / (denominator[..., None] + EPS)
+
+    state, out = jax.lax.scan(step, state, (blocks(phi_q), blocks(phi_k), blocks(v)))
+    out = out.swapaxes(0, 1).reshape(batch, n_chunks * chunk, heads, d)[:, :t]
+    return out, state
+
+
+class LinearAttention(nnx.Module):
+    """Causal linear attention with ``phi`` = elu+1 (``features=None``) or FAVOR+ (``features=m``).
+
+    ``q = x W_q``, ``k = x W_k``, ``v = x W_v`` (as :class:`CausalSelfAttention`, same parameter
+    names and init), the encoding's q/k transform (RoPE rotates q, k before ``phi``), then
+    :func:`causal_linear_attention` and ``W_o``. One key/value head per query head.
+
+    A sequence mixer: ``(x [batch, t, d_model], positions, kv=(S, z), start) -> (y, kv)``; the
+    decode state is ``S [batch, heads, m, head_dim]`` and ``z [batch, heads, m]`` (``start`` is
+    implied by the state, which holds every earlier token).
+    """
+
+    def __init__(self, cfg: ModelConfig, encoding, *, layer: int, features: int | None,
+                 rngs: nnx.Rngs):
+        self.cfg = cfg
+        self.encoding = encoding
+        self.features = features
+        self.layer = layer
+        d, hd = cfg.d_model, cfg.head_dim
+        residual_std = cfg.init_std / math.sqrt(2 * cfg.n_layers)
+        self.q_proj = dense(cfg, d, cfg.n_heads * hd, cfg.init_std, rngs)
+        self.k_proj = dense(cfg, d, cfg.n_heads * hd, cfg.init_std, rngs)
+        self.v_proj = dense(cfg, d, cfg.n_heads * hd, cfg.init_std, rngs)
+        self.o_proj = dense(cfg, cfg.n_heads * hd, d, residual_std, rngs)
+
+    def feature_map(self, x: jax.Array) -> jax.Array:
+        """``[batch, t, heads, head_dim] -> float32 [batch, t, heads, m]``."""
+        if self.features is None:
+            return elu_plus_one(x.astype(jnp.float32))
+        w = orthogonal_features(self.features, self.cfg.head_dim, (FEATURE_SEED, self.layer))
+        return favor_features(x.astype(jnp.float32) * self.cfg.head_dim**-0.25, jnp.asarray(w))
+
+    def __call__(self, x, positions, *, kv=None, start=0):
+        """``x [batch, t, d_model]`` -> ``([batch, t, d_model], kv)`` (kv None without a state)."""
+        cfg = self.cfg
+        batch, t, _ = x.shape
+        q = self.q_proj(x).reshape(batch, t, cfg.n_heads, cfg.head_dim)
+        k = self.k_proj(x).reshape(batch, t, cfg.n_heads, cfg.head_dim)
+        v = self.v_proj(x).reshape(batch, t, cfg.n_heads, cfg.head_dim)
+        q, k = self.encoding.transform_qk(q, k, positions)
+        out, state = causal_linear_attention(
+            self.feature_map(q), self.feature_map(k), v, kv, chunk=cfg.mixer_chunk)
+        out = out.astype(x.dtype).reshape(batch, t, cfg.n_heads * cfg.head_dim)
+        return self.o_proj(out), (None if kv is None else state)

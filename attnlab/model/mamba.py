@@ -1,0 +1,173 @@
+"""The selective state-space mixer of Mamba (Gu & Dao 2023, arXiv 2312.00752, Algorithm 2, Fig. 3).
+
+With ``E = expand * d_model`` channels and ``N = d_state`` states per channel:
+
+    [u, g] = x W_in                                   in-projection, [b, t, 2E]
+    u = SiLU(causal_depthwise_conv(u))                kernel K = 4, per channel, with bias
+    Delta = softplus(u W_dt_low W_dt + b_dt)          [b, t, E], low rank R = ceil(d_model / 16)
+    B = u W_B, C = u W_C                              [b, t, N] each: input-dependent (selective)
+    A = -exp(A_log)                                   [E, N], diagonal, negative real;
+                                                      S4D-real init A_n = -(n + 1)
+    A_bar = exp(Delta A), B_bar = Delta B             zero-order hold for A, Euler for B (sec. 3.5)
+    h_t = A_bar_t * h_{t-1} + B_bar_t u_t             [b, E, N]
+    y_t = <C_t, h_t> + D * u_t                        [b, t, E]
+    out = (y * SiLU(g)) W_out                         the SiLU gate, [b, t, d_model]
+
+Training computes every ``h_t`` with ``jax.lax.associative_scan`` on the pairs ``(A_bar, B_bar u)``
+under ``(a1, b1) . (a2, b2) = (a1 a2, a2 b1 + b2)`` (O(log T) depth); decoding carries the last
+``K - 1`` conv inputs and ``h``: O(1) per token.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from attnlab.model.layers import dense
+
+if TYPE_CHECKING:
+    from attnlab.model.config import ModelConfig
+
+DT_MIN, DT_MAX = 1e-3, 1e-1  # Delta's initial range (Gu & Dao 2023, sec. 3.6; log-uniform)
+
+
+def dt_rank(cfg: ModelConfig) -> int:
+    """Rank of Delta's projection, ``ceil(d_model / 16)`` (Mamba's default)."""
+    return -(-cfg.d_model // 16)
+
+
+def combine(left, right):
+    """The associative operator of the linear recurrence ``h = a h_prev + b``:
+    ``(a1, b1) . (a2, b2) = (a1 a2, a2 b1 + b2)`` (apply ``left`` first)."""
+    a1, b1 = left
+    a2, b2 = right
+    return a1 * a2, a2 * b1 + b2
+
+
+def selective_scan(a_bar, bu, h0=None):
+    """All states of ``h_t = a_bar_t * h_{t-1} + bu_t`` by an associative scan over time.
+
+    Args:
+      a_bar, bu: ``[batch, t, E, N]``.
+      h0: ``[batch, E, N]``, the state before the first step (None: zeros).
+
+    Returns:
+      ``h [batch, t, E, N]``.
+    """
+    decay, h = jax.lax.associative_scan(combine, (a_bar, bu), axis=1)
+    if h0 is not None:
+        h = h + decay * h0[:, None]  # decay_t = prod_{s<=t} a_bar_s
+    return h
+
+
+def causal_conv(u, kernel, bias, history):
+    """Causal depthwise convolution along time.
+
+    Args:
+      u: ``[batch, t, E]``.
+      kernel: ``[K, E]`` (tap ``K - 1`` multiplies the current input).
+      bias: ``[E]``.
+      history: ``[batch, K - 1, E]``, the inputs before ``u`` (zeros at the start).
+
+    Returns:
+      ``(out [batch, t, E], the last K - 1 inputs [batch, K - 1, E])``.
+    """
+    taps, t = kernel.shape[0], u.shape[1]
+    padded = jnp.concatenate([history.astype(u.dtype), u], axis=1)  # [b, K - 1 + t, E]
+    out = sum(padded[:, i:i + t] * kernel[i] for i in range(taps)) + bias
+    return out, padded[:, t:]
+
+
+class Mamba(nnx.Module):
+    """The Mamba mixer (equations in the module docstring); expansion ``cfg.ssm_expand``,
+    ``N = cfg.ssm_state``, conv kernel ``cfg.ssm_conv``.
+
+    A sequence mixer: ``(x [batch, t, d_model], positions, kv, start) -> (y, kv)``. Positions are
+    not used (order comes from the recurrence). The decode state ``kv`` is
+    ``(conv [batch, K - 1, E], h [batch, E, N])``.
+    """
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        self.cfg = cfg
+        d, e, n, r = cfg.d_model, cfg.ssm_expand * cfg.d_model, cfg.ssm_state, dt_rank(cfg)
+        residual_std = cfg.init_std / math.sqrt(2 * cfg.n_layers)
+        self.in_proj = dense(cfg, d, 2 * e, cfg.init_std, rngs)
+        bound = 1.0 / math.sqrt(cfg.ssm_conv)  # PyTorch Conv1d default init, as Mamba uses
+        self.conv_kernel = nnx.Param(jax.random.uniform(
+            rngs.params(), (cfg.ssm_conv, e), jnp.float32, -bound, bound))
+        self.conv_bias = nnx.Param(jnp.zeros((e,), jnp.float32))
+        self.x_proj = dense(cfg, e, r + 2 * n, cfg.init_std, rngs)  # -> [Delta_low, B, C]
+        self.dt_proj = dense(cfg, r, e, r**-0.5, rngs)
+        # b_dt = softplus^-1(dt), dt log-uniform in [DT_MIN, DT_MAX] (Mamba's dt init).
+        dt = jnp.exp(jax.random.uniform(rngs.params(), (e,), jnp.float32,
+                                        math.log(DT_MIN), math.log(DT_MAX)))
+        self.dt_bias = nnx.Param(dt + jnp.log(-jnp.expm1(-dt)))
+        # S4D-real: A_n = -(n + 1), stored as log(-A) so that A stays negative.
+        self.a_log = nnx.Param(jnp.log(jnp.tile(jnp.arange(1, n + 1, dtype=jnp.float32), (e, 1))))
+        self.d_skip = nnx.Param(jnp.ones((e,), jnp.float32))
+        self.out_proj = dense(cfg, e, d, residual_std, rngs)
+
+    def __call__(self, x, positions, *, kv=None, start=0):
+        """``x [batch, t, d_model]`` -> ``([batch, t, d_model], kv)`` (kv None without a state)."""
+        cfg = self.cfg
+        batch, t, _ = x.shape
+        e, n, r = cfg.ssm_expand * cfg.d_model, cfg.ssm_state, dt_rank(cfg)
+        u, gate = jnp.split(self.in_proj(x), 2, axis=-1)  # [b, t, E] each
+        history, h0 = kv if kv is not None else (jnp.zeros((batch, cfg.ssm_conv - 1, e)), None)
+        u, history = causal_conv(u, self.conv_kernel[...].astype(u.dtype),
+                                 self.conv_bias[...].astype(u.dtype), history)
+        u = jax.nn.silu(u)
+        dt_low, b, c = jnp.split(self.x_proj(u).astype(jnp.float32), [r, r + n], axis=-1)
+        delta = jax.nn.softplus(
+            jnp.einsum("btr,re->bte", dt_low, self.dt_proj.kernel[...]) + self.dt_bias[...])
+        a = -jnp.exp(self.a_log[...])  # [E, N]
+        a_bar = jnp.exp(jnp.einsum("bte,en->bten", delta, a))  # zero-order hold
+        bu = jnp.einsum("bte,btn,bte->bten", delta, b, u.astype(jnp.float32))  # Euler: Delta B u
+        h = selective_scan(a_bar, bu, h0)  # [b, t, E, N]
+        y = jnp.einsum("bten,btn->bte", h, c) + self.d_skip[...] * u.astype(jnp.float32)
+        out = self.out_proj((y * jax.nn.silu(gate.astype(jnp.float32))).astype(x.dtype))
+        return out, (None if kv is None else (history, h[:, -1]))
+
+
+def init_state(cfg: ModelConfig, batch: int) -> tuple[jax.Array, jax.Array]:
+    """Zero decode state: ``(conv [batch, K - 1, E] compute dtype, h [batch, E, N] float32)``."""
+    e = cfg.ssm_expand * cfg.d_model
+    return (jnp.zeros((batch, cfg.ssm_conv - 1, e), jnp.dtype(cfg.dtype)),
+            jnp.zeros((batch, e, cfg.ssm_state), jnp.float32))
+
+
+def param_count(cfg: ModelConfig) -> int:
+    """Parameters of one :class:`Mamba` mixer."""
+    d, e, n, r, k = cfg.d_model, cfg.ssm_expand * cfg.d_model, cfg.ssm_state, dt_rank(cfg), \
+        cfg.ssm_conv
+    return d * 2 * e + k * e + e + e * (r + 2 * n) + r * e + e + e * n + e + e * d
+
+
+def forward_flops(cfg: ModelConfig) -> dict[str, float]:
+    """Forward FLOPs per token of one :class:`Mamba` mixer, from the operations above (a
+    multiply-add counts 2; exp, log and sigmoid are transcendentals, not FLOPs, as in XLA's count):
+
+    * ``matmuls``: the in-, x-, dt- and out-projections, ``2 (2 d E + E (R + 2N) + R E + E d)``;
+    * ``conv``: ``2 K E`` taps and ``E`` bias;
+    * ``selective``: Delta's bias and softplus ``3E``, ``Delta A`` ``EN``, ``Delta u`` ``E`` and
+      ``(Delta u) B`` ``EN``, the readout ``<C, h>`` ``2EN``, the skip ``D u`` ``2E``, SiLU of
+      ``u`` and of the gate and the gating product ``3E``;
+    * ``scan``: the recurrence ``h = A_bar h + B_bar u``, ``3 EN`` per token (multiply, add, and
+      the running product of ``A_bar`` the parallel scan carries), the algorithmic work of a
+      sequential or fused scan. XLA's ``associative_scan`` executes more elementwise work than
+      this (odd/even interleaving: about 20-33 FLOPs per state element for T = 64..1024, rising
+      with log T); that is overhead of the parallel form, not counted as model FLOPs
+      (tests/test_model_mixers.py measures it).
+    """
+    d, e, n, r, k = cfg.d_model, cfg.ssm_expand * cfg.d_model, cfg.ssm_state, dt_rank(cfg), \
+        cfg.ssm_conv
+    return {
+        "matmuls": 2.0 * (d * 2 * e + e * (r + 2 * n) + r * e + e * d),
+        "conv": 2.0 * k * e + e,
+        "selective": 4.0 * e * n + 9.0 * e,
+        "scan": 3.0 * e * n,
+    }
