@@ -65,10 +65,23 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         except AttnlabError as e:
             sys.stderr.write(f"error: {e}\n")
+            _quiet_from_now_on()
             return 2
         except KeyboardInterrupt:  # commands that have more to say catch it themselves
             sys.stderr.write(f"\ninterrupted (attnlab {name})\n")
             return EXIT_INTERRUPTED
+
+
+def _quiet_from_now_on() -> None:
+    """After the one error line, nothing more on stderr: libraries' background threads (e.g.
+    tensorstore's callbacks after a damaged checkpoint failed to read) print tracebacks while
+    the interpreter shuts down, which would bury that line. Only in the ``attnlab`` process
+    itself, not when ``main`` is called from Python (tests)."""
+    if sys.argv and os.path.basename(sys.argv[0]) in ("attnlab", "cli.py", "__main__.py"):
+        sys.stderr.flush()
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)
+        os.close(devnull)
 
 
 def _raise_keyboard_interrupt(signum, frame):

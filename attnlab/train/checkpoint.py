@@ -9,9 +9,15 @@ leftover temporaries are deleted when the next manager opens the directory.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import logging
+import os
+import sys
+import tempfile
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import jax
 import orbax.checkpoint as ocp
@@ -72,6 +78,73 @@ def with_shardings(abstract_tree, shardings):
                         abstract_tree, shardings)
 
 
+class _KnownHarmless(logging.Filter):
+    """Drops absl warnings that orbax and TFDS print on every load although nothing is wrong
+    (a read-only manager adjusting its own options; TFDS naming a local corpus's config)."""
+
+    LINES = ("CheckpointManagerOptions.read_only=True", "Given directory is read only",
+             "Using custom data configuration")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not any(line in message for line in self.LINES)
+
+
+logging.getLogger("absl").addFilter(_KnownHarmless())
+
+
+@contextlib.contextmanager
+def _stderr_captured() -> Iterator[None]:
+    """Sends file descriptor 2 to a scratch file meanwhile, and drops it: tensorstore prints
+    "Event loop is closed" tracebacks from its callback threads when a damaged checkpoint
+    fails to read, which would bury the one line that says what happened."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as scratch:
+        os.dup2(scratch.fileno(), 2)
+        try:
+            yield
+        except Exception:
+            # Reads still in flight finish (and print) shortly after the first one failed.
+            time.sleep(_DRAIN_SECONDS)
+            raise
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+_DRAIN_SECONDS = 2.0
+
+
+CORRUPT_PREFIX = "corrupt-"  # checkpoints/corrupt-<step>/: a damaged step, moved aside
+
+
+def describe_error(error: BaseException, limit: int = 160) -> str:
+    """``'ValueError: first line of the message'``, short enough for a one-line report."""
+    text = str(error).strip().splitlines()
+    first = text[0] if text else ""
+    if len(first) > limit:
+        first = first[:limit - 3] + "..."
+    return f"{type(error).__name__}: {first}" if first else type(error).__name__
+
+
+class DamagedCheckpointError(CheckpointError):
+    """A checkpoint step exists but cannot be read back (truncated or corrupted files)."""
+
+
+def move_aside(directory: Path, step: int) -> Path:
+    """Renames ``checkpoints/<step>`` to ``checkpoints/corrupt-<step>`` (``-2``, ``-3``... if
+    taken), where orbax no longer sees it as a step and nothing deletes it. Returns the path."""
+    target = directory / f"{CORRUPT_PREFIX}{step}"
+    n = 1
+    while target.exists():
+        n += 1
+        target = directory / f"{CORRUPT_PREFIX}{step}-{n}"
+    (directory / str(step)).rename(target)
+    return target
+
+
 class Checkpoints:
     """``CheckpointManager`` for one run's ``checkpoints/`` directory. The loop decides when to
     save (every ``checkpoint_every`` steps and at the end); this keeps the newest ``keep``."""
@@ -95,11 +168,17 @@ class Checkpoints:
 
     def read_meta(self, step: int) -> dict:
         try:
-            restored = self.manager.restore(step, args=ocp.args.Composite(
-                meta=ocp.args.JsonRestore()))
+            with _stderr_captured():
+                restored = self.manager.restore(step, args=ocp.args.Composite(
+                    meta=ocp.args.JsonRestore()))
+            meta = restored.meta
         except Exception as e:  # orbax raises a variety of errors for unreadable directories
-            raise CheckpointError(f"cannot read {self.directory / str(step)}: {e}") from None
-        return dict(restored.meta or {})
+            raise DamagedCheckpointError(f"cannot read {self.directory / str(step)}: "
+                                         f"{describe_error(e)}") from None
+        if not isinstance(meta, dict):
+            raise DamagedCheckpointError(f"cannot read {self.directory / str(step)}: its meta "
+                                         f"record is missing or not a JSON object")
+        return dict(meta)
 
     def save(self, state: TrainState, meta: dict[str, Any]) -> None:
         """Starts an asynchronous save of ``state`` at ``meta['step']`` (returns before it ends)."""
@@ -114,11 +193,16 @@ class Checkpoints:
                 ) -> TrainState:
         """The full training state at ``step``, laid out by ``shardings``."""
         target = with_shardings(abstract_state, shardings)
-        restored = self.manager.restore(step, args=ocp.args.Composite(
-            params=ocp.args.StandardRestore(target.params),
-            opt_state=ocp.args.StandardRestore(
-                {"step": target.step, "opt_state": target.opt_state}),
-        ))
+        try:
+            with _stderr_captured():
+                restored = self.manager.restore(step, args=ocp.args.Composite(
+                    params=ocp.args.StandardRestore(target.params),
+                    opt_state=ocp.args.StandardRestore(
+                        {"step": target.step, "opt_state": target.opt_state}),
+                ))
+        except Exception as e:  # noqa: BLE001 - truncated/corrupt files raise many kinds
+            raise DamagedCheckpointError(f"cannot restore {self.directory / str(step)}: "
+                                         f"{describe_error(e)}") from None
         return TrainState(step=restored.opt_state["step"], params=restored.params,
                           opt_state=restored.opt_state["opt_state"])
 
@@ -126,8 +210,13 @@ class Checkpoints:
         """Only the parameters (for evaluation and generation)."""
         target = abstract_params if shardings is None else with_shardings(abstract_params,
                                                                           shardings)
-        restored = self.manager.restore(step, args=ocp.args.Composite(
-            params=ocp.args.StandardRestore(target)))
+        try:
+            with _stderr_captured():
+                restored = self.manager.restore(step, args=ocp.args.Composite(
+                    params=ocp.args.StandardRestore(target)))
+        except Exception as e:  # noqa: BLE001 - truncated/corrupt files raise many kinds
+            raise DamagedCheckpointError(f"cannot restore {self.directory / str(step)}: "
+                                         f"{describe_error(e)}") from None
         return restored.params
 
     def wait(self) -> None:
@@ -136,7 +225,8 @@ class Checkpoints:
     def close(self) -> None:
         """Waits for pending saves and releases the manager (safe to call twice)."""
         if self.manager is not None:
-            self.manager.close()
+            with _stderr_captured():  # see _stderr_captured: noise after a failed read
+                self.manager.close()
             self.manager = None
 
     def __enter__(self):

@@ -9,7 +9,8 @@ from flax import nnx
 
 from attnlab.config import Config, from_config_dict
 from attnlab.train import workdir as wd
-from attnlab.train.checkpoint import Checkpoints, CheckpointError, check_compatible, param_shapes
+from attnlab.train.checkpoint import (Checkpoints, CheckpointError, DamagedCheckpointError,
+                                     check_compatible, param_shapes)
 from attnlab.train.state import abstract_model
 
 
@@ -38,9 +39,17 @@ def load_params(workdir: str | Path, step: int | None = None
         if step is None or step not in checkpoints.all_steps():
             raise CheckpointError(f"no checkpoint {'' if step is None else step} in {directory}; "
                                   f"available: {checkpoints.all_steps()}")
-        check_compatible(checkpoints.read_meta(step), cfg.model, param_shapes(abstract_params),
-                         f"checkpoint {directory / str(step)}")
-        sharding = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-        params = checkpoints.restore_params(
-            step, abstract_params, jax.tree.map(lambda _: sharding, abstract_params))
+        steps = checkpoints.all_steps()
+        try:
+            check_compatible(checkpoints.read_meta(step), cfg.model,
+                             param_shapes(abstract_params), f"checkpoint {directory / str(step)}")
+            sharding = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+            params = checkpoints.restore_params(
+                step, abstract_params, jax.tree.map(lambda _: sharding, abstract_params))
+        except DamagedCheckpointError as e:
+            older = sorted((s for s in steps if s < step), reverse=True)
+            hint = (f"; --step={older[0]} loads an older one (steps: {sorted(steps)}), and "
+                    f"rerunning training moves the damaged step aside" if older else
+                    "; no older checkpoint is left: retrain the run")
+            raise DamagedCheckpointError(f"{e} (damaged checkpoint){hint}") from None
     return cfg, graphdef, params

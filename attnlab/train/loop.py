@@ -16,6 +16,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import math
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -31,7 +32,8 @@ from attnlab.config import Config
 from attnlab.data import Batches, Corpus, check_budget, prepare, validation_batches
 from attnlab.errors import ConfigError
 from attnlab.model import flops_per_token, param_counts
-from attnlab.train.checkpoint import Checkpoints, CheckpointError, check_compatible, param_shapes
+from attnlab.train.checkpoint import (Checkpoints, CheckpointError, DamagedCheckpointError,
+                                     check_compatible, move_aside, param_shapes)
 from attnlab.train.metrics import MetricsWriter, Throughput
 from attnlab.train.mfu import mfu, peak_flops_per_device
 from attnlab.train.optimizer import make_optimizer
@@ -111,8 +113,10 @@ class _Preflight:
     param_shapes: dict[str, list[int]]
     abstract_state: TrainState
     shardings: TrainState
-    latest: int | None  # newest checkpoint step; None for a fresh run
+    latest: int | None  # newest intact checkpoint step; None for a fresh run
     meta: dict  # its record ({} for a fresh run)
+    state: TrainState | None = None  # restored from it (already verified readable)
+    notes: list[str] = dataclasses.field(default_factory=list)  # e.g. damaged steps moved aside
 
 
 def check_corpus(cfg: Config, corpus) -> list[str]:
@@ -141,19 +145,52 @@ def _preflight(cfg: Config, workdir: Path) -> _Preflight:
     graphdef, abstract_params = abstract_model(cfg)
     shapes = param_shapes(abstract_params)
     abstract_state = abstract_train_state(cfg, optimizer)
-    latest, meta = None, {}
+    shardings = state_shardings(abstract_state, mesh)
+    latest, meta, state, notes = None, {}, None, []
     directory = workdir / rundir.CHECKPOINT_DIR
     if directory.exists():
-        with Checkpoints(directory, keep=cfg.train.keep_checkpoints, read_only=True) as ckpts:
-            latest = ckpts.latest_step()
-            meta = ckpts.read_meta(latest) if latest is not None else {}
-        if latest is not None:
-            check_compatible(meta, cfg.model, shapes, f"checkpoint {directory / str(latest)}")
-            if latest > cfg.total_steps:
-                raise CheckpointError(f"the latest checkpoint (step {latest}) is past this run's "
-                                      f"{cfg.total_steps} steps")
+        latest, meta, state, notes = _newest_intact_checkpoint(
+            cfg, directory, shapes, abstract_state, shardings)
     return _Preflight(mesh, optimizer, schedule, corpus, budget_warnings, graphdef, shapes,
-                      abstract_state, state_shardings(abstract_state, mesh), latest, meta)
+                      abstract_state, shardings, latest, meta, state, notes)
+
+
+def _newest_intact_checkpoint(cfg: Config, directory: Path, shapes: dict, abstract_state,
+                              shardings) -> tuple[int | None, dict, TrainState | None, list[str]]:
+    """The newest checkpoint that reads back whole: ``(step, meta, state, notes)``.
+
+    A step whose files are truncated or corrupted (a disk filled up, a copy cut short) is moved
+    aside to ``checkpoints/corrupt-<step>`` (kept for inspection, never deleted) and the next
+    older one is tried; each move is one line in ``notes``. With none intact the run starts
+    from step 0. A checkpoint that reads fine but belongs to another model is an error
+    (CheckpointError), not damage.
+    """
+    notes: list[str] = []
+    while True:
+        with Checkpoints(directory, keep=cfg.train.keep_checkpoints, read_only=True) as ckpts:
+            steps = sorted(ckpts.all_steps(), reverse=True)
+            if not steps:
+                return None, {}, None, notes
+            step = steps[0]
+            try:
+                meta = ckpts.read_meta(step)
+                damaged = None
+            except DamagedCheckpointError as e:
+                damaged = e
+            if damaged is None:
+                check_compatible(meta, cfg.model, shapes, f"checkpoint {directory / str(step)}")
+                if step > cfg.total_steps:
+                    raise CheckpointError(f"the latest checkpoint (step {step}) is past this "
+                                          f"run's {cfg.total_steps} steps")
+                try:
+                    state = ckpts.restore(step, abstract_state, shardings)
+                    return step, meta, state, notes
+                except DamagedCheckpointError as e:
+                    damaged = e
+        moved = move_aside(directory, step)
+        older = [s for s in steps[1:]]
+        notes.append(f"checkpoint step {step} is damaged ({damaged}); moved it to {moved} and "
+                     + (f"resuming from step {older[0]}" if older else "starting from step 0"))
 
 
 def _compile(cfg: Config, plan: _Preflight) -> tuple[Callable, Callable]:
@@ -245,7 +282,7 @@ def run(cfg: Config, workdir: str | Path, *, progress: bool = True) -> dict:
                    "count": plan.mesh.size, "processes": jax.process_count(),
                    "mesh": dict(plan.mesh.shape), "peak_flops_per_device": peak,
                    "peak_source": peak_source},
-        "dataset": plan.corpus.manifest, "warnings": list(plan.budget_warnings),
+        "dataset": plan.corpus.manifest, "warnings": list(plan.budget_warnings) + plan.notes,
     }
 
     def write_summary():
@@ -260,7 +297,7 @@ def run(cfg: Config, workdir: str | Path, *, progress: bool = True) -> dict:
             state = jax.jit(lambda: init_train_state(cfg, plan.optimizer),
                             out_shardings=plan.shardings)()
         else:
-            state = checkpoints.restore(plan.latest, plan.abstract_state, plan.shardings)
+            state = plan.state  # restored (and so verified) by the preflight
         if writer:  # lines logged after the checkpoint are about to be logged again
             rundir.rewind_metrics(workdir / rundir.METRICS_FILE, start_step)
         train_step, eval_step = _compile(cfg, plan)
@@ -311,6 +348,9 @@ def run(cfg: Config, workdir: str | Path, *, progress: bool = True) -> dict:
                                 progress=progress, write_files=writer)
         for text in plan.budget_warnings:
             metrics.message(f"warning: {text}")
+        for text in plan.notes:  # said even without a progress display
+            sys.stderr.write(f"warning: {text}\n")
+            sys.stderr.flush()
         if start_step:
             metrics.message(f"resuming {workdir} from step {start_step}/{total_steps}")
         batch = device_batch(start_step) if start_step < total_steps else None
