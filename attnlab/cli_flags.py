@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import traceback
 from typing import Any, Callable
 
 import ml_collections
@@ -105,18 +106,26 @@ def parse(argv: list[str], extra: list[Flag] = (), *, prog: str = "attnlab",
                               flag_values=values)
         else:
             definers[flag.kind](flag.name, flag.default, flag.help, flag_values=values)
+    config_path = _config_path(argv) if takes_config else None
+    if config_path is not None:
+        _check_config_file(config_path)
     try:
         positional = values(args)[1:]
     except flags.Error as e:  # unknown flag, bad value, bad override path
         if scale is not None and "get_config() takes 0 positional" in str(e):
             raise UsageError(f"--config.scale={scale}: this config file's get_config() takes no "
                              f"scale argument (only experiment files have scales)") from None
-        raise UsageError(str(e)) from None
-    except (FileNotFoundError, OSError) as e:
-        raise UsageError(f"--config: cannot read config file: {e}") from None
-    except (AttributeError, KeyError, TypeError, ValueError) as e:
-        bad = [a.split("=")[0] for a in argv if a.startswith("--config.")]
-        raise UsageError(f"bad config override among {', '.join(bad)}: no such field {e}") from None
+        _raise_if_from_config_file(e, config_path)
+        raise UsageError(_one_line(str(e))) from None
+    except Exception as e:  # noqa: BLE001 - the user's config file can raise anything
+        _raise_if_from_config_file(e, config_path)
+        if isinstance(e, (FileNotFoundError, OSError)):
+            raise UsageError(f"--config: cannot read config file: {e}") from None
+        if isinstance(e, AttributeError) and "get_config" in str(e):
+            raise UsageError(f"--config={config_path}: the file defines no get_config()") from None
+        if isinstance(e, (AttributeError, KeyError, TypeError, ValueError)):
+            raise UsageError(_bad_override(e, argv)) from None
+        raise
     if positional:
         raise UsageError(f"unexpected argument {positional[0]!r}: flags take the form "
                          f"--name=value (see {prog} --help)")
@@ -130,12 +139,104 @@ def parse(argv: list[str], extra: list[Flag] = (), *, prog: str = "attnlab",
 
 def _check_config(values: flags.FlagValues, required: bool) -> None:
     config = values["config"].value
+    try:
+        path = values["config"].serialize().partition("=")[2]
+    except Exception:  # noqa: BLE001 - ml_collections: "not parsed" when --config was not given
+        path = ""
     if config is not None and not isinstance(config, ml_collections.ConfigDict):
         # ml_collections defers file errors into a placeholder object; surface them now.
-        path = values["config"].serialize().partition("=")[2]
+        if isinstance(config, (dict, list, tuple, str, int, float)):
+            raise UsageError(f"--config={path}: get_config() returned a "
+                             f"{type(config).__name__}, not an ml_collections.ConfigDict")
         raise UsageError(f"--config: cannot load config file {path!r} (missing, or no get_config())")
+    if config is None and path:
+        raise UsageError(f"--config={path}: get_config() returned None (a missing return "
+                         f"statement?)")
     if required and config is None:
         raise UsageError("--config is required, e.g. --config=configs/default.py")
+
+
+def _config_path(argv: list[str]) -> str | None:
+    """The file named by ``--config=FILE[:arg]`` (or ``--config FILE``), None if not given."""
+    for i, arg in enumerate(argv):
+        if arg.startswith("--config="):
+            value = arg.partition("=")[2]
+        elif arg == "--config" and i + 1 < len(argv):
+            value = argv[i + 1]
+        else:
+            continue
+        if not os.path.exists(value) and ":" in value:
+            value = value.rpartition(":")[0]
+        return value
+    return None
+
+
+def _check_config_file(path: str) -> None:
+    """A missing path, a directory or an unreadable file, named before ml_collections tries."""
+    if not path:
+        raise UsageError("--config= names no file, e.g. --config=configs/default.py")
+    if not os.path.exists(path):
+        raise UsageError(f"--config: cannot load config file {path!r}: no such file")
+    if os.path.isdir(path):
+        raise UsageError(f"--config={path} is a directory, not a Python file defining "
+                         f"get_config()")
+    if not os.access(path, os.R_OK):
+        raise UsageError(f"--config={path}: cannot read the file (permission denied)")
+
+
+def _same_file(a: str | None, b: str | None) -> bool:
+    if not a or not b:
+        return False
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.abspath(a) == os.path.abspath(b)
+
+
+def _raise_if_from_config_file(error: BaseException, path: str | None) -> None:
+    """If ``error`` (or what caused it) was raised by the user's config file, raises a
+    UsageError naming that file and line, e.g. ``--config=x.py: x.py, line 3 in get_config:
+    ValueError: ...``; otherwise returns."""
+    if path is None:
+        return
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        where = None
+        if isinstance(error, SyntaxError) and _same_file(error.filename, path):
+            where = f"{error.filename}, line {error.lineno}"
+        else:
+            for frame, lineno in traceback.walk_tb(error.__traceback__):
+                if _same_file(frame.f_code.co_filename, path):
+                    where = f"{frame.f_code.co_filename}, line {lineno} in {frame.f_code.co_name}"
+        if where is not None:
+            message = error.msg if isinstance(error, SyntaxError) else str(error)
+            raise UsageError(f"--config={path}: {where}: {type(error).__name__}: "
+                             f"{_one_line(message)}") from None
+        error = error.__cause__ or error.__context__
+
+
+def _one_line(text: str) -> str:
+    """A message that may span lines (absl, ml_collections) as one line."""
+    return "; ".join(part.strip() for part in str(text).strip().splitlines() if part.strip())
+
+
+def _bad_override(error: Exception, argv: list[str]) -> str:
+    """``--config.model.d_modle: no such field 'd_modle' (did you mean "d_model"?)``."""
+    overrides = [a.split("=")[0] for a in argv if a.startswith("--config.")]
+    while error.args and isinstance(error.args[0], BaseException):  # AttributeError(KeyError)
+        error = error.args[0]
+    text = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
+    first, _, rest = str(text).partition("\n")
+    name = first.strip().strip("'\"")
+    culprit = next((o for o in overrides if name in o.split(".")[1:]), None)
+    hint = ""
+    if "Did you mean" in rest:
+        hint = " (did you mean " + rest.split("Did you mean", 1)[1].split(" instead")[0].strip() + "?)"
+    if culprit:
+        return f"{culprit}: no such field {name!r}{hint}"
+    return (f"bad config override among {', '.join(overrides) or '(none)'}: no such field "
+            f"{_one_line(first)}{hint}")
 
 
 def _scale_as_config_argument(argv: list[str]) -> tuple[list[str], str | None]:
