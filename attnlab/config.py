@@ -279,6 +279,12 @@ def validate_sections(cfg: Config) -> None:
             "data.seq_len",
             f"{cfg.data.seq_len} exceeds the {limit} positions of the {encoding.range_name}",
         )
+    if cfg.model.attention_window > cfg.data.seq_len:
+        raise ConfigError(
+            "model.attention_window",
+            f"{cfg.model.attention_window} is longer than the training context data.seq_len="
+            f"{cfg.data.seq_len}: it would train full attention (0 = full causal attention)",
+        )
     if cfg.data.tokenizer == "byte" and cfg.model.vocab_size < 256:
         raise ConfigError("model.vocab_size", f"the byte tokenizer needs >= 256, got {cfg.model.vocab_size}")
 

@@ -3,14 +3,20 @@
     attnlab extrapolate --sweep=experiments/pe_extrapolation.py --workdir=sweeps/pe_extrapolation \
         --multipliers=1,2,4,8,16 --max-tokens=32768 --parallel=2
 
-One command trains the ten runs (resumable), evaluates each finished run at 1-16 x L_train on the
+One command trains the 24 runs (resumable), evaluates each finished run at 1-16 x L_train on the
 validation split, and writes DIR/extrapolation.csv, the plots and DIR/extrapolation_report.md.
 Every run has the same shape, data (pystdlib, bytes), token budget, data order (data.seed = 0)
-and schedule; only model.pos_encoding and the initialisation seed (train.seed) vary. The learned
-table has exactly L_train rows, so learned positions are not applicable beyond 1x.
+and schedule; only model.pos_encoding (six encodings, T5 bias included), model.attention_window
+(0 = full causal attention, or a sliding window of L_train / 4) and the initialisation seed
+(train.seed) vary. The learned table has exactly L_train rows, so learned positions are not
+applicable beyond 1x. RoPE's context extensions are evaluation settings: add
+``--rope-scaling=all`` to evaluate every RoPE run zero-shot and under NTK, PI and YaRN in one
+report (``rope+ntk``, ``rope+pi``, ``rope+yarn`` rows). The ten full-attention runs of the first
+version keep their run ids; ``--config.sweep.axes.model.attention_window='(0,)'`` plans only
+them and the T5 runs.
 
 Scales: ``cpu`` (default) trains d_model 128 x 4 layers (0.82M parameters) at L_train = 64 on
-0.98M tokens per run (10 runs x 480 steps). ``attnlab sweep --dry-run`` measured 2,200 tokens/s
+0.98M tokens per run (24 runs x 480 steps). ``attnlab sweep --dry-run`` measured 2,200 tokens/s
 per worker on a 2-core VM loaded by other jobs (load ~8), i.e. ~37 min of training with
 ``--parallel=2``; on 2 free cores expect about half, plus ~5 min of evaluation. More tokens:
 ``--config.base.train.tokens=2621440``. ``gpu`` (``--config.scale=gpu``)
@@ -57,7 +63,12 @@ def get_config(scale: str = "cpu") -> ConfigDict:
     sweep.name = "pe_extrapolation"
     sweep.mode = "grid"
     sweep.axes = ConfigDict()
+    # Every encoding with full causal attention (0) and with a sliding window of L_train / 4
+    # (a baseline that never sees a relative distance beyond w; issue #14). The window-0 runs
+    # keep the ids they had before the window axis existed.
+    window = base.data.seq_len // 4
     sweep.axes.model = ConfigDict(
-        {"pos_encoding": ("none", "sinusoidal", "learned", "rope", "alibi")})
+        {"pos_encoding": ("none", "sinusoidal", "learned", "rope", "alibi", "t5"),
+         "attention_window": (0, window)})
     sweep.axes.train = ConfigDict({"seed": (0, 1)})
     return config

@@ -1,10 +1,11 @@
-"""A tiny positional-encoding extrapolation study (used by the tests): 5 encodings x 1 seed.
+"""A tiny positional-encoding extrapolation study (used by the tests): 6 encodings x 1 seed.
 
     attnlab extrapolate --sweep=experiments/tiny_pe.py --workdir=sweeps/tiny_pe --multipliers=1,2,4
 
 Same shape, data, token budget, seed and data order for every encoding; only
-``model.pos_encoding`` varies. Runs take seconds; the numbers mean nothing at this size (see
-experiments/pe_extrapolation.py for the real study).
+``model.pos_encoding`` varies (and ``model.attention_window``, when that axis is overridden).
+Runs take seconds; the numbers mean nothing at this size (see experiments/pe_extrapolation.py
+for the real study).
 """
 
 from ml_collections import ConfigDict
@@ -38,6 +39,7 @@ def get_config(scale: str = "cpu") -> ConfigDict:
     sweep.mode = "grid"
     sweep.axes = ConfigDict()
     sweep.axes.model = ConfigDict(
-        {"pos_encoding": ("none", "sinusoidal", "learned", "rope", "alibi")})
+        {"pos_encoding": ("none", "sinusoidal", "learned", "rope", "alibi", "t5"),
+         "attention_window": (0,)})  # override: --config.sweep.axes.model.attention_window='(0,8)'
     sweep.axes.train = ConfigDict({"seed": (0,)})
     return config

@@ -15,6 +15,7 @@ from attnlab import model as lm
 from attnlab.config import from_config_dict
 from attnlab.data import prepare
 from attnlab.extrapolation import EvalSettings, EvaluationError, evaluate_model, evaluate_run
+from attnlab.extrapolation import cli as extrapolation_cli
 from attnlab.extrapolation import evaluate as ev
 from attnlab.model import PositionOutOfRangeError
 from attnlab.train import load_params, run
@@ -188,6 +189,30 @@ def test_ntk_rope_scaling_is_labelled_and_stretches_the_lowest_frequency(runs):
     assert row(report, "nonoverlapping", 128)["loss"] != row(plain, "nonoverlapping", 128)["loss"]
     with pytest.raises(EvaluationError, match="rope_scaling: ntk applies to RoPE models"):
         evaluate_run(runs["learned"], EvalSettings(rope_scaling="ntk"), progress=False)
+
+
+@pytest.mark.parametrize("method", ["pi", "yarn"])
+def test_pi_and_yarn_are_evaluation_settings_of_rope_runs(runs, method):
+    settings = EvalSettings(multipliers=(1, 4), max_tokens=2000, rope_scaling=method)
+    report = evaluate_run(runs["rope"], settings, progress=False)
+    record = report["rope_scaling"]
+    assert (record["method"], record["eval_rope_scaling"], record["eval_rope_factor"]) == (
+        method, method, 4.0)
+    assert record["eval_rope_original_len"] == (32 if method == "yarn" else 0)  # L_train
+    assert (runs["rope"] / f"extrapolation-rope_{method}_x4.json").exists()
+    plain = evaluate_run(runs["rope"], EvalSettings(multipliers=(1, 4), max_tokens=2000),
+                         progress=False)
+    assert row(report, "nonoverlapping", 128)["loss"] != row(plain, "nonoverlapping", 128)["loss"]
+    with pytest.raises(EvaluationError, match=f"rope_scaling: {method} applies to RoPE models"):
+        evaluate_run(runs["learned"], EvalSettings(rope_scaling=method), progress=False)
+    with pytest.raises(EvaluationError, match="rope_scaling: all evaluates a study"):
+        evaluate_run(runs["rope"], EvalSettings(rope_scaling="all"), progress=False)
+
+
+def test_the_command_offers_every_rope_rescaling():
+    flag = {f.name: f for f in extrapolation_cli.FLAGS}["rope-scaling"]
+    assert tuple(flag.enum_values) == (*ev.ROPE_SCALINGS, "all")
+    assert set(ev.ROPE_SCALINGS) == {"none", "ntk", "pi", "yarn"}
 
 
 def test_bad_input_raises_one_clear_error(runs, rope, tmp_path):

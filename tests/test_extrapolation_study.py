@@ -61,3 +61,18 @@ def test_command_runs_the_five_encoding_study(tmp_path, capsys):
     for encoding in ("none", "sinusoidal", "learned", "rope", "alibi"):
         assert encoding in out
     assert (tmp_path / "study" / "extrapolation.csv").exists()
+
+
+@pytest.mark.slow
+def test_study_compares_rope_rescalings_and_windows(tmp_path):
+    spec = load_spec("experiments/tiny_pe.py", [
+        f"base.data.cache_dir={tmp_path / 'data'}", "sweep.axes.model.pos_encoding=('rope', 't5')",
+        "sweep.axes.model.attention_window=(0, 8)"])
+    study = run_study(spec, tmp_path / "study", EvalSettings(multipliers=(1, 2),
+                                                             rope_scaling="all"), progress=False)
+    labels = set(study.table["pos_encoding"])
+    assert labels == {"rope", "rope+ntk", "rope+pi", "rope+yarn", "rope+w8", "rope+w8+ntk",
+                      "rope+w8+pi", "rope+w8+yarn", "t5", "t5+w8"}
+    assert (study.table["status"] == "ok").all()
+    assert (tmp_path / "study" / "extrapolation-rope_all_report.md").exists() or any(
+        "rope_all" in p.name for p in study.files)

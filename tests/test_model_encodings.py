@@ -27,7 +27,7 @@ def random_heads(seed, shape=(2, 5, 2, 8)):
 
 
 def test_the_registry_is_what_the_config_accepts():
-    assert list(pe.ENCODINGS) == ["none", "sinusoidal", "learned", "rope", "alibi"]
+    assert list(pe.ENCODINGS) == ["none", "sinusoidal", "learned", "rope", "alibi", "t5"]
     for name, cls in pe.ENCODINGS.items():
         assert cls.name == name
         assert type(pe.encoding_for(tiny(pos_encoding=name))) is cls
@@ -45,7 +45,7 @@ def test_what_each_encoding_answers(name):
     limits = {"learned": 24}
     assert encoding.max_positions() == limits.get(name)
     table = lm.TransformerLM(cfg, rngs=nnx.Rngs(params=0)).position_embedding
-    assert (table is None) == (name != "learned")
+    assert (table is None) == (name not in ("learned", "t5"))
     assert encoding.param_count() == (0 if table is None else table[...].size) == (
         lm.param_counts(cfg)["position_embedding"])
     assert encoding.flops_per_token(64) == 0.0
@@ -70,11 +70,17 @@ def test_what_each_encoding_answers(name):
     else:
         assert q2 is q and k2 is k
 
-    bias = encoding.bias(positions, jnp.arange(8)[None])
+    params = encoding.layer_params(table, 0)
+    bias = encoding.bias(positions, jnp.arange(8)[None],
+                         **({} if params is None else {"params": params}))
     if name == "alibi":  # -m_h |i - j|
         distance = np.abs(p64[:, None] - np.arange(8)[None, :])
         expected = -lm.alibi_slopes(2)[:, None, None] * distance
         np.testing.assert_allclose(np.asarray(bias)[0], expected, rtol=1e-6)
+    elif name == "t5":  # b[h, bucket(i - j)]: 16 exact buckets cover these distances
+        distance = np.maximum(p64[:, None] - np.arange(8)[None, :], 0)
+        expected = np.asarray(table[...])[distance].transpose(2, 0, 1)
+        np.testing.assert_allclose(np.asarray(bias)[0], expected, rtol=0)
     else:
         assert bias is None
 
@@ -113,8 +119,8 @@ def test_rescaling_is_asked_of_the_encoding():
     with pytest.raises(pe.RescalingError, match="ntk applies to RoPE models; this run uses "
                                                 "pos_encoding=alibi"):
         pe.encoding_for(tiny(pos_encoding="alibi")).rescaled("ntk", 4.0)
-    with pytest.raises(pe.RescalingError, match="yarn applies to no encoding"):
-        pe.encoding_for(rope).rescaled("yarn", 4.0)
+    with pytest.raises(pe.RescalingError, match="longrope applies to no encoding"):
+        pe.encoding_for(rope).rescaled("longrope", 4.0)
 
 
 # --------------------------------------------------------------------------------------------

@@ -48,14 +48,16 @@ PLAN_DIGESTS = {
     "quickstart:gpu": ("42e4cc383d79f431", "2eab759ffb96b116"),
     "tiny_grid:cpu": ("12716b60dc65c6fe", "7f9d63fd785960a4"),
     "tiny_grid:gpu": ("12716b60dc65c6fe", "7f9d63fd785960a4"),
-    "tiny_pe:cpu": ("18395ede8ddc1bef", "5246b852c8191135"),
-    "tiny_pe:gpu": ("18395ede8ddc1bef", "5246b852c8191135"),
+    # tiny_pe and pe_extrapolation changed on purpose in issue #14 (T5 bias, a sliding-window
+    # axis); their earlier runs keep their ids (test_pe_studies_keep_their_earlier_run_ids).
+    "tiny_pe:cpu": ("33a18b123d366c67", "74b6222dd8b4a3c7"),
+    "tiny_pe:gpu": ("33a18b123d366c67", "74b6222dd8b4a3c7"),
     "kaplan:cpu": ("0b3f54c19f101ede", "b3e823e5ce157fa5"),
     "kaplan:gpu": ("41c4ee628caf737a", "7c2efeeecea7ccd9"),
     "chinchilla_isoflop:cpu": ("2259048fb6802a9b", "9192317909e1aa28"),
     "chinchilla_isoflop:gpu": ("9763e9a9e6380219", "0d5962be2aadbef4"),
-    "pe_extrapolation:cpu": ("aa12c573857cd221", "9e1dda29ca607e34"),
-    "pe_extrapolation:gpu": ("b032c716f331d188", "7e118fe934669ce4"),
+    "pe_extrapolation:cpu": ("b0712233fa124dcb", "b2c6584e8a6f0e7f"),
+    "pe_extrapolation:gpu": ("23b47a93a0eec90f", "ff73f4e53bb1efb4"),
     "markov_floor:cpu": ("aea8b01ad48e0ed4", "4aa61d6fef3608d2"),
     "markov_floor:gpu": ("feaf2235235e724a", "d06a9186944e3ff6"),
 }
@@ -84,6 +86,35 @@ def test_every_experiment_plans_the_same_runs_as_before(key):
     records = [{"id": r.run_id, "cfg": r.cfg.identity(), "axes": r.axes, "budget": r.budget,
                 "params": r.params, "fpt": r.flops_per_token} for r in runs]
     assert sha256(records)[:16] == plans
+
+
+# The plans of the positional-encoding studies before issue #14 added T5 bias and sliding windows.
+PE_STUDIES_BEFORE_14 = {
+    "pe_extrapolation:cpu": [
+        "d128-l4-none-t983k-s0-235aa2cc", "d128-l4-none-t983k-s1-e9c28c2a",
+        "d128-l4-sinusoidal-t983k-s0-0a84ff45", "d128-l4-sinusoidal-t983k-s1-6c624eff",
+        "d128-l4-learned-t983k-s0-15d48038", "d128-l4-learned-t983k-s1-c911f225",
+        "d128-l4-rope-t983k-s0-bd7d7b30", "d128-l4-rope-t983k-s1-66c5e1f8",
+        "d128-l4-alibi-t983k-s0-9ad4ced4", "d128-l4-alibi-t983k-s1-b516b2e2"],
+    "pe_extrapolation:gpu": [
+        "d512-l8-none-t200M-s0-071bea2d", "d512-l8-none-t200M-s1-84a653db",
+        "d512-l8-sinusoidal-t200M-s0-fb36ffe3", "d512-l8-sinusoidal-t200M-s1-a8bc28a5",
+        "d512-l8-learned-t200M-s0-1940a6e0", "d512-l8-learned-t200M-s1-3d977415",
+        "d512-l8-rope-t200M-s0-6680930f", "d512-l8-rope-t200M-s1-f6dd3bfb",
+        "d512-l8-alibi-t200M-s0-2c48d260", "d512-l8-alibi-t200M-s1-07b78060"],
+    "tiny_pe:cpu": [
+        "d16-l1-none-t2.05k-s0-21866a74", "d16-l1-sinusoidal-t2.05k-s0-88964783",
+        "d16-l1-learned-t2.05k-s0-64e68234", "d16-l1-rope-t2.05k-s0-728d2467",
+        "d16-l1-alibi-t2.05k-s0-0839826c"],
+}
+
+
+@pytest.mark.parametrize("key", sorted(PE_STUDIES_BEFORE_14))
+def test_pe_studies_keep_their_earlier_run_ids(key):
+    """The full-attention runs of the five encodings resume in the grown studies."""
+    name, scale = key.split(":")
+    ids = [run.run_id for run in planned(name, scale)]
+    assert set(PE_STUDIES_BEFORE_14[key]) <= set(ids)
 
 
 def test_every_shipped_experiment_is_guarded():

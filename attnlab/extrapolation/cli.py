@@ -15,8 +15,8 @@ from pathlib import Path
 
 from attnlab import cli_flags
 from attnlab.cli_flags import Flag, UsageError
-from attnlab.extrapolation.evaluate import (EvalSettings, evaluate_run, report_paths,
-                                            results_frame)
+from attnlab.extrapolation.evaluate import (EVERY_SCALING, ROPE_SCALINGS, EvalSettings,
+                                            evaluate_run, report_paths, results_frame)
 from attnlab.extrapolation.study import ratio_table, run_study
 from attnlab.sweep import load_spec
 
@@ -37,9 +37,11 @@ FLAGS = [
     Flag("batch-tokens", "integer", 16384, "Tokens per forward pass."),
     Flag("attention-chunk", "integer", 512, "Query-block size of the attention for lengths "
                                             "above it (memory linear in length); 0 = never."),
-    Flag("rope-scaling", "enum", "none", "RoPE context extension at evaluation: none (zero-shot) "
-                                         "or ntk (NTK-aware base scaling).",
-         enum_values=("none", "ntk")),
+    Flag("rope-scaling", "enum", "none", "RoPE context extension at evaluation: none (zero-shot), "
+                                         "ntk (NTK-aware base), pi (position interpolation), "
+                                         "yarn (NTK-by-parts + temperature), or all (with "
+                                         "--sweep: each of them, compared in one report).",
+         enum_values=(*ROPE_SCALINGS, EVERY_SCALING)),
     Flag("rope-factor", "float", 0.0, "Scale factor s of --rope-scaling; 0 = longest length / "
                                       "training length."),
     Flag("force", "bool", False, "Re-evaluate even when extrapolation.json is current."),

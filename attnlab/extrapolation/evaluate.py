@@ -14,7 +14,10 @@ output file names. The encoding owns its rescalings (``RoPE.rescalings`` in
 ``attnlab/model/positions.py``); this module asks ``encoding.rescaled(method, factor)`` for the
 evaluation config. ``ntk`` ("NTK-aware" scaling, bloc97 2023; eq. in Peng et al. 2023, YaRN
 sec. 3.2) raises the RoPE base to ``theta * s^(d/(d-2))`` so that the lowest frequency is
-interpolated by ``s`` while the highest is left almost unchanged.
+interpolated by ``s`` while the highest is left almost unchanged; ``pi`` (position
+interpolation, Chen et al. 2023) divides every frequency by ``s``; ``yarn`` (Peng et al. 2023)
+interpolates only the wavelengths longer than the training context (a ramp between
+``L/32`` and ``L``) and multiplies q and k by ``0.1 ln s + 1``.
 
 Long windows use the model's query-block attention (``model.attention_chunk``), so no
 ``[heads, T, T]`` score tensor is ever built for long ``T``.
@@ -50,7 +53,8 @@ from attnlab.model.positions import (  # ntk_rope_theta: re-exported for attnlab
 
 REPORT_FILE = "extrapolation"  # <run_dir>/extrapolation[<tag>].json / .csv / _positions.csv
 FORMAT_VERSION = 1
-ROPE_SCALINGS = tuple(RoPE.rescalings)  # none, ntk
+ROPE_SCALINGS = tuple(RoPE.rescalings)  # none, ntk, pi, yarn
+EVERY_SCALING = "all"  # a study evaluates RoPE runs under every one of ROPE_SCALINGS
 SPLIT = "validation"
 
 
@@ -66,7 +70,7 @@ class EvalSettings:
     max_tokens: int = 0  # > 0: use only the first max_tokens tokens of the validation split
     batch_tokens: int = 16384  # tokens per forward pass: windows per batch = batch_tokens // L
     attention_chunk: int = 512  # query-block size used for lengths above it; 0 -> never
-    rope_scaling: str = "none"  # none | ntk (RoPE runs only)
+    rope_scaling: str = "none"  # none | ntk | pi | yarn (RoPE runs only); a study also takes all
     rope_factor: float = 0.0  # s of the RoPE scaling; 0 -> longest length / L_train
 
     def validate(self) -> None:
@@ -85,13 +89,14 @@ class EvalSettings:
         _check_int("max_tokens", self.max_tokens, 0)
         _check_int("batch_tokens", self.batch_tokens, 1)
         _check_int("attention_chunk", self.attention_chunk, 0)
-        if self.rope_scaling not in ROPE_SCALINGS:
+        if self.rope_scaling not in (*ROPE_SCALINGS, EVERY_SCALING):
             raise EvaluationError(f"rope_scaling: unknown {self.rope_scaling!r}; valid values are "
-                                  f"{', '.join(ROPE_SCALINGS)}")
+                                  f"{', '.join((*ROPE_SCALINGS, EVERY_SCALING))}")
         if not (math.isfinite(self.rope_factor) and self.rope_factor >= 0):
             raise EvaluationError(f"rope_factor: must be >= 0 (0 = automatic), got {self.rope_factor}")
         if self.rope_factor and self.rope_scaling == UNSCALED:
-            raise EvaluationError("rope_factor: set only with --rope_scaling (ntk)")
+            raise EvaluationError("rope_factor: set only with --rope_scaling "
+                                  f"({', '.join(ROPE_SCALINGS[1:])})")
 
     def resolve_lengths(self, train_length: int, *, include_train_length: bool = True
                         ) -> tuple[int, ...]:
@@ -138,24 +143,28 @@ def not_applicable_reason(model_cfg: ModelConfig, length: int) -> str | None:
 
 
 def rescaled_model_config(model_cfg: ModelConfig, settings: EvalSettings,
-                          rope_factor: float) -> ModelConfig:
+                          rope_factor: float, train_length: int = 0) -> ModelConfig:
     """The run's model config with the positional encoding rescaled as ``settings`` ask
-    (unchanged for ``rope_scaling="none"``).
+    (unchanged for ``rope_scaling="none"``); ``train_length`` is the run's ``data.seq_len``
+    (YaRN's ramp is relative to it).
 
     Raises:
       EvaluationError: the run's encoding has no such rescaling (e.g. ntk on a learned table).
     """
+    if settings.rope_scaling == EVERY_SCALING:
+        raise EvaluationError("rope_scaling: all evaluates a study (--sweep) under every "
+                              "rescaling; name one for a single run")
     try:
-        return encoding_for(model_cfg).rescaled(settings.rope_scaling, rope_factor)
+        return encoding_for(model_cfg).rescaled(settings.rope_scaling, rope_factor, train_length)
     except RescalingError as e:
         raise EvaluationError(f"rope_scaling: {e}") from None
 
 
 def eval_model_config(model_cfg: ModelConfig, length: int, settings: EvalSettings,
-                      rope_factor: float) -> ModelConfig:
+                      rope_factor: float, train_length: int = 0) -> ModelConfig:
     """The model config used for windows of ``length``: query-block attention for long windows
     (same function, memory linear in length) and the RoPE scaling, if asked."""
-    model_cfg = rescaled_model_config(model_cfg, settings, rope_factor)
+    model_cfg = rescaled_model_config(model_cfg, settings, rope_factor, train_length)
     if settings.attention_chunk and length > settings.attention_chunk:
         model_cfg = dataclasses.replace(model_cfg, attention_chunk=settings.attention_chunk)
     return model_cfg
@@ -255,7 +264,8 @@ def evaluate_model(cfg: Config, state, stream: np.ndarray, settings: EvalSetting
     train_length = cfg.data.seq_len
     lengths = settings.resolve_lengths(train_length)
     rope_factor = settings.resolve_rope_factor(train_length, lengths)
-    rescaled = rescaled_model_config(cfg.model, settings, rope_factor)  # fails early, clearly
+    rescaled = rescaled_model_config(cfg.model, settings, rope_factor,
+                                     train_length)  # fails early, clearly
     stream = np.asarray(stream)
     if settings.max_tokens:
         stream = stream[: settings.max_tokens]
@@ -273,7 +283,7 @@ def evaluate_model(cfg: Config, state, stream: np.ndarray, settings: EvalSetting
     graphdefs: dict[ModelConfig, Callable] = {}
 
     def losses_for(length: int) -> Callable:
-        model_cfg = eval_model_config(cfg.model, length, settings, rope_factor)
+        model_cfg = eval_model_config(cfg.model, length, settings, rope_factor, train_length)
         if model_cfg not in graphdefs:
             graphdefs[model_cfg] = loss_function(_graphdef(dataclasses.replace(cfg, model=model_cfg)))
         return graphdefs[model_cfg]
@@ -361,7 +371,9 @@ def _rope_record(trained: ModelConfig, rescaled: ModelConfig, settings: EvalSett
     if settings.rope_scaling == UNSCALED:
         return {"method": UNSCALED}
     return {"method": settings.rope_scaling, "factor": rope_factor,
-            "rope_theta": trained.rope_theta, "eval_rope_theta": rescaled.rope_theta}
+            "rope_theta": trained.rope_theta, "eval_rope_theta": rescaled.rope_theta,
+            "eval_rope_scaling": rescaled.rope_scaling, "eval_rope_factor": rescaled.rope_factor,
+            "eval_rope_original_len": rescaled.rope_original_len}
 
 
 def run_warnings(report: dict) -> list[str]:
@@ -462,7 +474,7 @@ def evaluate_run(run_dir: str | Path, settings: EvalSettings = EvalSettings(), *
         "format_version": FORMAT_VERSION, "attnlab_version": attnlab.__version__,
         "run_dir": str(run_dir.absolute()), "name": cfg.name, "checkpoint_step": step,
         "pos_encoding": cfg.model.pos_encoding, "max_len": cfg.model.max_len,
-        "seed": cfg.train.seed, "data_seed": cfg.data.seed, "data_source": cfg.data.source,
+        "attention_window": cfg.model.attention_window, "seed": cfg.train.seed, "data_seed": cfg.data.seed, "data_source": cfg.data.source,
         "tokenizer": cfg.data.tokenizer, "split": SPLIT, "settings": settings_record(settings),
         "seconds": round(time.perf_counter() - started, 3), **report,
     }

@@ -20,7 +20,8 @@ from tqdm.auto import tqdm
 
 from attnlab.config import from_config_dict
 from attnlab.extrapolation import checks
-from attnlab.extrapolation.evaluate import EvalSettings, evaluate_run, results_frame
+from attnlab.extrapolation.evaluate import (EVERY_SCALING, ROPE_SCALINGS, EvalSettings,
+                                            evaluate_run, results_frame)
 from attnlab.extrapolation.protocol import EvaluationError
 from attnlab.model.positions import UNSCALED, encoding_for
 
@@ -44,7 +45,9 @@ def run_study(spec, workdir: str | Path, settings: EvalSettings = EvalSettings()
     """Runs the sweep ``spec`` (resuming), evaluates its completed runs and writes the study.
 
     RoPE context extension (``settings.rope_scaling``) applies to RoPE runs only; their rows are
-    labelled ``rope+<method>``, the other encodings are evaluated zero-shot as usual.
+    labelled ``rope+<method>``, the other encodings are evaluated zero-shot as usual. With
+    ``rope_scaling="all"`` every RoPE run is evaluated under each rescaling (none, ntk, pi,
+    yarn) and the report compares them. Sliding-window runs are labelled ``<encoding>+w<w>``.
 
     Files in ``workdir``: ``extrapolation.csv`` (combined table), ``extrapolation_positions.csv``,
     ``extrapolation_ratio[_sliding].png/.pdf``, ``extrapolation_positions.png/.pdf`` and
@@ -63,14 +66,12 @@ def run_study(spec, workdir: str | Path, settings: EvalSettings = EvalSettings()
             warnings.append(f"{row.run_id}: status {row.status}, not evaluated")
             continue
         run_dir = workdir / RUNS_DIR / row.run_id
-        run_settings = settings
         model_cfg = from_config_dict(json.loads((run_dir / "config.json").read_text())).model
-        if not encoding_for(model_cfg).can_rescale(settings.rope_scaling):
-            # Encodings without this rescaling are evaluated zero-shot, as usual.
-            run_settings = dataclasses.replace(settings, rope_scaling=UNSCALED, rope_factor=0.0)
-        report = evaluate_run(run_dir, run_settings, force=force, progress=progress)
-        say(f"{row.run_id}: evaluated ({report['pos_encoding']}, {report['seconds']:.1f} s)")
-        reports.append((row.run_id, report))
+        for run_settings in settings_per_run(settings, model_cfg):
+            report = evaluate_run(run_dir, run_settings, force=force, progress=progress)
+            say(f"{row.run_id}: evaluated ({report['pos_encoding']}, "
+                f"{report['rope_scaling']['method']}, {report['seconds']:.1f} s)")
+            reports.append((row.run_id, report))
     if not reports:
         raise_no_runs(workdir, warnings)
     table, curves = combine(reports)
@@ -83,6 +84,23 @@ def run_study(spec, workdir: str | Path, settings: EvalSettings = EvalSettings()
     return Study(table, curves, warnings, files)
 
 
+def settings_per_run(settings: EvalSettings, model_cfg) -> list[EvalSettings]:
+    """The evaluations of one run: ``settings`` as given; under every RoPE rescaling for
+    ``rope_scaling="all"``; zero-shot for encodings without the rescaling asked."""
+    methods = ROPE_SCALINGS if settings.rope_scaling == EVERY_SCALING else (settings.rope_scaling,)
+    encoding = encoding_for(model_cfg)
+    out = []
+    for method in methods:
+        if not encoding.can_rescale(method):
+            method = UNSCALED  # encodings without this rescaling are evaluated zero-shot
+        run_settings = dataclasses.replace(
+            settings, rope_scaling=method,
+            rope_factor=0.0 if method == UNSCALED else settings.rope_factor)
+        if run_settings not in out:
+            out.append(run_settings)
+    return out
+
+
 def raise_no_runs(workdir: Path, warnings: list[str]) -> None:
     raise EvaluationError(f"--workdir: no completed run to evaluate in {workdir}"
                           + (": " + "; ".join(warnings) if warnings else ""))
@@ -93,6 +111,8 @@ def combine(reports: list[tuple[str, dict]]) -> tuple[pd.DataFrame, pd.DataFrame
     tables, curves = [], []
     for run_id, report in reports:
         label = report["pos_encoding"]
+        if report.get("attention_window"):  # sliding-window runs of one encoding: their own rows
+            label = f"{label}+w{report['attention_window']}"
         if report["rope_scaling"]["method"] != UNSCALED:
             label = f"{label}+{report['rope_scaling']['method']}"
         frame = results_frame({**report, "pos_encoding": label})

@@ -30,6 +30,7 @@ implementations:
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import TYPE_CHECKING, Callable
 
@@ -39,6 +40,7 @@ from flax import nnx
 
 from attnlab.model.layers import dense, make_norm
 from attnlab.model.positions import encoding_for
+from attnlab.model.scales import score_scale_for
 
 if TYPE_CHECKING:  # annotations only: model/config.py imports the mixer registry, which imports us
     from attnlab.model.config import ModelConfig
@@ -58,6 +60,40 @@ def causal(q_index: jax.Array, k_index: jax.Array) -> jax.Array:
 def causal_mask(q_len: int, k_len: int, q_offset: int | jax.Array = 0) -> jax.Array:
     """``mask[i, j] = j <= q_offset + i``; bool ``[q_len, k_len]`` (True = may attend)."""
     return causal(q_offset + jnp.arange(q_len), jnp.arange(k_len))
+
+
+def sliding_window(window: int, n_global: int = 0) -> Mask:
+    """Local causal attention (Beltagy et al. 2020; Mistral, Jiang et al. 2023): query ``i`` sees
+    keys ``i - window + 1 .. i``, plus the first ``n_global`` keys (global tokens). A mask
+    function ``(q_index [q_len], k_index [k_len]) -> bool [q_len, k_len]``; after ``L`` layers
+    the output at ``i`` depends on no token before ``i - L (window - 1)`` (global tokens
+    aside)."""
+
+    def mask(q_index: jax.Array, k_index: jax.Array) -> jax.Array:
+        distance = q_index[:, None] - k_index[None, :]
+        return (distance >= 0) & ((distance < window) | (k_index[None, :] < n_global))
+
+    return mask
+
+
+NOT_WRITTEN = 2**30  # position of an empty rolling-cache slot: after every query, so masked
+
+
+def rolling_slot_positions(start: jax.Array | int, window: int, n_global: int) -> jax.Array:
+    """Positions held by a rolling KV cache before a step at ``start``; int32 ``[n_global +
+    window]``. Slots ``0 .. n_global-1`` hold positions ``0 .. n_global-1``; slot ``n_global + r``
+    the latest position ``p < start`` with ``p % window == r``. Slots not written yet, and rolling
+    slots whose position is a global one (counted once, in its global slot), read
+    :data:`NOT_WRITTEN`."""
+    start = jnp.asarray(start, jnp.int32)
+    global_positions = jnp.arange(n_global, dtype=jnp.int32)
+    r = jnp.arange(window, dtype=jnp.int32)
+    rolling = start - 1 - jnp.mod(start - 1 - r, window)
+    positions = jnp.concatenate([
+        jnp.where(global_positions < start, global_positions, NOT_WRITTEN),
+        jnp.where(rolling >= n_global, rolling, NOT_WRITTEN),  # also < 0: not written
+    ])
+    return positions
 
 
 def _group(q: jax.Array, kv_heads: int) -> jax.Array:
@@ -245,8 +281,11 @@ class CausalSelfAttention(nnx.Module):
 
     ``q = x W_q``, ``k = x W_k``, ``v = x W_v`` (no biases); QK-norm per head (optional); the
     positional encoding's q/k transform (RoPE); attention with the encoding's score bias
-    (ALiBi), scale ``1/sqrt(head_dim)`` and the causal mask; then ``W_o``. ``W_o`` is a residual
-    output projection: GPT-2 init scales its std by ``1/sqrt(2 n_layers)``.
+    (ALiBi, T5), the score scale of ``model.attention_scale`` (``1/sqrt(head_dim)``, ``1/d``, 1,
+    a learned per-head temperature, or cosine attention: :mod:`attnlab.model.scales`) and the
+    causal mask, banded when ``model.attention_window > 0`` (:func:`sliding_window`; its KV cache
+    is a rolling buffer of ``window`` slots plus the global tokens); then ``W_o``. ``W_o`` is a
+    residual output projection: GPT-2 init scales its std by ``1/sqrt(2 n_layers)``.
 
     A sequence mixer: ``(x, positions, kv, start) -> (y, kv)``, with or without a cache.
     """
@@ -255,6 +294,7 @@ class CausalSelfAttention(nnx.Module):
         self.cfg = cfg
         self.encoding = encoding_for(cfg)
         self.scale = 1.0 / math.sqrt(cfg.head_dim)
+        self.score_scale = score_scale_for(cfg)
         d, hd = cfg.d_model, cfg.head_dim
         residual_std = cfg.init_std / math.sqrt(2 * cfg.n_layers)
         self.q_proj = dense(cfg, d, cfg.n_heads * hd, cfg.init_std, rngs)
@@ -265,9 +305,11 @@ class CausalSelfAttention(nnx.Module):
             # QK-norm (Dehghani et al. 2023): normalise each head's q and k before the product.
             self.q_norm = make_norm(cfg, hd)
             self.k_norm = make_norm(cfg, hd)
+        # A learned temperature (attention_scale learned / cosine), [heads]; None otherwise.
+        self.temperature = self.score_scale.init_params(rngs)
 
     def __call__(self, x: jax.Array, positions: jax.Array, *, kv=None, start=0,
-                 mask: Mask | None = causal):
+                 mask: Mask | None = causal, pos_params=None):
         """Self-attention of ``x [batch, t, d_model]`` at ``positions [pbatch, t]``.
 
         Without ``kv``: plain self-attention under ``mask`` (a mask function of indices, see the
@@ -275,7 +317,10 @@ class CausalSelfAttention(nnx.Module):
         ``[batch, cache_len, kv_heads, head_dim]``: a KV-cache step that writes this call's keys
         and values at cache slots ``start .. start + t - 1`` (``positions`` must equal
         ``start + arange(t)``; ``start`` may be traced) and attends over the whole cache; slots
-        not yet written are hidden by the causal mask (a cache needs one).
+        not yet written are hidden by the causal mask (a cache needs one). With a sliding window
+        (``model.attention_window``) the default ``mask`` becomes :func:`sliding_window` and a
+        cache holds ``n_global + window`` slots, written as a rolling buffer (exact past the
+        window). ``pos_params``: the encoding's bias parameters for this layer (T5).
 
         Returns:
           ``([batch, t, d_model], kv)``: ``kv`` updated, or None without a cache.
@@ -287,17 +332,58 @@ class CausalSelfAttention(nnx.Module):
         v = self.v_proj(x).reshape(batch, t, cfg.kv_heads, cfg.head_dim)
         if cfg.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
+        q, k, scale = self.score_scale.apply(q, k, self.temperature)
         q, k = self.encoding.transform_qk(q, k, positions)
+        bias = self.encoding.bias
+        if pos_params is not None:
+            bias = functools.partial(self.encoding.bias, params=pos_params)
+        if cfg.attention_window and mask is causal:
+            mask = sliding_window(cfg.attention_window, cfg.attention_global_tokens)
         q_offset, k_positions = 0, positions
-        if kv is not None:
+        if kv is not None and cfg.attention_window:
+            k, v, kv, mask, k_positions = self._rolling_cache(k, v, kv, start, t, mask)
+            q_offset = start
+        elif kv is not None:
             keys, values = kv
             k = jax.lax.dynamic_update_slice_in_dim(keys, k.astype(keys.dtype), start, axis=1)
             v = jax.lax.dynamic_update_slice_in_dim(values, v.astype(values.dtype), start, axis=1)
             kv = (k, v)
             q_offset, k_positions = start, jnp.arange(k.shape[1])[None]
         out = dot_product_attention(
-            q, k, v, scale=self.scale, bias=self.encoding.bias,
+            q, k, v, scale=scale, bias=bias,
             mask=mask, q_offset=q_offset, q_positions=positions,
             k_positions=k_positions, impl=cfg.attention_impl, chunk=cfg.attention_chunk,
         )  # [batch, t, heads, head_dim]
         return self.o_proj(out.reshape(batch, t, cfg.n_heads * cfg.head_dim)), kv
+
+    def _rolling_cache(self, k, v, kv, start, t: int, mask: Mask):
+        """A sliding-window KV-cache step: this call's ``t`` keys/values attend with the cached
+        ones, whose slot positions come from :func:`rolling_slot_positions`; the last
+        ``min(t, window)`` are then written at slots ``n_global + p % window`` (and positions
+        ``p < n_global`` also at slot ``p``).
+
+        Returns ``(keys, values)`` to attend over (``[batch, n_global + window + t, ...]``), the
+        updated cache, the mask function by slot index (queries by position) and the keys'
+        positions ``[1, n_global + window + t]`` for the bias.
+        """
+        window, n_global = self.cfg.attention_window, self.cfg.attention_global_tokens
+        keys, values = kv
+        k, v = k.astype(keys.dtype), v.astype(values.dtype)
+        new_positions = jnp.asarray(start, jnp.int32) + jnp.arange(t, dtype=jnp.int32)
+        k_positions = jnp.concatenate(
+            [rolling_slot_positions(start, window, n_global), new_positions])
+        attend_k = jnp.concatenate([keys, k], axis=1)
+        attend_v = jnp.concatenate([values, v], axis=1)
+        keep = min(t, window)  # distinct slots: later tokens overwrite earlier ones
+        slots = n_global + jnp.mod(new_positions[t - keep:], window)
+        keys = keys.at[:, slots].set(k[:, t - keep:])
+        values = values.at[:, slots].set(v[:, t - keep:])
+        if n_global:
+            global_slots = jnp.where(new_positions < n_global, new_positions, n_global + window)
+            keys = keys.at[:, global_slots].set(k, mode="drop")
+            values = values.at[:, global_slots].set(v, mode="drop")
+
+        def slot_mask(q_index, k_index):
+            return mask(q_index, k_positions[k_index])
+
+        return attend_k, attend_v, (keys, values), slot_mask, k_positions[None]

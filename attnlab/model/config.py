@@ -11,8 +11,9 @@ from __future__ import annotations
 import dataclasses
 
 from attnlab.errors import ConfigError
-from attnlab.model.mixers import MIXERS, validate_mixer
-from attnlab.model.positions import ENCODINGS, encoding_for
+from attnlab.model.mixers import MIXERS, Softmax, layer_mixers, validate_mixer
+from attnlab.model.positions import ENCODINGS, ROPE_FREQUENCIES, UNSCALED, encoding_for
+from attnlab.model.scales import SCALES, score_scale_for
 
 NORMS = ("layernorm", "rmsnorm")
 NORM_POSITIONS = ("pre", "post")
@@ -45,6 +46,17 @@ class ModelConfig:
     dropout: float = 0.0
     dtype: str = "float32"  # compute dtype; parameters are always float32
     init_std: float = 0.02
+    # Issue #14 variants; the defaults reproduce the models made before them.
+    t5_num_buckets: int = 32  # pos_encoding="t5": buckets of the relative bias (Raffel et al.)
+    t5_max_distance: int = 128  # distances >= this share the last bucket
+    t5_per_layer: bool = False  # False: one bias table shared by all layers (as in T5)
+    rope_scaling: str = "none"  # RoPE frequencies: none | pi | yarn (set by attnlab extrapolate)
+    rope_factor: float = 1.0  # s of rope_scaling (evaluation length / training length)
+    rope_original_len: int = 0  # YaRN: the training context L its ramp is relative to
+    attention_scale: str = "rsqrt"  # rsqrt (1/sqrt(d_k)) | mup (1/d_k) | none | learned | cosine
+    cosine_tau_init: float = 10.0  # attention_scale="cosine": initial temperature tau
+    attention_window: int = 0  # sliding-window attention: keys i-w+1..i; 0 -> full causal
+    attention_global_tokens: int = 0  # with a window: the first n tokens stay visible to all
 
     # Issue #15 sequence mixers (attnlab/model/mixers.py); the defaults are softmax attention.
     mixer: str = "softmax"  # softmax | linear (elu+1) | performer (FAVOR+) | mamba
@@ -119,3 +131,36 @@ def validate_model(m: ModelConfig) -> None:
         raise ConfigError("model.dropout", f"must be in [0, 1), got {m.dropout}")
     check_choice("model.mixer", m.mixer, tuple(MIXERS))
     validate_mixer(m)  # e.g. performer with ALiBi, pure mamba with RoPE
+    validate_variants(m)
+
+
+def validate_variants(m: ModelConfig) -> None:
+    """The fields of issue #14's variants (T5 bias, PI/YaRN, score scale, sliding window)."""
+    check_choice("model.rope_scaling", m.rope_scaling, tuple(ROPE_FREQUENCIES))
+    if m.rope_scaling != UNSCALED:
+        if not encoding_for(m).can_rescale(m.rope_scaling):
+            raise ConfigError("model.rope_scaling",
+                              f"{m.rope_scaling} rescales RoPE frequencies; model.pos_encoding="
+                              f"{m.pos_encoding} has none")
+        if not m.rope_factor >= 1.0:
+            raise ConfigError("model.rope_factor",
+                              f"must be >= 1 with model.rope_scaling={m.rope_scaling}, "
+                              f"got {m.rope_factor}")
+    check_choice("model.attention_scale", m.attention_scale, tuple(SCALES))
+    score_scale_for(m).validate()  # e.g. cosine attention with qk_norm
+    if m.attention_window < 0:
+        raise ConfigError("model.attention_window",
+                          f"must be >= 1 (0 = full causal attention), got {m.attention_window}")
+    if m.attention_global_tokens < 0:
+        raise ConfigError("model.attention_global_tokens",
+                          f"must be >= 0, got {m.attention_global_tokens}")
+    if m.attention_global_tokens and not m.attention_window:
+        raise ConfigError("model.attention_global_tokens",
+                          "global tokens need a sliding window (model.attention_window >= 1)")
+    if not any(isinstance(mixer, Softmax) for mixer in layer_mixers(m)):
+        for name in ("attention_scale", "attention_window"):
+            if getattr(m, name) != ModelConfig.__dataclass_fields__[name].default:
+                raise ConfigError(f"model.{name}",
+                                  f"acts on softmax attention, which model.mixer={m.mixer} "
+                                  "never forms (a hybrid's attention layers do: "
+                                  "model.attention_every)")

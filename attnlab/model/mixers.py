@@ -38,6 +38,7 @@ from attnlab.model import mamba
 from attnlab.model.attention import CausalSelfAttention
 from attnlab.model.linear_attention import LinearAttention
 from attnlab.model.positions import PositionalEncoding, encoding_for
+from attnlab.model.scales import score_scale_for
 
 if TYPE_CHECKING:
     from attnlab.model.config import ModelConfig
@@ -107,11 +108,21 @@ class Softmax(SequenceMixer):
 
     def init_state(self, batch, max_len):
         cfg = self.cfg
+        if cfg.attention_window:  # a rolling buffer: the global tokens + the last w (issue #14)
+            max_len = cfg.attention_global_tokens + cfg.attention_window
         zeros = jnp.zeros((batch, max_len, cfg.kv_heads, cfg.head_dim), jnp.dtype(cfg.dtype))
         return zeros, zeros
 
     def state_length(self, state):
-        return state[0].shape[1]
+        return None if self.cfg.attention_window else state[0].shape[1]
+
+    def keys_per_query(self, seq_len: int) -> int:
+        """Keys a query attends to in a context of ``seq_len``: all of them (no causal halving),
+        or at most ``window + global tokens`` with a sliding window."""
+        cfg = self.cfg
+        if cfg.attention_window:
+            return min(seq_len, cfg.attention_window + cfg.attention_global_tokens)
+        return seq_len
 
     def param_count(self):
         cfg = self.cfg
@@ -119,21 +130,23 @@ class Softmax(SequenceMixer):
         count = d * cfg.n_heads * hd + 2 * d * cfg.kv_heads * hd + cfg.n_heads * hd * d
         if cfg.qk_norm:
             count += 2 * (2 * hd if cfg.norm == "layernorm" else hd)
-        return count
+        return count + score_scale_for(cfg).param_count()  # a learned temperature per head
 
     def flops_per_token(self, seq_len):
         """Hoffmann et al. 2022, Appendix F: projections; ``QK^T`` ``2 T d_attn``, softmax
-        ``3 H T``, ``PV`` ``2 T d_attn`` (every query against all ``T`` keys)."""
+        ``3 H T``, ``PV`` ``2 T d_attn`` (every query against all ``T`` keys; with a sliding
+        window ``T`` is :meth:`keys_per_query`, the band's width)."""
         cfg = self.cfg
         d, hd = cfg.d_model, cfg.head_dim
         d_attn = cfg.n_heads * hd
+        seq_len = self.keys_per_query(seq_len)
         weights = 2.0 * d * (cfg.n_heads * hd + 2 * cfg.kv_heads * hd) + 2.0 * d_attn * d
         context = 2.0 * seq_len * d_attn + 3.0 * cfg.n_heads * seq_len + 2.0 * seq_len * d_attn
         return {"weights": weights, "context": context}
 
     def kaplan_context_flops(self, seq_len):
         """Kaplan et al. 2020, Table 1: ``2 n_ctx d_attn`` (the ``QK^T`` products only)."""
-        return 2.0 * seq_len * self.cfg.n_heads * self.cfg.head_dim
+        return 2.0 * self.keys_per_query(seq_len) * self.cfg.n_heads * self.cfg.head_dim
 
 
 class Linear(SequenceMixer):

@@ -41,8 +41,11 @@ class Block(nnx.Module):
         self.ffn_norm = make_norm(cfg, cfg.d_model)
         self.ffn = FeedForward(cfg, rngs=rngs)
 
-    def __call__(self, x, positions, *, dropout_key=None, kv=None, start=0):
+    def __call__(self, x, positions, *, dropout_key=None, kv=None, start=0, pos_params=None):
         """``x [batch, seq, d_model]``, ``positions [pbatch, seq]`` -> ``(x, kv)``.
+
+        ``pos_params``: the positional encoding's parameters for this layer's score bias (T5's
+        table; None for every other encoding), passed to the mixer only when given.
 
         With ``kv`` (this layer's decode state: a KV cache, see
         :meth:`CausalSelfAttention.__call__`, or a recurrent state) the mixer reads and extends it
@@ -51,12 +54,13 @@ class Block(nnx.Module):
         attn_key = ffn_key = None
         if dropout_key is not None:
             attn_key, ffn_key = jax.random.split(dropout_key)
+        extra = {} if pos_params is None else {"pos_params": pos_params}
         if self.pre_norm:
-            update, kv = self.attn(self.attn_norm(x), positions, kv=kv, start=start)
+            update, kv = self.attn(self.attn_norm(x), positions, kv=kv, start=start, **extra)
             x = x + dropout(update, self.dropout_rate, attn_key)
             x = x + dropout(self.ffn(self.ffn_norm(x)), self.dropout_rate, ffn_key)
         else:  # classic post-LN (Vaswani et al. 2017): normalise after the residual add
-            update, kv = self.attn(x, positions, kv=kv, start=start)
+            update, kv = self.attn(x, positions, kv=kv, start=start, **extra)
             x = self.attn_norm(x + dropout(update, self.dropout_rate, attn_key))
             x = self.ffn_norm(x + dropout(self.ffn(x), self.dropout_rate, ffn_key))
         return x, kv
@@ -142,9 +146,13 @@ class TransformerLM(nnx.Module):
         if use_dropout:
             keys = list(jax.random.split(dropout_rng, len(self.blocks) + 1))
         x = dropout(self.embed(tokens, positions), self.cfg.dropout, keys[-1])
-        for block, key in zip(self.blocks, keys):
-            x, _ = block(x, positions, dropout_key=key)
+        for layer, (block, key) in enumerate(zip(self.blocks, keys)):
+            x, _ = block(x, positions, dropout_key=key, pos_params=self.pos_params(layer))
         return self.logits(x)
+
+    def pos_params(self, layer: int):
+        """The encoding's bias parameters for ``layer`` (T5's shared or per-layer table)."""
+        return self.encoding.layer_params(self.position_embedding, layer)
 
     def decode(self, tokens, start, cache, *, check_range: bool = True):
         """KV-cache forward of ``t`` new tokens at positions ``start .. start + t - 1``.
@@ -175,8 +183,9 @@ class TransformerLM(nnx.Module):
         positions = jnp.asarray(positions, jnp.int32)
         x = self.embed(tokens, positions)
         new_keys, new_values = [], []
-        for block, keys, values in zip(self.blocks, cache.keys, cache.values):
-            x, (keys, values) = block(x, positions, kv=(keys, values), start=start)
+        for layer, (block, keys, values) in enumerate(zip(self.blocks, cache.keys, cache.values)):
+            x, (keys, values) = block(x, positions, kv=(keys, values), start=start,
+                                      pos_params=self.pos_params(layer))
             new_keys.append(keys)
             new_values.append(values)
         return self.logits(x), type(cache)(tuple(new_keys), tuple(new_values))

@@ -170,7 +170,8 @@ def run_id(cfg: Config) -> str:
     digest = hashlib.sha256(json.dumps(raw, sort_keys=True).encode()).hexdigest()[:8]
     tokens = cfg.total_steps * cfg.data.batch_size * cfg.data.seq_len
     m = cfg.model
-    return (f"d{m.d_model}-l{m.n_layers}-{m.pos_encoding}-t{_short_count(tokens)}"
+    window = f"-w{m.attention_window}" if m.attention_window else ""  # sliding window (#14)
+    return (f"d{m.d_model}-l{m.n_layers}-{m.pos_encoding}{window}-t{_short_count(tokens)}"
             f"-s{cfg.train.seed}-{digest}")
 
 
