@@ -41,6 +41,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
                    "the quick scaling study: sweep, Chinchilla fit, plots"),
 }
 
+# Flags naming a file a command writes: checked here, before the command loads or fits anything.
+OUTPUT_FLAGS: dict[str, tuple[str, ...]] = {"fit": ("json",), "plot": ("out",)}
+
 USAGE = "usage: attnlab <command> [flags]\n\ncommands:\n" + "\n".join(
     f"  {name:<12} {help_}" for name, (_, _, help_) in COMMANDS.items()
 ) + "\n\n`attnlab <command> --help` shows a command's flags.\n"
@@ -53,11 +56,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
-        sys.stderr.write(f"error: unknown command {name!r}\n\n{USAGE}")
+        sys.stderr.write(f"error: unknown command {name!r}; the commands are "
+                         f"{', '.join(COMMANDS)} (attnlab --help)\n")
         return 2
     module_name, function_name, _ = COMMANDS[name]
     with interrupt_handling():
         try:
+            check_output_paths(name, rest)
             command = getattr(importlib.import_module(module_name), function_name)
             return int(command(rest) or 0)
         except HelpRequested as e:
@@ -70,6 +75,29 @@ def main(argv: list[str] | None = None) -> int:
         except KeyboardInterrupt:  # commands that have more to say catch it themselves
             sys.stderr.write(f"\ninterrupted (attnlab {name})\n")
             return EXIT_INTERRUPTED
+
+
+def check_output_paths(name: str, argv: list[str]) -> None:
+    """Refuses an output file that cannot be written (a directory, a missing or read-only parent
+    directory), naming the flag, before the command does any work."""
+    for flag in OUTPUT_FLAGS.get(name, ()):
+        for i, arg in enumerate(argv):
+            if arg.startswith(f"--{flag}="):
+                path = arg.partition("=")[2]
+            elif arg == f"--{flag}" and i + 1 < len(argv):
+                path = argv[i + 1]
+            else:
+                continue
+            if not path:
+                continue
+            parent = os.path.dirname(os.path.abspath(path))
+            if os.path.isdir(path):
+                raise AttnlabError(f"--{flag}={path} is a directory; give a file name")
+            if not os.path.isdir(parent):
+                raise AttnlabError(f"--{flag}={path}: the directory {parent} does not exist")
+            if not os.access(parent, os.W_OK) or (os.path.exists(path)
+                                                  and not os.access(path, os.W_OK)):
+                raise AttnlabError(f"--{flag}={path}: not writable")
 
 
 def _quiet_from_now_on() -> None:

@@ -11,6 +11,7 @@ which the dispatcher prints as one ``error: ...`` line with exit code 2.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import os
 import traceback
@@ -182,6 +183,27 @@ def _check_config_file(path: str) -> None:
                          f"get_config()")
     if not os.access(path, os.R_OK):
         raise UsageError(f"--config={path}: cannot read the file (permission denied)")
+    try:
+        with open(path, "rb") as handle:
+            tree = ast.parse(handle.read(), filename=path)
+    except SyntaxError as e:
+        raise UsageError(f"--config={path}: {e.filename}, line {e.lineno}: SyntaxError: "
+                         f"{e.msg}") from None
+    except (OSError, ValueError) as e:  # unreadable, or NUL bytes
+        raise UsageError(f"--config={path}: cannot read the file: {e}") from None
+    defined = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            defined.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            defined.update(t.id for t in targets if isinstance(t, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            defined.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif not isinstance(node, ast.Expr):  # if/try blocks may define it: the loader says
+            defined.add("get_config")
+    if "get_config" not in defined and "*" not in defined:
+        raise UsageError(f"--config={path}: the file defines no get_config()")
 
 
 def _same_file(a: str | None, b: str | None) -> bool:

@@ -48,6 +48,8 @@ FLAGS = [
     Flag("bootstrap", "integer", 200, "Bootstrap refits for the intervals (0: none)."),
     Flag("parallel", "integer", 1, "Runs at a time, each pinned to cpu_count/parallel cores."),
     Flag("progress", "bool", True, "Show the sweep's progress bar and one line per run."),
+    Flag("allow-large", "bool", False, "Run even if a run's estimated memory exceeds the "
+                                        "machine's."),
 ]
 # Printed above the flags by --help.
 SUMMARY = ("attnlab quickstart: the sweep of experiments/quickstart.py (or of --config), "
@@ -178,7 +180,7 @@ def headline(fit3: ScalingFit) -> str:
 
 
 def run_study(spec: SweepSpec, workdir: str | Path, *, n_bootstrap: int = 200, parallel: int = 1,
-              progress: bool = True, out=None) -> StudyResult:
+              progress: bool = True, out=None, allow_large: bool = False) -> StudyResult:
     """Sweep, fit, print and plot (see the module docstring); ``out`` (default stdout) receives
     the report."""
     import numpy as np
@@ -190,7 +192,8 @@ def run_study(spec: SweepSpec, workdir: str | Path, *, n_bootstrap: int = 200, p
     say = lambda text="": print(text, file=out, flush=True)  # noqa: E731
     start = time.time()
     say(f"attnlab quickstart: sweep {spec.name!r} ({spec.mode}, scale {spec.scale}) in {workdir}")
-    results = run_sweep(spec, workdir, parallel=parallel, progress=progress)
+    results = run_sweep(spec, workdir, parallel=parallel, progress=progress,
+                        allow_large=allow_large)
     swept = time.time()
     counts = results["status"].value_counts().to_dict()
     say(f"sweep done in {(swept - start) / 60:.1f} min: "
@@ -272,7 +275,8 @@ def quickstart_main(argv: list[str]) -> int:
     workdir = values["workdir"].value
     try:
         result = run_study(spec, workdir, n_bootstrap=values["bootstrap"].value,
-                           parallel=values["parallel"].value, progress=values["progress"].value)
+                           parallel=values["parallel"].value, progress=values["progress"].value,
+                           allow_large=values["allow-large"].value)
     except (KeyboardInterrupt, SweepInterrupted):
         sys.stderr.write(f"\ninterrupted; rerun the same command to resume ({workdir})\n")
         return 130

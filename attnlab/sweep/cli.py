@@ -35,6 +35,8 @@ FLAGS = [
     Flag("cache-dir", "string", "", "JAX persistent compilation cache (default DIR/jax_cache); "
                                     "share one between sweeps to reuse compiled programs."),
     Flag("progress", "bool", True, "Show a progress bar and one line per finished run."),
+    Flag("allow-large", "bool", False, "Run even if a run's estimated memory exceeds the "
+                                        "machine's."),
 ]
 
 
@@ -56,7 +58,8 @@ def sweep_main(argv: list[str]) -> int:
                           retry_failed=values["retry-failed"].value,
                           progress=values["progress"].value,
                           ray_address=values["ray-address"].value or None,
-                          cache_dir=values["cache-dir"].value or None)
+                          cache_dir=values["cache-dir"].value or None,
+                          allow_large=values["allow-large"].value)
     except (KeyboardInterrupt, SweepInterrupted):
         sys.stderr.write(f"\ninterrupted; rerun the same command to resume ({workdir})\n")
         return 130

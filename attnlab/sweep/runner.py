@@ -197,8 +197,8 @@ def reset_for_retry(workdir: Path, run_dir: Path) -> str | None:
 
 def run_sweep(spec: SweepSpec, workdir: str | os.PathLike, *, launcher: str = "local",
               parallel: int = 1, retry_failed: bool = False, progress: bool = True,
-              ray_address: str | None = None, cache_dir: str | os.PathLike | None = None
-              ) -> pd.DataFrame:
+              ray_address: str | None = None, cache_dir: str | os.PathLike | None = None,
+              allow_large: bool = False) -> pd.DataFrame:
     """Runs every run of ``spec`` that is not finished yet and returns the results table.
 
     Args:
@@ -211,6 +211,8 @@ def run_sweep(spec: SweepSpec, workdir: str | os.PathLike, *, launcher: str = "l
       progress: a progress bar and one line per finished run.
       ray_address: an existing Ray cluster; None uses an initialised Ray or starts a local one.
       cache_dir: JAX's persistent compilation cache (default DIR/jax_cache).
+      allow_large: skip the memory estimate (attnlab.train.memory) that refuses runs larger
+        than the machine.
 
     Raises:
       SweepSpecError / ConfigError: a bad spec, before anything is written or started.
@@ -229,6 +231,12 @@ def run_sweep(spec: SweepSpec, workdir: str | os.PathLike, *, launcher: str = "l
         launchers.import_ray()
     workdir = Path(workdir).absolute()
     check_sweep_dir(workdir, spec.name)
+    if not allow_large:  # every run to do must fit, before anything is written or started
+        from attnlab.train.memory import check_training_fits
+
+        for run in runs:
+            if rundir.run_status(workdir / rundir.RUNS_DIR / run.run_id) != rundir.COMPLETED:
+                check_training_fits(run.cfg, where=f"run {run.run_id}: ")
     budget_notes = check_data([run for run in runs if rundir.run_status(
         workdir / rundir.RUNS_DIR / run.run_id) != rundir.COMPLETED])
     workdir.mkdir(parents=True, exist_ok=True)
@@ -265,15 +273,20 @@ def _run_sweep(spec: SweepSpec, runs: list[PlannedRun], workdir: Path, budget_no
     if not todo:
         return results.load(workdir)
 
-    bar = tqdm(total=len(todo), unit="run", desc=spec.name, disable=not progress,
-               dynamic_ncols=True)
+    # The bar counts planned training FLOPs, not runs: the runs of a sweep differ in cost by
+    # orders of magnitude (and with --parallel the largest start first), so the ETA is the
+    # FLOPs left over the FLOP rate measured so far, not the runs left times an average run.
+    cost = {run_dir: run.flops() for run, run_dir in zip(runs, run_dirs, strict=True)}
+    bar = tqdm(total=sum(cost[d] for d in todo), unit="FLOP", unit_scale=True, desc=spec.name,
+               disable=not progress, dynamic_ncols=True)
     outcomes: collections.Counter = collections.Counter()
 
     def on_result(run_dir: Path, result: dict) -> None:
         status = result["status"]
         outcomes[status] += 1
-        bar.update(1)
-        bar.set_postfix({k: v for k, v in sorted(outcomes.items())})
+        bar.update(cost.get(run_dir, 0))
+        bar.set_postfix({"runs": f"{sum(outcomes.values())}/{len(todo)}",
+                         **{k: v for k, v in sorted(outcomes.items())}})
         summary = rundir.read_json_or_none(run_dir / rundir.SUMMARY_FILE) or {}
         detail = (f"val loss {summary['final_val_loss']:.4f}"
                   if status == rundir.COMPLETED and summary.get("final_val_loss") is not None

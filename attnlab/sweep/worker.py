@@ -114,7 +114,8 @@ def execute_run(run_dir: str | os.PathLike, cache_dir: str | None = None) -> dic
                 if planned is None:
                     raise FileNotFoundError(f"{run_dir / RUN_FILE} is missing or unreadable")
                 cfg = from_config_dict(planned["config"])
-                summary = train.run(cfg, run_dir, progress=True)
+                # allow_large: the sweep checked every run's memory before starting
+                summary = train.run(cfg, run_dir, progress=True, allow_large=True)
                 status, error = summary["status"], summary.get("error")
             except Exception as e:  # noqa: BLE001 - any failure is recorded with the run
                 status, error = rundir.FAILED, f"{type(e).__name__}: {e}"

@@ -16,6 +16,8 @@ TRAIN_FLAGS = [
     Flag("workdir", "string", None, "Run directory; rerunning with the same one resumes.",
          required=True),
     Flag("progress", "bool", True, "Progress bar on a terminal, plain lines otherwise."),
+    Flag("allow-large", "bool", False, "Train even if the estimated memory exceeds the "
+                                        "machine's."),
 ]
 MODEL_INFO_FLAGS = [
     Flag("forward", "bool", False, "Also build the model and print the loss of one forward "
@@ -28,6 +30,8 @@ GENERATE_FLAGS = [
     Flag("temperature", "float", 0.8, "Sampling temperature; 0 is greedy."),
     Flag("seed", "integer", 0, "Sampling seed."),
     Flag("step", "integer", None, "Checkpoint step (default: the latest)."),
+    Flag("allow-large", "bool", False, "Generate even if the estimated memory (KV cache) "
+                                        "exceeds the machine's."),
 ]
 
 
@@ -42,7 +46,8 @@ def train_main(argv: list[str]) -> int:
     values = parse(argv, TRAIN_FLAGS, prog="attnlab train")
     cfg = _config(values)
     try:
-        summary = run(cfg, values.workdir, progress=values.progress)
+        summary = run(cfg, values.workdir, progress=values.progress,
+                      allow_large=values["allow-large"].value)
     except KeyboardInterrupt:
         sys.stderr.write(f"\ninterrupted; rerun the same command to resume from the latest "
                          f"checkpoint in {values.workdir}\n")
@@ -122,6 +127,9 @@ def generate_main(argv: list[str]) -> int:
     from attnlab.model import encoding_for, generate
     from attnlab.train.load import load_params
 
+    if any(a.startswith("--config") for a in argv):
+        raise AttnlabError("generate uses the run's own config (its config.json): --config and "
+                           "--config.* overrides would not be applied, so they are refused")
     values = parse(argv, GENERATE_FLAGS, prog="attnlab generate", config_required=False)
     max_new = values["max-new-tokens"].value
     temperature = values.temperature
@@ -129,6 +137,11 @@ def generate_main(argv: list[str]) -> int:
         raise AttnlabError(f"--max-new-tokens must be >= 0, got {max_new}")
     if temperature < 0:
         raise AttnlabError(f"--temperature must be >= 0, got {temperature}")
+    from attnlab.train.load import load_config
+    from attnlab.train.memory import check_generation_fits
+
+    check_generation_fits(load_config(values.run).model, max_new + 1024,
+                          allow_large=values["allow-large"].value)
     cfg, graphdef, params = load_params(values.run, values.step)
     tokenizer = prepare(cfg.data).tokenizer
     prompt = np.asarray(tokenizer.encode(values.prompt), np.int32)[None]

@@ -35,6 +35,9 @@ def load_params(workdir: str | Path, step: int | None = None
     if not directory.exists():
         raise CheckpointError(f"{workdir} has no checkpoints/ yet")
     with Checkpoints(directory, keep=cfg.train.keep_checkpoints, read_only=True) as checkpoints:
+        if not checkpoints.all_steps():
+            raise CheckpointError(f"{workdir} has no checkpoint yet (nothing finished in "
+                                  f"{directory})")
         step = checkpoints.latest_step() if step is None else step
         if step is None or step not in checkpoints.all_steps():
             raise CheckpointError(f"no checkpoint {'' if step is None else step} in {directory}; "

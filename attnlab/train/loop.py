@@ -34,6 +34,7 @@ from attnlab.errors import ConfigError
 from attnlab.model import flops_per_token, param_counts
 from attnlab.train.checkpoint import (Checkpoints, CheckpointError, DamagedCheckpointError,
                                      check_compatible, move_aside, param_shapes)
+from attnlab.train.memory import check_training_fits
 from attnlab.train.metrics import MetricsWriter, Throughput
 from attnlab.train.mfu import mfu, peak_flops_per_device
 from attnlab.train.optimizer import make_optimizer
@@ -139,7 +140,8 @@ def _preflight(cfg: Config, workdir: Path) -> _Preflight:
     """Every check that can fail on bad input, cheapest first; raises AttnlabError."""
     mesh = make_mesh(cfg)
     check_batch_divides(cfg, mesh.size, jax.process_count())
-    optimizer, schedule = make_optimizer(cfg.train, cfg.total_steps, cfg.model.d_model)
+    optimizer, schedule = make_optimizer(cfg.train, cfg.total_steps, cfg.model.d_model,
+                                         ngpt=cfg.model.ngpt)
     corpus = prepare(cfg.data)
     budget_warnings = check_corpus(cfg, corpus)
     graphdef, abstract_params = abstract_model(cfg)
@@ -240,7 +242,8 @@ class _Record:
                 "timed_seconds": self.throughput.seconds, "wall_seconds": self.wall_seconds()}
 
 
-def run(cfg: Config, workdir: str | Path, *, progress: bool = True) -> dict:
+def run(cfg: Config, workdir: str | Path, *, progress: bool = True,
+        allow_large: bool = False) -> dict:
     """Trains ``cfg`` in ``workdir`` (resuming if it holds this run) and returns the summary.
 
     Returns:
@@ -248,8 +251,9 @@ def run(cfg: Config, workdir: str | Path, *, progress: bool = True) -> dict:
       or gradient stops the run: a result, not an exception).
 
     Raises:
-      attnlab.errors.AttnlabError (ConfigError, WorkdirError, CheckpointError, data errors):
-      bad input, raised before anything is compiled or written.
+      attnlab.errors.AttnlabError (ConfigError, WorkdirError, CheckpointError, data errors,
+      TooLargeError unless ``allow_large``): bad input, raised before anything is compiled or
+      written.
     """
     workdir = Path(workdir).absolute()
     initialize_distributed(cfg)
@@ -259,6 +263,7 @@ def run(cfg: Config, workdir: str | Path, *, progress: bool = True) -> dict:
     previous = check_workdir(workdir, cfg)
     if previous and previous.get("status") in (rundir.COMPLETED, rundir.DIVERGED):
         return previous  # a finished result: rerunning is a no-op
+    check_training_fits(cfg, allow_large=allow_large)  # before anything is allocated
     plan = _preflight(cfg, workdir)
 
     # -- 2. write, then initialise or restore and compile --------------------------------------

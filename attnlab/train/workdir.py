@@ -62,10 +62,10 @@ def check_workdir(workdir: Path, cfg: Config) -> dict | None:
     saved = read_json(config_path)
     diffs = config_differences(saved, cfg.to_dict())
     if diffs:
-        shown = "\n  ".join(diffs[:12]) + ("\n  ..." if len(diffs) > 12 else "")
+        shown = "; ".join(diffs[:6]) + ("; ..." if len(diffs) > 6 else "")
         raise WorkdirError(
-            f"{workdir} holds a run with a different config:\n  {shown}\n"
-            f"To resume it, rerun with the config it was started with (its resolved values are "
-            f"in {config_path}). To start fresh, pass another --workdir, or delete {workdir}.")
+            f"{workdir} holds a run with a different config ({shown}): to resume it, rerun "
+            f"with the config it was started with (its values are in {config_path}); to start "
+            f"fresh, pass another --workdir")
     summary_path = workdir / SUMMARY_FILE
     return read_json(summary_path) if summary_path.exists() else None

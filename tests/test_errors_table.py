@@ -1,0 +1,327 @@
+"""Malformed input to every command, as a table: each case must exit 2 with exactly one line
+(``error: ...``) that names the field, flag or file at fault, print no traceback, finish before
+any JAX compilation (counted with jax.monitoring, nothing mocked), and leave every file in its
+directory unchanged (compared by hash).
+
+Cases run in-process through ``attnlab.cli.main`` (the dispatcher the console script calls), so
+the table stays fast; a few are repeated as real processes at the end."""
+
+import hashlib
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+import time
+
+import jax.monitoring
+import pytest
+
+from attnlab import cli
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+GRID = str(ROOT / "experiments" / "tiny_grid.py")
+ISOFLOP = str(ROOT / "experiments" / "tiny_isoflop.py")
+TINY = "configs/tiny.py"
+
+_COMPILES: list[str] = []
+jax.monitoring.register_event_duration_secs_listener(
+    lambda name, *args, **kwargs: _COMPILES.append(name)
+    if name == "/jax/core/compile/backend_compile_duration" else None)
+
+
+# -- set-ups: each makes what its case needs under the case's directory ``d`` and returns nothing
+
+def _file(d, name, text):
+    path = d / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def configs(d):
+    _file(d, "syntax.py", "def get_config(:\n    pass\n")
+    _file(d, "importerr.py", "import no_such_module_xyz\n\ndef get_config():\n    return None\n")
+    _file(d, "raises.py", "def get_config():\n    raise ValueError('boom from the user')\n")
+    _file(d, "none.py", "def get_config():\n    return None\n")
+    _file(d, "noget.py", "X = 1\n")
+    _file(d, "adict.py", "def get_config():\n    return {'model': {}}\n")
+    _file(d, "sweep_raises.py", "def get_config(scale='cpu'):\n    return 1 / 0\n")
+    _file(d, "afile", "not a directory\n")
+    (d / "adir").mkdir()
+
+
+def train_run(d):
+    """A run directory as training leaves it (config.json of configs/tiny.py, no checkpoint)."""
+    configs(d)
+    from attnlab.cli_flags import parse
+    from attnlab.config import from_config_dict
+
+    cfg = from_config_dict(parse([f"--config={TINY}"]).config)
+    run = d / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps(cfg.to_dict()))
+    (run / "checkpoints").mkdir()
+
+
+def other_sweep(d):
+    configs(d)
+    (d / "sw" / "runs").mkdir(parents=True)
+    (d / "sw" / "sweep.json").write_text(json.dumps({"name": "someone_elses", "runs": []}))
+
+
+def locked_sweep(d):
+    """A sweep directory whose lock another live process holds."""
+    configs(d)
+    import fcntl
+
+    (d / "sw").mkdir()
+    lock = open(d / "sw" / ".sweep.lock", "a+")
+    lock.write("pid 4242 on elsewhere, since earlier\n")
+    lock.flush()
+    # held by a child process for the duration of the test (flock locks are per open file, so
+    # this process's own attempt must come from a separate open: the runner opens its own)
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import fcntl, sys, time
+        handle = open({str(d / 'sw' / '.sweep.lock')!r}, 'a+')
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        print('held', flush=True)
+        time.sleep(120)
+    """)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    lock.close()
+    _HOLDERS.append(holder)
+    del fcntl
+
+
+_HOLDERS: list[subprocess.Popen] = []
+
+
+def results_file(d):
+    configs(d)
+    _file(d, "results.csv", "params,tokens,loss\n1e4,1e6,3.0\n2e4,1e6,2.9\n")
+
+
+SWEEP = ["sweep", f"--config={GRID}"]
+QUICK = ["quickstart", f"--config={ISOFLOP}"]
+
+# (id, set-up, argv with {d} for the case's directory, words the error line must contain)
+CASES = [
+    # --- attnlab (the dispatcher)
+    ("unknown-command", None, ["trian"], "unknown command 'trian'"),
+    # --- train: the config file
+    ("train-no-config", None, ["train", "--workdir={d}/w"], "--config is required"),
+    ("train-config-missing", None, ["train", "--config={d}/nope.py", "--workdir={d}/w"],
+     "nope.py"),
+    ("train-config-dir", configs, ["train", "--config={d}/adir", "--workdir={d}/w"],
+     "is a directory"),
+    ("train-config-syntax", configs, ["train", "--config={d}/syntax.py", "--workdir={d}/w"],
+     "syntax.py, line 1: SyntaxError"),
+    ("train-config-import", configs, ["train", "--config={d}/importerr.py", "--workdir={d}/w"],
+     "importerr.py, line 1 in <module>: ModuleNotFoundError"),
+    ("train-config-raises", configs, ["train", "--config={d}/raises.py", "--workdir={d}/w"],
+     "raises.py, line 2 in get_config: ValueError: boom from the user"),
+    ("train-config-none", configs, ["train", "--config={d}/none.py", "--workdir={d}/w"],
+     "get_config() returned None"),
+    ("train-config-no-get", configs, ["train", "--config={d}/noget.py", "--workdir={d}/w"],
+     "defines no get_config()"),
+    ("train-config-dict", configs, ["train", "--config={d}/adict.py", "--workdir={d}/w"],
+     "returned a dict"),
+    # --- train: overrides
+    ("train-typo-field", None, ["train", f"--config={TINY}", "--config.model.d_modle=3",
+                                "--workdir={d}/w"], '--config.model.d_modle: no such field '
+                                                    "'d_modle' (did you mean \"d_model\"?)"),
+    ("train-typo-section", None, ["train", f"--config={TINY}", "--config.modle.d_model=3",
+                                  "--workdir={d}/w"], "--config.modle.d_model: no such field"),
+    ("train-not-an-int", None, ["train", f"--config={TINY}", "--config.model.d_model=abc",
+                                "--workdir={d}/w"], "config.model.d_model"),
+    ("train-d-model-zero", None, ["train", f"--config={TINY}", "--config.model.d_model=0",
+                                  "--workdir={d}/w"], "model.d_model"),
+    ("train-heads-divide", None, ["train", f"--config={TINY}", "--config.model.n_heads=3",
+                                  "--workdir={d}/w"], "n_heads"),
+    ("train-pos-encoding", None, ["train", f"--config={TINY}",
+                                  "--config.model.pos_encoding=rotary", "--workdir={d}/w"],
+     "pos_encoding"),
+    ("train-negative-lr", None, ["train", f"--config={TINY}", "--config.train.learning_rate=-1",
+                                 "--workdir={d}/w"], "learning_rate"),
+    ("train-batch-zero", None, ["train", f"--config={TINY}", "--config.data.batch_size=0",
+                                "--workdir={d}/w"], "batch_size"),
+    ("train-steps-negative", None, ["train", f"--config={TINY}", "--config.train.steps=-5",
+                                    "--workdir={d}/w"], "train.steps"),
+    ("train-learned-too-short", None, ["train", f"--config={TINY}",
+                                       "--config.model.pos_encoding=learned",
+                                       "--config.data.seq_len=128", "--workdir={d}/w"],
+     "seq_len"),
+    ("train-bad-source", None, ["train", f"--config={TINY}", "--config.data.source=nosuch",
+                                "--workdir={d}/w"], "data.source"),
+    ("train-dropout", None, ["train", f"--config={TINY}", "--config.model.dropout=1.5",
+                             "--workdir={d}/w"], "dropout"),
+    ("train-ffn", None, ["train", f"--config={TINY}", "--config.model.ffn=tanh",
+                         "--workdir={d}/w"], "model.ffn"),
+    ("train-norm", None, ["train", f"--config={TINY}", "--config.model.norm=batchnorm",
+                          "--workdir={d}/w"], "model.norm"),
+    ("train-schedule", None, ["train", f"--config={TINY}", "--config.train.schedule=linear",
+                              "--workdir={d}/w"], "train.schedule"),
+    ("train-section-scalar", None, ["train", f"--config={TINY}", "--config.model=3",
+                                    "--workdir={d}/w"], "--config.model=3"),
+    # --- train: flags and the workdir
+    ("train-no-workdir", None, ["train", f"--config={TINY}"], "--workdir is required"),
+    ("train-unknown-flag", None, ["train", f"--config={TINY}", "--wrkdir={d}/w"], "wrkdir"),
+    ("train-positional", None, ["train", f"--config={TINY}", "--workdir={d}/w", "extra"],
+     "unexpected argument 'extra'"),
+    ("train-scale-on-config", None, ["train", f"--config={TINY}", "--config.scale=gpu",
+                                     "--workdir={d}/w"], "--config.scale=gpu"),
+    ("train-workdir-file", configs, ["train", f"--config={TINY}", "--workdir={d}/afile"],
+     "afile exists and is not a directory"),
+    ("train-workdir-under-file", configs, ["train", f"--config={TINY}",
+                                           "--workdir={d}/afile/run"], "is not a directory"),
+    ("train-workdir-sweep", other_sweep, ["train", f"--config={TINY}", "--workdir={d}/sw"],
+     "is a sweep directory"),
+    ("train-workdir-other-config", train_run, ["train", f"--config={TINY}",
+                                               "--config.model.d_model=64", "--workdir={d}/run"],
+     "holds a run with a different config"),
+    ("train-too-large", None, ["train", f"--config={TINY}", "--config.model.d_model=1000000",
+                               "--workdir={d}/w"], "--allow-large"),
+    ("train-too-deep-and-wide", None, ["train", f"--config={TINY}", "--config.model.n_layers=4000",
+                                       "--config.model.d_model=4096", "--config.model.n_heads=32",
+                                       "--workdir={d}/w"], "--allow-large"),
+    # --- model-info
+    ("model-info-no-config", None, ["model-info"], "--config is required"),
+    ("model-info-syntax", configs, ["model-info", "--config={d}/syntax.py"], "syntax.py, line 1"),
+    ("model-info-typo", None, ["model-info", f"--config={TINY}", "--config.train.stpes=3"],
+     "--config.train.stpes"),
+    # --- generate
+    ("generate-no-run", None, ["generate", "--prompt=x"], "--run is required"),
+    ("generate-not-a-run", configs, ["generate", "--run={d}/adir", "--prompt=x"],
+     "is not a run directory"),
+    ("generate-no-checkpoint", train_run, ["generate", "--run={d}/run", "--prompt=x"],
+     "has no checkpoint"),
+    ("generate-config-override", train_run, ["generate", "--run={d}/run", "--prompt=x",
+                                             "--config.model.d_model=3"],
+     "--config.* overrides would not be applied"),
+    ("generate-negative-tokens", train_run, ["generate", "--run={d}/run", "--prompt=x",
+                                             "--max-new-tokens=-1"], "--max-new-tokens"),
+    ("generate-negative-temperature", train_run, ["generate", "--run={d}/run", "--prompt=x",
+                                                  "--temperature=-1"], "--temperature"),
+    ("generate-too-many-tokens", train_run, ["generate", "--run={d}/run", "--prompt=x",
+                                             "--max-new-tokens=100000000000"], "--allow-large"),
+    ("generate-tokens-not-int", train_run, ["generate", "--run={d}/run", "--prompt=x",
+                                            "--max-new-tokens=lots"], "max-new-tokens"),
+    # --- sweep
+    ("sweep-no-workdir", None, [*SWEEP], "--workdir is required"),
+    ("sweep-workdir-file", configs, [*SWEEP, "--workdir={d}/afile"], "not a directory"),
+    ("sweep-workdir-under-file", configs, [*SWEEP, "--workdir={d}/afile/sw"],
+     "is not a directory"),
+    ("sweep-other-sweep", other_sweep, [*SWEEP, "--workdir={d}/sw"],
+     "holds sweep 'someone_elses', not 'tiny_grid'"),
+    ("sweep-train-run-dir", train_run, [*SWEEP, "--workdir={d}/run"], "holds a training run"),
+    ("sweep-locked", locked_sweep, [*SWEEP, "--workdir={d}/sw"],
+     "in use by another sweep (pid 4242"),
+    ("sweep-axis-typo", None, [*SWEEP, "--config.sweep.axes.model.d_modle=(1,)",
+                               "--workdir={d}/sw"], "d_modle"),
+    ("sweep-mode", None, [*SWEEP, "--config.sweep.mode=random", "--workdir={d}/sw"],
+     "sweep.mode"),
+    ("sweep-empty-axis", None, [*SWEEP, "--config.sweep.axes.train.seed=()", "--workdir={d}/sw"],
+     "seed"),
+    ("sweep-parallel-zero", None, [*SWEEP, "--parallel=0", "--workdir={d}/sw"], "--parallel"),
+    ("sweep-launcher", None, [*SWEEP, "--launcher=slurm", "--workdir={d}/sw"], "launcher"),
+    ("sweep-config-raises", configs, ["sweep", "--config={d}/sweep_raises.py", "--workdir={d}/sw"],
+     "sweep_raises.py, line 2 in get_config: ZeroDivisionError"),
+    ("sweep-too-large", None, [*SWEEP, "--config.sweep.shapes=((100000,1,2,1e-2),)",
+                               "--workdir={d}/sw"], "--allow-large"),
+    ("sweep-budget-too-small", None, ["sweep", f"--config={ISOFLOP}",
+                                      "--config.sweep.budgets=(1e3,)", "--workdir={d}/sw"],
+     "budget"),
+    ("sweep-scale-without-config", None, ["sweep", "--config.scale=gpu", "--workdir={d}/sw"],
+     "--config.scale=gpu"),
+    # --- quickstart
+    ("quickstart-workdir-file", configs, [*QUICK, "--workdir={d}/afile"], "not a directory"),
+    ("quickstart-bootstrap", None, [*QUICK, "--bootstrap=-1", "--workdir={d}/q"], "--bootstrap"),
+    ("quickstart-other-sweep", other_sweep, [*QUICK, "--workdir={d}/sw"], "holds sweep"),
+    ("quickstart-config-raises", configs, ["quickstart", "--config={d}/sweep_raises.py",
+                                           "--workdir={d}/q"], "sweep_raises.py, line 2"),
+    ("quickstart-parallel", None, [*QUICK, "--parallel=0", "--workdir={d}/q"], "--parallel"),
+    ("quickstart-typo", None, [*QUICK, "--config.sweep.budgetz=(1e9,)", "--workdir={d}/q"],
+     "budgetz"),
+    # --- fit and plot: their output files
+    ("fit-json-dir", results_file, ["fit", "--results={d}/results.csv", "--json={d}/adir"],
+     "--json={d}/adir is a directory"),
+    ("fit-json-no-parent", results_file, ["fit", "--results={d}/results.csv",
+                                          "--json={d}/nowhere/fit.json"], "does not exist"),
+    ("fit-json-under-file", results_file, ["fit", "--results={d}/results.csv",
+                                           "--json={d}/afile/fit.json"], "does not exist"),
+    ("fit-no-results", None, ["fit", "--results={d}/nope.csv", "--law=chinchilla"], "nope.csv"),
+    ("plot-out-dir", results_file, ["plot", "--results={d}/results.csv",
+                                    "--kind=loss-vs-params", "--out={d}/adir"], "is a directory"),
+    ("plot-out-no-parent", results_file, ["plot", "--results={d}/results.csv",
+                                          "--kind=loss-vs-params", "--out={d}/no/x.png"],
+     "does not exist"),
+    # --- extrapolate
+    ("extrapolate-not-a-run", configs, ["extrapolate", "--run={d}/adir"], "adir"),
+    ("extrapolate-missing-run", None, ["extrapolate", "--run={d}/nope"], "nope"),
+    ("extrapolate-no-checkpoint", train_run, ["extrapolate", "--run={d}/run"],
+     "no finished checkpoint"),
+]
+
+
+def _hashes(directory: pathlib.Path) -> dict[str, str]:
+    return {str(p.relative_to(directory)): (hashlib.sha256(p.read_bytes()).hexdigest()
+                                            if p.is_file() else "dir")
+            for p in sorted(directory.rglob("*"))}
+
+
+def test_the_table_is_large_and_distinct():
+    assert len(CASES) >= 60
+    assert len({case[0] for case in CASES}) == len(CASES)
+    assert len({(case[1], tuple(case[2])) for case in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize("name, setup, argv, words", CASES, ids=[c[0] for c in CASES])
+def test_malformed_input_exits_2_in_one_line(name, setup, argv, words, tmp_path, capfd):
+    d = tmp_path / "case"
+    d.mkdir()
+    if setup is not None:
+        setup(d)
+    before = _hashes(d)
+    argv = [a.replace("{d}", str(d)) for a in argv]
+    words = words.replace("{d}", str(d))
+    capfd.readouterr()
+    compiles = len(_COMPILES)
+    start = time.perf_counter()
+    try:
+        code = cli.main(argv)
+    finally:
+        for holder in _HOLDERS:
+            holder.kill()
+            holder.wait()
+        _HOLDERS.clear()
+    seconds = time.perf_counter() - start
+    out, err = capfd.readouterr()
+    assert code == 2, (out, err)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error: ") and words in lines[0], lines[0]
+    assert "Traceback" not in out + err
+    assert len(_COMPILES) == compiles, f"compiled {len(_COMPILES) - compiles} programs first"
+    assert seconds < 60, f"took {seconds:.1f} s"
+    assert _hashes(d) == before, "the case's directory changed"
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["train", f"--config={TINY}", "--config.model.d_model=1000000", "--workdir={d}/w"],
+     "--allow-large"),
+    (["sweep", f"--config={GRID}", "--workdir={d}/afile"], "not a directory"),
+    (["train", "--config={d}/raises.py", "--workdir={d}/w"], "raises.py, line 2"),
+], ids=["too-large", "sweep-workdir-file", "config-raises"])
+def test_as_a_process_one_line_and_exit_2(argv, words, tmp_path):
+    configs(tmp_path)
+    before = _hashes(tmp_path)
+    argv = [a.replace("{d}", str(tmp_path)) for a in argv]
+    result = subprocess.run([sys.executable, "-m", "attnlab.cli", *argv], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120,
+                            env=dict(os.environ, JAX_PLATFORMS="cpu"))
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and words in lines[0], result.stderr
+    assert _hashes(tmp_path) == before

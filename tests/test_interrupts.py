@@ -1,0 +1,272 @@
+"""Ctrl-C, SIGTERM and SIGKILL with real signals at a random moment of `attnlab train`,
+`attnlab sweep` (one and two workers) and `attnlab quickstart`, then the same command again:
+every run completes, nothing is marked failed, no run or step is duplicated, and the results
+equal an uninterrupted run's (runs resume bit for bit on one machine).
+
+The moment of each signal is drawn from a seeded generator; the seed is in every assertion
+message, so a failure can be replayed."""
+
+import json
+import os
+import pathlib
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+import psutil
+import pytest
+
+from attnlab import results
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+GRID = str(ROOT / "experiments" / "tiny_grid.py")
+ISOFLOP = str(ROOT / "experiments" / "tiny_isoflop.py")
+ENV = dict(os.environ, JAX_PLATFORMS="cpu")
+SEED = int(os.environ.get("ATTNLAB_INTERRUPT_SEED", time.time()))
+
+
+def _start(argv, log: pathlib.Path) -> subprocess.Popen:
+    """A command in its own session (process group), as a shell runs a foreground job."""
+    handle = open(log, "w")
+    return subprocess.Popen([sys.executable, "-m", "attnlab.cli", *argv], cwd=ROOT, env=ENV,
+                            stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _metrics_files(workdir: pathlib.Path) -> list[pathlib.Path]:
+    """A train run's or a sweep's runs' metrics.jsonl (no recursive walk: orbax renames
+    directories under it while it runs)."""
+    return [*workdir.glob("metrics.jsonl"), *workdir.glob("runs/*/metrics.jsonl")]
+
+
+def _logged_steps(workdir: pathlib.Path) -> int:
+    """Training lines logged so far, over every run under ``workdir``."""
+    total = 0
+    for path in _metrics_files(workdir):
+        try:
+            total += path.read_text().count('"loss"')
+        except OSError:
+            pass
+    return total
+
+
+def _signal_at(proc, workdir, at_lines, signals, *, to_group, context, gap=0.3):
+    """Waits until ``at_lines`` training lines are logged, then sends ``signals`` (one after
+    another, ``gap`` seconds apart) to the process, or to its whole group as a terminal's
+    Ctrl-C does."""
+    deadline = time.time() + 400
+    while _logged_steps(workdir) < at_lines and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    assert proc.poll() is None, f"{context}: ended before it could be interrupted"
+    for i, sig in enumerate(signals):
+        if i:
+            time.sleep(gap)
+        try:
+            (os.killpg if to_group else os.kill)(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+    return proc.wait(timeout=120)
+
+
+def _tail(log: pathlib.Path) -> str:
+    return log.read_text(errors="replace")[-3000:]
+
+
+def _assert_one_interrupt_line(log, context):
+    text = log.read_text(errors="replace")
+    assert "Traceback" not in text, f"{context}: {_tail(log)}"
+    assert "interrupted" in text, f"{context}: {_tail(log)}"
+
+
+def _assert_every_step_once(workdir):
+    for path in _metrics_files(workdir):
+        steps = [r["step"] for r in map(json.loads, path.read_text().splitlines()) if "loss" in r]
+        assert steps == sorted(set(steps)), f"{path}: a step logged twice: {steps}"
+
+
+# -- train ---------------------------------------------------------------------------------------
+
+TRAIN = ["train", "--config=configs/tiny.py", "--config.train.steps=60",
+         "--config.train.checkpoint_every=10", "--config.train.log_every=1", "--noprogress"]
+
+
+@pytest.fixture(scope="module")
+def train_reference(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("train") / "reference"
+    log = workdir.parent / "reference.log"
+    assert _start([*TRAIN, f"--workdir={workdir}"], log).wait(timeout=600) == 0, _tail(log)
+    return workdir
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_train_interrupted_exits_130_in_one_line_and_resumes_bitwise(train_reference, tmp_path,
+                                                                     sig):
+    from attnlab.train import load_params
+
+    at = random.Random(SEED + sig).randint(3, 45)
+    context = f"seed {SEED}: {sig.name} after {at} steps"
+    workdir, log = tmp_path / "run", tmp_path / "run.log"
+    proc = _start([*TRAIN, f"--workdir={workdir}"], log)
+    returncode = _signal_at(proc, workdir, at, [sig], to_group=False, context=context)
+    assert returncode == 130, f"{context}: {_tail(log)}"
+    _assert_one_interrupt_line(log, context)
+    assert results.run_status(workdir) == "partial", context
+
+    rerun_log = tmp_path / "rerun.log"
+    assert _start([*TRAIN, f"--workdir={workdir}"], rerun_log).wait(timeout=600) == 0, \
+        f"{context}: {_tail(rerun_log)}"
+    _, _, want = load_params(train_reference)
+    _, _, got = load_params(workdir)
+    import jax
+
+    for a, b in zip(jax.tree.leaves(want), jax.tree.leaves(got)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=context)
+    summary = json.loads((workdir / "summary.json").read_text())
+    reference = json.loads((train_reference / "summary.json").read_text())
+    assert summary["status"] == "completed", context
+    assert summary["final_val_loss"] == reference["final_val_loss"], context
+    _assert_every_step_once(workdir)
+
+
+# -- sweep ---------------------------------------------------------------------------------------
+
+
+def _sweep_argv(workdir, cache_dir, parallel, config=GRID):
+    return ["sweep", f"--config={config}", f"--workdir={workdir}", f"--cache-dir={cache_dir}",
+            f"--parallel={parallel}", "--noprogress"]
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("jax_cache")
+
+
+@pytest.fixture(scope="module")
+def sweep_reference(tmp_path_factory, cache_dir):
+    """tiny_grid uninterrupted, on one and on two workers: parallel -> results table."""
+    tables = {}
+    for parallel in (1, 2):
+        workdir = tmp_path_factory.mktemp(f"reference{parallel}")
+        log = workdir.parent / f"reference{parallel}.log"
+        proc = _start(_sweep_argv(workdir, cache_dir, parallel), log)
+        assert proc.wait(timeout=900) == 0, _tail(log)
+        tables[parallel] = results.load(workdir)
+    return tables
+
+
+def _assert_same_results(workdir, reference, context):
+    table = results.load(workdir)
+    assert set(table["status"]) == {"completed"}, f"{context}: {table[['run_id', 'status']]}"
+    assert len(table) == len(set(table["run_id"])), f"{context}: duplicate rows"
+    assert sorted(table["run_id"]) == sorted(reference["run_id"]), context
+    assert sorted(p.name for p in (workdir / "runs").iterdir()) == sorted(table["run_id"])
+    assert not list(workdir.glob("runs/*/failure*.json")), context
+    merged = table.merge(reference, on="run_id", suffixes=("", "_ref"))
+    for column in ("final_val_loss", "final_train_loss", "tokens", "steps"):
+        np.testing.assert_allclose(merged[column].astype(float),
+                                   merged[f"{column}_ref"].astype(float), rtol=1e-6,
+                                   err_msg=f"{context}: {column}")
+    _assert_every_step_once(workdir)
+
+
+CASES = [  # (signals, parallel, to the whole process group as a terminal's Ctrl-C does)
+    pytest.param([signal.SIGINT], 2, True, id="ctrl-c-two-workers"),
+    pytest.param([signal.SIGINT], 1, False, id="sigint-one-worker"),
+    pytest.param([signal.SIGTERM], 2, False, id="sigterm-two-workers"),
+    pytest.param([signal.SIGINT, signal.SIGINT], 2, True, id="ctrl-c-twice-two-workers"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signals, parallel, to_group", CASES)
+def test_sweep_interrupted_then_rerun_equals_uninterrupted(sweep_reference, tmp_path, cache_dir,
+                                                          signals, parallel, to_group):
+    at = random.Random(SEED + parallel + 10 * len(signals)).randint(1, 25)  # of 4 runs x 7 lines
+    context = (f"seed {SEED}: {'+'.join(s.name for s in signals)} "
+               f"{'to the group' if to_group else 'to the sweep'} after {at} lines, "
+               f"--parallel={parallel}")
+    workdir, log = tmp_path / "sweep", tmp_path / "sweep.log"
+    proc = _start(_sweep_argv(workdir, cache_dir, parallel), log)
+    returncode = _signal_at(proc, workdir, at, signals, to_group=to_group, context=context)
+    if returncode == 0:
+        pytest.skip(f"{context}: the sweep finished before the signal landed")
+    assert returncode == 130, f"{context}: {_tail(log)}"
+    _assert_one_interrupt_line(log, context)
+    statuses = [results.run_status(d) for d in results.run_dirs(workdir)]
+    assert "failed" not in statuses, f"{context}: {statuses}\n{_tail(log)}"
+    assert not list(workdir.glob("runs/*/failure*.json")), context
+    time.sleep(0.5)
+    assert not (psutil.pid_exists(proc.pid) and psutil.Process(proc.pid).status() != "zombie")
+
+    rerun_log = tmp_path / "rerun.log"
+    rerun = _start(_sweep_argv(workdir, cache_dir, parallel), rerun_log)
+    assert rerun.wait(timeout=900) == 0, f"{context}: {_tail(rerun_log)}"
+    _assert_same_results(workdir, sweep_reference[parallel], context)
+
+
+@pytest.mark.slow
+def test_sweep_sigkilled_with_two_workers_resumes_its_runs(sweep_reference, tmp_path, cache_dir):
+    at = random.Random(SEED).randint(1, 25)
+    context = f"seed {SEED}: SIGKILL to the sweep after {at} lines, --parallel=2"
+    workdir, log = tmp_path / "sweep", tmp_path / "sweep.log"
+    proc = _start(_sweep_argv(workdir, cache_dir, 2), log)
+    workers = []
+    deadline = time.time() + 400
+    while _logged_steps(workdir) < at and proc.poll() is None and time.time() < deadline:
+        workers = psutil.Process(proc.pid).children() or workers
+        time.sleep(0.02)
+    if proc.poll() is not None:
+        pytest.skip(f"{context}: the sweep finished before the signal landed")
+    workers = psutil.Process(proc.pid).children() or workers
+    proc.kill()
+    proc.wait()
+    _, alive = psutil.wait_procs(workers, timeout=15)
+    assert not alive, f"{context}: a worker outlived the killed sweep"
+    statuses = [results.run_status(d) for d in results.run_dirs(workdir)]
+    assert "failed" not in statuses, f"{context}: {statuses}"
+
+    rerun_log = tmp_path / "rerun.log"
+    rerun = _start(_sweep_argv(workdir, cache_dir, 2), rerun_log)
+    assert rerun.wait(timeout=900) == 0, f"{context}: {_tail(rerun_log)}"
+    _assert_same_results(workdir, sweep_reference[2], context)
+
+
+# -- quickstart ----------------------------------------------------------------------------------
+
+QUICKSTART = ["quickstart", f"--config={ISOFLOP}", "--config.sweep.budgets=(1e9,)",
+              "--bootstrap=0", "--noprogress"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_quickstart_interrupted_then_rerun_completes_every_run(tmp_path, cache_dir, sig):
+    reference_dir = tmp_path / "reference"
+    ref_log = tmp_path / "reference.log"
+    assert _start(_sweep_argv(reference_dir, cache_dir, 1, ISOFLOP)
+                  + ["--config.sweep.budgets=(1e9,)"], ref_log).wait(timeout=900) == 0, \
+        _tail(ref_log)
+    reference = results.load(reference_dir)
+
+    total = int(reference["steps"].sum())
+    at = random.Random(SEED + sig).randint(1, max(2, total - 8))
+    context = f"seed {SEED}: {sig.name} to the quickstart's group after {at} steps"
+    workdir, log = tmp_path / "study", tmp_path / "study.log"
+    proc = _start([*QUICKSTART, f"--workdir={workdir}"], log)
+    returncode = _signal_at(proc, workdir, at, [sig], to_group=sig == signal.SIGINT,
+                            context=context)
+    if returncode in (0, 1):
+        pytest.skip(f"{context}: the sweep finished before the signal landed")
+    assert returncode == 130, f"{context}: {_tail(log)}"
+    _assert_one_interrupt_line(log, context)
+    assert "failed" not in [results.run_status(d) for d in results.run_dirs(workdir)], context
+
+    rerun_log = tmp_path / "rerun.log"
+    rerun = _start([*QUICKSTART, f"--workdir={workdir}"], rerun_log)
+    assert rerun.wait(timeout=900) == 0, f"{context}: {_tail(rerun_log)}"
+    _assert_same_results(workdir, reference, context)
+    assert (workdir / "results.csv").exists()
+    assert isinstance(pd.read_csv(workdir / "results.csv"), pd.DataFrame)
