@@ -16,8 +16,10 @@ from attnlab import cli
 from attnlab import model as lm
 from attnlab.config import Config, DataConfig
 from attnlab.errors import ConfigError
+from attnlab.model import attention as attention_module
 from attnlab.model import positions as pe
-from attnlab.model.attention import CausalSelfAttention, attention_scores
+from attnlab.model.attention import (CausalSelfAttention, attention_scores,
+                                     dot_product_attention, sliding_window)
 from attnlab.model.config import ModelConfig
 from attnlab.model.counting import count_state_params, flops_per_token, param_counts
 from attnlab.model.decoding import init_cache
@@ -210,6 +212,9 @@ VARIANTS = {
                           t5_num_buckets=8, t5_max_distance=12),
     "window_alibi_chunked": dict(attention_window=5, pos_encoding="alibi", attention_chunk=4),
     "window_xla": dict(attention_window=4, attention_impl="xla"),
+    "window_global_chunked": dict(attention_window=3, attention_global_tokens=2, pos_encoding="t5",
+                                  t5_num_buckets=8, t5_max_distance=12, attention_chunk=4),
+    "window_xla_chunked": dict(attention_window=2, attention_impl="xla", attention_chunk=3),
     "t5_xla_chunked": dict(pos_encoding="t5", t5_num_buckets=8, t5_max_distance=12,
                            attention_impl="xla", attention_chunk=5),
 }
@@ -285,6 +290,32 @@ def test_window_output_ignores_tokens_beyond_its_receptive_field(window, n_layer
     edge = tokens.copy()
     edge[0, t - reach] = (edge[0, t - reach] + 1) % 40
     assert np.abs(np.asarray(forward(jnp.asarray(edge)))[0, t] - base).max() > 1e-6
+
+
+@pytest.mark.parametrize("window, n_global, chunk", [(3, 0, 4), (5, 2, 4), (2, 3, 5), (4, 1, 1),
+                                                     (7, 0, 8)])
+def test_banded_query_blocks_equal_the_full_band(window, n_global, chunk, monkeypatch):
+    """Query blocks that read only the keys in reach compute the same attention, and each block
+    sees at most ``chunk + window - 1`` keys (plus the global ones): memory O(T (chunk + w))."""
+    rng = np.random.default_rng(window)
+    q = jnp.asarray(rng.normal(size=(2, 19, 4, 8)), jnp.float32)
+    k, v = (jnp.asarray(rng.normal(size=(2, 19, 2, 8)), jnp.float32) for _ in range(2))
+    mask = sliding_window(window, n_global)
+    bias = pe.encoding_for(tiny(pos_encoding="alibi", n_heads=4)).bias
+    full = dot_product_attention(q, k, v, mask=mask, bias=bias)
+    banded = dot_product_attention(q, k, v, mask=mask, bias=bias, chunk=chunk, band=window,
+                                   global_keys=n_global)
+    np.testing.assert_allclose(np.asarray(banded), np.asarray(full), atol=1e-6)
+    key_counts = []
+    reference = attention_module._IMPLEMENTATIONS["einsum"]
+
+    def spy(q, k, v, **kwargs):
+        key_counts.append(k.shape[1])
+        return reference(q, k, v, **kwargs)
+
+    monkeypatch.setitem(attention_module._IMPLEMENTATIONS, "einsum", spy)
+    dot_product_attention(q, k, v, mask=mask, chunk=chunk, band=window, global_keys=n_global)
+    assert key_counts and max(key_counts) <= min(19, chunk + window - 1) + n_global
 
 
 def test_window_cache_is_a_rolling_buffer():

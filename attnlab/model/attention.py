@@ -214,6 +214,8 @@ def dot_product_attention(
     k_positions: jax.Array | None = None,
     impl: str = "einsum",
     chunk: int = 0,
+    band: int = 0,
+    global_keys: int = 0,
 ) -> jax.Array:
     """``softmax(attention_scores) V`` per head, optionally in query blocks.
 
@@ -231,6 +233,10 @@ def dot_product_attention(
       chunk: if > 0 and ``q_len > chunk``, process queries in blocks of ``chunk`` so that at most a
         ``[batch, heads, chunk, k_len]`` score tensor exists at once (memory linear in length for
         a fixed chunk). Each block is rematerialised in the backward pass.
+      band, global_keys: with query blocks, promise that ``mask`` hides every key more than
+        ``band - 1`` indices before its query except the first ``global_keys`` (a
+        :func:`sliding_window`); each block then reads only the ``chunk + band - 1`` keys that
+        can reach it (and the global ones), so memory is ``O(q_len (chunk + band))``.
 
     Returns:
       ``[batch, q_len, heads, head_dim]`` in ``q.dtype``.
@@ -257,6 +263,32 @@ def dot_product_attention(
             block_mask = mask(offset + jnp.arange(q_block.shape[1]), jnp.arange(k_len))
         return attend(q_block, k, v, scale=scale, bias=block_bias, mask=block_mask,
                       is_causal=is_causal)
+
+    def banded_block(q_block, q_positions_block, offset):
+        """Queries ``offset ..`` against the keys a band can reach: ``[first, first + span)``
+        plus the global keys not already in that range (masked there, so none counts twice)."""
+        span = min(k_len, chunk + band - 1)
+        first = jnp.clip(offset - band + 1, 0, k_len - span)
+        k_index = first + jnp.arange(span)
+        keys = jax.lax.dynamic_slice_in_dim(k, first, span, axis=1)
+        values = jax.lax.dynamic_slice_in_dim(v, first, span, axis=1)
+        positions = jnp.take(k_positions, k_index, axis=1)
+        q_index = offset + jnp.arange(q_block.shape[1])
+        block_mask = mask(q_index, k_index)
+        n_global = min(global_keys, k_len)
+        if n_global:
+            g_index = jnp.arange(n_global)
+            keys = jnp.concatenate([k[:, :n_global], keys], axis=1)
+            values = jnp.concatenate([v[:, :n_global], values], axis=1)
+            positions = jnp.concatenate([k_positions[:, :n_global], positions], axis=1)
+            block_mask = jnp.concatenate(
+                [mask(q_index, g_index) & (g_index < first)[None, :], block_mask], axis=1)
+        block_bias = None if bias is None else bias(q_positions_block, positions)
+        return attend(q_block, keys, values, scale=scale, bias=block_bias, mask=block_mask,
+                      is_causal=False)
+
+    if chunked and band > 0 and mask is not None and chunk + band - 1 < k_len:
+        block = banded_block
 
     if not chunked:
         return block(q, q_positions, q_offset)
@@ -337,8 +369,10 @@ class CausalSelfAttention(nnx.Module):
         bias = self.encoding.bias
         if pos_params is not None:
             bias = functools.partial(self.encoding.bias, params=pos_params)
+        band = 0  # a sliding window's query blocks read only the keys in reach (no cache)
         if cfg.attention_window and mask is causal:
             mask = sliding_window(cfg.attention_window, cfg.attention_global_tokens)
+            band = 0 if kv is not None else cfg.attention_window
         q_offset, k_positions = 0, positions
         if kv is not None and cfg.attention_window:
             k, v, kv, mask, k_positions = self._rolling_cache(k, v, kv, start, t, mask)
@@ -353,6 +387,7 @@ class CausalSelfAttention(nnx.Module):
             q, k, v, scale=scale, bias=bias,
             mask=mask, q_offset=q_offset, q_positions=positions,
             k_positions=k_positions, impl=cfg.attention_impl, chunk=cfg.attention_chunk,
+            band=band, global_keys=cfg.attention_global_tokens,
         )  # [batch, t, heads, head_dim]
         return self.o_proj(out.reshape(batch, t, cfg.n_heads * cfg.head_dim)), kv
 
