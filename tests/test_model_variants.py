@@ -79,6 +79,26 @@ def test_t5_bucket_spacing_is_exact_then_logarithmic():
     assert widths[-1] > 4 * widths[0]  # geometric: the 15th log bucket is much wider
 
 
+class BidirectionalT5(pe.T5Bias):
+    """The encoder's bucketing (for the encoder issue that follows)."""
+
+    bidirectional = True
+
+
+def test_bidirectional_t5_bias_reads_both_halves_of_the_table():
+    cfg = tiny(pos_encoding="t5", t5_num_buckets=8, t5_max_distance=20)
+    encoding = BidirectionalT5(cfg)
+    table = np.random.default_rng(0).normal(size=(8, 2))
+    positions = np.arange(25)[None]
+    bias = np.asarray(encoding.bias(positions, positions, params=jnp.asarray(table)))[0]
+    buckets = np.array([[reference_bucket(i, j, 8, 20, True) for j in range(25)]
+                        for i in range(25)])
+    np.testing.assert_allclose(bias, table[buckets].transpose(2, 0, 1), rtol=1e-6)
+    assert set(buckets[np.tril_indices(25)].ravel()) <= set(range(4))  # past and present
+    assert set(buckets[np.triu_indices(25, 1)].ravel()) <= set(range(4, 8))  # future
+    assert not (bias[:, 3, 5] == bias[:, 5, 3]).all()  # i - j = +-2 read different buckets
+
+
 @pytest.mark.parametrize("cfg", [tiny(pos_encoding="t5", t5_num_buckets=8, t5_max_distance=20),
                                  tiny(pos_encoding="alibi")], ids=["t5", "alibi"])
 def test_relative_biases_depend_only_on_i_minus_j(cfg):
