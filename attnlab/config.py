@@ -285,6 +285,10 @@ def validate_sections(cfg: Config) -> None:
             f"{cfg.model.attention_window} is longer than the training context data.seq_len="
             f"{cfg.data.seq_len}: it would train full attention (0 = full causal attention)",
         )
+    if cfg.model.ngpt and (cfg.train.weight_decay or cfg.train.warmup_steps):
+        name = "train.weight_decay" if cfg.train.weight_decay else "train.warmup_steps"
+        raise ConfigError(name, "nGPT trains without weight decay or warmup (Loshchilov et al. "
+                                "2024): set train.weight_decay=0 and train.warmup_steps=0")
     if cfg.data.tokenizer == "byte" and cfg.model.vocab_size < 256:
         raise ConfigError("model.vocab_size", f"the byte tokenizer needs >= 256, got {cfg.model.vocab_size}")
 

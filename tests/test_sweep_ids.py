@@ -15,7 +15,7 @@ import pytest
 from attnlab.sweep import load_spec, plan
 
 EXPERIMENTS = ("tiny_isoflop", "quickstart", "tiny_grid", "tiny_pe", "kaplan",
-               "chinchilla_isoflop", "pe_extrapolation", "markov_floor")
+               "chinchilla_isoflop", "pe_extrapolation", "markov_floor", "tiny_mixers")
 
 TINY_ISOFLOP_CPU = [
     "d16-l1-rope-t13.6k-s0-f45cac28", "d32-l2-rope-t3.58k-s0-dd589dd0",
@@ -60,6 +60,9 @@ PLAN_DIGESTS = {
     "pe_extrapolation:gpu": ("23b47a93a0eec90f", "ff73f4e53bb1efb4"),
     "markov_floor:cpu": ("aea8b01ad48e0ed4", "4aa61d6fef3608d2"),
     "markov_floor:gpu": ("feaf2235235e724a", "d06a9186944e3ff6"),
+    # Issue #15: the sequence-mixer sweep (new; model.mixer is in every run's identity).
+    "tiny_mixers:cpu": ("6bd1dae233ddc1bf", "c4fa0d3f7777faab"),
+    "tiny_mixers:gpu": ("6bd1dae233ddc1bf", "c4fa0d3f7777faab"),
 }
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 from attnlab.errors import ConfigError
+from attnlab.model.ngpt import validate_ngpt
 from attnlab.model.mixers import MIXERS, Softmax, layer_mixers, validate_mixer
 from attnlab.model.positions import ENCODINGS, ROPE_FREQUENCIES, UNSCALED, encoding_for
 from attnlab.model.scales import SCALES, score_scale_for
@@ -66,6 +67,7 @@ class ModelConfig:
     ssm_state: int = 16  # mamba: N, states per channel
     ssm_expand: int = 2  # mamba: E = ssm_expand * d_model channels
     ssm_conv: int = 4  # mamba: causal depthwise conv kernel
+    ngpt: bool = False  # nGPT (Loshchilov et al. 2024, attnlab/model/ngpt.py): all on the sphere
 
     def __post_init__(self):
         validate_model(self)
@@ -131,6 +133,8 @@ def validate_model(m: ModelConfig) -> None:
         raise ConfigError("model.dropout", f"must be in [0, 1), got {m.dropout}")
     check_choice("model.mixer", m.mixer, tuple(MIXERS))
     validate_mixer(m)  # e.g. performer with ALiBi, pure mamba with RoPE
+    if m.ngpt:
+        validate_ngpt(m)  # e.g. nGPT with post-LN
     validate_variants(m)
 
 

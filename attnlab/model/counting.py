@@ -16,6 +16,7 @@ from flax import nnx
 
 from attnlab.model.config import ModelConfig
 from attnlab.model.mixers import layer_mixers
+from attnlab.model.ngpt import param_count as ngpt_param_count
 from attnlab.model.positions import encoding_for
 
 EMBEDDING_PARAMS = ("token_embedding", "position_embedding", "lm_head")
@@ -32,18 +33,26 @@ def param_counts(cfg: ModelConfig) -> dict[str, int]:
     learned position table + untied head), and the parts ``token_embedding``,
     ``position_embedding``, ``output_head`` (0 when tied), ``attention`` and ``ffn`` (per layer;
     ``attention`` is the first layer's sequence mixer), ``per_layer`` (the first layer),
-    ``mixers`` (all layers' mixers: a hybrid's differ), ``final_norm``.
+    ``mixers`` (all layers' mixers: a hybrid's differ), ``final_norm``. nGPT has no norms: its
+    per-layer vectors (``s_qk`` with the attention, ``s_u, s_v`` with the FFN, ``alpha_A,
+    alpha_M`` in place of the norms) and the logit scale ``s_z`` (in place of the final norm)
+    count as non-embedding.
     """
     d = cfg.d_model
     mixers = [mixer.param_count() for mixer in layer_mixers(cfg)]
     ffn = (3 if cfg.ffn == "swiglu" else 2) * d * cfg.ffn_dim
-    per_layer = mixers[0] + ffn + 2 * _norm_params(cfg, d)
+    norms = 2 * _norm_params(cfg, d)
     final_norm = _norm_params(cfg, d) if cfg.norm_position == "pre" else 0
+    if cfg.ngpt:
+        parts = ngpt_param_count(cfg)
+        mixers = [parts["attention"]] * cfg.n_layers
+        ffn, norms, final_norm = parts["ffn"], parts["scalings"], cfg.vocab_size
+    per_layer = mixers[0] + ffn + norms
     token_embedding = cfg.vocab_size * d
     position_embedding = encoding_for(cfg).param_count()  # the learned table; 0 for the others
     output_head = 0 if cfg.tie_embeddings else d * cfg.vocab_size
     embedding = token_embedding + position_embedding + output_head
-    non_embedding = sum(mixers) + cfg.n_layers * (ffn + 2 * _norm_params(cfg, d)) + final_norm
+    non_embedding = sum(mixers) + cfg.n_layers * (ffn + norms) + final_norm
     return {
         "total": embedding + non_embedding,
         "non_embedding": non_embedding,

@@ -21,6 +21,7 @@ from flax import nnx
 from attnlab.model.config import ModelConfig
 from attnlab.model.layers import FeedForward, compute_dtype, dropout, make_norm
 from attnlab.model.mixers import mixer_for
+from attnlab.model.ngpt import NGPTBlock, Scale, renormalize
 from attnlab.model.positions import check_positions, encoding_for
 
 KV_CACHE = "KV cache"
@@ -77,14 +78,21 @@ class TransformerLM(nnx.Module):
         # The encoding's table (learned positions; None for the others) keeps this attribute
         # name: it is the parameter path in checkpoints.
         self.position_embedding = self.encoding.init_params(rngs)
-        self.blocks = nnx.List([Block(cfg, rngs=rngs, layer=i) for i in range(cfg.n_layers)])
-        # Post-LN already ends every block with a norm, so only pre-LN has a final one.
-        self.final_norm = make_norm(cfg, cfg.d_model) if cfg.norm_position == "pre" else None
+        block = NGPTBlock if cfg.ngpt else Block
+        self.blocks = nnx.List([block(cfg, rngs=rngs, layer=i) for i in range(cfg.n_layers)])
+        # Post-LN already ends every block with a norm, so only pre-LN has a final one (nGPT:
+        # none, its hidden states are unit vectors).
+        pre = cfg.norm_position == "pre" and not cfg.ngpt
+        self.final_norm = make_norm(cfg, cfg.d_model) if pre else None
         self.lm_head = (
             None
             if cfg.tie_embeddings
             else nnx.Param(init(rngs.params(), (cfg.d_model, cfg.vocab_size)))
         )
+        # nGPT (attnlab/model/ngpt.py): logits scaled by s_z; every matrix starts with unit rows.
+        self.logit_scale = Scale(cfg.vocab_size, 1.0, cfg.d_model**-0.5) if cfg.ngpt else None
+        if cfg.ngpt:
+            nnx.update(self, renormalize(nnx.state(self, nnx.Param)))
 
     # ---------------------------------------------------------------------------------------
 
@@ -118,9 +126,10 @@ class TransformerLM(nnx.Module):
             head = self.token_embedding[...].T  # tied: W_head = E^T
         else:
             head = self.lm_head[...]
-        return jnp.einsum(
+        logits = jnp.einsum(
             "bsd,dv->bsv", x, head.astype(x.dtype), preferred_element_type=jnp.float32
         )
+        return logits if self.logit_scale is None else logits * self.logit_scale()
 
     def __call__(self, tokens, positions=None, *, deterministic: bool = True, dropout_rng=None):
         """Logits of every position.

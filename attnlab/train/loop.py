@@ -140,7 +140,8 @@ def _preflight(cfg: Config, workdir: Path) -> _Preflight:
     """Every check that can fail on bad input, cheapest first; raises AttnlabError."""
     mesh = make_mesh(cfg)
     check_batch_divides(cfg, mesh.size, jax.process_count())
-    optimizer, schedule = make_optimizer(cfg.train, cfg.total_steps, cfg.model.d_model)
+    optimizer, schedule = make_optimizer(cfg.train, cfg.total_steps, cfg.model.d_model,
+                                         ngpt=cfg.model.ngpt)
     corpus = prepare(cfg.data)
     budget_warnings = check_corpus(cfg, corpus)
     graphdef, abstract_params = abstract_model(cfg)

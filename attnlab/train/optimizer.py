@@ -14,6 +14,7 @@ import optax
 
 from attnlab.config import TrainConfig
 from attnlab.errors import ConfigError
+from attnlab.model.ngpt import renormalize
 
 
 def _warmup(t: jax.Array, peak: float, warmup_steps: int) -> jax.Array:
@@ -139,9 +140,29 @@ def decay_mask(params):
     return jax.tree_util.tree_map_with_path(is_decayed, params)
 
 
-def make_optimizer(train: TrainConfig, total_steps: int, d_model: int
+def renormalize_rows() -> optax.GradientTransformation:
+    """nGPT (Loshchilov et al. 2024, sec. 2.3): after every step the rows of every matrix go back
+    on the unit sphere. A last link of the chain: it turns ``updates`` into
+    ``Norm(params + updates) - params`` (:func:`attnlab.model.ngpt.renormalize`, along each
+    matrix's ``d_model`` axis; vectors unchanged), so ``apply_updates`` lands on the sphere."""
+
+    def init_fn(params):
+        return optax.EmptyState()
+
+    def update_fn(updates, state, params=None):
+        if params is None:
+            raise ValueError("renormalize_rows needs the parameters")
+        target = renormalize(optax.apply_updates(params, updates))
+        return jax.tree.map(lambda new, old: new - old, target, params), state
+
+    return optax.GradientTransformation(init_fn, update_fn)
+
+
+def make_optimizer(train: TrainConfig, total_steps: int, d_model: int, *, ngpt: bool = False
                    ) -> tuple[optax.GradientTransformation, optax.Schedule]:
-    """Global-norm clipping then AdamW (decoupled decay, scaled by the lr as in PyTorch/optax).
+    """Global-norm clipping then AdamW (decoupled decay, scaled by the lr as in PyTorch/optax);
+    for an nGPT model (``ngpt``) then :func:`renormalize_rows` (its config has refused weight
+    decay and warmup already).
 
     Returns the transformation and its schedule (the schedule is also logged as ``lr``).
     """
@@ -150,6 +171,9 @@ def make_optimizer(train: TrainConfig, total_steps: int, d_model: int
         learning_rate=schedule, b1=train.b1, b2=train.b2, eps=train.eps,
         weight_decay=train.weight_decay, mask=decay_mask,
     )
+    chain = [adamw]
     if train.grad_clip > 0:
-        return optax.chain(optax.clip_by_global_norm(train.grad_clip), adamw), schedule
-    return adamw, schedule
+        chain.insert(0, optax.clip_by_global_norm(train.grad_clip))
+    if ngpt:
+        chain.append(renormalize_rows())
+    return (chain[0] if len(chain) == 1 else optax.chain(*chain)), schedule
