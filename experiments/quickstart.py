@@ -4,19 +4,22 @@
     attnlab quickstart --config.scale=gpu --workdir=runs/quickstart_gpu
     attnlab sweep --config=experiments/quickstart.py --workdir=runs/quickstart --dry-run
 
-Three compute budgets C a factor of 3 apart (9e10, 3e11, 9e11 FLOPs) times six byte-level models
-from 7k to 165k parameters, each (C, N) pair trained for D = C / (FLOPs per token) tokens of the
-`pystdlib` corpus (the Python standard library's own source, built on first use, nothing
-downloaded): 18 runs, enough points for approach 3's five parameters and a parabola per budget
-for approach 2. FLOPs are the full Chinchilla count (embeddings, attention and the output head:
-Porian et al. 2024 found that leaving the head out skews small-scale fits), so the fit's C is
-about 10.7 N D here rather than 6 N D.
+Four compute budgets C a factor of 2.5 apart (6e10, 1.5e11, 3.75e11, 9.4e11 FLOPs), each with
+the byte-level models near its own optimum: from a list of ten shapes (2.9k to 115k
+parameters), `sweep.centre` keeps at budget C those within 2.5x of the prior optimum
+N*(C) = 39k (C / 9e11)^0.6, 4-5 sizes per budget, 18 runs in all. Each (C, N) pair trains for
+D = C / (FLOPs per token) tokens of the `pystdlib` corpus (the Python standard library's own
+source, built on first use, nothing downloaded): enough points for approach 3's five parameters
+and a profile per budget for approach 2. FLOPs are the full Chinchilla count (embeddings,
+attention and the output head: Porian et al. 2024 found that leaving the head out skews
+small-scale fits), so the fit's C is about 10 N D here rather than 6 N D.
 
-The sizes were chosen by measurement: at these budgets the compute-optimal model has about 10k-40k
-parameters (100-200 tokens per parameter: short runs are limited by their number of steps, which
-favours small models), so the six sizes put each budget's minimum inside the range or at its
-low edge. The lowest budget's minimum tends to sit at the smallest size, in which case approach 2
-fits the two larger budgets and says so.
+The prior comes from this study's earlier plan (three budgets 9e10-9e11 times six fixed sizes,
+docs/results.md): its IsoFLOP minima were 19k parameters at 3e11 FLOPs and 39k at 9e11, and the
+lowest budget's minimum sat at its smallest size, outside the ladder, so approach 2 lost that
+budget. Centring each ladder on the prior puts every budget's minimum inside it, and four
+budgets over 1.2 decades of C (instead of three over one) pin the allocation exponent better
+for the same compute (6.6e12 FLOPs against 7.7e12).
 
 Training follows Porian et al. 2024's small-scale fixes: a 5% warmup, a cosine decay spanning
 exactly each run (the schedule is built from the run's own length), AdamW beta2 = 0.99 for the
@@ -24,15 +27,13 @@ small batch (8 x 128 = 1,024 tokens: halving it from 2,048 lowered the loss of 1
 compared, by up to 0.25 nats), and a peak learning rate falling as 1/width from 1e-2 at
 d_model = 32 (muP-lite).
 
-Time (`scale=cpu`): about 10 minutes on an otherwise idle 2-core x86 CPU. Measured on a 2-core VM
-that other jobs were loading (load average 6-8), with the command pinned to one core
-(`taskset -c 1`): 16.4 min wall at 65% of that core, 642 s of CPU time in all, of which the fits
-and plots take ~20 s. An idle machine gives the sweep's worker a whole core (and XLA a second
-one for the larger models), hence 8-11 min; the estimate assumes CPU time carries over, so it is
-good to about +-30%. `attnlab sweep ... --dry-run` (above) times a few real steps on your machine.
-A rerun reuses the finished runs and only refits. On that VM the study found
-L = 1.16 + 185/N^0.65 + 384/D^0.47 and N_opt ~ C^0.42 (95% interval 0.03-0.78; Hoffmann et al.:
-0.46): a 10-minute study gives the right shape with wide intervals.
+Time (`scale=cpu`): `--dry-run` estimates 9.7 min; from a fresh workdir on 2026-11-22 the study
+took 12.1 min on the 2-core VM while three other jobs shared it (load average 7-9): 11.8 min of
+sweep, 0.3 min of fits and plots. `attnlab sweep ... --dry-run` (above) times a few real steps
+on your machine. A rerun reuses the finished runs and only refits. That run found
+L = 0.79 + 7.0/N^0.23 + 1849/D^0.61; approach 2, with every budget's minimum inside its ladder,
+N_opt ~ C^0.65 (95% interval 0.45-0.85; Hoffmann et al.: 0.49): a 10-minute study gives the
+shape of the law with wide intervals (docs/results.md).
 
 `scale=gpu` (`--config=experiments/quickstart.py:gpu`) keeps the layout at ~100x the compute:
 budgets 1e13, 3e13, 1e14 FLOPs, seven models from 0.1M to 6.4M parameters, batches of
