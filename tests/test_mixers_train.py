@@ -57,3 +57,31 @@ def test_the_tiny_mixer_sweep_completes(tmp_path):
     assert sorted(table["model.mixer"]) == ["linear", "mamba", "performer", "softmax"]
     assert set(table["status"]) == {"completed"}
     assert (table["final_val_loss"] < 5.6).all()  # below ln(256) = 5.55 + noise: it learns
+
+
+def test_a_checkpoint_written_before_the_mixer_fields_existed_still_loads():
+    import dataclasses
+
+    from attnlab.model import ModelConfig
+    from attnlab.train.checkpoint import FORMAT_VERSION, check_compatible
+
+    model = ModelConfig()
+    record = dataclasses.asdict(model)
+    for new_field in ("mixer", "attention_every", "mixer_features", "mixer_chunk", "ssm_state",
+                      "ssm_expand", "ssm_conv", "ngpt"):
+        record.pop(new_field)
+    meta = {"format": FORMAT_VERSION, "model": record, "param_shapes": {"w": [1]}}
+    check_compatible(meta, model, {"w": [1]}, "checkpoint")  # absent = default: compatible
+    with pytest.raises(Exception, match="model.mixer"):
+        check_compatible(meta, ModelConfig(mixer="linear"), {"w": [1]}, "checkpoint")
+
+
+def test_a_mamba_run_is_evaluated_at_16x_its_training_context(tmp_path, capsys):
+    workdir = tmp_path / "mamba"
+    assert cli.main(["train", "--config=configs/tiny.py", f"--workdir={workdir}",
+                     *OVERRIDES["mamba"], "--config.train.steps=2",
+                     "--config.train.eval_every=2", "--config.train.checkpoint_every=2"]) == 0
+    assert cli.main(["extrapolate", f"--run={workdir}", "--multipliers=1,16",
+                     "--max-tokens=4096", "--progress=false"]) == 0
+    report = json.loads((workdir / "extrapolation.json").read_text())
+    assert "512" in json.dumps(report)  # 16 x seq_len 32 was scored

@@ -55,7 +55,9 @@ def check_compatible(meta: dict, model: ModelConfig, expected_shapes: dict[str, 
     if meta.get("format") != FORMAT_VERSION or "param_shapes" not in meta:
         raise CheckpointError(f"{where} was not written by attnlab's trainer (no parameter "
                               "record); move it away or use a fresh --workdir")
-    saved_model = meta.get("model", {})
+    # A field the record lacks was added to ModelConfig after the checkpoint was written; its
+    # default reproduces the old model (every new field's rule), so it compares as the default.
+    saved_model = {**dataclasses.asdict(type(model)()), **meta.get("model", {})}
     current = dataclasses.asdict(model)
     diffs = [f"model.{k}: checkpoint {saved_model.get(k)!r}, config {current[k]!r}"
              for k in current if saved_model.get(k) != current[k]]
