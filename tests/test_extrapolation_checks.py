@@ -52,6 +52,13 @@ def test_identical_perplexities_across_encodings_are_flagged():
     assert len(warnings) == 1 and "rope and alibi" in warnings[0] and "L=64" in warnings[0]
 
 
+def test_rescalings_of_one_run_are_not_compared_as_encodings():
+    table = study_table(HEALTHY)
+    rescaled = table[table["pos_encoding"] == "rope"].assign(pos_encoding="rope+pi")
+    table = pd.concat([table, rescaled], ignore_index=True)  # same run ids, same perplexities
+    assert checks.identical_across_encodings(table) == []
+
+
 def test_flat_rope_is_flagged_but_not_flat_alibi():
     table = study_table({**HEALTHY, ("rope", 1): [1, 1.0002, 0.9999]})
     [warning] = checks.flat_rope(table)
