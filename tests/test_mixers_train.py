@@ -39,7 +39,8 @@ def test_each_mixer_trains_and_generates_through_the_cli(name, tmp_path, capsys)
 def test_model_info_counts_each_mixer(capsys):
     for overrides in OVERRIDES.values():
         assert cli.main(["model-info", "--config=configs/tiny.py", *overrides]) == 0
-        assert "chinchilla" in capsys.readouterr().out
+        out = capsys.readouterr().out
+        assert "chinchilla" in out and "sequence mixers by layer: " in out
 
 
 def test_a_bad_combination_is_one_line_and_exit_2(tmp_path, capsys):

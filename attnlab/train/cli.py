@@ -73,6 +73,7 @@ def model_info_main(argv: list[str]) -> int:
     """``attnlab model-info --config=configs/x.py [overrides] [--forward]``: counts from the config
     alone (nothing is compiled), optionally one forward pass on real data."""
     from attnlab.model import flops_per_token, param_counts
+    from attnlab.model.mixers import layer_mixers
 
     values = parse(argv, MODEL_INFO_FLAGS, prog="attnlab model-info")
     cfg = _config(values)
@@ -83,6 +84,11 @@ def model_info_main(argv: list[str]) -> int:
     print(f"model {cfg.name}: d_model={m.d_model} n_layers={m.n_layers} n_heads={m.n_heads} "
           f"kv_heads={m.kv_heads} d_ff={m.ffn_dim} vocab={m.vocab_size} pos={m.pos_encoding} "
           f"ffn={m.ffn} norm={m.norm}/{m.norm_position} dtype={m.dtype}")
+    default = type(m)()
+    if (m.mixer, m.attention_every, m.ngpt) != (default.mixer, default.attention_every,
+                                                default.ngpt):
+        names = " ".join(mixer.name for mixer in layer_mixers(m))
+        print(f"sequence mixers by layer: {names}" + (" (nGPT blocks)" if m.ngpt else ""))
     print("parameters:")
     for key in ("total", "non_embedding", "embedding"):
         print(f"  {key:<16}{_format_count(counts[key]):>18}")
