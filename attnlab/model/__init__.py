@@ -6,7 +6,8 @@
 The model's config section, ``ModelConfig``, lives here (``config.py``; ``attnlab.config``
 re-exports it), so nothing in ``attnlab/model`` imports ``attnlab.config``. Positional encodings
 are classes registered in ``ENCODINGS`` (``positions.py``); the model asks ``encoding_for(cfg)``
-what to add to embeddings, q/k and scores.
+what to add to embeddings, q/k and scores; the score scale (``1/sqrt(d_k)``, muP, learned,
+cosine) is a class in ``SCALES`` (``scales.py``).
 """
 
 from attnlab.model.attention import (
@@ -16,6 +17,7 @@ from attnlab.model.attention import (
     causal,
     causal_mask,
     dot_product_attention,
+    sliding_window,
 )
 from attnlab.model.config import ModelConfig
 from attnlab.model.counting import count_state_params, flops_per_token, param_counts
@@ -32,14 +34,21 @@ from attnlab.model.positions import (
     check_positions,
     encoding_for,
     ntk_rope_theta,
+    pi_frequencies,
     rope_angles,
     rope_inverse_frequencies,
     sinusoidal_table,
+    t5_bucket_table,
+    t5_buckets,
+    yarn_attention_factor,
+    yarn_frequencies,
 )
+from attnlab.model.scales import SCALES, ScoreScale, score_scale_for
 from attnlab.model.transformer import Block, TransformerLM, apply, init_model, token_losses
 
 __all__ = [
     "ENCODINGS",
+    "SCALES",
     "Block",
     "CausalSelfAttention",
     "FeedForward",
@@ -50,6 +59,7 @@ __all__ = [
     "PositionalEncoding",
     "RMSNorm",
     "RescalingError",
+    "ScoreScale",
     "TransformerLM",
     "alibi_bias",
     "alibi_slopes",
@@ -70,8 +80,15 @@ __all__ = [
     "init_model",
     "ntk_rope_theta",
     "param_counts",
+    "pi_frequencies",
     "rope_angles",
     "rope_inverse_frequencies",
+    "score_scale_for",
     "sinusoidal_table",
+    "sliding_window",
+    "t5_bucket_table",
+    "t5_buckets",
     "token_losses",
+    "yarn_attention_factor",
+    "yarn_frequencies",
 ]
