@@ -165,3 +165,22 @@ def test_damaged_record_is_a_damaged_checkpoint_error(trained, tmp_path):
         load_params(workdir)
     cfg, _, params = load_params(workdir, 10)
     assert cfg.train.steps == 20 and jax.tree.leaves(params)
+
+
+@pytest.mark.slow
+def test_extrapolate_does_not_serve_a_report_of_a_checkpoint_that_changed(trained, tmp_path):
+    """A cached extrapolation report is reused only while its checkpoint's files are unchanged;
+    once the checkpoint is damaged, `extrapolate` (without --force) re-reads it and exits 2."""
+    from attnlab.extrapolation import evaluate as ev
+
+    workdir = _killed_copy(trained, tmp_path)
+    settings = ev.EvalSettings(multipliers=(1,), max_tokens=2000)
+    ev.evaluate_run(workdir, settings, progress=False)
+    assert ev.is_current(workdir, settings)
+    _truncate_arrays(workdir / "checkpoints" / "20")
+    assert not ev.is_current(workdir, settings)
+    result = _cli("extrapolate", f"--run={workdir}", "--multipliers=1", "--max-tokens=2000",
+                  "--noprogress")
+    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "checkpoints/20" in lines[0], result.stderr

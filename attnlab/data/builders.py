@@ -12,9 +12,13 @@ build leaves nothing half-written.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
+import io
+import logging
 import platform
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -250,12 +254,44 @@ class AttnlabMarkov(tfds.core.GeneratorBasedBuilder):
             yield key, {"path": key, TEXT_FEATURE: stream[start : start + MARKOV_CHUNK]}
 
 
+class _KnownHarmless(logging.Filter):
+    """Drops TFDS's absl warnings about attnlab's own corpora that say nothing is wrong (a
+    builder config named by its files; a cache folder not built yet)."""
+
+    LINES = ("Using custom data configuration", "has no dataset_info.json")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not any(line in message for line in self.LINES)
+
+
+logging.getLogger("absl").addFilter(_KnownHarmless())
+
+
 def prepare_builder(builder: tfds.core.DatasetBuilder) -> None:
-    """Builds the array_record files unless they exist (TFDS reuses a finished build)."""
-    builder.download_and_prepare(
-        file_format="array_record",
-        download_config=tfds.download.DownloadConfig(try_download_gcs=False),
-    )
+    """Builds the array_record files unless they exist (TFDS reuses a finished build).
+
+    attnlab's own corpora (``attnlab_*``: built from local files or sampled, never downloaded)
+    are built quietly with one line on stderr, instead of TFDS's "Downloading and preparing
+    dataset Unknown size ..." on stdout and its progress bars; TFDS catalog datasets keep
+    TFDS's own output (a real download is worth seeing)."""
+    ours = builder.name.startswith("attnlab_")
+    if ours and not builder.is_prepared():
+        sys.stderr.write(f"building the {builder.name.removeprefix('attnlab_')} corpus once "
+                         f"(cached in {builder.data_dir})\n")
+        sys.stderr.flush()
+    quiet = contextlib.redirect_stdout(io.StringIO()) if ours else contextlib.nullcontext()
+    if ours:
+        tfds.display_progress_bar(False)
+    try:
+        with quiet:
+            builder.download_and_prepare(
+                file_format="array_record",
+                download_config=tfds.download.DownloadConfig(try_download_gcs=False),
+            )
+    finally:
+        if ours:
+            tfds.display_progress_bar(True)
 
 
 def builder_data_dir(root: Path) -> str:

@@ -26,6 +26,7 @@ Long windows use the model's query-block attention (``model.attention_chunk``), 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 import time
@@ -424,17 +425,37 @@ def settings_record(settings: EvalSettings) -> dict:
     return dataclasses.asdict(settings)
 
 
+def checkpoint_fingerprint(run_dir: Path, step: int) -> str:
+    """A digest of the names, sizes and modification times of the files of checkpoint ``step``:
+    it changes whenever the checkpoint is rewritten, replaced or damaged, even at the same step
+    (a resumed run that redid the step, a file cut short), without reading the arrays."""
+    from attnlab.train.workdir import CHECKPOINT_DIR
+
+    directory = run_dir / CHECKPOINT_DIR / str(step)
+    digest = hashlib.sha256()
+    for path in sorted(directory.rglob("*")):
+        if path.is_file():
+            info = path.stat()
+            digest.update(f"{path.relative_to(directory)}\0{info.st_size}\0"
+                          f"{info.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:16]
+
+
 def is_current(run_dir: str | Path, settings: EvalSettings, tag: str = "") -> bool:
-    """True if the run's report was made from its latest checkpoint with these settings."""
+    """True if the run's report was made from its latest checkpoint, unchanged since (same
+    step and the same :func:`checkpoint_fingerprint`), with these settings. A report without a
+    fingerprint (written before it was recorded) is not current: it is evaluated again."""
     run_dir = Path(run_dir)
     path = report_paths(run_dir, tag)["json"]
     try:
         saved = json.loads(path.read_text())
         step = latest_checkpoint_step(run_dir)
+        fingerprint = checkpoint_fingerprint(run_dir, step)
     except (OSError, ValueError):  # missing or unreadable report, or no checkpoint
         return False
     return (saved.get("format_version") == FORMAT_VERSION
             and saved.get("checkpoint_step") == step
+            and saved.get("checkpoint_fingerprint") == fingerprint
             and saved.get("settings") == json.loads(json.dumps(settings_record(settings))))
 
 
@@ -465,6 +486,7 @@ def evaluate_run(run_dir: str | Path, settings: EvalSettings = EvalSettings(), *
     if not force and is_current(run_dir, settings, tag):
         return json.loads(paths["json"].read_text())
 
+    fingerprint = checkpoint_fingerprint(run_dir, step)  # of the files about to be read
     cfg, _, state = load_params(run_dir, step)
     corpus = prepare(cfg.data)
     started = time.perf_counter()
@@ -473,6 +495,7 @@ def evaluate_run(run_dir: str | Path, settings: EvalSettings = EvalSettings(), *
     report = {
         "format_version": FORMAT_VERSION, "attnlab_version": attnlab.__version__,
         "run_dir": str(run_dir.absolute()), "name": cfg.name, "checkpoint_step": step,
+        "checkpoint_fingerprint": fingerprint,
         "pos_encoding": cfg.model.pos_encoding, "max_len": cfg.model.max_len,
         "attention_window": cfg.model.attention_window, "seed": cfg.train.seed, "data_seed": cfg.data.seed, "data_source": cfg.data.source,
         "tokenizer": cfg.data.tokenizer, "split": SPLIT, "settings": settings_record(settings),
