@@ -325,3 +325,27 @@ def test_as_a_process_one_line_and_exit_2(argv, words, tmp_path):
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and words in lines[0], result.stderr
     assert _hashes(tmp_path) == before
+
+
+def test_memory_estimates_scale_with_the_config_and_can_be_overridden():
+    from attnlab.cli_flags import parse
+    from attnlab.config import from_config_dict
+    from attnlab.train.memory import (TooLargeError, check_generation_fits,
+                                      check_training_fits, generation_bytes, training_bytes)
+
+    def cfg(*overrides):
+        return from_config_dict(parse([f"--config={TINY}", *overrides]).config)
+
+    small, wide = training_bytes(cfg()), training_bytes(cfg("--config.model.d_model=64"))
+    assert small["state"] == 16 * small["params"]  # params, grads, two Adam moments
+    assert 3 < wide["state"] / small["state"] < 4.5  # ~d_model^2 (embeddings grow ~d_model)
+    assert small["total"] < 1e9
+    huge = cfg("--config.model.d_model=1000000")
+    with pytest.raises(TooLargeError, match=r"needs about .* GB .*--allow-large"):
+        check_training_fits(huge)
+    check_training_fits(huge, allow_large=True)  # the flag skips the check
+    model = cfg().model
+    assert generation_bytes(model, 2000)["cache"] == 2 * model.n_layers * model.kv_heads \
+        * model.head_dim * 2000 * 4
+    with pytest.raises(TooLargeError, match="--max-new-tokens"):
+        check_generation_fits(model, 10**12)

@@ -64,7 +64,7 @@ def check_workdir(workdir: Path, cfg: Config) -> dict | None:
     if diffs:
         shown = "; ".join(diffs[:6]) + ("; ..." if len(diffs) > 6 else "")
         raise WorkdirError(
-            f"{workdir} holds a run with a different config ({shown}): to resume it, rerun "
+            f"{workdir} holds a run with a different config ({shown}). To resume it, rerun "
             f"with the config it was started with (its values are in {config_path}); to start "
             f"fresh, pass another --workdir")
     summary_path = workdir / SUMMARY_FILE
