@@ -190,7 +190,7 @@ def test_workdir_with_another_config_is_refused(trained):
     cfg, workdir, _ = trained
     before = tree_files(workdir)
     other = tiny_config(cfg.data.cache_dir, **{"model.d_model": 48})
-    with pytest.raises(WorkdirError, match=r"(?s)model.d_model: saved 32, given 48.*To resume"):
+    with pytest.raises(WorkdirError, match=r"(?is)model.d_model: saved 32, given 48.*to resume"):
         run(other, workdir, progress=False)
     assert_untouched(workdir, before)
 
