@@ -86,3 +86,25 @@ def test_a_mamba_run_is_evaluated_at_16x_its_training_context(tmp_path, capsys):
                      "--max-tokens=4096", "--progress=false"]) == 0
     report = json.loads((workdir / "extrapolation.json").read_text())
     assert "512" in json.dumps(report)  # 16 x seq_len 32 was scored
+
+
+@pytest.mark.slow
+def test_ngpt_and_a_hybrid_run_through_a_tiny_sweep(tmp_path):
+    """The two variants that are more than a value of model.mixer go through the same sweep
+    machinery with overrides: nGPT (with the paper's rules: SwiGLU, no weight decay, no warmup)
+    and a Mamba stack with softmax attention every 2nd layer."""
+    ngpt = load_spec(str(ROOT / "experiments" / "tiny_mixers.py"), [
+        "sweep.axes.model.mixer=('softmax',)", "base.model.ngpt=True",
+        "base.model.ffn=swiglu", "base.train.weight_decay=0.0", "base.train.warmup_steps=0"])
+    table = run_sweep(ngpt, tmp_path / "ngpt", progress=False)
+    assert list(table["status"]) == ["completed"]
+    saved = json.loads(next((tmp_path / "ngpt" / "runs").glob("*/config.json")).read_text())
+    assert saved["model"]["ngpt"] is True
+    hybrid = load_spec(str(ROOT / "experiments" / "tiny_mixers.py"), [
+        "sweep.axes.model.mixer=('mamba',)", "base.model.mixer=mamba",
+        "base.model.attention_every=2"])
+    table = run_sweep(hybrid, tmp_path / "hybrid", progress=False)
+    assert list(table["status"]) == ["completed"]
+    assert (table["final_val_loss"] < 5.6).all()
+    saved = json.loads(next((tmp_path / "hybrid" / "runs").glob("*/config.json")).read_text())
+    assert saved["model"]["mixer"] == "mamba" and saved["model"]["attention_every"] == 2
