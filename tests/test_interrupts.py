@@ -270,3 +270,26 @@ def test_quickstart_interrupted_then_rerun_completes_every_run(tmp_path, cache_d
     _assert_same_results(workdir, reference, context)
     assert (workdir / "results.csv").exists()
     assert isinstance(pd.read_csv(workdir / "results.csv"), pd.DataFrame)
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_building_an_enormous_model_exits_promptly(tmp_path):
+    """3000 layers fit in memory but take minutes to trace and compile; Ctrl-C must still stop
+    the command with one line and 130 (at the latest HARD_EXIT_SECONDS after it), not hang."""
+    from attnlab.cli import HARD_EXIT_SECONDS
+
+    workdir, log = tmp_path / "deep", tmp_path / "deep.log"
+    proc = _start(["train", "--config=configs/tiny.py", "--config.model.n_layers=3000",
+                   f"--workdir={workdir}", "--noprogress"], log)
+    deadline = time.time() + 300
+    while not (workdir / "summary.json").exists() and proc.poll() is None \
+            and time.time() < deadline:
+        time.sleep(0.1)
+    assert proc.poll() is None, _tail(log)
+    time.sleep(2)  # inside tracing / compilation now
+    sent = time.time()
+    os.killpg(proc.pid, signal.SIGINT)
+    assert proc.wait(timeout=HARD_EXIT_SECONDS + 30) == 130, _tail(log)
+    assert time.time() - sent < HARD_EXIT_SECONDS + 10
+    assert "Traceback" not in log.read_text(errors="replace"), _tail(log)
+    assert results.run_status(workdir) in ("partial", "pending")
