@@ -205,3 +205,18 @@ def test_study_reports_and_plots_a_degenerate_fit_and_no_fit(degenerate_fit, tmp
     assert set(written) == {"loss_vs_compute", "loss_vs_params"} and messages == []
     for path in written.values():
         assert path.read_bytes()[:8] == PNG_MAGIC
+
+
+def test_repeated_points_and_an_empty_table_are_one_line_errors(tmp_path, capsys):
+    """Eight copies of one run used to 'fit' (alpha < 0, G = NaN); a header-only CSV used to be
+    reported as a missing column."""
+    from attnlab.scaling.cli import fit_main
+
+    same = tmp_path / "same.csv"
+    same.write_text("params,tokens,loss\n" + "100000,2000000,3.0\n" * 8)
+    empty = tmp_path / "empty.csv"
+    empty.write_text("params,tokens,loss\n")
+    for path, message in ((same, "only 1 distinct (N, D) pair"), (empty, "has no rows")):
+        assert fit_main([f"--results={path}", "--law=chinchilla", "--bootstrap=0"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and message in err and err.count("\n") == 1

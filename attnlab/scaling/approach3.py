@@ -214,6 +214,11 @@ def fit_approach3(n, d, loss, *, grid: InitGrid = CHINCHILLA_GRID, n_bootstrap: 
     if n_points < len(THETA_NAMES):
         raise FitInputError(f"{source}: approach 3 fits 5 parameters (E, A, B, alpha, beta) but "
                             f"has only {n_points} usable point(s)")
+    distinct = len({(a, b) for a, b in zip(n, d)})
+    if distinct < len(THETA_NAMES):  # repeated runs of one (N, D) pin nothing more
+        raise FitInputError(f"{source}: approach 3 fits 5 parameters (E, A, B, alpha, beta) but "
+                            f"the {n_points} points have only {distinct} distinct (N, D) "
+                            f"pair(s)")
     data = (np.log(n), np.log(d), np.log(loss))
     starts = grid.points()
     ones = np.ones((len(starts), n_points))

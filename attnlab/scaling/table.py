@@ -146,6 +146,9 @@ def _check_positive(frame: pd.DataFrame, columns: dict[str, str], source: str) -
 
 
 def _drop_unfinished(df: pd.DataFrame, notes: list[str], source: str = "results") -> pd.DataFrame:
+    if df.empty:  # say so, rather than "missing column" for a table that has its header
+        raise FitInputError(f"{source}: the table has no rows (columns: "
+                            f"{', '.join(map(str, df.columns)) or 'none'})")
     if "status" not in df.columns:
         return df
     done = df["status"].astype(str) == "completed"
