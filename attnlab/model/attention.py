@@ -96,6 +96,20 @@ def rolling_slot_positions(start: jax.Array | int, window: int, n_global: int) -
     return positions
 
 
+def write_kv_cache(kv, k: jax.Array, v: jax.Array, start):
+    """One KV-cache step: writes this step's keys and values at cache index ``start``.
+
+    kv: ``(keys, values)``, each ``[batch, cache_len, kv_heads, head_dim]``; k, v: this step's
+    ``[batch, t, kv_heads, head_dim]``. Returns (keys, values, new kv, q_offset = start,
+    k_positions ``[1, cache_len]``): the queries attend to the whole cache, and the causal mask
+    hides the slots after ``start + t`` that still hold zeros.
+    """
+    keys, values = kv
+    keys = jax.lax.dynamic_update_slice_in_dim(keys, k.astype(keys.dtype), start, axis=1)
+    values = jax.lax.dynamic_update_slice_in_dim(values, v.astype(values.dtype), start, axis=1)
+    return keys, values, (keys, values), start, jnp.arange(keys.shape[1])[None]
+
+
 def _group(q: jax.Array, kv_heads: int) -> jax.Array:
     """``[b, t, heads, d] -> [b, t, kv_heads, heads // kv_heads, d]``."""
     b, t, heads, d = q.shape
@@ -378,11 +392,7 @@ class CausalSelfAttention(nnx.Module):
             k, v, kv, mask, k_positions = self._rolling_cache(k, v, kv, start, t, mask)
             q_offset = start
         elif kv is not None:
-            keys, values = kv
-            k = jax.lax.dynamic_update_slice_in_dim(keys, k.astype(keys.dtype), start, axis=1)
-            v = jax.lax.dynamic_update_slice_in_dim(values, v.astype(values.dtype), start, axis=1)
-            kv = (k, v)
-            q_offset, k_positions = start, jnp.arange(k.shape[1])[None]
+            k, v, kv, q_offset, k_positions = write_kv_cache(kv, k, v, start)
         out = dot_product_attention(
             q, k, v, scale=scale, bias=bias,
             mask=mask, q_offset=q_offset, q_positions=positions,

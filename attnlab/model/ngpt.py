@@ -32,7 +32,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from attnlab.errors import ConfigError
-from attnlab.model.attention import causal, dot_product_attention
+from attnlab.model.attention import causal, dot_product_attention, write_kv_cache
 from attnlab.model.layers import dense
 from attnlab.model.positions import PositionalEncoding, encoding_for
 
@@ -122,11 +122,7 @@ class NGPTAttention(nnx.Module):
         q, k = s_qk * unit(q), s_qk * unit(k)  # unit q, k per head, then s_qk
         q_offset, k_positions = 0, positions
         if kv is not None:
-            keys, values = kv
-            k = jax.lax.dynamic_update_slice_in_dim(keys, k.astype(keys.dtype), start, axis=1)
-            v = jax.lax.dynamic_update_slice_in_dim(values, v.astype(values.dtype), start, axis=1)
-            kv = (k, v)
-            q_offset, k_positions = start, jnp.arange(k.shape[1])[None]
+            k, v, kv, q_offset, k_positions = write_kv_cache(kv, k, v, start)
         out = dot_product_attention(
             q, k, v, scale=math.sqrt(cfg.head_dim), bias=self.encoding.bias, mask=causal,
             q_offset=q_offset, q_positions=positions, k_positions=k_positions,
