@@ -58,7 +58,9 @@ def _line(log_x, log_l):
     slope, intercept = np.polyfit(log_x, log_l, 1)
     residual = log_l - (slope * log_x + intercept)
     alpha = -slope
-    return float(np.exp(intercept / alpha)), float(alpha), float(residual @ residual)
+    with np.errstate(over="ignore"):  # a near-flat line puts X_c at inf: reported, not warned
+        x_c = np.exp(intercept / alpha)
+    return float(x_c), float(alpha), float(residual @ residual)
 
 
 def _lowest_per(keys: np.ndarray, loss: np.ndarray) -> np.ndarray:
