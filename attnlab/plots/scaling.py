@@ -74,15 +74,16 @@ def _legend(ax) -> None:
         ax.legend(fontsize=7)
 
 
-def _fit_problem(fit: ScalingFit) -> str | None:
-    """Why the fit's own curves may mislead, or None: unpinned or non-finite parameters."""
+def _fit_problems(fit: ScalingFit) -> list[str]:
+    """Why the fit's own curves may mislead (empty if nothing): unpinned or non-finite
+    parameters."""
     problems = []
     if fit.unpinned:
         problems.append(f"degenerate fit: the data do not pin {', '.join(fit.unpinned)}")
     bad = [name for name, value in fit.params.items() if not np.isfinite(value)]
     if bad:
         problems.append(f"non-finite fitted parameters: {', '.join(bad)}")
-    return "; ".join(problems) or None
+    return problems
 
 
 def _figure(width: float = 6.4, height: float = 4.6, ncols: int = 1):
@@ -143,7 +144,7 @@ def plot_loss_vs_params(frame: pd.DataFrame, fit: ScalingFit | None = None) -> F
             predicted = np.exp(fit.params["alpha_N"] * np.log(fit.params["N_c"] / n_line))
         drawn.append(_line(ax, n_line, predicted, color="black", lw=1.2, label="L(N) fit"))
     if fit is not None:
-        problems = [p for p in (_fit_problem(fit),) if p]
+        problems = _fit_problems(fit)
         if not all(drawn):
             problems.append("the fitted law is not finite here: some curves not drawn")
         if problems:
@@ -233,7 +234,7 @@ def plot_isoflops(fit: ScalingFit) -> Figure:
     missing = _allocation_line(right, fit, "N_opt",
                                np.geomspace(budgets.min() / 3, budgets.max() * 3, 100))
     if missing:
-        _note(right, "; ".join([p for p in (_fit_problem(fit),) if p] + [missing]))
+        _note(right, "; ".join(_fit_problems(fit) + [missing]))
     right.set_xscale("log")
     right.set_yscale("log")
     right.set_xlabel(C_LABEL)
@@ -277,7 +278,7 @@ def plot_loss_contours(fit: ScalingFit, frame: pd.DataFrame | None = None) -> Fi
                    label="efficient frontier N_opt(C)"):
         missing.append("frontier not drawn: N_opt(C) is not finite here")
     if missing:
-        _note(ax, "; ".join([p for p in (_fit_problem(fit),) if p] + missing))
+        _note(ax, "; ".join(_fit_problems(fit) + missing))
     if frame is not None and len(frame):
         ax.scatter(frame["flops"], frame["params"], s=14, color="white", edgecolor="black",
                    label="sweep runs", zorder=3)
@@ -342,7 +343,7 @@ def plot_optimal_allocation(fit: ScalingFit, frame: pd.DataFrame | None = None,
                 column = "params" if name == "N_opt" else "tokens"
                 ax.scatter(frame["flops"], frame[column], color="grey", s=14, zorder=3,
                            label="runs")
-            _note(ax, "; ".join([p for p in (_fit_problem(fit),) if p] + [missing]))
+            _note(ax, "; ".join(_fit_problems(fit) + [missing]))
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel(C_LABEL)
@@ -432,8 +433,8 @@ def plot_holdout(result) -> Figure:
     summary = result.summary()
     ax.set_title(f"held out ({result.spec}): {summary['held_out_runs']} runs, mean |error| "
                  f"{100 * summary['mean_abs_relative_error']:.2f}%", fontsize=10)
-    problem = _fit_problem(result.fit)
-    if problem:
-        _note(ax, problem)
+    problems = _fit_problems(result.fit)
+    if problems:
+        _note(ax, "; ".join(problems))
     _legend(ax)
     return figure
