@@ -7,24 +7,14 @@ and layers keep pointing one way (the commands import the library, never the rev
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import os
-import signal
 import sys
-import threading
-from typing import Iterator
 
 from attnlab.cli_flags import HelpRequested
 from attnlab.errors import AttnlabError
+from attnlab.interrupts import EXIT_INTERRUPTED, ignore_from_now_on, watchdog
 
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
-# After the first Ctrl-C / SIGTERM a command winds down (a sweep gives its workers time to finish
-# their checkpoint saves); if it has not exited by then (the main thread stuck in a long XLA
-# compilation, which Python cannot interrupt), or on a second Ctrl-C, the process exits at once.
-# Nothing is lost either way: every file is written atomically and orbax commits a checkpoint by
-# renaming it, so the run resumes from its latest checkpoint.
-HARD_EXIT_SECONDS = 30.0
 
 # name -> (module, function, one-line help)
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -60,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
                          f"{', '.join(COMMANDS)} (attnlab --help)\n")
         return 2
     module_name, function_name, _ = COMMANDS[name]
-    with interrupt_handling():
+    with watchdog():
         try:
             check_output_paths(name, rest)
             command = getattr(importlib.import_module(module_name), function_name)
@@ -112,66 +102,17 @@ def _quiet_from_now_on() -> None:
         os.close(devnull)
 
 
-def _raise_keyboard_interrupt(signum, frame):
-    raise KeyboardInterrupt(signal.Signals(signum).name)
-
-
-@contextlib.contextmanager
-def interrupt_handling(hard_exit_seconds: float = HARD_EXIT_SECONDS) -> Iterator[None]:
-    """SIGTERM behaves as Ctrl-C (KeyboardInterrupt: the command records what it was doing as
-    interrupted and exits 130), and the process cannot hang on an interrupt.
-
-    Python runs signal handlers in the main thread between bytecodes, so while it sits in one
-    long C call (compiling an enormous model) Ctrl-C does nothing. A watchdog thread sees each
-    signal through ``signal.set_wakeup_fd`` the moment it arrives: on a second Ctrl-C/SIGTERM,
-    or ``hard_exit_seconds`` after the first, it prints one line and exits with 130 at once.
-    Only in the main thread (the ``attnlab`` process); everything is restored on the way out.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    read_fd, write_fd = os.pipe()
-    os.set_blocking(write_fd, False)
-    previous_term = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
-    previous_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
-    interrupts = (signal.SIGINT, signal.SIGTERM)
-
-    def hard_exit(why: str) -> None:
-        os.write(2, f"\n{why}; exiting now (rerun the same command to resume)\n".encode())
-        os._exit(EXIT_INTERRUPTED)
-
-    def watch() -> None:
-        seen = 0
-        timer = None
-        while True:
-            data = os.read(read_fd, 64)
-            if not data or 0 in data:  # closed, or the sentinel: the command is over
-                break
-            for signum in data:
-                if signum in interrupts:
-                    seen += 1
-                    if seen >= 2:
-                        hard_exit("interrupted again")
-                    timer = threading.Timer(hard_exit_seconds, hard_exit,
-                                            args=("still busy after the interrupt",))
-                    timer.daemon = True
-                    timer.start()
-        if timer is not None:
-            timer.cancel()
-
-    watcher = threading.Thread(target=watch, name="attnlab-interrupts", daemon=True)
-    watcher.start()
+def console_main() -> int:
+    """The ``attnlab`` console script: :func:`main`, then an exit that a late Ctrl-C (a second one
+    while the command was already winding down) cannot turn into a death by SIGINT."""
     try:
-        yield
+        code = main()
+    except KeyboardInterrupt:
+        code = EXIT_INTERRUPTED
     finally:
-        signal.set_wakeup_fd(previous_fd)
-        signal.signal(signal.SIGTERM, previous_term)
-        os.write(write_fd, b"\0")
-        watcher.join(timeout=1.0)
-        os.close(write_fd)
-        if not watcher.is_alive():
-            os.close(read_fd)
+        ignore_from_now_on()
+    return code
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(console_main())

@@ -275,23 +275,20 @@ def test_quickstart_interrupted_then_rerun_completes_every_run(tmp_path, cache_d
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason="issue #18, open: on the quiet CI machine the process "
-                   "building a 3000-layer model did not exit within 60 s of Ctrl-C (it did on "
-                   "a loaded one); the watchdog's hard exit needs another look")
 def test_ctrl_c_while_building_an_enormous_model_exits_promptly(tmp_path):
     """3000 layers fit in memory but take minutes to trace and compile; Ctrl-C must still stop
     the command with one line and 130 (at the latest HARD_EXIT_SECONDS after it), not hang."""
-    from attnlab.cli import HARD_EXIT_SECONDS
+    from attnlab.interrupts import HARD_EXIT_SECONDS
 
     workdir, log = tmp_path / "deep", tmp_path / "deep.log"
     proc = _start(["train", "--config=configs/tiny.py", "--config.model.n_layers=3000",
                    f"--workdir={workdir}", "--noprogress"], log)
-    deadline = time.time() + 300
-    while not (workdir / "summary.json").exists() and proc.poll() is None \
-            and time.time() < deadline:
+    # Tracing 3000 layers takes minutes (the workdir appears only after it): 20 s in, the
+    # command is inside JAX, where a Ctrl-C can land in a garbage-collector callback.
+    deadline = time.time() + 20
+    while proc.poll() is None and time.time() < deadline:
         time.sleep(0.1)
     assert proc.poll() is None, _tail(log)
-    time.sleep(2)  # inside tracing / compilation now
     sent = time.time()
     os.killpg(proc.pid, signal.SIGINT)
     assert proc.wait(timeout=HARD_EXIT_SECONDS + 30) == 130, _tail(log)

@@ -28,6 +28,7 @@ import jax
 
 from attnlab import rundir
 from attnlab.config import from_config_dict
+from attnlab.interrupts import EXIT_INTERRUPTED, raise_keyboard_interrupt
 from attnlab.rundir import FAILURE_FILE, LOCK_FILE, LOG_FILE, RUN_FILE
 
 _PR_SET_PDEATHSIG = 1
@@ -144,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         os.sched_setaffinity(0, settings["cpus"])
     # SIGTERM stops a run as Ctrl-C does: training records it as interrupted (partial, resumed
     # by the next invocation) after its pending checkpoint save, and the worker exits 130.
-    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    signal.signal(signal.SIGTERM, raise_keyboard_interrupt)
     # Answers go to a private copy of stdout; anything else printed goes to stderr (the log).
     answers = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
@@ -162,11 +163,6 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-EXIT_INTERRUPTED = 128 + signal.SIGINT
-
-
-def _raise_keyboard_interrupt(signum, frame):
-    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 if __name__ == "__main__":

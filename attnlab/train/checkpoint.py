@@ -24,6 +24,7 @@ import orbax.checkpoint as ocp
 
 from attnlab.config import ModelConfig
 from attnlab.errors import AttnlabError
+from attnlab.interrupts import deferred as interrupts_deferred
 from attnlab.train.state import TrainState
 
 FORMAT_VERSION = 1
@@ -185,11 +186,13 @@ class Checkpoints:
     def save(self, state: TrainState, meta: dict[str, Any]) -> None:
         """Starts an asynchronous save of ``state`` at ``meta['step']`` (returns before it ends)."""
         step = int(meta["step"])
-        self.manager.save(step, args=ocp.args.Composite(
-            params=ocp.args.StandardSave(state.params),
-            opt_state=ocp.args.StandardSave({"step": state.step, "opt_state": state.opt_state}),
-            meta=ocp.args.JsonSave({"format": FORMAT_VERSION, **meta}),
-        ), force=True)
+        with interrupts_deferred():  # orbax first waits for the previous save to commit
+            self.manager.save(step, args=ocp.args.Composite(
+                params=ocp.args.StandardSave(state.params),
+                opt_state=ocp.args.StandardSave({"step": state.step,
+                                                 "opt_state": state.opt_state}),
+                meta=ocp.args.JsonSave({"format": FORMAT_VERSION, **meta}),
+            ), force=True)
 
     def restore(self, step: int, abstract_state: TrainState, shardings: TrainState
                 ) -> TrainState:
@@ -222,12 +225,13 @@ class Checkpoints:
         return restored.params
 
     def wait(self) -> None:
-        self.manager.wait_until_finished()
+        with interrupts_deferred():  # an interrupted commit would log a traceback
+            self.manager.wait_until_finished()
 
     def close(self) -> None:
         """Waits for pending saves and releases the manager (safe to call twice)."""
         if self.manager is not None:
-            with _stderr_captured():  # see _stderr_captured: noise after a failed read
+            with interrupts_deferred(), _stderr_captured():  # noise after a failed read
                 self.manager.close()
             self.manager = None
 

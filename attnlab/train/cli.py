@@ -41,7 +41,8 @@ def _config(values) -> Config:
 
 def train_main(argv: list[str]) -> int:
     """``attnlab train --config=configs/x.py [--config.a.b=v ...] --workdir=DIR``."""
-    from attnlab.train.loop import EXIT_COMPLETED, EXIT_DIVERGED, EXIT_INTERRUPTED, run
+    from attnlab.interrupts import EXIT_INTERRUPTED
+    from attnlab.train.loop import EXIT_COMPLETED, EXIT_DIVERGED, run
 
     values = parse(argv, TRAIN_FLAGS, prog="attnlab train")
     cfg = _config(values)

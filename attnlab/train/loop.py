@@ -56,7 +56,7 @@ from attnlab.train.state import (
 from attnlab.train.step import make_eval_step, make_train_step
 from attnlab.train.workdir import check_workdir
 
-EXIT_COMPLETED, EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_INTERRUPTED = 0, 2, 3, 130
+EXIT_COMPLETED, EXIT_BAD_INPUT, EXIT_DIVERGED = 0, 2, 3
 
 
 def initialize_distributed(cfg: Config) -> None:
