@@ -15,7 +15,7 @@ import pytest
 from attnlab.sweep import load_spec, plan
 
 EXPERIMENTS = ("tiny_isoflop", "quickstart", "tiny_grid", "tiny_pe", "kaplan",
-               "chinchilla_isoflop", "pe_extrapolation", "markov_floor", "tiny_mixers")
+               "chinchilla_isoflop", "pe_extrapolation", "markov_floor", "tiny_mixers", "architectures")
 
 TINY_ISOFLOP_CPU = [
     "d16-l1-rope-t13.6k-s0-f45cac28", "d32-l2-rope-t3.58k-s0-dd589dd0",
@@ -63,6 +63,9 @@ PLAN_DIGESTS = {
     # Issue #15: the sequence-mixer sweep (new; model.mixer is in every run's identity).
     "tiny_mixers:cpu": ("6bd1dae233ddc1bf", "c4fa0d3f7777faab"),
     "tiny_mixers:gpu": ("6bd1dae233ddc1bf", "c4fa0d3f7777faab"),
+    # Issue #17: the architecture study (new; one IsoFLOP ladder per sweep.variants entry).
+    "architectures:cpu": ("8540f53f3cedf1c1", "17ded4dd7836043a"),
+    "architectures:gpu": ("c7df946042c40cc5", "617d4a32070c9bd9"),
 }
 
 

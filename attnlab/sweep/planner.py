@@ -18,7 +18,7 @@ from attnlab.config import Config, ModelConfig
 from attnlab.errors import ConfigError
 from attnlab.model import flops_per_token, param_counts
 from attnlab.rundir import RESUMABLE_DIFFERENCES
-from attnlab.sweep.spec import Ladder, Shape, SweepSpec, SweepSpecError
+from attnlab.sweep.spec import Ladder, Shape, SweepSpec, SweepSpecError, variant_spec
 
 # Fields that say how a run is launched, not what it computes (training accepts them changed on
 # resume): they do not enter the run id, so e.g. another mesh keeps finished runs valid.
@@ -72,7 +72,14 @@ def plan(spec: SweepSpec) -> list[PlannedRun]:
 def expand(spec: SweepSpec) -> tuple[list[PlannedRun], list[str]]:
     """Like :func:`plan`, plus notes on (budget, shape) pairs left out of an isoflop sweep
     because the budget buys fewer than ``sweep.min_steps`` steps of that shape, or the shape
-    lies outside the budget's centred ladder (``sweep.centre``)."""
+    lies outside the budget's centred ladder (``sweep.centre``).
+
+    With ``sweep.variants`` every variant is planned as a sweep of its own (its overrides on
+    the base config, its own rules) and the runs are concatenated, variant by variant; each
+    run's ``axes`` then starts with ``{variant_column: name}`` and holds the value of every key
+    any variant overrides (so the results table has a full column for each)."""
+    if spec.variants:
+        return _expand_variants(spec)
     shapes: list[Shape | None] = list(resolve_shapes(spec, spec.base.model)) or [None]
     axis_keys = [key for key, _ in spec.axes]
     combos = list(itertools.product(*(values for _, values in spec.axes)))
@@ -112,6 +119,34 @@ def expand(spec: SweepSpec) -> tuple[list[PlannedRun], list[str]]:
             raise SweepSpecError("sweep", f"two runs resolve to the same config ({run.run_id}): "
                                           f"{seen[run.run_id].axes} and {run.axes}")
         seen[run.run_id] = run
+    return runs, notes
+
+
+def _expand_variants(spec: SweepSpec) -> tuple[list[PlannedRun], list[str]]:
+    keys = list(dict.fromkeys(key for v in spec.variants for key, _ in v.overrides))
+    runs: list[PlannedRun] = []
+    notes: list[str] = []
+    seen: dict[str, str] = {}
+    for variant in spec.variants:
+        try:
+            variant_runs, variant_notes = expand(variant_spec(spec, variant))
+        except SweepSpecError as e:
+            if e.field.startswith("sweep.variants."):
+                raise
+            raise SweepSpecError(e.field, f"{e.reason} (variant {variant.name!r})") from None
+        notes += [f"{variant.name}: {note}" for note in variant_notes]
+        for run in variant_runs:
+            if run.run_id in seen:
+                raise SweepSpecError(f"sweep.variants.{variant.name}",
+                                     f"gives the same run as variant {seen[run.run_id]!r} "
+                                     f"({run.run_id}): two variants must differ in config")
+            seen[run.run_id] = variant.name
+            resolved = {}
+            for dotted in keys:
+                section, key = dotted.split(".")
+                resolved[dotted] = getattr(getattr(run.cfg, section), key)
+            axes = {spec.variant_column: variant.name, **resolved, **run.axes}
+            runs.append(dataclasses.replace(run, axes=axes))
     return runs, notes
 
 

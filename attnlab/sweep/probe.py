@@ -115,7 +115,7 @@ def dry_run(spec: SweepSpec, workdir: str | Path | None = None, *, probe: str = 
             row["budget"] = run.budget
         row.update(d_model=c.model.d_model, n_layers=c.model.n_layers, n_heads=c.model.n_heads)
         for key, value in run.axes.items():
-            short = key.split(".", 1)[1]
+            short = key.split(".", 1)[-1]  # a variant column has no section
             if short not in row and key not in ("train.learning_rate", "train.warmup_steps",
                                                 "train.tokens"):
                 row[short] = value

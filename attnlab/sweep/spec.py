@@ -34,7 +34,10 @@ FLOP_CONVENTIONS = ("chinchilla", "kaplan", "kaplan_causal", "kaplan_6n")
 _SECTIONS: dict[str, type] = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
 _TOP_LEVEL_KEYS = ("scale", "base", "sweep")
 _SWEEP_KEYS = ("name", "mode", "shapes", "ladder", "axes", "learning_rate", "warmup", "budgets",
-               "flops_per_token", "min_steps", "curve_points", "resources", "centre")
+               "flops_per_token", "min_steps", "curve_points", "resources", "centre", "variants",
+               "variant_column")
+# What a variant (sweep.variants.<name>) may set besides config keys: its own rules.
+_VARIANT_RULES = ("centre", "learning_rate", "warmup")
 
 
 class SweepSpecError(ConfigError):
@@ -139,6 +142,22 @@ class CentreRule:
 
 
 @dataclasses.dataclass(frozen=True)
+class Variant:
+    """A named variant of the whole sweep (``sweep.variants.<name>``): config overrides (dotted
+    keys, e.g. ``model.mixer``) applied to the base config, and optionally its own centre,
+    learning-rate and warmup rules. Every variant gets the sweep's full plan (each budget's
+    ladder, each axis value), so e.g. one IsoFLOP ladder per architecture, each centred on that
+    architecture's prior optimum; the results table names the variant in the column
+    ``sweep.variant_column``."""
+
+    name: str
+    overrides: tuple[tuple[str, Any], ...] = ()
+    centre: CentreRule | None = None
+    learning_rate: LearningRateRule | None = None
+    warmup: WarmupRule | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class SweepSpec:
     """A validated sweep. ``axes`` keeps the file's order: ((dotted_key, values), ...)."""
 
@@ -158,6 +177,8 @@ class SweepSpec:
     curve_points: int = 0
     resources: Resources = Resources()
     source: str = ""
+    variants: tuple[Variant, ...] = ()
+    variant_column: str = "variant"
 
     def set_keys(self) -> dict[str, str]:
         """Config keys the sweep sets besides its axes, each mapped to the spec field that sets
@@ -250,9 +271,42 @@ def spec_from_config_dict(config: ml_collections.ConfigDict | Mapping[str, Any],
         curve_points=_int_at_least(sweep.get("curve_points", 0), 0, "sweep.curve_points"),
         resources=_parse_resources(sweep.get("resources"), scale),
         source=source,
+        variant_column=_variant_column(sweep.get("variant_column", "variant")),
     )
     _check_relations(spec)
+    variants = _parse_variants(sweep.get("variants"), spec)
+    if variants:
+        spec = dataclasses.replace(spec, variants=variants)
+        for variant in variants:  # each variant's own sweep must be valid too
+            _check_relations(variant_spec(spec, variant))
     return spec
+
+
+def variant_spec(spec: SweepSpec, variant: Variant) -> SweepSpec:
+    """The sweep of one variant: the base config with its overrides (validated), its own rules
+    where it gives them, and no variants.
+
+    Raises:
+      SweepSpecError: an override is not a valid config value (naming
+        ``sweep.variants.<name>.<section>.<key>``).
+    """
+    base = spec.base
+    if variant.overrides:
+        sections: dict[str, dict[str, Any]] = {}
+        for dotted, value in variant.overrides:
+            section, key = dotted.split(".")
+            sections.setdefault(section, {})[key] = value
+        try:
+            base = dataclasses.replace(base, **{
+                section: dataclasses.replace(getattr(base, section), **changes)
+                for section, changes in sections.items()})
+        except ConfigError as e:
+            raise SweepSpecError(f"sweep.variants.{variant.name}.{e.field}", e.reason) from None
+    return dataclasses.replace(
+        spec, base=base, variants=(),
+        centre=variant.centre or spec.centre,
+        learning_rate=variant.learning_rate or spec.learning_rate,
+        warmup=variant.warmup or spec.warmup)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -435,26 +489,106 @@ def _parse_budgets(raw: Any) -> tuple[float, ...]:
     return budgets
 
 
-def _parse_centre(raw: Any) -> CentreRule | None:
+def _parse_centre(raw: Any, field: str = "sweep.centre") -> CentreRule | None:
     if raw is None:
         return None
     if not isinstance(raw, Mapping):
-        raise SweepSpecError("sweep.centre", f"expected a section (n_opt, budget, exponent, "
-                                             f"span), got {raw!r}")
+        raise SweepSpecError(field, f"expected a section (n_opt, budget, exponent, span), "
+                                    f"got {raw!r}")
     known = {f.name for f in dataclasses.fields(CentreRule)}
     for key in raw:
         if key not in known:
-            raise SweepSpecError(f"sweep.centre.{key}", f"unknown key; valid keys are "
-                                                        f"{', '.join(sorted(known))}")
+            raise SweepSpecError(f"{field}.{key}", f"unknown key; valid keys are "
+                                                   f"{', '.join(sorted(known))}")
     for key in ("n_opt", "budget"):
         if key not in raw:
-            raise SweepSpecError(f"sweep.centre.{key}", "missing: the prior optimum N* at a "
-                                                        "reference budget")
-    values = {key: _positive_number(raw[key], f"sweep.centre.{key}") for key in raw}
+            raise SweepSpecError(f"{field}.{key}", "missing: the prior optimum N* at a "
+                                                   "reference budget")
+    values = {key: _positive_number(raw[key], f"{field}.{key}") for key in raw}
     if values.get("span", 3.0) <= 1.0:
-        raise SweepSpecError("sweep.centre.span", f"must be > 1 (a factor either side of N*), "
-                                                  f"got {values['span']}")
+        raise SweepSpecError(f"{field}.span", f"must be > 1 (a factor either side of N*), "
+                                              f"got {values['span']}")
     return CentreRule(**values)
+
+
+# Columns the results table already has (attnlab.results): a variant column must not shadow one.
+_RESERVED_COLUMNS = ("run_id", "status", "sweep", "mode", "budget", "params",
+                     "non_embedding_params", "embedding_params", "tokens", "steps", "total_steps",
+                     "flops", "flops_chinchilla", "final_val_loss", "best_val_loss",
+                     "final_train_loss", "wall_seconds", "tokens_per_s", "mfu", "error")
+
+
+def _variant_column(raw: Any) -> str:
+    if not isinstance(raw, str) or not raw.isidentifier():
+        raise SweepSpecError("sweep.variant_column", f"expected a column name (letters, digits, "
+                                                     f"underscores), got {raw!r}")
+    if raw in _RESERVED_COLUMNS:
+        raise SweepSpecError("sweep.variant_column", f"{raw!r} is already a column of the "
+                                                     f"results table; pick another name")
+    return raw
+
+
+def _parse_variants(raw: Any, spec: SweepSpec) -> tuple[Variant, ...]:
+    """``sweep.variants.<name>`` sections: ``model`` / ``data`` / ``train`` overrides (mirroring
+    the config, like sweep.axes but one value each) and optional ``centre``, ``learning_rate``,
+    ``warmup`` rules (like the sweep's own)."""
+    if raw is None or (isinstance(raw, Mapping) and not raw):
+        return ()
+    if not isinstance(raw, Mapping):
+        raise SweepSpecError("sweep.variants", f"expected a section of named variants, e.g. "
+                                               f"sweep.variants.mamba.model.mixer = 'mamba', "
+                                               f"got {raw!r}")
+    variants = []
+    for name, body in raw.items():
+        field = f"sweep.variants.{name}"
+        if not str(name).isidentifier():
+            raise SweepSpecError(field, "a variant's name must be an identifier")
+        if body is None:
+            body = {}
+        if not isinstance(body, Mapping):
+            raise SweepSpecError(field, f"expected a section (model, data, train, "
+                                        f"{', '.join(_VARIANT_RULES)}), got {body!r}")
+        overrides = []
+        rules: dict[str, Any] = {}
+        for section, keys in body.items():
+            if section in _VARIANT_RULES:
+                continue
+            if section not in _SECTIONS:
+                raise SweepSpecError(f"{field}.{section}", f"unknown section; valid sections "
+                                     f"are {', '.join((*_SECTIONS, *_VARIANT_RULES))}")
+            if not isinstance(keys, Mapping):
+                raise SweepSpecError(f"{field}.{section}", f"expected a section of keys, e.g. "
+                                     f"{field}.{section}.<key> = value")
+            fields = {f.name: f for f in dataclasses.fields(_SECTIONS[section])}
+            for key, value in keys.items():
+                if key not in fields:
+                    raise SweepSpecError(f"{field}.{section}.{key}", f"unknown config key "
+                                         f"{section}.{key}; valid keys are "
+                                         f"{', '.join(sorted(fields))}")
+                overrides.append((f"{section}.{key}",
+                                  _typed_axis_value(value, fields[key],
+                                                    f"{field}.{section}.{key}")))
+        if "centre" in body:
+            rules["centre"] = _parse_centre(body["centre"], f"{field}.centre")
+            if not spec.budgets:
+                raise SweepSpecError(f"{field}.centre", "centres IsoFLOP ladders: it needs "
+                                                        "sweep.budgets (mode isoflop)")
+        if "learning_rate" in body:
+            rules["learning_rate"] = _parse_rule(LearningRateRule, body["learning_rate"],
+                                                 f"{field}.learning_rate", LR_RULES)
+        if "warmup" in body:
+            rules["warmup"] = _parse_rule(WarmupRule, body["warmup"], f"{field}.warmup",
+                                          WARMUP_RULES)
+        variant = Variant(str(name), tuple(overrides), **rules)
+        owners = variant_spec(spec, variant).set_keys()
+        axis_keys = {key for key, _ in spec.axes}
+        for key, _ in overrides:
+            if key in owners or key in axis_keys:
+                raise SweepSpecError(f"{field}.{key}", f"sets {key}, which "
+                                     f"{owners.get(key, f'sweep.axes.{key}')} also sets; "
+                                     f"remove one of the two")
+        variants.append(variant)
+    return tuple(variants)
 
 
 def _parse_resources(raw: Any, scale: str) -> Resources:

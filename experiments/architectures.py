@@ -1,0 +1,116 @@
+"""The architecture scaling study (issue #17): one IsoFLOP ladder per sequence mixer, one law each.
+
+    attnlab quickstart --config=experiments/architectures.py --workdir=sweeps/architectures
+    attnlab sweep --config=experiments/architectures.py --workdir=sweeps/architectures --dry-run
+    attnlab quickstart --config=experiments/architectures.py:gpu --workdir=sweeps/arch_gpu
+
+Each architecture is a named variant of one sweep (``sweep.variants``): the same budgets, shape
+list, data order (one data seed, one corpus), learning-rate rule and schedule rules, with the
+variant's config overrides on the base. The results table names it in the ``architecture``
+column, so ``attnlab fit --by=architecture`` fits one law per architecture, and the quickstart
+(which sees ``sweep.variant_column``) prints per-architecture approach-3 and approach-2 fits with
+95% bootstrap intervals, a ranking at a reference compute, the frontiers in one plot and the
+r(4x) extrapolation ratio of each architecture's largest run.
+
+Architectures (papers in docs/attention.md and /docs/design.md):
+
+    gpt      pre-LN GPT, GELU MLP, RoPE (Su et al. 2021): the baseline
+    alibi    ALiBi linear biases, no rotation (Press et al. 2022)
+    cosine   cosine attention: q, k L2-normalised, learned temperature (Henry et al. 2020)
+    window   sliding-window attention, each query sees the last seq_len/4 keys (Beltagy 2020)
+    linear   elu+1 linear attention (Katharopoulos et al. 2020), no positions (causal order only)
+    ngpt     nGPT (Loshchilov et al. 2024): all on the unit sphere, SwiGLU, RoPE, no warmup or
+             weight decay (its config refuses both)
+    mamba    Mamba selective SSM blocks (Gu & Dao 2023), no positions
+    hybrid   (gpu scale) Mamba with every second layer softmax attention (RoPE)
+
+FLOPs are counted per architecture by each mixer's own formula (``attnlab.model.flops_per_token``,
+Chinchilla's full count: the softmax terms for attention, the band's width for the window, the
+state products for linear attention, the scan for Mamba), so every architecture's run at budget C
+spends C FLOPs in its own count and trains for D = C / (its FLOPs per token) tokens.
+
+Ladders: every budget trains the shapes within ``span`` of a prior optimum N*(C) (``sweep.centre``,
+per architecture where it differs). The prior is the quickstart's own IsoFLOP minima (39k
+parameters at 9e11 FLOPs, N* ~ C^0.6, docs/results.md) for the softmax family; no earlier
+measurement exists for the others, so they start from the same prior with a wider span (approach
+2 flags a budget whose minimum sits at a ladder's edge).
+
+Scale ``cpu``: three budgets 2.5x apart (6e10, 1.5e11, 3.75e11 FLOPs), 4-5 sizes each, seven
+architectures; about an hour on 2 cores (`--dry-run` times real steps on your machine). Scale
+``gpu``: budgets 1e13-1e14, 0.1M-6.4M parameters, the hybrid added; not measured here.
+"""
+
+from ml_collections import ConfigDict
+
+from attnlab.config import base_config_dict
+
+# The quickstart's prior (experiments/quickstart.py): N* = 39k parameters at 9e11 FLOPs, ~C^0.6.
+_PRIOR = {"n_opt": 39e3, "budget": 9e11, "exponent": 0.6}
+
+
+def architectures(scale: str) -> dict:
+    """name -> the variant section: config overrides, and rules where they differ."""
+    window = 32 if scale == "cpu" else 64  # a quarter of the training context
+    variants = {
+        "gpt": {},
+        "alibi": {"model": {"pos_encoding": "alibi"}},
+        "cosine": {"model": {"attention_scale": "cosine"}},
+        "window": {"model": {"attention_window": window}},
+        "linear": {"model": {"mixer": "linear", "pos_encoding": "none"}},
+        # nGPT's config refuses warmup and weight decay (Loshchilov et al. 2024 use neither).
+        "ngpt": {"model": {"ngpt": True, "ffn": "swiglu"},
+                 "train": {"weight_decay": 0.0, "warmup_steps": 0},
+                 "warmup": {"rule": "fixed"}},
+        "mamba": {"model": {"mixer": "mamba", "pos_encoding": "none"}},
+    }
+    if scale == "gpu":
+        variants["hybrid"] = {"model": {"mixer": "mamba", "attention_every": 2}}
+    return variants
+
+
+def get_config(scale: str = "cpu") -> ConfigDict:
+    config = ConfigDict()
+    config.scale = scale
+
+    config.base = base = base_config_dict()
+    base.data.source = "pystdlib"
+    base.train.learning_rate = 1e-2  # at d_model = ref_d_model below
+    base.train.b2 = 0.99  # Porian et al. 2024: beta2 = 0.95 is too low for small batches
+    base.train.eval_every = 1_000_000  # isoflop runs are scored once, at their end
+    base.train.eval_batches = 16
+    base.train.log_every = 25
+    base.train.checkpoint_every = 1000
+
+    config.sweep = sweep = ConfigDict()
+    sweep.name = "architectures"
+    sweep.mode = "isoflop"
+    sweep.flops_per_token = "chinchilla"  # each mixer's own count, embeddings and head included
+    sweep.learning_rate = ConfigDict({"rule": "inverse_width", "ref_d_model": 32})
+    sweep.warmup = ConfigDict({"rule": "fraction", "fraction": 0.05})
+    sweep.min_steps = 50
+    sweep.variant_column = "architecture"
+    sweep.variants = ConfigDict(architectures(scale))
+
+    if scale == "gpu":
+        base.data.seq_len = 256
+        base.data.batch_size = 32
+        base.model.dtype = "bfloat16"
+        base.train.learning_rate = 3e-3  # at d_model = 128
+        base.train.eval_batches = 32
+        sweep.learning_rate.ref_d_model = 128
+        sweep.min_steps = 100
+        sweep.budgets = (1e13, 3e13, 1e14)
+        # (d_model, n_layers, n_heads): 0.1M to 6.4M parameters, head_dim 32.
+        sweep.shapes = ((64, 2, 2), (96, 2, 3), (128, 2, 4), (128, 4, 4), (192, 4, 6),
+                        (192, 6, 6), (256, 8, 8), (320, 8, 10))
+        sweep.centre = ConfigDict({"n_opt": 1.5e6, "budget": 1e14, "exponent": 0.55,
+                                   "span": 3.0})
+    else:
+        base.data.seq_len = 128
+        base.data.batch_size = 8
+        sweep.budgets = (6e10, 1.5e11, 3.75e11)
+        # (d_model, n_layers, n_heads): 2.9k to 115k parameters, about 1.5x apart.
+        sweep.shapes = ((8, 1, 1), (12, 1, 1), (16, 1, 1), (20, 1, 1), (24, 1, 2), (32, 1, 2),
+                        (32, 2, 2), (40, 2, 2), (48, 2, 3), (64, 2, 4))
+        sweep.centre = ConfigDict({**_PRIOR, "span": 2.5})
+    return config
