@@ -23,6 +23,7 @@ import ml_collections
 
 from attnlab.errors import ConfigError
 from attnlab.model.config import ModelConfig, check_choice, check_positive, validate_model
+from attnlab.model.objectives import objective_for
 from attnlab.model.positions import encoding_for
 
 __all__ = ["Config", "DataConfig", "ModelConfig", "TrainConfig", "base_config_dict",
@@ -291,6 +292,14 @@ def validate_sections(cfg: Config) -> None:
                                 "2024): set train.weight_decay=0 and train.warmup_steps=0")
     if cfg.data.tokenizer == "byte" and cfg.model.vocab_size < 256:
         raise ConfigError("model.vocab_size", f"the byte tokenizer needs >= 256, got {cfg.model.vocab_size}")
+    if objective_for(cfg.model).uses_mask:
+        # [MASK] is the model's last id (model.vocab_size - 1): it must lie past every token id.
+        ids = 256 if cfg.data.tokenizer == "byte" else cfg.data.bpe_vocab_size
+        if cfg.data.source != "markov" and cfg.model.vocab_size <= ids:
+            raise ConfigError("model.vocab_size",
+                              f"model.objective={cfg.model.objective} needs a [MASK] id after the "
+                              f"{cfg.data.tokenizer} tokenizer's {ids} ids: set model.vocab_size "
+                              f">= {ids + 1}, got {cfg.model.vocab_size}")
 
 
 def base_config_dict() -> ml_collections.ConfigDict:

@@ -5,6 +5,10 @@ The end-of-document separator is the byte 0x00, which is checked at build time n
 a corpus, so no extra id is needed: the byte tokenizer keeps vocab 256 with eos_id = 0, and the
 BPE keeps 0x00 as a token of its own (it is never seen in training, so never merged).
 No id is reserved for padding.
+
+[MASK] (the masked objectives, issue #16) is not a token of either tokenizer: it is the model's
+last id, past the tokenizer's vocabulary (byte: 256 with ``model.vocab_size=257``). Prompts write it
+as the text ``[MASK]``: :func:`encode_with_masks` / :func:`decode_with_masks`.
 """
 
 from __future__ import annotations
@@ -59,6 +63,37 @@ class ByteTokenizer:
 
     def describe(self) -> dict:
         return {"name": self.name, "vocab_size": self.vocab_size, "eos_id": self.eos_id}
+
+
+MASK_TEXT = "[MASK]"
+
+
+def encode_with_masks(tokenizer: Tokenizer, text: bytes | str, mask_id: int) -> np.ndarray:
+    """Encodes ``text`` with every ``[MASK]`` as the id ``mask_id`` (which must lie past the
+    tokenizer's vocabulary); the text between masks is encoded as usual. ``[len] int32``."""
+    if mask_id < tokenizer.vocab_size:
+        raise DataError(f"[MASK] id {mask_id} is inside the {tokenizer.name} tokenizer's "
+                        f"vocabulary (0..{tokenizer.vocab_size - 1})")
+    pieces = _as_bytes(text).split(MASK_TEXT.encode())
+    out: list[np.ndarray] = []
+    for i, piece in enumerate(pieces):
+        if i:
+            out.append(np.array([mask_id], np.int32))
+        out.append(np.asarray(tokenizer.encode(piece), np.int32))
+    return np.concatenate(out)
+
+
+def decode_with_masks(tokenizer: Tokenizer, ids, mask_id: int) -> bytes:
+    """Decodes ``ids``, writing each ``mask_id`` as ``[MASK]``."""
+    ids = np.asarray(ids)
+    out, run = [], []
+    for i in ids.tolist():
+        if i == mask_id:
+            out.append(tokenizer.decode(np.asarray(run, np.int32)) + MASK_TEXT.encode())
+            run = []
+        else:
+            run.append(i)
+    return b"".join(out) + tokenizer.decode(np.asarray(run, np.int32))
 
 
 def byte_alphabet() -> list[str]:

@@ -334,11 +334,16 @@ class CausalSelfAttention(nnx.Module):
     residual output projection: GPT-2 init scales its std by ``1/sqrt(2 n_layers)``.
 
     A sequence mixer: ``(x, positions, kv, start) -> (y, kv)``, with or without a cache.
+
+    ``bidirectional=True`` makes it an encoder's self-attention (Devlin et al. 2019): no mask,
+    every query sees every key, with the encoder's form of the encoding (T5's bidirectional
+    buckets); it has no KV cache.
     """
 
-    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, bidirectional: bool = False):
         self.cfg = cfg
-        self.encoding = encoding_for(cfg)
+        self.bidirectional = bidirectional
+        self.encoding = encoding_for(cfg, bidirectional=bidirectional)
         self.scale = 1.0 / math.sqrt(cfg.head_dim)
         self.score_scale = score_scale_for(cfg)
         d, hd = cfg.d_model, cfg.head_dim
@@ -373,6 +378,8 @@ class CausalSelfAttention(nnx.Module):
         """
         cfg = self.cfg
         batch, t, _ = x.shape
+        if self.bidirectional:
+            mask = None
         q = self.q_proj(x).reshape(batch, t, cfg.n_heads, cfg.head_dim)
         k = self.k_proj(x).reshape(batch, t, cfg.kv_heads, cfg.head_dim)
         v = self.v_proj(x).reshape(batch, t, cfg.kv_heads, cfg.head_dim)
@@ -432,3 +439,44 @@ class CausalSelfAttention(nnx.Module):
             return mask(q_index, k_positions[k_index])
 
         return attend_k, attend_v, (keys, values), slot_mask, k_positions[None]
+
+
+class CrossAttention(nnx.Module):
+    """Encoder-decoder attention (Vaswani et al. 2017, section 3.2.3; T5): the decoder's queries
+    attend to every position of the encoder's output, unmasked, without positional bias (T5
+    adds its bias to self-attention only)::
+
+        q = x W_q [batch, t, heads, hd];  k = m W_k, v = m W_v [batch, s, kv_heads, hd]
+        out = softmax(q k^T / sqrt(hd)) v W_o
+
+    The keys and values of the encoder output ``m`` are computed once per sequence
+    (:meth:`keys_values`) and reused by every decoding step (the cached encoder output).
+    """
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        self.cfg = cfg
+        d, hd = cfg.d_model, cfg.head_dim
+        residual_std = cfg.init_std / math.sqrt(2 * cfg.n_layers)
+        self.q_proj = dense(cfg, d, cfg.n_heads * hd, cfg.init_std, rngs)
+        self.k_proj = dense(cfg, d, cfg.kv_heads * hd, cfg.init_std, rngs)
+        self.v_proj = dense(cfg, d, cfg.kv_heads * hd, cfg.init_std, rngs)
+        self.o_proj = dense(cfg, cfg.n_heads * hd, d, residual_std, rngs)
+
+    def keys_values(self, memory: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """``memory [batch, s, d_model]`` -> ``(k, v)``, each ``[batch, s, kv_heads, hd]``."""
+        cfg = self.cfg
+        batch, s, _ = memory.shape
+        k = self.k_proj(memory).reshape(batch, s, cfg.kv_heads, cfg.head_dim)
+        v = self.v_proj(memory).reshape(batch, s, cfg.kv_heads, cfg.head_dim)
+        return k, v
+
+    def __call__(self, x: jax.Array, memory_kv: tuple[jax.Array, jax.Array]) -> jax.Array:
+        """``x [batch, t, d_model]`` attends to ``memory_kv`` (:meth:`keys_values`) ->
+        ``[batch, t, d_model]``."""
+        cfg = self.cfg
+        batch, t, _ = x.shape
+        q = self.q_proj(x).reshape(batch, t, cfg.n_heads, cfg.head_dim)
+        k, v = memory_kv
+        out = dot_product_attention(q, k, v, mask=None, impl=cfg.attention_impl,
+                                    chunk=cfg.attention_chunk)
+        return self.o_proj(out.reshape(batch, t, cfg.n_heads * cfg.head_dim))

@@ -12,6 +12,7 @@ import dataclasses
 
 from attnlab.errors import ConfigError
 from attnlab.model.ngpt import validate_ngpt
+from attnlab.model.objectives import OBJECTIVES, objective_for
 from attnlab.model.mixers import MIXERS, Softmax, layer_mixers, validate_mixer
 from attnlab.model.positions import ENCODINGS, ROPE_FREQUENCIES, UNSCALED, encoding_for
 from attnlab.model.scales import SCALES, score_scale_for
@@ -25,7 +26,8 @@ DTYPES = ("float32", "bfloat16")
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-    """Shape and architecture of the decoder-only Transformer LM."""
+    """Shape and architecture of the Transformer (decoder, encoder or encoder-decoder:
+    ``objective``)."""
 
     vocab_size: int = 256
     d_model: int = 128
@@ -68,6 +70,9 @@ class ModelConfig:
     ssm_expand: int = 2  # mamba: E = ssm_expand * d_model channels
     ssm_conv: int = 4  # mamba: causal depthwise conv kernel
     ngpt: bool = False  # nGPT (Loshchilov et al. 2024, attnlab/model/ngpt.py): all on the sphere
+    # Issue #16 (attnlab/model/objectives.py): clm (causal decoder) | mlm (BERT encoder) |
+    # span (T5 encoder-decoder); the default is the decoder-only LM.
+    objective: str = "clm"
 
     def __post_init__(self):
         validate_model(self)
@@ -136,6 +141,11 @@ def validate_model(m: ModelConfig) -> None:
     if m.ngpt:
         validate_ngpt(m)  # e.g. nGPT with post-LN
     validate_variants(m)
+    check_choice("model.objective", m.objective, tuple(OBJECTIVES))
+    objective = objective_for(m)
+    objective.validate()  # e.g. mlm with a causal-only mixer
+    if not objective.causal:
+        encoding_for(m, bidirectional=True).validate()  # T5's encoder buckets
 
 
 def validate_variants(m: ModelConfig) -> None:

@@ -17,9 +17,11 @@ from flax import nnx
 from attnlab.model.config import ModelConfig
 from attnlab.model.mixers import layer_mixers
 from attnlab.model.ngpt import param_count as ngpt_param_count
+from attnlab.model.objectives import objective_for, span_lengths
 from attnlab.model.positions import encoding_for
 
-EMBEDDING_PARAMS = ("token_embedding", "position_embedding", "lm_head")
+EMBEDDING_PARAMS = ("token_embedding", "position_embedding", "decoder_position_embedding",
+                    "lm_head")
 
 
 def _norm_params(cfg: ModelConfig, dim: int) -> int:
@@ -36,7 +38,9 @@ def param_counts(cfg: ModelConfig) -> dict[str, int]:
     ``mixers`` (all layers' mixers: a hybrid's differ), ``final_norm``. nGPT has no norms: its
     per-layer vectors (``s_qk`` with the attention, ``s_u, s_v`` with the FFN, ``alpha_A,
     alpha_M`` in place of the norms) and the logit scale ``s_z`` (in place of the final norm)
-    count as non-embedding.
+    count as non-embedding. The encoder-decoder (``objective="span"``) counts both stacks, its
+    decoder layers' ``cross_attention`` (per layer) and extra norm, both final norms, and one
+    encoding table per stack.
     """
     d = cfg.d_model
     mixers = [mixer.param_count() for mixer in layer_mixers(cfg)]
@@ -51,8 +55,20 @@ def param_counts(cfg: ModelConfig) -> dict[str, int]:
     token_embedding = cfg.vocab_size * d
     position_embedding = encoding_for(cfg).param_count()  # the learned table; 0 for the others
     output_head = 0 if cfg.tie_embeddings else d * cfg.vocab_size
+    cross = 0
+    if objective_for(cfg).encoder_decoder:
+        # T5: a second (decoder) stack, each layer with cross-attention and its norm; the
+        # encoder's final norm; one table of the encoding per stack.
+        cross = _cross_params(cfg)
+        position_embedding *= 2
+        encoder = sum(mixers) + cfg.n_layers * (ffn + norms)
+        decoder = encoder + cfg.n_layers * (cross + _norm_params(cfg, d))
+        final_norm = 2 * _norm_params(cfg, d)
+        mixers = mixers + mixers
+        non_embedding = encoder + decoder + final_norm
+    else:
+        non_embedding = sum(mixers) + cfg.n_layers * (ffn + norms) + final_norm
     embedding = token_embedding + position_embedding + output_head
-    non_embedding = sum(mixers) + cfg.n_layers * (ffn + norms) + final_norm
     return {
         "total": embedding + non_embedding,
         "non_embedding": non_embedding,
@@ -65,7 +81,14 @@ def param_counts(cfg: ModelConfig) -> dict[str, int]:
         "ffn": ffn,
         "per_layer": per_layer,
         "final_norm": final_norm,
+        "cross_attention": cross,
     }
+
+
+def _cross_params(cfg: ModelConfig) -> int:
+    """One cross-attention layer: ``W_q, W_o`` (``d x d_attn``) and ``W_k, W_v`` (GQA-aware)."""
+    d, hd = cfg.d_model, cfg.head_dim
+    return 2 * d * cfg.n_heads * hd + 2 * d * cfg.kv_heads * hd
 
 
 def count_state_params(state: nnx.State) -> dict[str, int]:
@@ -103,6 +126,8 @@ def flops_per_token(cfg: ModelConfig, seq_len: int) -> dict[str, float]:
         (``SequenceMixer.flops_per_token``) in place of the attention terms.
       chinchilla_forward: the forward part of ``chinchilla``.
     """
+    if objective_for(cfg).encoder_decoder:
+        return _encoder_decoder_flops(cfg, seq_len)
     counts = param_counts(cfg)
     d, L, V = cfg.d_model, cfg.n_layers, cfg.vocab_size
     n = counts["non_embedding"]
@@ -120,6 +145,48 @@ def flops_per_token(cfg: ModelConfig, seq_len: int) -> dict[str, float]:
         "kaplan": 6.0 * n + kaplan_attention,
         "kaplan_causal": 6.0 * n + kaplan_attention / 2,
         "head": 6.0 * d * V,
+        "chinchilla": 3.0 * forward,
+        "chinchilla_forward": forward,
+    }
+
+
+def _encoder_decoder_flops(cfg: ModelConfig, seq_len: int) -> dict[str, float]:
+    """:func:`flops_per_token` of the encoder-decoder, per *input* token (a window of
+    ``seq_len`` tokens): the encoder runs over the ``enc_len`` corrupted tokens, the decoder
+    over the ``dec_len`` target tokens (:func:`~attnlab.model.objectives.span_lengths`), and
+    each decoder token's cross-attention reads ``enc_len`` keys; the cross-attention keys and
+    values are computed once per encoder token. Same keys and conventions as the decoder's
+    (``kaplan_causal`` halves the decoder's self-attention only)."""
+    d, L, V = cfg.d_model, cfg.n_layers, cfg.vocab_size
+    enc_len, dec_len = span_lengths(seq_len)
+    mixers = layer_mixers(cfg)
+    hd, kv = cfg.head_dim, cfg.kv_heads
+    d_attn = cfg.n_heads * hd
+    ffn = 2.0 * (3 if cfg.ffn == "swiglu" else 2) * d * cfg.ffn_dim
+    counts = param_counts(cfg)
+    stack = sum(m.param_count() for m in mixers) + L * (counts["ffn"] + 2 * _norm_params(cfg, d))
+    cross_kv = 2 * d * kv * hd  # per layer, applied to encoder tokens
+    cross_qo = 2 * d * d_attn  # per layer, applied to decoder tokens
+    n_enc = stack + _norm_params(cfg, d) + L * cross_kv
+    n_dec = stack + _norm_params(cfg, d) + L * (cross_qo + _norm_params(cfg, d))
+    # forward FLOPs (Hoffmann et al. Appendix F terms) per encoder / decoder token
+    cross_context = 2.0 * enc_len * d_attn + 3.0 * cfg.n_heads * enc_len + 2.0 * enc_len * d_attn
+    enc_token = (2.0 * V * d + sum(sum(m.flops_per_token(enc_len).values()) for m in mixers)
+                 + L * ffn + L * 2.0 * cross_kv)
+    dec_token = (2.0 * V * d + sum(sum(m.flops_per_token(dec_len).values()) for m in mixers)
+                 + L * (2.0 * cross_qo + cross_context) + L * ffn + 2.0 * d * V)
+    forward = (enc_len * enc_token + dec_len * dec_token) / seq_len
+    enc_context = enc_len * sum(m.kaplan_context_flops(enc_len) for m in mixers)
+    dec_self = dec_len * sum(m.kaplan_context_flops(dec_len) for m in mixers)
+    dec_cross = dec_len * L * 2.0 * enc_len * d_attn
+    attention = 3.0 * (enc_context + dec_self + dec_cross) / seq_len
+    six_n = 6.0 * (n_enc * enc_len + n_dec * dec_len) / seq_len
+    return {
+        "kaplan_6n": six_n,
+        "kaplan_attention": attention,
+        "kaplan": six_n + attention,
+        "kaplan_causal": six_n + attention - 1.5 * dec_self / seq_len,
+        "head": 6.0 * d * V * dec_len / seq_len,
         "chinchilla": 3.0 * forward,
         "chinchilla_forward": forward,
     }

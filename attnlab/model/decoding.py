@@ -16,8 +16,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from attnlab.errors import AttnlabError
 from attnlab.model.config import ModelConfig
 from attnlab.model.mixers import layer_mixers
+from attnlab.model.objectives import MASK_TEXT, mask_id
 from attnlab.model.positions import encoding_for
 
 
@@ -113,3 +115,82 @@ def generate(
     return _generate(
         graphdef, state, prompt, rng, max_new_tokens=max_new_tokens, temperature=float(temperature)
     )
+
+
+# --------------------------------------------------------------------------------------------
+# The masked objectives (issue #16): an encoder fills masks, an encoder-decoder writes spans.
+# --------------------------------------------------------------------------------------------
+
+
+class NoMaskError(AttnlabError):
+    """A masked-objective model was asked to generate from a prompt without [MASK]."""
+
+
+def _check_masks(cfg: ModelConfig, prompt) -> None:
+    if not np.any(np.asarray(prompt) == mask_id(cfg.vocab_size)):
+        raise NoMaskError(
+            f"model.objective={cfg.objective} fills masks: the prompt holds no {MASK_TEXT} "
+            "(write it where tokens should be predicted)")
+
+
+def fill_masks(graphdef: nnx.GraphDef, state: nnx.State, cfg: ModelConfig, prompt) -> jax.Array:
+    """A bidirectional encoder's (``mlm``) guess at every [MASK] of ``prompt int32 [batch,
+    seq]``, in one forward pass: each [MASK] becomes the argmax over the real tokens.
+
+    Returns:
+      int32 ``[batch, seq]``: the prompt with its [MASK] ids replaced.
+
+    Raises:
+      NoMaskError: the prompt holds no [MASK].
+    """
+    _check_masks(cfg, prompt)
+    prompt = jnp.asarray(prompt, jnp.int32)
+    mask = mask_id(cfg.vocab_size)
+    logits = nnx.merge(graphdef, state)(prompt)[..., :mask]  # never predict [MASK] itself
+    return jnp.where(prompt == mask, jnp.argmax(logits, axis=-1).astype(jnp.int32), prompt)
+
+
+def init_encdec_cache(model, source: jax.Array, max_len: int):
+    """The encoder-decoder's decode state for ``source int32 [batch, s]``: the encoder runs
+    once, its output's cross-attention keys/values are kept for every step, and an empty
+    decoder self-attention cache of ``max_len`` slots."""
+    from_encoder = model.cross_keys_values(model.encode(source))
+    self_kv = init_cache(model.cfg, source.shape[0], max_len)
+    return type(model).cache_type(self_kv, from_encoder)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "max_new_tokens"))
+def _decode_spans(graphdef, state, source, *, max_new_tokens: int):
+    model = nnx.merge(graphdef, state)
+    batch = source.shape[0]
+    start = jnp.full((batch, 1), mask_id(model.cfg.vocab_size), jnp.int32)
+    cache = init_encdec_cache(model, source, max_new_tokens)
+
+    def step(carry, index):
+        cache, token = carry
+        logits, cache = model.decode(token, index, cache)
+        token = jnp.argmax(logits[:, -1], axis=-1).astype(jnp.int32)[:, None]
+        return (cache, token), token[:, 0]
+
+    _, out = jax.lax.scan(step, (cache, start), jnp.arange(max_new_tokens))
+    return out.T  # [batch, max_new_tokens]
+
+
+def decode_spans(graphdef: nnx.GraphDef, state: nnx.State, cfg: ModelConfig, source,
+                 max_new_tokens: int) -> jax.Array:
+    """Greedy decoding of an encoder-decoder (``span``): the decoder starts from [MASK] and
+    writes ``[MASK] span [MASK] span ...`` for the [MASK]s of ``source int32 [batch, s]``,
+    with its KV cache and the cached encoder output.
+
+    Returns:
+      int32 ``[batch, max_new_tokens]`` (the decoder's output, start token excluded).
+
+    Raises:
+      NoMaskError: the source holds no [MASK].
+    """
+    _check_masks(cfg, source)
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    encoding_for(cfg).check_range(np.array([0, max_new_tokens - 1]))
+    return _decode_spans(graphdef, state, jnp.asarray(source, jnp.int32),
+                         max_new_tokens=max_new_tokens)

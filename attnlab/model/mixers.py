@@ -103,8 +103,9 @@ class Softmax(SequenceMixer):
             raise ConfigError("model.attention_every",
                               "a hybrid needs a non-softmax model.mixer (linear, performer, mamba)")
 
-    def build(self, rngs):
-        return CausalSelfAttention(self.cfg, rngs=rngs)
+    def build(self, rngs, *, bidirectional: bool = False):
+        """``bidirectional``: an encoder's layer (no causal mask; the encoder's encoding)."""
+        return CausalSelfAttention(self.cfg, rngs=rngs, bidirectional=bidirectional)
 
     def init_state(self, batch, max_len):
         cfg = self.cfg

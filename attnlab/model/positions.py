@@ -183,6 +183,12 @@ class PositionalEncoding:
         (T5) takes them as a keyword ``params`` (what :meth:`layer_params` returns)."""
         return None
 
+    def for_encoder(self) -> PositionalEncoding:
+        """The encoding as an encoder's self-attention uses it (keys on both sides of the
+        query); itself for every encoding whose equations are already symmetric in ``i - j``
+        or absolute (ALiBi's ``-m |i - j|``, RoPE, learned, sinusoidal, none)."""
+        return self
+
     def layer_params(self, table: nnx.Param | None, layer: int) -> jax.Array | None:
         """What layer ``layer``'s attention needs of the encoding's table for :meth:`bias`
         (passed as ``bias(..., params=...)``); None (the default): the bias takes no
@@ -606,12 +612,24 @@ class T5Bias(PositionalEncoding):
     def layer_params(self, table, layer):
         return table[layer] if self.cfg.t5_per_layer else table[...]
 
+    def for_encoder(self):
+        return T5BidirectionalBias(self.cfg)
+
     def bias(self, q_positions, k_positions, params=None):
         """float32 ``[pbatch, heads, q_len, k_len]`` from ``params [num_buckets, heads]``."""
         buckets = t5_buckets(q_positions, k_positions, self.cfg.t5_num_buckets,
                              self.cfg.t5_max_distance, bidirectional=self.bidirectional)
         values = jnp.take(jnp.asarray(params, jnp.float32), buckets, axis=0)  # [pb, q, k, heads]
         return jnp.einsum("bqkh->bhqk", values)
+
+
+class T5BidirectionalBias(T5Bias):
+    """The T5 bias of an encoder (Raffel et al. 2020): keys after the query get their own
+    ``num_buckets / 2`` buckets (:func:`t5_bucket_table` with ``bidirectional=True``). Not a
+    ``model.pos_encoding`` value: ``encoding_for(cfg, bidirectional=True)`` gives it for
+    ``pos_encoding="t5"``."""
+
+    bidirectional = True
 
 
 # --------------------------------------------------------------------------------------------
@@ -631,6 +649,8 @@ ENCODINGS: dict[str, type[PositionalEncoding]] = {
 }
 
 
-def encoding_for(cfg: ModelConfig) -> PositionalEncoding:
-    """The encoding of ``cfg`` (``cfg.pos_encoding`` is validated against :data:`ENCODINGS`)."""
-    return ENCODINGS[cfg.pos_encoding](cfg)
+def encoding_for(cfg: ModelConfig, *, bidirectional: bool = False) -> PositionalEncoding:
+    """The encoding of ``cfg`` (``cfg.pos_encoding`` is validated against :data:`ENCODINGS`);
+    ``bidirectional``: as an encoder's self-attention uses it (``for_encoder``)."""
+    encoding = ENCODINGS[cfg.pos_encoding](cfg)
+    return encoding.for_encoder() if bidirectional else encoding

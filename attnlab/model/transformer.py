@@ -1,4 +1,6 @@
-"""Decoder-only Transformer LM (Flax NNX), used functionally.
+"""The Transformer LMs (Flax NNX), used functionally: the decoder-only LM and the BERT-style
+encoder (:class:`TransformerLM`, causal or not by ``model.objective``), and the T5-style
+encoder-decoder (:class:`EncoderDecoderLM`).
 
 The model is built once and split into a static ``GraphDef`` and a ``State`` of float32
 parameters (:func:`init_model`); :func:`apply` is a pure function of that state, safe to wrap in
@@ -9,19 +11,30 @@ inside jit (dropout takes an explicit key).
     pre-LN:  x = x + Attn(Norm(x));  x = x + FFN(Norm(x));  ... ; logits = Norm(x) W_head
     post-LN: x = Norm(x + Attn(x));  x = Norm(x + FFN(x));  ... ; logits = x W_head
     W_head = E^T when tied.
+
+Encoder-decoder (Vaswani et al. 2017; Raffel et al. 2020), pre-LN only:
+
+    m = Norm_enc(Encoder(embed(source)))              bidirectional self-attention blocks
+    y = y + SelfAttn(Norm(y)) (causal); y = y + CrossAttn(Norm(y), m); y = y + FFN(Norm(y))
+    logits = Norm_dec(y) E^T
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from attnlab.model.attention import CrossAttention
 from attnlab.model.config import ModelConfig
+from attnlab.model.decoding import KVCache
 from attnlab.model.layers import FeedForward, compute_dtype, dropout, make_norm
 from attnlab.model.mixers import mixer_for
 from attnlab.model.ngpt import NGPTBlock, Scale, renormalize
+from attnlab.model.objectives import objective_for, token_losses
 from attnlab.model.positions import check_positions, encoding_for
 
 KV_CACHE = "KV cache"
@@ -34,11 +47,13 @@ class Block(nnx.Module):
     registry for this ``layer`` and kept at the attribute ``attn`` (the checkpoint path).
     """
 
-    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, layer: int = 0):
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, layer: int = 0, causal: bool = True):
         self.pre_norm = cfg.norm_position == "pre"
         self.dropout_rate = cfg.dropout
         self.attn_norm = make_norm(cfg, cfg.d_model)
-        self.attn = mixer_for(cfg, layer).build(rngs)
+        # An encoder layer (causal=False) is bidirectional softmax attention (validated).
+        extra = {} if causal else {"bidirectional": True}
+        self.attn = mixer_for(cfg, layer).build(rngs, **extra)
         self.ffn_norm = make_norm(cfg, cfg.d_model)
         self.ffn = FeedForward(cfg, rngs=rngs)
 
@@ -68,18 +83,23 @@ class Block(nnx.Module):
 
 
 class TransformerLM(nnx.Module):
-    """Decoder-only Transformer language model; every architectural choice comes from ``cfg``."""
+    """One stack of Transformer layers with an LM head: a causal decoder, or (for an objective
+    whose input stack is not causal, ``mlm``) a bidirectional encoder. Every architectural
+    choice comes from ``cfg``."""
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
         self.cfg = cfg
-        self.encoding = encoding_for(cfg)
+        causal = objective_for(cfg).causal
+        self.encoding = encoding_for(cfg, bidirectional=not causal)
         init = nnx.initializers.normal(cfg.init_std)
         self.token_embedding = nnx.Param(init(rngs.params(), (cfg.vocab_size, cfg.d_model)))
         # The encoding's table (learned positions; None for the others) keeps this attribute
         # name: it is the parameter path in checkpoints.
         self.position_embedding = self.encoding.init_params(rngs)
         block = NGPTBlock if cfg.ngpt else Block
-        self.blocks = nnx.List([block(cfg, rngs=rngs, layer=i) for i in range(cfg.n_layers)])
+        extra = {} if causal else {"causal": False}
+        self.blocks = nnx.List([block(cfg, rngs=rngs, layer=i, **extra)
+                                for i in range(cfg.n_layers)])
         # Post-LN already ends every block with a norm, so only pre-LN has a final one (nGPT:
         # none, its hidden states are unit vectors).
         pre = cfg.norm_position == "pre" and not cfg.ngpt
@@ -176,6 +196,9 @@ class TransformerLM(nnx.Module):
         Returns:
           ``(logits float32 [batch, t, vocab], cache)``.
         """
+        if not objective_for(self.cfg).causal:
+            raise ValueError(f"model.objective={self.cfg.objective} is a bidirectional encoder: "
+                             "it has no KV-cache decoding (fill masks instead)")
         batch, t = tokens.shape
         # Attention layers hold max_len positions; recurrent states (linear attention, Mamba) any.
         lengths = [mixer_for(self.cfg, layer).state_length((keys, values))
@@ -200,16 +223,170 @@ class TransformerLM(nnx.Module):
         return self.logits(x), type(cache)(tuple(new_keys), tuple(new_values))
 
 
+class DecoderBlock(nnx.Module):
+    """One pre-LN decoder layer of the encoder-decoder: causal self-attention, cross-attention
+    to the encoder output, FFN, each with a residual connection."""
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, layer: int = 0):
+        self.dropout_rate = cfg.dropout
+        self.attn_norm = make_norm(cfg, cfg.d_model)
+        self.attn = mixer_for(cfg, layer).build(rngs)
+        self.cross_norm = make_norm(cfg, cfg.d_model)
+        self.cross = CrossAttention(cfg, rngs=rngs)
+        self.ffn_norm = make_norm(cfg, cfg.d_model)
+        self.ffn = FeedForward(cfg, rngs=rngs)
+
+    def __call__(self, y, positions, memory_kv, *, dropout_key=None, kv=None, start=0,
+                 pos_params=None):
+        """``y [batch, t, d_model]`` at ``positions [pbatch, t]``, the encoder's keys/values
+        ``memory_kv`` (:meth:`CrossAttention.keys_values`) -> ``(y, kv)`` (``kv``: this layer's
+        self-attention KV cache, or None without one)."""
+        keys = [None] * 3
+        if dropout_key is not None:
+            keys = list(jax.random.split(dropout_key, 3))
+        extra = {} if pos_params is None else {"pos_params": pos_params}
+        update, kv = self.attn(self.attn_norm(y), positions, kv=kv, start=start, **extra)
+        y = y + dropout(update, self.dropout_rate, keys[0])
+        y = y + dropout(self.cross(self.cross_norm(y), memory_kv), self.dropout_rate, keys[1])
+        y = y + dropout(self.ffn(self.ffn_norm(y)), self.dropout_rate, keys[2])
+        return y, kv
+
+
+class EncDecCache(NamedTuple):
+    """Decode state of the encoder-decoder: the decoder's self-attention KV cache and, per
+    decoder layer, the cross-attention keys/values of the encoder output (computed once),
+    each ``[batch, source_len, kv_heads, head_dim]``."""
+
+    self_kv: KVCache
+    cross: tuple[tuple[jax.Array, jax.Array], ...]
+
+
+class EncoderDecoderLM(nnx.Module):
+    """T5-style encoder-decoder (Raffel et al. 2020): ``model.n_layers`` bidirectional encoder
+    blocks and as many causal decoder blocks with cross-attention; one token table shared by
+    both stacks and the (tied or untied) head. The encoding's parameters (learned table, T5
+    bias) exist once per stack: ``position_embedding`` (encoder, T5's bidirectional buckets) and
+    ``decoder_position_embedding`` (decoder, causal buckets)."""
+
+    cache_type = EncDecCache
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        self.cfg = cfg
+        self.encoder_encoding = encoding_for(cfg, bidirectional=True)
+        self.encoding = encoding_for(cfg)  # the decoder's
+        init = nnx.initializers.normal(cfg.init_std)
+        self.token_embedding = nnx.Param(init(rngs.params(), (cfg.vocab_size, cfg.d_model)))
+        self.position_embedding = self.encoder_encoding.init_params(rngs)
+        self.decoder_position_embedding = self.encoding.init_params(rngs)
+        self.encoder = nnx.List([Block(cfg, rngs=rngs, layer=i, causal=False)
+                                 for i in range(cfg.n_layers)])
+        self.encoder_norm = make_norm(cfg, cfg.d_model)
+        self.decoder = nnx.List([DecoderBlock(cfg, rngs=rngs, layer=i)
+                                 for i in range(cfg.n_layers)])
+        self.final_norm = make_norm(cfg, cfg.d_model)
+        self.lm_head = (
+            None
+            if cfg.tie_embeddings
+            else nnx.Param(init(rngs.params(), (cfg.d_model, cfg.vocab_size)))
+        )
+
+    def _embed(self, tokens, positions, encoding, table):
+        x = jnp.take(self.token_embedding[...], tokens, axis=0)
+        return encoding.embed(x, positions, table).astype(compute_dtype(self.cfg))
+
+    def encode(self, source: jax.Array, *, dropout_rng=None) -> jax.Array:
+        """``source int32 [batch, s]`` -> the encoder output ``[batch, s, d_model]``."""
+        seq = source.shape[1]
+        positions = np.arange(seq, dtype=np.int32)[None]
+        self.encoder_encoding.check_range(positions)
+        keys = [None] * (len(self.encoder) + 1)
+        if dropout_rng is not None:
+            keys = list(jax.random.split(dropout_rng, len(self.encoder) + 1))
+        x = self._embed(source, positions, self.encoder_encoding, self.position_embedding)
+        x = dropout(x, self.cfg.dropout, keys[-1])
+        for layer, (block, key) in enumerate(zip(self.encoder, keys)):
+            params = self.encoder_encoding.layer_params(self.position_embedding, layer)
+            x, _ = block(x, positions, dropout_key=key, pos_params=params)
+        return self.encoder_norm(x)
+
+    def cross_keys_values(self, memory: jax.Array) -> tuple[tuple[jax.Array, jax.Array], ...]:
+        """Every decoder layer's cross-attention keys/values of ``memory [batch, s, d]``."""
+        return tuple(block.cross.keys_values(memory) for block in self.decoder)
+
+    def logits(self, y: jax.Array) -> jax.Array:
+        """``[batch, t, d_model] -> float32 [batch, t, vocab]`` (final norm, then the head)."""
+        y = self.final_norm(y)
+        head = self.token_embedding[...].T if self.lm_head is None else self.lm_head[...]
+        return jnp.einsum("btd,dv->btv", y, head.astype(y.dtype),
+                          preferred_element_type=jnp.float32)
+
+    def _decoder(self, targets, positions, cross, *, caches=None, start=0, dropout_rng=None):
+        keys = [None] * (len(self.decoder) + 1)
+        if dropout_rng is not None:
+            keys = list(jax.random.split(dropout_rng, len(self.decoder) + 1))
+        y = self._embed(targets, positions, self.encoding, self.decoder_position_embedding)
+        y = dropout(y, self.cfg.dropout, keys[-1])
+        new_caches = []
+        for layer, (block, memory_kv, key) in enumerate(zip(self.decoder, cross, keys)):
+            params = self.encoding.layer_params(self.decoder_position_embedding, layer)
+            kv = None if caches is None else caches[layer]
+            y, kv = block(y, positions, memory_kv, dropout_key=key, kv=kv, start=start,
+                          pos_params=params)
+            new_caches.append(kv)
+        return self.logits(y), new_caches
+
+    def __call__(self, source, targets, *, deterministic: bool = True, dropout_rng=None):
+        """Teacher-forced logits.
+
+        Args:
+          source: int32 ``[batch, s]``, the (corrupted) encoder input.
+          targets: int32 ``[batch, t]``, the decoder input (start token + target[:-1]).
+
+        Returns:
+          float32 ``[batch, t, vocab]``.
+        """
+        enc_rng = dec_rng = None
+        if not deterministic and self.cfg.dropout > 0:
+            if dropout_rng is None:
+                raise ValueError(
+                    "dropout is on (deterministic=False, model.dropout > 0): pass dropout_rng")
+            enc_rng, dec_rng = jax.random.split(dropout_rng)
+        memory = self.encode(source, dropout_rng=enc_rng)
+        positions = np.arange(targets.shape[1], dtype=np.int32)[None]
+        self.encoding.check_range(positions)
+        logits, _ = self._decoder(targets, positions, self.cross_keys_values(memory),
+                                  dropout_rng=dec_rng)
+        return logits
+
+    def decode(self, tokens, start, cache: EncDecCache):
+        """KV-cache step of the decoder: ``tokens int32 [batch, t]`` at positions ``start ..
+        start + t - 1`` against ``cache`` (:func:`attnlab.model.decoding.init_encdec_cache`).
+
+        Returns ``(logits float32 [batch, t, vocab], cache)``."""
+        t = tokens.shape[1]
+        positions = (start + jnp.arange(t, dtype=jnp.int32))[None]
+        caches = list(zip(cache.self_kv.keys, cache.self_kv.values))
+        logits, new = self._decoder(tokens, positions, cache.cross, caches=caches, start=start)
+        self_kv = KVCache(tuple(k for k, _ in new), tuple(v for _, v in new))
+        return logits, EncDecCache(self_kv, cache.cross)
+
+
+def model_class(cfg: ModelConfig) -> type[nnx.Module]:
+    """The module ``cfg`` builds: the encoder-decoder for an objective that has one, otherwise
+    the single stack (decoder or encoder)."""
+    return EncoderDecoderLM if objective_for(cfg).encoder_decoder else TransformerLM
+
+
 def init_model(cfg: ModelConfig, seed: int) -> tuple[nnx.GraphDef, nnx.State]:
     """Builds the model and splits it once into ``(graphdef, state)``; ``state`` holds only the
     float32 ``nnx.Param`` leaves."""
-    model = TransformerLM(cfg, rngs=nnx.Rngs(params=seed))
+    model = model_class(cfg)(cfg, rngs=nnx.Rngs(params=seed))
     graphdef, state = nnx.split(model)
     return graphdef, state
 
 
 def apply(graphdef: nnx.GraphDef, state: nnx.State, tokens, positions=None, *, dropout_rng=None):
-    """Pure forward pass: float32 logits ``[batch, seq, vocab]``.
+    """Pure forward pass of a single-stack model: float32 logits ``[batch, seq, vocab]``.
 
     Dropout is applied (at ``cfg.dropout``) iff ``dropout_rng`` is given. Jit with the graphdef
     closed over or static.
@@ -218,15 +395,5 @@ def apply(graphdef: nnx.GraphDef, state: nnx.State, tokens, positions=None, *, d
     return model(tokens, positions, deterministic=dropout_rng is None, dropout_rng=dropout_rng)
 
 
-def token_losses(logits: jax.Array, targets: jax.Array) -> jax.Array:
-    """Cross-entropy per token in nats: ``logsumexp(logits) - logits[target]``.
-
-    Args:
-      logits: ``[batch, seq, vocab]``.
-      targets: int ``[batch, seq]``.
-
-    Returns:
-      float32 ``[batch, seq]``.
-    """
-    log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-    return -jnp.take_along_axis(log_probs, targets[..., None].astype(jnp.int32), axis=-1)[..., 0]
+__all__ = ["Block", "DecoderBlock", "EncDecCache", "EncoderDecoderLM", "TransformerLM", "apply",
+           "init_model", "model_class", "token_losses"]

@@ -25,7 +25,8 @@ MODEL_INFO_FLAGS = [
 ]
 GENERATE_FLAGS = [
     Flag("run", "string", None, "Run directory (its latest checkpoint is used).", required=True),
-    Flag("prompt", "string", "", "Text to continue.", required=True),
+    Flag("prompt", "string", "", "Text to continue; for masked-objective runs (model.objective "
+         "mlm / span) text with [MASK] where tokens are to be filled in.", required=True),
     Flag("max-new-tokens", "integer", 200, "Tokens to generate."),
     Flag("temperature", "float", 0.8, "Sampling temperature; 0 is greedy."),
     Flag("seed", "integer", 0, "Sampling seed."),
@@ -75,6 +76,7 @@ def model_info_main(argv: list[str]) -> int:
     alone (nothing is compiled), optionally one forward pass on real data."""
     from attnlab.model import flops_per_token, param_counts
     from attnlab.model.mixers import layer_mixers
+    from attnlab.model.objectives import objective_for
 
     values = parse(argv, MODEL_INFO_FLAGS, prog="attnlab model-info")
     cfg = _config(values)
@@ -93,9 +95,17 @@ def model_info_main(argv: list[str]) -> int:
     print("parameters:")
     for key in ("total", "non_embedding", "embedding"):
         print(f"  {key:<16}{_format_count(counts[key]):>18}")
-    print(f"training FLOPs per token (forward + backward, seq_len={seq_len}):")
+    objective = objective_for(m)
+    predicted = objective.predicted_per_input(seq_len)
+    print(f"objective: {m.objective} = {objective.title}; {predicted:.3g} predicted tokens per "
+          "input token")
+    print(f"training FLOPs per input token (forward + backward, seq_len={seq_len}):")
     for key, value in flops.items():
         print(f"  {key:<20}{_format_count(value):>18}")
+    if predicted != 1.0:
+        print("training FLOPs per predicted token:")
+        for key, value in flops.items():
+            print(f"  {key:<20}{_format_count(value / predicted):>18}")
     print(f"run: {cfg.total_steps} steps x {cfg.data.batch_size * seq_len:,} tokens = "
           f"{tokens:,} tokens; C = 6ND = {flops['kaplan_6n'] * tokens:.3e}, "
           f"Chinchilla C = {flops['chinchilla'] * tokens:.3e} FLOPs")
@@ -110,7 +120,8 @@ def model_info_main(argv: list[str]) -> int:
 
 
 def forward_loss(cfg: Config) -> float:
-    """Mean next-token loss of freshly initialised weights on the first validation batch."""
+    """Mean loss (the objective's) of freshly initialised weights on the first validation
+    batch."""
     import jax
     import numpy as np
 
@@ -132,6 +143,8 @@ def generate_main(argv: list[str]) -> int:
 
     from attnlab.data import prepare
     from attnlab.model import encoding_for, generate
+    from attnlab.data.tokenizer import MASK_TEXT
+    from attnlab.model.objectives import objective_for
     from attnlab.train.load import load_params
 
     if any(a.startswith("--config") for a in argv):
@@ -147,10 +160,16 @@ def generate_main(argv: list[str]) -> int:
     from attnlab.train.load import load_config
     from attnlab.train.memory import check_generation_fits
 
-    check_generation_fits(load_config(values.run).model, max_new + 1024,
-                          allow_large=values["allow-large"].value)
+    run_model = load_config(values.run).model
+    if objective_for(run_model).uses_mask and MASK_TEXT not in values.prompt:
+        raise AttnlabError(f"--prompt holds no {MASK_TEXT}: model.objective={run_model.objective}"
+                           f" predicts masked tokens; write {MASK_TEXT} where they go")
+    check_generation_fits(run_model, max_new + 1024, allow_large=values["allow-large"].value)
     cfg, graphdef, params = load_params(values.run, values.step)
     tokenizer = prepare(cfg.data).tokenizer
+    objective = objective_for(cfg.model)
+    if objective.uses_mask:
+        return _fill_in(cfg, graphdef, params, tokenizer, objective, values.prompt, max_new)
     prompt = np.asarray(tokenizer.encode(values.prompt), np.int32)[None]
     if prompt.shape[1] == 0:
         raise AttnlabError("--prompt encodes to no tokens; give some text to continue")
@@ -164,4 +183,25 @@ def generate_main(argv: list[str]) -> int:
                    rng=jax.random.key(values.seed), temperature=temperature)
     # Bytes that are not valid UTF-8 (a cut multi-byte character) print as U+FFFD.
     sys.stdout.write(tokenizer.decode(np.asarray(out[0])).decode("utf-8", "replace") + "\n")
+    return 0
+
+
+def _fill_in(cfg: Config, graphdef, params, tokenizer, objective, text: str, max_new: int) -> int:
+    """``generate`` for the masked objectives: an encoder (mlm) fills every [MASK] of the
+    prompt in one pass; an encoder-decoder (span) decodes ``[MASK] span ...`` greedily (the
+    spans in the order of the prompt's [MASK]s)."""
+    import numpy as np
+
+    from attnlab.data.tokenizer import decode_with_masks, encode_with_masks
+    from attnlab.model.decoding import decode_spans, fill_masks
+    from attnlab.model.objectives import mask_id
+
+    mask = mask_id(cfg.model.vocab_size)
+    prompt = encode_with_masks(tokenizer, text, mask)[None]
+    if objective.encoder_decoder:
+        out = np.asarray(decode_spans(graphdef, params, cfg.model, prompt, max(1, max_new)))[0]
+    else:
+        out = np.asarray(fill_masks(graphdef, params, cfg.model, prompt))[0]
+    out = out[(out < tokenizer.vocab_size) | (out == mask)]  # ids the tokenizer can write
+    sys.stdout.write(decode_with_masks(tokenizer, out, mask).decode("utf-8", "replace") + "\n")
     return 0

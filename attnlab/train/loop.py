@@ -32,6 +32,7 @@ from attnlab.config import Config
 from attnlab.data import Batches, Corpus, check_budget, prepare, validation_batches
 from attnlab.errors import ConfigError
 from attnlab.model import flops_per_token, param_counts
+from attnlab.model.objectives import objective_for
 from attnlab.train.checkpoint import (Checkpoints, CheckpointError, DamagedCheckpointError,
                                      check_compatible, move_aside, param_shapes)
 from attnlab.train.memory import check_training_fits
@@ -130,6 +131,10 @@ def check_corpus(cfg: Config, corpus) -> list[str]:
     if corpus.vocab_size > cfg.model.vocab_size:
         raise ConfigError("model.vocab_size", f"{cfg.model.vocab_size} is smaller than the "
                           f"tokenizer's vocabulary ({corpus.vocab_size})")
+    if objective_for(cfg.model).uses_mask and corpus.vocab_size >= cfg.model.vocab_size:
+        raise ConfigError("model.vocab_size", f"model.objective={cfg.model.objective} needs a "
+                          f"[MASK] id after the tokenizer's {corpus.vocab_size} ids: set "
+                          f"model.vocab_size >= {corpus.vocab_size + 1}")
     tokens = cfg.total_steps * cfg.data.batch_size * cfg.data.seq_len
     with warnings.catch_warnings():  # the caller reports them (metrics writer, sweep notes)
         warnings.simplefilter("ignore")
@@ -221,6 +226,7 @@ class _Record:
         # final_train_loss_smoothed: mean over the last 10% of steps (at most 100)
         self.window = max(1, min(100, total_steps // 10))
         self.recent_losses = collections.deque(meta.get("recent_losses", []), maxlen=self.window)
+        self.val_accuracy = None  # masked objectives: accuracy on the predicted positions
         self.best_val = meta.get("best_val_loss")
         self.last_val = meta.get("last_val_loss")
         self.throughput = Throughput(tokens_per_step, meta.get("timed_tokens", 0),
@@ -307,6 +313,7 @@ def run(cfg: Config, workdir: str | Path, *, progress: bool = True,
             rundir.rewind_metrics(workdir / rundir.METRICS_FILE, start_step)
         train_step, eval_step = _compile(cfg, plan)
         record = _Record(plan.meta, total_steps, tokens_per_step)
+        objective = objective_for(cfg.model)
 
         batches = Batches(plan.corpus, "train", cfg.data.seq_len, cfg.data.batch_size,
                           cfg.data.seed, process_index=jax.process_index(),
@@ -324,11 +331,14 @@ def run(cfg: Config, workdir: str | Path, *, progress: bool = True,
             cfg.train.eval_batches * accum), np.int32)
 
         def evaluate(params) -> float:
-            """Mean validation loss (every batch holds the same number of tokens)."""
-            losses = [eval_step(params, global_batch(plan.mesh, EVAL_BATCH_SPEC,
-                                                     _process_rows(b), b.shape))
-                      for b in val_batches]
-            return float(np.mean(jax.device_get(losses)))
+            """Mean validation loss (every batch holds the same number of tokens); the mean
+            accuracy of the masked objectives goes to ``val_accuracy``."""
+            out = jax.device_get([eval_step(params, global_batch(plan.mesh, EVAL_BATCH_SPEC,
+                                                                 _process_rows(b), b.shape), j)
+                                  for j, b in enumerate(val_batches)])
+            if objective.uses_mask:
+                record.val_accuracy = float(np.mean([o["accuracy"] for o in out]))
+            return float(np.mean([o["loss"] for o in out]))
 
         def finish(status: str, **extra) -> dict:
             checkpoints.wait()
@@ -340,6 +350,7 @@ def run(cfg: Config, workdir: str | Path, *, progress: bool = True,
                 flops={"6nd": flops["6n"] * tokens, "chinchilla": flops["chinchilla"] * tokens,
                        "mfu_count": flops["mfu"] * tokens},
                 final_val_loss=record.last_val, best_val_loss=record.best_val,
+                **({"final_val_accuracy": record.val_accuracy} if objective.uses_mask else {}),
                 final_train_loss_smoothed=float(np.mean(losses)) if losses else None,
                 train_loss_smoothing_steps=record.window,
                 wall_seconds=record.wall_seconds(), tokens_per_s=tokens_per_s,
@@ -385,8 +396,11 @@ def run(cfg: Config, workdir: str | Path, *, progress: bool = True,
             if step % cfg.train.eval_every == 0 or step == total_steps:
                 record.throughput.pause()  # evaluation is not training throughput
                 record.validation(evaluate(state.params))
-                metrics.log({"step": step, "tokens": step * tokens_per_step,
-                             "val_loss": record.last_val})
+                line = {"step": step, "tokens": step * tokens_per_step,
+                        "val_loss": record.last_val}
+                if objective.uses_mask:
+                    line["val_accuracy"] = record.val_accuracy
+                metrics.log(line)
             if step % cfg.train.checkpoint_every == 0 or step == total_steps:
                 record.throughput.pause()
                 checkpoints.save(state, {**record.checkpoint_meta(step),

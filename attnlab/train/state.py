@@ -29,9 +29,10 @@ class TrainState:
 
 def abstract_model(cfg: Config) -> tuple[nnx.GraphDef, nnx.State]:
     """``(graphdef, params as ShapeDtypeStructs)`` without allocating or computing anything."""
-    from attnlab.model import TransformerLM
+    from attnlab.model.transformer import model_class
 
-    model = nnx.eval_shape(lambda: TransformerLM(cfg.model, rngs=nnx.Rngs(params=cfg.train.seed)))
+    build = model_class(cfg.model)
+    model = nnx.eval_shape(lambda: build(cfg.model, rngs=nnx.Rngs(params=cfg.train.seed)))
     return nnx.split(model)
 
 

@@ -1,4 +1,10 @@
-"""The jitted training and evaluation steps: pure functions of (state, batch)."""
+"""The jitted training and evaluation steps: pure functions of (state, batch).
+
+The objective (``model.objective``: next-token, masked LM, span corruption) says what the model
+reads and is scored on (:mod:`attnlab.model.objectives`); masked objectives corrupt each batch on
+the device with a key from ``(data.seed, batch index, micro-batch)``, so a resumed run corrupts
+batch ``i`` exactly as before.
+"""
 
 from __future__ import annotations
 
@@ -10,17 +16,29 @@ import optax
 from flax import nnx
 
 from attnlab.config import Config
+from attnlab.model.objectives import masking_key, objective_for
 from attnlab.train.state import TrainState
+
+EVAL_SEED = 2**31 - 1  # validation masks: fixed, apart from every training seed's
+
+
+def batch_scores(graphdef: nnx.GraphDef, params: nnx.State, tokens: jax.Array,
+                 key: jax.Array | None = None, dropout_rng: jax.Array | None = None):
+    """The objective's :class:`~attnlab.model.objectives.Scores` (sums of loss, hits and
+    scored positions) of windows ``tokens [batch, seq_len + 1]``, corrupted with ``key``
+    (default: the key of batch 0)."""
+    model = nnx.merge(graphdef, params)
+    key = masking_key(0, 0) if key is None else key
+    return objective_for(model.cfg).scores(model, tokens, key, dropout_rng=dropout_rng)
 
 
 def mean_loss(graphdef: nnx.GraphDef, params: nnx.State, tokens: jax.Array,
-              dropout_rng: jax.Array | None = None) -> jax.Array:
-    """Mean next-token cross-entropy (nats) of ``tokens [batch, seq_len + 1]``: position ``j``
-    predicts token ``j + 1``."""
-    from attnlab.model import apply, token_losses
-
-    logits = apply(graphdef, params, tokens[:, :-1], dropout_rng=dropout_rng)
-    return token_losses(logits, tokens[:, 1:]).mean()
+              dropout_rng: jax.Array | None = None, key: jax.Array | None = None) -> jax.Array:
+    """Mean cross-entropy (nats) over the predicted positions of ``tokens [batch, seq_len +
+    1]``: for the decoder, position ``j`` predicts token ``j + 1``; for the masked objectives,
+    the selected tokens / the spans (corrupted with ``key``)."""
+    scores = batch_scores(graphdef, params, tokens, key, dropout_rng)
+    return scores.loss / jnp.maximum(scores.count, 1.0)
 
 
 def make_train_step(cfg: Config, graphdef: nnx.GraphDef, optimizer: optax.GradientTransformation,
@@ -34,7 +52,8 @@ def make_train_step(cfg: Config, graphdef: nnx.GraphDef, optimizer: optax.Gradie
     """
     use_dropout = cfg.model.dropout > 0
     dropout_root = jax.random.key(cfg.train.seed)
-    grad_fn = jax.value_and_grad(lambda p, tokens, rng: mean_loss(graphdef, p, tokens, rng))
+    grad_fn = jax.value_and_grad(
+        lambda p, tokens, rng, key: mean_loss(graphdef, p, tokens, rng, key))
 
     def train_step(state: TrainState, batch: jax.Array) -> tuple[TrainState, dict]:
         # Dropout masks depend only on (seed, step, micro-batch): a resumed run draws the same.
@@ -44,13 +63,16 @@ def make_train_step(cfg: Config, graphdef: nnx.GraphDef, optimizer: optax.Gradie
         def micro_rng(i):
             return jax.random.fold_in(step_key, i) if use_dropout else None
 
+        def micro_key(i):  # batch index = updates done so far
+            return masking_key(cfg.data.seed, state.step, i)
+
         if accum == 1:  # no loop for the common case: lets XLA fuse across the whole step
-            loss, grads = grad_fn(state.params, batch[0], micro_rng(0))
+            loss, grads = grad_fn(state.params, batch[0], micro_rng(0), micro_key(0))
         else:
             def accumulate(carry, inputs):
                 loss_sum, grad_sum = carry
                 i, tokens = inputs
-                loss, grads = grad_fn(state.params, tokens, micro_rng(i))
+                loss, grads = grad_fn(state.params, tokens, micro_rng(i), micro_key(i))
                 return (loss_sum + loss, jax.tree.map(jnp.add, grad_sum, grads)), None
 
             zeros = jax.tree.map(jnp.zeros_like, state.params)
@@ -69,9 +91,15 @@ def make_train_step(cfg: Config, graphdef: nnx.GraphDef, optimizer: optax.Gradie
 
 
 def make_eval_step(graphdef: nnx.GraphDef) -> Callable:
-    """Returns ``eval_step(params, batch [batch, seq_len + 1]) -> mean loss`` (no dropout)."""
-
-    def eval_step(params: nnx.State, batch: jax.Array) -> jax.Array:
-        return mean_loss(graphdef, params, batch)
+    """Returns ``eval_step(params, batch [batch, seq_len + 1], index) -> {"loss", "accuracy"}``
+    over the predicted positions (no dropout); validation batch ``index`` is corrupted with the
+    same key at every evaluation."""
+    def eval_step(params: nnx.State, batch: jax.Array, index=0) -> dict:
+        scores = batch_scores(graphdef, params, batch, masking_key(EVAL_SEED, index))
+        count = jnp.maximum(scores.count, 1.0)
+        return {"loss": scores.loss / count, "accuracy": scores.correct / count}
 
     return eval_step
+
+
+

@@ -1,0 +1,313 @@
+"""Training objectives (``model.objective``): what the model reads, what it predicts, and which
+stack of layers does it.
+
+| objective | model | reads -> predicts | reference |
+|---|---|---|---|
+| ``clm`` | causal decoder | ``x[:-1] -> x[1:]`` (every position) | Radford et al. 2018 |
+| ``mlm`` | bidirectional encoder | BERT-corrupted ``x`` -> ``x`` at the 15% selected | Devlin et al. 2019, 3.1 |
+| ``span`` | encoder-decoder | ``x`` with spans -> ``[MASK]``; decoder writes ``[MASK] span ...`` | Raffel et al. 2020, 3.1.4 |
+
+Every window of the batch stream is ``seq_len + 1`` tokens; the masked objectives read its first
+``seq_len`` (the same input tokens per step as the decoder). Corruption is drawn on the device in
+the jitted step from ``jax.random`` keys that depend only on ``(data.seed, batch index,
+micro-batch)`` (:func:`masking_key`), so batch ``i`` is corrupted identically after a restart and
+on any number of devices.
+
+The [MASK] id is the model's last id, ``model.vocab_size - 1`` (:func:`mask_id`): the config
+checks that it lies past the tokenizer's vocabulary (byte: 257 ids, so [MASK] = 256). Span
+corruption uses the same id as its one sentinel (T5 uses a distinct sentinel per span; the spans'
+order already says which is which) and as the decoder's start token.
+
+Adding an objective is one subclass of :class:`Objective` and one line in :data:`OBJECTIVES`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from attnlab.errors import ConfigError
+from attnlab.model.mixers import Softmax, layer_mixers
+
+if TYPE_CHECKING:  # model/config.py imports this module to validate model.objective
+    from attnlab.model.config import ModelConfig
+
+MASK_TEXT = "[MASK]"  # how prompts and outputs write the [MASK] id
+SELECT_RATE = 0.15  # BERT: positions selected for prediction (Devlin et al. 2019, 3.1)
+MASK_SHARE, RANDOM_SHARE = 0.8, 0.1  # of the selected: [MASK], random token; the rest kept
+NOISE_DENSITY = 0.15  # T5 span corruption: share of tokens in spans (Raffel et al. 2020)
+MEAN_SPAN = 3.0  # T5: mean span length
+_MASKING_SALT = 0x4D4C4D  # keeps the masking keys apart from the dropout keys of the same seed
+
+
+def mask_id(vocab_size: int) -> int:
+    """The [MASK] (and span sentinel) id: the model's last id."""
+    return vocab_size - 1
+
+
+def masking_key(seed: int, batch_index, micro: int | jax.Array = 0) -> jax.Array:
+    """The key that corrupts micro-batch ``micro`` of batch ``batch_index`` (may be traced)."""
+    root = jax.random.fold_in(jax.random.key(seed), _MASKING_SALT)
+    return jax.random.fold_in(jax.random.fold_in(root, batch_index), micro)
+
+
+def token_losses(logits: jax.Array, targets: jax.Array) -> jax.Array:
+    """Cross-entropy per token in nats: ``logsumexp(logits) - logits[target]``.
+
+    Args:
+      logits: ``[batch, seq, vocab]``.
+      targets: int ``[batch, seq]``.
+
+    Returns:
+      float32 ``[batch, seq]``.
+    """
+    log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    return -jnp.take_along_axis(log_probs, targets[..., None].astype(jnp.int32), axis=-1)[..., 0]
+
+
+# --------------------------------------------------------------------------------------------
+# BERT masking (Devlin et al. 2019, section 3.1 and appendix A.1)
+# --------------------------------------------------------------------------------------------
+
+
+def bert_mask(tokens: jax.Array, key: jax.Array, mask: int, *, rate: float = SELECT_RATE
+              ) -> tuple[jax.Array, jax.Array]:
+    """Selects each position with probability ``rate``; a selected token becomes [MASK] with
+    probability 0.8, a uniformly random real token (``0 .. mask - 1``, possibly itself) with 0.1,
+    and stays with 0.1.
+
+    Args:
+      tokens: int32 ``[batch, seq]`` (ids below ``mask``).
+      key: PRNG key (:func:`masking_key`).
+      mask: the [MASK] id.
+
+    Returns:
+      ``(inputs int32 [batch, seq], selected bool [batch, seq])``: the loss is taken where
+      ``selected``, against ``tokens``.
+    """
+    k_select, k_action, k_random = jax.random.split(key, 3)
+    selected = jax.random.uniform(k_select, tokens.shape) < rate
+    action = jax.random.uniform(k_action, tokens.shape)
+    random_tokens = jax.random.randint(k_random, tokens.shape, 0, mask, jnp.int32)
+    inputs = jnp.where(selected & (action < MASK_SHARE), mask, tokens)
+    randomised = selected & (action >= MASK_SHARE) & (action < MASK_SHARE + RANDOM_SHARE)
+    return jnp.where(randomised, random_tokens, inputs).astype(jnp.int32), selected
+
+
+# --------------------------------------------------------------------------------------------
+# T5 span corruption (Raffel et al. 2020, section 3.1.4; the random_spans_noise_mask rule)
+# --------------------------------------------------------------------------------------------
+
+
+def span_counts(seq_len: int) -> tuple[int, int]:
+    """``(noise tokens, spans)`` of a ``seq_len``-token input: ``round(0.15 L)`` and
+    ``round(noise / 3)``, each at least 1 (static, so every shape below is static)."""
+    noise = min(max(1, round(seq_len * NOISE_DENSITY)), seq_len - 1)
+    spans = max(1, min(round(noise / MEAN_SPAN), seq_len - noise))
+    return noise, spans
+
+
+def span_lengths(seq_len: int) -> tuple[int, int]:
+    """``(encoder length, decoder length)`` after span corruption of ``seq_len`` tokens: the
+    encoder reads ``L - noise + spans`` tokens (a sentinel per span), the decoder writes
+    ``noise + spans`` (each span after its sentinel)."""
+    noise, spans = span_counts(seq_len)
+    return seq_len - noise + spans, noise + spans
+
+
+def _random_partition(key: jax.Array, n: int, parts: int) -> jax.Array:
+    """``n`` items cut into ``parts`` non-empty runs at uniformly random places; int32
+    ``[parts]`` summing to ``n``."""
+    cuts = jnp.sort(jax.random.permutation(key, n - 1)[: parts - 1] + 1)
+    edges = jnp.concatenate([jnp.zeros(1, jnp.int32), cuts.astype(jnp.int32),
+                             jnp.full(1, n, jnp.int32)])
+    return jnp.diff(edges)
+
+
+def _corrupt_spans_row(tokens: jax.Array, key: jax.Array, mask: int
+                       ) -> tuple[jax.Array, jax.Array]:
+    """One row: ``tokens [L]`` -> ``(encoder input [L_enc], decoder target [L_dec])``."""
+    length = tokens.shape[0]
+    noise, spans = span_counts(length)
+    enc_len, dec_len = span_lengths(length)
+    k_noise, k_kept = jax.random.split(key)
+    lengths = jnp.stack([_random_partition(k_kept, length - noise, spans),
+                         _random_partition(k_noise, noise, spans)], axis=1).reshape(-1)
+    ends = jnp.cumsum(lengths)  # runs alternate kept, noise, kept, noise ... (kept first)
+    index = jnp.arange(length)
+    segment = jnp.searchsorted(ends, index, side="right")
+    is_noise = segment % 2 == 1
+    span = segment // 2
+    first = is_noise & (index == (ends - lengths)[segment])
+    keep = ~is_noise | first  # a span's first token becomes its sentinel, the rest vanish
+    enc_slot = jnp.where(keep, jnp.cumsum(keep) - 1, enc_len)
+    encoder = jnp.zeros(enc_len, jnp.int32).at[enc_slot].set(
+        jnp.where(is_noise, mask, tokens), mode="drop")
+    # span k's tokens follow the earlier spans' tokens and k + 1 sentinels
+    dec_slot = jnp.cumsum(is_noise) - 1 + span + 1
+    target = jnp.zeros(dec_len, jnp.int32).at[jnp.where(is_noise, dec_slot, dec_len)].set(
+        tokens, mode="drop")
+    target = target.at[jnp.where(first, dec_slot - 1, dec_len)].set(mask, mode="drop")
+    return encoder, target
+
+
+def corrupt_spans(tokens: jax.Array, key: jax.Array, mask: int) -> tuple[jax.Array, jax.Array]:
+    """T5 span corruption of each row: ``round(0.15 L)`` noise tokens in ``round(noise / 3)``
+    spans at random places (mean length 3); each span is replaced by one [MASK] sentinel in
+    the encoder input, and the target lists ``[MASK] span`` for every span in order.
+
+    Args:
+      tokens: int32 ``[batch, seq]``.
+
+    Returns:
+      ``(encoder int32 [batch, enc_len], target int32 [batch, dec_len])`` (:func:`span_lengths`).
+    """
+    keys = jax.random.split(key, tokens.shape[0])
+    return jax.vmap(_corrupt_spans_row, in_axes=(0, 0, None))(tokens, keys, mask)
+
+
+def decoder_inputs(target: jax.Array, start: int) -> jax.Array:
+    """Teacher forcing: ``[start] + target[:-1]``; int32 ``[batch, dec_len]``."""
+    first = jnp.full((target.shape[0], 1), start, jnp.int32)
+    return jnp.concatenate([first, target[:, :-1]], axis=1)
+
+
+# --------------------------------------------------------------------------------------------
+# The objectives
+# --------------------------------------------------------------------------------------------
+
+
+class Scores(NamedTuple):
+    """Sums over the predicted positions of a batch: ``loss`` (nats), ``correct`` (argmax hits)
+    and ``count`` (positions scored)."""
+
+    loss: jax.Array
+    correct: jax.Array
+    count: jax.Array
+
+
+def _scores(logits: jax.Array, targets: jax.Array, weights: jax.Array) -> Scores:
+    weights = weights.astype(jnp.float32)
+    hits = (jnp.argmax(logits, axis=-1) == targets).astype(jnp.float32)
+    return Scores((token_losses(logits, targets) * weights).sum(), (hits * weights).sum(),
+                  weights.sum())
+
+
+@dataclasses.dataclass(frozen=True)
+class Objective:
+    """One training objective of a model built from ``cfg`` (immutable, hashable).
+
+    Class attributes: ``name`` (the ``model.objective`` value), ``causal`` (the self-attention
+    of the stack that reads the input is causal), ``encoder_decoder`` (a second, decoding stack
+    with cross-attention), ``uses_mask`` (needs the [MASK] id).
+    """
+
+    cfg: ModelConfig
+
+    name = ""
+    title = ""
+    causal = True
+    encoder_decoder = False
+    uses_mask = False
+
+    def validate(self) -> None:
+        """Rules across fields (raises ConfigError naming the field)."""
+
+    def predicted_per_input(self, seq_len: int) -> float:
+        """Predicted (scored) tokens per input token, in expectation."""
+        return 1.0
+
+    def scores(self, model, tokens: jax.Array, key: jax.Array, *, dropout_rng=None) -> Scores:
+        """Scores of ``model`` on windows ``tokens int32 [batch, seq_len + 1]``, corrupted with
+        ``key``; dropout iff ``dropout_rng``."""
+        raise NotImplementedError
+
+
+class CausalLM(Objective):
+    """Next-token prediction with a causal decoder: position ``j`` predicts token ``j + 1``."""
+
+    name = "clm"
+    title = "causal LM (decoder)"
+
+    def scores(self, model, tokens, key, *, dropout_rng=None):
+        logits = model(tokens[:, :-1], deterministic=dropout_rng is None, dropout_rng=dropout_rng)
+        return _scores(logits, tokens[:, 1:], jnp.ones(tokens[:, 1:].shape))
+
+
+def _needs_bidirectional(cfg: ModelConfig, objective: str) -> None:
+    """An encoder's attention sees both sides: every causal-only choice is refused."""
+    from_default = type(cfg).__dataclass_fields__
+    if not all(isinstance(mixer, Softmax) for mixer in layer_mixers(cfg)):
+        raise ConfigError("model.objective",
+                          f"{objective} needs bidirectional softmax attention; model.mixer="
+                          f"{cfg.mixer} (attention_every={cfg.attention_every}) is causal-only "
+                          "here")
+    if cfg.attention_window != from_default["attention_window"].default:
+        raise ConfigError("model.objective",
+                          f"{objective} needs bidirectional attention; model.attention_window="
+                          f"{cfg.attention_window} is a causal sliding window")
+    if cfg.ngpt:
+        raise ConfigError("model.objective", f"{objective} is not built for nGPT blocks "
+                                             "(model.ngpt=true is decoder-only)")
+
+
+class MaskedLM(Objective):
+    """BERT's masked LM (:func:`bert_mask`): a bidirectional encoder predicts the selected
+    tokens; loss and accuracy on the selected positions only."""
+
+    name = "mlm"
+    title = "masked LM (encoder)"
+    causal = False
+    uses_mask = True
+
+    def validate(self):
+        _needs_bidirectional(self.cfg, self.name)
+
+    def predicted_per_input(self, seq_len):
+        return SELECT_RATE
+
+    def scores(self, model, tokens, key, *, dropout_rng=None):
+        targets = tokens[:, :-1]
+        inputs, selected = bert_mask(targets, key, mask_id(self.cfg.vocab_size))
+        logits = model(inputs, deterministic=dropout_rng is None, dropout_rng=dropout_rng)
+        return _scores(logits, targets, selected)
+
+
+class SpanCorruption(Objective):
+    """T5's span corruption (:func:`corrupt_spans`) with an encoder-decoder: the encoder reads
+    the corrupted input, the causal decoder writes the spans, cross-attending to it."""
+
+    name = "span"
+    title = "span corruption (encoder-decoder)"
+    causal = False
+    encoder_decoder = True
+    uses_mask = True
+
+    def validate(self):
+        _needs_bidirectional(self.cfg, self.name)
+        if self.cfg.norm_position != "pre":
+            raise ConfigError("model.norm_position",
+                              "model.objective=span builds pre-LN encoder-decoder blocks only")
+
+    def predicted_per_input(self, seq_len):
+        return span_lengths(seq_len)[1] / seq_len
+
+    def scores(self, model, tokens, key, *, dropout_rng=None):
+        mask = mask_id(self.cfg.vocab_size)
+        encoder, target = corrupt_spans(tokens[:, :-1], key, mask)
+        logits = model(encoder, decoder_inputs(target, mask),
+                       deterministic=dropout_rng is None, dropout_rng=dropout_rng)
+        return _scores(logits, target, jnp.ones(target.shape))
+
+
+OBJECTIVES: dict[str, type[Objective]] = {
+    objective.name: objective for objective in (CausalLM, MaskedLM, SpanCorruption)
+}
+
+
+def objective_for(cfg: ModelConfig) -> Objective:
+    """The objective of ``cfg`` (``cfg.objective`` is validated against :data:`OBJECTIVES`)."""
+    return OBJECTIVES[cfg.objective](cfg)
