@@ -10,7 +10,8 @@ training; ``failure.json`` when a run crashed outside training) and ``results.pa
 
 Columns of the table (swept config fields keep their dotted names, e.g. ``model.d_model``):
 
-  run_id, status, sweep, mode, [budget], <swept fields...>, params, non_embedding_params,
+  run_id, status, sweep, mode, [budget], <swept fields...>, model.objective (always: clm, mlm
+  or span, see attnlab/model/objectives.py), params, non_embedding_params,
   embedding_params, tokens, steps, total_steps, flops, flops_chinchilla, final_val_loss,
   best_val_loss, final_train_loss, wall_seconds, tokens_per_s, mfu, error
 
@@ -36,6 +37,8 @@ from attnlab.rundir import (CSV_FILE, DIVERGED, FAILED, FAILURE_FILE, FINAL_STAT
                             atomic_path, read_json_or_none, read_metrics, run_status)
 
 _LEADING = ["run_id", "status", "sweep", "mode", "budget"]
+OBJECTIVE_COLUMN = "model.objective"
+DEFAULT_OBJECTIVE = "clm"  # ModelConfig().objective, spelled out: this module imports no JAX
 _TRAILING = ["params", "non_embedding_params", "embedding_params", "tokens", "steps",
              "total_steps", "flops", "flops_chinchilla", "final_val_loss", "best_val_loss",
              "final_train_loss", "wall_seconds", "tokens_per_s", "mfu", "error"]
@@ -65,6 +68,10 @@ def run_row(run_dir: str | Path) -> dict[str, Any]:
     if planned.get("budget") is not None:
         row["budget"] = float(planned["budget"])
     row.update(planned.get("axes", {}))
+    # The training objective (issue #16), always recorded so that `attnlab fit
+    # --by=model.objective` groups decoder, encoder and encoder-decoder runs.
+    model = (planned.get("config") or {}).get("model") or {}
+    row.setdefault(OBJECTIVE_COLUMN, model.get("objective", DEFAULT_OBJECTIVE))
     params = summary.get("params") or planned.get("params") or {}
     row["params"] = params.get("total")
     row["non_embedding_params"] = params.get("non_embedding")

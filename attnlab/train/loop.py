@@ -212,7 +212,8 @@ def _compile(cfg: Config, plan: _Preflight) -> tuple[Callable, Callable]:
         donate_argnums=0,
     )
     eval_step = jax.jit(make_eval_step(plan.graphdef),
-                        in_shardings=(shardings.params, on_mesh(EVAL_BATCH_SPEC)),
+                        in_shardings=(shardings.params, on_mesh(EVAL_BATCH_SPEC),
+                                      on_mesh(REPLICATED)),
                         out_shardings=on_mesh(REPLICATED))
     return train_step, eval_step
 
@@ -334,7 +335,8 @@ def run(cfg: Config, workdir: str | Path, *, progress: bool = True,
             """Mean validation loss (every batch holds the same number of tokens); the mean
             accuracy of the masked objectives goes to ``val_accuracy``."""
             out = jax.device_get([eval_step(params, global_batch(plan.mesh, EVAL_BATCH_SPEC,
-                                                                 _process_rows(b), b.shape), j)
+                                                                 _process_rows(b), b.shape),
+                                            np.int32(j))
                                   for j, b in enumerate(val_batches)])
             if objective.uses_mask:
                 record.val_accuracy = float(np.mean([o["accuracy"] for o in out]))
