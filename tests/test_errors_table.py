@@ -65,6 +65,19 @@ def train_run(d):
     (run / "checkpoints").mkdir()
 
 
+def mlm_run(d):
+    """A masked-LM run directory (config.json of configs/tiny.py with model.objective=mlm)."""
+    from attnlab.cli_flags import parse
+    from attnlab.config import from_config_dict
+
+    cfg = from_config_dict(parse([f"--config={TINY}", "--config.model.objective=mlm",
+                                  "--config.model.vocab_size=257"]).config)
+    run = d / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps(cfg.to_dict()))
+    (run / "checkpoints").mkdir()
+
+
 def other_sweep(d):
     configs(d)
     (d / "sw" / "runs").mkdir(parents=True)
@@ -186,6 +199,23 @@ CASES = [
     ("train-too-deep-and-wide", None, ["train", f"--config={TINY}", "--config.model.n_layers=4000",
                                        "--config.model.d_model=4096", "--config.model.n_heads=32",
                                        "--workdir={d}/w"], "--allow-large"),
+    # --- encoders and encoder-decoders (#16)
+    ("train-mlm-causal-mixer", None, ["train", f"--config={TINY}", "--config.model.objective=mlm",
+                                      "--config.model.vocab_size=257",
+                                      "--config.model.mixer=linear", "--workdir={d}/w"],
+     "config.model.objective: mlm needs bidirectional softmax attention"),
+    ("train-span-sliding-window", None, ["train", f"--config={TINY}",
+                                         "--config.model.objective=span",
+                                         "--config.model.vocab_size=257",
+                                         "--config.model.attention_window=8", "--workdir={d}/w"],
+     "causal sliding window"),
+    ("train-mlm-no-mask-id", None, ["train", f"--config={TINY}", "--config.model.objective=mlm",
+                                    "--workdir={d}/w"],
+     "config.model.vocab_size: model.objective=mlm needs a [MASK] id"),
+    ("train-objective-typo", None, ["train", f"--config={TINY}", "--config.model.objective=bert",
+                                    "--workdir={d}/w"], "config.model.objective"),
+    ("generate-mlm-no-mask", mlm_run, ["generate", "--run={d}/run", "--prompt=def f(x):"],
+     "--prompt holds no [MASK]"),
     # --- model-info
     ("model-info-no-config", None, ["model-info"], "--config is required"),
     ("model-info-syntax", configs, ["model-info", "--config={d}/syntax.py"], "syntax.py, line 1"),
