@@ -85,6 +85,9 @@ class TrainConfig:
     coordinator_address: str = ""
     num_processes: int = 1
     process_id: int = 0
+    # Issue #16: also score the validation windows' T5 noise spans with every objective in its
+    # own way (bits per token; attnlab/model/objectives.py Objective.span_scores).
+    eval_masked_spans: bool = False
 
     def __post_init__(self):
         validate_train(self)

@@ -90,6 +90,8 @@ def run_row(run_dir: str | Path) -> dict[str, Any]:
         row["flops_chinchilla"] = per_token.get("chinchilla", math.nan) * tokens
     for key in ("final_val_loss", "best_val_loss", "wall_seconds", "tokens_per_s", "mfu"):
         row[key] = summary.get(key)
+    if "final_val_span_bits" in summary:  # train.eval_masked_spans (issue #16)
+        row["val_span_bits"] = summary["final_val_span_bits"]
     row["final_train_loss"] = summary.get("final_train_loss_smoothed",
                                           summary.get("final_train_loss"))
     error = failure.get("error") or (summary.get("error") if status == FAILED else None)

@@ -277,3 +277,24 @@ def test_encoder_has_no_kv_cache_decoding():
 
     with pytest.raises(ValueError, match="bidirectional encoder"):
         model.decode(tokens((1, 3)), 0, init_cache(cfg, 1, 8))
+
+
+def test_the_common_measure_scores_the_same_tokens_for_every_objective():
+    from attnlab.model.objectives import objective_for, span_noise
+
+    x = tokens((4, 33), 9)
+    key = masking_key(3, 1)
+    noise = np.asarray(span_noise(x[:, 1:], key))
+    encoder, target = corrupt_spans(x[:, 1:], key, MASK)
+    # the spans that span_noise marks are the ones corrupt_spans hides, token for token
+    for row in range(4):
+        np.testing.assert_array_equal(np.asarray(target[row])[np.asarray(target[row]) != MASK],
+                                      np.asarray(x[row, 1:])[noise[row]])
+    counts = set()
+    for objective in ("clm", "mlm", "span"):
+        cfg = small(objective=objective)
+        scores = objective_for(cfg).span_scores(init_and_merge(cfg), x, key)
+        counts.add(float(scores.count))
+        # untrained: about ln(vocab) nats per token
+        assert abs(float(scores.loss / scores.count) - math.log(VOCAB)) < 0.5
+    assert counts == {float(noise.sum())}

@@ -52,7 +52,8 @@ def losses(workdir):
 
 @pytest.mark.parametrize("objective", ["clm", "mlm", "span"])
 def test_each_objective_trains_through_the_loop(objective, cache_dir, tmp_path, capsys):
-    cfg = config(cache_dir, objective, **{"model.pos_encoding": "t5"})
+    cfg = config(cache_dir, objective, **{"model.pos_encoding": "t5",
+                                          "train.eval_masked_spans": True})
     summary = run(cfg, tmp_path / "w", progress=False)
     assert summary["status"] == "completed"
     for name in ("config.json", "summary.json", "metrics.jsonl"):
@@ -63,6 +64,9 @@ def test_each_objective_trains_through_the_loop(objective, cache_dir, tmp_path, 
     # falling: the last five steps average below the first five (from ~ln 257 = 5.55)
     assert np.mean(values[-5:]) < np.mean(values[:5]) - 0.3, values
     assert math.isfinite(summary["final_val_loss"])
+    # the common measure: bits per token of the masked spans, below uniform (log2 257 = 8.0)
+    assert 0 < summary["final_val_span_bits"] < math.log2(257)
+    assert val[-1]["val_span_bits"] == summary["final_val_span_bits"]
     if objective == "clm":
         assert "val_accuracy" not in val[-1] and "final_val_accuracy" not in summary
     else:  # accuracy on the predicted positions

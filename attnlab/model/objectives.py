@@ -127,21 +127,27 @@ def _random_partition(key: jax.Array, n: int, parts: int) -> jax.Array:
     return jnp.diff(edges)
 
 
-def _corrupt_spans_row(tokens: jax.Array, key: jax.Array, mask: int
-                       ) -> tuple[jax.Array, jax.Array]:
-    """One row: ``tokens [L]`` -> ``(encoder input [L_enc], decoder target [L_dec])``."""
-    length = tokens.shape[0]
+def _span_layout(key: jax.Array, length: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Where one row's noise spans lie: ``(is_noise, first, span)``, each ``[length]``: in a
+    span, the span's first token, the span's index (T5: runs alternate kept, noise, kept, ...,
+    kept first, each count cut at random places)."""
     noise, spans = span_counts(length)
-    enc_len, dec_len = span_lengths(length)
     k_noise, k_kept = jax.random.split(key)
     lengths = jnp.stack([_random_partition(k_kept, length - noise, spans),
                          _random_partition(k_noise, noise, spans)], axis=1).reshape(-1)
-    ends = jnp.cumsum(lengths)  # runs alternate kept, noise, kept, noise ... (kept first)
+    ends = jnp.cumsum(lengths)
     index = jnp.arange(length)
     segment = jnp.searchsorted(ends, index, side="right")
     is_noise = segment % 2 == 1
-    span = segment // 2
     first = is_noise & (index == (ends - lengths)[segment])
+    return is_noise, first, segment // 2
+
+
+def _corrupt_spans_row(tokens: jax.Array, key: jax.Array, mask: int
+                       ) -> tuple[jax.Array, jax.Array]:
+    """One row: ``tokens [L]`` -> ``(encoder input [L_enc], decoder target [L_dec])``."""
+    enc_len, dec_len = span_lengths(tokens.shape[0])
+    is_noise, first, span = _span_layout(key, tokens.shape[0])
     keep = ~is_noise | first  # a span's first token becomes its sentinel, the rest vanish
     enc_slot = jnp.where(keep, jnp.cumsum(keep) - 1, enc_len)
     encoder = jnp.zeros(enc_len, jnp.int32).at[enc_slot].set(
@@ -152,6 +158,13 @@ def _corrupt_spans_row(tokens: jax.Array, key: jax.Array, mask: int
         tokens, mode="drop")
     target = target.at[jnp.where(first, dec_slot - 1, dec_len)].set(mask, mode="drop")
     return encoder, target
+
+
+def span_noise(tokens: jax.Array, key: jax.Array) -> jax.Array:
+    """bool ``[batch, seq]``: the tokens :func:`corrupt_spans` with the same ``key`` puts in
+    spans."""
+    keys = jax.random.split(key, tokens.shape[0])
+    return jax.vmap(lambda k: _span_layout(k, tokens.shape[1])[0])(keys)
 
 
 def corrupt_spans(tokens: jax.Array, key: jax.Array, mask: int) -> tuple[jax.Array, jax.Array]:
@@ -225,6 +238,14 @@ class Objective:
         ``key``; dropout iff ``dropout_rng``."""
         raise NotImplementedError
 
+    def span_scores(self, model, tokens: jax.Array, key: jax.Array) -> Scores:
+        """The common measure of the objectives (``train.eval_masked_spans``): the tokens
+        ``x = tokens[:, 1:]`` that T5's span corruption with ``key`` hides (:func:`span_noise`)
+        scored by the model in its own way: the decoder from their left context, the encoder
+        with every span [MASK]ed (each token on its own), the encoder-decoder by its decoder
+        (sentinels not counted). Same tokens for all three."""
+        raise NotImplementedError
+
 
 class CausalLM(Objective):
     """Next-token prediction with a causal decoder: position ``j`` predicts token ``j + 1``."""
@@ -235,6 +256,10 @@ class CausalLM(Objective):
     def scores(self, model, tokens, key, *, dropout_rng=None):
         logits = model(tokens[:, :-1], deterministic=dropout_rng is None, dropout_rng=dropout_rng)
         return _scores(logits, tokens[:, 1:], jnp.ones(tokens[:, 1:].shape))
+
+    def span_scores(self, model, tokens, key):
+        x = tokens[:, 1:]
+        return _scores(model(tokens[:, :-1]), x, span_noise(x, key))
 
 
 def _needs_bidirectional(cfg: ModelConfig, objective: str) -> None:
@@ -275,6 +300,12 @@ class MaskedLM(Objective):
         logits = model(inputs, deterministic=dropout_rng is None, dropout_rng=dropout_rng)
         return _scores(logits, targets, selected)
 
+    def span_scores(self, model, tokens, key):
+        x = tokens[:, 1:]
+        noise = span_noise(x, key)
+        inputs = jnp.where(noise, mask_id(self.cfg.vocab_size), x)
+        return _scores(model(inputs), x, noise)
+
 
 class SpanCorruption(Objective):
     """T5's span corruption (:func:`corrupt_spans`) with an encoder-decoder: the encoder reads
@@ -301,6 +332,11 @@ class SpanCorruption(Objective):
         logits = model(encoder, decoder_inputs(target, mask),
                        deterministic=dropout_rng is None, dropout_rng=dropout_rng)
         return _scores(logits, target, jnp.ones(target.shape))
+
+    def span_scores(self, model, tokens, key):
+        mask = mask_id(self.cfg.vocab_size)
+        encoder, target = corrupt_spans(tokens[:, 1:], key, mask)
+        return _scores(model(encoder, decoder_inputs(target, mask)), target, target != mask)
 
 
 OBJECTIVES: dict[str, type[Objective]] = {

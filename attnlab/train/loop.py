@@ -211,7 +211,7 @@ def _compile(cfg: Config, plan: _Preflight) -> tuple[Callable, Callable]:
         out_shardings=(shardings, on_mesh(REPLICATED)),
         donate_argnums=0,
     )
-    eval_step = jax.jit(make_eval_step(plan.graphdef),
+    eval_step = jax.jit(make_eval_step(plan.graphdef, masked_spans=cfg.train.eval_masked_spans),
                         in_shardings=(shardings.params, on_mesh(EVAL_BATCH_SPEC),
                                       on_mesh(REPLICATED)),
                         out_shardings=on_mesh(REPLICATED))
@@ -228,6 +228,7 @@ class _Record:
         self.window = max(1, min(100, total_steps // 10))
         self.recent_losses = collections.deque(meta.get("recent_losses", []), maxlen=self.window)
         self.val_accuracy = None  # masked objectives: accuracy on the predicted positions
+        self.val_span_bits = None  # train.eval_masked_spans: the objectives' common measure
         self.best_val = meta.get("best_val_loss")
         self.last_val = meta.get("last_val_loss")
         self.throughput = Throughput(tokens_per_step, meta.get("timed_tokens", 0),
@@ -340,6 +341,9 @@ def run(cfg: Config, workdir: str | Path, *, progress: bool = True,
                                   for j, b in enumerate(val_batches)])
             if objective.uses_mask:
                 record.val_accuracy = float(np.mean([o["accuracy"] for o in out]))
+            if cfg.train.eval_masked_spans:  # bits per token of the masked spans, all batches
+                record.val_span_bits = (sum(float(o["span_nats"]) for o in out)
+                                        / sum(float(o["span_count"]) for o in out) / math.log(2))
             return float(np.mean([o["loss"] for o in out]))
 
         def finish(status: str, **extra) -> dict:
@@ -353,6 +357,8 @@ def run(cfg: Config, workdir: str | Path, *, progress: bool = True,
                        "mfu_count": flops["mfu"] * tokens},
                 final_val_loss=record.last_val, best_val_loss=record.best_val,
                 **({"final_val_accuracy": record.val_accuracy} if objective.uses_mask else {}),
+                **({"final_val_span_bits": record.val_span_bits}
+                   if cfg.train.eval_masked_spans else {}),
                 final_train_loss_smoothed=float(np.mean(losses)) if losses else None,
                 train_loss_smoothing_steps=record.window,
                 wall_seconds=record.wall_seconds(), tokens_per_s=tokens_per_s,
@@ -402,6 +408,8 @@ def run(cfg: Config, workdir: str | Path, *, progress: bool = True,
                         "val_loss": record.last_val}
                 if objective.uses_mask:
                     line["val_accuracy"] = record.val_accuracy
+                if cfg.train.eval_masked_spans:
+                    line["val_span_bits"] = record.val_span_bits
                 metrics.log(line)
             if step % cfg.train.checkpoint_every == 0 or step == total_steps:
                 record.throughput.pause()

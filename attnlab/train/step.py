@@ -90,16 +90,22 @@ def make_train_step(cfg: Config, graphdef: nnx.GraphDef, optimizer: optax.Gradie
     return train_step
 
 
-def make_eval_step(graphdef: nnx.GraphDef) -> Callable:
+def make_eval_step(graphdef: nnx.GraphDef, *, masked_spans: bool = False) -> Callable:
     """Returns ``eval_step(params, batch [batch, seq_len + 1], index) -> {"loss", "accuracy"}``
     over the predicted positions (no dropout); validation batch ``index`` is corrupted with the
-    same key at every evaluation."""
+    same key at every evaluation. ``masked_spans`` (``train.eval_masked_spans``) adds
+    ``span_nats`` and ``span_count``, the sums of the objectives' common measure
+    (:meth:`~attnlab.model.objectives.Objective.span_scores`)."""
+
     def eval_step(params: nnx.State, batch: jax.Array, index=0) -> dict:
-        scores = batch_scores(graphdef, params, batch, masking_key(EVAL_SEED, index))
+        key = masking_key(EVAL_SEED, index)
+        scores = batch_scores(graphdef, params, batch, key)
         count = jnp.maximum(scores.count, 1.0)
-        return {"loss": scores.loss / count, "accuracy": scores.correct / count}
+        out = {"loss": scores.loss / count, "accuracy": scores.correct / count}
+        if masked_spans:
+            model = nnx.merge(graphdef, params)
+            spans = objective_for(model.cfg).span_scores(model, batch, key)
+            out.update(span_nats=spans.loss, span_count=spans.count)
+        return out
 
     return eval_step
-
-
-
