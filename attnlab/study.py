@@ -11,6 +11,13 @@
    largest run's compute, and writes the fits as JSON (the format of ``attnlab fit --json``);
 4. draws the standard figures (``attnlab.plots.scaling``) as PNGs into ``WORKDIR/plots/``.
 
+A sweep of named variants (``sweep.variants``, e.g. experiments/architectures.py) is a comparison
+study instead: one approach-3 and one approach-2 fit per variant (``attnlab fit --by``, with
+bootstrap intervals), a table ranking the variants by their compute-optimal loss at a reference
+compute (the largest budget) with intervals (``ranking.csv``), every variant's compute-optimal
+frontier in one figure, and the extrapolation ratio r(4x) = ppl(4L) / ppl(L) of each variant's
+largest run (``attnlab extrapolate``, nonoverlapping windows).
+
 Everything here is orchestration: the sweep, the fits and the figures come from
 ``attnlab.sweep``, ``attnlab.scaling`` and ``attnlab.plots.scaling``.
 """
@@ -41,6 +48,13 @@ PREDICTION_MULTIPLIERS = (1.0, 10.0, 100.0)
 FIT_FILE = "fit.json"  # approach 3
 FIT_APPROACH2_FILE = "fit_approach2.json"
 PLOTS_DIR = "plots"
+RANKING_FILE = "ranking.csv"
+RANKING_TEXT_FILE = "ranking.txt"
+# r(k) of each variant's largest run; ppl at 4x the training length (Press et al. 2022 compare
+# orderings at >= 4x: seed noise at 1x is ~1-2% of ppl).
+EXTRAPOLATION_MULTIPLIER = 4
+# Validation tokens scored per length: bounds the evaluation's time on a CPU.
+EXTRAPOLATION_MAX_TOKENS = 1 << 18
 
 FLAGS = [
     Flag("workdir", "string", DEFAULT_WORKDIR, "Study directory: the sweep's runs, results table, "
@@ -80,6 +94,21 @@ class StudyResult:
     json_paths: tuple[Path, ...]
     failed_runs: int
     messages: tuple[str, ...] = ()
+    grouped: GroupedStudy | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupedStudy:
+    """The per-variant part of a study of ``sweep.variants``: ``by`` the variant column; ``fits3``
+    / ``fits2`` the grouped fits (``attnlab.scaling.grouped.GroupedFits``, None when no group
+    could be fitted); ``ranking`` the table of :func:`attnlab.scaling.grouped.rank_at` with an
+    ``r(4x)`` column; ``ratios`` variant -> (r(4x) or None, run id or None, note)."""
+
+    by: str
+    fits3: object | None
+    fits2: object | None
+    ranking: object
+    ratios: dict
 
 
 def default_argv(argv: list[str]) -> list[str]:
@@ -202,6 +231,14 @@ def run_study(spec: SweepSpec, workdir: str | Path, *, n_bootstrap: int = 200, p
     if failed:
         say(f"warning: {failed} run(s) failed; their errors are in the 'error' column of "
             f"{workdir / 'results.csv'} and in each run's train.log. Fitting the rest.")
+    if spec.variants:
+        with np.errstate(all="ignore"):
+            result = finish_grouped_study(workdir, spec.variant_column, n_bootstrap=n_bootstrap,
+                                          say=say, failed=failed)
+        say(f"\ndone in {(time.time() - start) / 60:.1f} min (sweep {(swept - start) / 60:.1f} "
+            f"min, fits, extrapolation and plots {(time.time() - swept) / 60:.1f} min); rerun "
+            f"to reuse the finished runs")
+        return result
 
     # Bootstrap replicates of a small sweep can be degenerate (alpha + beta ~ 0, E ~ 0): their
     # overflow warnings would bury the report, and the intervals already show that spread.
@@ -224,6 +261,149 @@ def run_study(spec: SweepSpec, workdir: str | Path, *, n_bootstrap: int = 200, p
     return StudyResult(table=table, fit=fit3, fit_approach2=fit2, budgets=budgets, plots=plots,
                        json_paths=tuple(json_paths), failed_runs=failed,
                        messages=tuple(messages))
+
+
+def fit_grouped_study(workdir: str | Path, by: str, *, n_bootstrap: int = 200, seed: int = 0):
+    """One approach-3 and one approach-2 fit per value of column ``by`` of a sweep directory's
+    results. Returns (results, fits3 or None, fits2 or None, messages)."""
+    from attnlab.scaling import FitInputError, read_table
+    from attnlab.scaling.grouped import fit_by
+
+    results = read_table(workdir)
+    fitted, messages = {}, []
+    for approach in (3, 2):
+        try:
+            fitted[approach] = fit_by(results, by, law="chinchilla", approach=approach,
+                                      n_bootstrap=n_bootstrap, seed=seed, source=str(workdir))
+        except FitInputError as error:
+            fitted[approach] = None
+            messages.append(f"approach {approach} skipped: {error}")
+    return results, fitted[3], fitted[2], messages
+
+
+def largest_runs(results, by: str) -> dict:
+    """variant -> the run id of its largest completed run: the largest budget (or compute),
+    then the most parameters (the run that best shows how the variant behaves at scale)."""
+    done = results[results["status"] == "completed"]
+    order = ["budget" if "budget" in done.columns else "flops_chinchilla", "params"]
+    picked = {}
+    for group, runs in done.groupby(done[by].astype(str), sort=True):
+        picked[group] = str(runs.sort_values(order, kind="stable").iloc[-1]["run_id"])
+    return picked
+
+
+def extrapolation_ratios(workdir: str | Path, results, by: str,
+                         multiplier: int = EXTRAPOLATION_MULTIPLIER,
+                         max_tokens: int = EXTRAPOLATION_MAX_TOKENS) -> dict:
+    """variant -> (r(k), run id, note): ``attnlab extrapolate``'s ppl ratio ppl(kL) / ppl(L) of
+    each variant's largest run (nonoverlapping windows; a report made earlier from the same
+    checkpoint is reused). A run that cannot be evaluated gives (None, run id, why)."""
+    from attnlab.extrapolation import EvalSettings, evaluate_run
+    from attnlab.rundir import RUNS_DIR
+
+    settings = EvalSettings(multipliers=(1, multiplier), max_tokens=max_tokens)
+    ratios = {}
+    for group, run_id in largest_runs(results, by).items():
+        try:
+            report = evaluate_run(Path(workdir) / RUNS_DIR / run_id, settings, progress=False)
+        except AttnlabError as error:
+            ratios[group] = (None, run_id, f"not evaluated: {error}")
+            continue
+        rows = [r for r in report["results"] if r["status"] == "ok"
+                and r["protocol"] == "nonoverlapping" and r["multiplier"] == multiplier]
+        if rows and rows[0]["ppl_ratio"] is not None:
+            ratios[group] = (float(rows[0]["ppl_ratio"]), run_id, "")
+        else:
+            reasons = {r.get("reason") for r in report["results"] if r.get("reason")}
+            ratios[group] = (None, run_id, "; ".join(sorted(map(str, reasons))) or
+                             f"no {multiplier}x row")
+    return ratios
+
+
+def finish_grouped_study(workdir: str | Path, by: str, *, n_bootstrap: int = 200,
+                         say=print, failed: int = 0) -> StudyResult:
+    """Fits, ranks, evaluates and plots a finished sweep of variants (see the module docstring);
+    writes fit.json / fit_approach2.json (``attnlab fit --by --json``'s format), ranking.csv and
+    ranking.txt into ``workdir`` and the figures into ``workdir/plots``."""
+    import pandas as pd
+
+    from attnlab.scaling import prepare_points
+    from attnlab.scaling.grouped import format_grouped, format_ranking, rank_at
+
+    workdir = Path(workdir)
+    results, fits3, fits2, messages = fit_grouped_study(workdir, by, n_bootstrap=n_bootstrap)
+    table = prepare_points(results, law="chinchilla", source=str(workdir))
+    # The reference compute: the largest run's (in each variant's own FLOP count), so the
+    # ranking interpolates inside every variant's data rather than extrapolating.
+    reference = float(f"{table.frame['flops'].max():.3g}")
+    budgets = (reference, 10 * reference)
+    for grouped in (fits3, fits2):
+        if grouped is not None:
+            say("\n" + format_grouped(grouped, budgets if grouped is fits3 else ()).rstrip())
+    ratios = extrapolation_ratios(workdir, results, by)
+    column = f"r({EXTRAPOLATION_MULTIPLIER}x)"
+    if fits3 is not None or fits2 is not None:
+        ranking = rank_at(reference, fits3, fits2, results)
+        ranking[column] = [ratios.get(g, (None,))[0] for g in ranking[by]]
+        ranking[column] = pd.to_numeric(ranking[column])
+        ranking["largest_run"] = [ratios.get(g, (None, None))[1] for g in ranking[by]]
+    else:
+        ranking = pd.DataFrame({by: sorted(ratios)})
+    say("\n" + (format_ranking(ranking) if len(ranking.columns) > 1 else "no ranking: no "
+                                                                           "group was fitted"))
+    say(f"{column} = ppl({EXTRAPOLATION_MULTIPLIER}L) / ppl(L) of each {by}'s largest run "
+        f"(nonoverlapping windows, L = the training length)")
+    for group, (_, run_id, note) in ratios.items():
+        if note:
+            messages.append(f"{column} of {group} ({run_id}): {note}")
+    for message in messages:
+        say(f"note: {message}")
+
+    json_paths = []
+    for grouped, name in ((fits3, FIT_FILE), (fits2, FIT_APPROACH2_FILE)):
+        if grouped is not None:
+            path = workdir / name
+            path.write_text(json.dumps(grouped.to_dict(budgets), indent=2) + "\n")
+            json_paths.append(path)
+    ranking_path = workdir / RANKING_FILE
+    ranking.to_csv(ranking_path, index=False)
+    (workdir / RANKING_TEXT_FILE).write_text(format_ranking(ranking) if len(ranking.columns) > 1
+                                             else "")
+    json_paths.append(ranking_path)
+    plots, plot_messages = draw_grouped_plots(fits3, fits2, workdir / PLOTS_DIR)
+    for message in plot_messages:
+        say(f"warning: {message}")
+    say("wrote")
+    for path in [*json_paths, workdir / RANKING_TEXT_FILE, *plots.values()]:
+        say(f"  {path}")
+    return StudyResult(table=table, fit=None, fit_approach2=None, budgets=budgets, plots=plots,
+                       json_paths=tuple(json_paths), failed_runs=failed,
+                       messages=tuple(messages),
+                       grouped=GroupedStudy(by=by, fits3=fits3, fits2=fits2, ranking=ranking,
+                                            ratios=ratios))
+
+
+def draw_grouped_plots(fits3, fits2, out_dir: str | Path) -> tuple[dict[str, Path], list[str]]:
+    """Every group's compute-optimal frontier in one figure (approach 3: N_opt(C) and the loss
+    along it; approach 2: N_opt(C)), and one IsoFLOP figure per group. A figure that fails to
+    draw is a message (as in :func:`draw_plots`)."""
+    from attnlab.plots import scaling as plots
+
+    out_dir = Path(out_dir)
+    figures = {}
+    if fits3 is not None:
+        figures["frontiers"] = lambda: plots.plot_group_frontiers(fits3)
+    if fits2 is not None:
+        figures["frontiers_approach2"] = lambda: plots.plot_group_frontiers(fits2)
+        for group, fit in fits2.fits.items():
+            figures[f"isoflop_{group}"] = lambda fit=fit: plots.plot_isoflops(fit)
+    written, messages = {}, []
+    for kind, make in figures.items():
+        try:
+            written[kind] = plots.save_figure(make(), out_dir / f"{kind}.png")
+        except Exception as error:  # noqa: BLE001 - any drawing failure is reported, not raised
+            messages.append(f"plot {kind!r} not drawn: {type(error).__name__}: {error}")
+    return written, messages
 
 
 def report(fit3: ScalingFit | None, fit2: ScalingFit | None, messages: list[str], source: str,

@@ -132,3 +132,98 @@ def format_grouped(grouped: GroupedFits, budgets=()) -> str:
     for group, fit in grouped.fits.items():
         lines += [f"warning [{group}]: {w}" for w in fit.warnings]
     return "\n".join(lines) + "\n"
+
+
+def rank_at(budget: float, fits3: GroupedFits | None, fits2: GroupedFits | None = None,
+            results: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The groups ranked by approach 3's compute-optimal loss at ``budget`` FLOPs (best first;
+    groups without a finite prediction last), one row per group fitted by either approach.
+
+    Columns: the group (named ``fits3.by``), ``loss`` with ``loss_low`` / ``loss_high`` (its 95%
+    bootstrap interval), ``N_opt`` (+ interval), approach 3's allocation exponent ``a3`` and
+    approach 2's ``a2`` (+ intervals), ``runs``, and ``best_observed`` / ``best_run``: the lowest
+    final validation loss among the group's runs at the largest budget of ``results`` (a check
+    that needs no law: with a centred ladder it is close to that budget's optimum)."""
+    grouped = [g for g in (fits3, fits2) if g is not None]
+    if not grouped:
+        raise FitInputError("rank_at: no grouped fit to rank")
+    by = grouped[0].by
+    groups = list(dict.fromkeys(k for g in grouped for k in (*g.fits, *g.skipped)))
+    nan = float("nan")
+    rows = []
+    for group in groups:
+        row = {by: group}
+        fit3 = fits3.fits.get(group) if fits3 else None
+        prediction = fit3.predict_optimal(budget) if fit3 is not None and fit3.has_allocation \
+            else {}
+        for name in ("loss", "N_opt"):
+            value = prediction.get(name)
+            low, high = prediction.get("ci", {}).get(name, (nan, nan))
+            row[name] = nan if value is None else float(value)
+            row[f"{name}_low"], row[f"{name}_high"] = float(low), float(high)
+        for column, fits in (("a3", fits3), ("a2", fits2)):
+            fit = fits.fits.get(group) if fits else None
+            usable = fit is not None and "a" in fit.params and "a" not in fit.unpinned
+            row[column] = float(fit.params["a"]) if usable else nan
+            low, high = fit.ci.get("a", (nan, nan)) if usable else (nan, nan)
+            row[f"{column}_low"], row[f"{column}_high"] = float(low), float(high)
+        row["runs"] = max((g.fits[group].n_points for g in grouped if group in g.fits),
+                          default=0)
+        row["best_observed"], row["best_run"] = _best_at_largest_budget(results, by, group)
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    order = frame["loss"].where(np.isfinite(frame["loss"]), np.inf)
+    frame = frame.iloc[np.argsort(order.to_numpy(), kind="stable")].reset_index(drop=True)
+    frame.insert(1, "rank", np.arange(1, len(frame) + 1))
+    frame.attrs.update(budget=float(budget), by=by)
+    return frame
+
+
+def _best_at_largest_budget(results: pd.DataFrame | None, by: str, group: str):
+    """(lowest final validation loss, its run id) among ``group``'s runs at the largest budget."""
+    needed = {by, "budget", "final_val_loss", "run_id"}
+    if results is None or not needed <= set(results.columns):
+        return float("nan"), None
+    runs = results[(results[by].astype(str) == group) & results["final_val_loss"].notna()]
+    runs = runs[runs["budget"] == runs["budget"].max()]
+    if runs.empty:
+        return float("nan"), None
+    best = runs.loc[runs["final_val_loss"].idxmin()]
+    return float(best["final_val_loss"]), str(best["run_id"])
+
+
+def format_ranking(ranking: pd.DataFrame) -> str:
+    """The ranking as a fixed-width text table: ``estimate [low, high]`` cells."""
+    by = ranking.attrs.get("by", ranking.columns[0])
+
+    def cell(row, name, spec):
+        value = row[name]
+        if not np.isfinite(value):
+            return "-"
+        low, high = row.get(f"{name}_low", np.nan), row.get(f"{name}_high", np.nan)
+        text = format(value, spec)
+        if np.isfinite(low) and np.isfinite(high):
+            text += f" [{format(low, spec)}, {format(high, spec)}]"
+        return text
+
+    header = ["rank", by, "loss at C_ref [95%]", "N_opt at C_ref [95%]", "a (approach 3)",
+              "a (approach 2)", "best observed", "runs"]
+    body = []
+    for _, row in ranking.iterrows():
+        body.append([str(row["rank"]), str(row[by]), cell(row, "loss", ".3f"),
+                     cell(row, "N_opt", ".3g"), cell(row, "a3", ".2f"), cell(row, "a2", ".2f"),
+                     "-" if not np.isfinite(row["best_observed"]) else
+                     f"{row['best_observed']:.3f}", str(row["runs"])])
+    extra = [c for c in ranking.columns if c.startswith("r(")]
+    for column in extra:
+        header.append(column)
+        for line, (_, row) in zip(body, ranking.iterrows()):
+            value = row[column]
+            line.append("-" if value is None or not np.isfinite(value) else f"{value:.3f}")
+    widths = [max(len(h), *(len(line[i]) for line in body)) for i, h in enumerate(header)]
+    budget = ranking.attrs.get("budget")
+    lines = [f"ranking by approach 3's compute-optimal loss at C_ref = {budget:.3g} FLOPs "
+             f"(nats/token; lower is better)" if budget else "ranking"]
+    lines.append("  ".join(h.ljust(w) for h, w in zip(header, widths)))
+    lines += ["  ".join(c.ljust(w) for c, w in zip(line, widths)) for line in body]
+    return "\n".join(lines) + "\n"
