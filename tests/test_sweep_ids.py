@@ -15,7 +15,8 @@ import pytest
 from attnlab.sweep import load_spec, plan
 
 EXPERIMENTS = ("tiny_isoflop", "quickstart", "tiny_grid", "tiny_pe", "kaplan",
-               "chinchilla_isoflop", "pe_extrapolation", "markov_floor", "tiny_mixers", "architectures")
+               "chinchilla_isoflop", "pe_extrapolation", "markov_floor", "tiny_mixers", "architectures",
+               "gpt_vs_bert")
 
 TINY_ISOFLOP_CPU = [
     "d16-l1-rope-t13.6k-s0-f45cac28", "d32-l2-rope-t3.58k-s0-dd589dd0",
@@ -66,6 +67,9 @@ PLAN_DIGESTS = {
     # Issue #17: the architecture study (new; one IsoFLOP ladder per sweep.variants entry).
     "architectures:cpu": ("8540f53f3cedf1c1", "17ded4dd7836043a"),
     "architectures:gpu": ("c7df946042c40cc5", "617d4a32070c9bd9"),
+    # Issue #16: decoder vs encoder vs encoder-decoder (new; model.objective per variant).
+    "gpt_vs_bert:cpu": ("6af1b8ef848ae676", "a749c3decf4ebe5d"),
+    "gpt_vs_bert:gpu": ("da50a16ebf9e4b45", "0f4deae85b21fe89"),
 }
 
 
