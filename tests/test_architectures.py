@@ -336,3 +336,23 @@ def test_a_resumed_study_gives_the_same_table(straight_study, tmp_path):
         both = np.isfinite(ra[column]) & np.isfinite(rb[column])
         assert (np.isfinite(ra[column]) == np.isfinite(rb[column])).all(), column
         np.testing.assert_allclose(rb[column][both], ra[column][both], rtol=0.05, err_msg=column)
+
+
+@pytest.mark.slow
+def test_architectures_notebook_runs_on_the_tiny_study(straight_study, tmp_path, monkeypatch):
+    """notebooks/architectures.ipynb, every cell, against the tiny study (fits only: the sweep is
+    done and its extrapolation reports are reused)."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.setenv("ATTNLAB_SWEEP_DIR", str(straight_study[0]))
+    monkeypatch.setenv("ATTNLAB_FIGURES_DIR", str(tmp_path / "figures"))
+    monkeypatch.setenv("ATTNLAB_BOOTSTRAP", "8")
+    notebook = nbformat.read(root / "notebooks" / "architectures.ipynb", as_version=4)
+    NotebookClient(notebook, timeout=600, kernel_name="python3",
+                   resources={"metadata": {"path": str(root)}}).execute()
+    text = "".join(o.get("text", "") for c in notebook.cells if c.cell_type == "code"
+                   for o in c.get("outputs", []) if o.output_type == "stream")
+    assert "ranking by approach 3's compute-optimal loss" in text
+    assert (tmp_path / "figures" / "frontiers.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
