@@ -356,3 +356,16 @@ def test_architectures_notebook_runs_on_the_tiny_study(straight_study, tmp_path,
                    for o in c.get("outputs", []) if o.output_type == "stream")
     assert "ranking by approach 3's compute-optimal loss" in text
     assert (tmp_path / "figures" / "frontiers.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+def test_dry_run_probes_each_architectures_own_speed(tmp_path):
+    """Mixers run at different FLOP rates (a scan is slower per FLOP than a matrix product), so
+    a sweep of variants times each variant's own shapes."""
+    from attnlab.sweep import dry_run
+
+    table, notes = dry_run(tiny_spec(), tmp_path / "w", probe="steps")
+    for name in TINY_ARCHITECTURES:
+        assert any(n.startswith(f"probe {name} ") for n in notes), notes
+    assert (table["est_seconds"] > 0).all()
+    assert any(n.startswith("estimated time to run") for n in notes)

@@ -1,7 +1,7 @@
 """``--dry-run``: the planned runs as a table, with times estimated from a throughput probe.
 
-The probe trains the smallest and the largest shape of the sweep (by FLOPs per token) for a few
-real steps in a worker process, exactly as the sweep would, and reads the step throughput that
+The probe trains the smallest and the largest shape of the sweep (by FLOPs per token; of each
+variant's runs for a sweep of ``sweep.variants``) for a few real steps in a worker process, exactly as the sweep would, and reads the step throughput that
 training logs (which leaves out the first, compiling step and the evaluations). Each run's time
 is then its FLOPs divided by the FLOP rate interpolated for its shape (log-linear in FLOPs per
 token between the two probes; flat beyond them), plus its evaluations (forward only, one third of
@@ -135,13 +135,24 @@ def dry_run(spec: SweepSpec, workdir: str | Path | None = None, *, probe: str = 
     notes += check_data(todo)  # a bad data source fails the dry run too, naming its field
     if probe == "steps" and runs:
         cache = workdir / rundir.JAX_CACHE_DIR if workdir and workdir.exists() else None
-        points = probe_throughput(runs, cache_dir=str(cache) if cache else None)
-        table["est_seconds"] = [estimate_seconds(run, points) for run in runs]
-        remaining = sum(estimate_seconds(run, points) for run in todo)
-        for p in points:
-            notes.append(f"probe {p.label}: {p.tokens_per_s:,.0f} tokens/s = "
-                         f"{p.flops_per_s / 1e9:.2f} GFLOP/s (chinchilla count), start-up + "
-                         f"compile {p.overhead_seconds:.1f} s")
+        # A sweep of variants (e.g. sequence mixers) probes each variant's own shapes: FLOP
+        # rates differ by mixer (a scan runs far below a matrix product on a CPU).
+        column = spec.variant_column if spec.variants else None
+        groups: dict = {}
+        for run in runs:
+            groups.setdefault(run.axes[column] if column else None, []).append(run)
+        probed = {group: probe_throughput(members, cache_dir=str(cache) if cache else None)
+                  for group, members in groups.items()}
+        points_of = lambda run: probed[run.axes[column] if column else None]  # noqa: E731
+        table["est_seconds"] = [estimate_seconds(run, points_of(run)) for run in runs]
+        remaining = sum(estimate_seconds(run, points_of(run)) for run in todo)
+        for group, points in probed.items():
+            for p in points:
+                notes.append(f"probe {f'{group} ' if group else ''}{p.label}: "
+                             f"{p.tokens_per_s:,.0f} tokens/s = {p.flops_per_s / 1e9:.2f} "
+                             f"GFLOP/s (chinchilla count), start-up + compile "
+                             f"{p.overhead_seconds:.1f} s")
+        points = [p for group_points in probed.values() for p in group_points]
         overhead = float(np.mean([p.overhead_seconds for p in points]))
         total = (remaining + overhead * len(todo)) / parallel
         notes.append(f"estimated time to run: {remaining / parallel / 60:.1f} min of training "
