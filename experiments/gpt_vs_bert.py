@@ -31,9 +31,9 @@ its own way" comparison; note it favours the models that see the right context (
 encoder-decoder) on an infilling task, and the decoder on nothing: read it next to each
 objective's own law.
 
-Scale ``cpu``: three budgets (1e10, 3e10, 1e11 FLOPs), five shapes (3k-56k non-embedding
-parameters for the single stacks, 7k-130k for the encoder-decoder), three objectives: 42 runs of
-seq_len 64 (shapes with fewer than 50 steps left out), about 20 minutes on 2 cores, most of it
+Scale ``cpu``: three budgets (1e10, 3e10, 1e11 FLOPs), seven shapes (0.9k-56k non-embedding
+parameters for the single stacks, 2k-130k for the encoder-decoder), three objectives: 60 runs of
+seq_len 64 (shapes with fewer than 50 steps left out), about 25 minutes on 2 cores, most of it
 compilation (`--dry-run` prints the plan with counts and a time estimate). Scale ``gpu``: three budgets, 0.1M-3M parameters, seq_len 256; not measured.
 """
 
@@ -92,5 +92,6 @@ def get_config(scale: str = "cpu") -> ConfigDict:
         sweep.min_steps = 50
         sweep.budgets = (1e10, 3e10, 1e11)
         # (d_model, n_layers, n_heads), head_dim 8-16
-        sweep.shapes = ((16, 1, 2), (24, 1, 2), (32, 1, 2), (32, 2, 2), (48, 2, 3))
+        sweep.shapes = ((8, 1, 1), (12, 1, 1), (16, 1, 2), (24, 1, 2), (32, 1, 2), (32, 2, 2),
+                        (48, 2, 3))
     return config

@@ -68,7 +68,7 @@ PLAN_DIGESTS = {
     "architectures:cpu": ("8540f53f3cedf1c1", "17ded4dd7836043a"),
     "architectures:gpu": ("c7df946042c40cc5", "617d4a32070c9bd9"),
     # Issue #16: decoder vs encoder vs encoder-decoder (new; model.objective per variant).
-    "gpt_vs_bert:cpu": ("6af1b8ef848ae676", "a749c3decf4ebe5d"),
+    "gpt_vs_bert:cpu": ("24f1affb1fb24896", "34ed1d16a2ccf3a9"),
     "gpt_vs_bert:gpu": ("da50a16ebf9e4b45", "0f4deae85b21fe89"),
 }
 
