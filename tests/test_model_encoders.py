@@ -11,12 +11,15 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from attnlab.config import from_config_dict
 from attnlab.errors import ConfigError
-from attnlab.model import ModelConfig, attention_weights, param_counts, count_state_params
+from attnlab.model import ModelConfig, attention_weights, count_state_params, param_counts
 from attnlab.model.attention import CrossAttention
-from attnlab.model.decoding import NoMaskError, decode_spans, fill_masks
+from attnlab.model.decoding import (NoMaskError, decode_spans, fill_masks, init_cache,
+                                    init_encdec_cache)
 from attnlab.model.objectives import (bert_mask, corrupt_spans, decoder_inputs, mask_id,
-                                      masking_key, span_counts, span_lengths)
+                                      masking_key, objective_for, span_counts, span_lengths,
+                                      span_noise)
 from attnlab.model.positions import encoding_for, t5_bucket_table
 from attnlab.model.transformer import EncoderDecoderLM, TransformerLM, init_model
 
@@ -135,8 +138,6 @@ def test_encoder_decoder_cached_decoding_equals_the_full_forward(pos):
     assert isinstance(model, EncoderDecoderLM)
     source, target = tokens((2, 11), 1), tokens((2, 7), 2)
     full = np.asarray(model(source, target))
-    from attnlab.model.decoding import init_encdec_cache
-
     cache = init_encdec_cache(model, source, 7)
     steps = []
     for t in range(7):  # one token at a time through the decoder's KV cache
@@ -259,8 +260,6 @@ def test_bad_combinations_name_the_field(overrides, field, words):
 
 
 def test_a_tokenizer_without_room_for_mask_is_refused():
-    from attnlab.config import from_config_dict
-
     with pytest.raises(ConfigError, match=r"model.vocab_size.*\[MASK\].*>= 257"):
         from_config_dict({"model": {"objective": "mlm", "vocab_size": 256}})
     with pytest.raises(ConfigError, match=r"model.vocab_size.*>= 1025"):
@@ -273,15 +272,11 @@ def test_encoder_has_no_kv_cache_decoding():
     cfg = small(objective="mlm")
     model = init_and_merge(cfg)
     assert isinstance(model, TransformerLM)
-    from attnlab.model.decoding import init_cache
-
     with pytest.raises(ValueError, match="bidirectional encoder"):
         model.decode(tokens((1, 3)), 0, init_cache(cfg, 1, 8))
 
 
 def test_the_common_measure_scores_the_same_tokens_for_every_objective():
-    from attnlab.model.objectives import objective_for, span_noise
-
     x = tokens((4, 33), 9)
     key = masking_key(3, 1)
     noise = np.asarray(span_noise(x[:, 1:], key))

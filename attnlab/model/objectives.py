@@ -3,9 +3,9 @@ stack of layers does it.
 
 | objective | model | reads -> predicts | reference |
 |---|---|---|---|
-| ``clm`` | causal decoder | ``x[:-1] -> x[1:]`` (every position) | Radford et al. 2018 |
-| ``mlm`` | bidirectional encoder | BERT-corrupted ``x`` -> ``x`` at the 15% selected | Devlin et al. 2019, 3.1 |
-| ``span`` | encoder-decoder | ``x`` with spans -> ``[MASK]``; decoder writes ``[MASK] span ...`` | Raffel et al. 2020, 3.1.4 |
+| ``clm`` | causal decoder | ``x[:-1] -> x[1:]`` (all) | Radford et al. 2018 |
+| ``mlm`` | bidirectional encoder | BERT-masked ``x`` -> the 15% selected | Devlin et al. 2019, 3.1 |
+| ``span`` | encoder-decoder | spans -> ``[MASK]``; writes ``[MASK] span ...`` | Raffel et al. 2020 |
 
 Every window of the batch stream is ``seq_len + 1`` tokens; the masked objectives read its first
 ``seq_len`` (the same input tokens per step as the decoder). Corruption is drawn on the device in
