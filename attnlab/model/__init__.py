@@ -1,4 +1,5 @@
-"""Decoder-only Transformer LM zoo (Flax NNX, driven functionally).
+"""Transformer LM zoo (Flax NNX, driven functionally): decoders, BERT-style encoders and T5-style
+encoder-decoders (``model.objective``, ``objectives.py``).
 
     graphdef, state = init_model(cfg, seed)          # nnx.split once
     logits = jax.jit(lambda s, x: apply(graphdef, s, x))(state, tokens)
@@ -12,6 +13,7 @@ cosine) is a class in ``SCALES`` (``scales.py``).
 
 from attnlab.model.attention import (
     CausalSelfAttention,
+    CrossAttention,
     attention_scores,
     attention_weights,
     causal,
@@ -21,8 +23,18 @@ from attnlab.model.attention import (
 )
 from attnlab.model.config import ModelConfig
 from attnlab.model.counting import count_state_params, flops_per_token, param_counts
-from attnlab.model.decoding import KVCache, decode_step, generate, init_cache
+from attnlab.model.decoding import (
+    KVCache,
+    NoMaskError,
+    decode_spans,
+    decode_step,
+    fill_masks,
+    generate,
+    init_cache,
+    init_encdec_cache,
+)
 from attnlab.model.layers import FeedForward, LayerNorm, RMSNorm
+from attnlab.model.objectives import OBJECTIVES, Objective, mask_id, masking_key, objective_for
 from attnlab.model.positions import (
     ENCODINGS,
     PositionalEncoding,
@@ -44,10 +56,30 @@ from attnlab.model.positions import (
     yarn_frequencies,
 )
 from attnlab.model.scales import SCALES, ScoreScale, score_scale_for
-from attnlab.model.transformer import Block, TransformerLM, apply, init_model, token_losses
+from attnlab.model.transformer import (
+    Block,
+    EncoderDecoderLM,
+    TransformerLM,
+    apply,
+    init_model,
+    model_class,
+    token_losses,
+)
 
 __all__ = [
     "ENCODINGS",
+    "OBJECTIVES",
+    "CrossAttention",
+    "EncoderDecoderLM",
+    "NoMaskError",
+    "Objective",
+    "decode_spans",
+    "fill_masks",
+    "init_encdec_cache",
+    "mask_id",
+    "masking_key",
+    "model_class",
+    "objective_for",
     "SCALES",
     "Block",
     "CausalSelfAttention",
