@@ -9,7 +9,6 @@ resumed and must give the same table.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import math
 import os
@@ -127,8 +126,10 @@ def test_variant_rules_override_the_sweeps_own():
 
 
 @pytest.mark.parametrize("edit, field", [
-    (lambda s: setattr(s.variants.linear.model, "mixers", "x"), "sweep.variants.linear.model.mixers"),
-    (lambda s: setattr(s.variants.linear.model, "mixer", "lstm"), "sweep.variants.linear.model.mixer"),
+    (lambda s: setattr(s.variants.linear.model, "mixers", "x"),
+     "sweep.variants.linear.model.mixers"),
+    (lambda s: setattr(s.variants.linear.model, "mixer", "lstm"),
+     "sweep.variants.linear.model.mixer"),
     (lambda s: setattr(s.variants.gpt, "optimizer", {"x": 1}), "sweep.variants.gpt.optimizer"),
     (lambda s: setattr(s.variants.gpt, "model", {"d_model": 64}),
      "sweep.variants.gpt.model.d_model"),
