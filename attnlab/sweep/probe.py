@@ -2,11 +2,12 @@
 
 The probe trains the smallest and the largest shape of the sweep (by FLOPs per token; of each
 variant's runs for a sweep of ``sweep.variants``) for a few real steps in a worker process,
-exactly as the sweep would, and reads the step throughput that training logs (which leaves out the first, compiling step and the evaluations). Each run's time
-is then its FLOPs divided by the FLOP rate interpolated for its shape (log-linear in FLOPs per
-token between the two probes; flat beyond them), plus its evaluations (forward only, one third of
-a training step per token). Start-up and compilation are reported separately: they are paid once
-per worker and per new shape, and the persistent compilation cache shrinks them on reruns.
+exactly as the sweep would, and reads the step throughput that training logs (which leaves out
+the first, compiling step and the evaluations). Each run's time is then its FLOPs divided by the
+FLOP rate interpolated for its shape (log-linear in FLOPs per token between the two probes; flat
+beyond them), plus its evaluations (forward only, one third of a training step per token).
+Start-up and compilation are reported separately: they are paid once per worker and per new
+shape, and the persistent compilation cache shrinks them on reruns.
 """
 
 from __future__ import annotations
