@@ -111,6 +111,11 @@ def locked_sweep(d):
 _HOLDERS: list[subprocess.Popen] = []
 
 
+def degenerate_results(d):
+    _file(d, "header.csv", "params,tokens,loss\n")
+    _file(d, "same.csv", "params,tokens,loss\n" + "1e5,1e7,3.0\n" * 8)
+
+
 def results_file(d):
     configs(d)
     _file(d, "results.csv", "params,tokens,loss\n1e4,1e6,3.0\n2e4,1e6,2.9\n")
@@ -282,6 +287,14 @@ CASES = [
     ("fit-json-under-file", results_file, ["fit", "--results={d}/results.csv",
                                            "--json={d}/afile/fit.json"], "does not exist"),
     ("fit-no-results", None, ["fit", "--results={d}/nope.csv", "--law=chinchilla"], "nope.csv"),
+    ("fit-header-only", degenerate_results, ["fit", "--results={d}/header.csv", "--law=kaplan"],
+     "header.csv: the table has no rows"),
+    ("fit-identical-rows-kaplan", degenerate_results, ["fit", "--results={d}/same.csv",
+                                                       "--law=kaplan"],
+     "only 1 distinct (N, D) pair"),
+    ("fit-identical-rows-chinchilla", degenerate_results, ["fit", "--results={d}/same.csv",
+                                                           "--law=chinchilla"],
+     "only 1 distinct (N, D) pair"),
     ("plot-out-dir", results_file, ["plot", "--results={d}/results.csv",
                                     "--kind=loss-vs-params", "--out={d}/adir"], "is a directory"),
     ("plot-out-no-parent", results_file, ["plot", "--results={d}/results.csv",

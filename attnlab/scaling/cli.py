@@ -195,6 +195,9 @@ def format_report(fit: ScalingFit, source: str, budgets: list[float]) -> str:
     if fit.samples:
         lines.append(f"bootstrap: {fit.n_bootstrap} of {fit.n_bootstrap_requested} refits, "
                      f"{level} percentile intervals")
+    elif fit.n_bootstrap_requested:
+        lines.append(f"bootstrap: none of {fit.n_bootstrap_requested} refits succeeded, so no "
+                     f"intervals")
     else:
         lines.append("bootstrap: none (pass --bootstrap=N for intervals)")
     ci = fit.ci

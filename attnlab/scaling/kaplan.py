@@ -90,6 +90,11 @@ def fit_kaplan(n, d, loss, *, form: str = "nd", n_bootstrap: int = 0, ci_level: 
     if len(loss) < n_params:
         raise FitInputError(f"{source}: Kaplan form {form} fits {n_params} parameters ({names}) "
                             f"but has only {len(loss)} usable point(s)")
+    distinct = len(set(zip(n, d)))  # L(N) and L(D) kept one point per x above
+    if distinct < n_params:  # repeated runs of one (N, D) pin nothing more
+        raise FitInputError(f"{source}: Kaplan form {form} fits {n_params} parameters ({names}) "
+                            f"but the {len(loss)} points have only {distinct} distinct (N, D) "
+                            f"pair(s)")
     log_n, log_d, log_l = np.log(n), np.log(d), np.log(loss)
 
     def fit_points(index, starts=None):
