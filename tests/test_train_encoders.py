@@ -98,6 +98,13 @@ def test_each_objective_trains_through_the_loop(objective, cache_dir, tmp_path, 
         _, err = capsys.readouterr()
         assert code == 2 and "[MASK]" in err and err.strip().count("\n") == 0
 
+        # extrapolation scores next-token loss: a masked-objective run gets one clear line
+        code = cli.main(["extrapolate", f"--run={tmp_path / 'w'}", "--multipliers=1,2",
+                         "--noprogress"])
+        _, err = capsys.readouterr()
+        assert code == 2 and f"model.objective={objective} is not a causal decoder" in err
+        assert err.strip().count("\n") == 0
+
 
 @pytest.mark.parametrize("objective", ["mlm", "span"])
 def test_resuming_masks_batch_i_as_the_uninterrupted_run(objective, cache_dir, tmp_path):

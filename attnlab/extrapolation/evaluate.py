@@ -480,7 +480,14 @@ def evaluate_run(run_dir: str | Path, settings: EvalSettings = EvalSettings(), *
     run_dir = Path(run_dir)
     settings.validate()
     step = latest_checkpoint_step(run_dir)
-    train_length = load_config(run_dir).data.seq_len
+    run_cfg = load_config(run_dir)
+    objective = lm.objective_for(run_cfg.model)
+    if not objective.causal or objective.encoder_decoder:
+        # Extrapolation scores next-token loss over growing contexts: a causal decoder's task.
+        raise EvaluationError(f"{run_dir}: model.objective={objective.name} is not a causal "
+                              f"decoder; attnlab extrapolate evaluates next-token prediction "
+                              f"(model.objective=clm runs)")
+    train_length = run_cfg.data.seq_len
     tag = settings.tag(train_length, settings.resolve_lengths(train_length))
     paths = report_paths(run_dir, tag)
     if not force and is_current(run_dir, settings, tag):
