@@ -178,10 +178,18 @@ def draw_plots(table: ScalingTable, fit3: ScalingFit | None, fit2: ScalingFit | 
         figures["allocation"] = lambda: plots.plot_optimal_allocation(fit3, table.frame)
     if fit2 is not None:
         figures["isoflop"] = lambda: plots.plot_isoflops(fit2)
+    return _save_figures(figures, out_dir)
+
+
+def _save_figures(figures: dict, out_dir: Path) -> tuple[dict, list[str]]:
+    """Draws each ``kind -> make()`` figure to ``out_dir/<kind>.png``: (kind -> path, messages
+    naming the figures that could not be drawn; a plot never stops the study)."""
+    from attnlab.plots.scaling import save_figure
+
     written, messages = {}, []
     for kind, make in figures.items():
         try:
-            written[kind] = plots.save_figure(make(), out_dir / f"{kind}.png")
+            written[kind] = save_figure(make(), out_dir / f"{kind}.png")
         except Exception as error:  # noqa: BLE001 - any drawing failure is reported, not raised
             messages.append(f"plot {kind!r} not drawn: {type(error).__name__}: {error}")
     return written, messages
@@ -397,13 +405,7 @@ def draw_grouped_plots(fits3, fits2, out_dir: str | Path) -> tuple[dict[str, Pat
         figures["frontiers_approach2"] = lambda: plots.plot_group_frontiers(fits2)
         for group, fit in fits2.fits.items():
             figures[f"isoflop_{group}"] = lambda fit=fit: plots.plot_isoflops(fit)
-    written, messages = {}, []
-    for kind, make in figures.items():
-        try:
-            written[kind] = plots.save_figure(make(), out_dir / f"{kind}.png")
-        except Exception as error:  # noqa: BLE001 - any drawing failure is reported, not raised
-            messages.append(f"plot {kind!r} not drawn: {type(error).__name__}: {error}")
-    return written, messages
+    return _save_figures(figures, out_dir)
 
 
 def report(fit3: ScalingFit | None, fit2: ScalingFit | None, messages: list[str], source: str,
