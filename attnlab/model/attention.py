@@ -322,6 +322,18 @@ def dot_product_attention(
     return out[:, :q_len]
 
 
+def projections(cfg: ModelConfig, rngs: nnx.Rngs) -> tuple[nnx.Module, ...]:
+    """W_q ``[d_model, heads * hd]``, W_k and W_v ``[d_model, kv_heads * hd]`` (GQA), W_o
+    ``[heads * hd, d_model]``, drawn in this order (the parameters' RNG order). W_o starts at
+    init_std / sqrt(2 n_layers): each layer's two residual branches add to the stream (GPT-2)."""
+    d, hd = cfg.d_model, cfg.head_dim
+    residual_std = cfg.init_std / math.sqrt(2 * cfg.n_layers)
+    return (dense(cfg, d, cfg.n_heads * hd, cfg.init_std, rngs),
+            dense(cfg, d, cfg.kv_heads * hd, cfg.init_std, rngs),
+            dense(cfg, d, cfg.kv_heads * hd, cfg.init_std, rngs),
+            dense(cfg, cfg.n_heads * hd, d, residual_std, rngs))
+
+
 class CausalSelfAttention(nnx.Module):
     """Multi-head (or grouped-query) causal self-attention with the configured position encoding.
 
@@ -346,16 +358,11 @@ class CausalSelfAttention(nnx.Module):
         self.encoding = encoding_for(cfg, bidirectional=bidirectional)
         self.scale = 1.0 / math.sqrt(cfg.head_dim)
         self.score_scale = score_scale_for(cfg)
-        d, hd = cfg.d_model, cfg.head_dim
-        residual_std = cfg.init_std / math.sqrt(2 * cfg.n_layers)
-        self.q_proj = dense(cfg, d, cfg.n_heads * hd, cfg.init_std, rngs)
-        self.k_proj = dense(cfg, d, cfg.kv_heads * hd, cfg.init_std, rngs)
-        self.v_proj = dense(cfg, d, cfg.kv_heads * hd, cfg.init_std, rngs)
-        self.o_proj = dense(cfg, cfg.n_heads * hd, d, residual_std, rngs)
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = projections(cfg, rngs)
         if cfg.qk_norm:
             # QK-norm (Dehghani et al. 2023): normalise each head's q and k before the product.
-            self.q_norm = make_norm(cfg, hd)
-            self.k_norm = make_norm(cfg, hd)
+            self.q_norm = make_norm(cfg, cfg.head_dim)
+            self.k_norm = make_norm(cfg, cfg.head_dim)
         # A learned temperature (attention_scale learned / cosine), [heads]; None otherwise.
         self.temperature = self.score_scale.init_params(rngs)
 
@@ -455,12 +462,7 @@ class CrossAttention(nnx.Module):
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
         self.cfg = cfg
-        d, hd = cfg.d_model, cfg.head_dim
-        residual_std = cfg.init_std / math.sqrt(2 * cfg.n_layers)
-        self.q_proj = dense(cfg, d, cfg.n_heads * hd, cfg.init_std, rngs)
-        self.k_proj = dense(cfg, d, cfg.kv_heads * hd, cfg.init_std, rngs)
-        self.v_proj = dense(cfg, d, cfg.kv_heads * hd, cfg.init_std, rngs)
-        self.o_proj = dense(cfg, cfg.n_heads * hd, d, residual_std, rngs)
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = projections(cfg, rngs)
 
     def keys_values(self, memory: jax.Array) -> tuple[jax.Array, jax.Array]:
         """``memory [batch, s, d_model]`` -> ``(k, v)``, each ``[batch, s, kv_heads, hd]``."""
