@@ -22,6 +22,7 @@ NORM_POSITIONS = ("pre", "post")
 FFNS = ("relu", "gelu", "swiglu")
 ATTENTION_IMPLS = ("einsum", "xla")
 DTYPES = ("float32", "bfloat16")
+REMAT_POLICIES = ("none", "full", "save_dots")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +74,10 @@ class ModelConfig:
     # Issue #16 (attnlab/model/objectives.py): clm (causal decoder) | mlm (BERT encoder) |
     # span (T5 encoder-decoder); the default is the decoder-only LM.
     objective: str = "clm"
+    # Issue #19 (speed): implementation choices; the defaults are the models made before them.
+    linear_bias: bool = False  # biases on the attention and FFN projections (GPT-2 style)
+    scan_layers: bool = False  # layers as one stacked module run by a scan: compile flat in depth
+    remat: str = "none"  # rematerialise each layer in the backward pass: none | full | save_dots
 
     def __post_init__(self):
         validate_model(self)
@@ -141,6 +146,10 @@ def validate_model(m: ModelConfig) -> None:
     if m.ngpt:
         validate_ngpt(m)  # e.g. nGPT with post-LN
     validate_variants(m)
+    check_choice("model.remat", m.remat, REMAT_POLICIES)
+    if m.linear_bias and m.ngpt:
+        raise ConfigError("model.linear_bias",
+                          "nGPT's matrices have unit rows and no biases (Loshchilov et al. 2024)")
     check_choice("model.objective", m.objective, tuple(OBJECTIVES))
     objective = objective_for(m)
     objective.validate()  # e.g. mlm with a causal-only mixer
