@@ -325,19 +325,20 @@ def dot_product_attention(
 def projections(cfg: ModelConfig, rngs: nnx.Rngs) -> tuple[nnx.Module, ...]:
     """W_q ``[d_model, heads * hd]``, W_k and W_v ``[d_model, kv_heads * hd]`` (GQA), W_o
     ``[heads * hd, d_model]``, drawn in this order (the parameters' RNG order). W_o starts at
-    init_std / sqrt(2 n_layers): each layer's two residual branches add to the stream (GPT-2)."""
-    d, hd = cfg.d_model, cfg.head_dim
+    init_std / sqrt(2 n_layers): each layer's two residual branches add to the stream (GPT-2).
+    With ``model.linear_bias`` each has a zero-initialised bias ``[d_out]`` (GPT-2)."""
+    d, hd, bias = cfg.d_model, cfg.head_dim, cfg.linear_bias
     residual_std = cfg.init_std / math.sqrt(2 * cfg.n_layers)
-    return (dense(cfg, d, cfg.n_heads * hd, cfg.init_std, rngs),
-            dense(cfg, d, cfg.kv_heads * hd, cfg.init_std, rngs),
-            dense(cfg, d, cfg.kv_heads * hd, cfg.init_std, rngs),
-            dense(cfg, cfg.n_heads * hd, d, residual_std, rngs))
+    return (dense(cfg, d, cfg.n_heads * hd, cfg.init_std, rngs, bias=bias),
+            dense(cfg, d, cfg.kv_heads * hd, cfg.init_std, rngs, bias=bias),
+            dense(cfg, d, cfg.kv_heads * hd, cfg.init_std, rngs, bias=bias),
+            dense(cfg, cfg.n_heads * hd, d, residual_std, rngs, bias=bias))
 
 
 class CausalSelfAttention(nnx.Module):
     """Multi-head (or grouped-query) causal self-attention with the configured position encoding.
 
-    ``q = x W_q``, ``k = x W_k``, ``v = x W_v`` (no biases); QK-norm per head (optional); the
+    ``q = x W_q``, ``k = x W_k``, ``v = x W_v`` (``+ b`` with ``model.linear_bias``); QK-norm per head (optional); the
     positional encoding's q/k transform (RoPE); attention with the encoding's score bias
     (ALiBi, T5), the score scale of ``model.attention_scale`` (``1/sqrt(head_dim)``, ``1/d``, 1,
     a learned per-head temperature, or cosine attention: :mod:`attnlab.model.scales`) and the

@@ -4,7 +4,9 @@ Parameter convention (Kaplan et al. 2020, section 2.1): ``N`` = non-embedding pa
 excludes the embedding matrices: the token table, the learned position table and, when untied,
 the output head (a ``d_model x vocab`` matrix like the token table, so tied and untied models of
 one shape share the same ``N``). Norm scales/biases and QK-norm are non-embedding. Linear layers
-have no biases. Porian et al. 2024 show that leaving the head out of ``N`` *and* out of the FLOPs
+have no biases, except with ``model.linear_bias``: then softmax attention's ``W_q, W_k, W_v, W_o``
+(self- and cross-attention) and the FFN's matrices have one each, counted in ``N`` (their adds
+are left out of the FLOPs, as norms are). Porian et al. 2024 show that leaving the head out of ``N`` *and* out of the FLOPs
 skews small-scale fits; ``flops_per_token`` therefore also reports the head's FLOPs and the
 fuller Chinchilla count, which includes them.
 """
@@ -28,6 +30,26 @@ def _norm_params(cfg: ModelConfig, dim: int) -> int:
     return 2 * dim if cfg.norm == "layernorm" else dim  # LayerNorm: scale + bias; RMSNorm: scale
 
 
+def _attention_bias_params(cfg: ModelConfig) -> int:
+    """The biases of ``W_q, W_k, W_v`` (GQA-aware) and ``W_o`` with ``model.linear_bias``."""
+    if not cfg.linear_bias:
+        return 0
+    return cfg.n_heads * cfg.head_dim + 2 * cfg.kv_heads * cfg.head_dim + cfg.d_model
+
+
+def _mixer_params(cfg: ModelConfig, mixer) -> int:
+    """One layer's sequence mixer; softmax attention adds its projections' biases (the other
+    mixers' projections stay bias-free)."""
+    return mixer.param_count() + (_attention_bias_params(cfg) if mixer.name == "softmax" else 0)
+
+
+def _ffn_params(cfg: ModelConfig) -> int:
+    """The FFN's matrices (3 for SwiGLU) and, with ``model.linear_bias``, their biases."""
+    n_in = 2 if cfg.ffn == "swiglu" else 1
+    biases = n_in * cfg.ffn_dim + cfg.d_model if cfg.linear_bias else 0
+    return (n_in + 1) * cfg.d_model * cfg.ffn_dim + biases
+
+
 def param_counts(cfg: ModelConfig) -> dict[str, int]:
     """Exact parameter counts of :class:`TransformerLM` built from ``cfg``.
 
@@ -43,8 +65,8 @@ def param_counts(cfg: ModelConfig) -> dict[str, int]:
     encoding table per stack.
     """
     d = cfg.d_model
-    mixers = [mixer.param_count() for mixer in layer_mixers(cfg)]
-    ffn = (3 if cfg.ffn == "swiglu" else 2) * d * cfg.ffn_dim
+    mixers = [_mixer_params(cfg, mixer) for mixer in layer_mixers(cfg)]
+    ffn = _ffn_params(cfg)
     norms = 2 * _norm_params(cfg, d)
     final_norm = _norm_params(cfg, d) if cfg.norm_position == "pre" else 0
     if cfg.ngpt:
@@ -86,9 +108,10 @@ def param_counts(cfg: ModelConfig) -> dict[str, int]:
 
 
 def _cross_params(cfg: ModelConfig) -> int:
-    """One cross-attention layer: ``W_q, W_o`` (``d x d_attn``) and ``W_k, W_v`` (GQA-aware)."""
+    """One cross-attention layer: ``W_q, W_o`` (``d x d_attn``) and ``W_k, W_v`` (GQA-aware), and
+    their biases with ``model.linear_bias``."""
     d, hd = cfg.d_model, cfg.head_dim
-    return 2 * d * cfg.n_heads * hd + 2 * d * cfg.kv_heads * hd
+    return 2 * d * cfg.n_heads * hd + 2 * d * cfg.kv_heads * hd + _attention_bias_params(cfg)
 
 
 def count_state_params(state: nnx.State) -> dict[str, int]:
@@ -164,11 +187,14 @@ def _encoder_decoder_flops(cfg: ModelConfig, seq_len: int) -> dict[str, float]:
     d_attn = cfg.n_heads * hd
     ffn = 2.0 * (3 if cfg.ffn == "swiglu" else 2) * d * cfg.ffn_dim
     counts = param_counts(cfg)
-    stack = sum(m.param_count() for m in mixers) + L * (counts["ffn"] + 2 * _norm_params(cfg, d))
+    stack = (sum(_mixer_params(cfg, m) for m in mixers)
+             + L * (counts["ffn"] + 2 * _norm_params(cfg, d)))
     cross_kv = 2 * d * kv * hd  # per layer, applied to encoder tokens
     cross_qo = 2 * d * d_attn  # per layer, applied to decoder tokens
-    n_enc = stack + _norm_params(cfg, d) + L * cross_kv
-    n_dec = stack + _norm_params(cfg, d) + L * (cross_qo + _norm_params(cfg, d))
+    # with linear_bias: W_k, W_v's biases count with the encoder, W_q, W_o's with the decoder
+    kv_bias, qo_bias = (2 * kv * hd, d_attn + d) if cfg.linear_bias else (0, 0)
+    n_enc = stack + _norm_params(cfg, d) + L * (cross_kv + kv_bias)
+    n_dec = stack + _norm_params(cfg, d) + L * (cross_qo + qo_bias + _norm_params(cfg, d))
     # forward FLOPs (Hoffmann et al. Appendix F terms) per encoder / decoder token
     cross_context = 2.0 * enc_len * d_attn + 3.0 * cfg.n_heads * enc_len + 2.0 * enc_len * d_attn
     enc_token = (2.0 * V * d + sum(sum(m.flops_per_token(enc_len).values()) for m in mixers)

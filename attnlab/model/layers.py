@@ -1,4 +1,4 @@
-"""Building blocks: bias-free linear layers, LayerNorm / RMSNorm, feed-forward nets, dropout.
+"""Building blocks: linear layers (bias-free unless ``model.linear_bias``), LayerNorm / RMSNorm, feed-forward nets, dropout.
 
 Dtype policy: parameters are float32; layers compute in ``cfg.dtype`` (float32 or bfloat16);
 norm statistics are always float32.
@@ -21,14 +21,18 @@ def compute_dtype(cfg: ModelConfig) -> jnp.dtype:
     return jnp.dtype(cfg.dtype)
 
 
-def dense(cfg: ModelConfig, d_in: int, d_out: int, std: float, rngs: nnx.Rngs) -> nnx.Linear:
-    """Bias-free ``[d_in, d_out]`` projection, kernel ~ N(0, std^2), float32 params computed in
-    ``cfg.dtype``."""
+def dense(cfg: ModelConfig, d_in: int, d_out: int, std: float, rngs: nnx.Rngs, *,
+          bias: bool = False) -> nnx.Linear:
+    """``[d_in, d_out]`` projection ``x W (+ b)``, kernel ~ N(0, std^2), float32 params computed
+    in ``cfg.dtype``. ``bias``: a ``[d_out]`` bias, zero-initialised (GPT-2, Radford et al.
+    2019); callers pass ``cfg.linear_bias`` where the model has one (attention projections,
+    FFN), so the bias-free mixers (linear attention, Mamba) keep their parameter counts."""
     return nnx.Linear(
         d_in,
         d_out,
-        use_bias=False,
+        use_bias=bias,
         kernel_init=nnx.initializers.normal(std),
+        bias_init=nnx.initializers.zeros,
         dtype=compute_dtype(cfg),
         param_dtype=jnp.float32,
         rngs=rngs,
@@ -71,10 +75,12 @@ def make_norm(cfg: ModelConfig, dim: int) -> LayerNorm | RMSNorm:
 
 
 class FeedForward(nnx.Module):
-    """Position-wise FFN, ``d_model -> d_ff -> d_model``, no biases.
+    """Position-wise FFN, ``d_model -> d_ff -> d_model`` (Vaswani et al. 2017, eq. 2).
 
     * relu / gelu: ``act(x W_in) W_out`` (GELU is the tanh approximation, as in GPT-2).
     * swiglu (Shazeer 2020): ``(silu(x W_gate) * (x W_in)) W_out``.
+
+    Every ``x W`` is ``x W + b`` with ``model.linear_bias`` (biases ``[d_ff]``, ``[d_model]``).
 
     ``W_out`` is a residual output projection (std scaled by ``1/sqrt(2 n_layers)``).
     """
@@ -83,10 +89,11 @@ class FeedForward(nnx.Module):
         self.kind = cfg.ffn
         d, d_ff = cfg.d_model, cfg.ffn_dim
         residual_std = cfg.init_std / math.sqrt(2 * cfg.n_layers)
-        self.w_in = dense(cfg, d, d_ff, cfg.init_std, rngs)
+        bias = cfg.linear_bias
+        self.w_in = dense(cfg, d, d_ff, cfg.init_std, rngs, bias=bias)
         if cfg.ffn == "swiglu":
-            self.w_gate = dense(cfg, d, d_ff, cfg.init_std, rngs)
-        self.w_out = dense(cfg, d_ff, d, residual_std, rngs)
+            self.w_gate = dense(cfg, d, d_ff, cfg.init_std, rngs, bias=bias)
+        self.w_out = dense(cfg, d_ff, d, residual_std, rngs, bias=bias)
 
     def __call__(self, x: jax.Array) -> jax.Array:
         """``[batch, seq, d_model] -> [batch, seq, d_model]``."""
