@@ -147,6 +147,8 @@ def validate_model(m: ModelConfig) -> None:
         validate_ngpt(m)  # e.g. nGPT with post-LN
     validate_variants(m)
     check_choice("model.remat", m.remat, REMAT_POLICIES)
+    if m.scan_layers:
+        validate_scan(m)
     if m.linear_bias and m.ngpt:
         raise ConfigError("model.linear_bias",
                           "nGPT's matrices have unit rows and no biases (Loshchilov et al. 2024)")
@@ -155,6 +157,24 @@ def validate_model(m: ModelConfig) -> None:
     objective.validate()  # e.g. mlm with a causal-only mixer
     if not objective.causal:
         encoding_for(m, bidirectional=True).validate()  # T5's encoder buckets
+
+
+def validate_scan(m: ModelConfig) -> None:
+    """``model.scan_layers``: one stacked layer run by a scan needs every layer alike (same
+    parameters and static attributes); the combinations whose layers differ are refused."""
+    mixers = layer_mixers(m)
+    if len({type(mixer) for mixer in mixers}) > 1:
+        raise ConfigError("model.scan_layers",
+                          f"needs identical layers; model.attention_every={m.attention_every} "
+                          f"makes some layers softmax attention and others {m.mixer}")
+    if m.mixer == "performer":
+        raise ConfigError("model.scan_layers",
+                          "needs identical layers; model.mixer=performer fixes different random "
+                          "features per layer")
+    if objective_for(m).encoder_decoder:
+        raise ConfigError("model.scan_layers",
+                          f"is not implemented for the encoder-decoder "
+                          f"(model.objective={m.objective}); use it with clm or mlm")
 
 
 def validate_variants(m: ModelConfig) -> None:

@@ -34,6 +34,7 @@ from flax import nnx
 from attnlab.errors import ConfigError
 from attnlab.model.attention import causal, dot_product_attention, write_kv_cache
 from attnlab.model.layers import dense
+from attnlab.model.mixers import Softmax, layer_mixers
 from attnlab.model.positions import PositionalEncoding, encoding_for
 
 if TYPE_CHECKING:
@@ -74,12 +75,17 @@ def norm_axis(path) -> int | None:
 
 def renormalize(params):
     """Every matrix of an nGPT model's parameters with its rows back on the unit sphere (along
-    its ``d_model`` axis, :func:`norm_axis`); vectors unchanged. Works on any pytree whose paths
-    carry the parameter names (an ``nnx.State`` or a dict of it)."""
+    its ``d_model`` axis, :func:`norm_axis`; each layer of a stacked ``[n_layers, ...]``
+    matrix); vectors unchanged. Works on any pytree whose paths carry the parameter names (an
+    ``nnx.State`` or a dict of it)."""
 
     def one(path, leaf):
         axis = norm_axis(path)
-        return leaf if axis is None or jnp.ndim(leaf) != 2 else unit(leaf, axis)
+        if axis is None or jnp.ndim(leaf) < 2:
+            return leaf
+        # A stacked layer's matrices (model.scan_layers) are [n_layers, rows, cols]: the d_model
+        # axis counts from the matrix's own two.
+        return unit(leaf, axis + jnp.ndim(leaf) - 2)
 
     return jax.tree_util.tree_map_with_path(one, params)
 
@@ -186,7 +192,8 @@ def validate_ngpt(m: ModelConfig) -> None:
         ("model.norm_position", m.norm_position != "pre",
          "nGPT has no norm layers (its residual update normalises); post-LN does not apply"),
         ("model.qk_norm", m.qk_norm, "nGPT normalises q and k itself (s_qk * Norm(q))"),
-        ("model.mixer", m.mixer != "softmax", "nGPT is defined with softmax attention"),
+        ("model.mixer", not all(isinstance(mixer, Softmax) for mixer in layer_mixers(m)),
+         "nGPT is defined with softmax attention"),
         ("model.ffn", m.ffn != "swiglu", "nGPT's MLP is u * SiLU(v): set model.ffn=swiglu"),
         ("model.dropout", m.dropout > 0, "nGPT is trained without dropout"),
         ("model.pos_encoding", adds_to_embeddings,

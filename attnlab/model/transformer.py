@@ -17,6 +17,12 @@ Encoder-decoder (Vaswani et al. 2017; Raffel et al. 2020), pre-LN only:
     m = Norm_enc(Encoder(embed(source)))              bidirectional self-attention blocks
     y = y + SelfAttn(Norm(y)) (causal); y = y + CrossAttn(Norm(y), m); y = y + FFN(Norm(y))
     logits = Norm_dec(y) E^T
+
+``model.scan_layers``: the decoder/encoder stack is held as ONE block whose parameters carry a
+leading ``[n_layers, ...]`` axis and is run by ``jax.lax.scan``, so the step is traced once per
+layer *body*, not once per layer (trace and compile time flat in depth). The stacked parameters
+are the unrolled model's, stacked: the same seed gives the same model either way.
+``model.remat``: each layer's forward is wrapped in ``jax.checkpoint`` (:data:`REMAT_POLICIES`).
 """
 
 from __future__ import annotations
@@ -38,6 +44,45 @@ from attnlab.model.objectives import objective_for, token_losses
 from attnlab.model.positions import check_positions, encoding_for
 
 KV_CACHE = "KV cache"
+
+# model.remat -> jax.checkpoint policy. "save_dots" keeps the outputs of matmuls without batch
+# dimensions (the q/k/v/o and FFN projections: cheap to keep, [batch, seq, d]-sized, and the
+# FLOPs of a layer) and recomputes everything else, notably the attention scores and
+# probabilities ([batch, heads, seq, seq], batched dots), the part that grows with seq^2.
+# (checkpoint_dots would keep those too, saving little memory at long context.)
+REMAT_POLICIES = {
+    "full": jax.checkpoint_policies.nothing_saveable,
+    "save_dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
+
+
+def run_layer(block: nnx.Module, remat: str, x, positions, *args, **kwargs):
+    """``block(x, positions, *args, **kwargs)``, rematerialised in the backward pass under
+    ``remat`` (``model.remat``; "none": called as is). Training only: the layer's decode state
+    (``kv``) must not be given with a policy."""
+    if remat == "none":
+        return block(x, positions, *args, **kwargs)
+    graphdef, state = nnx.split(block)
+
+    def layer(state, x, args, kwargs):
+        return nnx.merge(graphdef, state)(x, positions, *args, **kwargs)
+
+    return jax.checkpoint(layer, policy=REMAT_POLICIES[remat])(state, x, args, kwargs)
+
+
+def stack_layers(blocks: list[nnx.Module]) -> nnx.Module:
+    """One module of the structure of ``blocks[0]`` whose every variable is the ``blocks``'
+    stacked along a new leading axis (``[n_layers, ...]``). The layers must be alike (same
+    graph, static attributes and shapes; the config's validation refuses stacks that differ)."""
+    graphdef, first = nnx.split(blocks[0])
+    states = [first] + [nnx.state(block) for block in blocks[1:]]
+    return nnx.merge(graphdef, jax.tree.map(lambda *xs: jnp.stack(xs), *states))
+
+
+def layer_slice(stacked: nnx.Module, layer: int) -> nnx.Module:
+    """Layer ``layer`` of a stacked module (:func:`stack_layers`) as an ordinary block."""
+    graphdef, state = nnx.split(stacked)
+    return nnx.merge(graphdef, jax.tree.map(lambda a: a[layer], state))
 
 
 class Block(nnx.Module):
@@ -98,8 +143,9 @@ class TransformerLM(nnx.Module):
         self.position_embedding = self.encoding.init_params(rngs)
         block = NGPTBlock if cfg.ngpt else Block
         extra = {} if causal else {"causal": False}
-        self.blocks = nnx.List([block(cfg, rngs=rngs, layer=i, **extra)
-                                for i in range(cfg.n_layers)])
+        blocks = [block(cfg, rngs=rngs, layer=i, **extra) for i in range(cfg.n_layers)]
+        # scan_layers: the same layers (same RNG draws), stacked: parameters [n_layers, ...].
+        self.blocks = stack_layers(blocks) if cfg.scan_layers else nnx.List(blocks)
         # Post-LN already ends every block with a norm, so only pre-LN has a final one (nGPT:
         # none, its hidden states are unit vectors).
         pre = cfg.norm_position == "pre" and not cfg.ngpt
@@ -171,13 +217,47 @@ class TransformerLM(nnx.Module):
             raise ValueError(
                 "dropout is on (deterministic=False, model.dropout > 0): pass dropout_rng"
             )
-        keys = [None] * (len(self.blocks) + 1)
+        n_layers = self.cfg.n_layers
+        keys = [None] * (n_layers + 1)
         if use_dropout:
-            keys = list(jax.random.split(dropout_rng, len(self.blocks) + 1))
+            split = jax.random.split(dropout_rng, n_layers + 1)
+            keys = list(split)
         x = dropout(self.embed(tokens, positions), self.cfg.dropout, keys[-1])
+        if self.cfg.scan_layers:  # layer i draws keys[i], as unrolled
+            layer_keys = split[:-1] if use_dropout else None
+            return self.logits(self._scan_layers(x, positions, layer_keys))
+        remat = self.cfg.remat
         for layer, (block, key) in enumerate(zip(self.blocks, keys)):
-            x, _ = block(x, positions, dropout_key=key, pos_params=self.pos_params(layer))
+            x, _ = run_layer(block, remat, x, positions, dropout_key=key,
+                             pos_params=self.pos_params(layer))
         return self.logits(x)
+
+    def _scan_layers(self, x, positions, keys):
+        """The stacked layers (``model.scan_layers``) over ``x [batch, seq, d_model]`` by one
+        ``jax.lax.scan``; ``keys``: the layers' dropout keys ``[n_layers]`` or None. The
+        encoding's bias parameters are read per layer by a traced index (T5's per-layer table
+        is sliced, a shared one is the same array each step)."""
+        graphdef, stacked = nnx.split(self.blocks)
+        table = None if self.position_embedding is None else self.position_embedding[...]
+        encoding, remat = self.encoding, self.cfg.remat
+
+        def body(x, inputs):
+            state, key, layer = inputs
+            block = nnx.merge(graphdef, state)
+            pos_params = encoding.layer_params(table, layer)
+            x, _ = run_layer(block, remat, x, positions, dropout_key=key, pos_params=pos_params)
+            return x, None
+
+        layers = jnp.arange(self.cfg.n_layers, dtype=jnp.int32)
+        x, _ = jax.lax.scan(body, x, (stacked, keys, layers))
+        return x
+
+    def layers(self) -> list[nnx.Module]:
+        """Every layer as its own block (a stacked model's are slices of the stacked
+        parameters)."""
+        if self.cfg.scan_layers:
+            return [layer_slice(self.blocks, i) for i in range(self.cfg.n_layers)]
+        return list(self.blocks)
 
     def pos_params(self, layer: int):
         """The encoding's bias parameters for ``layer`` (T5's shared or per-layer table)."""
@@ -215,7 +295,10 @@ class TransformerLM(nnx.Module):
         positions = jnp.asarray(positions, jnp.int32)
         x = self.embed(tokens, positions)
         new_keys, new_values = [], []
-        for layer, (block, keys, values) in enumerate(zip(self.blocks, cache.keys, cache.values)):
+        # A stacked model decodes layer by layer too (slices of its parameters): decoding is
+        # not differentiated, and the per-layer caches stay where they are.
+        blocks = self.layers()
+        for layer, (block, keys, values) in enumerate(zip(blocks, cache.keys, cache.values)):
             x, (keys, values) = block(x, positions, kv=(keys, values), start=start,
                                       pos_params=self.pos_params(layer))
             new_keys.append(keys)
@@ -306,7 +389,8 @@ class EncoderDecoderLM(nnx.Module):
         x = dropout(x, self.cfg.dropout, keys[-1])
         for layer, (block, key) in enumerate(zip(self.encoder, keys)):
             params = self.encoder_encoding.layer_params(self.position_embedding, layer)
-            x, _ = block(x, positions, dropout_key=key, pos_params=params)
+            x, _ = run_layer(block, self.cfg.remat, x, positions, dropout_key=key,
+                             pos_params=params)
         return self.encoder_norm(x)
 
     def cross_keys_values(self, memory: jax.Array) -> tuple[tuple[jax.Array, jax.Array], ...]:
@@ -329,9 +413,12 @@ class EncoderDecoderLM(nnx.Module):
         new_caches = []
         for layer, (block, memory_kv, key) in enumerate(zip(self.decoder, cross, keys)):
             params = self.encoding.layer_params(self.decoder_position_embedding, layer)
-            kv = None if caches is None else caches[layer]
-            y, kv = block(y, positions, memory_kv, dropout_key=key, kv=kv, start=start,
-                          pos_params=params)
+            if caches is None:  # training / teacher forcing: rematerialised per model.remat
+                y, kv = run_layer(block, self.cfg.remat, y, positions, memory_kv,
+                                  dropout_key=key, pos_params=params)
+            else:
+                y, kv = block(y, positions, memory_kv, dropout_key=key, kv=caches[layer],
+                              start=start, pos_params=params)
             new_caches.append(kv)
         return self.logits(y), new_caches
 
@@ -395,5 +482,6 @@ def apply(graphdef: nnx.GraphDef, state: nnx.State, tokens, positions=None, *, d
     return model(tokens, positions, deterministic=dropout_rng is None, dropout_rng=dropout_rng)
 
 
-__all__ = ["Block", "DecoderBlock", "EncDecCache", "EncoderDecoderLM", "TransformerLM", "apply",
-           "init_model", "model_class", "token_losses"]
+__all__ = ["Block", "DecoderBlock", "EncDecCache", "EncoderDecoderLM", "REMAT_POLICIES",
+           "TransformerLM", "apply", "init_model", "layer_slice", "model_class", "run_layer",
+           "stack_layers", "token_losses"]

@@ -66,14 +66,18 @@ def make_mesh(cfg: Config, devices=None) -> Mesh:
     return Mesh(np.array(devices).reshape(data, fsdp), MESH_AXES)
 
 
-def param_spec(shape: tuple[int, ...], fsdp_size: int) -> P:
+def param_spec(shape: tuple[int, ...], fsdp_size: int, *, stacked: bool = False) -> P:
     """FSDP rule: split a tensor's largest dimension that ``fsdp_size`` divides over ``'fsdp'``.
 
     Scalars, vectors shorter than the axis and tensors with no divisible dimension stay
     replicated (they are small: norms, biases, Adam's step count). Ties go to the last dimension.
     With ``fsdp_size == 1`` the spec names an axis of size one, which is the same as replicated.
+    ``stacked``: the leading axis is the layer axis of a stacked layer (``model.scan_layers``),
+    never split (the scan takes one layer per step; each step would gather across devices).
     """
-    candidates = [i for i, n in enumerate(shape) if n % fsdp_size == 0 and n >= fsdp_size]
+    first = 1 if stacked else 0
+    candidates = [i for i, n in enumerate(shape)
+                  if i >= first and n % fsdp_size == 0 and n >= fsdp_size]
     if not candidates:
         return REPLICATED
     dim = max(candidates, key=lambda i: (shape[i], i))
@@ -88,8 +92,20 @@ def state_shardings(abstract_state, mesh: Mesh):
     The rule depends on the shape alone, so an Adam moment gets the same layout as its parameter.
     """
     fsdp_size = mesh.shape["fsdp"]
-    return jax.tree.map(lambda x: NamedSharding(mesh, param_spec(tuple(x.shape), fsdp_size)),
-                        abstract_state)
+
+    def sharding(path, x):
+        spec = param_spec(tuple(x.shape), fsdp_size, stacked=is_stacked_layer(path))
+        return NamedSharding(mesh, spec)
+
+    return jax.tree_util.tree_map_with_path(sharding, abstract_state)
+
+
+def is_stacked_layer(path) -> bool:
+    """Whether a state path (a parameter's, or an optimizer moment's, which repeats it) is in a
+    stacked layer: ``blocks`` followed by a name, where an unrolled model has a layer index."""
+    names = [getattr(k, "key", getattr(k, "name", getattr(k, "idx", k))) for k in path]
+    return any(name == "blocks" and i + 1 < len(names) and isinstance(names[i + 1], str)
+               for i, name in enumerate(names))
 
 
 def global_batch(mesh: Mesh, spec: P, local_batch: np.ndarray, global_shape: tuple[int, ...]):
