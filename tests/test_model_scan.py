@@ -179,6 +179,19 @@ def test_remat_gives_the_loss_and_gradients_of_none(policy, scan):
     assert "remat2[" not in str(jax.make_jaxpr(none_fn)(state))
 
 
+def test_remat_of_the_encoder_decoder_gives_the_gradients_of_none():
+    cfg = tiny_cfg(objective="span", vocab_size=VOCAB + 1, d_model=16, n_layers=2)
+    _, state = init_model(cfg, seed=0)
+    tokens = random_tokens(4, seq=17)
+    loss, grads, _ = loss_and_grads(cfg, state, tokens)
+    remat_loss, remat_grads, fn = loss_and_grads(dataclasses.replace(cfg, remat="full"), state,
+                                                 tokens)
+    np.testing.assert_allclose(remat_loss, loss, rtol=TOL)
+    for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(remat_grads)):
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=TOL, rtol=TOL)
+    assert "remat2[" in str(jax.make_jaxpr(fn)(state))
+
+
 def test_ngpt_renormalises_each_layer_of_a_stacked_matrix():
     cfg = tiny_cfg(ngpt=True, ffn="swiglu")
     _, state = init_model(cfg, seed=0)
