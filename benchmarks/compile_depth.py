@@ -1,7 +1,8 @@
 """Trace and compile time of the real train step against depth, unrolled vs ``model.scan_layers``;
 and the step time of the two at benchmarks/train_step.py's shapes.
 
-    python benchmarks/compile_depth.py [--layers 2,6,12,24,48] [--d_model 256] [--rounds 5]
+    python benchmarks/compile_depth.py [--layers 2,6,12,24,48] [--d_model 256] [--rounds 3]
+                                       [--layouts unrolled,scan | scan | unrolled]
     python benchmarks/compile_depth.py --step-time [--rounds 7] [--steps 3]
 
 Compile: ``jax.jit(make_train_step(...)).lower(abstract state, batch)`` (trace, seconds) then
@@ -62,33 +63,39 @@ def compile_times(cfg: Config) -> tuple[float, float]:
     return traced, time.perf_counter() - start
 
 
-def compile_table(depths, d_model: int, rounds: int) -> None:
-    results = {(n, scan): [] for n in depths for scan in (False, True)}
+def compile_table(depths, d_model: int, rounds: int, layouts=(False, True)) -> None:
+    results = {(n, scan): [] for n in depths for scan in layouts}
     for r in range(rounds):
         for n in depths:
-            for scan in (False, True):
-                results[n, scan].append(compile_times(config(d_model, n, 8, 128, scan=scan)))
+            for scan in layouts:
+                times = compile_times(config(d_model, n, 8, 128, scan=scan))
+                results[n, scan].append(times)
+                print(f"# {n} layers {'scan' if scan else 'unrolled'}: trace {times[0]:.2f} s, "
+                      f"compile {times[1]:.2f} s, load {os.getloadavg()[0]:.1f}", flush=True)
         print(f"# round {r + 1}/{rounds} done, load {os.getloadavg()}", flush=True)
     print(f"\n## trace + compile of the train step, d_model {d_model}, batch 8 x seq 128, "
           f"medians of {rounds}")
-    print("| layers | unrolled trace s | unrolled compile s | unrolled total s | "
-          "scan trace s | scan compile s | scan total s | unrolled / scan |")
-    print("|---|---|---|---|---|---|---|---|")
+    names = {False: "unrolled", True: "scan"}
+    print("| layers | " + " | ".join(f"{names[scan]} trace s | {names[scan]} compile s | "
+                                     f"{names[scan]} total s" for scan in layouts)
+          + (" | unrolled / scan |" if len(layouts) == 2 else " |"))
+    print("|---" * (1 + 3 * len(layouts) + (len(layouts) == 2)) + "|")
     totals = {}
     for n in depths:
         row = [f"| {n} "]
-        for scan in (False, True):
+        for scan in layouts:
             traced = statistics.median(t for t, _ in results[n, scan])
             compiled = statistics.median(c for _, c in results[n, scan])
             total = statistics.median(t + c for t, c in results[n, scan])
             totals[n, scan] = total
             row.append(f"| {traced:.2f} | {compiled:.2f} | {total:.2f} ")
-        row.append(f"| {totals[n, False] / totals[n, True]:.2f} |")
-        print("".join(row))
+        if len(layouts) == 2:
+            row.append(f"| {totals[n, False] / totals[n, True]:.2f} ")
+        print("".join(row) + "|")
     if 12 in depths and 48 in depths:
-        for scan in (False, True):
-            name = "scan" if scan else "unrolled"
-            print(f"# {name}: total(48) / total(12) = {totals[48, scan] / totals[12, scan]:.2f}")
+        for scan in layouts:
+            print(f"# {names[scan]}: total(48) / total(12) = "
+                  f"{totals[48, scan] / totals[12, scan]:.2f}")
 
 
 def step_time_table(rounds: int, steps: int) -> None:
@@ -128,6 +135,8 @@ def main():
     parser.add_argument("--layers", default="2,6,12,24,48")
     parser.add_argument("--d_model", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--layouts", default="unrolled,scan",
+                        help="which to compile: unrolled, scan or both (comma separated)")
     parser.add_argument("--steps", type=int, default=3, help="steps per timed block")
     parser.add_argument("--step-time", action="store_true",
                         help="time the steps at train_step.py's shapes instead of compiling")
@@ -137,7 +146,9 @@ def main():
     if args.step_time:
         step_time_table(args.rounds, args.steps)
     else:
-        compile_table([int(n) for n in args.layers.split(",")], args.d_model, args.rounds)
+        layouts = tuple(name == "scan" for name in args.layouts.split(","))
+        compile_table([int(n) for n in args.layers.split(",")], args.d_model, args.rounds,
+                      layouts)
     print(f"# load after: {os.getloadavg()}")
 
 
