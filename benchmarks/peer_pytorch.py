@@ -15,7 +15,8 @@ The model, for all three (GPT-2 / nanoGPT shape; Radford et al. 2019, Vaswani et
 
 The peers have linear biases (as GPT-2 and nanoGPT); attnlab runs as configured (``--variants``:
 ``default`` = attnlab's bias-free model, ``bias`` = ``model.linear_bias=True``, the same model
-as the peers). Timing: for each shape, ``--rounds`` rounds; in each round every contestant runs
+as the peers; ``autodiff_norm`` / ``bias_autodiff_norm``: the same with the norms left to
+autodiff, attnlab before issue #19). Timing: for each shape, ``--rounds`` rounds; in each round every contestant runs
 one block of ``--steps`` steps (after warm-up), in a fixed order, so that load changes hit all
 of them alike; medians over rounds of tokens/s, and ratios of the medians. ``os.getloadavg()``
 is printed per round: numbers taken at a load above the core count mislead (PyTorch's
@@ -32,6 +33,7 @@ a single probe on a shared machine reads anywhere from a fraction to the whole o
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import math
 import os
@@ -49,6 +51,7 @@ import optax
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/train_step.py
 
 from attnlab.model import init_model  # noqa: E402
+from attnlab.model import layers as model_layers  # noqa: E402
 from attnlab.train.loop import training_flops_per_token  # noqa: E402
 from attnlab.train.mfu import measure_matmul_peak  # noqa: E402
 from attnlab.train.optimizer import make_optimizer  # noqa: E402
@@ -77,16 +80,60 @@ def tokens_for(batch: int, seq: int) -> np.ndarray:
 # --------------------------------------------------------------------------------------------
 
 
-def attnlab_runner(d, layers, batch, seq, *, linear_bias: bool = False):
-    """``run(n)``: ``n`` attnlab train steps (jitted, state donated), blocking at the end."""
+def attnlab_config(d, layers, batch, seq, variant: str = "default"):
+    """benchmarks/train_step.py's model; ``variant`` containing ``bias``: model.linear_bias;
+    ``rmsnorm``: RMSNorm."""
     cfg = config(d, layers, batch, seq, dtype="float32", attention_impl="einsum")
-    if linear_bias:
-        cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, linear_bias=True))
+    model = cfg.model
+    if "bias" in variant:
+        model = dataclasses.replace(model, linear_bias=True)
+    if "rmsnorm" in variant:
+        model = dataclasses.replace(model, norm="rmsnorm")
+    return dataclasses.replace(cfg, model=model)
+
+
+def _autodiff_standardize(x, eps):
+    """The textbook LayerNorm formula attnlab used before its custom VJP, left to autodiff."""
+    mean = x.mean(axis=-1, keepdims=True)
+    var = jnp.square(x - mean).mean(axis=-1, keepdims=True)
+    return (x - mean) * jax.lax.rsqrt(var + eps)
+
+
+def _autodiff_rms(x, eps):
+    return x * jax.lax.rsqrt(jnp.square(x).mean(axis=-1, keepdims=True) + eps)
+
+
+@contextlib.contextmanager
+def autodiff_norms(enabled: bool):
+    """While tracing: attnlab's norms differentiated by autodiff (attnlab before issue #19),
+    not by their custom VJPs (``attnlab.model.layers.standardize`` / ``rms_normalize``)."""
+    saved = model_layers.standardize, model_layers.rms_normalize
+    if enabled:
+        model_layers.standardize, model_layers.rms_normalize = _autodiff_standardize, _autodiff_rms
+    try:
+        yield
+    finally:
+        model_layers.standardize, model_layers.rms_normalize = saved
+
+
+def attnlab_step(d, layers, batch, seq, variant: str = "default"):
+    """The compiled attnlab train step (state donated), its initial state, batch and config.
+    ``variant`` containing ``autodiff_norm``: compiled with :func:`autodiff_norms`."""
+    cfg = attnlab_config(d, layers, batch, seq, variant)
     tx, schedule = make_optimizer(cfg.train, cfg.total_steps, cfg.model.d_model)
     graphdef, _ = init_model(cfg.model, 0)
-    holder = {"state": jax.jit(lambda: init_train_state(cfg, tx))()}
-    step = jax.jit(make_train_step(cfg, graphdef, tx, schedule), donate_argnums=0)
+    state = jax.jit(lambda: init_train_state(cfg, tx))()
     batch_array = jax.device_put(tokens_for(batch, seq)[None])
+    step = jax.jit(make_train_step(cfg, graphdef, tx, schedule), donate_argnums=0)
+    with autodiff_norms("autodiff_norm" in variant):
+        compiled = step.lower(state, batch_array).compile()
+    return compiled, state, batch_array, cfg
+
+
+def attnlab_runner(d, layers, batch, seq, variant: str = "default"):
+    """``run(n)``: ``n`` attnlab train steps (jitted, state donated), blocking at the end."""
+    step, state, batch_array, cfg = attnlab_step(d, layers, batch, seq, variant)
+    holder = {"state": state}
 
     def run(n):
         metrics = None
@@ -260,7 +307,9 @@ def main():
     parser.add_argument("--shapes", nargs="*", default=[",".join(map(str, s)) for s in SHAPES],
                         help="d_model,n_layers,batch,seq ...")
     parser.add_argument("--variants", default="default,bias",
-                        help="attnlab models: default (bias-free), bias (model.linear_bias)")
+                        help="attnlab models, comma-separated: default (bias-free), bias "
+                             "(model.linear_bias), autodiff_norm / bias_autodiff_norm (norms "
+                             "differentiated by autodiff: attnlab before issue #19), rmsnorm")
     parser.add_argument("--no-torch", action="store_true", help="skip the PyTorch column")
     args = parser.parse_args()
     use_torch = torch is not None and not args.no_torch
@@ -280,8 +329,7 @@ def main():
         d, layers, batch, seq = map(int, shape.split(","))
         runners = {}
         for v in variants:
-            runners[f"attnlab[{v}]"], cfg = attnlab_runner(d, layers, batch, seq,
-                                                           linear_bias=v == "bias")
+            runners[f"attnlab[{v}]"], cfg = attnlab_runner(d, layers, batch, seq, v)
         runners["naive-jax"] = naive_runner(d, layers, batch, seq)
         if use_torch:
             runners["pytorch"] = torch_runner(d, layers, batch, seq)
