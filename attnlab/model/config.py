@@ -167,10 +167,10 @@ def validate_scan(m: ModelConfig) -> None:
         raise ConfigError("model.scan_layers",
                           f"needs identical layers; model.attention_every={m.attention_every} "
                           f"makes some layers softmax attention and others {m.mixer}")
-    if m.mixer == "performer":
+    if any(mixer.layer_constants for mixer in mixers):
         raise ConfigError("model.scan_layers",
-                          "needs identical layers; model.mixer=performer fixes different random "
-                          "features per layer")
+                          f"needs identical layers; model.mixer={m.mixer} fixes different "
+                          "constants (random features) per layer")
     if objective_for(m).encoder_decoder:
         raise ConfigError("model.scan_layers",
                           f"is not implemented for the encoder-decoder "

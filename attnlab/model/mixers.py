@@ -58,13 +58,16 @@ def transforms_qk(encoding: PositionalEncoding) -> bool:
 class SequenceMixer:
     """The token-mixing layer ``layer`` of a model built from ``cfg`` (immutable, hashable).
 
-    Class attributes: ``name`` (the ``model.mixer`` value, key in :data:`MIXERS`).
+    Class attributes: ``name`` (the ``model.mixer`` value, key in :data:`MIXERS`);
+    ``layer_constants``: True when each layer holds constants drawn for its index (Performer's
+    random features), so its layers cannot be stacked into one scanned module.
     """
 
     cfg: ModelConfig
     layer: int = 0
 
     name = ""
+    layer_constants = False
 
     def validate(self) -> None:
         """Rules across fields (raises ConfigError naming the field)."""
@@ -215,6 +218,7 @@ class Performer(Linear):
     :mod:`attnlab.model.linear_attention`)."""
 
     name = "performer"
+    layer_constants = True  # its FAVOR+ features are drawn per layer
 
     def features(self):
         return self.cfg.mixer_features
