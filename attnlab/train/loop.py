@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import json
 import math
 import sys
 import time
@@ -103,17 +104,68 @@ def _finite(*values: float) -> bool:
 
 
 @dataclasses.dataclass
+class _Programs:
+    """What a run builds from its config but not from its seed: the model's abstract shapes, the
+    state's shardings and the jitted init, train and eval functions."""
+
+    mesh: jax.sharding.Mesh
+    graphdef: nnx.GraphDef
+    param_shapes: dict[str, list[int]]
+    abstract_state: TrainState
+    shardings: TrainState
+    init: Callable  # key -> TrainState (the seed is an argument: one program for every seed)
+    train_step: Callable
+    eval_step: Callable
+
+
+# Runs of the same shape in one process (a sweep worker training seed after seed) share their
+# jitted functions: jit then reuses its traced and lowered programs, which the persistent
+# compilation cache cannot (it skips XLA's compilation, not tracing). Few entries: each holds
+# compiled executables.
+_PROGRAMS: collections.OrderedDict[str, _Programs] = collections.OrderedDict()
+_PROGRAMS_KEPT = 4
+
+
+def _programs_key(cfg: Config) -> str:
+    """``cfg`` as JSON without what the programs do not depend on: the name, and the seed unless
+    dropout draws masks from it (``train.seed`` reaches the train step only as the dropout key;
+    the parameters' key is an argument of ``init``)."""
+    raw = cfg.to_dict()
+    raw["name"] = ""
+    if cfg.model.dropout == 0:
+        raw["train"]["seed"] = 0
+    return json.dumps(raw, sort_keys=True, default=str)
+
+
+def _programs(cfg: Config, mesh: jax.sharding.Mesh, optimizer: optax.GradientTransformation,
+              schedule: optax.Schedule) -> _Programs:
+    """This process's :class:`_Programs` for ``cfg`` (built on first use)."""
+    key = (_programs_key(cfg), tuple(d.id for d in mesh.devices.flat))
+    if key in _PROGRAMS:
+        _PROGRAMS.move_to_end(key)
+        return _PROGRAMS[key]
+    graphdef, abstract_params = abstract_model(cfg)
+    abstract_state = abstract_train_state(cfg, optimizer)
+    shardings = state_shardings(abstract_state, mesh)
+    init = jax.jit(lambda rng: init_train_state(cfg, optimizer, rng), out_shardings=shardings)
+    train_step, eval_step = _compile(cfg, mesh, shardings, graphdef, optimizer, schedule)
+    programs = _Programs(mesh, graphdef, param_shapes(abstract_params), abstract_state, shardings,
+                         init, train_step, eval_step)
+    _PROGRAMS[key] = programs
+    while len(_PROGRAMS) > _PROGRAMS_KEPT:
+        _PROGRAMS.popitem(last=False)
+    return programs
+
+
+@dataclasses.dataclass
 class _Preflight:
     """What the checks found; nothing has been written yet."""
 
     mesh: jax.sharding.Mesh
-    optimizer: optax.GradientTransformation
-    schedule: optax.Schedule
     corpus: Corpus
     budget_warnings: list[str]
-    graphdef: nnx.GraphDef
+    programs: _Programs
     param_shapes: dict[str, list[int]]
-    abstract_state: TrainState
     shardings: TrainState
     latest: int | None  # newest intact checkpoint step; None for a fresh run
     meta: dict  # its record ({} for a fresh run)
@@ -149,17 +201,15 @@ def _preflight(cfg: Config, workdir: Path) -> _Preflight:
                                          ngpt=cfg.model.ngpt)
     corpus = prepare(cfg.data)
     budget_warnings = check_corpus(cfg, corpus)
-    graphdef, abstract_params = abstract_model(cfg)
-    shapes = param_shapes(abstract_params)
-    abstract_state = abstract_train_state(cfg, optimizer)
-    shardings = state_shardings(abstract_state, mesh)
+    programs = _programs(cfg, mesh, optimizer, schedule)
+    shapes, shardings = programs.param_shapes, programs.shardings
     latest, meta, state, notes = None, {}, None, []
     directory = workdir / rundir.CHECKPOINT_DIR
     if directory.exists():
         latest, meta, state, notes = _newest_intact_checkpoint(
-            cfg, directory, shapes, abstract_state, shardings)
-    return _Preflight(mesh, optimizer, schedule, corpus, budget_warnings, graphdef, shapes,
-                      abstract_state, shardings, latest, meta, state, notes)
+            cfg, directory, shapes, programs.abstract_state, shardings)
+    return _Preflight(mesh, corpus, budget_warnings, programs, shapes, shardings, latest, meta,
+                      state, notes)
 
 
 def _newest_intact_checkpoint(cfg: Config, directory: Path, shapes: dict, abstract_state,
@@ -200,18 +250,19 @@ def _newest_intact_checkpoint(cfg: Config, directory: Path, shapes: dict, abstra
                      + (f"resuming from step {older[0]}" if older else "starting from step 0"))
 
 
-def _compile(cfg: Config, plan: _Preflight) -> tuple[Callable, Callable]:
+def _compile(cfg: Config, mesh: jax.sharding.Mesh, shardings: TrainState,
+             graphdef: nnx.GraphDef, optimizer: optax.GradientTransformation,
+             schedule: optax.Schedule) -> tuple[Callable, Callable]:
     """``(train_step, eval_step)`` jitted with the mesh's layouts; the train state is donated
     (updated in place: no second copy of parameters and optimizer state)."""
-    mesh, shardings = plan.mesh, plan.shardings
     on_mesh = lambda spec: jax.sharding.NamedSharding(mesh, spec)  # noqa: E731
     train_step = jax.jit(
-        make_train_step(cfg, plan.graphdef, plan.optimizer, plan.schedule),
+        make_train_step(cfg, graphdef, optimizer, schedule),
         in_shardings=(shardings, on_mesh(TRAIN_BATCH_SPEC)),
         out_shardings=(shardings, on_mesh(REPLICATED)),
         donate_argnums=0,
     )
-    eval_step = jax.jit(make_eval_step(plan.graphdef, masked_spans=cfg.train.eval_masked_spans),
+    eval_step = jax.jit(make_eval_step(graphdef, masked_spans=cfg.train.eval_masked_spans),
                         in_shardings=(shardings.params, on_mesh(EVAL_BATCH_SPEC),
                                       on_mesh(REPLICATED)),
                         out_shardings=on_mesh(REPLICATED))
@@ -307,13 +358,12 @@ def run(cfg: Config, workdir: str | Path, *, progress: bool = True,
     metrics = None
     try:  # from here on, a crash is recorded as status "failed"
         if plan.latest is None:
-            state = jax.jit(lambda: init_train_state(cfg, plan.optimizer),
-                            out_shardings=plan.shardings)()
+            state = plan.programs.init(jax.random.key(cfg.train.seed))
         else:
             state = plan.state  # restored (and so verified) by the preflight
         if writer:  # lines logged after the checkpoint are about to be logged again
             rundir.rewind_metrics(workdir / rundir.METRICS_FILE, start_step)
-        train_step, eval_step = _compile(cfg, plan)
+        train_step, eval_step = plan.programs.train_step, plan.programs.eval_step
         record = _Record(plan.meta, total_steps, tokens_per_step)
         objective = objective_for(cfg.model)
 

@@ -36,12 +36,15 @@ def abstract_model(cfg: Config) -> tuple[nnx.GraphDef, nnx.State]:
     return nnx.split(model)
 
 
-def init_train_state(cfg: Config, optimizer: optax.GradientTransformation) -> TrainState:
-    """Fresh parameters from ``train.seed`` and a zero optimizer state (call under jit to get
-    them created directly in their sharded layout)."""
+def init_train_state(cfg: Config, optimizer: optax.GradientTransformation,
+                     key: jax.Array | None = None) -> TrainState:
+    """Fresh parameters and a zero optimizer state (call under jit to get them created directly
+    in their sharded layout). ``key``: the parameters' PRNG key, default
+    ``jax.random.key(train.seed)`` (the same numbers). Passing it as an argument of the jitted
+    function, rather than closing over the seed, lets every seed share one compiled program."""
     from attnlab.model import init_model
 
-    _, params = init_model(cfg.model, cfg.train.seed)
+    _, params = init_model(cfg.model, cfg.train.seed if key is None else key)
     return TrainState(step=jnp.zeros((), jnp.int32), params=params,
                       opt_state=optimizer.init(params))
 

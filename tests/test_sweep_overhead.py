@@ -1,0 +1,94 @@
+"""The fixed per-run cost of a sweep's runs (issue #19): a new seed of a shape already trained in
+the process compiles and traces nothing, and its results are those of a run trained alone."""
+
+import dataclasses
+
+import jax
+import numpy as np
+import pytest
+
+from attnlab.config import Config, DataConfig, ModelConfig, TrainConfig
+from attnlab.train import load_params, loop
+from attnlab.train.optimizer import make_optimizer
+from attnlab.train.state import init_train_state
+
+COMPILE_EVENTS = ("/jax/core/compile/backend_compile_duration",
+                  "/jax/core/compile/jaxpr_trace_duration")
+
+
+def tiny(cache_dir, seed: int = 0, **model) -> Config:
+    return Config(
+        model=ModelConfig(**{"d_model": 32, "n_layers": 1, "n_heads": 2, "max_len": 32, **model}),
+        data=DataConfig(seq_len=16, batch_size=4, max_bytes=200_000, cache_dir=str(cache_dir)),
+        train=TrainConfig(steps=4, warmup_steps=1, log_every=2, eval_every=2, eval_batches=1,
+                          checkpoint_every=2, seed=seed))
+
+
+@pytest.fixture
+def compile_events():
+    """The tracing and XLA compilations recorded while the test runs, by event name."""
+    seen = []
+
+    def listener(event, duration, **kwargs):
+        if event in COMPILE_EVENTS:
+            seen.append(event)
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    yield seen
+    jax.monitoring.unregister_event_duration_listener(listener)
+
+
+def final_params(workdir):
+    _, _, params = load_params(workdir)
+    return [np.asarray(x) for x in jax.tree.leaves(params)]
+
+
+def test_init_with_a_key_argument_is_the_seeds_init():
+    # The seed used to be closed over (one program per seed); the key as an argument gives the
+    # same numbers.
+    cfg = tiny("unused", seed=3)
+    tx, _ = make_optimizer(cfg.train, cfg.total_steps, cfg.model.d_model)
+    closed = jax.jit(lambda: init_train_state(cfg, tx))()
+    argument = jax.jit(lambda key: init_train_state(cfg, tx, key))(jax.random.key(3))
+    for a, b in zip(jax.tree.leaves(closed), jax.tree.leaves(argument), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_programs_key_ignores_the_seed_only_without_dropout():
+    a, b = tiny("d", seed=0), tiny("d", seed=1)
+    assert loop._programs_key(a) == loop._programs_key(b)
+    assert loop._programs_key(dataclasses.replace(a, name="other")) == loop._programs_key(a)
+    assert loop._programs_key(tiny("d", dropout=0.1)) != loop._programs_key(
+        tiny("d", seed=1, dropout=0.1))  # the dropout key comes from the seed
+    assert loop._programs_key(tiny("d", n_layers=2)) != loop._programs_key(a)
+
+
+def test_second_seed_compiles_nothing_and_matches_a_run_alone(tmp_path, compile_events):
+    loop._PROGRAMS.clear()
+    loop.run(tiny(tmp_path / "data", seed=0), tmp_path / "seed0", progress=False)
+    assert "/jax/core/compile/jaxpr_trace_duration" in compile_events  # the listener hears
+    jax.random.key(1)  # the key's own tiny program, once per process
+    compile_events.clear()
+    summary = loop.run(tiny(tmp_path / "data", seed=1), tmp_path / "seed1", progress=False)
+    assert summary["status"] == "completed"
+    assert compile_events == []  # no tracing, no XLA compilation: the programs were reused
+
+    loop._PROGRAMS.clear()  # the same seed trained by freshly built programs
+    alone = loop.run(tiny(tmp_path / "data", seed=1), tmp_path / "alone", progress=False)
+    assert alone["final_val_loss"] == summary["final_val_loss"]
+    for a, b in zip(final_params(tmp_path / "seed1"), final_params(tmp_path / "alone"),
+                    strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert any(not np.array_equal(a, b) for a, b in zip(
+        final_params(tmp_path / "seed0"), final_params(tmp_path / "seed1"), strict=True))
+
+
+def test_programs_are_kept_for_a_few_shapes_only(tmp_path):
+    loop._PROGRAMS.clear()
+    for layers in range(1, loop._PROGRAMS_KEPT + 2):
+        cfg = tiny(tmp_path / "data", n_layers=layers)
+        mesh = loop.make_mesh(cfg)
+        tx, schedule = make_optimizer(cfg.train, cfg.total_steps, cfg.model.d_model)
+        programs = loop._programs(cfg, mesh, tx, schedule)
+        assert loop._programs(cfg, mesh, tx, schedule) is programs
+    assert len(loop._PROGRAMS) == loop._PROGRAMS_KEPT
