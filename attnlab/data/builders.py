@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import io
 import logging
@@ -64,11 +65,19 @@ class FilesConfig(tfds.core.BuilderConfig):
         return f"FilesConfig({self.name}: {len(self.files)} files under {self.root})"
 
 
-def pystdlib_config(max_bytes: int) -> FilesConfig:
+@functools.cache
+def _stdlib_listing(max_bytes: int) -> tuple[Path, tuple, str]:
+    # Once per process: the running interpreter's standard library does not change under it,
+    # and listing it stats ~1,800 files twice (a sweep worker opens it for every run).
     root, files = files_lib.stdlib_files()
+    fp = files_lib.fingerprint(root, files, platform.python_version(), max_bytes)
+    return root, tuple(files), fp
+
+
+def pystdlib_config(max_bytes: int) -> FilesConfig:
+    root, files, fp = _stdlib_listing(max_bytes)
     version = platform.python_version()
     size = f"max{max_bytes}" if max_bytes else "full"
-    fp = files_lib.fingerprint(root, files, version, max_bytes)
     return FilesConfig(
         name=f"py{version}-{size}-{fp}",
         description=f"Python {version} standard library at {root}",
