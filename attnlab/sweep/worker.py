@@ -136,7 +136,8 @@ def _die_with_parent(parent_pid: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Worker loop. ``argv[0]`` is JSON: parent_pid, cpus (list or null), cache_dir."""
+    """Worker loop. ``argv[0]`` is JSON: parent_pid, cpus (list or null), cache_dir. Ends the
+    process (``os._exit``) once stdin closes."""
     argv = sys.argv[1:] if argv is None else argv
     settings = json.loads(argv[0])
     _die_with_parent(settings["parent_pid"])
@@ -160,7 +161,12 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write("worker interrupted; its run resumes on the next invocation\n")
         sys.stderr.flush()
         os._exit(EXIT_INTERRUPTED)  # no answer: the launcher treats the run as partial
-    return 0
+    # stdin closed: every run's files were closed before its answer. Skips the interpreter's
+    # teardown with JAX, TensorFlow and orbax loaded (~1.5 s that the sweep waits for).
+    answers.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 
