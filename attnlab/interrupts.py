@@ -56,6 +56,12 @@ def deferred() -> Iterator[None]:
         for s, handler in previous.items():
             signal.signal(s, handler)
         if pending:
+            # Replayed through the handler the block displaced, so a watchdog counts it (a
+            # second interrupt exits there); raised here with the signal's name.
+            handler = previous[pending[0]]
+            with contextlib.suppress(KeyboardInterrupt):
+                if callable(handler):
+                    handler(pending[0], None)
             raise KeyboardInterrupt(signal.Signals(pending[0]).name)
 
 
@@ -86,12 +92,24 @@ def watchdog(hard_exit_seconds: float = HARD_EXIT_SECONDS) -> Iterator[None]:
         return
     read_fd, write_fd = os.pipe()
     os.set_blocking(write_fd, False)
-    previous_term = signal.signal(signal.SIGTERM, raise_keyboard_interrupt)
-    previous_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
 
     def hard_exit(why: str) -> None:
         os.write(2, f"\n{why}; exiting now (rerun the same command to resume)\n".encode())
         os._exit(EXIT_INTERRUPTED)
+
+    handled = 0
+
+    def on_signal(signum, frame):
+        # The main thread counts too: on a loaded machine the watcher thread may not run before
+        # the second KeyboardInterrupt has unwound the command.
+        nonlocal handled
+        handled += 1
+        if handled >= 2:
+            hard_exit("interrupted again")
+        raise_keyboard_interrupt(signum, frame)
+
+    previous_handlers = {s: signal.signal(s, on_signal) for s in SIGNALS}
+    previous_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
 
     def watch() -> None:
         seen = 0
@@ -130,7 +148,8 @@ def watchdog(hard_exit_seconds: float = HARD_EXIT_SECONDS) -> Iterator[None]:
     finally:
         sys.unraisablehook = previous_unraisable
         signal.set_wakeup_fd(previous_fd)
-        signal.signal(signal.SIGTERM, previous_term)
+        for s, handler in previous_handlers.items():
+            signal.signal(s, handler)
         os.write(write_fd, b"\0")
         watcher.join(timeout=1.0)
         os.close(write_fd)

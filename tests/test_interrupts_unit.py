@@ -97,3 +97,35 @@ def test_a_second_interrupt_exits_at_once_even_when_the_first_was_caught():
     assert done.returncode == interrupts.EXIT_INTERRUPTED, done.stderr
     assert "ran on" not in done.stdout
     assert "interrupted again; exiting now" in done.stderr
+
+
+@pytest.mark.parametrize("first_inside_deferred", [False, True])
+def test_a_second_interrupt_exits_even_when_the_watcher_thread_never_runs(first_inside_deferred):
+    """On a loaded machine the watcher thread may not be scheduled before the second
+    KeyboardInterrupt unwinds the command (CI saw exit -2, death by SIGINT): the main thread's
+    handler counts the interrupts too. Here the watcher is blinded (no wakeup fd), so only the
+    handler can exit; a first interrupt held back by deferred() still counts."""
+    done = _python(f"""
+        import os, signal, time
+        from attnlab.interrupts import deferred, watchdog
+
+        with watchdog(hard_exit_seconds=60):
+            signal.set_wakeup_fd(-1)  # the watcher sees nothing from here on
+            try:
+                if {first_inside_deferred}:
+                    with deferred():
+                        os.kill(os.getpid(), signal.SIGINT)
+                        time.sleep(0.5)
+                else:
+                    os.kill(os.getpid(), signal.SIGINT)
+                    time.sleep(5)
+            except KeyboardInterrupt:
+                pass
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+        print("ran on")
+    """)
+    assert done.returncode == interrupts.EXIT_INTERRUPTED, done.stderr
+    assert "ran on" not in done.stdout
+    assert done.stderr.strip().splitlines() == [
+        "interrupted again; exiting now (rerun the same command to resume)"]
