@@ -122,7 +122,7 @@ class _Programs:
 # jitted functions: jit then reuses its traced and lowered programs, which the persistent
 # compilation cache cannot (it skips XLA's compilation, not tracing). Few entries: each holds
 # compiled executables.
-_PROGRAMS: collections.OrderedDict[str, _Programs] = collections.OrderedDict()
+_PROGRAMS: collections.OrderedDict[tuple, _Programs] = collections.OrderedDict()
 _PROGRAMS_KEPT = 4
 
 
