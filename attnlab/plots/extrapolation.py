@@ -24,8 +24,22 @@ ENCODING_ORDER = ("sinusoidal", "learned", "none", "rope", "alibi")
 ENCODING_LABELS = {"none": "NoPE", "sinusoidal": "sinusoidal", "learned": "learned",
                    "rope": "RoPE", "alibi": "ALiBi"}
 ENCODING_COLORS = {"sinusoidal": "tab:blue", "learned": "tab:purple", "none": "tab:gray",
-                   "rope": "tab:orange", "alibi": "tab:green"}
+                   "rope": "tab:orange", "alibi": "tab:green", "t5": "tab:red",
+                   # RoPE rescaled at evaluation (attnlab extrapolate --rope-scaling)
+                   "rope+ntk": "tab:brown", "rope+pi": "tab:pink", "rope+yarn": "tab:olive"}
 FORMATS = ("png", "pdf")
+
+
+def _style(label: str) -> dict:
+    """Colour, line style and legend text of a study row label such as ``rope+w16+ntk``: one
+    colour per encoding (and RoPE rescaling), dashed for a sliding window (``+w<w>``), so a
+    study of many variants stays readable."""
+    parts = label.split("+")
+    window = next((p for p in parts[1:] if p.startswith("w") and p[1:].isdigit()), None)
+    key = "+".join(p for p in parts if p != window)
+    name = "+".join([ENCODING_LABELS.get(parts[0], parts[0])] + parts[1:])
+    return {"color": ENCODING_COLORS.get(key), "linestyle": "--" if window else "-",
+            "name": name}
 
 
 def _encodings(frame: pd.DataFrame) -> list[str]:
@@ -76,15 +90,17 @@ def plot_perplexity_ratio(table: pd.DataFrame, stem: str | Path, *,
     ax = fig.add_subplot()
     for encoding in _encodings(summary):
         part = summary[summary["pos_encoding"] == encoding]
-        color = ENCODING_COLORS.get(encoding)
+        style = _style(encoding)
+        color = style["color"]
         seeds = int(part["n_seeds"].max())
-        label = f"{ENCODING_LABELS.get(encoding, encoding)} ({seeds} seed{'s' * (seeds > 1)}"
+        label = f"{style['name']} ({seeds} seed{'s' * (seeds > 1)}"
         skipped = table[(table["pos_encoding"] == encoding) & (table["protocol"] == protocol)
                         & (table["status"] != "ok")]
         if not skipped.empty:  # learned positions beyond their table
             label += f"; n/a beyond {part['length'].max()}"
         label += ")"
-        ax.plot(part["length"], part["mean"], marker="o", color=color, label=label)
+        ax.plot(part["length"], part["mean"], marker="o", color=color,
+                linestyle=style["linestyle"], label=label)
         if seeds > 1:
             ax.fill_between(part["length"], part["low"], part["high"], color=color, alpha=0.2,
                             linewidth=0)
@@ -96,6 +112,9 @@ def plot_perplexity_ratio(table: pd.DataFrame, stem: str | Path, *,
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
     if summary["high"].max() / summary["low"].min() > 4:  # log only when ratios span decades
         ax.set_yscale("log")
+        low, high = summary["low"].min(), summary["high"].max()
+        ticks = [t for t in (0.9, 1, 1.5, 2, 3, 5, 7, 10, 20, 50, 100) if low <= t <= high * 1.05]
+        ax.set_yticks(ticks)
         ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
         ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("evaluation length (tokens)" + (f"; L_train = {train_lengths[0]}"
@@ -103,8 +122,16 @@ def plot_perplexity_ratio(table: pd.DataFrame, stem: str | Path, *,
     ax.set_ylabel("perplexity ratio  ppl(L) / ppl(L_train)")
     ax.set_title(title or f"Length extrapolation ({protocol} evaluation)")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    _legend(ax, len(summary["pos_encoding"].unique()))
     return _save(fig, stem)
+
+
+def _legend(ax, n_lines: int) -> None:
+    """Inside the axes for a few lines; beside them for a study of many variants."""
+    if n_lines <= 6:
+        ax.legend(fontsize=8)
+    else:
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
 
 
 def binned_curve(loss: np.ndarray, bin_width: int) -> tuple[np.ndarray, np.ndarray]:
@@ -138,9 +165,9 @@ def plot_position_loss(curves: pd.DataFrame, stem: str | Path, *, train_length: 
         bin_width = max(1, -(-len(mean) // n_bins))
         x, y = binned_curve(mean.to_numpy(), bin_width)
         seeds = part["seed"].nunique()
-        ax.plot(x, y, color=ENCODING_COLORS.get(encoding),
-                label=f"{ENCODING_LABELS.get(encoding, encoding)} ({seeds} seed"
-                      f"{'s' * (seeds > 1)}, to {len(mean)})")
+        style = _style(encoding)
+        ax.plot(x, y, color=style["color"], linestyle=style["linestyle"],
+                label=f"{style['name']} ({seeds} seed{'s' * (seeds > 1)}, to {len(mean)})")
     if train_length:
         ax.axvline(train_length, color="black", linestyle=":", linewidth=1,
                    label=f"L_train = {train_length}")
@@ -148,5 +175,5 @@ def plot_position_loss(curves: pd.DataFrame, stem: str | Path, *, train_length: 
     ax.set_ylabel("loss (nats / token), binned")
     ax.set_title(title or "Per-position loss at the longest evaluated length")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
+    _legend(ax, curves["pos_encoding"].nunique())
     return _save(fig, stem)
