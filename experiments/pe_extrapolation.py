@@ -16,9 +16,10 @@ version keep their run ids; ``--config.sweep.axes.model.attention_window='(0,)'`
 them and the T5 runs.
 
 Scales: ``cpu`` (default) trains d_model 128 x 4 layers (0.82M parameters) at L_train = 64 on
-0.98M tokens per run (24 runs x 480 steps). ``attnlab sweep --dry-run`` measured 2,200 tokens/s
-per worker on a 2-core VM loaded by other jobs (load ~8), i.e. ~37 min of training with
-``--parallel=2``; on 2 free cores expect about half, plus ~5 min of evaluation. More tokens:
+0.98M tokens per run (24 runs x 480 steps). Measured on 2026-11-23 with ``--parallel=2`` and
+``--rope-scaling=all`` on a 2-core VM shared with other jobs (load 5-10): 186 min of training
+time (about 1 h 45 min of wall time) and ~10 min of evaluation; results in
+docs/extrapolation.md. More tokens:
 ``--config.base.train.tokens=2621440``. ``gpu`` (``--config.scale=gpu``)
 trains d_model 512 x 8 layers at L_train = 128 on 200M tokens per run (not run yet).
 """
