@@ -108,7 +108,10 @@ def watchdog(hard_exit_seconds: float = HARD_EXIT_SECONDS) -> Iterator[None]:
             hard_exit("interrupted again")
         raise_keyboard_interrupt(signum, frame)
 
-    previous_handlers = {s: signal.signal(s, on_signal) for s in SIGNALS}
+    # A signal the process inherited as ignored stays ignored (a `command &` in a script without
+    # job control must not die of the script's Ctrl-C; Python keeps an ignored SIGINT too).
+    previous_handlers = {s: signal.signal(s, on_signal) for s in SIGNALS
+                         if signal.getsignal(s) is not signal.SIG_IGN}
     previous_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
 
     def watch() -> None:
