@@ -29,12 +29,10 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from peer_pytorch import (BETAS, CLIP, EPS, LR, SHAPES, WD, attnlab_step,  # noqa: E402
-                          naive_init, naive_loss, tokens_for)
+from peer_pytorch import SHAPES, attnlab_step, naive_step, tokens_for  # noqa: E402
 
 FUSION = re.compile(r"^\s*(?:ROOT )?%(\S+) = (\S+) fusion\((.*?)\), kind=(\w+)")
 SHAPE = re.compile(r"^[a-z0-9]+\[([0-9,]*)\]")
@@ -45,19 +43,9 @@ def attnlab_hlo(d, n_layers, batch, seq, variant: str) -> str:
 
 
 def naive_hlo(d, layers_, batch, seq) -> str:
-    params = naive_init(jax.random.key(0), d, layers_, seq)
-    decay = jax.tree.map(lambda a: a.ndim >= 2, params)
-    tx = optax.chain(optax.clip_by_global_norm(CLIP),
-                     optax.adamw(LR, b1=BETAS[0], b2=BETAS[1], eps=EPS, weight_decay=WD,
-                                 mask=decay))
-
-    def step(params, opt_state, tokens):
-        loss, grads = jax.value_and_grad(naive_loss)(params, tokens)
-        updates, opt_state = tx.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss
-
+    step, (params, opt_state) = naive_step(d, layers_, seq)
     tokens = jnp.asarray(tokens_for(batch, seq))
-    return jax.jit(step).lower(params, tx.init(params), tokens).compile().as_text()
+    return jax.jit(step).lower(params, opt_state, tokens).compile().as_text()
 
 
 def fusion_stats(hlo: str) -> dict[str, float]:

@@ -197,7 +197,8 @@ def naive_loss(params, tokens):
     return optax.softmax_cross_entropy_with_integer_labels(logits, targets).mean()
 
 
-def naive_runner(d, layers, batch, seq):
+def naive_step(d, layers, seq):
+    """The naive-JAX training step (not jitted) and its initial ``(params, opt_state)``."""
     params = naive_init(jax.random.key(0), d, layers, seq)
     decay = jax.tree.map(lambda a: a.ndim >= 2, params)  # matrices only, as nanoGPT
     tx = optax.chain(optax.clip_by_global_norm(CLIP),
@@ -209,8 +210,13 @@ def naive_runner(d, layers, batch, seq):
         updates, opt_state = tx.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
 
+    return step, (params, tx.init(params))
+
+
+def naive_runner(d, layers, batch, seq):
+    step, state = naive_step(d, layers, seq)
     step = jax.jit(step, donate_argnums=(0, 1))
-    holder = {"state": (params, tx.init(params))}
+    holder = {"state": state}
     tokens = jax.device_put(tokens_for(batch, seq))
 
     def run(n):
