@@ -13,6 +13,7 @@ import dataclasses
 from attnlab.errors import ConfigError
 from attnlab.model.ngpt import validate_ngpt
 from attnlab.model.objectives import OBJECTIVES, objective_for
+from attnlab.model.layers import REMAT_POLICIES
 from attnlab.model.mixers import MIXERS, Softmax, layer_mixers, validate_mixer
 from attnlab.model.positions import ENCODINGS, ROPE_FREQUENCIES, UNSCALED, encoding_for
 from attnlab.model.scales import SCALES, score_scale_for
@@ -22,7 +23,6 @@ NORM_POSITIONS = ("pre", "post")
 FFNS = ("relu", "gelu", "swiglu")
 ATTENTION_IMPLS = ("einsum", "xla")
 DTYPES = ("float32", "bfloat16")
-REMAT_POLICIES = ("none", "full", "save_dots")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,7 +146,7 @@ def validate_model(m: ModelConfig) -> None:
     if m.ngpt:
         validate_ngpt(m)  # e.g. nGPT with post-LN
     validate_variants(m)
-    check_choice("model.remat", m.remat, REMAT_POLICIES)
+    check_choice("model.remat", m.remat, ("none", *REMAT_POLICIES))
     if m.scan_layers:
         validate_scan(m)
     if m.linear_bias and m.ngpt:

@@ -1,4 +1,5 @@
-"""Building blocks: linear layers (bias-free unless ``model.linear_bias``), LayerNorm / RMSNorm, feed-forward nets, dropout.
+"""Building blocks: linear layers (bias-free unless ``model.linear_bias``), LayerNorm / RMSNorm,
+feed-forward nets, dropout, the remat policies.
 
 Dtype policy: parameters are float32; layers compute in ``cfg.dtype`` (float32 or bfloat16);
 norm statistics are always float32.
@@ -16,6 +17,18 @@ from flax import nnx
 
 if TYPE_CHECKING:  # annotations only: model/config.py imports the mixer registry, which imports us
     from attnlab.model.config import ModelConfig
+
+
+# model.remat -> jax.checkpoint policy (applied per layer by attnlab.model.transformer.run_layer;
+# "none" calls the layer as is). "save_dots" keeps the outputs of matmuls without batch
+# dimensions (the q/k/v/o and FFN projections: cheap to keep, [batch, seq, d]-sized, and the
+# FLOPs of a layer) and recomputes everything else, notably the attention scores and
+# probabilities ([batch, heads, seq, seq], batched dots), the part that grows with seq^2.
+# (checkpoint_dots would keep those too, saving little memory at long context.)
+REMAT_POLICIES = {
+    "full": jax.checkpoint_policies.nothing_saveable,
+    "save_dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
 
 
 def compute_dtype(cfg: ModelConfig) -> jnp.dtype:

@@ -22,7 +22,8 @@ Encoder-decoder (Vaswani et al. 2017; Raffel et al. 2020), pre-LN only:
 leading ``[n_layers, ...]`` axis and is run by ``jax.lax.scan``, so the step is traced once per
 layer *body*, not once per layer (trace and compile time flat in depth). The stacked parameters
 are the unrolled model's, stacked: the same seed gives the same model either way.
-``model.remat``: each layer's forward is wrapped in ``jax.checkpoint`` (:data:`REMAT_POLICIES`).
+``model.remat``: each layer's forward is wrapped in ``jax.checkpoint``
+(:data:`attnlab.model.layers.REMAT_POLICIES`).
 """
 
 from __future__ import annotations
@@ -37,23 +38,13 @@ from flax import nnx
 from attnlab.model.attention import CrossAttention
 from attnlab.model.config import ModelConfig
 from attnlab.model.decoding import KVCache
-from attnlab.model.layers import FeedForward, compute_dtype, dropout, make_norm
+from attnlab.model.layers import REMAT_POLICIES, FeedForward, compute_dtype, dropout, make_norm
 from attnlab.model.mixers import mixer_for
 from attnlab.model.ngpt import NGPTBlock, Scale, renormalize
 from attnlab.model.objectives import objective_for, token_losses
 from attnlab.model.positions import check_positions, encoding_for
 
 KV_CACHE = "KV cache"
-
-# model.remat -> jax.checkpoint policy. "save_dots" keeps the outputs of matmuls without batch
-# dimensions (the q/k/v/o and FFN projections: cheap to keep, [batch, seq, d]-sized, and the
-# FLOPs of a layer) and recomputes everything else, notably the attention scores and
-# probabilities ([batch, heads, seq, seq], batched dots), the part that grows with seq^2.
-# (checkpoint_dots would keep those too, saving little memory at long context.)
-REMAT_POLICIES = {
-    "full": jax.checkpoint_policies.nothing_saveable,
-    "save_dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
-}
 
 
 def run_layer(block: nnx.Module, remat: str, x, positions, *args, **kwargs):
