@@ -84,14 +84,15 @@ def get_config(scale: str = "cpu") -> ConfigDict:
         base.data.seq_len = 128
         base.data.batch_size = 8
         base.train.checkpoint_every = 1000
-        # Four budgets 2.5x apart (FLOPs, in the chinchilla count above).
-        sweep.budgets = (6e10, 1.5e11, 3.75e11, 9.4e11)
-        # (d_model, n_layers, n_heads): 2.9k to 115k parameters, about 1.5x apart; each budget
-        # trains the sizes within 2.5x of its prior optimum N*(C) (sweep.centre below).
-        sweep.shapes = ((8, 1, 1), (12, 1, 1), (16, 1, 1), (20, 1, 1), (24, 1, 2), (32, 1, 2),
-                        (32, 2, 2), (40, 2, 2), (48, 2, 3), (64, 2, 4))
-        # The prior: this study's earlier IsoFLOP minima (19k parameters at 3e11 FLOPs, 39k at
-        # 9e11, docs/results.md), N* = 39k (C / 9e11)^0.6.
-        sweep.centre = ConfigDict({"n_opt": 39e3, "budget": 9e11, "exponent": 0.6,
-                                   "span": 2.5})
+        # Three budgets 2.5x apart (FLOPs, in the chinchilla count above).
+        sweep.budgets = (1.2e11, 3e11, 7.5e11)
+        # (d_model, n_layers, n_heads): 4.9k to 115k parameters, 1.2-1.4x apart; each budget
+        # trains the sizes within 2.3x of its prior optimum N*(C) (sweep.centre below): 6-7
+        # sizes, so a bootstrap replicate that drops a size still has a minimum inside.
+        sweep.shapes = ((12, 1, 1), (16, 1, 1), (20, 1, 1), (24, 1, 2), (28, 1, 2), (32, 1, 2),
+                        (28, 2, 2), (32, 2, 2), (36, 2, 3), (40, 2, 2), (48, 2, 3), (64, 2, 4))
+        # The prior: the previous plan's approach-2 fit (minima 11.5k parameters at 1.5e11
+        # FLOPs, 22.5k at 3.75e11, 38.9k at 9.4e11; docs/results.md), N* = 39k (C / 9.4e11)^0.65.
+        sweep.centre = ConfigDict({"n_opt": 39e3, "budget": 9.4e11, "exponent": 0.65,
+                                   "span": 2.3})
     return config
