@@ -35,6 +35,59 @@ def compute_dtype(cfg: ModelConfig) -> jnp.dtype:
     return jnp.dtype(cfg.dtype)
 
 
+# Projections ``x W`` get a hand-written backward that only orders the weight-gradient matmul.
+# For ``y = x W`` autodiff writes ``dW = (g^T x)^T``; XLA:CPU's dot wants its contracted (token)
+# axis minor on the left operand, so it copies ``g`` into ``[d_out, tokens]`` first, and folds
+# into that transposing copy whatever elementwise backward math produced ``g`` (the GELU's, the
+# softmax's), recomputed in strided order. Writing ``dW = x^T g`` when ``x`` is the narrower
+# operand transposes the narrower one instead, and ``g`` is read as it is (issue #19: the
+# bias-free step 1.3x faster at d_model 128 and 256; benchmarks/peer_pytorch.py). Same products
+# as autodiff, so the same numbers up to float rounding (tests/test_model_bias_norms.py).
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def project(x: jax.Array, kernel: jax.Array, preferred_element_type=None) -> jax.Array:
+    """``x W``: ``[..., d_in] x [d_in, d_out] -> [..., d_out]`` (result in
+    ``preferred_element_type`` when given, as :func:`jax.lax.dot_general`)."""
+    return jax.lax.dot_general(x, kernel, (((x.ndim - 1,), (0,)), ((), ())),
+                               preferred_element_type=preferred_element_type)
+
+
+def _project_forward(x, kernel, preferred_element_type):
+    return project(x, kernel, preferred_element_type), (x, kernel)
+
+
+def _project_backward(preferred_element_type, residuals, g):
+    """``dx = g W^T``; ``dW = x^T g`` over all tokens, the narrower of ``x`` and ``g``
+    transposed (see above). Cast back to the operands' dtypes, as autodiff does."""
+    x, kernel = residuals
+    dx = jax.lax.dot_general(g, kernel, (((g.ndim - 1,), (1,)), ((), ())),
+                             preferred_element_type=preferred_element_type)
+    x_rows, g_rows = x.reshape(-1, x.shape[-1]), g.reshape(-1, g.shape[-1])
+    over_tokens = (((0,), (0,)), ((), ()))
+    if x.shape[-1] <= g.shape[-1]:
+        dkernel = jax.lax.dot_general(x_rows, g_rows, over_tokens,
+                                      preferred_element_type=preferred_element_type)
+    else:
+        dkernel = jax.lax.dot_general(g_rows, x_rows, over_tokens,
+                                      preferred_element_type=preferred_element_type).T
+    return dx.astype(x.dtype), dkernel.astype(kernel.dtype)
+
+
+project.defvjp(_project_forward, _project_backward)
+
+
+def _projection_dot_general(x, kernel, dimension_numbers, precision=None,
+                            preferred_element_type=None, out_sharding=None):
+    """nnx.Linear's ``dot_general``: :func:`project` for its ``x W`` contraction."""
+    if dimension_numbers != (((x.ndim - 1,), (0,)), ((), ())) or precision is not None \
+            or out_sharding is not None:
+        return jax.lax.dot_general(x, kernel, dimension_numbers, precision=precision,
+                                   preferred_element_type=preferred_element_type,
+                                   out_sharding=out_sharding)
+    return project(x, kernel, preferred_element_type)
+
+
 def dense(cfg: ModelConfig, d_in: int, d_out: int, std: float, rngs: nnx.Rngs, *,
           bias: bool = False) -> nnx.Linear:
     """``[d_in, d_out]`` projection ``x W (+ b)``, kernel ~ N(0, std^2), float32 params computed
@@ -50,6 +103,7 @@ def dense(cfg: ModelConfig, d_in: int, d_out: int, std: float, rngs: nnx.Rngs, *
         kernel_init=nnx.initializers.normal(std),
         dtype=compute_dtype(cfg),
         param_dtype=jnp.float32,
+        dot_general=_projection_dot_general,
         rngs=rngs,
     )
     if bias:  # added after construction: nnx.Linear would draw (and waste) a key for it

@@ -38,7 +38,8 @@ from flax import nnx
 from attnlab.model.attention import CrossAttention
 from attnlab.model.config import ModelConfig
 from attnlab.model.decoding import KVCache
-from attnlab.model.layers import REMAT_POLICIES, FeedForward, compute_dtype, dropout, make_norm
+from attnlab.model.layers import (REMAT_POLICIES, FeedForward, compute_dtype, dropout, make_norm,
+                                   project)
 from attnlab.model.mixers import mixer_for
 from attnlab.model.ngpt import NGPTBlock, Scale, renormalize
 from attnlab.model.objectives import objective_for, token_losses
@@ -183,9 +184,7 @@ class TransformerLM(nnx.Module):
             head = self.token_embedding[...].T  # tied: W_head = E^T
         else:
             head = self.lm_head[...]
-        logits = jnp.einsum(
-            "bsd,dv->bsv", x, head.astype(x.dtype), preferred_element_type=jnp.float32
-        )
+        logits = project(x, head.astype(x.dtype), jnp.float32)  # "bsd,dv->bsv"
         return logits if self.logit_scale is None else logits * self.logit_scale()
 
     def __call__(self, tokens, positions=None, *, deterministic: bool = True, dropout_rng=None):
@@ -392,8 +391,7 @@ class EncoderDecoderLM(nnx.Module):
         """``[batch, t, d_model] -> float32 [batch, t, vocab]`` (final norm, then the head)."""
         y = self.final_norm(y)
         head = self.token_embedding[...].T if self.lm_head is None else self.lm_head[...]
-        return jnp.einsum("btd,dv->btv", y, head.astype(y.dtype),
-                          preferred_element_type=jnp.float32)
+        return project(y, head.astype(y.dtype), jnp.float32)  # "btd,dv->btv"
 
     def _decoder(self, targets, positions, cross, *, caches=None, start=0, dropout_rng=None):
         keys = [None] * (len(self.decoder) + 1)
