@@ -143,8 +143,8 @@ def params_from_theta(theta) -> dict:
     """theta [..., 5] -> E, A, B, alpha, beta and the allocation a, b, G (arrays broadcast)."""
     theta = np.asarray(theta, np.float64)
     log_a, log_b, e, alpha, beta = (theta[..., i] for i in range(5))
-    A, B = np.exp(log_a), np.exp(log_b)
-    with np.errstate(all="ignore"):  # a replicate with alpha + beta ~ 0 gives inf, not a crash
+    with np.errstate(all="ignore"):  # a replicate with alpha + beta ~ 0 (or a huge log A)
+        A, B = np.exp(log_a), np.exp(log_b)  # gives inf, not a crash or a warning
         a_exp, b_exp = laws.allocation_exponents(alpha, beta)
         g = laws.allocation_coefficient(A, B, alpha, beta)
     return {"E": np.exp(e), "A": A, "B": B, "alpha": alpha, "beta": beta, "a": a_exp,
