@@ -4,22 +4,22 @@
     attnlab quickstart --config.scale=gpu --workdir=runs/quickstart_gpu
     attnlab sweep --config=experiments/quickstart.py --workdir=runs/quickstart --dry-run
 
-Four compute budgets C a factor of 2.5 apart (6e10, 1.5e11, 3.75e11, 9.4e11 FLOPs), each with
-the byte-level models near its own optimum: from a list of ten shapes (2.9k to 115k
-parameters), `sweep.centre` keeps at budget C those within 2.5x of the prior optimum
-N*(C) = 39k (C / 9e11)^0.6, 4-5 sizes per budget, 18 runs in all. Each (C, N) pair trains for
+Three compute budgets C a factor of 2.5 apart (1.2e11, 3e11, 7.5e11 FLOPs), each with the
+byte-level models near its own optimum: from a list of twelve shapes (4.9k to 115k parameters,
+1.2-1.4x apart), `sweep.centre` keeps at budget C those within 2.3x of the prior optimum
+N*(C) = 39k (C / 9.4e11)^0.65, 6-7 sizes per budget, 20 runs in all. Each (C, N) pair trains for
 D = C / (FLOPs per token) tokens of the `pystdlib` corpus (the Python standard library's own
 source, built on first use, nothing downloaded): enough points for approach 3's five parameters
 and a profile per budget for approach 2. FLOPs are the full Chinchilla count (embeddings,
 attention and the output head: Porian et al. 2024 found that leaving the head out skews
 small-scale fits), so the fit's C is about 10 N D here rather than 6 N D.
 
-The prior comes from this study's earlier plan (three budgets 9e10-9e11 times six fixed sizes,
-docs/results.md): its IsoFLOP minima were 19k parameters at 3e11 FLOPs and 39k at 9e11, and the
-lowest budget's minimum sat at its smallest size, outside the ladder, so approach 2 lost that
-budget. Centring each ladder on the prior puts every budget's minimum inside it, and four
-budgets over 1.2 decades of C (instead of three over one) pin the allocation exponent better
-for the same compute (6.6e12 FLOPs against 7.7e12).
+The prior comes from this study's previous plan (four budgets 6e10-9.4e11 with 4-5 sizes each,
+docs/results.md): its approach-2 minima were 11.5k parameters at 1.5e11 FLOPs, 22.5k at 3.75e11
+and 38.9k at 9.4e11 (a = 0.65). That plan's 6e10 profile was flat within the run-to-run noise,
+and with 4-5 sizes a bootstrap replicate often lost the sizes around a minimum, so a's interval
+was 0.40 wide; 6-7 sizes per budget at three budgets give 0.27 for a little more compute
+(8.1e12 FLOPs against 6.6e12).
 
 Training follows Porian et al. 2024's small-scale fixes: a 5% warmup, a cosine decay spanning
 exactly each run (the schedule is built from the run's own length), AdamW beta2 = 0.99 for the
@@ -27,13 +27,12 @@ small batch (8 x 128 = 1,024 tokens: halving it from 2,048 lowered the loss of 1
 compared, by up to 0.25 nats), and a peak learning rate falling as 1/width from 1e-2 at
 d_model = 32 (muP-lite).
 
-Time (`scale=cpu`): `--dry-run` estimates 9.7 min; from a fresh workdir on 2026-11-22 the study
-took 12.1 min on the 2-core VM while three other jobs shared it (load average 7-9): 11.8 min of
-sweep, 0.3 min of fits and plots. `attnlab sweep ... --dry-run` (above) times a few real steps
-on your machine. A rerun reuses the finished runs and only refits. That run found
-L = 0.79 + 7.0/N^0.23 + 1849/D^0.61; approach 2, with every budget's minimum inside its ladder,
-N_opt ~ C^0.65 (95% interval 0.45-0.85; Hoffmann et al.: 0.49): a 10-minute study gives the
-shape of the law with wide intervals (docs/results.md).
+Time (`scale=cpu`): from a fresh clone on 2026-11-23 the study took 5.5 min on the idle 2-core
+VM (5.4 min of sweep); `attnlab sweep ... --dry-run` (above) times a few real steps on your
+machine. A rerun reuses the finished runs and only refits. That run found approach 2's
+N_opt ~ C^0.72 (95% interval 0.56-0.83; Hoffmann et al.: 0.49) with every budget's minimum
+inside its ladder, and a loose approach 3 (L = 1.39 + 81/N^0.56 + 5.2e8/D^1.56, a in
+[0.15, 0.89]): ladders centred on each optimum vary N and D together (docs/results.md).
 
 `scale=gpu` (`--config=experiments/quickstart.py:gpu`) keeps the layout at ~100x the compute:
 budgets 1e13, 3e13, 1e14 FLOPs, seven models from 0.1M to 6.4M parameters, batches of

@@ -23,18 +23,19 @@ TINY_ISOFLOP_CPU = [
     "d48-l3-rope-t1.54k-s0-54870a3a", "d16-l1-rope-t26.9k-s0-add82b26",
     "d32-l2-rope-t7.42k-s0-6b52a569", "d48-l3-rope-t2.82k-s0-29aebc2d",
 ]
-# The quickstart's plan changed on purpose in issue #20 (four budgets, ladders centred on a
-# prior optimum by sweep.centre); these are its new ids.
+# The quickstart's plan changed on purpose in issue #20: first four budgets with ladders centred
+# on a prior optimum (sweep.centre), then three budgets with 6-7 sizes each; these are its ids.
 QUICKSTART_CPU = [
-    "d12-l1-rope-t898k-s0-df691a23", "d16-l1-rope-t643k-s0-0b28ded9",
-    "d20-l1-rope-t492k-s0-96b6897d", "d24-l1-rope-t389k-s0-7dfcc4bf",
-    "d16-l1-rope-t1.61M-s0-dbc58f95", "d20-l1-rope-t1.23M-s0-6694bb02",
-    "d24-l1-rope-t972k-s0-55370a16", "d32-l1-rope-t671k-s0-fe431a74",
-    "d32-l2-rope-t430k-s0-06f50400", "d20-l1-rope-t3.07M-s0-e617e037",
-    "d24-l1-rope-t2.43M-s0-d9835bc4", "d32-l1-rope-t1.68M-s0-5f3045e3",
-    "d32-l2-rope-t1.08M-s0-390b36d7", "d40-l2-rope-t780k-s0-702707bb",
-    "d32-l1-rope-t4.21M-s0-0fb1116d", "d32-l2-rope-t2.7M-s0-da14770d",
-    "d40-l2-rope-t1.95M-s0-c8a6ee58", "d48-l2-rope-t1.48M-s0-cd9e4b7e",
+    "d12-l1-rope-t1.8M-s0-2a20ab3e", "d16-l1-rope-t1.29M-s0-69a0a53f",
+    "d20-l1-rope-t983k-s0-e23c60ab", "d24-l1-rope-t777k-s0-d83d5145",
+    "d28-l1-rope-t639k-s0-89b50f23", "d32-l1-rope-t537k-s0-13cbbb0b",
+    "d20-l1-rope-t2.46M-s0-4010c307", "d24-l1-rope-t1.94M-s0-35f42852",
+    "d28-l1-rope-t1.6M-s0-13e7aa92", "d32-l1-rope-t1.34M-s0-49344d86",
+    "d28-l2-rope-t1.04M-s0-9f46effd", "d32-l2-rope-t860k-s0-8bacf26c",
+    "d36-l2-rope-t723k-s0-9768063c", "d28-l1-rope-t3.99M-s0-5dc37f3b",
+    "d32-l1-rope-t3.36M-s0-59a87e6b", "d28-l2-rope-t2.59M-s0-7ecaac24",
+    "d32-l2-rope-t2.15M-s0-cf78a17d", "d36-l2-rope-t1.81M-s0-e89c63f5",
+    "d40-l2-rope-t1.56M-s0-4b7b91fd", "d48-l2-rope-t1.18M-s0-5c4d42b2",
 ]
 # Per experiment and scale, the first 16 hex digits of the sha256 of (1) its run ids in plan
 # order and (2) every planned run in full (config identity, axes, budget, counts: what run.json
@@ -45,7 +46,7 @@ QUICKSTART_CPU = [
 PLAN_DIGESTS = {
     "tiny_isoflop:cpu": ("db1684d9e87ed14a", "6497715e4a7730c3"),
     "tiny_isoflop:gpu": ("db1684d9e87ed14a", "6497715e4a7730c3"),
-    "quickstart:cpu": ("482fd671306662d5", "b7545ce1ae40f449"),
+    "quickstart:cpu": ("714625b649065f27", "5e7c53d78516475d"),
     "quickstart:gpu": ("42e4cc383d79f431", "2eab759ffb96b116"),
     "tiny_grid:cpu": ("12716b60dc65c6fe", "7f9d63fd785960a4"),
     "tiny_grid:gpu": ("12716b60dc65c6fe", "7f9d63fd785960a4"),

@@ -348,12 +348,13 @@ def test_centre_keeps_the_shapes_around_each_budgets_prior_optimum():
     spec = load_spec("experiments/quickstart.py")
     runs, notes = expand(spec)
     centre = spec.centre
-    assert centre is not None and len(spec.budgets) == 4
+    assert centre is not None and len(spec.budgets) == 3
     for run in runs:
         target = centre.target(run.budget)
         assert target / centre.span <= run.params["total"] <= target * centre.span
     per_budget = {b: sum(r.budget == b for r in runs) for b in spec.budgets}
-    assert min(per_budget.values()) >= 4  # a profile on both sides of each minimum
+    assert min(per_budget.values()) >= 6  # a profile on both sides of each minimum, kept
+    # by a bootstrap replicate that drops a size or two
     assert any("outside the centred ladder" in note for note in notes)
     far = dataclasses.replace(spec, centre=dataclasses.replace(centre, n_opt=1e9))
     with pytest.raises(SweepSpecError, match="no shape of the sweep lies within") as error:
