@@ -8,7 +8,9 @@ rounding: the scan and the rematerialised backward evaluate the same expressions
 fusion, so results agree to ~1e-7 relative, asserted at 1e-5.
 """
 
+import contextlib
 import dataclasses
+import io
 import json
 import os
 import shutil
@@ -22,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
+from jax.ad_checkpoint import print_saved_residuals
 
 from attnlab import cli
 from attnlab.config import ModelConfig
@@ -330,3 +333,26 @@ def test_an_unknown_remat_policy_is_refused(tmp_path, capsys):
     assert cli.main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "model.remat" in err
+
+
+def saved_residuals(cfg: ModelConfig) -> list[str]:
+    """What the backward pass of ``cfg``'s loss keeps from the forward (jax's own account)."""
+    graphdef, state = init_model(cfg, seed=0)
+    tokens = random_tokens(2)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        print_saved_residuals(lambda p: mean_loss(graphdef, p, tokens), state)
+    return printed.getvalue().splitlines()
+
+
+def test_save_dots_keeps_the_projections_and_full_keeps_none():
+    """save_dots keeps the layers' matmul outputs (the projections sit inside layers.project's
+    custom VJP, so they are saved by name): the FFN's hidden [layers, batch, seq, d_ff] is among
+    the scan's saved outputs under save_dots and not under full."""
+    cfg = tiny_cfg(scan_layers=True)
+    hidden = f"f32[{cfg.n_layers},2,9,{cfg.ffn_dim}] output of scan"
+    kept = {policy: saved_residuals(dataclasses.replace(cfg, remat=policy))
+            for policy in ("none", "save_dots", "full")}
+    assert any(line.startswith(hidden) for line in kept["save_dots"])
+    assert not any(line.startswith(hidden) for line in kept["full"])
+    assert len(kept["full"]) < len(kept["save_dots"]) < len(kept["none"])

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from jax.ad_checkpoint import checkpoint_name
 
 if TYPE_CHECKING:  # annotations only: model/config.py imports the mixer registry, which imports us
     from attnlab.model.config import ModelConfig
@@ -25,9 +26,14 @@ if TYPE_CHECKING:  # annotations only: model/config.py imports the mixer registr
 # FLOPs of a layer) and recomputes everything else, notably the attention scores and
 # probabilities ([batch, heads, seq, seq], batched dots), the part that grows with seq^2.
 # (checkpoint_dots would keep those too, saving little memory at long context.)
+# The projections' matmuls sit inside a custom VJP (``project`` below), where the dots policy
+# cannot see them, so their outputs are also saved by name.
+PROJECTION = "projection"
 REMAT_POLICIES = {
     "full": jax.checkpoint_policies.nothing_saveable,
-    "save_dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+    "save_dots": jax.checkpoint_policies.save_from_both_policies(
+        jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+        jax.checkpoint_policies.save_only_these_names(PROJECTION)),
 }
 
 
@@ -45,16 +51,22 @@ def compute_dtype(cfg: ModelConfig) -> jnp.dtype:
 # as autodiff, so the same numbers up to float rounding (tests/test_model_bias_norms.py).
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
 def project(x: jax.Array, kernel: jax.Array, preferred_element_type=None) -> jax.Array:
     """``x W``: ``[..., d_in] x [d_in, d_out] -> [..., d_out]`` (result in
-    ``preferred_element_type`` when given, as :func:`jax.lax.dot_general`)."""
+    ``preferred_element_type`` when given, as :func:`jax.lax.dot_general`), named PROJECTION
+    for the ``save_dots`` remat policy."""
+    return checkpoint_name(_project(x, kernel, preferred_element_type),
+                           PROJECTION)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _project(x, kernel, preferred_element_type):
     return jax.lax.dot_general(x, kernel, (((x.ndim - 1,), (0,)), ((), ())),
                                preferred_element_type=preferred_element_type)
 
 
 def _project_forward(x, kernel, preferred_element_type):
-    return project(x, kernel, preferred_element_type), (x, kernel)
+    return _project(x, kernel, preferred_element_type), (x, kernel)
 
 
 def _project_backward(preferred_element_type, residuals, g):
@@ -74,7 +86,7 @@ def _project_backward(preferred_element_type, residuals, g):
     return dx.astype(x.dtype), dkernel.astype(kernel.dtype)
 
 
-project.defvjp(_project_forward, _project_backward)
+_project.defvjp(_project_forward, _project_backward)
 
 
 def _projection_dot_general(x, kernel, dimension_numbers, precision=None,
