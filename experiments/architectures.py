@@ -47,7 +47,8 @@ from ml_collections import ConfigDict
 
 from attnlab.config import base_config_dict
 
-# The quickstart's prior (experiments/quickstart.py): N* = 39k parameters at 9e11 FLOPs, ~C^0.6.
+# The quickstart's prior as of its four-budget plan (experiments/quickstart.py has since moved
+# on): N* = 39k parameters at 9e11 FLOPs, ~C^0.6; kept so this study's finished runs keep their ids.
 _PRIOR = {"n_opt": 39e3, "budget": 9e11, "exponent": 0.6}
 
 
