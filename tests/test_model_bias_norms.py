@@ -231,3 +231,20 @@ def test_linear_layers_use_the_hand_ordered_projection():
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)
     block = nnx.merge(graphdef, state).blocks[0]
     assert block.ffn.w_in.dot_general is layers._projection_dot_general
+
+
+def test_projection_dot_general_leaves_other_contractions_to_jax():
+    """nnx.Linear's dot_general hook hands anything but a plain ``x W`` (another contraction,
+    an explicit precision) to jax.lax.dot_general unchanged."""
+    rng = np.random.default_rng(7)
+    x = jnp.asarray(rng.standard_normal((3, 4, 5)), jnp.float32)
+    w = jnp.asarray(rng.standard_normal((4, 6)), jnp.float32)
+    dims = (((1,), (0,)), ((), ()))  # contracts x's middle axis: not project's contraction
+    np.testing.assert_allclose(np.asarray(layers._projection_dot_general(x, w, dims)),
+                               np.einsum("adb,de->abe", np.asarray(x), np.asarray(w)),
+                               rtol=1e-5, atol=1e-5)
+    square = jnp.asarray(rng.standard_normal((5, 5)), jnp.float32)
+    plain = (((2,), (0,)), ((), ()))
+    got = layers._projection_dot_general(x, square, plain, precision=jax.lax.Precision.HIGHEST)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(x) @ np.asarray(square),
+                               rtol=1e-5, atol=1e-5)
