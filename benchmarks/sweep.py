@@ -1,13 +1,17 @@
 """Sweep overhead: a sweep's wall time against the sum of its runs' pure training-step time.
 
-    python benchmarks/sweep.py --steps=1500 --workdir=/tmp/sweep_bench
+    python benchmarks/sweep.py --steps=200 --rounds=2 --workdir=/tmp/sweep_bench
 
-Runs a small grid (2 shapes x ``--seeds`` seeds, default 2) twice through ``attnlab.sweep.run_sweep`` on
-the local launcher:
+Runs a small grid (2 shapes x ``--seeds`` seeds, default 2) twice through
+``attnlab.sweep.run_sweep`` on the local launcher:
 
   cold:  a fresh sweep directory and a fresh JAX compilation cache;
   warm:  new seeds (new runs, same shapes) into the same directory, so every program is in the
-         persistent compilation cache already.
+         persistent compilation cache already;
+
+once with the workers compiling their next run ahead (``compile_ahead``) and once without (the
+default), alternating, ``--rounds`` times. A run that trains beside the next run's compilation
+is slowed by it, so compare the sweeps' wall times between the two modes, not only the ratios.
 
 Pure training-step time of a run = tokens / tokens_per_s, where tokens_per_s is training's
 timed rate (it leaves out the first, compiling step and the evaluations). Target: wall / pure
@@ -47,10 +51,12 @@ def overrides(steps: int, seeds: tuple[int, ...]) -> list[str]:
     ]
 
 
-def measure(workdir: Path, steps: int, seeds: tuple[int, ...], parallel: int) -> dict:
+def measure(workdir: Path, steps: int, seeds: tuple[int, ...], parallel: int,
+            compile_ahead: bool) -> dict:
     spec = load_spec(str(ROOT / "experiments" / "tiny_grid.py"), overrides(steps, seeds))
     start = time.perf_counter()
-    table = run_sweep(spec, workdir, parallel=parallel, progress=False)
+    table = run_sweep(spec, workdir, parallel=parallel, progress=False,
+                      compile_ahead=compile_ahead)
     wall = time.perf_counter() - start
     mine = table[table["train.seed"].isin(seeds)]
     assert set(mine["status"]) == {"completed"}, mine[["run_id", "status", "error"]]
@@ -66,24 +72,35 @@ def main() -> None:
     parser.add_argument("--parallel", type=int, default=1)
     parser.add_argument("--seeds", type=int, default=2, help="seeds per shape and scenario")
     parser.add_argument("--workdir", default="/tmp/attnlab_sweep_bench")
+    parser.add_argument("--rounds", type=int, default=1)
     args = parser.parse_args()
     workdir = Path(args.workdir)
-    shutil.rmtree(workdir, ignore_errors=True)
     seeds = tuple(range(2 * args.seeds))
-    cold = measure(workdir, args.steps, seeds[:args.seeds], args.parallel)
-    warm = measure(workdir, args.steps, seeds[args.seeds:], args.parallel)
+    load_before = os.getloadavg()[0]
+    rows = []
+    for round_ in range(args.rounds):
+        for compile_ahead in (True, False):
+            shutil.rmtree(workdir, ignore_errors=True)
+            mode = "compile ahead" if compile_ahead else "no compile ahead"
+            cold = measure(workdir, args.steps, seeds[:args.seeds], args.parallel, compile_ahead)
+            warm = measure(workdir, args.steps, seeds[args.seeds:], args.parallel, compile_ahead)
+            rows += [(round_ + 1, mode, "cold (empty compilation cache)", cold),
+                     (round_ + 1, mode, "warm (same shapes, new seeds)", warm)]
     print(f"## Sweep overhead ({time.strftime('%Y-%m-%d')})\n")
     print(f"`python benchmarks/sweep.py --steps={args.steps} --parallel={args.parallel} "
-          f"--seeds={args.seeds}` on "
+          f"--seeds={args.seeds} --rounds={args.rounds}` on "
           f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs "
-          f"(load average at the end: {os.getloadavg()[0]:.1f}).\n")
-    print("| sweep | runs | sweep wall (s) | sum of runs' wall_seconds (s) | "
-          "sum of pure step time (s) | wall / pure |")
-    print("|---|---|---|---|---|---|")
-    for name, m in (("cold (empty compilation cache)", cold),
-                    ("warm (same shapes, new seeds)", warm)):
-        print(f"| {name} | {m['runs']} | {m['wall']:.1f} | {m['in_runs']:.1f} | "
-              f"{m['pure']:.1f} | {m['ratio']:.3f} |")
+          f"(load average before {load_before:.1f}, at the end {os.getloadavg()[0]:.1f}).\n")
+    # The runs' step time without a compilation beside them: the same round's sweep without
+    # compile ahead (with it, the runs' own pure time absorbs part of the compilation).
+    clean = {(r, name): m["pure"] for r, mode, name, m in rows if mode == "no compile ahead"}
+    print("| round | workers | sweep | runs | sweep wall (s) | sum of runs' wall_seconds (s) | "
+          "sum of pure step time (s) | wall / pure | wall / pure without compile ahead |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for round_, mode, name, m in rows:
+        print(f"| {round_} | {mode} | {name} | {m['runs']} | {m['wall']:.1f} | "
+              f"{m['in_runs']:.1f} | {m['pure']:.1f} | {m['ratio']:.3f} | "
+              f"{m['wall'] / clean[round_, name]:.3f} |")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """The fixed per-run cost of a sweep's runs (issue #19): a new seed of a shape already trained in
 the process compiles and traces nothing, and its results are those of a run trained alone."""
 
+import concurrent.futures
 import dataclasses
 
 import jax
@@ -92,3 +93,32 @@ def test_programs_are_kept_for_a_few_shapes_only(tmp_path):
         programs = loop._programs(cfg, mesh, tx, schedule)
         assert loop._programs(cfg, mesh, tx, schedule) is programs
     assert len(loop._PROGRAMS) == loop._PROGRAMS_KEPT
+
+
+def test_a_precompiled_run_compiles_and_traces_nothing(tmp_path, compile_events):
+    # What a sweep worker does for its next run while the current one trains.
+    loop._PROGRAMS.clear()
+    cfg = tiny(tmp_path / "data", seed=2, n_layers=2)
+    loop.precompile(cfg)
+    assert "/jax/core/compile/backend_compile_duration" in compile_events
+    jax.random.key(2)  # the key's own tiny program, once per process
+    compile_events.clear()
+    summary = loop.run(cfg, tmp_path / "run", progress=False)
+    assert summary["status"] == "completed"
+    assert compile_events == []
+
+
+def test_precompile_beside_a_training_run_changes_nothing(tmp_path):
+    # A worker compiles its next shape in a thread while training: the run's numbers are those
+    # of the run trained alone.
+    loop._PROGRAMS.clear()
+    alone = loop.run(tiny(tmp_path / "data"), tmp_path / "alone", progress=False)
+    loop._PROGRAMS.clear()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        compiling = pool.submit(loop.precompile, tiny(tmp_path / "data", n_layers=3))
+        beside = loop.run(tiny(tmp_path / "data"), tmp_path / "beside", progress=False)
+        compiling.result()
+    assert beside["final_val_loss"] == alone["final_val_loss"]
+    for a, b in zip(final_params(tmp_path / "alone"), final_params(tmp_path / "beside"),
+                    strict=True):
+        np.testing.assert_array_equal(a, b)

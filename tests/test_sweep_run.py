@@ -82,6 +82,18 @@ def test_rerun_skips_finished_runs(grid):
     pd.testing.assert_frame_equal(again[COMPARED], table[COMPARED])
 
 
+def test_compile_ahead_changes_no_result(grid, tmp_path, cache_dir):
+    # The worker compiles each next run's programs while training the current one, says so in
+    # its log, and trains the same numbers as the grid trained without it.
+    spec, workdir, table = grid
+    assert "compiled ahead" not in (workdir / "logs" / "worker-0.log").read_text()
+    ahead = run_sweep(spec, tmp_path, progress=False, cache_dir=cache_dir, compile_ahead=True)
+    said = (tmp_path / "logs" / "worker-0.log").read_text()
+    later = [run_id for run_id in table["run_id"] if f"{run_id}: programs compiled ahead" in said]
+    assert len(later) == len(table) - 1, said  # every run but the first
+    pd.testing.assert_frame_equal(ahead[COMPARED], table[COMPARED])
+
+
 def test_curves_hold_every_logged_step(grid):
     _, workdir, table = grid
     curves = results.curves(workdir)

@@ -34,6 +34,9 @@ FLAGS = [
                                       "empty starts a local one."),
     Flag("cache-dir", "string", "", "JAX persistent compilation cache (default DIR/jax_cache); "
                                     "share one between sweeps to reuse compiled programs."),
+    Flag("compile-ahead", "bool", False, "Local launcher: a worker compiles its next run's "
+                                          "programs while the current run trains (for "
+                                          "accelerators; no gain on a CPU training on all cores)."),
     Flag("progress", "bool", True, "Show a progress bar and one line per finished run."),
     Flag("allow-large", "bool", False, "Run even if a run's estimated memory exceeds the "
                                         "machine's."),
@@ -59,7 +62,8 @@ def sweep_main(argv: list[str]) -> int:
                           progress=values["progress"].value,
                           ray_address=values["ray-address"].value or None,
                           cache_dir=values["cache-dir"].value or None,
-                          allow_large=values["allow-large"].value)
+                          allow_large=values["allow-large"].value,
+                          compile_ahead=values["compile-ahead"].value)
     except (KeyboardInterrupt, SweepInterrupted):
         sys.stderr.write(f"\ninterrupted; rerun the same command to resume ({workdir})\n")
         return 130

@@ -1,11 +1,12 @@
 """Launchers: who executes a sweep's runs.
 
 local  K long-lived worker processes (``attnlab.sweep.worker.main``), each training one run
-       at a time in-process. JAX is imported once per worker; a worker that crashes (segfault,
-       out-of-memory kill) costs only its current run, which is recorded as failed, and a fresh
-       worker takes over. With K > 1 each worker is pinned to its own cpu_count // K cores
-       (sched_setaffinity before JAX starts), which sizes XLA's CPU thread pool, so the workers
-       do not oversubscribe the machine.
+       at a time in-process (with ``compile_ahead``, compiling the programs of the run it will
+       train next meanwhile). JAX is imported once per worker; a worker that crashes (segfault,
+       out-of-memory kill) costs only its current run, which is recorded as failed, and a
+       fresh worker takes over. With K > 1 each worker is pinned to its own cpu_count // K
+       cores (sched_setaffinity before JAX starts), which sizes XLA's CPU thread pool, so the
+       workers do not oversubscribe the machine.
 ray    one Ray task per run with the spec's resource request (sweep.resources.cpus / gpus), on an
        existing cluster (``--ray-address``) or a local one started for the sweep. Ray is an
        optional dependency (``pip install 'attnlab[ray]'``), imported only here.
@@ -81,13 +82,16 @@ class WorkerProcess:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True,
             bufsize=1)
 
-    def execute(self, run_dir: Path, stopping: threading.Event | None = None) -> dict:
-        """Runs one run; if the worker dies meanwhile, records the run as failed, unless it
-        died of SIGINT/SIGTERM or while the sweep is ``stopping`` (Ctrl-C, SIGTERM): then it
-        raises SweepInterrupted and records nothing, so the run stays partial (resumed from
-        its latest checkpoint by the next invocation), never failed."""
+    def execute(self, run_dir: Path, stopping: threading.Event | None = None,
+                upcoming: Path | None = None) -> dict:
+        """Runs one run, compiling the ``upcoming`` run's programs meanwhile; if the worker dies,
+        records the run as failed, unless it died of SIGINT/SIGTERM or while the sweep is
+        ``stopping`` (Ctrl-C, SIGTERM): then it raises SweepInterrupted and records nothing,
+        so the run stays partial (resumed from its latest checkpoint by the next invocation),
+        never failed."""
+        request = {"run": str(run_dir), "next": str(upcoming) if upcoming else None}
         try:
-            self.process.stdin.write(f"{run_dir}\n")
+            self.process.stdin.write(json.dumps(request) + "\n")
             self.process.stdin.flush()
             answer = self.process.stdout.readline()
         except (BrokenPipeError, OSError, ValueError):  # ValueError: the pipe was closed
@@ -140,8 +144,9 @@ def cpu_slots(parallel: int) -> list[list[int] | None]:
 
 
 def run_local(run_dirs: list[Path], on_result: OnResult, *, parallel: int, cache_dir: str,
-              logs_dir: Path) -> None:
-    """Executes the runs on ``parallel`` local worker processes (in the given order)."""
+              logs_dir: Path, compile_ahead: bool = False) -> None:
+    """Executes the runs on ``parallel`` local worker processes (in the given order); with
+    ``compile_ahead`` each worker claims its next run early and compiles it meanwhile."""
     todo: queue.Queue[Path] = queue.Queue()
     for run_dir in run_dirs:
         todo.put(run_dir)
@@ -150,16 +155,22 @@ def run_local(run_dirs: list[Path], on_result: OnResult, *, parallel: int, cache
     errors: list[BaseException] = []
     stop = threading.Event()
 
+    def take() -> Path | None:
+        try:
+            return todo.get_nowait()
+        except queue.Empty:
+            return None
+
     def slot(index: int, cpus: list[int] | None) -> None:
         # The worker is started from this thread: PR_SET_PDEATHSIG follows the thread that
         # forked it, which lives until the worker is closed.
         worker = None
         try:
-            while not stop.is_set():
-                try:
-                    run_dir = todo.get_nowait()
-                except queue.Empty:
-                    break
+            run_dir = take()
+            while run_dir is not None and not stop.is_set():
+                # Claimed now, so that the worker compiles its programs while run_dir trains;
+                # it stays this slot's run even if the worker dies.
+                upcoming = take() if compile_ahead else None
                 if worker is None or not worker.alive:
                     if worker is not None:  # it crashed; its run is recorded as failed
                         worker.close()
@@ -169,9 +180,10 @@ def run_local(run_dirs: list[Path], on_result: OnResult, *, parallel: int, cache
                         worker = WorkerProcess(cpus=cpus, cache_dir=cache_dir,
                                                log_path=logs_dir / f"worker-{index}.log")
                         workers.append(worker)
-                result = worker.execute(run_dir, stop)
+                result = worker.execute(run_dir, stop, upcoming)
                 with lock:
                     on_result(run_dir, result)
+                run_dir = upcoming if compile_ahead else take()
         except BaseException as e:  # noqa: BLE001 - handed to the main thread
             stop.set()
             errors.append(e)

@@ -198,7 +198,7 @@ def reset_for_retry(workdir: Path, run_dir: Path) -> str | None:
 def run_sweep(spec: SweepSpec, workdir: str | os.PathLike, *, launcher: str = "local",
               parallel: int = 1, retry_failed: bool = False, progress: bool = True,
               ray_address: str | None = None, cache_dir: str | os.PathLike | None = None,
-              allow_large: bool = False) -> pd.DataFrame:
+              allow_large: bool = False, compile_ahead: bool = False) -> pd.DataFrame:
     """Runs every run of ``spec`` that is not finished yet and returns the results table.
 
     Args:
@@ -213,6 +213,10 @@ def run_sweep(spec: SweepSpec, workdir: str | os.PathLike, *, launcher: str = "l
       cache_dir: JAX's persistent compilation cache (default DIR/jax_cache).
       allow_large: skip the memory estimate (attnlab.train.memory) that refuses runs larger
         than the machine.
+      compile_ahead: local launcher: each worker compiles its next run's programs in a thread
+        while the current run trains. Meant for accelerators, whose training leaves the host's
+        cores free for XLA's compilation; on a CPU that trains on every core it measured no
+        faster (docs/benchmarks.md), and it lowers the overlapped run's recorded tokens/s.
 
     Raises:
       SweepSpecError / ConfigError: a bad spec, before anything is written or started.
@@ -243,12 +247,14 @@ def run_sweep(spec: SweepSpec, workdir: str | os.PathLike, *, launcher: str = "l
     with sweep_lock(workdir):
         return _run_sweep(spec, runs, workdir, budget_notes, launcher=launcher,
                           parallel=parallel, retry_failed=retry_failed, progress=progress,
-                          ray_address=ray_address, cache_dir=cache_dir)
+                          ray_address=ray_address, cache_dir=cache_dir,
+                          compile_ahead=compile_ahead)
 
 
 def _run_sweep(spec: SweepSpec, runs: list[PlannedRun], workdir: Path, budget_notes: list[str],
                *, launcher: str, parallel: int, retry_failed: bool, progress: bool,
-               ray_address: str | None, cache_dir: str | os.PathLike | None) -> pd.DataFrame:
+               ray_address: str | None, cache_dir: str | os.PathLike | None,
+               compile_ahead: bool) -> pd.DataFrame:
     """run_sweep's work once the directory is checked and locked."""
     cache_dir = Path(cache_dir).absolute() if cache_dir else workdir / rundir.JAX_CACHE_DIR
     cache_dir.mkdir(parents=True, exist_ok=True)
@@ -298,7 +304,7 @@ def _run_sweep(spec: SweepSpec, runs: list[PlannedRun], workdir: Path, budget_no
     try:
         if launcher == "local":
             launchers.run_local(todo, on_result, parallel=parallel, cache_dir=str(cache_dir),
-                                logs_dir=workdir / rundir.LOGS_DIR)
+                                logs_dir=workdir / rundir.LOGS_DIR, compile_ahead=compile_ahead)
         else:
             launchers.run_ray(todo, on_result, resources=spec.resources,
                               cache_dir=str(cache_dir), address=ray_address)

@@ -4,10 +4,12 @@
 :func:`attnlab.train.run` (which resumes from the run's latest checkpoint), sending the run's
 output to ``run_dir/train.log``. A lock file keeps two processes off one run.
 
-:func:`main` (``attnlab.sweep.worker.main(['<json settings>'])``) is a long-lived worker of the local launcher:
-it reads one run directory per line on stdin and answers one JSON line per run on stdout, so that
-JAX is imported once per worker rather than once per run. It dies with its parent (Linux
-``PR_SET_PDEATHSIG``), so killing a sweep with SIGKILL stops its training too.
+:func:`main` (``attnlab.sweep.worker.main(['<json settings>'])``) is a long-lived worker of the
+local launcher, so that JAX is imported once per worker rather than once per run. It reads one
+JSON request per line on stdin, ``{"run": run_dir, "next": run_dir or null}``, and answers one
+JSON line per run on stdout. While it trains ``run`` it compiles ``next``'s programs in a thread
+(:func:`attnlab.train.precompile`, the sweep's ``compile_ahead``). It dies with its
+parent (Linux ``PR_SET_PDEATHSIG``), so killing a sweep with SIGKILL stops its training too.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -126,6 +129,24 @@ def execute_run(run_dir: str | os.PathLike, cache_dir: str | None = None) -> dic
             "seconds": time.perf_counter() - start}
 
 
+def precompile_run(run_dir: str | os.PathLike) -> str:
+    """Compiles the programs of the run planned in ``run_dir`` (:func:`attnlab.train.precompile`)
+    and returns a line for the worker's log. Writes nothing; a problem with the run is left for
+    its execution to report."""
+    from attnlab import train  # as in execute_run
+
+    name = Path(run_dir).name
+    planned = rundir.read_json_or_none(Path(run_dir) / RUN_FILE)
+    if planned is None:
+        return f"{name}: nothing compiled ahead (no readable {RUN_FILE})"
+    start = time.perf_counter()
+    try:
+        train.precompile(from_config_dict(planned["config"]))
+    except Exception as e:  # noqa: BLE001 - executing the run raises it again, with the run
+        return f"{name}: nothing compiled ahead ({type(e).__name__}: {e})"
+    return f"{name}: programs compiled ahead in {time.perf_counter() - start:.1f} s"
+
+
 def _die_with_parent(parent_pid: int) -> None:
     """Asks the kernel to SIGKILL this process when its parent dies (Linux only)."""
     if sys.platform.startswith("linux"):
@@ -150,12 +171,24 @@ def main(argv: list[str] | None = None) -> int:
     # Answers go to a private copy of stdout; anything else printed goes to stderr (the log).
     answers = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
+    log = os.fdopen(os.dup(2), "w", buffering=1)  # the worker's log while a run has stderr
+    if settings.get("cache_dir"):  # before the first compilation, which may be a precompile
+        enable_compilation_cache(settings["cache_dir"])
+    ahead = None  # the thread compiling the next run's programs
     try:
         for line in sys.stdin:
-            run_dir = line.strip()
-            if not run_dir:
+            if not line.strip():
                 continue
-            result = execute_run(run_dir, settings.get("cache_dir"))
+            request = json.loads(line)
+            if ahead is not None:
+                ahead.join()  # it was compiling this run's programs
+            ahead = None
+            if request.get("next"):
+                ahead = threading.Thread(
+                    target=lambda upcoming: log.write(precompile_run(upcoming) + "\n"),
+                    args=(request["next"],), name="precompile", daemon=True)
+                ahead.start()
+            result = execute_run(request["run"], settings.get("cache_dir"))
             answers.write(json.dumps(result) + "\n")
     except KeyboardInterrupt:
         sys.stderr.write("worker interrupted; its run resumes on the next invocation\n")
@@ -167,8 +200,6 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
-
-
 
 
 if __name__ == "__main__":

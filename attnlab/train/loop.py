@@ -5,8 +5,9 @@ Order of work, so that bad input fails fast and leaves the directory untouched:
 1. checks that need nothing built: the workdir's config, the mesh, batch divisibility, the
    schedule; then the corpus (prepared/cached by attnlab.data) and the model's shapes (abstract,
    no FLOPs), and the latest checkpoint's record against those shapes;
-2. only then are files written (``config.json``, ``summary.json`` with status ``running``) and
-   the state is initialised or restored, and the step compiled;
+2. only then are files written (``config.json``, ``summary.json`` with status ``running``),
+   the init, train and eval programs compiled (unless :func:`precompile` did it already) and the
+   state initialised or restored;
 3. the loop: one jitted, state-donating ``train_step`` per batch; metrics every ``log_every``
    steps, validation every ``eval_every``, checkpoints every ``checkpoint_every`` and at the end.
 """
@@ -18,6 +19,7 @@ import dataclasses
 import json
 import math
 import sys
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -116,6 +118,10 @@ class _Programs:
     init: Callable  # key -> TrainState (the seed is an argument: one program for every seed)
     train_step: Callable
     eval_step: Callable
+    # XLA-compiled so far ("init", "steps"); the lock makes a second caller (a run beside its
+    # worker's precompile) wait for the first instead of compiling the same programs again.
+    compiled: set[str] = dataclasses.field(default_factory=set)
+    compiling: threading.Lock = dataclasses.field(default_factory=threading.Lock)
 
 
 # Runs of the same shape in one process (a sweep worker training seed after seed) share their
@@ -124,6 +130,7 @@ class _Programs:
 # compiled executables.
 _PROGRAMS: collections.OrderedDict[tuple, _Programs] = collections.OrderedDict()
 _PROGRAMS_KEPT = 4
+_PROGRAMS_LOCK = threading.Lock()  # precompile() may build programs beside a training run
 
 
 def _programs_key(cfg: Config) -> str:
@@ -141,20 +148,61 @@ def _programs(cfg: Config, mesh: jax.sharding.Mesh, optimizer: optax.GradientTra
               schedule: optax.Schedule) -> _Programs:
     """This process's :class:`_Programs` for ``cfg`` (built on first use)."""
     key = (_programs_key(cfg), tuple(d.id for d in mesh.devices.flat))
-    if key in _PROGRAMS:
-        _PROGRAMS.move_to_end(key)
-        return _PROGRAMS[key]
-    graphdef, abstract_params = abstract_model(cfg)
-    abstract_state = abstract_train_state(cfg, optimizer)
-    shardings = state_shardings(abstract_state, mesh)
-    init = jax.jit(lambda rng: init_train_state(cfg, optimizer, rng), out_shardings=shardings)
-    train_step, eval_step = _compile(cfg, mesh, shardings, graphdef, optimizer, schedule)
-    programs = _Programs(mesh, graphdef, param_shapes(abstract_params), abstract_state, shardings,
-                         init, train_step, eval_step)
-    _PROGRAMS[key] = programs
-    while len(_PROGRAMS) > _PROGRAMS_KEPT:
-        _PROGRAMS.popitem(last=False)
+    with _PROGRAMS_LOCK:
+        if key in _PROGRAMS:
+            _PROGRAMS.move_to_end(key)
+            return _PROGRAMS[key]
+        graphdef, abstract_params = abstract_model(cfg)
+        abstract_state = abstract_train_state(cfg, optimizer)
+        shardings = state_shardings(abstract_state, mesh)
+        init = jax.jit(lambda rng: init_train_state(cfg, optimizer, rng), out_shardings=shardings)
+        train_step, eval_step = _compile(cfg, mesh, shardings, graphdef, optimizer, schedule)
+        programs = _Programs(mesh, graphdef, param_shapes(abstract_params), abstract_state,
+                             shardings, init, train_step, eval_step)
+        _PROGRAMS[key] = programs
+        while len(_PROGRAMS) > _PROGRAMS_KEPT:
+            _PROGRAMS.popitem(last=False)
     return programs
+
+
+def precompile(cfg: Config) -> None:
+    """Builds and XLA-compiles ``cfg``'s init, train and eval programs in this process, so that
+    a later :func:`run` of ``cfg`` (or of another seed, without dropout) starts training at once.
+
+    A sweep worker calls it in a background thread for its next run while the current run
+    trains: a new shape's compilation then overlaps training instead of adding to the sweep's
+    wall time. Writes nothing. Raises what the model's and mesh's checks raise.
+    """
+    mesh = make_mesh(cfg)
+    optimizer, schedule = make_optimizer(cfg.train, cfg.total_steps, cfg.model.d_model,
+                                         ngpt=cfg.model.ngpt)
+    _compile_programs(cfg, _programs(cfg, mesh, optimizer, schedule), with_init=True)
+
+
+def _compile_programs(cfg: Config, programs: _Programs, *, with_init: bool) -> None:
+    """XLA-compiles ``programs`` (init only ``with_init``: a resumed run restores its state)
+    ahead of their first call, once per process."""
+    with programs.compiling:
+        mesh, accum = programs.mesh, cfg.train.grad_accum
+        rows, width = cfg.data.batch_size // accum, cfg.data.seq_len + 1
+
+        def batch(spec, shape):  # shaped and laid out as run() passes its batches
+            return jax.ShapeDtypeStruct(shape, np.int32,
+                                        sharding=jax.sharding.NamedSharding(mesh, spec))
+
+        # Lowered from the types run() passes (a typed key, the state as init lays it out on the
+        # mesh, an int32 scalar), so that its calls find these executables in jit's cache.
+        key = jax.random.key(0)
+        if with_init and "init" not in programs.compiled:
+            programs.init.lower(key).compile()
+            programs.compiled.add("init")
+        if "steps" not in programs.compiled:
+            state = jax.eval_shape(programs.init, key)
+            programs.train_step.lower(state, batch(TRAIN_BATCH_SPEC, (accum, rows, width))
+                                      ).compile()
+            programs.eval_step.lower(state.params, batch(EVAL_BATCH_SPEC, (rows, width)),
+                                     np.int32(0)).compile()
+            programs.compiled.add("steps")
 
 
 @dataclasses.dataclass
@@ -357,6 +405,8 @@ def run(cfg: Config, workdir: str | Path, *, progress: bool = True,
     checkpoints = Checkpoints(workdir / rundir.CHECKPOINT_DIR, keep=cfg.train.keep_checkpoints)
     metrics = None
     try:  # from here on, a crash is recorded as status "failed"
+        record = _Record(plan.meta, total_steps, tokens_per_step)  # wall time counts compiling
+        _compile_programs(cfg, plan.programs, with_init=plan.latest is None)
         if plan.latest is None:
             state = plan.programs.init(jax.random.key(cfg.train.seed))
         else:
@@ -364,7 +414,6 @@ def run(cfg: Config, workdir: str | Path, *, progress: bool = True,
         if writer:  # lines logged after the checkpoint are about to be logged again
             rundir.rewind_metrics(workdir / rundir.METRICS_FILE, start_step)
         train_step, eval_step = plan.programs.train_step, plan.programs.eval_step
-        record = _Record(plan.meta, total_steps, tokens_per_step)
         objective = objective_for(cfg.model)
 
         batches = Batches(plan.corpus, "train", cfg.data.seq_len, cfg.data.batch_size,
