@@ -4,8 +4,11 @@ moved aside (``checkpoints/corrupt-<step>``), never deleted, and the resumed run
 same parameters as the undamaged one; ``generate`` / ``extrapolate --force`` on it print one line
 and exit 2."""
 
+import asyncio
+import gc
 import hashlib
 import json
+import logging
 import os
 import pathlib
 import shutil
@@ -18,6 +21,7 @@ import pytest
 
 from attnlab.config import from_config_dict
 from attnlab.train import load_params, run
+from attnlab.train import checkpoint as _checkpoint  # noqa: F401 - installs its log filters
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 OVERRIDES = {"train.steps": 20, "train.checkpoint_every": 10, "train.keep_checkpoints": 3}
@@ -101,6 +105,7 @@ def test_resume_falls_back_to_the_newest_intact_checkpoint(trained, tmp_path, da
     result = _cli(*_train_argv(workdir))
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert "never retrieved" not in result.stderr, result.stderr[-3000:]
     said = [line for line in result.stderr.splitlines() if "damaged" in line]
     assert len(said) == 1, result.stderr
     assert "step 20" in said[0] and "corrupt-20" in said[0] and "from step 10" in said[0]
@@ -129,6 +134,7 @@ def test_every_checkpoint_damaged_starts_over_and_keeps_them_all(trained, tmp_pa
         _truncate_arrays(workdir / "checkpoints" / step)
     result = _cli(*_train_argv(workdir))
     assert result.returncode == 0, result.stderr[-3000:]
+    assert "never retrieved" not in result.stderr, result.stderr[-3000:]
     # attnlab's own lines (orbax may also log its failed reads, which name this test's
     # directory, ".../test_every_checkpoint_damaged_0/...")
     said = [line for line in result.stderr.splitlines()
@@ -187,3 +193,23 @@ def test_extrapolate_does_not_serve_a_report_of_a_checkpoint_that_changed(traine
     assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "checkpoints/20" in lines[0], result.stderr
+
+
+def _unretrieved_failure(message: str) -> None:
+    """A future that fails with ``message`` and is dropped unawaited: asyncio reports it when it
+    is garbage-collected, as it does for orbax's sibling reads of a damaged checkpoint."""
+    loop = asyncio.new_event_loop()
+    future = loop.create_future()
+    future.set_exception(ValueError(message))
+    del future
+    gc.collect()
+    loop.close()
+
+
+def test_unawaited_reads_of_a_damaged_checkpoint_are_not_reported(caplog):
+    caplog.set_level(logging.ERROR, logger="asyncio")
+    _unretrieved_failure('OUT_OF_RANGE: Error opening "zarr" driver: Error reading "step/.zarray" '
+                         'in OCDBT database at local file "/w/checkpoints/20/opt_state/"')
+    assert not [r for r in caplog.records if r.name == "asyncio"], caplog.text
+    _unretrieved_failure("something else went wrong")  # other reports still get through
+    assert [r for r in caplog.records if "never retrieved" in r.getMessage()], caplog.text

@@ -96,6 +96,23 @@ class _KnownHarmless(logging.Filter):
 logging.getLogger("absl").addFilter(_KnownHarmless())
 
 
+class _UnretrievedDamagedReads(logging.Filter):
+    """Drops asyncio's "exception was never retrieved" reports of failed array reads. When one
+    array of a damaged checkpoint fails to read, orbax's sibling reads fail too and nobody awaits
+    them: asyncio reports each when it is garbage-collected, at any later moment, after attnlab
+    has said in one line which step is damaged."""
+
+    READ_ERRORS = ("OCDBT", "zarr", "tensorstore")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not ("exception was never retrieved" in message
+                    and any(marker in message for marker in self.READ_ERRORS))
+
+
+logging.getLogger("asyncio").addFilter(_UnretrievedDamagedReads())
+
+
 @contextlib.contextmanager
 def _stderr_captured() -> Iterator[None]:
     """Sends file descriptor 2 to a scratch file meanwhile, and drops it: tensorstore prints
