@@ -26,7 +26,7 @@ from attnlab.model.linear_attention import (
     favor_features,
     orthogonal_features,
 )
-from attnlab.model import mamba
+from attnlab.model import attention, mamba
 from attnlab.model.mamba import causal_conv, selective_scan
 from attnlab.model.mixers import MIXERS, layer_mixers, mixer_for
 
@@ -327,6 +327,9 @@ def test_mixer_flops_match_xlas_cost_analysis(name, monkeypatch):
                       **FLOP_SHAPES[name])
     mixer = mixer_for(cfg)
     module = mixer.build(nnx.Rngs(params=0))
+    # The count is of the whole score matrix (the published convention); at long sequences the
+    # einsum path skips its all-masked quarter, which the count does not follow.
+    monkeypatch.setattr(attention, "CAUSAL_HALVES_MIN_LEN", SEQ + 1)
     ours = sum(mixer.flops_per_token(SEQ).values())
     xla = xla_flops_per_token(module, SEQ)
     if name == "mamba":
