@@ -136,24 +136,14 @@ def test_alibi_positions_may_be_offset_or_per_batch():
         np.testing.assert_allclose(np.asarray(out[b : b + 1]), expected, atol=2e-5)
 
 
-def test_chunked_gradients_equal_unchunked():
-    q, k, v = (jnp.asarray(a) for a in random_qkv(3, kv_heads=2, q_len=10, k_len=10))
-    slopes = alibi_slopes(4)
-
-    def loss(q, k, v, chunk):
-        out = dot_product_attention(q, k, v, bias=alibi(slopes), chunk=chunk)
-        return jnp.sum(jnp.sin(out))
-
-    gradient = jax.jit(jax.grad(loss, argnums=(0, 1, 2)), static_argnums=3)
-    full, chunked = gradient(q, k, v, 0), gradient(q, k, v, 4)
-    for a, b in zip(full, chunked):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5)
-
-
-def test_causal_halves_gradients_equal_one_block():
+@pytest.mark.parametrize("q_len, chunk", [
+    (10, 4),  # query blocks of 4 against one block
     # 128 causal queries run in two halves (the all-masked quarter skipped); query blocks of 64
-    # compute every score: the same gradients.
-    q, k, v = (jnp.asarray(a) for a in random_qkv(4, kv_heads=2, q_len=128, k_len=128))
+    # compute every score
+    (128, 64),
+], ids=["chunked", "causal_halves"])
+def test_gradients_equal_across_query_blockings(q_len, chunk):
+    q, k, v = (jnp.asarray(a) for a in random_qkv(3, kv_heads=2, q_len=q_len, k_len=q_len))
     slopes = alibi_slopes(4)
 
     def loss(q, k, v, chunk):
@@ -161,7 +151,7 @@ def test_causal_halves_gradients_equal_one_block():
         return jnp.sum(jnp.sin(out))
 
     gradient = jax.jit(jax.grad(loss, argnums=(0, 1, 2)), static_argnums=3)
-    for a, b in zip(gradient(q, k, v, 0), gradient(q, k, v, 64), strict=True):
+    for a, b in zip(gradient(q, k, v, 0), gradient(q, k, v, chunk), strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5)
 
 

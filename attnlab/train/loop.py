@@ -37,7 +37,7 @@ from attnlab.errors import ConfigError
 from attnlab.model import flops_per_token, param_counts
 from attnlab.model.objectives import objective_for
 from attnlab.train.checkpoint import (Checkpoints, CheckpointError, DamagedCheckpointError,
-                                     check_compatible, move_aside, param_shapes)
+                                     check_compatible, move_aside, param_shapes, with_shardings)
 from attnlab.train.memory import check_training_fits
 from attnlab.train.metrics import MetricsWriter, Throughput
 from attnlab.train.mfu import mfu, peak_flops_per_device
@@ -190,14 +190,13 @@ def _compile_programs(cfg: Config, programs: _Programs, *, with_init: bool) -> N
             return jax.ShapeDtypeStruct(shape, np.int32,
                                         sharding=jax.sharding.NamedSharding(mesh, spec))
 
-        # Lowered from the types run() passes (a typed key, the state as init lays it out on the
-        # mesh, an int32 scalar), so that its calls find these executables in jit's cache.
-        key = jax.random.key(0)
+        # Lowered from the types run() passes (a typed key, the state laid out on the mesh as
+        # init and restore give it, an int32 scalar), so that its calls find these executables.
         if with_init and "init" not in programs.compiled:
-            programs.init.lower(key).compile()
+            programs.init.lower(jax.random.key(0)).compile()
             programs.compiled.add("init")
         if "steps" not in programs.compiled:
-            state = jax.eval_shape(programs.init, key)
+            state = with_shardings(programs.abstract_state, programs.shardings)
             programs.train_step.lower(state, batch(TRAIN_BATCH_SPEC, (accum, rows, width))
                                       ).compile()
             programs.eval_step.lower(state.params, batch(EVAL_BATCH_SPEC, (rows, width)),
