@@ -14,8 +14,12 @@ default), alternating, ``--rounds`` times. A run that trains beside the next run
 is slowed by it, so compare the sweeps' wall times between the two modes, not only the ratios.
 
 Pure training-step time of a run = tokens / tokens_per_s, where tokens_per_s is training's
-timed rate (it leaves out the first, compiling step and the evaluations). Target: wall / pure
-<= 1.1. Prints a markdown section for docs/benchmarks.md.
+timed rate (it leaves out the first, compiling step, the evaluations and the checkpoint saves).
+Target: wall / pure <= 1.1. The runs' summaries also give the time their evaluations
+(``evaluation_seconds``: work the config asks for, 16 batches per run here) and checkpoint saves
+(``checkpoint_seconds``) took, so the table splits the rest of the sweep's wall time into them
+and the fixed cost (worker start, tracing, compilation or cache reads, first calls).
+Prints a markdown section for docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import argparse
 import os
 import platform
 import shutil
+import json
 import time
 from pathlib import Path
 
@@ -62,8 +67,12 @@ def measure(workdir: Path, steps: int, seeds: tuple[int, ...], parallel: int,
     assert set(mine["status"]) == {"completed"}, mine[["run_id", "status", "error"]]
     pure = float((mine["tokens"] / mine["tokens_per_s"]).sum())
     in_runs = float(mine["wall_seconds"].sum())
-    return {"runs": len(mine), "wall": wall, "pure": pure, "in_runs": in_runs,
-            "ratio": wall / pure}
+    summaries = [json.loads((workdir / "runs" / run_id / "summary.json").read_text())
+                 for run_id in mine["run_id"]]
+    evals = sum(s["evaluation_seconds"] for s in summaries)
+    saves = sum(s["checkpoint_seconds"] for s in summaries)
+    return {"runs": len(mine), "wall": wall, "pure": pure, "in_runs": in_runs, "evals": evals,
+            "saves": saves, "ratio": wall / pure}
 
 
 def main() -> None:
@@ -95,11 +104,14 @@ def main() -> None:
     # compile ahead (with it, the runs' own pure time absorbs part of the compilation).
     clean = {(r, name): m["pure"] for r, mode, name, m in rows if mode == "no compile ahead"}
     print("| round | workers | sweep | runs | sweep wall (s) | sum of runs' wall_seconds (s) | "
-          "sum of pure step time (s) | wall / pure | wall / pure without compile ahead |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "sum of pure step time (s) | evaluations (s) | checkpoint saves (s) | the rest (s) | "
+          "wall / pure | wall / (pure + evaluations) | wall / pure without compile ahead |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for round_, mode, name, m in rows:
+        rest = m["wall"] - m["pure"] - m["evals"] - m["saves"]
         print(f"| {round_} | {mode} | {name} | {m['runs']} | {m['wall']:.1f} | "
-              f"{m['in_runs']:.1f} | {m['pure']:.1f} | {m['ratio']:.3f} | "
+              f"{m['in_runs']:.1f} | {m['pure']:.1f} | {m['evals']:.1f} | {m['saves']:.1f} | "
+              f"{rest:.1f} | {m['ratio']:.3f} | {m['wall'] / (m['pure'] + m['evals']):.3f} | "
               f"{m['wall'] / clean[round_, name]:.3f} |")
 
 

@@ -75,6 +75,11 @@ def test_run_leaves_config_metrics_summary_checkpoints(trained):
     assert math.isfinite(summary["final_train_loss_smoothed"])
     assert summary["tokens_per_s"] > 0 and 0 < summary["mfu"] < 1
     assert summary["wall_seconds"] > 0
+    # wall time = compilation and init + timed steps + evaluations + checkpoint saves + the rest
+    timed_steps = summary["tokens"] / summary["tokens_per_s"]
+    assert summary["evaluation_seconds"] > 0 and summary["checkpoint_seconds"] > 0
+    assert (timed_steps + summary["evaluation_seconds"] + summary["checkpoint_seconds"]
+            < summary["wall_seconds"])
     assert summary["dataset"]["source"] == "pystdlib"
 
     lines = [json.loads(x) for x in (workdir / "metrics.jsonl").read_text().splitlines()]

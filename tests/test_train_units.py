@@ -23,6 +23,7 @@ from attnlab.train.checkpoint import (
     check_compatible,
     param_shapes,
 )
+from attnlab.train import metrics as metrics_lib
 from attnlab.train.metrics import MetricsWriter
 from attnlab.train.optimizer import make_optimizer
 from attnlab.train.sharding import check_batch_divides, mesh_shape, param_spec
@@ -203,3 +204,37 @@ def test_metrics_writer_quiet(tmp_path):
     writer.close()
     assert stream.getvalue() == ""
     assert (tmp_path / "metrics.jsonl").read_text().strip() == '{"step": 1, "loss": 2.0}'
+
+
+def test_throughput_leaves_out_the_first_step_and_paused_blocks_only(monkeypatch):
+    """Timed rate = counted steps' tokens / their seconds: the first (compiling) step and the
+    time inside ``paused()`` (evaluation, checkpoint saves; added up by name, across restarts)
+    are left out, while the step right after a pause is counted from the block's end."""
+    clock = [0.0]
+    monkeypatch.setattr(metrics_lib.time, "perf_counter", lambda: clock[0])
+    throughput = metrics_lib.Throughput(tokens_per_step=10)
+
+    def step(seconds):
+        clock[0] += seconds
+        throughput.step_done()
+
+    step(5.0)  # compiles: not counted
+    step(1.0)
+    step(1.0)
+    with throughput.paused("evaluation"):
+        clock[0] += 7.0
+    step(2.0)  # after the pause: counted, 2 s
+    assert throughput.rate() == pytest.approx(30 / 4.0)
+    with throughput.paused("checkpoints"):
+        clock[0] += 3.0
+    step(1.0)
+    assert throughput.rate() == pytest.approx(10 / 1.0)
+    assert throughput.mean_rate() == pytest.approx(40 / 5.0)
+    assert (throughput.tokens, throughput.seconds) == (40, pytest.approx(5.0))
+    assert throughput.paused_seconds == {"evaluation": pytest.approx(7.0),
+                                         "checkpoints": pytest.approx(3.0)}
+    carried = metrics_lib.Throughput(10, throughput.tokens, throughput.seconds,
+                                     throughput.paused_seconds)  # a restart, from the record
+    with carried.paused("evaluation"):
+        clock[0] += 1.0
+    assert carried.paused_seconds["evaluation"] == pytest.approx(8.0)

@@ -1,6 +1,6 @@
 """Launchers: who executes a sweep's runs.
 
-local  K long-lived worker processes (``attnlab.sweep.worker.main``), each training one run
+local  K long-lived worker processes (``attnlab.worker.main``), each training one run
        at a time in-process (with ``compile_ahead``, compiling the programs of the run it will
        train next meanwhile). JAX is imported once per worker; a worker that crashes (segfault,
        out-of-memory kill) costs only its current run, which is recorded as failed, and a
@@ -30,10 +30,10 @@ from typing import Callable
 from attnlab.errors import AttnlabError
 from attnlab.rundir import FAILED, LOG_FILE
 from attnlab.sweep.spec import Resources
-from attnlab.sweep.worker import execute_run, write_failure
+from attnlab.worker import execute_run, write_failure
 
 OnResult = Callable[[Path, dict], None]
-_WORKER_MAIN = "import sys; from attnlab.sweep.worker import main; sys.exit(main(sys.argv[1:]))"
+_WORKER_MAIN = "import sys; from attnlab.worker import main; sys.exit(main(sys.argv[1:]))"
 _INTERRUPTED = (-signal.SIGINT, -signal.SIGTERM, 128 + signal.SIGINT, 128 + signal.SIGTERM)
 STOP_GRACE_SECONDS = 10.0  # how long interrupted workers get to wind down before SIGKILL
 
@@ -70,17 +70,17 @@ def _describe_exit(returncode: int) -> str:
 
 
 class WorkerProcess:
-    """One ``attnlab.sweep.worker`` subprocess; executes runs one at a time."""
+    """One ``attnlab.worker`` subprocess; executes runs one at a time."""
 
     def __init__(self, *, cpus: list[int] | None, cache_dir: str, log_path: Path):
-        settings = {"parent_pid": os.getpid(), "cpus": cpus, "cache_dir": cache_dir}
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(log_path, "ab")
+        # The worker opens its log itself at its first request (see worker.main): it may be
+        # started before the sweep's directory exists.
+        settings = {"parent_pid": os.getpid(), "cpus": cpus, "cache_dir": cache_dir,
+                    "log_path": str(log_path)}
         self.process = subprocess.Popen(
             # -c rather than -m: the package imports the module, which -m would run twice.
             [sys.executable, "-c", _WORKER_MAIN, json.dumps(settings)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True,
-            bufsize=1)
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
 
     def execute(self, run_dir: Path, stopping: threading.Event | None = None,
                 upcoming: Path | None = None) -> dict:
@@ -115,13 +115,11 @@ class WorkerProcess:
             except (OSError, subprocess.TimeoutExpired):
                 self.process.kill()
                 self.process.wait()
-        self._log.close()
 
     def kill(self) -> None:
         if self.alive:
             self.process.kill()
             self.process.wait()
-        self._log.close()
 
     def interrupt(self) -> None:
         """Asks the worker to stop its run as Ctrl-C would (SIGINT: training raises
@@ -143,15 +141,26 @@ def cpu_slots(parallel: int) -> list[list[int] | None]:
             for i in range(parallel)]
 
 
+def start_workers(parallel: int, *, cache_dir: str, logs_dir: Path) -> list[WorkerProcess]:
+    """Starts ``parallel`` workers for :func:`run_local` (pinned as :func:`cpu_slots` says);
+    they import JAX and training while the caller goes on, and write nothing before their
+    first run."""
+    return [WorkerProcess(cpus=cpus, cache_dir=cache_dir, log_path=logs_dir / f"worker-{i}.log")
+            for i, cpus in enumerate(cpu_slots(parallel))]
+
+
 def run_local(run_dirs: list[Path], on_result: OnResult, *, parallel: int, cache_dir: str,
-              logs_dir: Path, compile_ahead: bool = False) -> None:
+              logs_dir: Path, compile_ahead: bool = False,
+              started: list[WorkerProcess] | None = None) -> None:
     """Executes the runs on ``parallel`` local worker processes (in the given order); with
-    ``compile_ahead`` each worker claims its next run early and compiles it meanwhile."""
+    ``compile_ahead`` each worker claims its next run early and compiles it meanwhile.
+    ``started``: workers from :func:`start_workers` (else each slot starts its own); every
+    worker is closed on return."""
     todo: queue.Queue[Path] = queue.Queue()
     for run_dir in run_dirs:
         todo.put(run_dir)
     lock = threading.Lock()
-    workers: list[WorkerProcess] = []
+    workers: list[WorkerProcess] = list(started or [])
     errors: list[BaseException] = []
     stop = threading.Event()
 
@@ -162,9 +171,10 @@ def run_local(run_dirs: list[Path], on_result: OnResult, *, parallel: int, cache
             return None
 
     def slot(index: int, cpus: list[int] | None) -> None:
-        # The worker is started from this thread: PR_SET_PDEATHSIG follows the thread that
-        # forked it, which lives until the worker is closed.
-        worker = None
+        # A replacement worker is started from this thread: PR_SET_PDEATHSIG follows the thread
+        # that forked it, which lives until the worker is closed.
+        worker = started[index] if started else None
+        ran = False
         try:
             run_dir = take()
             while run_dir is not None and not stop.is_set():
@@ -180,6 +190,7 @@ def run_local(run_dirs: list[Path], on_result: OnResult, *, parallel: int, cache
                         worker = WorkerProcess(cpus=cpus, cache_dir=cache_dir,
                                                log_path=logs_dir / f"worker-{index}.log")
                         workers.append(worker)
+                ran = True
                 result = worker.execute(run_dir, stop, upcoming)
                 with lock:
                     on_result(run_dir, result)
@@ -188,8 +199,10 @@ def run_local(run_dirs: list[Path], on_result: OnResult, *, parallel: int, cache
             stop.set()
             errors.append(e)
         finally:
-            if worker is not None:
+            if worker is not None and ran:
                 worker.close()
+            elif worker is not None:  # it never got a run: it may still be importing
+                worker.kill()
 
     threads = [threading.Thread(target=slot, args=(i, cpus), daemon=True)
                for i, cpus in enumerate(cpu_slots(parallel))]

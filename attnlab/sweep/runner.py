@@ -235,28 +235,39 @@ def run_sweep(spec: SweepSpec, workdir: str | os.PathLike, *, launcher: str = "l
         launchers.import_ray()
     workdir = Path(workdir).absolute()
     check_sweep_dir(workdir, spec.name)
-    if not allow_large:  # every run to do must fit, before anything is written or started
-        from attnlab.train.memory import check_training_fits
+    unfinished = [run for run in runs if rundir.run_status(
+        workdir / rundir.RUNS_DIR / run.run_id) != rundir.COMPLETED]
+    cache_dir = Path(cache_dir).absolute() if cache_dir else workdir / rundir.JAX_CACHE_DIR
+    # Started before the checks below, so that the workers' imports (JAX, orbax, TFDS: ~2 s)
+    # overlap them; a worker writes nothing before its first run, and is killed if the checks
+    # fail or nothing is left to run.
+    workers = (launchers.start_workers(parallel, cache_dir=str(cache_dir),
+                                       logs_dir=workdir / rundir.LOGS_DIR)
+               if launcher == "local" and unfinished else [])
+    try:
+        if not allow_large:  # every run to do must fit, before anything is written or started
+            from attnlab.train.memory import check_training_fits
 
-        for run in runs:
-            if rundir.run_status(workdir / rundir.RUNS_DIR / run.run_id) != rundir.COMPLETED:
+            for run in unfinished:
                 check_training_fits(run.cfg, where=f"run {run.run_id}: ")
-    budget_notes = check_data([run for run in runs if rundir.run_status(
-        workdir / rundir.RUNS_DIR / run.run_id) != rundir.COMPLETED])
-    workdir.mkdir(parents=True, exist_ok=True)
-    with sweep_lock(workdir):
-        return _run_sweep(spec, runs, workdir, budget_notes, launcher=launcher,
-                          parallel=parallel, retry_failed=retry_failed, progress=progress,
-                          ray_address=ray_address, cache_dir=cache_dir,
-                          compile_ahead=compile_ahead)
+        budget_notes = check_data(unfinished)
+        workdir.mkdir(parents=True, exist_ok=True)
+        with sweep_lock(workdir):
+            return _run_sweep(spec, runs, workdir, budget_notes, launcher=launcher,
+                              parallel=parallel, retry_failed=retry_failed, progress=progress,
+                              ray_address=ray_address, cache_dir=cache_dir,
+                              compile_ahead=compile_ahead, workers=workers)
+    finally:
+        for worker in workers:  # run_local closed those it used
+            worker.kill()
 
 
 def _run_sweep(spec: SweepSpec, runs: list[PlannedRun], workdir: Path, budget_notes: list[str],
                *, launcher: str, parallel: int, retry_failed: bool, progress: bool,
-               ray_address: str | None, cache_dir: str | os.PathLike | None,
-               compile_ahead: bool) -> pd.DataFrame:
-    """run_sweep's work once the directory is checked and locked."""
-    cache_dir = Path(cache_dir).absolute() if cache_dir else workdir / rundir.JAX_CACHE_DIR
+               ray_address: str | None, cache_dir: Path, compile_ahead: bool,
+               workers: list[launchers.WorkerProcess]) -> pd.DataFrame:
+    """run_sweep's work once the directory is checked and locked; ``workers``: the local
+    launcher's, already started."""
     cache_dir.mkdir(parents=True, exist_ok=True)
     run_dirs = prepare_run_dirs(spec, runs, workdir)
 
@@ -304,7 +315,8 @@ def _run_sweep(spec: SweepSpec, runs: list[PlannedRun], workdir: Path, budget_no
     try:
         if launcher == "local":
             launchers.run_local(todo, on_result, parallel=parallel, cache_dir=str(cache_dir),
-                                logs_dir=workdir / rundir.LOGS_DIR, compile_ahead=compile_ahead)
+                                logs_dir=workdir / rundir.LOGS_DIR, compile_ahead=compile_ahead,
+                                started=workers)
         else:
             launchers.run_ray(todo, on_result, resources=spec.resources,
                               cache_dir=str(cache_dir), address=ray_address)

@@ -6,12 +6,13 @@ a TTY (a log file, a sweep worker) it is one plain line per log step instead.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import sys
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Iterator, TextIO
 
 from tqdm.auto import tqdm
 
@@ -129,21 +130,25 @@ class MetricsWriter:
 
 class Throughput:
     """Training tokens per second, leaving out what is not a training step: compilation (the
-    first step of a process), evaluation and checkpointing (call :meth:`pause` after them).
+    first step of a process), evaluation and checkpointing (run them inside :meth:`paused`,
+    which adds up their seconds in ``paused_seconds``).
 
-    Totals carry over restarts (``tokens`` / ``seconds`` from the checkpoint record).
+    Totals carry over restarts (``tokens``, ``seconds``, ``paused_seconds`` from the checkpoint
+    record).
     """
 
-    def __init__(self, tokens_per_step: int, tokens: int = 0, seconds: float = 0.0):
+    def __init__(self, tokens_per_step: int, tokens: int = 0, seconds: float = 0.0,
+                 paused_seconds: dict[str, float] | None = None):
         self.tokens_per_step = tokens_per_step
         self.tokens, self.seconds = tokens, seconds
-        self._since: float | None = None  # end of the last step counted (None: clock stopped)
+        self.paused_seconds: dict[str, float] = dict(paused_seconds or {})  # by what ran
+        self._since: float | None = None  # end of the last step counted (None: not started)
         self._steps = 0  # steps finished since then
         self._window_tokens, self._window_seconds = 0, 0.0
 
     def step_done(self) -> None:
         """Call after each step has finished on the device."""
-        if self._since is None:  # this step's time held compilation or a pause: not counted
+        if self._since is None:  # the first step: its time held the compilation, not counted
             self._since = time.perf_counter()
         else:
             self._steps += 1
@@ -159,10 +164,21 @@ class Throughput:
         self._window_seconds += seconds
         self._since, self._steps = now, 0
 
-    def pause(self) -> None:
-        """Counts the steps so far, then stops the clock until the next step has finished."""
+    @contextlib.contextmanager
+    def paused(self, what: str) -> Iterator[None]:
+        """Counts the steps so far, leaves out the time spent inside the block (adding it to
+        ``paused_seconds[what]``), and counts the steps after it again from its end (the
+        block's device work has finished: evaluation reads its results back, a checkpoint save
+        copies the state off the device before returning; the save's background writes slow
+        the next steps, which are counted)."""
         self._fold()
         self._since, self._steps = None, 0
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._since = time.perf_counter()
+            self.paused_seconds[what] = self.paused_seconds.get(what, 0.0) + self._since - start
 
     def rate(self) -> float | None:
         """Tokens/s since the previous call (None if no step was timed)."""
