@@ -214,9 +214,9 @@ def run_sweep(spec: SweepSpec, workdir: str | os.PathLike, *, launcher: str = "l
       allow_large: skip the memory estimate (attnlab.train.memory) that refuses runs larger
         than the machine.
       compile_ahead: local launcher: each worker compiles its next run's programs in a thread
-        while the current run trains. Meant for accelerators, whose training leaves the host's
-        cores free for XLA's compilation; on a CPU that trains on every core it measured no
-        faster (docs/benchmarks.md), and it lowers the overlapped run's recorded tokens/s.
+        while the current run trains. Saves most of each new shape's compilation (on a 2-core
+        CPU: cold 200-step sweeps faster in 3 of 5 rounds, docs/benchmarks.md), but the
+        overlapped run's recorded tokens/s and MFU read low, so it is off by default.
 
     Raises:
       SweepSpecError / ConfigError: a bad spec, before anything is written or started.
