@@ -209,6 +209,13 @@ def test_a_bad_data_source_stops_the_sweep_before_any_run(tmp_path):
     assert not workdir.exists()  # nothing written, no run recorded as failed
     with pytest.raises(DataError, match="is empty"):  # the dry run checks it too
         dry_run(single_run_spec(source="text_files", path=str(empty)), workdir, probe="none")
+    # In-process: the worker started before the checks (to import meanwhile) is gone again.
+    with pytest.raises(DataError, match="is empty"):
+        run_sweep(single_run_spec(source="text_files", path=str(empty)), workdir, progress=False)
+    assert not workdir.exists()
+    workers = [p for p in psutil.Process().children(recursive=True)
+               if "attnlab.worker" in " ".join(p.cmdline())]
+    assert workers == []
 
 
 def test_runs_that_repeat_data_are_named_before_the_sweep(tmp_path):
