@@ -25,10 +25,10 @@ Prints a markdown section for docs/benchmarks.md.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import shutil
-import json
 import time
 from pathlib import Path
 

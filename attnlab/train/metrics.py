@@ -172,13 +172,15 @@ class Throughput:
         copies the state off the device before returning; the save's background writes slow
         the next steps, which are counted)."""
         self._fold()
-        self._since, self._steps = None, 0
+        running = self._since is not None  # else the next step is still the compiling one
         start = time.perf_counter()
         try:
             yield
         finally:
-            self._since = time.perf_counter()
-            self.paused_seconds[what] = self.paused_seconds.get(what, 0.0) + self._since - start
+            end = time.perf_counter()
+            self.paused_seconds[what] = self.paused_seconds.get(what, 0.0) + end - start
+            if running:
+                self._since = end
 
     def rate(self) -> float | None:
         """Tokens/s since the previous call (None if no step was timed)."""
