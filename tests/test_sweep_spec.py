@@ -324,6 +324,39 @@ def test_cli_dry_run_prints_the_plan(tmp_path):
     assert not (tmp_path / "w").exists()  # a dry run writes nothing
 
 
+
+def test_probe_estimate_interpolates_the_flop_rate_log_linearly():
+    from attnlab.sweep.probe import ProbePoint, estimate_seconds
+
+    runs = sorted(plan(load_spec("experiments/tiny_grid.py")),
+                  key=lambda r: r.flops_per_token["chinchilla"])
+    small, large = runs[0], runs[-1]
+    lo = ProbePoint("lo", small.flops_per_token["chinchilla"], tokens_per_s=4e4,
+                    overhead_seconds=1.0)
+    hi = ProbePoint("hi", large.flops_per_token["chinchilla"], tokens_per_s=1e4,
+                    overhead_seconds=1.0)
+
+    def work_tokens(run):  # training tokens plus evaluations at a third of a step's cost
+        t, d = run.cfg.train, run.cfg.data
+        evals = -(-run.steps // t.eval_every)
+        return run.tokens + evals * t.eval_batches * d.batch_size * d.seq_len / 3
+
+    # at a probed shape: that probe's own rate
+    assert estimate_seconds(small, [lo, hi]) == pytest.approx(work_tokens(small) / 4e4)
+    assert estimate_seconds(large, [lo, hi]) == pytest.approx(work_tokens(large) / 1e4)
+    # one probe: its FLOP rate for every shape
+    assert estimate_seconds(large, [lo]) == pytest.approx(
+        work_tokens(large) * hi.flops_per_token / lo.flops_per_s)
+    # halfway in log FLOPs per token: the geometric mean of the two FLOP rates
+    mid_fpt = math.sqrt(lo.flops_per_token * hi.flops_per_token)
+    mid = dataclasses.replace(small, flops_per_token={"chinchilla": mid_fpt})
+    assert estimate_seconds(mid, [lo, hi]) == pytest.approx(
+        work_tokens(small) * mid_fpt / math.sqrt(lo.flops_per_s * hi.flops_per_s))
+    # beyond the probes: flat at the nearer probe's FLOP rate
+    big = dataclasses.replace(large, flops_per_token={"chinchilla": 10 * hi.flops_per_token})
+    assert estimate_seconds(big, [lo, hi]) == pytest.approx(
+        work_tokens(large) * 10 * hi.flops_per_token / hi.flops_per_s)
+
 def test_base_may_be_a_config_file(tmp_path):
     experiment_file = tmp_path / "exp.py"
     experiment_file.write_text(
