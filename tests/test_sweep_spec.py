@@ -324,7 +324,6 @@ def test_cli_dry_run_prints_the_plan(tmp_path):
     assert not (tmp_path / "w").exists()  # a dry run writes nothing
 
 
-
 def test_probe_estimate_interpolates_the_flop_rate_log_linearly():
     from attnlab.sweep.probe import ProbePoint, estimate_seconds
 
@@ -356,6 +355,7 @@ def test_probe_estimate_interpolates_the_flop_rate_log_linearly():
     big = dataclasses.replace(large, flops_per_token={"chinchilla": 10 * hi.flops_per_token})
     assert estimate_seconds(big, [lo, hi]) == pytest.approx(
         work_tokens(large) * 10 * hi.flops_per_token / hi.flops_per_s)
+
 
 def test_base_may_be_a_config_file(tmp_path):
     experiment_file = tmp_path / "exp.py"
