@@ -1,16 +1,16 @@
-"""Typed, validated configuration.
+"""Typed configuration: the leaf every package reads.
 
 Users write `ml_collections.ConfigDict`s (``configs/*.py`` each define ``get_config()``, overridden
 from the command line as ``--config.model.n_layers=4``). The dict is converted exactly once, by
-:func:`from_config_dict`, into the frozen dataclasses below. Each dataclass validates itself when
-it is built (``__post_init__``, so also after ``dataclasses.replace``), and :class:`Config` checks
-the rules between sections: a config that exists is valid, and no module re-validates it.
-Every module receives these dataclasses, never the raw dict.
+:func:`from_config_dict`, into the frozen dataclasses below. Each dataclass checks its own fields
+when it is built (``__post_init__``, so also after ``dataclasses.replace``): types, ranges, the
+rules between fields of one section that need no knowledge of the model's parts.
 
-The model section, :class:`ModelConfig`, is the model's own (``attnlab/model/config.py``, re-exported
-here), so the model never imports this module; ``model.pos_encoding`` is a key of the encoding
-registry (``attnlab.model.positions.ENCODINGS``), and each encoding validates its own constraints
-and says how many positions it can represent.
+Which parts a model is made of (the encoding, each layer's mixer, the FFN, the block kind, the
+mask, the objective), and every rule between those parts, is decided once by
+``attnlab.model.architecture.resolve``; ``attnlab.model.architecture.check`` adds the rules
+between the model and the data and train sections. Entry points call it before anything is
+compiled. This module imports nothing of the model (nor JAX): data, sweeps and results read it.
 """
 
 from __future__ import annotations
@@ -22,16 +22,81 @@ from typing import Any, Mapping
 import ml_collections
 
 from attnlab.errors import ConfigError
-from attnlab.model.config import ModelConfig, check_choice, check_positive, validate_model
-from attnlab.model.objectives import objective_for
-from attnlab.model.positions import encoding_for
 
 __all__ = ["Config", "DataConfig", "ModelConfig", "TrainConfig", "base_config_dict",
            "from_config_dict", "validate_data", "validate_model", "validate_train"]
 
+DTYPES = ("float32", "bfloat16")
+
 SCHEDULES = ("cosine", "noam", "wsd", "constant")
 TOKENIZERS = ("byte", "bpe")
 DATA_SOURCES = ("pystdlib", "text_files", "markov")  # plus "tfds:<name>/<feature>"
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Shape and architecture of the Transformer (decoder, encoder or encoder-decoder:
+    ``objective``). The string fields name parts in the model's registries
+    (``attnlab/model/architecture.py``), which check them when the model is resolved."""
+
+    vocab_size: int = 256
+    d_model: int = 128
+    n_layers: int = 4
+    n_heads: int = 4
+    n_kv_heads: int | None = None  # None -> n_heads (MHA); 1 -> MQA; in between -> GQA
+    d_ff: int | None = None  # None -> the FFN kind's default width (4 d; SwiGLU 8/3 d)
+    max_len: int = 256  # rows of the learned position table; other encodings ignore it
+    pos_encoding: str = "rope"
+    rope_theta: float = 10000.0
+    norm: str = "layernorm"
+    norm_position: str = "pre"  # the block kind: pre | post (nGPT: model.ngpt)
+    norm_eps: float = 1e-5
+    ffn: str = "gelu"
+    tie_embeddings: bool = True
+    qk_norm: bool = False
+    attention_impl: str = "einsum"
+    attention_chunk: int = 0  # query-block size for memory-linear attention; 0 -> one block
+    dropout: float = 0.0
+    dtype: str = "float32"  # compute dtype; parameters are always float32
+    init_std: float = 0.02
+    # Attention variants; the defaults reproduce the models made before them.
+    t5_num_buckets: int = 32  # pos_encoding="t5": buckets of the relative bias (Raffel et al.)
+    t5_max_distance: int = 128  # distances >= this share the last bucket
+    t5_per_layer: bool = False  # False: one bias table shared by all layers (as in T5)
+    rope_scaling: str = "none"  # RoPE frequencies: none | pi | yarn (set by attnlab extrapolate)
+    rope_factor: float = 1.0  # s of rope_scaling (evaluation length / training length)
+    rope_original_len: int = 0  # YaRN: the training context L its ramp is relative to
+    attention_scale: str = "rsqrt"  # rsqrt (1/sqrt(d_k)) | mup (1/d_k) | none | learned | cosine
+    cosine_tau_init: float = 10.0  # attention_scale="cosine": initial temperature tau
+    attention_window: int = 0  # sliding-window attention: keys i-w+1..i; 0 -> full causal
+    attention_global_tokens: int = 0  # with a window: the first n tokens stay visible to all
+    attention_mask: str = "causal"  # the decoder's mask; a positive attention_window: sliding_window
+    # Sequence mixers; the defaults are softmax attention.
+    mixer: str = "softmax"  # softmax | linear (elu+1) | performer (FAVOR+) | mamba
+    attention_every: int = 0  # hybrid: layers k-1, 2k-1, ... are softmax attention; 0 -> none
+    mixer_features: int = 64  # performer: random features m per head
+    mixer_chunk: int = 64  # linear / performer: tokens per chunk of the causal prefix sum
+    ssm_state: int = 16  # mamba: N, states per channel
+    ssm_expand: int = 2  # mamba: E = ssm_expand * d_model channels
+    ssm_conv: int = 4  # mamba: causal depthwise conv kernel
+    ngpt: bool = False  # nGPT blocks (Loshchilov et al. 2024): everything on the unit sphere
+    # clm (causal decoder) | mlm (BERT encoder) | span (T5 encoder-decoder)
+    objective: str = "clm"
+    # Implementation choices; the defaults are the models made before them.
+    linear_bias: bool = False  # biases on the attention and FFN projections (GPT-2 style)
+    scan_layers: bool = False  # layers as one stacked module run by a scan: compile flat in depth
+    remat: str = "none"  # rematerialise each layer in the backward pass: none | full | save_dots
+
+    def __post_init__(self):
+        validate_model(self)
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,8 +150,8 @@ class TrainConfig:
     coordinator_address: str = ""
     num_processes: int = 1
     process_id: int = 0
-    # Issue #16: also score the validation windows' T5 noise spans with every objective in its
-    # own way (bits per token; attnlab/model/objectives.py Objective.span_scores).
+    # Also score the validation windows' T5 noise spans with every objective in its own way
+    # (bits per token; attnlab/model/objectives.py Objective.span_scores).
     eval_masked_spans: bool = False
 
     def __post_init__(self):
@@ -176,41 +241,52 @@ def without_new_defaults(raw: Mapping[str, Any]) -> dict[str, Any]:
 _SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
 
 
-def _build_section(cls, values: Mapping[str, Any], section: str):
+def build_dataclass(cls, values: Mapping[str, Any], path: str, *, error=ConfigError):
+    """``cls(**values)`` from a section of a config file: unknown keys, missing required keys
+    and values of the wrong type raise ``error`` naming ``<path>.<key>``; the dataclass's own
+    checks (``__post_init__``) run as it is built. Config sections and sweep specs share it."""
     known = {f.name: f for f in dataclasses.fields(cls)}
     kwargs = {}
     for key, value in values.items():
         if key not in known:
-            raise ConfigError(
-                f"{section}.{key}", f"unknown key; valid keys are {', '.join(sorted(known))}"
-            )
-        kwargs[key] = _coerce(value, known[key], f"{section}.{key}")
+            raise error(f"{path}.{key}", f"unknown key; valid keys are {', '.join(sorted(known))}")
+        kwargs[key] = coerce(value, known[key], f"{path}.{key}", error=error)
+    for name, f in known.items():
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if required and name not in kwargs:
+            raise error(f"{path}.{name}", "missing: a required key")
     return cls(**kwargs)
 
 
-def _coerce(value: Any, field: dataclasses.Field, path: str) -> Any:
-    """Checks the value's type against the dataclass annotation (ints may stand for floats)."""
+def coerce(value: Any, field: dataclasses.Field, path: str, *, error=ConfigError) -> Any:
+    """``value`` as the type of ``field``'s annotation (an int may stand for a float; a list for
+    a tuple), or ``error`` naming ``path``. ``dataclasses.replace`` checks no types, so values
+    that reach a config any other way (a sweep's axes) pass through here too."""
     annotation = str(field.type)
     if value is None:
         if "None" not in annotation:
-            raise ConfigError(path, "must not be None")
+            raise error(path, "must not be None")
         return None
     if annotation.startswith("bool"):
         if not isinstance(value, bool):
-            raise ConfigError(path, f"expected true/false, got {value!r}")
+            raise error(path, f"expected true/false, got {value!r}")
         return value
     if annotation.startswith("int"):
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(path, f"expected an integer, got {value!r}")
+            raise error(path, f"expected an integer, got {value!r}")
         return int(value)
     if annotation.startswith("float"):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(path, f"expected a number, got {value!r}")
+            raise error(path, f"expected a number, got {value!r}")
         return float(value)
     if annotation.startswith("str"):
         if not isinstance(value, str):
-            raise ConfigError(path, f"expected a string, got {value!r}")
+            raise error(path, f"expected a string, got {value!r}")
         return value
+    if annotation.startswith("tuple"):
+        if not isinstance(value, (tuple, list)):
+            raise error(path, f"expected a tuple, got {value!r}")
+        return tuple(value)
     return value
 
 
@@ -230,8 +306,58 @@ def from_config_dict(config: ml_collections.ConfigDict | Mapping[str, Any]) -> C
         values = raw.get(section, {}) or {}
         if not isinstance(values, Mapping):
             raise ConfigError(section, f"expected a section of keys, got {values!r}")
-        sections[section] = _build_section(cls, values, section)
+        sections[section] = build_dataclass(cls, values, section)
     return Config(name=str(raw.get("name", "run")), **sections)
+
+
+def check_choice(path: str, value: str, valid: tuple[str, ...]) -> None:
+    if value not in valid:
+        raise ConfigError(path, f"unknown value {value!r}; valid values are {', '.join(valid)}")
+
+
+def check_positive(path: str, value: float) -> None:
+    if value <= 0:
+        raise ConfigError(path, f"must be positive, got {value}")
+
+
+def validate_model(m: ModelConfig) -> None:
+    """The model section's own fields (the parts they name are checked by ``resolve``); raises
+    ConfigError on the first bad one."""
+    for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_len"):
+        check_positive(f"model.{name}", getattr(m, name))
+    check_choice("model.dtype", m.dtype, DTYPES)
+    if m.d_model % m.n_heads:
+        raise ConfigError(
+            "model.d_model", f"{m.d_model} is not divisible by model.n_heads={m.n_heads}"
+        )
+    if m.n_kv_heads is not None:
+        check_positive("model.n_kv_heads", m.n_kv_heads)
+        if m.n_heads % m.n_kv_heads:
+            raise ConfigError(
+                "model.n_heads",
+                f"{m.n_heads} is not divisible by model.n_kv_heads={m.n_kv_heads}",
+            )
+    if m.d_ff is not None:
+        check_positive("model.d_ff", m.d_ff)
+    for name in ("rope_theta", "norm_eps", "init_std"):
+        check_positive(f"model.{name}", getattr(m, name))
+    if m.attention_chunk < 0:
+        raise ConfigError("model.attention_chunk", f"must be >= 0, got {m.attention_chunk}")
+    if not 0.0 <= m.dropout < 1.0:
+        raise ConfigError("model.dropout", f"must be in [0, 1), got {m.dropout}")
+    if m.attention_window < 0:
+        raise ConfigError("model.attention_window",
+                          f"must be >= 1 (0 = full causal attention), got {m.attention_window}")
+    if m.attention_global_tokens < 0:
+        raise ConfigError("model.attention_global_tokens",
+                          f"must be >= 0, got {m.attention_global_tokens}")
+    if m.attention_global_tokens and not m.attention_window:
+        raise ConfigError("model.attention_global_tokens",
+                          "global tokens need a sliding window (model.attention_window >= 1)")
+    if not 0 <= m.attention_every <= m.n_layers:
+        raise ConfigError("model.attention_every",
+                          f"must be in [0, model.n_layers={m.n_layers}], got "
+                          f"{m.attention_every}")
 
 
 def validate_data(d: DataConfig) -> None:
@@ -270,39 +396,15 @@ def validate_train(t: TrainConfig) -> None:
 
 
 def validate_sections(cfg: Config) -> None:
-    """The rules between sections (each section has validated itself when it was built)."""
+    """The rules between sections that need no knowledge of the model's parts (those that do are
+    ``attnlab.model.architecture.check``'s)."""
     if cfg.data.batch_size % cfg.train.grad_accum:
         raise ConfigError(
             "train.grad_accum",
             f"data.batch_size={cfg.data.batch_size} is not divisible by grad_accum={cfg.train.grad_accum}",
         )
-    encoding = encoding_for(cfg.model)
-    limit = encoding.max_positions()
-    if limit is not None and cfg.data.seq_len > limit:
-        raise ConfigError(
-            "data.seq_len",
-            f"{cfg.data.seq_len} exceeds the {limit} positions of the {encoding.range_name}",
-        )
-    if cfg.model.attention_window > cfg.data.seq_len:
-        raise ConfigError(
-            "model.attention_window",
-            f"{cfg.model.attention_window} is longer than the training context data.seq_len="
-            f"{cfg.data.seq_len}: it would train full attention (0 = full causal attention)",
-        )
-    if cfg.model.ngpt and (cfg.train.weight_decay or cfg.train.warmup_steps):
-        name = "train.weight_decay" if cfg.train.weight_decay else "train.warmup_steps"
-        raise ConfigError(name, "nGPT trains without weight decay or warmup (Loshchilov et al. "
-                                "2024): set train.weight_decay=0 and train.warmup_steps=0")
     if cfg.data.tokenizer == "byte" and cfg.model.vocab_size < 256:
         raise ConfigError("model.vocab_size", f"the byte tokenizer needs >= 256, got {cfg.model.vocab_size}")
-    if objective_for(cfg.model).uses_mask:
-        # [MASK] is the model's last id (model.vocab_size - 1): it must lie past every token id.
-        ids = 256 if cfg.data.tokenizer == "byte" else cfg.data.bpe_vocab_size
-        if cfg.data.source != "markov" and cfg.model.vocab_size <= ids:
-            raise ConfigError("model.vocab_size",
-                              f"model.objective={cfg.model.objective} needs a [MASK] id after the "
-                              f"{cfg.data.tokenizer} tokenizer's {ids} ids: set model.vocab_size "
-                              f">= {ids + 1}, got {cfg.model.vocab_size}")
 
 
 def base_config_dict() -> ml_collections.ConfigDict:

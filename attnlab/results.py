@@ -31,6 +31,7 @@ from typing import Any
 
 import pandas as pd
 
+from attnlab.config import ModelConfig
 from attnlab.errors import AttnlabError
 from attnlab.rundir import (CSV_FILE, DIVERGED, FAILED, FAILURE_FILE, FINAL_STATUSES,
                             METRICS_FILE, RUN_FILE, RUNS_DIR, SUMMARY_FILE, TABLE_FILE,
@@ -38,7 +39,7 @@ from attnlab.rundir import (CSV_FILE, DIVERGED, FAILED, FAILURE_FILE, FINAL_STAT
 
 _LEADING = ["run_id", "status", "sweep", "mode", "budget"]
 OBJECTIVE_COLUMN = "model.objective"
-DEFAULT_OBJECTIVE = "clm"  # ModelConfig().objective, spelled out: this module imports no JAX
+DEFAULT_OBJECTIVE = ModelConfig().objective
 _TRAILING = ["params", "non_embedding_params", "embedding_params", "tokens", "steps",
              "total_steps", "flops", "flops_chinchilla", "final_val_loss", "best_val_loss",
              "final_train_loss", "wall_seconds", "tokens_per_s", "mfu", "error"]
@@ -68,7 +69,7 @@ def run_row(run_dir: str | Path) -> dict[str, Any]:
     if planned.get("budget") is not None:
         row["budget"] = float(planned["budget"])
     row.update(planned.get("axes", {}))
-    # The training objective (issue #16), always recorded so that `attnlab fit
+    # The training objective, always recorded so that `attnlab fit
     # --by=model.objective` groups decoder, encoder and encoder-decoder runs.
     model = (planned.get("config") or {}).get("model") or {}
     row.setdefault(OBJECTIVE_COLUMN, model.get("objective", DEFAULT_OBJECTIVE))
@@ -90,7 +91,7 @@ def run_row(run_dir: str | Path) -> dict[str, Any]:
         row["flops_chinchilla"] = per_token.get("chinchilla", math.nan) * tokens
     for key in ("final_val_loss", "best_val_loss", "wall_seconds", "tokens_per_s", "mfu"):
         row[key] = summary.get(key)
-    if "final_val_span_bits" in summary:  # train.eval_masked_spans (issue #16)
+    if "final_val_span_bits" in summary:  # train.eval_masked_spans
         row["val_span_bits"] = summary["final_val_span_bits"]
     row["final_train_loss"] = summary.get("final_train_loss_smoothed",
                                           summary.get("final_train_loss"))

@@ -8,7 +8,7 @@ output to ``run_dir/train.log``. A lock file keeps two processes off one run.
 local launcher, so that JAX is imported once per worker rather than once per run. It reads one
 JSON request per line on stdin, ``{"run": run_dir, "next": run_dir or null}``, and answers one
 JSON line per run on stdout. While it trains ``run`` it compiles ``next``'s programs in a thread
-(:func:`attnlab.train.precompile`, the sweep's ``compile_ahead``). It dies with its
+(:meth:`attnlab.train.ProgramCache.precompile`, the sweep's ``compile_ahead``). It dies with its
 parent (Linux ``PR_SET_PDEATHSIG``), so killing a sweep with SIGKILL stops its training too.
 
 It lives outside ``attnlab.sweep`` so that a worker process imports only what training needs
@@ -94,8 +94,10 @@ def write_failure(run_dir: Path, error: str, details: str = "") -> None:
         "status": rundir.FAILED, "error": error, "details": details, "time": time.time()})
 
 
-def execute_run(run_dir: str | os.PathLike, cache_dir: str | None = None) -> dict:
-    """Trains (or resumes) the run in ``run_dir`` in this process.
+def execute_run(run_dir: str | os.PathLike, cache_dir: str | None = None,
+                programs=None) -> dict:
+    """Trains (or resumes) the run in ``run_dir`` in this process, taking its compiled programs
+    from ``programs`` (an :class:`attnlab.train.ProgramCache`) when given.
 
     Returns:
       {'run_id', 'status', 'error', 'seconds'}: status is the summary's (completed / diverged),
@@ -122,7 +124,8 @@ def execute_run(run_dir: str | os.PathLike, cache_dir: str | None = None) -> dic
                     raise FileNotFoundError(f"{run_dir / RUN_FILE} is missing or unreadable")
                 cfg = from_config_dict(planned["config"])
                 # allow_large: the sweep checked every run's memory before starting
-                summary = train.run(cfg, run_dir, progress=True, allow_large=True)
+                summary = train.run(cfg, run_dir, progress=True, allow_large=True,
+                                    programs=programs)
                 status, error = summary["status"], summary.get("error")
             except Exception as e:  # noqa: BLE001 - any failure is recorded with the run
                 status, error = rundir.FAILED, f"{type(e).__name__}: {e}"
@@ -132,19 +135,17 @@ def execute_run(run_dir: str | os.PathLike, cache_dir: str | None = None) -> dic
             "seconds": time.perf_counter() - start}
 
 
-def precompile_run(run_dir: str | os.PathLike) -> str:
-    """Compiles the programs of the run planned in ``run_dir`` (:func:`attnlab.train.precompile`)
-    and returns a line for the worker's log. Writes nothing; a problem with the run is left for
-    its execution to report."""
-    from attnlab import train  # as in execute_run
-
+def precompile_run(run_dir: str | os.PathLike, programs) -> str:
+    """Compiles the programs of the run planned in ``run_dir`` into ``programs`` (an
+    :class:`attnlab.train.ProgramCache`) and returns a line for the worker's log. Writes
+    nothing; a problem with the run is left for its execution to report."""
     name = Path(run_dir).name
     planned = rundir.read_json_or_none(Path(run_dir) / RUN_FILE)
     if planned is None:
         return f"{name}: nothing compiled ahead (no readable {RUN_FILE})"
     start = time.perf_counter()
     try:
-        train.precompile(from_config_dict(planned["config"]))
+        programs.precompile(from_config_dict(planned["config"]))
     except Exception as e:  # noqa: BLE001 - executing the run raises it again, with the run
         return f"{name}: nothing compiled ahead ({type(e).__name__}: {e})"
     return f"{name}: programs compiled ahead in {time.perf_counter() - start:.1f} s"
@@ -193,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     ahead = None  # the thread compiling the next run's programs
     try:
         # Training's imports (orbax, TFDS: ~0.6 s) while the sweep checks its runs.
-        from attnlab import train  # noqa: F401
+        from attnlab import train
+        programs = train.ProgramCache()  # runs of one shape share their compiled programs
         for line in sys.stdin:
             if not line.strip():
                 continue
@@ -207,10 +209,10 @@ def main(argv: list[str] | None = None) -> int:
             ahead = None
             if request.get("next"):
                 ahead = threading.Thread(
-                    target=lambda upcoming: log.write(precompile_run(upcoming) + "\n"),
+                    target=lambda upcoming: log.write(precompile_run(upcoming, programs) + "\n"),
                     args=(request["next"],), name="precompile", daemon=True)
                 ahead.start()
-            result = execute_run(request["run"], settings.get("cache_dir"))
+            result = execute_run(request["run"], settings.get("cache_dir"), programs)
             answers.write(json.dumps(result) + "\n")
     except KeyboardInterrupt:
         if log is not None:  # else it was still waiting for its first run

@@ -30,9 +30,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from attnlab.model.attention import CausalSelfAttention, attention_weights
-from attnlab.model.config import ModelConfig
-from attnlab.model.scales import SCALES
+from attnlab.config import ModelConfig
+from attnlab.model import attention_weights, resolve
 
 HEAD_DIMS = (16, 32, 64, 128, 256)
 HEADS = 4
@@ -46,20 +45,25 @@ def row_statistics(probs: jax.Array) -> tuple[float, float]:
 
 
 def weights(cfg: ModelConfig, q, k, params) -> jax.Array:
-    q, k, scale = SCALES[cfg.attention_scale](cfg).apply(q, k, params)
+    q, k, scale = resolve(cfg).score_scale.apply(q, k, params)
     return attention_weights(q, k, scale=scale, mask=None)
+
+
+def attention_layer(cfg: ModelConfig, seed: int) -> nnx.Module:
+    """The first layer's softmax attention, built as the model builds it."""
+    return resolve(cfg).stack.mixers[0].build(nnx.Rngs(params=seed))
 
 
 def unit_rows(cfg: ModelConfig, keys: int, seed: int) -> jax.Array:
     shape = (1, keys, HEADS, cfg.head_dim)
     q = jax.random.normal(jax.random.key(2 * seed), shape)
     k = jax.random.normal(jax.random.key(2 * seed + 1), shape)
-    layer = CausalSelfAttention(cfg, rngs=nnx.Rngs(params=seed))
+    layer = attention_layer(cfg, seed)
     return weights(cfg, q, k, layer.temperature)
 
 
 def model_rows(cfg: ModelConfig, keys: int, seed: int) -> jax.Array:
-    layer = CausalSelfAttention(cfg, rngs=nnx.Rngs(params=seed))
+    layer = attention_layer(cfg, seed)
     x = jax.random.normal(jax.random.key(seed + 1000), (1, keys, cfg.d_model))
     q = layer.q_proj(x).reshape(1, keys, HEADS, cfg.head_dim)
     k = layer.k_proj(x).reshape(1, keys, HEADS, cfg.head_dim)

@@ -10,7 +10,7 @@ Compile: ``jax.jit(make_train_step(...)).lower(abstract state, batch)`` (trace, 
 learned positions, GELU, pre-LN, head_dim 64, batch 8 x seq 128, AdamW + clipping: the
 optimizer is part of the step). Nothing is executed, so parameters stay abstract. Repeated
 ``--rounds`` times in one process (new configs each round miss jax's caches: each
-``init_model`` is a new graphdef), medians reported. Issue #19's target: with scan, 48 layers
+``init_model`` is a new graphdef), medians reported. The target: with scan, 48 layers
 compile within 1.5x of 12.
 
 ``--step-time``: per-step seconds of the compiled steps, unrolled and scanned, at the three

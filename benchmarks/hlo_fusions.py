@@ -1,5 +1,5 @@
 """Fusion counts of the optimized HLO of attnlab's train step against the naive-JAX step of
-benchmarks/peer_pytorch.py (issue #19: the backward pass's copy/transpose fusions).
+benchmarks/peer_pytorch.py (the backward pass's copy/transpose fusions).
 
     .venv/bin/python benchmarks/hlo_fusions.py [--shapes 128,2,32,128 ...] [--variants default,bias]
         [--dump DIR]

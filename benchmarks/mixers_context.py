@@ -13,7 +13,7 @@ and does not depend on what else runs on the machine; settings whose buffers exc
 
 Mixers: softmax (einsum path, the full ``[heads, T, T]`` scores), linear attention (elu+1, chunk
 64), Performer (m = 64, chunk 64), Mamba (E = 2 d, N = 16), and sliding-window softmax
-(``model.attention_window = 256``) when the config has that field (issue #14).
+(``model.attention_window = 256``) when the config has that field.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ The model, for all three (GPT-2 / nanoGPT shape; Radford et al. 2019, Vaswani et
 The peers have linear biases (as GPT-2 and nanoGPT); attnlab runs as configured (``--variants``:
 ``default`` = attnlab's bias-free model, ``bias`` = ``model.linear_bias=True``, the same model
 as the peers; ``autodiff_norm`` / ``bias_autodiff_norm``: the same with the norms left to
-autodiff, attnlab before issue #19). Timing: for each shape, ``--rounds`` rounds; in each round every contestant runs
+autodiff, attnlab's first norms). Timing: for each shape, ``--rounds`` rounds; in each round every contestant runs
 one block of ``--steps`` steps (after warm-up), in a fixed order, so that load changes hit all
 of them alike; medians over rounds of tokens/s, and ratios of the medians. ``os.getloadavg()``
 is printed per round: numbers taken at a load above the core count mislead (PyTorch's
@@ -105,7 +105,7 @@ def _autodiff_rms(x, eps):
 
 @contextlib.contextmanager
 def autodiff_norms(enabled: bool):
-    """While tracing: attnlab's norms differentiated by autodiff (attnlab before issue #19),
+    """While tracing: attnlab's norms differentiated by autodiff (attnlab's first norms),
     not by their custom VJPs (``attnlab.model.layers.standardize`` / ``rms_normalize``)."""
     saved = model_layers.standardize, model_layers.rms_normalize
     if enabled:
@@ -315,7 +315,7 @@ def main():
     parser.add_argument("--variants", default="default,bias",
                         help="attnlab models, comma-separated: default (bias-free), bias "
                              "(model.linear_bias), autodiff_norm / bias_autodiff_norm (norms "
-                             "differentiated by autodiff: attnlab before issue #19), rmsnorm")
+                             "differentiated by autodiff, attnlab's first norms), rmsnorm")
     parser.add_argument("--no-torch", action="store_true", help="skip the PyTorch column")
     args = parser.parse_args()
     use_torch = torch is not None and not args.no_torch

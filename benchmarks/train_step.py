@@ -28,7 +28,7 @@ from attnlab.train.optimizer import make_optimizer
 from attnlab.train.state import init_train_state
 from attnlab.train.step import make_train_step, mean_loss
 
-# (d_model, n_layers, batch, seq_len), from the issue
+# (d_model, n_layers, batch, seq_len), the shapes the CPU step is measured at
 SHAPES = ((128, 2, 32, 128), (256, 4, 16, 256), (384, 6, 8, 256))
 
 

@@ -1,4 +1,4 @@
-"""The architecture scaling study (issue #17): one IsoFLOP ladder per sequence mixer, one law each.
+"""The architecture scaling study: one IsoFLOP ladder per sequence mixer, one law each.
 
     attnlab quickstart --config=experiments/architectures.py --workdir=sweeps/architectures
     attnlab sweep --config=experiments/architectures.py --workdir=sweeps/architectures --dry-run

@@ -1,4 +1,4 @@
-"""GPT vs BERT vs T5 (issue #16): a causal decoder (next-token), a bidirectional encoder (masked
+"""GPT vs BERT vs T5: a causal decoder (next-token), a bidirectional encoder (masked
 LM, Devlin et al. 2019) and an encoder-decoder (span corruption, Raffel et al. 2020) on the same
 data, at the same compute, with one IsoFLOP ladder each.
 

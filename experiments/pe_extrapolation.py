@@ -65,7 +65,7 @@ def get_config(scale: str = "cpu") -> ConfigDict:
     sweep.mode = "grid"
     sweep.axes = ConfigDict()
     # Every encoding with full causal attention (0) and with a sliding window of L_train / 4
-    # (a baseline that never sees a relative distance beyond w; issue #14). The window-0 runs
+    # (a baseline that never sees a relative distance beyond w). The window-0 runs
     # keep the ids they had before the window axis existed.
     window = base.data.seq_len // 4
     sweep.axes.model = ConfigDict(

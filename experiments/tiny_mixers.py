@@ -1,4 +1,4 @@
-"""A tiny sweep over the sequence mixer (issue #15): softmax, linear (elu+1), Performer and Mamba,
+"""A tiny sweep over the sequence mixer: softmax, linear (elu+1), Performer and Mamba,
 one shape, 12 steps each; used by the tests (hybrids: ``model.attention_every``, see
 tests/test_mixers_train.py).
 

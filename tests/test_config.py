@@ -9,6 +9,7 @@ from attnlab import cli
 from attnlab.cli_flags import Flag, UsageError, parse
 from attnlab.config import Config, ModelConfig, base_config_dict, from_config_dict
 from attnlab.errors import ConfigError
+from attnlab.model import check, resolve
 
 
 def _config(**sections):
@@ -29,9 +30,9 @@ def test_defaults_round_trip_through_json():
 def test_derived_sizes():
     m = ModelConfig(d_model=96, n_heads=6, n_kv_heads=2, ffn="swiglu")
     assert m.head_dim == 16 and m.kv_heads == 2
-    assert m.ffn_dim == 256  # 8/3 * 96 = 256, already a multiple of 8
-    assert dataclasses.replace(m, ffn="gelu").ffn_dim == 384
-    assert dataclasses.replace(m, d_ff=100).ffn_dim == 100
+    assert resolve(m).ffn.width == 256  # 8/3 * 96 = 256, already a multiple of 8
+    assert resolve(dataclasses.replace(m, ffn="gelu")).ffn.width == 384
+    assert resolve(dataclasses.replace(m, d_ff=100)).ffn.width == 100
 
 
 @pytest.mark.parametrize(
@@ -57,7 +58,7 @@ def test_derived_sizes():
 )
 def test_each_config_error_names_its_field(sections, field, words):
     with pytest.raises(ConfigError) as info:
-        from_config_dict(_config(**sections))
+        check(from_config_dict(_config(**sections)))
     assert info.value.field == field
     assert words in str(info.value)
     assert str(info.value).startswith(f"config.{field}:")
@@ -107,7 +108,7 @@ def test_shipped_configs_validate():
         spec = importlib.util.spec_from_file_location(path.stem, path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-        from_config_dict(module.get_config())
+        check(from_config_dict(module.get_config()))
 
 
 def test_cli_help_and_unknown_command(capsys):
@@ -132,8 +133,10 @@ def test_configs_validate_when_built_and_when_replaced():
     with pytest.raises(ConfigError, match="must be positive") as info:
         ModelConfig(n_layers=0)
     assert info.value.field == "model.n_layers"
+    # A part's name is checked where the parts live (the config is a leaf that knows none).
+    bad_norm = dataclasses.replace(ModelConfig(), norm="batchnorm")
     with pytest.raises(ConfigError) as info:
-        dataclasses.replace(ModelConfig(), norm="batchnorm")
+        resolve(bad_norm)
     assert info.value.field == "model.norm"
     with pytest.raises(ConfigError) as info:
         DataConfig(source="text_files")
@@ -141,14 +144,16 @@ def test_configs_validate_when_built_and_when_replaced():
     with pytest.raises(ConfigError) as info:
         TrainConfig(schedule="linear")
     assert info.value.field == "train.schedule"
-    # Rules between sections belong to Config: each section alone is fine.
+    # Rules between the model and the other sections belong to attnlab.model.check: each
+    # section alone is fine.
     learned = ModelConfig(pos_encoding="learned", max_len=64)
     with pytest.raises(ConfigError, match="learned position table") as info:
-        Config(model=learned)  # data.seq_len defaults to 128
+        check(Config(model=learned))  # data.seq_len defaults to 128
     assert info.value.field == "data.seq_len"
     cfg = Config(model=learned, data=DataConfig(seq_len=64))
+    check(cfg)
     with pytest.raises(ConfigError) as info:
-        dataclasses.replace(cfg, data=DataConfig(seq_len=65))
+        check(dataclasses.replace(cfg, data=DataConfig(seq_len=65)))
     assert info.value.field == "data.seq_len"
     with pytest.raises(ConfigError) as info:
         dataclasses.replace(cfg, train=TrainConfig(grad_accum=3))

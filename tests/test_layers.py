@@ -99,9 +99,19 @@ def test_the_graph_is_read_from_the_source():
         frozenset({"a", "b", "c"})]
 
 
-def test_model_imports_only_errors():
-    # The model owns its config section (attnlab/model/config.py); attnlab.config imports it.
-    assert layer_graph()["attnlab.model"] <= {"attnlab.errors"}
+def test_the_config_is_a_leaf_and_the_model_reads_only_it():
+    # The config names parts and checks each field alone; attnlab.model resolves it into parts.
+    graph = layer_graph()
+    assert graph["attnlab.config"] <= {"attnlab.errors"}
+    assert graph["attnlab.model"] <= {"attnlab.errors", "attnlab.config"}
+
+
+def test_importing_the_config_imports_no_jax():
+    code = ("import sys; import attnlab.config\n"
+            "print(sorted(m for m in ('jax', 'flax', 'attnlab.model') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120, check=True)
+    assert result.stdout.strip() == "[]"
 
 
 @pytest.mark.parametrize("low", ["attnlab.model", "attnlab.data"])
@@ -114,7 +124,7 @@ def test_model_and_data_import_no_higher_layer(low):
 def test_run_directory_and_results_modules_stay_low():
     graph = layer_graph()
     assert graph["attnlab.rundir"] <= {"attnlab.errors"}
-    assert graph["attnlab.results"] <= {"attnlab.errors", "attnlab.rundir"}
+    assert graph["attnlab.results"] <= {"attnlab.errors", "attnlab.rundir", "attnlab.config"}
     assert graph["attnlab.cli_flags"] <= {"attnlab.errors"}
 
 
@@ -127,6 +137,28 @@ def test_scaling_works_on_tables_and_imports_no_training_code_or_plots():
 
 def test_no_import_cycle_between_packages():
     assert [sorted(c) for c in cycles(layer_graph())] == []
+
+
+def module_graph() -> dict[str, set[str]]:
+    """module -> the attnlab modules it imports. ``from package import submodule`` is an edge
+    to the submodule only: a package's ``__init__`` re-exporting its modules is no cycle."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        name, targets = module_name(path), set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("attnlab"):
+                subs = {f"{node.module}.{a.name}" for a in node.names}
+                subs = {m for m in subs if _exists(m)}
+                targets |= subs if len(subs) == len(node.names) else subs | {node.module}
+            elif isinstance(node, ast.Import):
+                targets |= {a.name for a in node.names if a.name.startswith("attnlab.")}
+        graph[name] = {m for m in targets if m != name and _exists(m)}
+    return graph
+
+
+def test_no_import_cycle_between_modules():
+    # Also TYPE_CHECKING imports: a cycle that only type checkers see still couples two modules.
+    assert [sorted(c) for c in cycles(module_graph())] == []
 
 
 def test_attnlab_help_imports_no_jax():

@@ -1,6 +1,7 @@
 """Attention against a float64 NumPy reference of softmax(QK^T / sqrt(d_k) + B) V, and the
 equalities between its implementations (einsum / xla, chunked / unchunked, GQA / MHA)."""
 
+import dataclasses
 import functools
 
 import jax
@@ -11,13 +12,17 @@ from flax import nnx
 
 from attnlab.config import ModelConfig
 from attnlab.model import (
-    CausalSelfAttention,
+    Bidirectional,
+    Causal,
+    Mask,
     alibi_bias,
     alibi_slopes,
     attention_weights,
-    causal,
     dot_product_attention,
+    resolve,
 )
+
+causal = Causal()
 
 
 def reference_attention(q, k, v, *, causal=True, q_offset=0, slopes=None, q_pos=None, k_pos=None):
@@ -55,7 +60,7 @@ def alibi(slopes):
 
 def call(module, *args, **kwargs):
     """Runs an attention layer the way the model does: split once, a jitted pure function;
-    returns its output (the layer returns ``(output, kv)``, kv None without a cache)."""
+    returns its output (the layer returns ``(output, state)``, None without a cache)."""
     graphdef, state = nnx.split(module)
 
     def forward(state, *args):
@@ -161,24 +166,32 @@ def tiny_cfg(**overrides) -> ModelConfig:
     return ModelConfig(**base)
 
 
+def attention_layer(cfg: ModelConfig, seed: int, mask: Mask | None = None):
+    """Layer 0's softmax attention as the model builds it (its mask replaced if given)."""
+    mixer = resolve(cfg).stack.mixers[0]
+    if mask is not None:
+        mixer = dataclasses.replace(mixer, mask=mask)
+    return mixer.build(nnx.Rngs(seed))
+
+
 def test_attention_without_position_or_mask_is_permutation_equivariant():
-    layer = CausalSelfAttention(tiny_cfg(), rngs=nnx.Rngs(0))
+    layer = attention_layer(tiny_cfg(), 0, mask=Bidirectional())
     x = jax.random.normal(jax.random.key(1), (2, 9, 16))
     positions = jnp.arange(9)[None]
     perm = np.random.default_rng(0).permutation(9)
-    out = call(layer, x, positions, mask=None)
-    out_permuted = call(layer, x[:, perm], positions, mask=None)
+    out = call(layer, x, positions)
+    out_permuted = call(layer, x[:, perm], positions)
     np.testing.assert_allclose(np.asarray(out_permuted), np.asarray(out[:, perm]), atol=1e-6)
-    # With the causal mask it is not (a sanity check that the flag does something).
-    causal = call(layer, x[:, perm], positions)
+    # With the causal mask (same parameters) it is not: the mask does something.
+    causal = call(attention_layer(tiny_cfg(), 0), x[:, perm], positions)
     assert not np.allclose(np.asarray(causal), np.asarray(out[:, perm]), atol=1e-4)
 
 
 def test_gqa_equals_mha_with_repeated_key_value_heads():
     x = jax.random.normal(jax.random.key(2), (2, 8, 16))
     positions = jnp.arange(8)[None]
-    gqa = CausalSelfAttention(tiny_cfg(n_kv_heads=2, pos_encoding="rope"), rngs=nnx.Rngs(0))
-    mha = CausalSelfAttention(tiny_cfg(pos_encoding="rope"), rngs=nnx.Rngs(1))
+    gqa = attention_layer(tiny_cfg(n_kv_heads=2, pos_encoding="rope"), 0)
+    mha = attention_layer(tiny_cfg(pos_encoding="rope"), 1)
     head_dim, group = 4, 2
     mha.q_proj.kernel[...] = gqa.q_proj.kernel[...]
     mha.o_proj.kernel[...] = gqa.o_proj.kernel[...]
@@ -193,20 +206,22 @@ def test_gqa_equals_mha_with_repeated_key_value_heads():
 def test_n_kv_heads_equal_to_n_heads_is_mha():
     x = jax.random.normal(jax.random.key(3), (1, 5, 16))
     positions = jnp.arange(5)[None]
-    explicit = CausalSelfAttention(tiny_cfg(n_kv_heads=4), rngs=nnx.Rngs(0))
-    default = CausalSelfAttention(tiny_cfg(), rngs=nnx.Rngs(0))
+    explicit = attention_layer(tiny_cfg(n_kv_heads=4), 0)
+    default = attention_layer(tiny_cfg(), 0)
     np.testing.assert_array_equal(
         np.asarray(call(explicit, x, positions)), np.asarray(call(default, x, positions))
     )
 
 
-def banded(window):
-    """A test-local mask function (a sliding window): the seam a new mask plugs into."""
+@dataclasses.dataclass(frozen=True)
+class Banded(Mask):
+    """A test-local mask (a sliding window of ``window`` keys): the seam a new mask plugs
+    into."""
 
-    def mask(q_index, k_index):
-        return causal(q_index, k_index) & (q_index[:, None] - k_index[None, :] < window)
+    window: int = 0
 
-    return mask
+    def __call__(self, q_index, k_index):
+        return causal(q_index, k_index) & (q_index[:, None] - k_index[None, :] < self.window)
 
 
 @pytest.mark.parametrize("impl, chunk", [("einsum", 0), ("xla", 0), ("einsum", 3), ("xla", 3)])
@@ -215,7 +230,7 @@ def test_scale_bias_and_mask_are_arguments_of_the_one_score_function(impl, chunk
     slopes, scale, window, offset = alibi_slopes(4), 0.1, 3, 5
     out = attention(
         jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), scale=scale, bias=alibi(slopes),
-        mask=banded(window), q_offset=offset, impl=impl, chunk=chunk,
+        mask=Banded(window=window), q_offset=offset, impl=impl, chunk=chunk,
     )
     # float64: s = scale q.k - m_h |i - j|, keys offset + i - window < j <= offset + i.
     q64 = np.asarray(q, np.float64)

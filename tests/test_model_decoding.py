@@ -11,7 +11,7 @@ from attnlab.model import (
     apply,
     decode_step,
     generate,
-    init_cache,
+    init_state,
     init_model,
 )
 
@@ -45,7 +45,7 @@ def test_kv_cache_decoding_equals_full_forward(name, overrides):
     tokens = random_tokens(0)
     full = np.asarray(jax.jit(lambda s, t: apply(graphdef, s, t))(state, tokens))
     step = jax.jit(decode_step, static_argnums=0)  # start traced: one compilation per width
-    cache = init_cache(cfg, batch=2, max_len=12)  # longer than needed: unused slots are masked
+    cache = init_state(cfg, batch=2, max_len=12)  # longer than needed: unused slots are masked
     pieces = []
     # Single tokens; two variants start with a prompt of 4, one then feeds a block of 3.
     schedule = {"alibi_mqa_chunked": [(0, 4), (4, 7)], "rope_gqa_qknorm": [(0, 4)]}.get(name, [])
@@ -90,7 +90,7 @@ def test_learned_positions_beyond_max_len_raise_while_decoding():
     with pytest.raises(PositionOutOfRangeError, match=r"model\.max_len"):
         generate(graphdef, state, cfg, random_tokens(0, seq=4), 5)  # 9 tokens > 8
     assert generate(graphdef, state, cfg, random_tokens(0, seq=4), 4).shape == (2, 8)
-    cache = init_cache(cfg, batch=2, max_len=12)
+    cache = init_state(cfg, batch=2, max_len=12)
     with pytest.raises(PositionOutOfRangeError, match=r"positions 6\.\.8 .*model\.max_len"):
         decode_step(graphdef, state, cache, random_tokens(0, seq=3), 6)
     step = jax.jit(decode_step, static_argnums=0)
@@ -101,6 +101,6 @@ def test_learned_positions_beyond_max_len_raise_while_decoding():
 def test_overflowing_the_cache_raises():
     cfg = tiny_cfg(pos_encoding="rope")
     graphdef, state = init_model(cfg, seed=0)
-    cache = init_cache(cfg, batch=2, max_len=4)
+    cache = init_state(cfg, batch=2, max_len=4)
     with pytest.raises(PositionOutOfRangeError, match="KV cache"):
         decode_step(graphdef, state, cache, random_tokens(0, seq=2), 3)

@@ -13,14 +13,15 @@ from flax import nnx
 
 from attnlab.config import from_config_dict
 from attnlab.errors import ConfigError
-from attnlab.model import ModelConfig, attention_weights, count_state_params, param_counts
+from attnlab.model import (ModelConfig, attention_weights, check, count_state_params, param_counts,
+                           resolve)
 from attnlab.model.attention import CrossAttention
-from attnlab.model.decoding import (NoMaskError, decode_spans, fill_masks, init_cache,
-                                    init_encdec_cache)
+from attnlab.model.decoding import (NoMaskError, decode_spans, fill_masks, init_encdec_state,
+                                    init_state)
 from attnlab.model.objectives import (bert_mask, corrupt_spans, decoder_inputs, mask_id,
-                                      masking_key, objective_for, span_counts, span_lengths,
+                                      masking_key, span_counts, span_lengths,
                                       span_noise)
-from attnlab.model.positions import encoding_for, t5_bucket_table
+from attnlab.model.relative import t5_bucket_table
 from attnlab.model.transformer import EncoderDecoderLM, TransformerLM, init_model
 
 VOCAB = 257  # the byte tokenizer's 256 ids and [MASK] = 256
@@ -28,8 +29,11 @@ MASK = mask_id(VOCAB)
 
 
 def small(**overrides) -> ModelConfig:
+    """A small model config, resolved (a bad combination raises here)."""
     base = dict(vocab_size=VOCAB, d_model=32, n_layers=2, n_heads=4, max_len=64)
-    return ModelConfig(**{**base, **overrides})
+    cfg = ModelConfig(**{**base, **overrides})
+    resolve(cfg)
+    return cfg
 
 
 def tokens(shape, seed=0) -> jnp.ndarray:
@@ -78,7 +82,8 @@ def test_causal_decoder_is_not_permutation_equivariant():
 
 def test_encoder_t5_bias_uses_the_bidirectional_buckets():
     cfg = small(pos_encoding="t5", objective="mlm")
-    encoder, decoder = encoding_for(cfg, bidirectional=True), encoding_for(cfg)
+    arch = resolve(cfg)
+    encoder, decoder = arch.stack.encoding, arch.encoding
     positions = jnp.arange(6)[None]
     table = jnp.asarray(np.random.default_rng(0).normal(size=(32, 4)), jnp.float32)
     enc_bias = np.asarray(encoder.bias(positions, positions, params=table))
@@ -138,14 +143,14 @@ def test_encoder_decoder_cached_decoding_equals_the_full_forward(pos):
     assert isinstance(model, EncoderDecoderLM)
     source, target = tokens((2, 11), 1), tokens((2, 7), 2)
     full = np.asarray(model(source, target))
-    cache = init_encdec_cache(model, source, 7)
+    cache = init_encdec_state(model, source, 7)
     steps = []
     for t in range(7):  # one token at a time through the decoder's KV cache
         logits, cache = model.decode(target[:, t:t + 1], t, cache)
         steps.append(np.asarray(logits[:, 0]))
     np.testing.assert_allclose(np.stack(steps, 1), full, atol=2e-5, rtol=1e-4)
     # and two tokens then five: the cache holds what the first call wrote
-    cache = init_encdec_cache(model, source, 7)
+    cache = init_encdec_state(model, source, 7)
     first, cache = model.decode(target[:, :2], 0, cache)
     rest, cache = model.decode(target[:, 2:], 2, cache)
     np.testing.assert_allclose(np.concatenate([first, rest], 1), full, atol=2e-5, rtol=1e-4)
@@ -261,11 +266,11 @@ def test_bad_combinations_name_the_field(overrides, field, words):
 
 def test_a_tokenizer_without_room_for_mask_is_refused():
     with pytest.raises(ConfigError, match=r"model.vocab_size.*\[MASK\].*>= 257"):
-        from_config_dict({"model": {"objective": "mlm", "vocab_size": 256}})
+        check(from_config_dict({"model": {"objective": "mlm", "vocab_size": 256}}))
     with pytest.raises(ConfigError, match=r"model.vocab_size.*>= 1025"):
-        from_config_dict({"model": {"objective": "span", "vocab_size": 1024},
-                          "data": {"tokenizer": "bpe", "bpe_vocab_size": 1024}})
-    from_config_dict({"model": {"objective": "mlm", "vocab_size": 257}})
+        check(from_config_dict({"model": {"objective": "span", "vocab_size": 1024},
+                                "data": {"tokenizer": "bpe", "bpe_vocab_size": 1024}}))
+    check(from_config_dict({"model": {"objective": "mlm", "vocab_size": 257}}))
 
 
 def test_encoder_has_no_kv_cache_decoding():
@@ -273,7 +278,7 @@ def test_encoder_has_no_kv_cache_decoding():
     model = init_and_merge(cfg)
     assert isinstance(model, TransformerLM)
     with pytest.raises(ValueError, match="bidirectional encoder"):
-        model.decode(tokens((1, 3)), 0, init_cache(cfg, 1, 8))
+        model.decode(tokens((1, 3)), 0, init_state(cfg, 1, 8))
 
 
 def test_the_common_measure_scores_the_same_tokens_for_every_objective():
@@ -288,7 +293,7 @@ def test_the_common_measure_scores_the_same_tokens_for_every_objective():
     counts = set()
     for objective in ("clm", "mlm", "span"):
         cfg = small(objective=objective)
-        scores = objective_for(cfg).span_scores(init_and_merge(cfg), x, key)
+        scores = resolve(cfg).objective.span_scores(init_and_merge(cfg), x, key)
         counts.add(float(scores.count))
         # untrained: about ln(vocab) nats per token
         assert abs(float(scores.loss / scores.count) - math.log(VOCAB)) < 0.5

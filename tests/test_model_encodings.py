@@ -18,8 +18,15 @@ from attnlab.model import positions as pe
 
 
 def tiny(**overrides) -> ModelConfig:
+    """A small model config, resolved (a bad combination raises here)."""
     base = dict(vocab_size=32, d_model=16, n_layers=2, n_heads=2, max_len=24)
-    return ModelConfig(**{**base, **overrides})
+    cfg = ModelConfig(**{**base, **overrides})
+    lm.resolve(cfg)
+    return cfg
+
+
+def encoding_of(cfg: ModelConfig) -> pe.PositionalEncoding:
+    return lm.resolve(cfg).encoding
 
 
 def random_heads(seed, shape=(2, 5, 2, 8)):
@@ -27,24 +34,24 @@ def random_heads(seed, shape=(2, 5, 2, 8)):
 
 
 def test_the_registry_is_what_the_config_accepts():
-    assert list(pe.ENCODINGS) == ["none", "sinusoidal", "learned", "rope", "alibi", "t5"]
-    for name, cls in pe.ENCODINGS.items():
+    assert list(lm.ENCODINGS) == ["none", "sinusoidal", "learned", "rope", "alibi", "t5"]
+    for name, cls in lm.ENCODINGS.items():
         assert cls.name == name
-        assert type(pe.encoding_for(tiny(pos_encoding=name))) is cls
+        assert type(encoding_of(tiny(pos_encoding=name))) is cls
     with pytest.raises(ConfigError, match="valid values are none, sinusoidal, learned, rope, alib"):
         tiny(pos_encoding="xpos")
 
 
-@pytest.mark.parametrize("name", list(pe.ENCODINGS))
+@pytest.mark.parametrize("name", list(lm.ENCODINGS))
 def test_what_each_encoding_answers(name):
     cfg = tiny(pos_encoding=name)
-    encoding = pe.encoding_for(cfg)
+    encoding = encoding_of(cfg)
     positions = jnp.arange(5)[None] + 3
     q, k = random_heads(0), random_heads(1)
     x = random_heads(2, (2, 5, 16))
     limits = {"learned": 24}
     assert encoding.max_positions() == limits.get(name)
-    table = lm.TransformerLM(cfg, rngs=nnx.Rngs(params=0)).position_embedding
+    table = lm.build_model(cfg, nnx.Rngs(params=0)).position_embedding
     assert (table is None) == (name not in ("learned", "t5"))
     assert encoding.param_count() == (0 if table is None else table[...].size) == (
         lm.param_counts(cfg)["position_embedding"])
@@ -70,9 +77,8 @@ def test_what_each_encoding_answers(name):
     else:
         assert q2 is q and k2 is k
 
-    params = encoding.layer_params(table, 0)
-    bias = encoding.bias(positions, jnp.arange(8)[None],
-                         **({} if params is None else {"params": params}))
+    layer_bias = encoding.layer_bias(table, 0)
+    bias = None if layer_bias is None else layer_bias(positions, jnp.arange(8)[None])
     if name == "alibi":  # -m_h |i - j|
         distance = np.abs(p64[:, None] - np.arange(8)[None, :])
         expected = -lm.alibi_slopes(2)[:, None, None] * distance
@@ -86,14 +92,14 @@ def test_what_each_encoding_answers(name):
 
 
 def test_range_checks_are_asked_of_the_encoding():
-    pe.encoding_for(tiny(pos_encoding="learned")).check_range(np.array([0, 23]))
+    encoding_of(tiny(pos_encoding="learned")).check_range(np.array([0, 23]))
     with pytest.raises(lm.PositionOutOfRangeError, match="learned position table"):
-        pe.encoding_for(tiny(pos_encoding="learned")).check_range(np.array([0, 24]))
-    pe.encoding_for(tiny(pos_encoding="rope")).check_range(np.array([0, 10**6]))
-    learned = pe.encoding_for(tiny(pos_encoding="learned"))
+        encoding_of(tiny(pos_encoding="learned")).check_range(np.array([0, 24]))
+    encoding_of(tiny(pos_encoding="rope")).check_range(np.array([0, 10**6]))
+    learned = encoding_of(tiny(pos_encoding="learned"))
     assert learned.unrepresentable(24) is None
     assert "model.max_len=24" in learned.unrepresentable(25)
-    assert pe.encoding_for(tiny(pos_encoding="alibi")).unrepresentable(10**6) is None
+    assert encoding_of(tiny(pos_encoding="alibi")).unrepresentable(10**6) is None
 
 
 def test_encodings_validate_their_own_constraints():
@@ -104,23 +110,24 @@ def test_encodings_validate_their_own_constraints():
         tiny(pos_encoding="sinusoidal", d_model=9, n_heads=1)
     assert info.value.field == "model.d_model"
     tiny(pos_encoding="alibi", d_model=18, n_heads=2)  # odd head_dim is fine without RoPE
-    with pytest.raises(ConfigError, match="even head_dim"):  # replace validates too
-        dataclasses.replace(tiny(pos_encoding="alibi", d_model=18, n_heads=2), pos_encoding="rope")
+    with pytest.raises(ConfigError, match="even head_dim"):  # resolving the replaced config
+        lm.resolve(dataclasses.replace(tiny(pos_encoding="alibi", d_model=18, n_heads=2),
+                                       pos_encoding="rope"))
 
 
 def test_rescaling_is_asked_of_the_encoding():
-    for name in pe.ENCODINGS:
+    for name in lm.ENCODINGS:
         cfg = tiny(pos_encoding=name)
-        assert pe.encoding_for(cfg).rescaled(pe.UNSCALED, 4.0) is cfg
+        assert lm.rescaled(cfg, pe.UNSCALED, 4.0) is cfg
     rope = tiny(pos_encoding="rope", rope_theta=500.0)
-    scaled = pe.encoding_for(rope).rescaled("ntk", 4.0)
+    scaled = lm.rescaled(rope, "ntk", 4.0)
     assert scaled == dataclasses.replace(rope, rope_theta=scaled.rope_theta)
     assert scaled.rope_theta == pytest.approx(500.0 * 4.0 ** (8 / 6), rel=1e-12)
     with pytest.raises(pe.RescalingError, match="ntk applies to RoPE models; this run uses "
                                                 "pos_encoding=alibi"):
-        pe.encoding_for(tiny(pos_encoding="alibi")).rescaled("ntk", 4.0)
+        lm.rescaled(tiny(pos_encoding="alibi"), "ntk", 4.0)
     with pytest.raises(pe.RescalingError, match="longrope applies to no encoding"):
-        pe.encoding_for(rope).rescaled("longrope", 4.0)
+        lm.rescaled(rope, "longrope", 4.0)
 
 
 # --------------------------------------------------------------------------------------------
@@ -142,9 +149,8 @@ class LogDistance(pe.PositionalEncoding):
 
 
 @pytest.fixture
-def log_distance(monkeypatch):
-    monkeypatch.setitem(pe.ENCODINGS, LogDistance.name, LogDistance)  # the one registry line
-    return LogDistance.name
+def log_distance(register):
+    return register(lm.ENCODINGS, LogDistance)  # the one registry line
 
 
 def test_an_unregistered_encoding_is_a_config_error():
@@ -177,8 +183,8 @@ def test_a_new_encoding_reaches_the_scores(log_distance):
     weights /= weights.sum(-1, keepdims=True)
     heads = np.einsum("bhqk,bkhd->bqhd", weights, v).reshape(2, 12, 16)
     expected = heads @ np.asarray(attn.o_proj.kernel[...], np.float64)
-    out, kv = attn(h, positions)
-    assert kv is None
+    out, state = attn(h, positions, bias=model.bias(0))
+    assert state is None
     np.testing.assert_allclose(np.asarray(out), expected, atol=1e-6)
 
 

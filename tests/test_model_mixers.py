@@ -17,7 +17,7 @@ from attnlab.model import (
     count_state_params,
     decode_step,
     generate,
-    init_cache,
+    init_state,
     init_model,
     param_counts,
 )
@@ -28,7 +28,7 @@ from attnlab.model.linear_attention import (
 )
 from attnlab.model import attention, mamba
 from attnlab.model.mamba import causal_conv, selective_scan
-from attnlab.model.mixers import MIXERS, layer_mixers, mixer_for
+from attnlab.model import MIXERS, resolve
 
 MIXER_CONFIGS = {
     "linear": dict(mixer="linear", mixer_chunk=4),
@@ -40,8 +40,16 @@ MIXER_CONFIGS = {
 
 
 def small(**overrides) -> ModelConfig:
+    """A small model config, resolved (a bad combination raises here)."""
     base = dict(vocab_size=32, d_model=32, n_layers=2, n_heads=2)
-    return ModelConfig(**{**base, **overrides})
+    cfg = ModelConfig(**{**base, **overrides})
+    resolve(cfg)
+    return cfg
+
+
+def mixers_of(cfg: ModelConfig):
+    """Each layer's resolved sequence mixer."""
+    return resolve(cfg).stack.mixers
 
 
 # --------------------------------------------------------------------------------------------
@@ -146,7 +154,7 @@ def test_chunked_causal_form_equals_the_quadratic_form(chunk):
 
 def test_linear_attention_layer_equals_its_float64_reference():
     cfg = small(mixer="linear", pos_encoding="none", mixer_chunk=4)
-    module = mixer_for(cfg).build(nnx.Rngs(params=0))
+    module = mixers_of(cfg)[0].build(nnx.Rngs(params=0))
     x = np.random.default_rng(1).standard_normal((2, 11, cfg.d_model))
     y, _ = module(jnp.asarray(x, jnp.float32), jnp.arange(11)[None])
     p = layer_params(module)
@@ -219,7 +227,7 @@ def test_causal_conv_carries_its_window():
 
 def test_mamba_layer_equals_the_float64_sequential_reference():
     cfg = small(mixer="mamba", pos_encoding="none")
-    module = mixer_for(cfg).build(nnx.Rngs(params=0))
+    module = mixers_of(cfg)[0].build(nnx.Rngs(params=0))
     p = layer_params(module)
     x = np.random.default_rng(1).standard_normal((2, 10, cfg.d_model))
     y, _ = module(jnp.asarray(x, jnp.float32), jnp.arange(10)[None])
@@ -240,7 +248,7 @@ def test_decoding_equals_the_full_forward_pass(name):
     graphdef, state = init_model(cfg, seed=0)
     tokens = jax.random.randint(jax.random.key(1), (2, 11), 0, cfg.vocab_size)
     full = apply(graphdef, state, tokens)
-    cache = init_cache(cfg, batch=2, max_len=16)
+    cache = init_state(cfg, batch=2, max_len=16)
     logits, cache = decode_step(graphdef, state, cache, tokens[:, :5], 0)  # a 5-token prompt
     pieces = [logits]
     for i in range(5, 11):  # then one token at a time (O(1) state for recurrent mixers)
@@ -256,17 +264,17 @@ def test_decoding_equals_the_full_forward_pass(name):
 
 def test_recurrent_states_do_not_grow_with_the_context():
     cfg = small(mixer="mamba", pos_encoding="none")
-    short, long = init_cache(cfg, 1, 16), init_cache(cfg, 1, 4096)
-    assert [a.shape for a in short.keys + short.values] == [
-        a.shape for a in long.keys + long.values]
+    short, long = init_state(cfg, 1, 16), init_state(cfg, 1, 4096)
+    assert jax.tree.map(np.shape, short) == jax.tree.map(np.shape, long)
     cfg = small(mixer="performer", mixer_features=24)
-    cache = init_cache(cfg, 1, 4096)
-    assert cache.keys[0].shape == (1, 2, 24, 16) and cache.values[0].shape == (1, 2, 24)
+    cache = init_state(cfg, 1, 4096)
+    s, z = cache.layers[0]
+    assert s.shape == (1, 2, 24, 16) and z.shape == (1, 2, 24)
 
 
 def test_a_hybrid_puts_attention_on_every_kth_layer():
     cfg = small(mixer="mamba", attention_every=2, n_layers=4)
-    assert [m.name for m in layer_mixers(cfg)] == ["mamba", "softmax", "mamba", "softmax"]
+    assert [m.name for m in mixers_of(cfg)] == ["mamba", "softmax", "mamba", "softmax"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -325,7 +333,7 @@ def xla_flops_per_token(module, seq: int) -> float:
 def test_mixer_flops_match_xlas_cost_analysis(name, monkeypatch):
     cfg = ModelConfig(vocab_size=64, d_model=128, n_layers=1, n_heads=4, pos_encoding="none",
                       **FLOP_SHAPES[name])
-    mixer = mixer_for(cfg)
+    mixer = mixers_of(cfg)[0]
     module = mixer.build(nnx.Rngs(params=0))
     # The count is of the whole score matrix (the published convention); at long sequences the
     # einsum path skips its all-masked quarter, which the count does not follow.
@@ -349,9 +357,9 @@ def test_flops_per_token_sums_the_layers_mixers():
 
     softmax, hybrid = small(), small(mixer="mamba", attention_every=2)
     f_soft, f_hyb = flops_per_token(softmax, 64), flops_per_token(hybrid, 64)
-    layers = layer_mixers(hybrid)
+    layers = mixers_of(hybrid)
     mix = sum(sum(m.flops_per_token(64).values()) for m in layers)
-    soft_mix = 2 * sum(mixer_for(softmax).flops_per_token(64).values())
+    soft_mix = 2 * sum(mixers_of(softmax)[0].flops_per_token(64).values())
     assert f_hyb["chinchilla_forward"] - f_soft["chinchilla_forward"] == pytest.approx(
         mix - soft_mix)
     # Kaplan's attention term: 6 T d_attn for the softmax layer, 3x the Mamba layer's mixing.

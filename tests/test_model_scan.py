@@ -32,9 +32,10 @@ from attnlab.model import (
     apply,
     count_state_params,
     decode_step,
-    init_cache,
+    init_state,
     init_model,
     param_counts,
+    resolve,
 )
 from attnlab.model.ngpt import renormalize
 from attnlab.train import load_params
@@ -115,7 +116,7 @@ def test_the_same_seed_builds_the_same_layers_stacked(overrides):
     for a, b in zip(jax.tree.leaves(want), jax.tree.leaves(got)):
         np.testing.assert_array_equal(np.asarray(b), a)
     kernel = got["blocks"]["ffn"]["w_out"]["kernel"]
-    assert kernel.shape == (cfg.n_layers, cfg.ffn_dim, cfg.d_model)
+    assert kernel.shape == (cfg.n_layers, resolve(cfg).ffn.width, cfg.d_model)
     counts = count_state_params(scan_state)
     expected = param_counts(scan_cfg)
     assert counts["total"] == expected["total"]
@@ -146,7 +147,7 @@ def test_scanned_kv_cache_decoding_equals_full_forward(overrides):
     tokens = random_tokens(2)
     full = np.asarray(jax.jit(lambda s, t: apply(graphdef, s, t))(state, tokens))
     step = jax.jit(decode_step, static_argnums=0)
-    cache = init_cache(cfg, batch=2, max_len=12)
+    cache = init_state(cfg, batch=2, max_len=12)
     pieces = []
     for start, stop in [(0, 4)] + [(i, i + 1) for i in range(4, 10)]:  # a prompt, then tokens
         logits, cache = step(graphdef, state, cache, tokens[:, start:stop], start)
@@ -350,7 +351,7 @@ def test_save_dots_keeps_the_projections_and_full_keeps_none():
     custom VJP, so they are saved by name): the FFN's hidden [layers, batch, seq, d_ff] is among
     the scan's saved outputs under save_dots and not under full."""
     cfg = tiny_cfg(scan_layers=True)
-    hidden = f"f32[{cfg.n_layers},2,9,{cfg.ffn_dim}] output of scan"
+    hidden = f"f32[{cfg.n_layers},2,9,{resolve(cfg).ffn.width}] output of scan"
     kept = {policy: saved_residuals(dataclasses.replace(cfg, remat=policy))
             for policy in ("none", "save_dots", "full")}
     assert any(line.startswith(hidden) for line in kept["save_dots"])

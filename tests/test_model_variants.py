@@ -1,4 +1,4 @@
-"""Issue #14's variants (T5 relative bias, PI / YaRN, the score scale, cosine attention, sliding
+"""The attention variants (T5 relative bias, PI / YaRN, the score scale, cosine attention, sliding
 windows) against float64 NumPy references written from the papers' equations, the invariants the
 papers promise, KV-cache decoding, counting, config refusals and training through `attnlab
 train`."""
@@ -18,18 +18,29 @@ from attnlab.config import Config, DataConfig
 from attnlab.errors import ConfigError
 from attnlab.model import attention as attention_module
 from attnlab.model import positions as pe
-from attnlab.model.attention import (CausalSelfAttention, attention_scores,
-                                     dot_product_attention, sliding_window)
-from attnlab.model.config import ModelConfig
+from attnlab.config import ModelConfig
+from attnlab.model import rope
+from attnlab.model.attention import attention_scores, dot_product_attention
 from attnlab.model.counting import count_state_params, flops_per_token, param_counts
-from attnlab.model.decoding import init_cache
-from attnlab.model.scales import SCALES, score_scale_for
+from attnlab.model.decoding import init_state
+from attnlab.model.relative import T5Bias
 from attnlab.train import load_params
 
 
 def tiny(**overrides) -> ModelConfig:
+    """A small model config, resolved (a bad combination raises here)."""
     base = dict(vocab_size=40, d_model=16, n_layers=2, n_heads=2, max_len=64)
-    return ModelConfig(**{**base, **overrides})
+    cfg = ModelConfig(**{**base, **overrides})
+    lm.resolve(cfg)
+    return cfg
+
+
+def table_of(model, layer: int):
+    """The T5 bias table layer ``layer`` reads (None for encodings without one)."""
+    table = model.position_embedding
+    if table is None:
+        return None
+    return table[layer] if model.cfg.t5_per_layer else table[...]
 
 
 # --------------------------------------------------------------------------------------------
@@ -61,7 +72,7 @@ def reference_bucket(i: int, j: int, num_buckets: int, max_distance: int,
 @pytest.mark.parametrize("bidirectional", [False, True])
 def test_t5_buckets_equal_raffel_et_al(num_buckets, max_distance, bidirectional):
     positions = np.arange(0, 400, 3)[None]
-    got = np.asarray(pe.t5_buckets(positions, positions, num_buckets, max_distance,
+    got = np.asarray(lm.t5_buckets(positions, positions, num_buckets, max_distance,
                                    bidirectional=bidirectional))[0]
     want = np.array([[reference_bucket(i, j, num_buckets, max_distance, bidirectional)
                       for j in positions[0]] for i in positions[0]])
@@ -72,14 +83,14 @@ def test_t5_buckets_equal_raffel_et_al(num_buckets, max_distance, bidirectional)
 
 
 def test_t5_bucket_spacing_is_exact_then_logarithmic():
-    table = pe.t5_bucket_table(32, 128, bidirectional=False)[128:]  # n = 0 .. 128
+    table = lm.t5_bucket_table(32, 128, bidirectional=False)[128:]  # n = 0 .. 128
     np.testing.assert_array_equal(table[:16], np.arange(16))  # 16 exact buckets
     assert table[16] == 16 and table[128] == 31 and (np.diff(table) >= 0).all()
     widths = np.bincount(table)[16:31]  # distances per log-spaced bucket (the last is open)
     assert widths[-1] > 4 * widths[0]  # geometric: the 15th log bucket is much wider
 
 
-class BidirectionalT5(pe.T5Bias):
+class BidirectionalT5(T5Bias):
     """The encoder's bucketing (for the encoder issue that follows)."""
 
     bidirectional = True
@@ -102,13 +113,11 @@ def test_bidirectional_t5_bias_reads_both_halves_of_the_table():
 @pytest.mark.parametrize("cfg", [tiny(pos_encoding="t5", t5_num_buckets=8, t5_max_distance=20),
                                  tiny(pos_encoding="alibi")], ids=["t5", "alibi"])
 def test_relative_biases_depend_only_on_i_minus_j(cfg):
-    encoding = pe.encoding_for(cfg)
     model = nnx.merge(*lm.init_model(cfg, 0))
-    params = model.pos_params(0)
-    extra = {} if params is None else {"params": params}
+    layer_bias = model.bias(0)
     q = np.arange(30)[None]
-    bias = np.asarray(encoding.bias(q, q, **extra))
-    shifted = np.asarray(encoding.bias(q + 1000, q + 1000, **extra))
+    bias = np.asarray(layer_bias(q, q))
+    shifted = np.asarray(layer_bias(q + 1000, q + 1000))
     np.testing.assert_array_equal(bias, shifted)
     for offset in range(-29, 30):  # constant along every diagonal
         diagonal = np.diagonal(bias, offset=offset, axis1=2, axis2=3)
@@ -123,34 +132,33 @@ def test_relative_biases_depend_only_on_i_minus_j(cfg):
 def test_pi_and_yarn_frequencies_equal_the_papers():
     d, theta, s, L = 32, 10000.0, 4.0, 1024  # r spans 0.03 .. 163: all three parts
     base = [theta ** (-2 * i / d) for i in range(d // 2)]
-    np.testing.assert_allclose(pe.pi_frequencies(np.array(base), s), [b / s for b in base],
+    np.testing.assert_allclose(rope.pi_frequencies(np.array(base), s), [b / s for b in base],
                                rtol=1e-15)
     want = []
     for b in base:
         r = L / (2 * math.pi / b)  # context / wavelength
         gamma = 0.0 if r < 1 else 1.0 if r > 32 else (r - 1) / 31
         want.append((1 - gamma) * b / s + gamma * b)
-    got = pe.yarn_frequencies(np.array(base), s, L)
+    got = rope.yarn_frequencies(np.array(base), s, L)
     np.testing.assert_allclose(got, want, rtol=1e-15)
     assert got[0] == base[0] and got[-1] == pytest.approx(base[-1] / s, rel=1e-15)
-    assert pe.yarn_attention_factor(s) == pytest.approx(0.1 * math.log(4.0) + 1, rel=1e-15)
+    assert rope.yarn_attention_factor(s) == pytest.approx(0.1 * math.log(4.0) + 1, rel=1e-15)
 
 
 def test_rope_rescalings_give_model_configs():
-    rope = tiny(pos_encoding="rope")
-    encoding = pe.encoding_for(rope)
-    pi = encoding.rescaled("pi", 4.0, 32)
+    rope_cfg = tiny(pos_encoding="rope")
+    pi = lm.rescaled(rope_cfg, "pi", 4.0, 32)
     assert (pi.rope_scaling, pi.rope_factor) == ("pi", 4.0)
-    yarn = encoding.rescaled("yarn", 4.0, 32)
+    yarn = lm.rescaled(rope_cfg, "yarn", 4.0, 32)
     assert (yarn.rope_scaling, yarn.rope_factor, yarn.rope_original_len) == ("yarn", 4.0, 32)
-    inv_freq, factor = pe.encoding_for(yarn).frequencies()
+    inv_freq, factor = lm.resolve(yarn).encoding.frequencies()
     np.testing.assert_array_equal(
-        inv_freq, pe.yarn_frequencies(pe.rope_inverse_frequencies(8), 4.0, 32))
-    assert factor == pe.yarn_attention_factor(4.0)
+        inv_freq, rope.yarn_frequencies(rope.rope_inverse_frequencies(8), 4.0, 32))
+    assert factor == rope.yarn_attention_factor(4.0)
     with pytest.raises(pe.RescalingError, match="yarn needs the training context"):
-        encoding.rescaled("yarn", 4.0)
+        lm.rescaled(rope_cfg, "yarn", 4.0)
     with pytest.raises(pe.RescalingError, match="pi applies to RoPE models"):
-        pe.encoding_for(tiny(pos_encoding="learned")).rescaled("pi", 2.0, 32)
+        lm.rescaled(tiny(pos_encoding="learned"), "pi", 2.0, 32)
 
 
 # --------------------------------------------------------------------------------------------
@@ -169,7 +177,7 @@ def reference_rope(x, positions, inv_freq):
 
 
 def reference_attention(cfg, layer_state, bias_table, x):
-    """float64 output of one CausalSelfAttention for x [t, d_model] (batch of one)."""
+    """float64 output of one attention layer for x [t, d_model] (batch of one)."""
     w = {name: np.asarray(layer_state[name]["kernel"][...], np.float64)
          for name in ("q_proj", "k_proj", "v_proj", "o_proj")}
     t, heads, hd = x.shape[0], cfg.n_heads, cfg.head_dim
@@ -251,24 +259,22 @@ def test_attention_layer_equals_the_float64_reference(name):
     x = np.random.default_rng(1).normal(size=(1, 13, cfg.d_model))
     for layer in range(cfg.n_layers):
         attn = model.blocks[layer].attn
-        params = model.pos_params(layer)
-        out, _ = attn(jnp.asarray(x, jnp.float32), jnp.arange(13)[None],
-                      **({} if params is None else {"pos_params": params}))
+        out, _ = attn(jnp.asarray(x, jnp.float32), jnp.arange(13)[None], bias=model.bias(layer))
         layer_state = nnx.state(attn)
-        want = reference_attention(cfg, layer_state, params, x[0])
+        want = reference_attention(cfg, layer_state, table_of(model, layer), x[0])
         np.testing.assert_allclose(np.asarray(out[0]), want, atol=2e-5, rtol=1e-4)
     assert state is not None
 
 
 def test_cosine_scores_lie_in_minus_tau_tau():
     cfg = tiny(attention_scale="cosine", pos_encoding="rope")
-    scaler = score_scale_for(cfg)
+    scaler = lm.resolve(cfg).score_scale
     rng = np.random.default_rng(0)
     q = jnp.asarray(rng.normal(size=(2, 9, 2, 8)) * 50, jnp.float32)
     k = jnp.asarray(rng.normal(size=(2, 9, 2, 8)) * 0.01, jnp.float32)
     tau = jnp.asarray([2.5, 7.0])
     q, k, scale = scaler.apply(q, k, nnx.Param(tau))
-    q, k = pe.encoding_for(cfg).transform_qk(q, k, jnp.arange(9)[None])
+    q, k = lm.resolve(cfg).encoding.transform_qk(q, k, jnp.arange(9)[None])
     scores = np.asarray(attention_scores(q, k, scale=scale))  # [b, h, q, k]
     bound = np.asarray(tau)[None, :, None, None]
     assert (np.abs(scores) <= bound * (1 + 1e-5)).all()
@@ -281,8 +287,8 @@ def test_cosine_scores_lie_in_minus_tau_tau():
 def test_learned_temperature_starts_at_the_default_scale():
     learned, default = tiny(attention_scale="learned"), tiny()
     x = jax.random.normal(jax.random.key(0), (1, 7, 16))
-    a = CausalSelfAttention(learned, rngs=nnx.Rngs(params=0))
-    b = CausalSelfAttention(default, rngs=nnx.Rngs(params=0))
+    a = lm.resolve(learned).stack.mixers[0].build(nnx.Rngs(params=0))
+    b = lm.resolve(default).stack.mixers[0].build(nnx.Rngs(params=0))
     np.testing.assert_allclose(np.asarray(a(x, jnp.arange(7)[None])[0]),
                                np.asarray(b(x, jnp.arange(7)[None])[0]), atol=1e-6)
 
@@ -320,28 +326,28 @@ def test_banded_query_blocks_equal_the_full_band(window, n_global, chunk, monkey
     rng = np.random.default_rng(window)
     q = jnp.asarray(rng.normal(size=(2, 19, 4, 8)), jnp.float32)
     k, v = (jnp.asarray(rng.normal(size=(2, 19, 2, 8)), jnp.float32) for _ in range(2))
-    mask = sliding_window(window, n_global)
-    bias = pe.encoding_for(tiny(pos_encoding="alibi", n_heads=4)).bias
+    mask = lm.SlidingWindow(tiny(attention_window=window, attention_global_tokens=n_global))
+    bias = lm.resolve(tiny(pos_encoding="alibi", n_heads=4)).encoding.bias
     full = dot_product_attention(q, k, v, mask=mask, bias=bias)
-    banded = dot_product_attention(q, k, v, mask=mask, bias=bias, chunk=chunk, band=window,
-                                   global_keys=n_global)
+    banded = dot_product_attention(q, k, v, mask=mask, bias=bias, chunk=chunk)
     np.testing.assert_allclose(np.asarray(banded), np.asarray(full), atol=1e-6)
     key_counts = []
-    reference = attention_module._IMPLEMENTATIONS["einsum"]
+    reference = attention_module.IMPLEMENTATIONS["einsum"]
 
     def spy(q, k, v, **kwargs):
         key_counts.append(k.shape[1])
         return reference(q, k, v, **kwargs)
 
-    monkeypatch.setitem(attention_module._IMPLEMENTATIONS, "einsum", spy)
-    dot_product_attention(q, k, v, mask=mask, chunk=chunk, band=window, global_keys=n_global)
+    monkeypatch.setitem(attention_module.IMPLEMENTATIONS, "einsum", spy)
+    dot_product_attention(q, k, v, mask=mask, chunk=chunk)
     assert key_counts and max(key_counts) <= min(19, chunk + window - 1) + n_global
 
 
 def test_window_cache_is_a_rolling_buffer():
     cfg = tiny(attention_window=4, attention_global_tokens=2)
-    cache = init_cache(cfg, batch=3, max_len=1000)
-    assert cache.keys[0].shape == (3, 6, cfg.kv_heads, cfg.head_dim)
+    state = init_state(cfg, batch=3, max_len=1000)
+    keys, values = state.layers[0]
+    assert keys.shape == values.shape == (3, 6, cfg.kv_heads, cfg.head_dim)
 
 
 DECODE_VARIANTS = {**VARIANTS, "plain": {}, "alibi": dict(pos_encoding="alibi"),
@@ -358,7 +364,7 @@ def test_kv_cache_decoding_equals_the_forward_pass(name):
     model = nnx.merge(graphdef, state)
     tokens = jax.random.randint(jax.random.key(1), (2, 23), 0, cfg.vocab_size)
     full = model(tokens)
-    cache = init_cache(cfg, 2, 23)
+    cache = init_state(cfg, 2, 23)
     step = jax.jit(lambda tokens, start, cache: model.decode(tokens, start, cache,
                                                              check_range=False))
     logits, cache = model.decode(tokens[:, :7], 0, cache)  # a prefill longer than the window
@@ -444,7 +450,7 @@ def test_a_hybrids_attention_layers_take_the_variants():
     graphdef, state = lm.init_model(cfg, 0)
     model = nnx.merge(graphdef, state)
     tokens = jax.random.randint(jax.random.key(1), (1, 12), 0, cfg.vocab_size)
-    cache = init_cache(cfg, 1, 12)
+    cache = init_state(cfg, 1, 12)
     outs = []
     for i in range(12):
         logits, cache = model.decode(tokens[:, i:i + 1], i, cache)
@@ -456,14 +462,16 @@ def test_a_hybrids_attention_layers_take_the_variants():
 
 def test_window_longer_than_the_training_context_is_refused():
     with pytest.raises(ConfigError, match="model.attention_window") as info:
-        Config(model=tiny(attention_window=65, vocab_size=256), data=DataConfig(seq_len=64))
+        lm.check(Config(model=tiny(attention_window=65, vocab_size=256),
+                        data=DataConfig(seq_len=64)))
     assert info.value.field == "model.attention_window"
-    Config(model=tiny(attention_window=64, vocab_size=256), data=DataConfig(seq_len=64))
+    lm.check(Config(model=tiny(attention_window=64, vocab_size=256), data=DataConfig(seq_len=64)))
 
 
 def test_defaults_reproduce_the_models_before_the_variants():
     cfg = tiny()
-    assert cfg.attention_scale in SCALES and score_scale_for(cfg).scale() == 1 / math.sqrt(8)
+    scale = lm.resolve(cfg).score_scale
+    assert cfg.attention_scale in lm.SCORE_SCALES and scale.scale() == 1 / math.sqrt(8)
     paths = {path for path, _ in nnx.to_flat_state(lm.init_model(cfg, 0)[1])}
     assert not any("temperature" in "/".join(map(str, p)) for p in paths)
     assert dataclasses.replace(cfg) == cfg

@@ -1,4 +1,4 @@
-"""`attnlab quickstart` (attnlab/study.py) and the study experiments in experiments/.
+"""`attnlab quickstart` (attnlab/study/) and the study experiments in experiments/.
 
 The fast tests check the command line and the plans of the shipped experiments (planning is pure:
 no JAX, no training). The slow test runs the whole study end to end on a tiny IsoFLOP sweep and

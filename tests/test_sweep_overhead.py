@@ -1,4 +1,4 @@
-"""The fixed per-run cost of a sweep's runs (issue #19): a new seed of a shape already trained in
+"""The fixed per-run cost of a sweep's runs: a new seed of a shape already trained in
 the process compiles and traces nothing, and its results are those of a run trained alone."""
 
 import concurrent.futures
@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from attnlab.config import Config, DataConfig, ModelConfig, TrainConfig
-from attnlab.train import load_params, loop
+from attnlab.train import ProgramCache, load_params, loop
+from attnlab.train.programs import programs_key
+from attnlab.train.sharding import make_mesh
 from attnlab.train.optimizer import make_optimizer
 from attnlab.train.state import init_train_state
 
@@ -57,24 +59,25 @@ def test_init_with_a_key_argument_is_the_seeds_init():
 
 def test_programs_key_ignores_the_seed_only_without_dropout():
     a, b = tiny("d", seed=0), tiny("d", seed=1)
-    assert loop._programs_key(a) == loop._programs_key(b)
-    assert loop._programs_key(dataclasses.replace(a, name="other")) == loop._programs_key(a)
-    assert loop._programs_key(tiny("d", dropout=0.1)) != loop._programs_key(
+    assert programs_key(a) == programs_key(b)
+    assert programs_key(dataclasses.replace(a, name="other")) == programs_key(a)
+    assert programs_key(tiny("d", dropout=0.1)) != programs_key(
         tiny("d", seed=1, dropout=0.1))  # the dropout key comes from the seed
-    assert loop._programs_key(tiny("d", n_layers=2)) != loop._programs_key(a)
+    assert programs_key(tiny("d", n_layers=2)) != programs_key(a)
 
 
 def test_second_seed_compiles_nothing_and_matches_a_run_alone(tmp_path, compile_events):
-    loop._PROGRAMS.clear()
-    loop.run(tiny(tmp_path / "data", seed=0), tmp_path / "seed0", progress=False)
+    cache = ProgramCache()
+    loop.run(tiny(tmp_path / "data", seed=0), tmp_path / "seed0", progress=False, programs=cache)
     assert "/jax/core/compile/jaxpr_trace_duration" in compile_events  # the listener hears
     jax.random.key(1)  # the key's own tiny program, once per process
     compile_events.clear()
-    summary = loop.run(tiny(tmp_path / "data", seed=1), tmp_path / "seed1", progress=False)
+    summary = loop.run(tiny(tmp_path / "data", seed=1), tmp_path / "seed1", progress=False,
+                       programs=cache)
     assert summary["status"] == "completed"
     assert compile_events == []  # no tracing, no XLA compilation: the programs were reused
 
-    loop._PROGRAMS.clear()  # the same seed trained by freshly built programs
+    # The same seed trained by freshly built programs (a run given no cache builds its own).
     alone = loop.run(tiny(tmp_path / "data", seed=1), tmp_path / "alone", progress=False)
     assert alone["final_val_loss"] == summary["final_val_loss"]
     for a, b in zip(final_params(tmp_path / "seed1"), final_params(tmp_path / "alone"),
@@ -85,25 +88,26 @@ def test_second_seed_compiles_nothing_and_matches_a_run_alone(tmp_path, compile_
 
 
 def test_programs_are_kept_for_a_few_shapes_only(tmp_path):
-    loop._PROGRAMS.clear()
-    for layers in range(1, loop._PROGRAMS_KEPT + 2):
+    cache = ProgramCache(kept=3)
+    for layers in range(1, cache.kept + 2):
         cfg = tiny(tmp_path / "data", n_layers=layers)
-        mesh = loop.make_mesh(cfg)
-        tx, schedule = make_optimizer(cfg.train, cfg.total_steps, cfg.model.d_model)
-        programs = loop._programs(cfg, mesh, tx, schedule)
-        assert loop._programs(cfg, mesh, tx, schedule) is programs
-    assert len(loop._PROGRAMS) == loop._PROGRAMS_KEPT
+        mesh = make_mesh(cfg)
+        programs = cache.get(cfg, mesh)
+        assert cache.get(cfg, mesh) is programs
+    assert len(cache) == cache.kept
+    first = tiny(tmp_path / "data", n_layers=1)  # the oldest shape was dropped: built again
+    assert cache.get(first, make_mesh(first)) is not programs
 
 
 def test_a_precompiled_run_compiles_and_traces_nothing(tmp_path, compile_events):
     # What a sweep worker does for its next run while the current one trains.
-    loop._PROGRAMS.clear()
+    cache = ProgramCache()
     cfg = tiny(tmp_path / "data", seed=2, n_layers=2)
-    loop.precompile(cfg)
+    cache.precompile(cfg)
     assert "/jax/core/compile/backend_compile_duration" in compile_events
     jax.random.key(2)  # the key's own tiny program, once per process
     compile_events.clear()
-    summary = loop.run(cfg, tmp_path / "run", progress=False)
+    summary = loop.run(cfg, tmp_path / "run", progress=False, programs=cache)
     assert summary["status"] == "completed"
     assert compile_events == []
 
@@ -111,12 +115,12 @@ def test_a_precompiled_run_compiles_and_traces_nothing(tmp_path, compile_events)
 def test_precompile_beside_a_training_run_changes_nothing(tmp_path):
     # A worker compiles its next shape in a thread while training: the run's numbers are those
     # of the run trained alone.
-    loop._PROGRAMS.clear()
     alone = loop.run(tiny(tmp_path / "data"), tmp_path / "alone", progress=False)
-    loop._PROGRAMS.clear()
+    cache = ProgramCache()
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        compiling = pool.submit(loop.precompile, tiny(tmp_path / "data", n_layers=3))
-        beside = loop.run(tiny(tmp_path / "data"), tmp_path / "beside", progress=False)
+        compiling = pool.submit(cache.precompile, tiny(tmp_path / "data", n_layers=3))
+        beside = loop.run(tiny(tmp_path / "data"), tmp_path / "beside", progress=False,
+                          programs=cache)
         compiling.result()
     assert beside["final_val_loss"] == alone["final_val_loss"]
     for a, b in zip(final_params(tmp_path / "alone"), final_params(tmp_path / "beside"),

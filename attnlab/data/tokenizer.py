@@ -6,7 +6,7 @@ a corpus, so no extra id is needed: the byte tokenizer keeps vocab 256 with eos_
 BPE keeps 0x00 as a token of its own (it is never seen in training, so never merged).
 No id is reserved for padding.
 
-[MASK] (the masked objectives, issue #16) is not a token of either tokenizer: it is the model's
+[MASK] (the masked objectives) is not a token of either tokenizer: it is the model's
 last id, past the tokenizer's vocabulary (byte: 256 with ``model.vocab_size=257``). Prompts write it
 as the text ``[MASK]``: :func:`encode_with_masks` / :func:`decode_with_masks`.
 """

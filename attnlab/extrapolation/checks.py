@@ -12,7 +12,8 @@ import math
 
 import pandas as pd
 
-from attnlab.model.positions import Learned, RoPE
+from attnlab.model.positions import LearnedPositions
+from attnlab.model.rope import RoPE
 
 # Perplexities of two differently trained models agreeing to this relative precision are the
 # same number computed twice (e.g. the encoding was never applied).
@@ -77,7 +78,7 @@ def learned_beyond_table(table: pd.DataFrame) -> list[str]:
     """A learned-position run with a number beyond its table: something clamped positions."""
     if "max_len" not in table:
         return []
-    bad = table[(table["pos_encoding"] == Learned.name) & (table["status"] == "ok")
+    bad = table[(table["pos_encoding"] == LearnedPositions.name) & (table["status"] == "ok")
                 & (table["length"] > table["max_len"])]
     return [f"{r.run_id} (learned) has a result at L={r.length} > max_len={r.max_len}: positions "
             "must have been clamped" for r in bad.itertuples()]

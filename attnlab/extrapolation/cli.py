@@ -16,7 +16,8 @@ from pathlib import Path
 from attnlab import cli_flags
 from attnlab.cli_flags import Flag, UsageError
 from attnlab.extrapolation.evaluate import (EVERY_SCALING, ROPE_SCALINGS, EvalSettings,
-                                            evaluate_run, report_paths, results_frame)
+                                            evaluate_run)
+from attnlab.extrapolation.reports import report_paths, results_frame
 from attnlab.extrapolation.study import ratio_table, run_study
 from attnlab.sweep import load_spec
 

@@ -11,7 +11,7 @@ indexing would clamp silently, a flax embedding lookup would give NaN).
 
 Optional RoPE context extension, applied only when asked and recorded in the report and in the
 output file names. The encoding owns its rescalings (``RoPE.rescalings`` in
-``attnlab/model/positions.py``); this module asks ``encoding.rescaled(method, factor)`` for the
+``attnlab/model/rope.py``); this module asks ``architecture.rescaled(cfg, method, factor)`` for the
 evaluation config. ``ntk`` ("NTK-aware" scaling, bloc97 2023; eq. in Peng et al. 2023, YaRN
 sec. 3.2) raises the RoPE base to ``theta * s^(d/(d-2))`` so that the lowest frequency is
 interpolated by ``s`` while the highest is left almost unchanged; ``pi`` (position
@@ -26,7 +26,6 @@ Long windows use the model's query-block attention (``model.attention_chunk``), 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import math
 import time
@@ -35,25 +34,19 @@ from typing import Any, Callable
 
 import jax
 import numpy as np
-import pandas as pd
 from tqdm.auto import tqdm
 
 import attnlab
 from attnlab import model as lm
-from attnlab import rundir
 from attnlab.config import Config, ModelConfig
 from attnlab.extrapolation import protocol
 from attnlab.extrapolation.protocol import PROTOCOLS, EvaluationError, WindowPlan
-from attnlab.model.positions import (  # ntk_rope_theta: re-exported for attnlab.extrapolation
-    UNSCALED,
-    RescalingError,
-    RoPE,
-    encoding_for,
-    ntk_rope_theta,  # noqa: F401
-)
+from attnlab.extrapolation.reports import (FORMAT_VERSION, checkpoint_fingerprint, is_current,
+                                           latest_checkpoint_step, report_paths, settings_record,
+                                           write_report)
+from attnlab.model.positions import UNSCALED, RescalingError
+from attnlab.model.rope import RoPE, ntk_rope_theta  # noqa: F401  (re-exported by extrapolation)
 
-REPORT_FILE = "extrapolation"  # <run_dir>/extrapolation[<tag>].json / .csv / _positions.csv
-FORMAT_VERSION = 1
 ROPE_SCALINGS = tuple(RoPE.rescalings)  # none, ntk, pi, yarn
 EVERY_SCALING = "all"  # a study evaluates RoPE runs under every one of ROPE_SCALINGS
 SPLIT = "validation"
@@ -140,7 +133,7 @@ def _check_int(name: str, value: Any, minimum: int) -> None:
 
 def not_applicable_reason(model_cfg: ModelConfig, length: int) -> str | None:
     """Why ``length`` cannot be evaluated zero-shot, or None if it can."""
-    return encoding_for(model_cfg).unrepresentable(length)
+    return lm.resolve(model_cfg).encoding.unrepresentable(length)
 
 
 def rescaled_model_config(model_cfg: ModelConfig, settings: EvalSettings,
@@ -156,7 +149,7 @@ def rescaled_model_config(model_cfg: ModelConfig, settings: EvalSettings,
         raise EvaluationError("rope_scaling: all evaluates a study (--sweep) under every "
                               "rescaling; name one for a single run")
     try:
-        return encoding_for(model_cfg).rescaled(settings.rope_scaling, rope_factor, train_length)
+        return lm.rescaled(model_cfg, settings.rope_scaling, rope_factor, train_length)
     except RescalingError as e:
         raise EvaluationError(f"rope_scaling: {e}") from None
 
@@ -389,76 +382,6 @@ def run_warnings(report: dict) -> list[str]:
     return warnings
 
 
-# ------------------------------------------------------------------------------------------------
-# Run directories: load, skip when current, write.
-
-
-def report_paths(run_dir: Path, tag: str = "") -> dict[str, Path]:
-    stem = f"{REPORT_FILE}{tag}"
-    return {"json": run_dir / f"{stem}.json", "csv": run_dir / f"{stem}.csv",
-            "positions": run_dir / f"{stem}_positions.csv"}
-
-
-def latest_checkpoint_step(run_dir: Path) -> int:
-    """Step of the run's latest finished checkpoint; raises EvaluationError if there is none."""
-    # Deferred here and below: the trainer and the data pipeline (orbax, TFDS) take seconds to
-    # import, which protocol and checks users (pure NumPy) never need.
-    from attnlab.train.checkpoint import Checkpoints
-    from attnlab.train.workdir import CHECKPOINT_DIR, CONFIG_FILE
-
-    if not run_dir.is_dir():
-        raise EvaluationError(f"--run: {run_dir} is not a directory")
-    if not (run_dir / CONFIG_FILE).exists():
-        raise EvaluationError(f"--run: {run_dir} is not a run directory (no {CONFIG_FILE})")
-    directory = run_dir / CHECKPOINT_DIR
-    step = None
-    if directory.is_dir():
-        with Checkpoints(directory, keep=1, read_only=True) as checkpoints:
-            step = checkpoints.latest_step()
-    if step is None:
-        raise EvaluationError(f"--run: {run_dir} has no finished checkpoint to evaluate "
-                              f"(nothing in {directory}); train it first")
-    return int(step)
-
-
-def settings_record(settings: EvalSettings) -> dict:
-    return dataclasses.asdict(settings)
-
-
-def checkpoint_fingerprint(run_dir: Path, step: int) -> str:
-    """A digest of the names, sizes and modification times of the files of checkpoint ``step``:
-    it changes whenever the checkpoint is rewritten, replaced or damaged, even at the same step
-    (a resumed run that redid the step, a file cut short), without reading the arrays."""
-    from attnlab.train.workdir import CHECKPOINT_DIR
-
-    directory = run_dir / CHECKPOINT_DIR / str(step)
-    digest = hashlib.sha256()
-    for path in sorted(directory.rglob("*")):
-        if path.is_file():
-            info = path.stat()
-            digest.update(f"{path.relative_to(directory)}\0{info.st_size}\0"
-                          f"{info.st_mtime_ns}\n".encode())
-    return digest.hexdigest()[:16]
-
-
-def is_current(run_dir: str | Path, settings: EvalSettings, tag: str = "") -> bool:
-    """True if the run's report was made from its latest checkpoint, unchanged since (same
-    step and the same :func:`checkpoint_fingerprint`), with these settings. A report without a
-    fingerprint (written before it was recorded) is not current: it is evaluated again."""
-    run_dir = Path(run_dir)
-    path = report_paths(run_dir, tag)["json"]
-    try:
-        saved = json.loads(path.read_text())
-        step = latest_checkpoint_step(run_dir)
-        fingerprint = checkpoint_fingerprint(run_dir, step)
-    except (OSError, ValueError):  # missing or unreadable report, or no checkpoint
-        return False
-    return (saved.get("format_version") == FORMAT_VERSION
-            and saved.get("checkpoint_step") == step
-            and saved.get("checkpoint_fingerprint") == fingerprint
-            and saved.get("settings") == json.loads(json.dumps(settings_record(settings))))
-
-
 def evaluate_run(run_dir: str | Path, settings: EvalSettings = EvalSettings(), *,
                  force: bool = False, progress: bool = True) -> dict:
     """Evaluates a trained run and writes ``extrapolation[<tag>].json``, ``.csv`` (one row per
@@ -481,7 +404,7 @@ def evaluate_run(run_dir: str | Path, settings: EvalSettings = EvalSettings(), *
     settings.validate()
     step = latest_checkpoint_step(run_dir)
     run_cfg = load_config(run_dir)
-    objective = lm.objective_for(run_cfg.model)
+    objective = lm.resolve(run_cfg.model).objective
     if not objective.causal or objective.encoder_decoder:
         # Extrapolation scores next-token loss over growing contexts: a causal decoder's task.
         raise EvaluationError(f"{run_dir}: model.objective={objective.name} is not a causal "
@@ -510,27 +433,3 @@ def evaluate_run(run_dir: str | Path, settings: EvalSettings = EvalSettings(), *
     }
     write_report(report, paths)
     return json.loads(paths["json"].read_text())  # the same dict whether fresh or reused
-
-
-def write_report(report: dict, paths: dict[str, Path]) -> None:
-    """Writes the JSON report and its two CSV tables atomically."""
-    _write_atomic(paths["json"], json.dumps(report, indent=2) + "\n")
-    _write_atomic(paths["csv"], results_frame(report).to_csv(index=False))
-    curve = report["per_position"]
-    positions = pd.DataFrame({"position": np.arange(len(curve["loss"])), "loss": curve["loss"]})
-    _write_atomic(paths["positions"], positions.to_csv(index=False))
-
-
-def results_frame(report: dict) -> pd.DataFrame:
-    """The report's rows as a table, with the run's identity in leading columns."""
-    frame = pd.DataFrame(report["results"])
-    for key in ("seed", "pos_encoding", "name"):
-        if key in report:
-            frame.insert(0, key, report[key])
-    return frame
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    """Atomic, with a temporary unique to this writer: two evaluations never share one."""
-    rundir.write_text_atomic(path, text)
-

@@ -21,9 +21,11 @@ from tqdm.auto import tqdm
 from attnlab.config import from_config_dict
 from attnlab.extrapolation import checks
 from attnlab.extrapolation.evaluate import (EVERY_SCALING, ROPE_SCALINGS, EvalSettings,
-                                            evaluate_run, results_frame)
+                                            evaluate_run)
 from attnlab.extrapolation.protocol import EvaluationError
-from attnlab.model.positions import UNSCALED, encoding_for
+from attnlab.extrapolation.reports import results_frame
+from attnlab.model import resolve
+from attnlab.model.positions import UNSCALED
 
 RUNS_DIR = "runs"
 STUDY_STEM = "extrapolation"
@@ -88,7 +90,7 @@ def settings_per_run(settings: EvalSettings, model_cfg) -> list[EvalSettings]:
     """The evaluations of one run: ``settings`` as given; under every RoPE rescaling for
     ``rope_scaling="all"``; zero-shot for encodings without the rescaling asked."""
     methods = ROPE_SCALINGS if settings.rope_scaling == EVERY_SCALING else (settings.rope_scaling,)
-    encoding = encoding_for(model_cfg)
+    encoding = resolve(model_cfg).encoding
     out = []
     for method in methods:
         if not encoding.can_rescale(method):

@@ -1,5 +1,5 @@
-"""Attention: the score function, scaled dot-product attention (MHA / GQA / MQA), and the causal
-self-attention layer.
+"""Attention: the score function, scaled dot-product attention (MHA / GQA / MQA), and the self-
+and cross-attention layers.
 
     s[b, h, i, j] = scale * <q[b, i, h], k[b, j, h // g]> + bias[b, h, i, j]   (-inf where masked)
     out[b, i, h]  = sum_j softmax_j(s[b, h, i, :]) v[b, j, h // g]
@@ -15,99 +15,26 @@ key/value head ``h // g``, ``g = heads // kv_heads`` (the grouping of
 ``jax.nn.dot_product_attention``).
 
 The ingredients of the scores are arguments, so that variants slot in without touching the
-implementations:
-
-* ``scale``: a number (``1/sqrt(head_dim)`` by default).
-* ``bias``: a function ``(q_positions [pbatch, q_len], k_positions [pbatch, k_len]) -> float32
-  [pbatch, heads, q_len, k_len] | None``; the layer passes its positional encoding's
-  :meth:`~attnlab.model.positions.PositionalEncoding.bias` (ALiBi).
-* ``mask``: a function ``(q_index [q_len], k_index [k_len]) -> bool [q_len, k_len]`` (True = may
-  attend), or None for no mask. Masks are by index, not position: query ``i`` of a call sits at
-  key index ``q_offset + i`` (0 for a forward pass, ``start`` for a KV-cache step).
-* q/k normalisation and q/k transforms (QK-norm, RoPE) are applied by the layer before the
-  scores.
+implementations: ``scale`` (a number); ``bias``, a function of positions (the encoding's
+``layer_bias``: ALiBi, T5), or None; ``mask``, a :class:`~attnlab.model.masks.Mask` of indices,
+or None. QK-norm, the score scale's q/k transform and RoPE are applied by the layer before.
 """
 
 from __future__ import annotations
 
-import functools
 import math
-from typing import TYPE_CHECKING, Callable
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attnlab.model.layers import dense, make_norm
-from attnlab.model.positions import encoding_for
-from attnlab.model.scales import score_scale_for
+from attnlab.config import ModelConfig
+from attnlab.model.layers import dense
+from attnlab.model.masks import Causal, Mask
+from attnlab.model.positions import Bias, PositionalEncoding
+from attnlab.model.scales import ScoreScale
 
-if TYPE_CHECKING:  # annotations only: model/config.py imports the mixer registry, which imports us
-    from attnlab.model.config import ModelConfig
-
-# (q_index [q_len], k_index [k_len]) -> bool [q_len, k_len], True = may attend.
-Mask = Callable[[jax.Array, jax.Array], jax.Array]
-# (q_positions [pbatch, q_len], k_positions [pbatch, k_len]) -> float32 [pbatch, heads, q_len, k_len]
-# or None (no bias).
-Bias = Callable[[jax.Array, jax.Array], "jax.Array | None"]
-
-
-def causal(q_index: jax.Array, k_index: jax.Array) -> jax.Array:
-    """The causal mask: query ``i`` sees key ``j`` iff ``j <= i``; bool ``[q_len, k_len]``."""
-    return k_index[None, :] <= q_index[:, None]
-
-
-def causal_mask(q_len: int, k_len: int, q_offset: int | jax.Array = 0) -> jax.Array:
-    """``mask[i, j] = j <= q_offset + i``; bool ``[q_len, k_len]`` (True = may attend)."""
-    return causal(q_offset + jnp.arange(q_len), jnp.arange(k_len))
-
-
-def sliding_window(window: int, n_global: int = 0) -> Mask:
-    """Local causal attention (Beltagy et al. 2020; Mistral, Jiang et al. 2023): query ``i`` sees
-    keys ``i - window + 1 .. i``, plus the first ``n_global`` keys (global tokens). A mask
-    function ``(q_index [q_len], k_index [k_len]) -> bool [q_len, k_len]``; after ``L`` layers
-    the output at ``i`` depends on no token before ``i - L (window - 1)`` (global tokens
-    aside)."""
-
-    def mask(q_index: jax.Array, k_index: jax.Array) -> jax.Array:
-        distance = q_index[:, None] - k_index[None, :]
-        return (distance >= 0) & ((distance < window) | (k_index[None, :] < n_global))
-
-    return mask
-
-
-NOT_WRITTEN = 2**30  # position of an empty rolling-cache slot: after every query, so masked
-
-
-def rolling_slot_positions(start: jax.Array | int, window: int, n_global: int) -> jax.Array:
-    """Positions held by a rolling KV cache before a step at ``start``; int32 ``[n_global +
-    window]``. Slots ``0 .. n_global-1`` hold positions ``0 .. n_global-1``; slot ``n_global + r``
-    the latest position ``p < start`` with ``p % window == r``. Slots not written yet, and rolling
-    slots whose position is a global one (counted once, in its global slot), read
-    :data:`NOT_WRITTEN`."""
-    start = jnp.asarray(start, jnp.int32)
-    global_positions = jnp.arange(n_global, dtype=jnp.int32)
-    r = jnp.arange(window, dtype=jnp.int32)
-    rolling = start - 1 - jnp.mod(start - 1 - r, window)
-    positions = jnp.concatenate([
-        jnp.where(global_positions < start, global_positions, NOT_WRITTEN),
-        jnp.where(rolling >= n_global, rolling, NOT_WRITTEN),  # also < 0: not written
-    ])
-    return positions
-
-
-def write_kv_cache(kv, k: jax.Array, v: jax.Array, start):
-    """One KV-cache step: writes this step's keys and values at cache index ``start``.
-
-    kv: ``(keys, values)``, each ``[batch, cache_len, kv_heads, head_dim]``; k, v: this step's
-    ``[batch, t, kv_heads, head_dim]``. Returns (keys, values, new kv, q_offset = start,
-    k_positions ``[1, cache_len]``): the queries attend to the whole cache, and the causal mask
-    hides the slots after ``start + t`` that still hold zeros.
-    """
-    keys, values = kv
-    keys = jax.lax.dynamic_update_slice_in_dim(keys, k.astype(keys.dtype), start, axis=1)
-    values = jax.lax.dynamic_update_slice_in_dim(values, v.astype(values.dtype), start, axis=1)
-    return keys, values, (keys, values), start, jnp.arange(keys.shape[1])[None]
+CAUSAL = Causal()
 
 
 def _group(q: jax.Array, kv_heads: int) -> jax.Array:
@@ -116,19 +43,12 @@ def _group(q: jax.Array, kv_heads: int) -> jax.Array:
     return q.reshape(b, t, kv_heads, heads // kv_heads, d)
 
 
-def attention_scores(
-    q: jax.Array,
-    k: jax.Array,
-    *,
-    scale: float,
-    bias: jax.Array | None = None,
-    mask: jax.Array | None = None,
-) -> jax.Array:
+def attention_scores(q: jax.Array, k: jax.Array, *, scale: float, bias: jax.Array | None = None,
+                     mask: jax.Array | None = None) -> jax.Array:
     """The score function ``scale * Q K^T + bias``, ``-inf`` where ``mask`` is False.
 
     Args:
-      q: ``[batch, q_len, heads, head_dim]``.
-      k: ``[batch, k_len, kv_heads, head_dim]``.
+      q: ``[batch, q_len, heads, head_dim]``; k: ``[batch, k_len, kv_heads, head_dim]``.
       scale: multiplies ``Q K^T`` (not the bias).
       bias: float32, broadcastable to ``[batch, heads, q_len, k_len]``, or None.
       mask: bool ``[q_len, k_len]`` (True = may attend), or None.
@@ -149,25 +69,15 @@ def attention_scores(
     return scores
 
 
-def attention_weights(
-    q: jax.Array,
-    k: jax.Array,
-    *,
-    scale: float | None = None,
-    mask: Mask | None = causal,
-    q_offset: int | jax.Array = 0,
-    bias: jax.Array | None = None,
-) -> jax.Array:
+def attention_weights(q: jax.Array, k: jax.Array, *, scale: float | None = None,
+                      mask: Mask | None = CAUSAL, q_offset: int | jax.Array = 0,
+                      bias: jax.Array | None = None) -> jax.Array:
     """``softmax(attention_scores)`` over keys; float32 ``[batch, heads, q_len, k_len]``.
-
-    ``scale`` defaults to ``1/sqrt(head_dim)``; ``mask`` is a mask function (see the module
-    docstring) applied at query offset ``q_offset``; ``bias`` as in :func:`attention_scores`.
-    """
+    ``scale`` defaults to ``1/sqrt(head_dim)``; ``mask`` is applied at query offset ``q_offset``."""
     q_len, head_dim, k_len = q.shape[1], q.shape[3], k.shape[1]
     scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
     mask_array = None if mask is None else mask(q_offset + jnp.arange(q_len), jnp.arange(k_len))
-    scores = attention_scores(q, k, scale=scale, bias=bias, mask=mask_array)
-    return jax.nn.softmax(scores, axis=-1)
+    return jax.nn.softmax(attention_scores(q, k, scale=scale, bias=bias, mask=mask_array), axis=-1)
 
 
 # --------------------------------------------------------------------------------------------
@@ -177,39 +87,9 @@ def attention_weights(
 # --------------------------------------------------------------------------------------------
 
 
-# Causal self-attention at least this long runs in two query halves (see _einsum_attention);
-# measured 1.05-1.15x faster CPU train steps at seq 128-256 (docs/benchmarks.md).
-CAUSAL_HALVES_MIN_LEN = 128
-
-
-def _einsum_attention(q, k, v, *, scale, bias, mask, is_causal):
-    """The plain reference: :func:`attention_scores`, softmax, then ``P V``.
-
-    Causal self-attention (``is_causal``, at least ``CAUSAL_HALVES_MIN_LEN`` queries, an even
-    number) runs in two query halves: the first half's queries see only the first half's keys,
-    so the quarter of the score matrix that the mask hides entirely (probability exactly 0) is
-    never computed.
-    """
-    q_len = q.shape[1]
-    if not (is_causal and q_len >= CAUSAL_HALVES_MIN_LEN and q_len % 2 == 0):
-        return _softmax_pv(q, k, v, scale=scale, bias=bias, mask=mask)
-    half = q_len // 2
-
-    def rows(x, start, stop):  # bias rows, unless broadcast along them
-        return x if x is None or x.shape[-2] == 1 else x[..., start:stop, :]
-
-    def cols(x, stop):
-        return x if x is None or x.shape[-1] == 1 else x[..., :stop]
-
-    first = _softmax_pv(q[:, :half], k[:, :half], v[:, :half], scale=scale,
-                        bias=cols(rows(bias, 0, half), half), mask=mask[:half, :half])
-    second = _softmax_pv(q[:, half:], k, v, scale=scale, bias=rows(bias, half, q_len),
-                         mask=mask[half:])
-    return jnp.concatenate([first, second], axis=1)
-
-
-def _softmax_pv(q, k, v, *, scale, bias, mask):
-    """``softmax(attention_scores) V`` for ``q [batch, q_len, heads, head_dim]``."""
+def einsum_attention(q, k, v, *, scale, bias, mask, is_causal):
+    """The plain reference, ``softmax(attention_scores) V`` for ``q [batch, q_len, heads,
+    head_dim]``."""
     batch, q_len, heads, head_dim = q.shape
     kv_heads = k.shape[2]
     probs = jax.nn.softmax(attention_scores(q, k, scale=scale, bias=bias, mask=mask), axis=-1)
@@ -218,7 +98,7 @@ def _softmax_pv(q, k, v, *, scale, bias, mask):
     return out.reshape(batch, q_len, heads, head_dim)
 
 
-def _xla_attention(q, k, v, *, scale, bias, mask, is_causal):
+def xla_attention(q, k, v, *, scale, bias, mask, is_causal):
     """``jax.nn.dot_product_attention``: GQA natively; cuDNN flash attention on GPUs for
     bf16/fp16 inputs without a bias (ALiBi stays on the XLA path so that its bias keeps
     float32 precision at long distances)."""
@@ -226,79 +106,58 @@ def _xla_attention(q, k, v, *, scale, bias, mask, is_causal):
         mask = None  # the kernel applies the same lower triangle itself
     elif mask is not None:
         mask = mask[None, None]  # [1, 1, q_len, k_len]
-    if (
-        is_causal
-        and bias is None
-        and jax.default_backend() == "gpu"
-        and q.dtype in (jnp.bfloat16, jnp.float16)
-    ):
+    if (is_causal and bias is None and jax.default_backend() == "gpu"
+            and q.dtype in (jnp.bfloat16, jnp.float16)):
         try:
-            return jax.nn.dot_product_attention(
-                q, k, v, scale=scale, is_causal=True, implementation="cudnn"
-            )
+            return jax.nn.dot_product_attention(q, k, v, scale=scale, is_causal=True,
+                                                implementation="cudnn")
         except Exception:  # unsupported shape or cuDNN version: the XLA path below is exact too
             pass
-    return jax.nn.dot_product_attention(
-        q, k, v, bias=bias, mask=mask, scale=scale, is_causal=is_causal
-    )
+    return jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask, scale=scale,
+                                        is_causal=is_causal)
 
 
-_IMPLEMENTATIONS = {"einsum": _einsum_attention, "xla": _xla_attention}
+IMPLEMENTATIONS = {"einsum": einsum_attention, "xla": xla_attention}  # model.attention_impl
+
+# Causal self-attention at least this long runs in two query halves (the einsum path; see
+# dot_product_attention); measured 1.05-1.15x faster CPU train steps at seq 128-256
+# (docs/benchmarks.md).
+CAUSAL_HALVES_MIN_LEN = 128
 
 
-def dot_product_attention(
-    q: jax.Array,
-    k: jax.Array,
-    v: jax.Array,
-    *,
-    scale: float | None = None,
-    bias: Bias | None = None,
-    mask: Mask | None = causal,
-    q_offset: int | jax.Array = 0,
-    q_positions: jax.Array | None = None,
-    k_positions: jax.Array | None = None,
-    impl: str = "einsum",
-    chunk: int = 0,
-    band: int = 0,
-    global_keys: int = 0,
-) -> jax.Array:
+def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, scale: float | None = None,
+                          bias: Bias | None = None, mask: Mask | None = CAUSAL,
+                          q_offset: int | jax.Array = 0, q_positions: jax.Array | None = None,
+                          k_positions: jax.Array | None = None, impl: str = "einsum",
+                          chunk: int = 0) -> jax.Array:
     """``softmax(attention_scores) V`` per head, optionally in query blocks.
 
     Args:
-      q: ``[batch, q_len, heads, head_dim]``.
-      k, v: ``[batch, k_len, kv_heads, head_dim]``.
+      q: ``[batch, q_len, heads, head_dim]``; k, v: ``[batch, k_len, kv_heads, head_dim]``.
       scale: score scale; default ``1/sqrt(head_dim)``.
-      bias: bias function of positions (see the module docstring), or None.
-      mask: mask function of indices (default :func:`causal`), or None (every query sees every
-        key).
+      bias: bias function of positions, or None.
+      mask: :class:`Mask` of indices (default causal), or None (every query sees every key).
       q_offset: key index of query 0 (a KV-cache step's ``start``); may be traced.
       q_positions, k_positions: int ``[pbatch, q_len]`` / ``[pbatch, k_len]``, given to ``bias``
         (default ``q_offset + arange`` and ``arange``).
-      impl: ``"einsum"`` (plain reference) or ``"xla"`` (``jax.nn.dot_product_attention``).
-      chunk: if > 0 and ``q_len > chunk``, process queries in blocks of ``chunk`` so that at most a
-        ``[batch, heads, chunk, k_len]`` score tensor exists at once (memory linear in length for
-        a fixed chunk). Each block is rematerialised in the backward pass.
-      band, global_keys: with query blocks, promise that ``mask`` hides every key more than
-        ``band - 1`` indices before its query except the first ``global_keys`` (a
-        :func:`sliding_window`); each block then reads only the ``chunk + band - 1`` keys that
-        can reach it (and the global ones), so memory is ``O(q_len (chunk + band))``.
+      impl: a key of :data:`IMPLEMENTATIONS`.
+      chunk: if > 0 and ``q_len > chunk``, queries in blocks of ``chunk`` (rematerialised in the
+        backward pass): at most ``[batch, heads, chunk, k_len]`` scores exist at once, or with a
+        banded mask (a sliding window) only the ``chunk + band - 1`` keys in reach.
 
     Returns:
       ``[batch, q_len, heads, head_dim]`` in ``q.dtype``.
     """
-    if impl not in _IMPLEMENTATIONS:
-        raise ValueError(f"unknown attention impl {impl!r}; valid: {', '.join(_IMPLEMENTATIONS)}")
-    attend = _IMPLEMENTATIONS[impl]
-    batch, q_len, heads, head_dim = q.shape
-    k_len = k.shape[1]
-    scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
-    if q_positions is None:
-        q_positions = (q_offset + jnp.arange(q_len))[None]
-    if k_positions is None:
-        k_positions = jnp.arange(k_len)[None]
+    if impl not in IMPLEMENTATIONS:
+        raise ValueError(f"unknown attention impl {impl!r}; valid: {', '.join(IMPLEMENTATIONS)}")
+    attend = IMPLEMENTATIONS[impl]
+    q_len, k_len = q.shape[1], k.shape[1]
+    scale = 1.0 / math.sqrt(q.shape[3]) if scale is None else scale
+    q_positions = (q_offset + jnp.arange(q_len))[None] if q_positions is None else q_positions
+    k_positions = jnp.arange(k_len)[None] if k_positions is None else k_positions
     chunked = 0 < chunk < q_len
-    is_causal = (mask is causal and isinstance(q_offset, int) and q_offset == 0
-                 and q_len == k_len and not chunked)
+    is_causal = (mask is not None and mask.is_causal and isinstance(q_offset, int)
+                 and q_offset == 0 and q_len == k_len and not chunked)
 
     def block(q_block, q_positions_block, offset):
         """Queries ``offset .. offset + len - 1`` against every key."""
@@ -306,13 +165,50 @@ def dot_product_attention(
         block_mask = None
         if mask is not None:
             block_mask = mask(offset + jnp.arange(q_block.shape[1]), jnp.arange(k_len))
+        if (attend is einsum_attention and is_causal and q_len >= CAUSAL_HALVES_MIN_LEN
+                and q_len % 2 == 0):
+            return _causal_halves(q_block, k, v, scale=scale, bias=block_bias, mask=block_mask)
         return attend(q_block, k, v, scale=scale, bias=block_bias, mask=block_mask,
                       is_causal=is_causal)
 
+    if not chunked:
+        return block(q, q_positions, q_offset)
+    if mask is not None and mask.band > 0 and chunk + mask.band - 1 < k_len:
+        return _query_blocks(q, q_positions, q_offset, chunk, _banded(
+            attend, k, v, k_positions, scale=scale, bias=bias, mask=mask, chunk=chunk))
+    return _query_blocks(q, q_positions, q_offset, chunk, block)
+
+
+def _causal_halves(q, k, v, *, scale, bias, mask):
+    """Causal self-attention in two query halves: the first half's queries see only the first
+    half's keys, so the quarter of the score matrix that the mask hides entirely (probability
+    exactly 0) is never computed."""
+    q_len = q.shape[1]
+    half = q_len // 2
+
+    def rows(x, start, stop):  # bias rows, unless broadcast along them
+        return x if x is None or x.shape[-2] == 1 else x[..., start:stop, :]
+
+    def cols(x, stop):
+        return x if x is None or x.shape[-1] == 1 else x[..., :stop]
+
+    first = einsum_attention(q[:, :half], k[:, :half], v[:, :half], scale=scale,
+                             bias=cols(rows(bias, 0, half), half), mask=mask[:half, :half],
+                             is_causal=True)
+    second = einsum_attention(q[:, half:], k, v, scale=scale, bias=rows(bias, half, q_len),
+                              mask=mask[half:], is_causal=True)
+    return jnp.concatenate([first, second], axis=1)
+
+
+def _banded(attend, k, v, k_positions, *, scale, bias, mask, chunk):
+    """A query block's attention over only the keys a banded mask lets it reach:
+    ``[first, first + span)`` plus the global keys not already in that range (masked there, so
+    none counts twice)."""
+    k_len = k.shape[1]
+    band, n_global = mask.band, min(mask.global_keys, k_len)
+    span = min(k_len, chunk + band - 1)
+
     def banded_block(q_block, q_positions_block, offset):
-        """Queries ``offset ..`` against the keys a band can reach: ``[first, first + span)``
-        plus the global keys not already in that range (masked there, so none counts twice)."""
-        span = min(k_len, chunk + band - 1)
         first = jnp.clip(offset - band + 1, 0, k_len - span)
         k_index = first + jnp.arange(span)
         keys = jax.lax.dynamic_slice_in_dim(k, first, span, axis=1)
@@ -320,7 +216,6 @@ def dot_product_attention(
         positions = jnp.take(k_positions, k_index, axis=1)
         q_index = offset + jnp.arange(q_block.shape[1])
         block_mask = mask(q_index, k_index)
-        n_global = min(global_keys, k_len)
         if n_global:
             g_index = jnp.arange(n_global)
             keys = jnp.concatenate([k[:, :n_global], keys], axis=1)
@@ -332,13 +227,13 @@ def dot_product_attention(
         return attend(q_block, keys, values, scale=scale, bias=block_bias, mask=block_mask,
                       is_causal=False)
 
-    if chunked and band > 0 and mask is not None and chunk + band - 1 < k_len:
-        block = banded_block
+    return banded_block
 
-    if not chunked:
-        return block(q, q_positions, q_offset)
 
-    # Memory-linear path: pad the queries to whole blocks and map over the blocks.
+def _query_blocks(q, q_positions, q_offset, chunk: int, block) -> jax.Array:
+    """``block(q_block, q_positions_block, offset)`` over query blocks of ``chunk`` (the queries
+    padded to whole blocks), mapped by ``jax.lax.map`` with a rematerialised body."""
+    batch, q_len, heads, head_dim = q.shape
     n_blocks = -(-q_len // chunk)
     pad = n_blocks * chunk - q_len
     q_blocks = jnp.pad(q, ((0, 0), (0, pad), (0, 0), (0, 0)))
@@ -351,6 +246,11 @@ def dot_product_attention(
     )  # [n_blocks, batch, chunk, heads, head_dim]
     out = out.swapaxes(0, 1).reshape(batch, n_blocks * chunk, heads, head_dim)
     return out[:, :q_len]
+
+
+# --------------------------------------------------------------------------------------------
+# The layers
+# --------------------------------------------------------------------------------------------
 
 
 def projections(cfg: ModelConfig, rngs: nnx.Rngs) -> tuple[nnx.Module, ...]:
@@ -366,59 +266,41 @@ def projections(cfg: ModelConfig, rngs: nnx.Rngs) -> tuple[nnx.Module, ...]:
             dense(cfg, cfg.n_heads * hd, d, residual_std, rngs, bias=bias))
 
 
-class CausalSelfAttention(nnx.Module):
-    """Multi-head (or grouped-query) causal self-attention with the configured position encoding.
+class SelfAttention(nnx.Module):
+    """Multi-head (or grouped-query) self-attention with the parts it is handed: the positional
+    ``encoding`` (its q/k transform, RoPE), the ``score_scale`` (``1/sqrt(head_dim)``, muP,
+    learned, cosine: :mod:`attnlab.model.scales`), the ``mask`` (causal, sliding window,
+    bidirectional: :mod:`attnlab.model.masks`) and, with ``model.qk_norm``, the ``norm`` class
+    applied to each head's q and k (Dehghani et al. 2023).
 
-    ``q = x W_q``, ``k = x W_k``, ``v = x W_v`` (``+ b`` with ``model.linear_bias``); QK-norm per head (optional); the
-    positional encoding's q/k transform (RoPE); attention with the encoding's score bias
-    (ALiBi, T5), the score scale of ``model.attention_scale`` (``1/sqrt(head_dim)``, ``1/d``, 1,
-    a learned per-head temperature, or cosine attention: :mod:`attnlab.model.scales`) and the
-    causal mask, banded when ``model.attention_window > 0`` (:func:`sliding_window`; its KV cache
-    is a rolling buffer of ``window`` slots plus the global tokens); then ``W_o``. ``W_o`` is a
-    residual output projection: GPT-2 init scales its std by ``1/sqrt(2 n_layers)``.
-
-    A sequence mixer: ``(x, positions, kv, start) -> (y, kv)``, with or without a cache.
-
-    ``bidirectional=True`` makes it an encoder's self-attention (Devlin et al. 2019): no mask,
-    every query sees every key, with the encoder's form of the encoding (T5's bidirectional
-    buckets); it has no KV cache.
+    ``q = x W_q``, ``k = x W_k``, ``v = x W_v`` (``+ b`` with ``model.linear_bias``); QK-norm; the
+    score scale; the encoding's q/k transform; attention with the layer's score ``bias``
+    (ALiBi, T5) under the mask; then ``W_o`` (a residual output projection).
     """
 
-    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, bidirectional: bool = False):
+    def __init__(self, cfg: ModelConfig, *, encoding: PositionalEncoding, score_scale: ScoreScale,
+                 mask: Mask, norm: type[nnx.Module], rngs: nnx.Rngs):
         self.cfg = cfg
-        self.bidirectional = bidirectional
-        self.encoding = encoding_for(cfg, bidirectional=bidirectional)
-        self.scale = 1.0 / math.sqrt(cfg.head_dim)
-        self.score_scale = score_scale_for(cfg)
+        self.encoding, self.score_scale, self.mask = encoding, score_scale, mask
         self.q_proj, self.k_proj, self.v_proj, self.o_proj = projections(cfg, rngs)
         if cfg.qk_norm:
-            # QK-norm (Dehghani et al. 2023): normalise each head's q and k before the product.
-            self.q_norm = make_norm(cfg, cfg.head_dim)
-            self.k_norm = make_norm(cfg, cfg.head_dim)
+            self.q_norm = norm(cfg.head_dim, cfg.norm_eps)
+            self.k_norm = norm(cfg.head_dim, cfg.norm_eps)
         # A learned temperature (attention_scale learned / cosine), [heads]; None otherwise.
-        self.temperature = self.score_scale.init_params(rngs)
+        self.temperature = score_scale.init_params(rngs)
 
-    def __call__(self, x: jax.Array, positions: jax.Array, *, kv=None, start=0,
-                 mask: Mask | None = causal, pos_params=None):
-        """Self-attention of ``x [batch, t, d_model]`` at ``positions [pbatch, t]``.
+    def __call__(self, x: jax.Array, positions: jax.Array, *, bias: Bias | None = None,
+                 state=None, start=0):
+        """``x [batch, t, d_model]`` at ``positions [pbatch, t]`` -> ``([batch, t, d_model],
+        state)``.
 
-        Without ``kv``: plain self-attention under ``mask`` (a mask function of indices, see the
-        module docstring; None: every query sees every key). With ``kv = (keys, values)``, each
-        ``[batch, cache_len, kv_heads, head_dim]``: a KV-cache step that writes this call's keys
-        and values at cache slots ``start .. start + t - 1`` (``positions`` must equal
-        ``start + arange(t)``; ``start`` may be traced) and attends over the whole cache; slots
-        not yet written are hidden by the causal mask (a cache needs one). With a sliding window
-        (``model.attention_window``) the default ``mask`` becomes :func:`sliding_window` and a
-        cache holds ``n_global + window`` slots, written as a rolling buffer (exact past the
-        window). ``pos_params``: the encoding's bias parameters for this layer (T5).
-
-        Returns:
-          ``([batch, t, d_model], kv)``: ``kv`` updated, or None without a cache.
+        ``state``: None, or this layer's KV cache ``(keys, values)``, each ``[batch, cache_len,
+        kv_heads, head_dim]``: the step writes this call's keys and values at ``start``
+        (``positions`` must equal ``start + arange(t)``; ``start`` may be traced) the way the
+        mask keeps its cache (:meth:`Mask.cache_step`), and attends over it.
         """
         cfg = self.cfg
         batch, t, _ = x.shape
-        if self.bidirectional:
-            mask = None
         q = self.q_proj(x).reshape(batch, t, cfg.n_heads, cfg.head_dim)
         k = self.k_proj(x).reshape(batch, t, cfg.kv_heads, cfg.head_dim)
         v = self.v_proj(x).reshape(batch, t, cfg.kv_heads, cfg.head_dim)
@@ -426,58 +308,13 @@ class CausalSelfAttention(nnx.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         q, k, scale = self.score_scale.apply(q, k, self.temperature)
         q, k = self.encoding.transform_qk(q, k, positions)
-        bias = self.encoding.bias
-        if pos_params is not None:
-            bias = functools.partial(self.encoding.bias, params=pos_params)
-        band = 0  # a sliding window's query blocks read only the keys in reach (no cache)
-        if cfg.attention_window and mask is causal:
-            mask = sliding_window(cfg.attention_window, cfg.attention_global_tokens)
-            band = 0 if kv is not None else cfg.attention_window
-        q_offset, k_positions = 0, positions
-        if kv is not None and cfg.attention_window:
-            k, v, kv, mask, k_positions = self._rolling_cache(k, v, kv, start, t, mask)
-            q_offset = start
-        elif kv is not None:
-            k, v, kv, q_offset, k_positions = write_kv_cache(kv, k, v, start)
-        out = dot_product_attention(
-            q, k, v, scale=scale, bias=bias,
-            mask=mask, q_offset=q_offset, q_positions=positions,
-            k_positions=k_positions, impl=cfg.attention_impl, chunk=cfg.attention_chunk,
-            band=band, global_keys=cfg.attention_global_tokens,
-        )  # [batch, t, heads, head_dim]
-        return self.o_proj(out.reshape(batch, t, cfg.n_heads * cfg.head_dim)), kv
-
-    def _rolling_cache(self, k, v, kv, start, t: int, mask: Mask):
-        """A sliding-window KV-cache step: this call's ``t`` keys/values attend with the cached
-        ones, whose slot positions come from :func:`rolling_slot_positions`; the last
-        ``min(t, window)`` are then written at slots ``n_global + p % window`` (and positions
-        ``p < n_global`` also at slot ``p``).
-
-        Returns ``(keys, values)`` to attend over (``[batch, n_global + window + t, ...]``), the
-        updated cache, the mask function by slot index (queries by position) and the keys'
-        positions ``[1, n_global + window + t]`` for the bias.
-        """
-        window, n_global = self.cfg.attention_window, self.cfg.attention_global_tokens
-        keys, values = kv
-        k, v = k.astype(keys.dtype), v.astype(values.dtype)
-        new_positions = jnp.asarray(start, jnp.int32) + jnp.arange(t, dtype=jnp.int32)
-        k_positions = jnp.concatenate(
-            [rolling_slot_positions(start, window, n_global), new_positions])
-        attend_k = jnp.concatenate([keys, k], axis=1)
-        attend_v = jnp.concatenate([values, v], axis=1)
-        keep = min(t, window)  # distinct slots: later tokens overwrite earlier ones
-        slots = n_global + jnp.mod(new_positions[t - keep:], window)
-        keys = keys.at[:, slots].set(k[:, t - keep:])
-        values = values.at[:, slots].set(v[:, t - keep:])
-        if n_global:
-            global_slots = jnp.where(new_positions < n_global, new_positions, n_global + window)
-            keys = keys.at[:, global_slots].set(k, mode="drop")
-            values = values.at[:, global_slots].set(v, mode="drop")
-
-        def slot_mask(q_index, k_index):
-            return mask(q_index, k_positions[k_index])
-
-        return attend_k, attend_v, (keys, values), slot_mask, k_positions[None]
+        mask, q_offset, k_positions = self.mask, 0, positions
+        if state is not None:
+            k, v, state, mask, q_offset, k_positions = self.mask.cache_step(state, k, v, start)
+        out = dot_product_attention(q, k, v, scale=scale, bias=bias, mask=mask, q_offset=q_offset,
+                                    q_positions=positions, k_positions=k_positions,
+                                    impl=cfg.attention_impl, chunk=cfg.attention_chunk)
+        return self.o_proj(out.reshape(batch, t, cfg.n_heads * cfg.head_dim)), state
 
 
 class CrossAttention(nnx.Module):

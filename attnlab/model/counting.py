@@ -16,42 +16,16 @@ from __future__ import annotations
 import numpy as np
 from flax import nnx
 
-from attnlab.model.config import ModelConfig
-from attnlab.model.mixers import layer_mixers
-from attnlab.model.ngpt import param_count as ngpt_param_count
-from attnlab.model.objectives import objective_for, span_lengths
-from attnlab.model.positions import encoding_for
+from attnlab.config import ModelConfig
+from attnlab.model.architecture import Architecture, resolve
+from attnlab.model.objectives import span_lengths
 
 EMBEDDING_PARAMS = ("token_embedding", "position_embedding", "decoder_position_embedding",
                     "lm_head")
 
 
-def _norm_params(cfg: ModelConfig, dim: int) -> int:
-    return 2 * dim if cfg.norm == "layernorm" else dim  # LayerNorm: scale + bias; RMSNorm: scale
-
-
-def _attention_bias_params(cfg: ModelConfig) -> int:
-    """The biases of ``W_q, W_k, W_v`` (GQA-aware) and ``W_o`` with ``model.linear_bias``."""
-    if not cfg.linear_bias:
-        return 0
-    return cfg.n_heads * cfg.head_dim + 2 * cfg.kv_heads * cfg.head_dim + cfg.d_model
-
-
-def _mixer_params(cfg: ModelConfig, mixer) -> int:
-    """One layer's sequence mixer; softmax attention adds its projections' biases (the other
-    mixers' projections stay bias-free)."""
-    return mixer.param_count() + (_attention_bias_params(cfg) if mixer.name == "softmax" else 0)
-
-
-def _ffn_params(cfg: ModelConfig) -> int:
-    """The FFN's matrices (3 for SwiGLU) and, with ``model.linear_bias``, their biases."""
-    n_in = 2 if cfg.ffn == "swiglu" else 1
-    biases = n_in * cfg.ffn_dim + cfg.d_model if cfg.linear_bias else 0
-    return (n_in + 1) * cfg.d_model * cfg.ffn_dim + biases
-
-
 def param_counts(cfg: ModelConfig) -> dict[str, int]:
-    """Exact parameter counts of :class:`TransformerLM` built from ``cfg``.
+    """Exact parameter counts of the model built from ``cfg``.
 
     Returns a dict with ``total``, ``non_embedding`` (Kaplan's N), ``embedding`` (token table +
     learned position table + untied head), and the parts ``token_embedding``,
@@ -64,28 +38,25 @@ def param_counts(cfg: ModelConfig) -> dict[str, int]:
     decoder layers' ``cross_attention`` (per layer) and extra norm, both final norms, and one
     encoding table per stack.
     """
+    arch = resolve(cfg)
     d = cfg.d_model
-    mixers = [_mixer_params(cfg, mixer) for mixer in layer_mixers(cfg)]
-    ffn = _ffn_params(cfg)
-    norms = 2 * _norm_params(cfg, d)
-    final_norm = _norm_params(cfg, d) if cfg.norm_position == "pre" else 0
-    if cfg.ngpt:
-        parts = ngpt_param_count(cfg)
-        mixers = [parts["attention"]] * cfg.n_layers
-        ffn, norms, final_norm = parts["ffn"], parts["scalings"], cfg.vocab_size
+    layers = [layer.param_count() for layer in arch.stack.layers]
+    mixers = [layer["mixer"] for layer in layers]
+    ffn, norms = layers[0]["ffn"], layers[0]["norms"]
+    final_norm = arch.block.head_params()
     per_layer = mixers[0] + ffn + norms
     token_embedding = cfg.vocab_size * d
-    position_embedding = encoding_for(cfg).param_count()  # the learned table; 0 for the others
+    position_embedding = arch.encoding.param_count()  # the learned table; 0 for the others
     output_head = 0 if cfg.tie_embeddings else d * cfg.vocab_size
     cross = 0
-    if objective_for(cfg).encoder_decoder:
+    if arch.decoder is not None:
         # T5: a second (decoder) stack, each layer with cross-attention and its norm; the
         # encoder's final norm; one table of the encoding per stack.
         cross = _cross_params(cfg)
         position_embedding *= 2
         encoder = sum(mixers) + cfg.n_layers * (ffn + norms)
-        decoder = encoder + cfg.n_layers * (cross + _norm_params(cfg, d))
-        final_norm = 2 * _norm_params(cfg, d)
+        decoder = encoder + cfg.n_layers * (cross + arch.norm.param_count(d))
+        final_norm = 2 * arch.norm.param_count(d)
         mixers = mixers + mixers
         non_embedding = encoder + decoder + final_norm
     else:
@@ -111,7 +82,8 @@ def _cross_params(cfg: ModelConfig) -> int:
     """One cross-attention layer: ``W_q, W_o`` (``d x d_attn``) and ``W_k, W_v`` (GQA-aware), and
     their biases with ``model.linear_bias``."""
     d, hd = cfg.d_model, cfg.head_dim
-    return 2 * d * cfg.n_heads * hd + 2 * d * cfg.kv_heads * hd + _attention_bias_params(cfg)
+    biases = cfg.n_heads * hd + 2 * cfg.kv_heads * hd + d if cfg.linear_bias else 0
+    return 2 * d * cfg.n_heads * hd + 2 * d * cfg.kv_heads * hd + biases
 
 
 def count_state_params(state: nnx.State) -> dict[str, int]:
@@ -149,18 +121,19 @@ def flops_per_token(cfg: ModelConfig, seq_len: int) -> dict[str, float]:
         (``SequenceMixer.flops_per_token``) in place of the attention terms.
       chinchilla_forward: the forward part of ``chinchilla``.
     """
-    if objective_for(cfg).encoder_decoder:
-        return _encoder_decoder_flops(cfg, seq_len)
+    arch = resolve(cfg)
+    if arch.decoder is not None:
+        return _encoder_decoder_flops(arch, seq_len)
     counts = param_counts(cfg)
     d, L, V = cfg.d_model, cfg.n_layers, cfg.vocab_size
     n = counts["non_embedding"]
-    mixers = layer_mixers(cfg)
+    mixers = arch.stack.mixers
     kaplan_attention = 3.0 * sum(mixer.kaplan_context_flops(seq_len) for mixer in mixers)
 
     # softmax: q/k/v/o projections + QK^T + softmax + PV (SequenceMixer.flops_per_token)
     mixing = sum(sum(mixer.flops_per_token(seq_len).values()) for mixer in mixers)
-    ffn = 2.0 * (3 if cfg.ffn == "swiglu" else 2) * d * cfg.ffn_dim
-    encoding = encoding_for(cfg).flops_per_token(seq_len)  # 0 so far: no matrix products
+    ffn = arch.ffn.flops_per_token()
+    encoding = arch.encoding.flops_per_token(seq_len)  # 0 so far: no matrix products
     forward = 2.0 * V * d + encoding + mixing + L * ffn + 2.0 * d * V
     return {
         "kaplan_6n": 6.0 * n,
@@ -173,28 +146,27 @@ def flops_per_token(cfg: ModelConfig, seq_len: int) -> dict[str, float]:
     }
 
 
-def _encoder_decoder_flops(cfg: ModelConfig, seq_len: int) -> dict[str, float]:
+def _encoder_decoder_flops(arch: Architecture, seq_len: int) -> dict[str, float]:
     """:func:`flops_per_token` of the encoder-decoder, per *input* token (a window of
     ``seq_len`` tokens): the encoder runs over the ``enc_len`` corrupted tokens, the decoder
     over the ``dec_len`` target tokens (:func:`~attnlab.model.objectives.span_lengths`), and
     each decoder token's cross-attention reads ``enc_len`` keys; the cross-attention keys and
     values are computed once per encoder token. Same keys and conventions as the decoder's
     (``kaplan_causal`` halves the decoder's self-attention only)."""
+    cfg, norm = arch.cfg, arch.norm.param_count(arch.cfg.d_model)
     d, L, V = cfg.d_model, cfg.n_layers, cfg.vocab_size
     enc_len, dec_len = span_lengths(seq_len)
-    mixers = layer_mixers(cfg)
+    mixers = arch.decoder.mixers  # the encoder's are the same but bidirectional
     hd, kv = cfg.head_dim, cfg.kv_heads
     d_attn = cfg.n_heads * hd
-    ffn = 2.0 * (3 if cfg.ffn == "swiglu" else 2) * d * cfg.ffn_dim
-    counts = param_counts(cfg)
-    stack = (sum(_mixer_params(cfg, m) for m in mixers)
-             + L * (counts["ffn"] + 2 * _norm_params(cfg, d)))
+    ffn = arch.ffn.flops_per_token()
+    stack = sum(m.param_count() for m in mixers) + L * (arch.ffn.param_count() + 2 * norm)
     cross_kv = 2 * d * kv * hd  # per layer, applied to encoder tokens
     cross_qo = 2 * d * d_attn  # per layer, applied to decoder tokens
     # with linear_bias: W_k, W_v's biases count with the encoder, W_q, W_o's with the decoder
     kv_bias, qo_bias = (2 * kv * hd, d_attn + d) if cfg.linear_bias else (0, 0)
-    n_enc = stack + _norm_params(cfg, d) + L * (cross_kv + kv_bias)
-    n_dec = stack + _norm_params(cfg, d) + L * (cross_qo + qo_bias + _norm_params(cfg, d))
+    n_enc = stack + norm + L * (cross_kv + kv_bias)
+    n_dec = stack + norm + L * (cross_qo + qo_bias + norm)
     # forward FLOPs (Hoffmann et al. Appendix F terms) per encoder / decoder token
     cross_context = 2.0 * enc_len * d_attn + 3.0 * cfg.n_heads * enc_len + 2.0 * enc_len * d_attn
     enc_token = (2.0 * V * d + sum(sum(m.flops_per_token(enc_len).values()) for m in mixers)

@@ -1,9 +1,10 @@
-"""Autoregressive decoding with a KV cache: a cache pytree, a pure decode step, ``generate``.
+"""Autoregressive decoding: the decode state (a pytree), a pure decode step, ``generate``.
 
-Cache slot ``i`` holds the keys/values of the token at position ``i``; a step writes ``t`` new
-tokens at slots ``start .. start + t - 1`` and attends over the whole cache under the causal mask
-(slots not yet written are masked out). Layers whose mixer is recurrent (linear attention, Mamba;
-see :mod:`attnlab.model.mixers`) keep their own two-array state in the same slots instead.
+Each layer's mixer keeps its own state: softmax attention a KV cache, whose slot ``i`` holds the
+keys/values of the token at position ``i`` (a step writes ``t`` new tokens at slots ``start ..
+start + t - 1`` and attends over the whole cache under the mask, which hides slots not yet
+written; a sliding window keeps a rolling buffer); linear attention its ``(S, z)``; Mamba its
+conv window and ``h`` (see :mod:`attnlab.model.mixers`).
 """
 
 from __future__ import annotations
@@ -16,37 +17,36 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from attnlab.config import ModelConfig
 from attnlab.errors import AttnlabError
-from attnlab.model.config import ModelConfig
-from attnlab.model.mixers import layer_mixers
+from attnlab.model.architecture import resolve
 from attnlab.model.objectives import MASK_TEXT, mask_id
-from attnlab.model.positions import encoding_for
 
 
-class KVCache(NamedTuple):
-    """Per-layer decode state as two arrays: for softmax attention the keys and values, each
-    ``[batch, max_len, kv_heads, head_dim]`` in the compute dtype; for other mixers whatever their
-    ``init_state`` gives (linear attention ``S, z``; Mamba the conv window and ``h``). A pytree:
-    pass it through ``jit`` and ``scan`` freely."""
+class DecodeState(NamedTuple):
+    """Every layer's decode state, in order: each what its mixer's ``init_state`` gives (softmax
+    attention: keys and values, each ``[batch, cache_len, kv_heads, head_dim]`` in the compute
+    dtype). A pytree: pass it through ``jit`` and ``scan`` freely."""
 
-    keys: tuple[jax.Array, ...]
-    values: tuple[jax.Array, ...]
+    layers: tuple
 
 
-def init_cache(cfg: ModelConfig, batch: int, max_len: int) -> KVCache:
-    """An empty cache for ``batch`` sequences of up to ``max_len`` tokens (prompt + generated)."""
-    states = [mixer.init_state(batch, max_len) for mixer in layer_mixers(cfg)]
-    return KVCache(keys=tuple(s[0] for s in states), values=tuple(s[1] for s in states))
+def init_state(cfg: ModelConfig, batch: int, max_len: int) -> DecodeState:
+    """An empty decode state of the causal stack for ``batch`` sequences of up to ``max_len``
+    tokens (prompt + generated)."""
+    arch = resolve(cfg)
+    stack = arch.decoder or arch.stack
+    return DecodeState(tuple(mixer.init_state(batch, max_len) for mixer in stack.mixers))
 
 
-def decode_step(graphdef: nnx.GraphDef, state: nnx.State, cache: KVCache, tokens, start):
+def decode_step(graphdef: nnx.GraphDef, state: nnx.State, cache: DecodeState, tokens, start):
     """Feeds ``tokens [batch, t]`` at positions ``start .. start + t - 1``.
 
     Pure; jit it with ``graphdef`` static. ``start`` may be a Python int (range errors raise at
     once) or a traced int (range errors raise when the step runs).
 
     Returns:
-      ``(logits float32 [batch, t, vocab], updated cache)``.
+      ``(logits float32 [batch, t, vocab], updated decode state)``.
     """
     return nnx.merge(graphdef, state).decode(tokens, start, cache)
 
@@ -62,7 +62,7 @@ def _next_token(logits, key, temperature: float):
 def _generate(graphdef, state, prompt, rng, *, max_new_tokens: int, temperature: float):
     model = nnx.merge(graphdef, state)
     batch, prompt_len = prompt.shape
-    cache = init_cache(model.cfg, batch, prompt_len + max_new_tokens)
+    cache = init_state(model.cfg, batch, prompt_len + max_new_tokens)
     logits, cache = model.decode(prompt, 0, cache, check_range=False)
     keys = jax.random.split(rng, max_new_tokens)
     first = _next_token(logits[:, -1], keys[0], temperature)
@@ -110,7 +110,7 @@ def generate(
         return prompt
     total = prompt.shape[1] + max_new_tokens
     # Checked here once, statically (learned table); the jitted loop then runs without callbacks.
-    encoding_for(cfg).check_range(np.array([0, total - 1]))
+    resolve(cfg).encoding.check_range(np.array([0, total - 1]))
     rng = jax.random.key(0) if rng is None else rng
     return _generate(
         graphdef, state, prompt, rng, max_new_tokens=max_new_tokens, temperature=float(temperature)
@@ -118,7 +118,7 @@ def generate(
 
 
 # --------------------------------------------------------------------------------------------
-# The masked objectives (issue #16): an encoder fills masks, an encoder-decoder writes spans.
+# The masked objectives: an encoder fills masks, an encoder-decoder writes spans.
 # --------------------------------------------------------------------------------------------
 
 
@@ -150,13 +150,13 @@ def fill_masks(graphdef: nnx.GraphDef, state: nnx.State, cfg: ModelConfig, promp
     return jnp.where(prompt == mask, jnp.argmax(logits, axis=-1).astype(jnp.int32), prompt)
 
 
-def init_encdec_cache(model, source: jax.Array, max_len: int):
+def init_encdec_state(model, source: jax.Array, max_len: int):
     """The encoder-decoder's decode state for ``source int32 [batch, s]``: the encoder runs
     once, its output's cross-attention keys/values are kept for every step, and an empty
-    decoder self-attention cache of ``max_len`` slots."""
+    decoder self-attention state of ``max_len`` slots."""
     from_encoder = model.cross_keys_values(model.encode(source))
-    self_kv = init_cache(model.cfg, source.shape[0], max_len)
-    return type(model).cache_type(self_kv, from_encoder)
+    decoder = init_state(model.cfg, source.shape[0], max_len)
+    return type(model).state_type(decoder, from_encoder)
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "max_new_tokens"))
@@ -164,7 +164,7 @@ def _decode_spans(graphdef, state, source, *, max_new_tokens: int):
     model = nnx.merge(graphdef, state)
     batch = source.shape[0]
     start = jnp.full((batch, 1), mask_id(model.cfg.vocab_size), jnp.int32)
-    cache = init_encdec_cache(model, source, max_new_tokens)
+    cache = init_encdec_state(model, source, max_new_tokens)
 
     def step(carry, index):
         cache, token = carry
@@ -191,6 +191,6 @@ def decode_spans(graphdef: nnx.GraphDef, state: nnx.State, cfg: ModelConfig, sou
     _check_masks(cfg, source)
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    encoding_for(cfg).check_range(np.array([0, max_new_tokens - 1]))
+    resolve(cfg).encoding.check_range(np.array([0, max_new_tokens - 1]))
     return _decode_spans(graphdef, state, jnp.asarray(source, jnp.int32),
                          max_new_tokens=max_new_tokens)

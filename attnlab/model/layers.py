@@ -1,5 +1,5 @@
-"""Building blocks: linear layers (bias-free unless ``model.linear_bias``), LayerNorm / RMSNorm,
-feed-forward nets, dropout, the remat policies.
+"""Building blocks: linear layers (bias-free unless ``model.linear_bias``), the norms (LayerNorm,
+RMSNorm: ``model.norm``), dropout, the remat policies.
 
 Dtype policy: parameters are float32; layers compute in ``cfg.dtype`` (float32 or bfloat16);
 norm statistics are always float32.
@@ -8,16 +8,12 @@ norm statistics are always float32.
 from __future__ import annotations
 
 import functools
-import math
-from typing import TYPE_CHECKING
-
 import jax
 import jax.numpy as jnp
 from flax import nnx
 from jax.ad_checkpoint import checkpoint_name
 
-if TYPE_CHECKING:  # annotations only: model/config.py imports the mixer registry, which imports us
-    from attnlab.model.config import ModelConfig
+from attnlab.config import ModelConfig
 
 
 # model.remat -> jax.checkpoint policy (applied per layer by attnlab.model.transformer.run_layer;
@@ -46,8 +42,8 @@ def compute_dtype(cfg: ModelConfig) -> jnp.dtype:
 # axis minor on the left operand, so it copies ``g`` into ``[d_out, tokens]`` first, and folds
 # into that transposing copy whatever elementwise backward math produced ``g`` (the GELU's, the
 # softmax's), recomputed in strided order. Writing ``dW = x^T g`` when ``x`` is the narrower
-# operand transposes the narrower one instead, and ``g`` is read as it is (issue #19: the
-# bias-free step 1.3x faster at d_model 128 and 256; benchmarks/peer_pytorch.py). Same products
+# operand transposes the narrower one instead, and ``g`` is read as it is (the bias-free step
+# 1.3x faster at d_model 128 and 256; benchmarks/peer_pytorch.py). Same products
 # as autodiff, so the same numbers up to float rounding (tests/test_model_bias_norms.py).
 
 
@@ -128,7 +124,7 @@ def dense(cfg: ModelConfig, d_in: int, d_out: int, std: float, rngs: nnx.Rngs, *
 # textbook formulas leaves the backward as a chain of elementwise ops on x, mean and rstd, and
 # XLA:CPU folds that chain (and, through the residual stream, the chains of every norm above it)
 # into the transposing copies that feed the weight-gradient matmuls, recomputing it there in
-# strided order (issue #19: at d_model 384 and 6 layers, copy fusions with up to 120 inputs, 984
+# strided order (at d_model 384 and 6 layers, copy fusions with up to 120 inputs, 984
 # in all; with these VJPs at most 7, 137 in all, and the step ~1.15x faster; see
 # benchmarks/hlo_fusions.py). Saving the normalised output and writing the backward in terms of
 # it materialises each norm's gradient once. Same numbers as autodiff up to float rounding
@@ -189,6 +185,13 @@ class LayerNorm(nnx.Module):
     """``y = (x - mean) / sqrt(var + eps) * scale + bias`` over the last axis (Ba et al. 2016);
     the normalisation's backward is :func:`standardize`'s custom VJP."""
 
+    name = "layernorm"
+    fields = ()
+
+    @staticmethod
+    def param_count(dim: int) -> int:
+        return 2 * dim  # scale and bias
+
     def __init__(self, dim: int, eps: float):
         self.eps = eps
         self.scale = nnx.Param(jnp.ones((dim,), jnp.float32))
@@ -204,6 +207,13 @@ class RMSNorm(nnx.Module):
     """``y = x / sqrt(mean(x^2) + eps) * scale`` over the last axis (Zhang & Sennrich 2019);
     the normalisation's backward is :func:`rms_normalize`'s custom VJP."""
 
+    name = "rmsnorm"
+    fields = ()
+
+    @staticmethod
+    def param_count(dim: int) -> int:
+        return dim  # scale
+
     def __init__(self, dim: int, eps: float):
         self.eps = eps
         self.scale = nnx.Param(jnp.ones((dim,), jnp.float32))
@@ -212,42 +222,6 @@ class RMSNorm(nnx.Module):
         """``[..., dim] -> [..., dim]`` in ``x.dtype``; statistics in float32."""
         y = rms_normalize(x.astype(jnp.float32), self.eps)
         return (y * self.scale[...]).astype(x.dtype)
-
-
-def make_norm(cfg: ModelConfig, dim: int) -> LayerNorm | RMSNorm:
-    return LayerNorm(dim, cfg.norm_eps) if cfg.norm == "layernorm" else RMSNorm(dim, cfg.norm_eps)
-
-
-class FeedForward(nnx.Module):
-    """Position-wise FFN, ``d_model -> d_ff -> d_model`` (Vaswani et al. 2017, eq. 2).
-
-    * relu / gelu: ``act(x W_in) W_out`` (GELU is the tanh approximation, as in GPT-2).
-    * swiglu (Shazeer 2020): ``(silu(x W_gate) * (x W_in)) W_out``.
-
-    Every ``x W`` is ``x W + b`` with ``model.linear_bias`` (biases ``[d_ff]``, ``[d_model]``).
-
-    ``W_out`` is a residual output projection (std scaled by ``1/sqrt(2 n_layers)``).
-    """
-
-    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
-        self.kind = cfg.ffn
-        d, d_ff = cfg.d_model, cfg.ffn_dim
-        residual_std = cfg.init_std / math.sqrt(2 * cfg.n_layers)
-        bias = cfg.linear_bias
-        self.w_in = dense(cfg, d, d_ff, cfg.init_std, rngs, bias=bias)
-        if cfg.ffn == "swiglu":
-            self.w_gate = dense(cfg, d, d_ff, cfg.init_std, rngs, bias=bias)
-        self.w_out = dense(cfg, d_ff, d, residual_std, rngs, bias=bias)
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        """``[batch, seq, d_model] -> [batch, seq, d_model]``."""
-        if self.kind == "relu":
-            hidden = jax.nn.relu(self.w_in(x))
-        elif self.kind == "gelu":
-            hidden = jax.nn.gelu(self.w_in(x), approximate=True)
-        else:
-            hidden = jax.nn.silu(self.w_gate(x)) * self.w_in(x)
-        return self.w_out(hidden)
 
 
 def dropout(x: jax.Array, rate: float, key: jax.Array | None) -> jax.Array:

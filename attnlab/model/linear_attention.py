@@ -30,17 +30,13 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import TYPE_CHECKING
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from attnlab.config import ModelConfig
 from attnlab.model.layers import dense
-
-if TYPE_CHECKING:
-    from attnlab.model.config import ModelConfig
 
 FEATURE_SEED = 20210301  # Performer's W: np.random.default_rng((FEATURE_SEED, layer))
 EPS = 1e-6  # added to the normaliser phi(q)^T z
@@ -123,13 +119,14 @@ def causal_linear_attention(phi_q, phi_k, v, state=None, *, chunk: int):
 class LinearAttention(nnx.Module):
     """Causal linear attention with ``phi`` = elu+1 (``features=None``) or FAVOR+ (``features=m``).
 
-    ``q = x W_q``, ``k = x W_k``, ``v = x W_v`` (as :class:`CausalSelfAttention`, same parameter
-    names and init), the encoding's q/k transform (RoPE rotates q, k before ``phi``), then
+    ``q = x W_q``, ``k = x W_k``, ``v = x W_v`` (as softmax attention's ``SelfAttention``: same
+    parameter names and init), the encoding's q/k transform (RoPE rotates q, k before ``phi``), then
     :func:`causal_linear_attention` and ``W_o``. One key/value head per query head.
 
-    A sequence mixer: ``(x [batch, t, d_model], positions, kv=(S, z), start) -> (y, kv)``; the
-    decode state is ``S [batch, heads, m, head_dim]`` and ``z [batch, heads, m]`` (``start`` is
-    implied by the state, which holds every earlier token).
+    A sequence mixer: ``(x [batch, t, d_model], positions, *, bias, state=(S, z), start) -> (y,
+    state)``; the decode state is ``S [batch, heads, m, head_dim]`` and ``z [batch, heads, m]``
+    (``start`` is implied by the state, which holds every earlier token). It forms no scores, so
+    ``bias`` must be None (the rules refuse encodings that add one).
     """
 
     def __init__(self, cfg: ModelConfig, encoding, *, layer: int, features: int | None,
@@ -152,15 +149,15 @@ class LinearAttention(nnx.Module):
         w = orthogonal_features(self.features, self.cfg.head_dim, (FEATURE_SEED, self.layer))
         return favor_features(x.astype(jnp.float32) * self.cfg.head_dim**-0.25, jnp.asarray(w))
 
-    def __call__(self, x, positions, *, kv=None, start=0):
-        """``x [batch, t, d_model]`` -> ``([batch, t, d_model], kv)`` (kv None without a state)."""
+    def __call__(self, x, positions, *, bias=None, state=None, start=0):
+        """``x [batch, t, d_model]`` -> ``([batch, t, d_model], state)`` (None without one)."""
         cfg = self.cfg
         batch, t, _ = x.shape
         q = self.q_proj(x).reshape(batch, t, cfg.n_heads, cfg.head_dim)
         k = self.k_proj(x).reshape(batch, t, cfg.n_heads, cfg.head_dim)
         v = self.v_proj(x).reshape(batch, t, cfg.n_heads, cfg.head_dim)
         q, k = self.encoding.transform_qk(q, k, positions)
-        out, state = causal_linear_attention(
-            self.feature_map(q), self.feature_map(k), v, kv, chunk=cfg.mixer_chunk)
+        out, new_state = causal_linear_attention(
+            self.feature_map(q), self.feature_map(k), v, state, chunk=cfg.mixer_chunk)
         out = out.astype(x.dtype).reshape(batch, t, cfg.n_heads * cfg.head_dim)
-        return self.o_proj(out), (None if kv is None else state)
+        return self.o_proj(out), (None if state is None else new_state)

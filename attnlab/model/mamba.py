@@ -21,16 +21,12 @@ under ``(a1, b1) . (a2, b2) = (a1 a2, a2 b1 + b2)`` (O(log T) depth); decoding c
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
-
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from attnlab.config import ModelConfig
 from attnlab.model.layers import dense
-
-if TYPE_CHECKING:
-    from attnlab.model.config import ModelConfig
 
 DT_MIN, DT_MAX = 1e-3, 1e-1  # Delta's initial range (Gu & Dao 2023, sec. 3.6; log-uniform)
 
@@ -82,13 +78,14 @@ def causal_conv(u, kernel, bias, history):
     return out, padded[:, t:]
 
 
-class Mamba(nnx.Module):
+class SelectiveSSM(nnx.Module):
     """The Mamba mixer (equations in the module docstring); expansion ``cfg.ssm_expand``,
     ``N = cfg.ssm_state``, conv kernel ``cfg.ssm_conv``.
 
-    A sequence mixer: ``(x [batch, t, d_model], positions, kv, start) -> (y, kv)``. Positions are
-    not used (order comes from the recurrence). The decode state ``kv`` is
-    ``(conv [batch, K - 1, E], h [batch, E, N])``.
+    A sequence mixer: ``(x [batch, t, d_model], positions, *, bias, state, start) -> (y,
+    state)``. Positions are not used (order comes from the recurrence), nor ``bias`` (no scores:
+    the rules refuse encodings that add one). The decode state is ``(conv [batch, K - 1, E],
+    h [batch, E, N])``.
     """
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
@@ -111,13 +108,14 @@ class Mamba(nnx.Module):
         self.d_skip = nnx.Param(jnp.ones((e,), jnp.float32))
         self.out_proj = dense(cfg, e, d, residual_std, rngs)
 
-    def __call__(self, x, positions, *, kv=None, start=0):
-        """``x [batch, t, d_model]`` -> ``([batch, t, d_model], kv)`` (kv None without a state)."""
+    def __call__(self, x, positions, *, bias=None, state=None, start=0):
+        """``x [batch, t, d_model]`` -> ``([batch, t, d_model], state)`` (None without one)."""
         cfg = self.cfg
         batch, t, _ = x.shape
         e, n, r = cfg.ssm_expand * cfg.d_model, cfg.ssm_state, dt_rank(cfg)
         u, gate = jnp.split(self.in_proj(x), 2, axis=-1)  # [b, t, E] each
-        history, h0 = kv if kv is not None else (jnp.zeros((batch, cfg.ssm_conv - 1, e)), None)
+        history, h0 = state if state is not None else (jnp.zeros((batch, cfg.ssm_conv - 1, e)),
+                                                        None)
         u, history = causal_conv(u, self.conv_kernel[...].astype(u.dtype),
                                  self.conv_bias[...].astype(u.dtype), history)
         u = jax.nn.silu(u)
@@ -130,7 +128,7 @@ class Mamba(nnx.Module):
         h = selective_scan(a_bar, bu, h0)  # [b, t, E, N]
         y = jnp.einsum("bten,btn->bte", h, c) + self.d_skip[...] * u.astype(jnp.float32)
         out = self.out_proj((y * jax.nn.silu(gate.astype(jnp.float32))).astype(x.dtype))
-        return out, (None if kv is None else (history, h[:, -1]))
+        return out, (None if state is None else (history, h[:, -1]))
 
 
 def init_state(cfg: ModelConfig, batch: int) -> tuple[jax.Array, jax.Array]:
@@ -141,14 +139,14 @@ def init_state(cfg: ModelConfig, batch: int) -> tuple[jax.Array, jax.Array]:
 
 
 def param_count(cfg: ModelConfig) -> int:
-    """Parameters of one :class:`Mamba` mixer."""
+    """Parameters of one :class:`SelectiveSSM` mixer."""
     d, e, n, r, k = cfg.d_model, cfg.ssm_expand * cfg.d_model, cfg.ssm_state, dt_rank(cfg), \
         cfg.ssm_conv
     return d * 2 * e + k * e + e + e * (r + 2 * n) + r * e + e + e * n + e + e * d
 
 
 def forward_flops(cfg: ModelConfig) -> dict[str, float]:
-    """Forward FLOPs per token of one :class:`Mamba` mixer, from the operations above (a
+    """Forward FLOPs per token of one :class:`SelectiveSSM` mixer, from the operations above (a
     multiply-add counts 2; exp, log and sigmoid are transcendentals, not FLOPs, as in XLA's count):
 
     * ``matmuls``: the in-, x-, dt- and out-projections, ``2 (2 d E + E (R + 2N) + R E + E d)``;

@@ -1,10 +1,10 @@
-"""Sequence mixers: the registry the block asks for its token-mixing layer (``model.mixer``).
+"""Sequence mixers (``model.mixer``): the token-mixing layer of each block, one class per mixer.
 
-    mixer = mixer_for(cfg, layer)        # MIXERS[cfg.mixer](cfg, layer), or softmax for the
-                                         # attention layers of a hybrid (model.attention_every)
-    module = mixer.build(rngs)           # (x, positions, *, kv=None, start=0) -> (y, kv)
-    state = mixer.init_state(batch, max_len)    # decode state, two arrays (see below)
-    mixer.state_length(state)            # positions the state can hold; None = unlimited
+    mixer = resolve(cfg).stack.layers[i].mixer   # MIXERS[cfg.mixer], or softmax for the
+                                                 # attention layers of a hybrid
+    module = mixer.build(rngs)      # (x, positions, *, bias=None, state=None, start=0) -> (y, state)
+    state = mixer.init_state(batch, max_len)     # its decode state (a pytree)
+    mixer.state_length(state)       # positions the state can hold; None = unlimited
     mixer.param_count(); mixer.flops_per_token(seq_len)   # counted in model-info and the fits
 
 | mixer | equations | decode state (per layer) |
@@ -14,6 +14,10 @@
 | ``performer`` | same, ``phi`` = FAVOR+ with ``m = mixer_features`` | S ``[b, h, m, hd]``, z ``[b, h, m]`` |
 | ``mamba`` | selective SSM (mamba.py) | conv ``[b, K - 1, E]``, h ``[b, E, N]`` |
 
+Every mixer is handed the parts it may use (the layer's encoding, mask, score scale and norm
+class) when it is resolved, and every module takes the same call: ``bias`` is the layer's
+score bias (only softmax attention forms scores; the rules refuse a bias with the others).
+
 A hybrid stack (``model.attention_every = k > 0`` with a non-softmax mixer) makes layers
 ``k - 1, 2k - 1, ...`` softmax attention. Every layer keeps its FFN and the block's norms and
 residuals (the Mamba paper's pure stack has no FFN and twice the layers; ours is the Jamba-style
@@ -21,53 +25,50 @@ residuals (the Mamba paper's pure stack has no FFN and twice the layers; ours is
 closely). The mixer module stays at the block's attribute ``attn``, so checkpoints of softmax
 models load unchanged.
 
-Adding a mixer is one subclass of :class:`SequenceMixer` and one line in :data:`MIXERS`.
+Adding a mixer is one subclass of :class:`SequenceMixer` and one line in
+``architecture.MIXERS``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
 
-import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from attnlab.config import ModelConfig
 from attnlab.errors import ConfigError
 from attnlab.model import mamba
-from attnlab.model.attention import CausalSelfAttention
+from attnlab.model.attention import SelfAttention
 from attnlab.model.linear_attention import LinearAttention
-from attnlab.model.positions import PositionalEncoding, encoding_for
-from attnlab.model.scales import score_scale_for
-
-if TYPE_CHECKING:
-    from attnlab.model.config import ModelConfig
-
-
-def adds_score_bias(encoding: PositionalEncoding) -> bool:
-    """Whether ``encoding`` adds a bias to attention scores (ALiBi, T5): it overrides ``bias``."""
-    return type(encoding).bias is not PositionalEncoding.bias
-
-
-def transforms_qk(encoding: PositionalEncoding) -> bool:
-    """Whether ``encoding`` transforms q and k (RoPE): it overrides ``transform_qk``."""
-    return type(encoding).transform_qk is not PositionalEncoding.transform_qk
+from attnlab.model.masks import Mask
+from attnlab.model.positions import PositionalEncoding
+from attnlab.model.scales import ScoreScale
 
 
 @dataclasses.dataclass(frozen=True)
 class SequenceMixer:
-    """The token-mixing layer ``layer`` of a model built from ``cfg`` (immutable, hashable).
+    """The token-mixing layer ``layer`` of a model built from ``cfg`` with its parts (immutable,
+    hashable).
 
-    Class attributes: ``name`` (the ``model.mixer`` value, key in :data:`MIXERS`);
-    ``layer_constants``: True when each layer holds constants drawn for its index (Performer's
-    random features), so its layers cannot be stacked into one scanned module.
+    Class attributes: ``name`` (the ``model.mixer`` value); ``forms_scores``: it computes
+    softmax attention scores (so a score scale, a mask and a score bias act on it);
+    ``layer_constants``: each layer holds constants drawn for its index (Performer's random
+    features), so its layers cannot be stacked into one scanned module; ``fields``: the
+    ``model.*`` fields only this mixer reads.
     """
 
-    cfg: ModelConfig
-    layer: int = 0
+    cfg: ModelConfig = dataclasses.field(repr=False)
+    layer: int
+    encoding: PositionalEncoding
+    mask: Mask
+    score_scale: ScoreScale
+    norm: type[nnx.Module]
 
     name = ""
+    forms_scores = False
     layer_constants = False
+    fields = ()
 
     def validate(self) -> None:
         """Rules across fields (raises ConfigError naming the field)."""
@@ -75,7 +76,7 @@ class SequenceMixer:
     def build(self, rngs: nnx.Rngs) -> nnx.Module:
         raise NotImplementedError
 
-    def init_state(self, batch: int, max_len: int) -> tuple[jax.Array, jax.Array]:
+    def init_state(self, batch: int, max_len: int):
         """The empty decode state for ``batch`` sequences of up to ``max_len`` tokens."""
         raise NotImplementedError
 
@@ -97,66 +98,61 @@ class SequenceMixer:
 
 
 class Softmax(SequenceMixer):
-    """Softmax attention, :class:`~attnlab.model.attention.CausalSelfAttention` (the default)."""
+    """Softmax attention, :class:`~attnlab.model.attention.SelfAttention` (the default)."""
 
     name = "softmax"
+    forms_scores = True
 
     def validate(self) -> None:
         if self.cfg.attention_every:
             raise ConfigError("model.attention_every",
                               "a hybrid needs a non-softmax model.mixer (linear, performer, mamba)")
 
-    def build(self, rngs, *, bidirectional: bool = False):
-        """``bidirectional``: an encoder's layer (no causal mask; the encoder's encoding)."""
-        return CausalSelfAttention(self.cfg, rngs=rngs, bidirectional=bidirectional)
+    def build(self, rngs):
+        return SelfAttention(self.cfg, encoding=self.encoding, score_scale=self.score_scale,
+                             mask=self.mask, norm=self.norm, rngs=rngs)
 
     def init_state(self, batch, max_len):
         cfg = self.cfg
-        if cfg.attention_window:  # a rolling buffer: the global tokens + the last w (issue #14)
-            max_len = cfg.attention_global_tokens + cfg.attention_window
-        zeros = jnp.zeros((batch, max_len, cfg.kv_heads, cfg.head_dim), jnp.dtype(cfg.dtype))
+        length = self.mask.cache_length(max_len)
+        zeros = jnp.zeros((batch, length, cfg.kv_heads, cfg.head_dim), jnp.dtype(cfg.dtype))
         return zeros, zeros
 
     def state_length(self, state):
-        return None if self.cfg.attention_window else state[0].shape[1]
-
-    def keys_per_query(self, seq_len: int) -> int:
-        """Keys a query attends to in a context of ``seq_len``: all of them (no causal halving),
-        or at most ``window + global tokens`` with a sliding window."""
-        cfg = self.cfg
-        if cfg.attention_window:
-            return min(seq_len, cfg.attention_window + cfg.attention_global_tokens)
-        return seq_len
+        return self.mask.cache_limit(state[0].shape[1])
 
     def param_count(self):
         cfg = self.cfg
         d, hd = cfg.d_model, cfg.head_dim
         count = d * cfg.n_heads * hd + 2 * d * cfg.kv_heads * hd + cfg.n_heads * hd * d
+        if cfg.linear_bias:  # W_q, W_k, W_v (GQA-aware) and W_o
+            count += cfg.n_heads * hd + 2 * cfg.kv_heads * hd + d
         if cfg.qk_norm:
-            count += 2 * (2 * hd if cfg.norm == "layernorm" else hd)
-        return count + score_scale_for(cfg).param_count()  # a learned temperature per head
+            count += 2 * self.norm.param_count(hd)
+        return count + self.score_scale.param_count()  # a learned temperature per head
 
     def flops_per_token(self, seq_len):
         """Hoffmann et al. 2022, Appendix F: projections; ``QK^T`` ``2 T d_attn``, softmax
         ``3 H T``, ``PV`` ``2 T d_attn`` (every query against all ``T`` keys; with a sliding
-        window ``T`` is :meth:`keys_per_query`, the band's width)."""
+        window ``T`` is the band's width, ``Mask.keys_per_query``)."""
         cfg = self.cfg
         d, hd = cfg.d_model, cfg.head_dim
         d_attn = cfg.n_heads * hd
-        seq_len = self.keys_per_query(seq_len)
+        seq_len = self.mask.keys_per_query(seq_len)
         weights = 2.0 * d * (cfg.n_heads * hd + 2 * cfg.kv_heads * hd) + 2.0 * d_attn * d
         context = 2.0 * seq_len * d_attn + 3.0 * cfg.n_heads * seq_len + 2.0 * seq_len * d_attn
         return {"weights": weights, "context": context}
 
     def kaplan_context_flops(self, seq_len):
         """Kaplan et al. 2020, Table 1: ``2 n_ctx d_attn`` (the ``QK^T`` products only)."""
-        return 2.0 * self.keys_per_query(seq_len) * self.cfg.n_heads * self.cfg.head_dim
+        return 2.0 * self.mask.keys_per_query(seq_len) * self.cfg.n_heads * self.cfg.head_dim
 
 
 class Linear(SequenceMixer):
     """Causal linear attention with ``phi = elu + 1`` (Katharopoulos et al. 2020)."""
 
     name = "linear"
+    fields = ("mixer_chunk",)
 
     def features(self) -> int | None:
         """Performer's m; None for elu+1 (``m = head_dim``)."""
@@ -168,8 +164,7 @@ class Linear(SequenceMixer):
 
     def validate(self):
         cfg = self.cfg
-        encoding = encoding_for(cfg)
-        if adds_score_bias(encoding):
+        if self.encoding.adds_score_bias():
             raise ConfigError("model.pos_encoding", (
                 f"{cfg.pos_encoding!r} adds a bias to attention scores, which "
                 f"model.mixer={self.name} never forms; use rope, learned, sinusoidal or none"))
@@ -183,7 +178,7 @@ class Linear(SequenceMixer):
             raise ConfigError("model.mixer_chunk", f"must be positive, got {cfg.mixer_chunk}")
 
     def build(self, rngs):
-        return LinearAttention(self.cfg, encoding_for(self.cfg), layer=self.layer,
+        return LinearAttention(self.cfg, self.encoding, layer=self.layer,
                                features=self.features(), rngs=rngs)
 
     def init_state(self, batch, max_len):
@@ -219,6 +214,7 @@ class Performer(Linear):
 
     name = "performer"
     layer_constants = True  # its FAVOR+ features are drawn per layer
+    fields = ("mixer_chunk", "mixer_features")
 
     def features(self):
         return self.cfg.mixer_features
@@ -237,14 +233,15 @@ class Performer(Linear):
 
 
 class Mamba(SequenceMixer):
-    """The selective SSM of Mamba (Gu & Dao 2023), :class:`attnlab.model.mamba.Mamba`."""
+    """The selective SSM of Mamba (Gu & Dao 2023), :class:`attnlab.model.mamba.SelectiveSSM`."""
 
     name = "mamba"
+    fields = ("ssm_state", "ssm_expand", "ssm_conv")
 
     def validate(self):
         cfg = self.cfg
-        encoding = encoding_for(cfg)
-        if not cfg.attention_every and (adds_score_bias(encoding) or transforms_qk(encoding)):
+        encoding = self.encoding
+        if not cfg.attention_every and (encoding.adds_score_bias() or encoding.transforms_qk()):
             raise ConfigError("model.pos_encoding", (
                 f"{cfg.pos_encoding!r} acts inside attention, and model.mixer=mamba without "
                 "model.attention_every has none; use none, learned or sinusoidal"))
@@ -255,7 +252,7 @@ class Mamba(SequenceMixer):
                 raise ConfigError(f"model.{name}", f"must be positive, got {getattr(cfg, name)}")
 
     def build(self, rngs):
-        return mamba.Mamba(self.cfg, rngs=rngs)
+        return mamba.SelectiveSSM(self.cfg, rngs=rngs)
 
     def init_state(self, batch, max_len):
         return mamba.init_state(self.cfg, batch)
@@ -267,34 +264,3 @@ class Mamba(SequenceMixer):
         flops = mamba.forward_flops(self.cfg)
         return {"weights": flops["matmuls"],
                 "context": flops["conv"] + flops["selective"] + flops["scan"]}
-
-
-MIXERS: dict[str, type[SequenceMixer]] = {
-    mixer.name: mixer for mixer in (Softmax, Linear, Performer, Mamba)
-}
-
-
-def mixer_for(cfg: ModelConfig, layer: int = 0) -> SequenceMixer:
-    """Layer ``layer``'s mixer: softmax on every ``attention_every``-th layer of a hybrid,
-    ``MIXERS[cfg.mixer]`` elsewhere."""
-    if cfg.attention_every and (layer + 1) % cfg.attention_every == 0:
-        return Softmax(cfg, layer)
-    return MIXERS[cfg.mixer](cfg, layer)
-
-
-def layer_mixers(cfg: ModelConfig) -> list[SequenceMixer]:
-    """Every layer's mixer, in order."""
-    return [mixer_for(cfg, layer) for layer in range(cfg.n_layers)]
-
-
-def validate_mixer(cfg: ModelConfig) -> None:
-    """The ``model.mixer`` rules (called by the config's validation)."""
-    if not 0 <= cfg.attention_every <= cfg.n_layers:
-        raise ConfigError("model.attention_every",
-                          f"must be in [0, model.n_layers={cfg.n_layers}], got "
-                          f"{cfg.attention_every}")
-    MIXERS[cfg.mixer](cfg).validate()
-
-
-__all__ = ["MIXERS", "SequenceMixer", "Softmax", "Linear", "Performer", "Mamba", "mixer_for",
-           "layer_mixers", "validate_mixer", "adds_score_bias", "transforms_qk"]

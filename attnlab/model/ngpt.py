@@ -1,4 +1,5 @@
-"""nGPT, the normalized Transformer (Loshchilov et al. 2024, arXiv 2410.01131), ``model.ngpt``.
+"""nGPT, the normalized Transformer (Loshchilov et al. 2024, arXiv 2410.01131): the block kind
+:class:`NGPT` (``model.ngpt``).
 
 Every vector that lives in the ``d_model`` space is on the unit sphere: token embeddings, the
 hidden state after every sublayer, and the rows of every matrix along their ``d_model`` axis
@@ -25,20 +26,20 @@ s_z_init = 1``, ``s_u_scale = s_v_scale = 1``. There are no norm layers, the MLP
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from attnlab.config import ModelConfig, TrainConfig
 from attnlab.errors import ConfigError
-from attnlab.model.attention import causal, dot_product_attention, write_kv_cache
+from attnlab.model.attention import dot_product_attention
+from attnlab.model.blocks import BlockKind
+from attnlab.model.ffn import SwiGLU
 from attnlab.model.layers import dense
-from attnlab.model.mixers import Softmax, layer_mixers
-from attnlab.model.positions import PositionalEncoding, encoding_for
-
-if TYPE_CHECKING:
-    from attnlab.model.config import ModelConfig
+from attnlab.model.masks import Mask
+from attnlab.model.positions import PositionalEncoding
+from attnlab.model.scales import InverseSqrt
 
 ALPHA_INIT = 0.05
 
@@ -104,12 +105,13 @@ class Scale(nnx.Module):
 
 class NGPTAttention(nnx.Module):
     """nGPT attention (the ``Attn`` of the module docstring): ``[batch, t, d_model] ->
-    [batch, t, d_model]``, a KV cache like :class:`~attnlab.model.attention.CausalSelfAttention`
-    (same parameter names and cache layout)."""
+    [batch, t, d_model]`` with the layer's encoding and mask, a KV cache like
+    :class:`~attnlab.model.attention.SelfAttention` (same parameter names and cache layout)."""
 
-    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    def __init__(self, cfg: ModelConfig, *, encoding: PositionalEncoding, mask: Mask,
+                 rngs: nnx.Rngs):
         self.cfg = cfg
-        self.encoding = encoding_for(cfg)
+        self.encoding, self.mask = encoding, mask
         d, hd = cfg.d_model, cfg.head_dim
         self.q_proj = dense(cfg, d, cfg.n_heads * hd, cfg.init_std, rngs)
         self.k_proj = dense(cfg, d, cfg.kv_heads * hd, cfg.init_std, rngs)
@@ -117,7 +119,7 @@ class NGPTAttention(nnx.Module):
         self.o_proj = dense(cfg, cfg.n_heads * hd, d, cfg.init_std, rngs)
         self.s_qk = Scale(hd, 1.0, 1.0 / math.sqrt(d))
 
-    def __call__(self, x, positions, *, kv=None, start=0, **unused):
+    def __call__(self, x, positions, *, bias=None, state=None, start=0):
         cfg = self.cfg
         batch, t, _ = x.shape
         q = self.q_proj(x).reshape(batch, t, cfg.n_heads, cfg.head_dim)
@@ -126,22 +128,22 @@ class NGPTAttention(nnx.Module):
         q, k = self.encoding.transform_qk(q, k, positions)
         s_qk = self.s_qk().astype(q.dtype)
         q, k = s_qk * unit(q), s_qk * unit(k)  # unit q, k per head, then s_qk
-        q_offset, k_positions = 0, positions
-        if kv is not None:
-            k, v, kv, q_offset, k_positions = write_kv_cache(kv, k, v, start)
+        mask, q_offset, k_positions = self.mask, 0, positions
+        if state is not None:
+            k, v, state, mask, q_offset, k_positions = self.mask.cache_step(state, k, v, start)
         out = dot_product_attention(
-            q, k, v, scale=math.sqrt(cfg.head_dim), bias=self.encoding.bias, mask=causal,
+            q, k, v, scale=math.sqrt(cfg.head_dim), bias=bias, mask=mask,
             q_offset=q_offset, q_positions=positions, k_positions=k_positions,
             impl=cfg.attention_impl, chunk=cfg.attention_chunk)
-        return self.o_proj(out.reshape(batch, t, cfg.n_heads * cfg.head_dim)), kv
+        return self.o_proj(out.reshape(batch, t, cfg.n_heads * cfg.head_dim)), state
 
 
 class NGPTMLP(nnx.Module):
     """nGPT's MLP: ``u = s_u (h W_in)``, ``v = s_v sqrt(d_model) (h W_gate)``,
     ``(u * SiLU(v)) W_out``; ``[batch, t, d_model] -> [batch, t, d_model]``."""
 
-    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
-        d, f = cfg.d_model, cfg.ffn_dim
+    def __init__(self, cfg: ModelConfig, width: int, *, rngs: nnx.Rngs):
+        d, f = cfg.d_model, width
         self.sqrt_d = math.sqrt(d)
         self.w_in = dense(cfg, d, f, cfg.init_std, rngs)
         self.w_gate = dense(cfg, d, f, cfg.init_std, rngs)
@@ -159,46 +161,80 @@ class NGPTBlock(nnx.Module):
     """One nGPT layer (paper eqs. 10-11); the attention stays at ``attn`` and the MLP at
     ``ffn``; no norm layers."""
 
-    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, layer: int = 0):
-        d = cfg.d_model
-        self.attn = NGPTAttention(cfg, rngs=rngs)
-        self.ffn = NGPTMLP(cfg, rngs=rngs)
+    def __init__(self, kind: BlockKind, *, rngs: nnx.Rngs):
+        cfg, d = kind.cfg, kind.cfg.d_model
+        self.attn = NGPTAttention(cfg, encoding=kind.mixer.encoding, mask=kind.mixer.mask,
+                                  rngs=rngs)
+        self.ffn = NGPTMLP(cfg, kind.ffn.width, rngs=rngs)
         self.alpha_attn = Scale(d, ALPHA_INIT, 1.0 / math.sqrt(d))
         self.alpha_mlp = Scale(d, ALPHA_INIT, 1.0 / math.sqrt(d))
 
-    def __call__(self, x, positions, *, dropout_key=None, kv=None, start=0, **unused):
-        """``x [batch, seq, d_model]`` (unit rows) -> ``(x, kv)`` (unit rows)."""
-        update, kv = self.attn(x, positions, kv=kv, start=start)
+    def __call__(self, x, positions, *, bias=None, state=None, start=0, dropout_key=None):
+        """``x [batch, seq, d_model]`` (unit rows) -> ``(x, state)`` (unit rows); no dropout."""
+        update, state = self.attn(x, positions, bias=bias, state=state, start=start)
         x = unit(x + self.alpha_attn().astype(x.dtype) * (unit(update) - x))
         x = unit(x + self.alpha_mlp().astype(x.dtype) * (unit(self.ffn(x)) - x))
-        return x, kv
+        return x, state
 
 
-def param_count(cfg: ModelConfig) -> dict[str, int]:
-    """Per-layer parameters of :class:`NGPTBlock`: ``attention`` (q/k/v/o + s_qk), ``ffn``
-    (three matrices + s_u, s_v), ``scalings`` (alpha_A, alpha_M)."""
-    d, hd, f = cfg.d_model, cfg.head_dim, cfg.ffn_dim
-    attention = d * cfg.n_heads * hd + 2 * d * cfg.kv_heads * hd + cfg.n_heads * hd * d + hd
-    return {"attention": attention, "ffn": 3 * d * f + 2 * f, "scalings": 2 * d}
+class NGPT(BlockKind):
+    """nGPT's block kind: the layer above, no final norm, the logits scaled by ``s_z``, every
+    matrix's rows renormalised after each optimizer step (:func:`renormalize`). Its rules: no
+    norm layers (so no post-LN, no QK-norm), softmax attention scaled by ``sqrt(d_k)``, the
+    SwiGLU-like MLP, no dropout, no biases, nothing added to the (unit) embeddings; trained
+    without weight decay or warmup."""
 
+    name = "ngpt"
+    title = "nGPT"
+    final_norm = False
+    causal_only = True
 
-def validate_ngpt(m: ModelConfig) -> None:
-    """The config rules of ``model.ngpt`` (called by the model config's validation): nGPT has no
-    norm layers, normalises q and k itself, uses softmax attention and a SwiGLU-like MLP without
-    dropout, and keeps embeddings on the unit sphere (no encoding may add to them)."""
-    encoding = encoding_for(m)
-    adds_to_embeddings = type(encoding).embed is not PositionalEncoding.embed
-    rules = [
-        ("model.norm_position", m.norm_position != "pre",
-         "nGPT has no norm layers (its residual update normalises); post-LN does not apply"),
-        ("model.qk_norm", m.qk_norm, "nGPT normalises q and k itself (s_qk * Norm(q))"),
-        ("model.mixer", not all(isinstance(mixer, Softmax) for mixer in layer_mixers(m)),
-         "nGPT is defined with softmax attention"),
-        ("model.ffn", m.ffn != "swiglu", "nGPT's MLP is u * SiLU(v): set model.ffn=swiglu"),
-        ("model.dropout", m.dropout > 0, "nGPT is trained without dropout"),
-        ("model.pos_encoding", adds_to_embeddings,
-         "nGPT keeps embeddings on the unit sphere; use rope, alibi or none"),
-    ]
-    for field, bad, why in rules:
-        if bad:
-            raise ConfigError(field, why)
+    def setting(self):
+        return "model.ngpt=true"
+
+    def validate(self):
+        m = self.cfg
+        rules = [
+            ("model.norm_position", m.norm_position != ModelConfig.norm_position,
+             "nGPT has no norm layers (its residual update normalises); post-LN does not apply"),
+            ("model.qk_norm", m.qk_norm, "nGPT normalises q and k itself (s_qk * Norm(q))"),
+            ("model.mixer", not self.mixer.forms_scores, "nGPT is defined with softmax attention"),
+            ("model.ffn", not isinstance(self.ffn, SwiGLU),
+             "nGPT's MLP is u * SiLU(v): set model.ffn=swiglu"),
+            ("model.dropout", m.dropout > 0, "nGPT is trained without dropout"),
+            ("model.pos_encoding", self.mixer.encoding.adds_to_embeddings(),
+             "nGPT keeps embeddings on the unit sphere; use rope, alibi or none"),
+            ("model.linear_bias", m.linear_bias,
+             "nGPT's matrices have unit rows and no biases (Loshchilov et al. 2024)"),
+            ("model.attention_scale", not isinstance(self.mixer.score_scale, InverseSqrt),
+             "nGPT scales the scores of its unit q, k by sqrt(d_k) itself"),
+        ]
+        for field, bad, why in rules:
+            if bad:
+                raise ConfigError(field, why)
+
+    def check_train(self, train: TrainConfig):
+        if train.weight_decay or train.warmup_steps:
+            name = "train.weight_decay" if train.weight_decay else "train.warmup_steps"
+            raise ConfigError(name, "nGPT trains without weight decay or warmup (Loshchilov et "
+                                    "al. 2024): set train.weight_decay=0 and train.warmup_steps=0")
+
+    def build(self, rngs):
+        return NGPTBlock(self, rngs=rngs)
+
+    def param_count(self):
+        """``mixer``: q/k/v/o + s_qk; ``ffn``: three matrices + s_u, s_v; ``norms``: in their
+        place, alpha_A and alpha_M."""
+        cfg = self.cfg
+        d, hd, f = cfg.d_model, cfg.head_dim, self.ffn.width
+        attention = d * cfg.n_heads * hd + 2 * d * cfg.kv_heads * hd + cfg.n_heads * hd * d + hd
+        return {"mixer": attention, "ffn": 3 * d * f + 2 * f, "norms": 2 * d}
+
+    def head_params(self):
+        return self.cfg.vocab_size  # s_z
+
+    def head_scale(self, rngs):
+        return Scale(self.cfg.vocab_size, 1.0, self.cfg.d_model**-0.5)
+
+    def param_constraint(self):
+        return renormalize

@@ -18,22 +18,20 @@ checks that it lies past the tokenizer's vocabulary (byte: 257 ids, so [MASK] = 
 corruption uses the same id as its one sentinel (T5 uses a distinct sentinel per span; the spans'
 order already says which is which) and as the decoder's start token.
 
-Adding an objective is one subclass of :class:`Objective` and one line in :data:`OBJECTIVES`.
+Adding an objective is one subclass of :class:`Objective` and one line in
+``architecture.OBJECTIVES``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
+from attnlab.config import ModelConfig
 from attnlab.errors import ConfigError
-from attnlab.model.mixers import Softmax, layer_mixers
-
-if TYPE_CHECKING:  # model/config.py imports this module to validate model.objective
-    from attnlab.model.config import ModelConfig
 
 MASK_TEXT = "[MASK]"  # how prompts and outputs write the [MASK] id
 SELECT_RATE = 0.15  # BERT: positions selected for prediction (Devlin et al. 2019, 3.1)
@@ -218,16 +216,19 @@ class Objective:
     with cross-attention), ``uses_mask`` (needs the [MASK] id).
     """
 
-    cfg: ModelConfig
+    cfg: ModelConfig = dataclasses.field(repr=False)
 
     name = ""
     title = ""
     causal = True
     encoder_decoder = False
     uses_mask = False
+    fields = ()
 
-    def validate(self) -> None:
-        """Rules across fields (raises ConfigError naming the field)."""
+    def validate(self, layers, mask) -> None:
+        """Rules between the objective and the input stack's resolved parts: its ``layers``
+        (block kinds with their mixers) and the decoder's ``mask`` (raises ConfigError naming
+        the field)."""
 
     def predicted_per_input(self, seq_len: int) -> float:
         """Predicted (scored) tokens per input token, in expectation."""
@@ -262,21 +263,21 @@ class CausalLM(Objective):
         return _scores(model(tokens[:, :-1]), x, span_noise(x, key))
 
 
-def _needs_bidirectional(cfg: ModelConfig, objective: str) -> None:
-    """An encoder's attention sees both sides: every causal-only choice is refused."""
-    from_default = type(cfg).__dataclass_fields__
-    if not all(isinstance(mixer, Softmax) for mixer in layer_mixers(cfg)):
+def _needs_bidirectional(objective: str, layers, mask) -> None:
+    """An encoder's attention sees both sides: every causal-only part is refused."""
+    cfg = layers[0].cfg
+    if not all(layer.mixer.forms_scores for layer in layers):
         raise ConfigError("model.objective",
                           f"{objective} needs bidirectional softmax attention; model.mixer="
                           f"{cfg.mixer} (attention_every={cfg.attention_every}) is causal-only "
                           "here")
-    if cfg.attention_window != from_default["attention_window"].default:
+    if not mask.is_causal:
         raise ConfigError("model.objective",
-                          f"{objective} needs bidirectional attention; model.attention_window="
-                          f"{cfg.attention_window} is a causal sliding window")
-    if cfg.ngpt:
-        raise ConfigError("model.objective", f"{objective} is not built for nGPT blocks "
-                                             "(model.ngpt=true is decoder-only)")
+                          f"{objective} needs bidirectional attention; {mask.setting()} is a "
+                          f"causal {mask.title}")
+    if layers[0].causal_only:
+        raise ConfigError("model.objective", f"{objective} is not built for {layers[0].title} "
+                                             f"blocks ({layers[0].setting()} is decoder-only)")
 
 
 class MaskedLM(Objective):
@@ -288,8 +289,8 @@ class MaskedLM(Objective):
     causal = False
     uses_mask = True
 
-    def validate(self):
-        _needs_bidirectional(self.cfg, self.name)
+    def validate(self, layers, mask):
+        _needs_bidirectional(self.name, layers, mask)
 
     def predicted_per_input(self, seq_len):
         return SELECT_RATE
@@ -317,9 +318,9 @@ class SpanCorruption(Objective):
     encoder_decoder = True
     uses_mask = True
 
-    def validate(self):
-        _needs_bidirectional(self.cfg, self.name)
-        if self.cfg.norm_position != "pre":
+    def validate(self, layers, mask):
+        _needs_bidirectional(self.name, layers, mask)
+        if not layers[0].pre_norm:
             raise ConfigError("model.norm_position",
                               "model.objective=span builds pre-LN encoder-decoder blocks only")
 
@@ -337,13 +338,3 @@ class SpanCorruption(Objective):
         mask = mask_id(self.cfg.vocab_size)
         encoder, target = corrupt_spans(tokens[:, 1:], key, mask)
         return _scores(model(encoder, decoder_inputs(target, mask)), target, target != mask)
-
-
-OBJECTIVES: dict[str, type[Objective]] = {
-    objective.name: objective for objective in (CausalLM, MaskedLM, SpanCorruption)
-}
-
-
-def objective_for(cfg: ModelConfig) -> Objective:
-    """The objective of ``cfg`` (``cfg.objective`` is validated against :data:`OBJECTIVES`)."""
-    return OBJECTIVES[cfg.objective](cfg)

@@ -6,7 +6,7 @@ Each class turns the layer's ``(q, k)`` into ``(q, k, scale)`` for the score fun
 factor is folded into ``q`` (query head ``h`` is multiplied by ``tau[h]``) and ``scale`` is then 1,
 so every attention implementation (einsum, XLA, query blocks, GQA) takes it unchanged.
 
-    scaler = score_scale_for(cfg)                 # SCALES[cfg.attention_scale](cfg)
+    scaler = resolve(cfg).score_scale            # SCORE_SCALES[cfg.attention_scale](cfg)
     params = scaler.init_params(rngs)             # None, or a per-head nnx.Param (one per layer)
     q, k, scale = scaler.apply(q, k, params)      # before the encoding's transform_qk (RoPE)
 
@@ -17,16 +17,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING
-
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from attnlab.config import ModelConfig
 from attnlab.errors import ConfigError
-
-if TYPE_CHECKING:  # model/config.py imports this module to validate model.attention_scale
-    from attnlab.model.config import ModelConfig
 
 L2_EPS = 1e-6  # cosine attention: q / max(|q|, eps)
 
@@ -35,12 +31,14 @@ L2_EPS = 1e-6  # cosine attention: q / max(|q|, eps)
 class ScoreScale:
     """One choice of ``model.attention_scale`` for a model built from ``cfg`` (immutable).
 
-    Class attributes: ``name`` (the config value, the key of :data:`SCALES`).
+    Class attributes: ``name`` (the config value, its key in ``architecture.SCORE_SCALES``);
+    ``fields``: the ``model.*`` fields only this scale reads.
     """
 
-    cfg: ModelConfig
+    cfg: ModelConfig = dataclasses.field(repr=False)
 
     name = ""
+    fields = ()
 
     def validate(self) -> None:
         """Raises :class:`ConfigError` naming the fields of a bad combination."""
@@ -94,7 +92,7 @@ def _per_head(q: jax.Array, tau: jax.Array) -> jax.Array:
     return (q.astype(jnp.float32) * tau[None, None, :, None]).astype(q.dtype)
 
 
-class Learned(ScoreScale):
+class LearnedTemperature(ScoreScale):
     """A learnable temperature per head, ``tau [heads]`` initialised to ``1/sqrt(d_k)`` (so the
     model starts as the default): ``s = tau_h <q, k>``."""
 
@@ -128,6 +126,7 @@ class Cosine(ScoreScale):
     """
 
     name = "cosine"
+    fields = ("cosine_tau_init",)
 
     def validate(self) -> None:
         if self.cfg.qk_norm:
@@ -146,13 +145,3 @@ class Cosine(ScoreScale):
 
     def apply(self, q, k, params):
         return _per_head(l2_normalize(q), params[...]), l2_normalize(k), 1.0
-
-
-SCALES: dict[str, type[ScoreScale]] = {
-    scale.name: scale for scale in (InverseSqrt, MuP, Unscaled, Learned, Cosine)
-}
-
-
-def score_scale_for(cfg: ModelConfig) -> ScoreScale:
-    """The score scale of ``cfg`` (``cfg.attention_scale`` is validated against :data:`SCALES`)."""
-    return SCALES[cfg.attention_scale](cfg)

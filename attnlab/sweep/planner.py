@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 from attnlab.config import Config, ModelConfig
 from attnlab.errors import ConfigError
-from attnlab.model import flops_per_token, param_counts
+from attnlab.model import check, flops_per_token, param_counts
 from attnlab.rundir import RESUMABLE_DIFFERENCES
 from attnlab.sweep.spec import Ladder, Shape, SweepSpec, SweepSpecError, variant_spec
 
@@ -205,7 +205,7 @@ def run_id(cfg: Config) -> str:
     digest = hashlib.sha256(json.dumps(raw, sort_keys=True).encode()).hexdigest()[:8]
     tokens = cfg.total_steps * cfg.data.batch_size * cfg.data.seq_len
     m = cfg.model
-    window = f"-w{m.attention_window}" if m.attention_window else ""  # sliding window (#14)
+    window = f"-w{m.attention_window}" if m.attention_window else ""  # windowed runs get their own id
     return (f"d{m.d_model}-l{m.n_layers}-{m.pos_encoding}{window}-t{_short_count(tokens)}"
             f"-s{cfg.train.seed}-{digest}")
 
@@ -269,17 +269,20 @@ def _plan_one(spec: SweepSpec, shape: Shape | None, axis_values: dict[str, Any],
 def with_values(cfg: Config, values: Mapping[str, Any]) -> Config:
     """``cfg`` with the dotted fields of ``values`` replaced (``{'model.d_model': 64}``).
 
-    Each changed section is rebuilt with ``dataclasses.replace``, which validates it (the config
-    dataclasses check themselves in ``__post_init__``), then the Config, which checks the rules
-    between sections. Raises ConfigError naming the first bad field.
+    Each changed section is rebuilt with ``dataclasses.replace``, which checks its fields (the
+    config dataclasses check themselves in ``__post_init__``), then the Config; then the rules
+    between the model's parts and the sections (``attnlab.model.check``). Raises ConfigError
+    naming the first bad field.
     """
     sections: dict[str, dict[str, Any]] = collections.defaultdict(dict)
     for dotted, value in values.items():
         section, key = dotted.split(".")
         sections[section][key] = value
-    return dataclasses.replace(cfg, **{
+    cfg = dataclasses.replace(cfg, **{
         section: dataclasses.replace(getattr(cfg, section), **changes)
         for section, changes in sections.items()})
+    check(cfg)
+    return cfg
 
 
 def _override(spec: SweepSpec, swept: dict[str, Any]) -> Config:

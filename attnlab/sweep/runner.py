@@ -146,7 +146,7 @@ def check_data(runs: list[PlannedRun]) -> list[str]:
     """
     # Here, not at the top: importing attnlab.sweep (to plan) stays free of orbax and TFDS.
     from attnlab.data import prepare
-    from attnlab.train.loop import check_corpus
+    from attnlab.train.preflight import check_corpus
 
     corpora = {}
     notes = []

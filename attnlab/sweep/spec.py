@@ -21,13 +21,15 @@ from typing import Any, Mapping
 import ml_collections
 
 from attnlab import cli_flags
-from attnlab.config import Config, DataConfig, ModelConfig, TrainConfig, from_config_dict
+from attnlab.config import (Config, DataConfig, ModelConfig, TrainConfig, build_dataclass, coerce,
+                            from_config_dict)
 from attnlab.errors import ConfigError
+from attnlab.model import check
+from attnlab.sweep.sections import (CentreRule, Ladder, LearningRateRule, Resources, Shape,
+                                    SweepSpecError, WarmupRule, int_at_least, positive_number)
 
 MODES = ("grid", "isoflop", "curves")
 SCALES = ("cpu", "gpu")
-LR_RULES = ("fixed", "per_shape", "power_law", "inverse_width")
-WARMUP_RULES = ("fixed", "fraction", "tokens_per_param")
 # Keys of attnlab.model.flops_per_token that may define "FLOPs per token" for isoflop budgets.
 FLOP_CONVENTIONS = ("chinchilla", "kaplan", "kaplan_causal", "kaplan_6n")
 
@@ -36,109 +38,9 @@ _TOP_LEVEL_KEYS = ("scale", "base", "sweep")
 _SWEEP_KEYS = ("name", "mode", "shapes", "ladder", "axes", "learning_rate", "warmup", "budgets",
                "flops_per_token", "min_steps", "curve_points", "resources", "centre", "variants",
                "variant_column")
-# What a variant (sweep.variants.<name>) may set besides config keys: its own rules.
-_VARIANT_RULES = ("centre", "learning_rate", "warmup")
 
 
-class SweepSpecError(ConfigError):
-    """A sweep spec is malformed. ``field`` is its dotted path, e.g. ``sweep.axes.train.seed``."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Shape:
-    """One model shape of a sweep. ``learning_rate`` is set only by explicit per-shape values;
-    ``target_params`` only by a ladder (the non-embedding count it was generated for)."""
-
-    d_model: int
-    n_layers: int
-    n_heads: int
-    learning_rate: float | None = None
-    target_params: float | None = None
-
-    @property
-    def label(self) -> str:
-        return f"d{self.d_model}-l{self.n_layers}-h{self.n_heads}"
-
-
-@dataclasses.dataclass(frozen=True)
-class Ladder:
-    """Shapes generated from target non-embedding parameter counts at a fixed aspect ratio.
-
-    For each target N the planner picks the integer depth L (with d_model = aspect_ratio * L
-    rounded to a multiple of head_dim, n_heads = d_model / head_dim) whose exact count from
-    :func:`attnlab.model.param_counts` is closest to N in log space.
-    """
-
-    non_embedding_params: tuple[float, ...]
-    aspect_ratio: float  # d_model / n_layers (Kaplan et al. 2020 Fig. 5: loss is flat in it)
-    head_dim: int
-    learning_rates: tuple[float, ...] = ()  # optional per-target values (rule per_shape)
-
-
-@dataclasses.dataclass(frozen=True)
-class LearningRateRule:
-    """How each run's peak learning rate follows from its shape.
-
-    fixed:          the base config's train.learning_rate for every shape
-    per_shape:      the explicit value given with each shape (4th entry of a shape tuple, or
-                    ladder.learning_rates)
-    power_law:      lr = base * (N / ref_params) ** -exponent, N = non-embedding parameters
-    inverse_width:  lr = base * ref_d_model / d_model ("muP-lite": under muP the Adam learning
-                    rate of hidden matrices scales as 1/width, Yang et al. 2022)
-    """
-
-    rule: str = "fixed"
-    base: float = 0.0  # 0 -> the base config's train.learning_rate
-    ref_params: float = 0.0
-    exponent: float = 0.0
-    ref_d_model: int = 0
-
-
-@dataclasses.dataclass(frozen=True)
-class WarmupRule:
-    """Warmup length per run. Porian et al. 2024: a warmup too long for small models is one
-    of the causes of Kaplan's exponent, so scale it with the run or the model.
-
-    fixed:             the base config's train.warmup_steps
-    fraction:          ceil(fraction * total_steps) (at least 1)
-    tokens_per_param:  ceil(tokens_per_param * N_total / (batch_size * seq_len)) steps (at
-                       least 1): warmup proportional to model size
-    """
-
-    rule: str = "fixed"
-    fraction: float = 0.0
-    tokens_per_param: float = 0.0
-
-
-@dataclasses.dataclass(frozen=True)
-class Resources:
-    """What one run asks for: Ray's task request; the local launcher pins threads instead."""
-
-    cpus: float = 1.0
-    gpus: float = 0.0
-
-
-@dataclasses.dataclass(frozen=True)
-class CentreRule:
-    """IsoFLOP ladders placed around a prior optimum (``sweep.centre``): at budget C a shape is
-    planned only if its parameter count (all parameters, Chinchilla's N) lies within a factor
-    ``span`` of N*(C) = n_opt · (C / budget)^exponent. From one long list of shapes each budget
-    then trains the sizes around its own optimum, so its minimum lies inside its ladder (and no
-    compute goes to sizes far from it). The prior comes from an earlier sweep's fit: Chinchilla's
-    a ~ 0.5, or one's own approach-2 minima."""
-
-    n_opt: float
-    budget: float
-    exponent: float = 0.5
-    span: float = 3.0
-
-    def target(self, budget: float) -> float:
-        """N*(C) at one budget."""
-        return self.n_opt * (budget / self.budget) ** self.exponent
-
-    def keeps(self, params: float, budget: float) -> bool:
-        target = self.target(budget)
-        return target / self.span <= params <= target * self.span
+_VARIANT_RULES = {"centre": CentreRule, "learning_rate": LearningRateRule, "warmup": WarmupRule}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -250,7 +152,7 @@ def spec_from_config_dict(config: ml_collections.ConfigDict | Mapping[str, Any],
                                  else "sweep")
 
     shapes = _parse_shapes(sweep.get("shapes") or ())
-    ladder = _parse_ladder(sweep.get("ladder"))
+    ladder = _section(Ladder, sweep.get("ladder"), "sweep.ladder")
     if shapes and ladder:
         raise SweepSpecError("sweep.ladder", "give either sweep.shapes or sweep.ladder, not both")
     spec = SweepSpec(
@@ -261,15 +163,15 @@ def spec_from_config_dict(config: ml_collections.ConfigDict | Mapping[str, Any],
         shapes=shapes,
         ladder=ladder,
         axes=_parse_axes(sweep.get("axes") or {}),
-        learning_rate=_parse_rule(LearningRateRule, sweep.get("learning_rate"),
-                                  "sweep.learning_rate", LR_RULES),
-        warmup=_parse_rule(WarmupRule, sweep.get("warmup"), "sweep.warmup", WARMUP_RULES),
+        learning_rate=_section(LearningRateRule, sweep.get("learning_rate"),
+                               "sweep.learning_rate", LearningRateRule()),
+        warmup=_section(WarmupRule, sweep.get("warmup"), "sweep.warmup", WarmupRule()),
         budgets=_parse_budgets(sweep.get("budgets") or ()),
-        centre=_parse_centre(sweep.get("centre")),
+        centre=_section(CentreRule, sweep.get("centre"), "sweep.centre"),
         flops_per_token=sweep.get("flops_per_token", "chinchilla"),
-        min_steps=_int_at_least(sweep.get("min_steps", 1), 1, "sweep.min_steps"),
-        curve_points=_int_at_least(sweep.get("curve_points", 0), 0, "sweep.curve_points"),
-        resources=_parse_resources(sweep.get("resources"), scale),
+        min_steps=int_at_least(sweep.get("min_steps", 1), 1, "sweep.min_steps"),
+        curve_points=int_at_least(sweep.get("curve_points", 0), 0, "sweep.curve_points"),
+        resources=_resources(sweep.get("resources"), scale),
         source=source,
         variant_column=_variant_column(sweep.get("variant_column", "variant")),
     )
@@ -300,6 +202,7 @@ def variant_spec(spec: SweepSpec, variant: Variant) -> SweepSpec:
             base = dataclasses.replace(base, **{
                 section: dataclasses.replace(getattr(base, section), **changes)
                 for section, changes in sections.items()})
+            check(base)
         except ConfigError as e:
             raise SweepSpecError(f"sweep.variants.{variant.name}.{e.field}", e.reason) from None
     return dataclasses.replace(
@@ -322,7 +225,9 @@ def _load_base(base: Any, source: str) -> Config:
     if not isinstance(base, Mapping):
         raise SweepSpecError("base", f"expected a train ConfigDict or a file path, got {base!r}")
     try:
-        return from_config_dict(base)
+        cfg = from_config_dict(base)
+        check(cfg)
+        return cfg
     except ConfigError as e:
         raise SweepSpecError(f"base.{e.field}", e.reason) from None
 
@@ -341,6 +246,25 @@ def _read_config_file(path: str, source: str) -> dict[str, Any]:
                                  f"{', '.join(sorted(set(map(os.path.normpath, candidates))))})")
 
 
+def _section(cls, raw: Any, field: str, default=None):
+    """A spec section (one of the dataclasses above) from its mapping, by the config's generic
+    builder (unknown keys, missing keys and wrong types named), then its own value rules."""
+    if raw is None or (isinstance(raw, Mapping) and not raw):
+        return default
+    if not isinstance(raw, Mapping):
+        keys = ", ".join(f.name for f in dataclasses.fields(cls))
+        raise SweepSpecError(field, f"expected a section ({keys}), got {raw!r}")
+    return build_dataclass(cls, raw, field, error=SweepSpecError).checked(field)
+
+
+def _resources(raw: Any, scale: str) -> Resources:
+    """``sweep.resources``; a GPU sweep's run asks for one GPU unless it says otherwise."""
+    default = Resources(gpus=float(scale == "gpu"))
+    if isinstance(raw, Mapping) and "gpus" not in raw:
+        raw = {**raw, "gpus": default.gpus}
+    return _section(Resources, raw, "sweep.resources", default)
+
+
 def _parse_shapes(raw: Any) -> tuple[Shape, ...]:
     if not isinstance(raw, (tuple, list)):
         raise SweepSpecError("sweep.shapes", "expected a tuple of (d_model, n_layers, n_heads) "
@@ -356,42 +280,13 @@ def _parse_shapes(raw: Any) -> tuple[Shape, ...]:
                 raise SweepSpecError(field, f"{what} must be a positive integer, got {value!r}")
         lr = None
         if len(entry) == 4:
-            lr = _positive_number(entry[3], f"{field}.learning_rate")
+            lr = positive_number(entry[3], f"{field}.learning_rate")
         shapes.append(Shape(*entry[:3], learning_rate=lr))
     if len({s.label for s in shapes}) != len(shapes):
         raise SweepSpecError("sweep.shapes", "the same shape appears twice")
     if any(s.learning_rate is None for s in shapes) and any(s.learning_rate for s in shapes):
         raise SweepSpecError("sweep.shapes", "give a learning rate for every shape or for none")
     return tuple(shapes)
-
-
-def _parse_ladder(raw: Any) -> Ladder | None:
-    if raw is None or (isinstance(raw, Mapping) and not raw):
-        return None
-    if not isinstance(raw, Mapping):
-        raise SweepSpecError("sweep.ladder", f"expected a section, got {raw!r}")
-    known = {f.name for f in dataclasses.fields(Ladder)}
-    for key in raw:
-        if key not in known:
-            raise SweepSpecError(f"sweep.ladder.{key}", f"unknown key; valid keys are "
-                                                        f"{', '.join(sorted(known))}")
-    targets = raw.get("non_embedding_params") or ()
-    if not isinstance(targets, (tuple, list)) or not targets:
-        raise SweepSpecError("sweep.ladder.non_embedding_params",
-                             "empty: give a tuple of target non-embedding parameter counts")
-    targets = tuple(_positive_number(t, "sweep.ladder.non_embedding_params") for t in targets)
-    if len(set(targets)) != len(targets):
-        raise SweepSpecError("sweep.ladder.non_embedding_params", "the same target appears twice")
-    aspect = _positive_number(raw.get("aspect_ratio", 0), "sweep.ladder.aspect_ratio")
-    head_dim = raw.get("head_dim", 0)
-    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim <= 0:
-        raise SweepSpecError("sweep.ladder.head_dim", f"must be a positive integer, got {head_dim!r}")
-    lrs = tuple(raw.get("learning_rates") or ())
-    if lrs and len(lrs) != len(targets):
-        raise SweepSpecError("sweep.ladder.learning_rates",
-                             f"has {len(lrs)} values for {len(targets)} targets")
-    lrs = tuple(_positive_number(v, "sweep.ladder.learning_rates") for v in lrs)
-    return Ladder(targets, aspect, head_dim, lrs)
 
 
 def _parse_axes(raw: Any) -> tuple[tuple[str, tuple[Any, ...]], ...]:
@@ -419,96 +314,20 @@ def _parse_axes(raw: Any) -> tuple[tuple[str, tuple[Any, ...]], ...]:
                                             f"got {values!r}")
             if not values:
                 raise SweepSpecError(field, "empty axis: give at least one value")
-            values = tuple(_typed_axis_value(v, fields[key], field) for v in values)
+            values = tuple(coerce(v, fields[key], field, error=SweepSpecError) for v in values)
             if len(set(map(repr, values))) != len(values):
                 raise SweepSpecError(field, f"a value appears twice in {values!r}")
             axes.append((f"{section}.{key}", values))
     return tuple(axes)
 
 
-def _typed_axis_value(value: Any, config_field: dataclasses.Field, field: str) -> Any:
-    """``value`` as the type of the config field it sets (an int may stand for a float).
-
-    The planner puts axis values into configs with ``dataclasses.replace``, which checks no
-    types; converting here gives a run the same config (and so the same run id) as if the
-    value had been written in the base config.
-    """
-    kind = str(config_field.type)
-    if value is None:
-        if "None" in kind:
-            return None
-        raise SweepSpecError(field, "must not be None")
-    if kind.startswith("bool"):
-        if isinstance(value, bool):
-            return value
-        raise SweepSpecError(field, f"expected true/false, got {value!r}")
-    if kind.startswith("int"):
-        if isinstance(value, int) and not isinstance(value, bool):
-            return int(value)
-        raise SweepSpecError(field, f"expected an integer, got {value!r}")
-    if kind.startswith("float"):
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        raise SweepSpecError(field, f"expected a number, got {value!r}")
-    if kind.startswith("str") and not isinstance(value, str):
-        raise SweepSpecError(field, f"expected a string, got {value!r}")
-    return value
-
-
-def _parse_rule(cls, raw: Any, field: str, rules: tuple[str, ...]):
-    if raw is None or (isinstance(raw, Mapping) and not raw):
-        return cls()
-    if not isinstance(raw, Mapping):
-        raise SweepSpecError(field, f"expected a section with a rule, got {raw!r}")
-    known = {f.name: f for f in dataclasses.fields(cls)}
-    for key in raw:
-        if key not in known:
-            raise SweepSpecError(f"{field}.{key}", f"unknown key; valid keys are "
-                                                   f"{', '.join(known)}")
-    rule = raw.get("rule", "fixed")
-    if rule not in rules:
-        raise SweepSpecError(f"{field}.rule", f"unknown rule {rule!r}; valid rules are "
-                                              f"{', '.join(rules)}")
-    values = {}
-    for key, value in raw.items():
-        if key == "rule":
-            values[key] = value
-        elif isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            raise SweepSpecError(f"{field}.{key}", f"must be a number >= 0, got {value!r}")
-        else:
-            values[key] = type(known[key].default)(value)
-    return cls(**values)
-
-
 def _parse_budgets(raw: Any) -> tuple[float, ...]:
     if not isinstance(raw, (tuple, list)):
         raise SweepSpecError("sweep.budgets", f"expected a tuple of FLOP budgets, got {raw!r}")
-    budgets = tuple(_positive_number(b, "sweep.budgets") for b in raw)
+    budgets = tuple(positive_number(b, "sweep.budgets") for b in raw)
     if len(set(budgets)) != len(budgets):
         raise SweepSpecError("sweep.budgets", "the same budget appears twice")
     return budgets
-
-
-def _parse_centre(raw: Any, field: str = "sweep.centre") -> CentreRule | None:
-    if raw is None:
-        return None
-    if not isinstance(raw, Mapping):
-        raise SweepSpecError(field, f"expected a section (n_opt, budget, exponent, span), "
-                                    f"got {raw!r}")
-    known = {f.name for f in dataclasses.fields(CentreRule)}
-    for key in raw:
-        if key not in known:
-            raise SweepSpecError(f"{field}.{key}", f"unknown key; valid keys are "
-                                                   f"{', '.join(sorted(known))}")
-    for key in ("n_opt", "budget"):
-        if key not in raw:
-            raise SweepSpecError(f"{field}.{key}", "missing: the prior optimum N* at a "
-                                                   "reference budget")
-    values = {key: _positive_number(raw[key], f"{field}.{key}") for key in raw}
-    if values.get("span", 3.0) <= 1.0:
-        raise SweepSpecError(f"{field}.span", f"must be > 1 (a factor either side of N*), "
-                                              f"got {values['span']}")
-    return CentreRule(**values)
 
 
 # Columns the results table already has (attnlab.results): a variant column must not shadow one.
@@ -566,19 +385,14 @@ def _parse_variants(raw: Any, spec: SweepSpec) -> tuple[Variant, ...]:
                                          f"{section}.{key}; valid keys are "
                                          f"{', '.join(sorted(fields))}")
                 overrides.append((f"{section}.{key}",
-                                  _typed_axis_value(value, fields[key],
-                                                    f"{field}.{section}.{key}")))
-        if "centre" in body:
-            rules["centre"] = _parse_centre(body["centre"], f"{field}.centre")
-            if not spec.budgets:
-                raise SweepSpecError(f"{field}.centre", "centres IsoFLOP ladders: it needs "
-                                                        "sweep.budgets (mode isoflop)")
-        if "learning_rate" in body:
-            rules["learning_rate"] = _parse_rule(LearningRateRule, body["learning_rate"],
-                                                 f"{field}.learning_rate", LR_RULES)
-        if "warmup" in body:
-            rules["warmup"] = _parse_rule(WarmupRule, body["warmup"], f"{field}.warmup",
-                                          WARMUP_RULES)
+                                  coerce(value, fields[key], f"{field}.{section}.{key}",
+                                         error=SweepSpecError)))
+        for key, cls in _VARIANT_RULES.items():
+            if key in body:
+                rules[key] = _section(cls, body[key], f"{field}.{key}")  # empty: the sweep's
+        if "centre" in rules and not spec.budgets:
+            raise SweepSpecError(f"{field}.centre", "centres IsoFLOP ladders: it needs "
+                                                    "sweep.budgets (mode isoflop)")
         variant = Variant(str(name), tuple(overrides), **rules)
         owners = variant_spec(spec, variant).set_keys()
         axis_keys = {key for key, _ in spec.axes}
@@ -589,34 +403,6 @@ def _parse_variants(raw: Any, spec: SweepSpec) -> tuple[Variant, ...]:
                                      f"remove one of the two")
         variants.append(variant)
     return tuple(variants)
-
-
-def _parse_resources(raw: Any, scale: str) -> Resources:
-    default = Resources(cpus=1.0, gpus=1.0 if scale == "gpu" else 0.0)
-    if raw is None or (isinstance(raw, Mapping) and not raw):
-        return default
-    if not isinstance(raw, Mapping):
-        raise SweepSpecError("sweep.resources", f"expected a section (cpus, gpus), got {raw!r}")
-    for key in raw:
-        if key not in ("cpus", "gpus"):
-            raise SweepSpecError(f"sweep.resources.{key}", "unknown key; valid keys are cpus, gpus")
-    cpus = _positive_number(raw.get("cpus", default.cpus), "sweep.resources.cpus")
-    gpus = raw.get("gpus", default.gpus)
-    if isinstance(gpus, bool) or not isinstance(gpus, (int, float)) or gpus < 0:
-        raise SweepSpecError("sweep.resources.gpus", f"must be a number >= 0, got {gpus!r}")
-    return Resources(float(cpus), float(gpus))
-
-
-def _positive_number(value: Any, field: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise SweepSpecError(field, f"must be a positive number, got {value!r}")
-    return float(value)
-
-
-def _int_at_least(value: Any, low: int, field: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise SweepSpecError(field, f"must be an integer >= {low}, got {value!r}")
-    return value
 
 
 def _check_relations(spec: SweepSpec) -> None:

@@ -4,7 +4,9 @@ Library API (used by the CLI, sweeps and the extrapolation evaluation)::
 
     summary = attnlab.train.run(cfg, workdir)          # trains or resumes; returns summary.json
     cfg, graphdef, params = attnlab.train.load_params(workdir)
-    attnlab.train.precompile(cfg)  # compiles run(cfg)'s programs ahead (a sweep's next run)
+    cache = attnlab.train.ProgramCache()     # a sweep worker's: runs of one shape share programs
+    cache.precompile(cfg)                    # compiles run(cfg)'s programs ahead (the next run)
+    summary = attnlab.train.run(cfg, workdir, programs=cache)
 
 ``run`` raises :class:`attnlab.errors.AttnlabError` subclasses for bad input (before compiling
 or writing anything) and returns ``status: 'diverged'`` instead of raising when the loss blows
@@ -13,7 +15,8 @@ up. The command line maps these to exit codes 0 (completed), 2 (bad input), 3 (d
 
 from attnlab.train.checkpoint import CheckpointError
 from attnlab.train.load import load_config, load_params
-from attnlab.train.loop import EXIT_BAD_INPUT, EXIT_COMPLETED, EXIT_DIVERGED, precompile, run
+from attnlab.train.loop import EXIT_BAD_INPUT, EXIT_COMPLETED, EXIT_DIVERGED, run
+from attnlab.train.programs import ProgramCache
 from attnlab.train.workdir import WorkdirError
 
 __all__ = [
@@ -21,9 +24,9 @@ __all__ = [
     "EXIT_BAD_INPUT",
     "EXIT_COMPLETED",
     "EXIT_DIVERGED",
+    "ProgramCache",
     "WorkdirError",
     "load_config",
     "load_params",
-    "precompile",
     "run",
 ]

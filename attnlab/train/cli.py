@@ -37,7 +37,12 @@ GENERATE_FLAGS = [
 
 
 def _config(values) -> Config:
-    return from_config_dict(values.config)
+    """The command line's config, every rule between its parts checked (before compiling)."""
+    from attnlab.model import check
+
+    cfg = from_config_dict(values.config)
+    check(cfg)
+    return cfg
 
 
 def train_main(argv: list[str]) -> int:
@@ -74,28 +79,24 @@ def _format_count(n: float) -> str:
 def model_info_main(argv: list[str]) -> int:
     """``attnlab model-info --config=configs/x.py [overrides] [--forward]``: counts from the config
     alone (nothing is compiled), optionally one forward pass on real data."""
-    from attnlab.model import flops_per_token, param_counts
-    from attnlab.model.mixers import layer_mixers
-    from attnlab.model.objectives import objective_for
+    from attnlab.model import flops_per_token, param_counts, resolve
 
     values = parse(argv, MODEL_INFO_FLAGS, prog="attnlab model-info")
     cfg = _config(values)
     m, seq_len = cfg.model, cfg.data.seq_len
+    arch = resolve(m)
     counts = param_counts(m)
     flops = flops_per_token(m, seq_len)
     tokens = cfg.total_steps * cfg.data.batch_size * seq_len
     print(f"model {cfg.name}: d_model={m.d_model} n_layers={m.n_layers} n_heads={m.n_heads} "
-          f"kv_heads={m.kv_heads} d_ff={m.ffn_dim} vocab={m.vocab_size} pos={m.pos_encoding} "
-          f"ffn={m.ffn} norm={m.norm}/{m.norm_position} dtype={m.dtype}")
-    default = type(m)()
-    if (m.mixer, m.attention_every, m.ngpt) != (default.mixer, default.attention_every,
-                                                default.ngpt):
-        names = " ".join(mixer.name for mixer in layer_mixers(m))
-        print(f"sequence mixers by layer: {names}" + (" (nGPT blocks)" if m.ngpt else ""))
+          f"kv_heads={m.kv_heads} d_ff={arch.ffn.width} vocab={m.vocab_size} "
+          f"pos={m.pos_encoding} ffn={m.ffn} norm={m.norm}/{m.norm_position} dtype={m.dtype}")
+    names = " ".join(mixer.name for mixer in arch.stack.mixers)
+    print(f"{arch.block.title} blocks, mask {arch.mask.name}; sequence mixers by layer: {names}")
     print("parameters:")
     for key in ("total", "non_embedding", "embedding"):
         print(f"  {key:<16}{_format_count(counts[key]):>18}")
-    objective = objective_for(m)
+    objective = arch.objective
     predicted = objective.predicted_per_input(seq_len)
     print(f"objective: {m.objective} = {objective.title}; {predicted:.3g} predicted tokens per "
           "input token")
@@ -142,9 +143,8 @@ def generate_main(argv: list[str]) -> int:
     import numpy as np
 
     from attnlab.data import prepare
-    from attnlab.model import encoding_for, generate
     from attnlab.data.tokenizer import MASK_TEXT
-    from attnlab.model.objectives import objective_for
+    from attnlab.model import generate, resolve
     from attnlab.train.load import load_params
 
     if any(a.startswith("--config") for a in argv):
@@ -161,19 +161,19 @@ def generate_main(argv: list[str]) -> int:
     from attnlab.train.memory import check_generation_fits
 
     run_model = load_config(values.run).model
-    if objective_for(run_model).uses_mask and MASK_TEXT not in values.prompt:
+    if resolve(run_model).objective.uses_mask and MASK_TEXT not in values.prompt:
         raise AttnlabError(f"--prompt holds no {MASK_TEXT}: model.objective={run_model.objective}"
                            f" predicts masked tokens; write {MASK_TEXT} where they go")
     check_generation_fits(run_model, max_new + 1024, allow_large=values["allow-large"].value)
     cfg, graphdef, params = load_params(values.run, values.step)
     tokenizer = prepare(cfg.data).tokenizer
-    objective = objective_for(cfg.model)
+    objective = resolve(cfg.model).objective
     if objective.uses_mask:
         return _fill_in(cfg, graphdef, params, tokenizer, objective, values.prompt, max_new)
     prompt = np.asarray(tokenizer.encode(values.prompt), np.int32)[None]
     if prompt.shape[1] == 0:
         raise AttnlabError("--prompt encodes to no tokens; give some text to continue")
-    encoding = encoding_for(cfg.model)
+    encoding = resolve(cfg.model).encoding
     limit = encoding.max_positions()
     if limit is not None and prompt.shape[1] + max_new > limit:
         raise AttnlabError(

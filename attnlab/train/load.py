@@ -8,6 +8,7 @@ import jax
 from flax import nnx
 
 from attnlab.config import Config, from_config_dict
+from attnlab.model import check
 from attnlab.train import workdir as wd
 from attnlab.train.checkpoint import (Checkpoints, CheckpointError, DamagedCheckpointError,
                                      check_compatible, param_shapes)
@@ -15,11 +16,13 @@ from attnlab.train.state import abstract_model
 
 
 def load_config(workdir: str | Path) -> Config:
-    """The validated Config a run was started with (``<workdir>/config.json``)."""
+    """The checked Config a run was started with (``<workdir>/config.json``)."""
     path = Path(workdir) / wd.CONFIG_FILE
     if not path.exists():
         raise wd.WorkdirError(f"{workdir} is not a run directory: {path} does not exist")
-    return from_config_dict(wd.read_json(path))
+    cfg = from_config_dict(wd.read_json(path))
+    check(cfg)
+    return cfg
 
 
 def load_params(workdir: str | Path, step: int | None = None

@@ -20,7 +20,7 @@ import os
 
 from attnlab.config import Config, ModelConfig
 from attnlab.errors import AttnlabError
-from attnlab.model import param_counts
+from attnlab.model import param_counts, resolve
 
 FLOAT = 4  # bytes
 TRAIN_STATE_BYTES_PER_PARAM = 4 * FLOAT  # params, grads, Adam m and v
@@ -65,7 +65,8 @@ def training_bytes(cfg: Config) -> dict[str, float]:
     params = float(param_counts(m)["total"])
     micro = cfg.data.batch_size // max(1, cfg.train.grad_accum)
     tokens = float(micro) * cfg.data.seq_len
-    per_layer = 16 * m.d_model + 2 * m.ffn_dim + _attention_values_per_token(m, cfg.data.seq_len)
+    per_layer = (16 * m.d_model + 2 * resolve(m).ffn.width
+                 + _attention_values_per_token(m, cfg.data.seq_len))
     activations = FLOAT * tokens * (m.n_layers * per_layer + 3 * m.vocab_size)
     state = params * TRAIN_STATE_BYTES_PER_PARAM
     return {"params": params, "state": state, "activations": activations,

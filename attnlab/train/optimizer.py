@@ -8,13 +8,15 @@ update ``t = total_steps - 1``.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import jax
 import jax.numpy as jnp
 import optax
 
-from attnlab.config import TrainConfig
+from attnlab.config import Config, TrainConfig
 from attnlab.errors import ConfigError
-from attnlab.model.ngpt import renormalize
+from attnlab.model import resolve
 
 
 def _warmup(t: jax.Array, peak: float, warmup_steps: int) -> jax.Array:
@@ -140,29 +142,30 @@ def decay_mask(params):
     return jax.tree_util.tree_map_with_path(is_decayed, params)
 
 
-def renormalize_rows() -> optax.GradientTransformation:
-    """nGPT (Loshchilov et al. 2024, sec. 2.3): after every step the rows of every matrix go back
-    on the unit sphere. A last link of the chain: it turns ``updates`` into
-    ``Norm(params + updates) - params`` (:func:`attnlab.model.ngpt.renormalize`, along each
-    matrix's ``d_model`` axis; vectors unchanged), so ``apply_updates`` lands on the sphere."""
+def constrained(constraint: Callable) -> optax.GradientTransformation:
+    """A last link of the chain that puts the parameters back where the model keeps them
+    (``constraint``, the block kind's ``param_constraint``; nGPT, Loshchilov et al. 2024,
+    sec. 2.3: every matrix's rows on the unit sphere): it turns ``updates`` into
+    ``constraint(params + updates) - params``, so ``apply_updates`` lands there."""
 
     def init_fn(params):
         return optax.EmptyState()
 
     def update_fn(updates, state, params=None):
         if params is None:
-            raise ValueError("renormalize_rows needs the parameters")
-        target = renormalize(optax.apply_updates(params, updates))
+            raise ValueError("a constrained update needs the parameters")
+        target = constraint(optax.apply_updates(params, updates))
         return jax.tree.map(lambda new, old: new - old, target, params), state
 
     return optax.GradientTransformation(init_fn, update_fn)
 
 
-def make_optimizer(train: TrainConfig, total_steps: int, d_model: int, *, ngpt: bool = False
+def make_optimizer(train: TrainConfig, total_steps: int, d_model: int, *,
+                   constraint: Callable | None = None
                    ) -> tuple[optax.GradientTransformation, optax.Schedule]:
     """Global-norm clipping then AdamW (decoupled decay, scaled by the lr as in PyTorch/optax);
-    for an nGPT model (``ngpt``) then :func:`renormalize_rows` (its config has refused weight
-    decay and warmup already).
+    then, for a model whose block kind constrains its parameters (``constraint``: nGPT's
+    renormalisation), :func:`constrained` (nGPT's rules have refused weight decay and warmup).
 
     Returns the transformation and its schedule (the schedule is also logged as ``lr``).
     """
@@ -174,6 +177,13 @@ def make_optimizer(train: TrainConfig, total_steps: int, d_model: int, *, ngpt: 
     chain = [adamw]
     if train.grad_clip > 0:
         chain.insert(0, optax.clip_by_global_norm(train.grad_clip))
-    if ngpt:
-        chain.append(renormalize_rows())
+    if constraint is not None:
+        chain.append(constrained(constraint))
     return (chain[0] if len(chain) == 1 else optax.chain(*chain)), schedule
+
+
+def optimizer_for(cfg: Config) -> tuple[optax.GradientTransformation, optax.Schedule]:
+    """:func:`make_optimizer` for a whole config: its schedule over ``cfg.total_steps``,
+    constrained as the model's block kind says."""
+    return make_optimizer(cfg.train, cfg.total_steps, cfg.model.d_model,
+                          constraint=resolve(cfg.model).block.param_constraint())

@@ -11,6 +11,7 @@ import optax
 from flax import nnx
 
 from attnlab.config import Config
+from attnlab.model import build_model, init_model
 
 
 @flax.struct.dataclass
@@ -29,10 +30,7 @@ class TrainState:
 
 def abstract_model(cfg: Config) -> tuple[nnx.GraphDef, nnx.State]:
     """``(graphdef, params as ShapeDtypeStructs)`` without allocating or computing anything."""
-    from attnlab.model.transformer import model_class
-
-    build = model_class(cfg.model)
-    model = nnx.eval_shape(lambda: build(cfg.model, rngs=nnx.Rngs(params=cfg.train.seed)))
+    model = nnx.eval_shape(lambda: build_model(cfg.model, nnx.Rngs(params=cfg.train.seed)))
     return nnx.split(model)
 
 
@@ -42,8 +40,6 @@ def init_train_state(cfg: Config, optimizer: optax.GradientTransformation,
     in their sharded layout). ``key``: the parameters' PRNG key, default
     ``jax.random.key(train.seed)`` (the same numbers). Passing it as an argument of the jitted
     function, rather than closing over the seed, lets every seed share one compiled program."""
-    from attnlab.model import init_model
-
     _, params = init_model(cfg.model, cfg.train.seed if key is None else key)
     return TrainState(step=jnp.zeros((), jnp.int32), params=params,
                       opt_state=optimizer.init(params))

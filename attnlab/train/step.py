@@ -16,7 +16,7 @@ import optax
 from flax import nnx
 
 from attnlab.config import Config
-from attnlab.model.objectives import masking_key, objective_for
+from attnlab.model.objectives import masking_key
 from attnlab.train.state import TrainState
 
 EVAL_SEED = 2**31 - 1  # validation masks: fixed, apart from every training seed's
@@ -29,7 +29,7 @@ def batch_scores(graphdef: nnx.GraphDef, params: nnx.State, tokens: jax.Array,
     (default: the key of batch 0)."""
     model = nnx.merge(graphdef, params)
     key = masking_key(0, 0) if key is None else key
-    return objective_for(model.cfg).scores(model, tokens, key, dropout_rng=dropout_rng)
+    return model.arch.objective.scores(model, tokens, key, dropout_rng=dropout_rng)
 
 
 def mean_loss(graphdef: nnx.GraphDef, params: nnx.State, tokens: jax.Array,
@@ -104,7 +104,7 @@ def make_eval_step(graphdef: nnx.GraphDef, *, masked_spans: bool = False) -> Cal
         out = {"loss": scores.loss / count, "accuracy": scores.correct / count}
         if masked_spans:
             model = nnx.merge(graphdef, params)
-            spans = objective_for(model.cfg).span_scores(model, batch, key)
+            spans = model.arch.objective.span_scores(model, batch, key)
             out.update(span_nats=spans.loss, span_count=spans.count)
         return out
 

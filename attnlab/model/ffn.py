@@ -1,0 +1,119 @@
+"""Position-wise feed-forward nets (``model.ffn``), ``d_model -> width -> d_model`` (Vaswani et
+al. 2017, eq. 2), one class per kind:
+
+* ``relu`` / ``gelu``: ``act(x W_in) W_out`` (GELU is the tanh approximation, as in GPT-2);
+* ``swiglu`` (Shazeer 2020): ``(silu(x W_gate) * (x W_in)) W_out``.
+
+Every ``x W`` is ``x W + b`` with ``model.linear_bias`` (biases ``[width]``, ``[d_model]``).
+``W_out`` is a residual output projection: GPT-2 init scales its std by ``1/sqrt(2 n_layers)``.
+Shapes: ``[batch, seq, d_model] -> [batch, seq, d_model]``.
+
+    ffn = resolve(cfg).ffn        # FFNS[cfg.ffn](cfg)
+    module = ffn.build(rngs)      # parameters w_in (, w_gate), w_out
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Callable
+
+import jax
+from flax import nnx
+
+from attnlab.config import ModelConfig
+from attnlab.model.layers import dense
+
+
+def gelu_tanh(x: jax.Array) -> jax.Array:
+    """GELU, tanh approximation (Hendrycks & Gimpel 2016; GPT-2)."""
+    return jax.nn.gelu(x, approximate=True)
+
+
+class MLP(nnx.Module):
+    """``act(x W_in) W_out``."""
+
+    def __init__(self, cfg: ModelConfig, width: int, activation: Callable, *, rngs: nnx.Rngs):
+        residual_std = cfg.init_std / math.sqrt(2 * cfg.n_layers)
+        self.activation = activation
+        self.w_in = dense(cfg, cfg.d_model, width, cfg.init_std, rngs, bias=cfg.linear_bias)
+        self.w_out = dense(cfg, width, cfg.d_model, residual_std, rngs, bias=cfg.linear_bias)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.w_out(self.activation(self.w_in(x)))
+
+
+class GatedMLP(nnx.Module):
+    """``(silu(x W_gate) * (x W_in)) W_out`` (SwiGLU, Shazeer 2020)."""
+
+    def __init__(self, cfg: ModelConfig, width: int, *, rngs: nnx.Rngs):
+        d, bias = cfg.d_model, cfg.linear_bias
+        residual_std = cfg.init_std / math.sqrt(2 * cfg.n_layers)
+        self.w_in = dense(cfg, d, width, cfg.init_std, rngs, bias=bias)  # drawn first
+        self.w_gate = dense(cfg, d, width, cfg.init_std, rngs, bias=bias)
+        self.w_out = dense(cfg, width, d, residual_std, rngs, bias=bias)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.w_out(jax.nn.silu(self.w_gate(x)) * self.w_in(x))
+
+
+@dataclasses.dataclass(frozen=True)
+class FFN:
+    """One FFN kind of a model built from ``cfg`` (immutable, hashable).
+
+    Class attributes: ``name`` (the ``model.ffn`` value), ``inputs`` (input projections: 1, or
+    2 for a gated FFN), ``fields`` (``model.*`` fields only this kind reads).
+    """
+
+    cfg: ModelConfig = dataclasses.field(repr=False)
+
+    name = ""
+    inputs = 1
+    fields = ()
+
+    def default_width(self) -> int:
+        return 4 * self.cfg.d_model
+
+    @property
+    def width(self) -> int:
+        """The hidden width: ``model.d_ff``, or the kind's default."""
+        return self.default_width() if self.cfg.d_ff is None else self.cfg.d_ff
+
+    def build(self, rngs: nnx.Rngs) -> nnx.Module:
+        raise NotImplementedError
+
+    def param_count(self) -> int:
+        """Matrices ``(inputs + 1) d width`` and, with ``model.linear_bias``, their biases."""
+        d, width = self.cfg.d_model, self.width
+        biases = self.inputs * width + d if self.cfg.linear_bias else 0
+        return (self.inputs + 1) * d * width + biases
+
+    def flops_per_token(self) -> float:
+        """Forward FLOPs per token: ``2 d width`` per matrix (activations not counted)."""
+        return 2.0 * (self.inputs + 1) * self.cfg.d_model * self.width
+
+
+class ReLU(FFN):
+    name = "relu"
+
+    def build(self, rngs):
+        return MLP(self.cfg, self.width, jax.nn.relu, rngs=rngs)
+
+
+class GELU(FFN):
+    name = "gelu"
+
+    def build(self, rngs):
+        return MLP(self.cfg, self.width, gelu_tanh, rngs=rngs)
+
+
+class SwiGLU(FFN):
+    name = "swiglu"
+    inputs = 2
+
+    def default_width(self) -> int:
+        # Shazeer 2020: 8/3 d keeps SwiGLU's three matrices at the cost of a 4d two-matrix FFN.
+        return -(-(8 * self.cfg.d_model // 3) // 8) * 8
+
+    def build(self, rngs):
+        return GatedMLP(self.cfg, self.width, rngs=rngs)

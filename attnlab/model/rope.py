@@ -1,0 +1,192 @@
+"""Rotary position embedding (Su et al. 2021, RoFormer, eq. 34) and its rescalings for longer
+contexts: position interpolation (Chen et al. 2023), NTK-aware bases (bloc97 2023) and YaRN
+(Peng et al. 2023).
+
+Shapes: ``positions`` int32 ``[pbatch, seq]``; heads ``[batch, seq, heads, head_dim]``. Phases are
+float32 (bf16 would round position 257 to 256); frequencies float64 on the host.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from attnlab.config import ModelConfig
+from attnlab.errors import ConfigError
+from attnlab.model.positions import UNSCALED, PositionalEncoding, RescalingError, unscaled
+
+def rope_inverse_frequencies(head_dim: int, theta: float = 10000.0) -> np.ndarray:
+    """``theta^(-2i/head_dim)`` for ``i = 0 .. head_dim/2 - 1``; float64 ``[head_dim/2]``."""
+    if head_dim % 2:
+        raise ValueError(f"RoPE needs an even head_dim, got {head_dim}")
+    return np.power(float(theta), -np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+
+
+def rope_angles(positions, head_dim: int, theta: float = 10000.0,
+                inv_freq: np.ndarray | None = None) -> jax.Array:
+    """Rotation phases ``p * theta^(-2i/d)`` (or ``p * inv_freq[i]``), always float32 (bf16 would
+    round position 257 to 256).
+
+    Args:
+      positions: int ``[pbatch, seq]``.
+      inv_freq: float64 ``[head_dim/2]`` frequencies replacing ``theta^(-2i/d)`` (PI, YaRN).
+
+    Returns:
+      float32 ``[pbatch, seq, head_dim/2]``.
+    """
+    if inv_freq is None:
+        inv_freq = rope_inverse_frequencies(head_dim, theta)
+    return jnp.asarray(positions, jnp.float32)[..., None] * jnp.asarray(inv_freq, jnp.float32)
+
+
+def apply_rope(x: jax.Array, positions, theta: float = 10000.0,
+               inv_freq: np.ndarray | None = None) -> jax.Array:
+    """Rotates each pair of features of every head by its position's phase.
+
+    Pairs are ``(x[i], x[i + d/2])`` (the "rotate half" layout, a fixed permutation of RoFormer's
+    interleaved pairs, so the same function class). The rotation is done in float32 and the
+    result cast back to ``x.dtype``; it preserves each head's norm, and
+    ``<R(m) q, R(n) k>`` depends only on ``m - n``.
+
+    Args:
+      x: ``[batch, seq, heads, head_dim]``.
+      positions: int ``[pbatch, seq]`` with ``pbatch`` 1 or ``batch``.
+      inv_freq: optional float64 ``[head_dim/2]`` frequencies (default ``theta^(-2i/d)``).
+
+    Returns:
+      ``[batch, seq, heads, head_dim]`` in ``x.dtype``.
+    """
+    half = x.shape[-1] // 2
+    angles = rope_angles(positions, x.shape[-1], theta, inv_freq)[:, :, None, :]  # [pb, seq, 1, d/2]
+    cos, sin = jnp.cos(angles), jnp.sin(angles)
+    x1 = x[..., :half].astype(jnp.float32)
+    x2 = x[..., half:].astype(jnp.float32)
+    rotated = jnp.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos], axis=-1)
+    return rotated.astype(x.dtype)
+
+
+def ntk_rope_theta(theta: float, head_dim: int, factor: float) -> float:
+    """NTK-aware RoPE base (bloc97 2023; Peng et al. 2023, YaRN section 3.2):
+    ``theta * s^(d / (d - 2))`` stretches the lowest frequency ``theta^(-(d-2)/d)`` by exactly
+    ``1/s`` and leaves frequency 1 (i = 0) unchanged."""
+    if head_dim <= 2:
+        raise RescalingError(f"ntk needs head_dim > 2, got {head_dim}")
+    return float(theta) * float(factor) ** (head_dim / (head_dim - 2))
+
+
+def pi_frequencies(inv_freq: np.ndarray, factor: float) -> np.ndarray:
+    """Position interpolation (Chen et al. 2023, eq. 4): position ``m`` is read as ``m / s``, i.e.
+    every frequency divided by ``s``; float64 ``[head_dim/2]``."""
+    return np.asarray(inv_freq, np.float64) / float(factor)
+
+
+YARN_ALPHA, YARN_BETA = 1.0, 32.0  # Peng et al. 2023, section 3.2, for LLaMA
+
+
+def yarn_frequencies(inv_freq: np.ndarray, factor: float, original_length: int,
+                     alpha: float = YARN_ALPHA, beta: float = YARN_BETA) -> np.ndarray:
+    """YaRN's "NTK-by-parts" frequencies (Peng et al. 2023, eqs. 17-19); float64 ``[head_dim/2]``.
+
+    With wavelength ``lambda_i = 2 pi / inv_freq_i`` and ``r_i = L / lambda_i`` (``L`` the
+    original context): ``gamma(r) = 0`` for ``r < alpha``, 1 for ``r > beta``, linear between;
+    ``h_i = (1 - gamma_i) inv_freq_i / s + gamma_i inv_freq_i``. Dimensions whose wavelength is
+    longer than the context are interpolated like PI; short wavelengths (more than ``beta``
+    turns within ``L``) are left alone.
+    """
+    inv_freq = np.asarray(inv_freq, np.float64)
+    r = original_length * inv_freq / (2.0 * np.pi)
+    gamma = np.clip((r - alpha) / (beta - alpha), 0.0, 1.0)
+    return (1.0 - gamma) * inv_freq / float(factor) + gamma * inv_freq
+
+
+def yarn_attention_factor(factor: float) -> float:
+    """``sqrt(1/t) = 0.1 ln(s) + 1`` (Peng et al. 2023, eq. 22): q and k are both multiplied by
+    it, so the logits are multiplied by its square (``1/t``)."""
+    return 0.1 * math.log(float(factor)) + 1.0 if factor > 1 else 1.0
+
+
+def _ntk_scaled(cfg: ModelConfig, factor: float, train_length: int = 0) -> ModelConfig:
+    return dataclasses.replace(cfg, rope_theta=ntk_rope_theta(cfg.rope_theta, cfg.head_dim, factor))
+
+
+def _pi_scaled(cfg: ModelConfig, factor: float, train_length: int = 0) -> ModelConfig:
+    return dataclasses.replace(cfg, rope_scaling="pi", rope_factor=float(factor))
+
+
+def _yarn_scaled(cfg: ModelConfig, factor: float, train_length: int = 0) -> ModelConfig:
+    if train_length < 1:
+        raise RescalingError("yarn needs the training context length (its wavelength ramp is "
+                             "relative to it)")
+    return dataclasses.replace(cfg, rope_scaling="yarn", rope_factor=float(factor),
+                               rope_original_len=int(train_length))
+
+
+# model.rope_scaling -> the frequencies of a RoPE model at factor model.rope_factor, and the
+# factor its q and k are multiplied by (YaRN's temperature; 1 otherwise).
+def _unchanged_frequencies(cfg: ModelConfig) -> tuple[np.ndarray, float]:
+    return rope_inverse_frequencies(cfg.head_dim, cfg.rope_theta), 1.0
+
+
+def _pi(cfg: ModelConfig) -> tuple[np.ndarray, float]:
+    return pi_frequencies(rope_inverse_frequencies(cfg.head_dim, cfg.rope_theta),
+                          cfg.rope_factor), 1.0
+
+
+def _yarn(cfg: ModelConfig) -> tuple[np.ndarray, float]:
+    inv_freq = rope_inverse_frequencies(cfg.head_dim, cfg.rope_theta)
+    return (yarn_frequencies(inv_freq, cfg.rope_factor, cfg.rope_original_len),
+            yarn_attention_factor(cfg.rope_factor))
+
+
+ROPE_FREQUENCIES = {UNSCALED: _unchanged_frequencies, "pi": _pi, "yarn": _yarn}
+
+
+class RoPE(PositionalEncoding):
+    """Rotates every query and key head by its position (Su et al. 2021, eq. 34), so that
+    ``<R(m) q, R(n) k>`` depends only on ``m - n``; base ``model.rope_theta``.
+
+    Rescalings for longer contexts (evaluation settings; each returns a model config):
+    ``ntk`` raises the base (:func:`ntk_rope_theta`); ``pi`` divides the frequencies by ``s``
+    (:func:`pi_frequencies`, Chen et al. 2023); ``yarn`` interpolates by parts and multiplies q
+    and k by ``0.1 ln s + 1`` (:func:`yarn_frequencies`, Peng et al. 2023). PI and YaRN are the
+    config fields ``model.rope_scaling`` / ``rope_factor`` / ``rope_original_len``.
+    """
+
+    name = "rope"
+    title = "RoPE"
+    rescalings = {UNSCALED: unscaled, "ntk": _ntk_scaled, "pi": _pi_scaled, "yarn": _yarn_scaled}
+    fields = ("rope_scaling", "rope_factor", "rope_original_len")
+
+    def validate(self) -> None:
+        cfg = self.cfg
+        if cfg.head_dim % 2:
+            raise ConfigError(
+                "model.pos_encoding",
+                f"rope needs an even head_dim, but d_model/n_heads = {cfg.head_dim}",
+            )
+        if cfg.rope_scaling not in ROPE_FREQUENCIES:
+            raise ConfigError("model.rope_scaling", f"unknown value {cfg.rope_scaling!r}; valid "
+                                                    f"values are {', '.join(ROPE_FREQUENCIES)}")
+        if cfg.rope_scaling != UNSCALED and not cfg.rope_factor >= 1.0:
+            raise ConfigError("model.rope_factor",
+                              f"must be >= 1 with model.rope_scaling={cfg.rope_scaling}, "
+                              f"got {cfg.rope_factor}")
+        if ROPE_FREQUENCIES[cfg.rope_scaling] is _yarn and cfg.rope_original_len < 1:
+            raise ConfigError("model.rope_original_len",
+                              "model.rope_scaling=yarn needs the training context length (>= 1)")
+
+    def frequencies(self) -> tuple[np.ndarray, float]:
+        """``(inv_freq float64 [head_dim/2], q/k multiplier)`` under ``model.rope_scaling``."""
+        return ROPE_FREQUENCIES[self.cfg.rope_scaling](self.cfg)
+
+    def transform_qk(self, q, k, positions):
+        inv_freq, multiplier = self.frequencies()
+        q = apply_rope(q, positions, inv_freq=inv_freq)
+        k = apply_rope(k, positions, inv_freq=inv_freq)
+        if multiplier != 1.0:
+            q, k = q * multiplier, k * multiplier
+        return q, k

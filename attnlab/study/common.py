@@ -1,0 +1,96 @@
+"""What the studies share: their files, their result, and drawing figures without ever letting a
+plot stop a study."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from attnlab.errors import AttnlabError
+
+if TYPE_CHECKING:  # the heavy imports (JAX, pandas) wait until the command runs
+    from attnlab.scaling import ScalingFit, ScalingTable
+
+# The experiment shipped with the repository (an editable install keeps it beside the package).
+DEFAULT_EXPERIMENT = Path(__file__).resolve().parents[2] / "experiments" / "quickstart.py"
+DEFAULT_WORKDIR = "runs/quickstart"
+# Budgets for the printed compute-optimal allocation, as multiples of the largest run's compute.
+PREDICTION_MULTIPLIERS = (1.0, 10.0, 100.0)
+FIT_FILE = "fit.json"  # approach 3
+FIT_APPROACH2_FILE = "fit_approach2.json"
+PLOTS_DIR = "plots"
+RANKING_FILE = "ranking.csv"
+RANKING_TEXT_FILE = "ranking.txt"
+# r(k) of each variant's largest run; ppl at 4x the training length (Press et al. 2022 compare
+# orderings at >= 4x: seed noise at 1x is ~1-2% of ppl).
+EXTRAPOLATION_MULTIPLIER = 4
+# Validation tokens scored per length: bounds the evaluation's time on a CPU.
+EXTRAPOLATION_MAX_TOKENS = 1 << 18
+
+
+class StudyError(AttnlabError):
+    """The study cannot start (e.g. the default experiment file is missing)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class StudyResult:
+    """What one ``quickstart`` produced.
+
+    table: the sweep's results (one row per run); fit: Chinchilla approach 3, or None when no
+    scaling law fits the runs; fit_approach2: approach 2, or None when the sweep has no budgets
+    or the fit failed (see ``messages`` for either);
+    budgets: the FLOP budgets of the printed predictions; plots: kind -> PNG path;
+    json_paths: the fit files; failed_runs: how many runs ended failed.
+    """
+
+    table: ScalingTable
+    fit: ScalingFit | None
+    fit_approach2: ScalingFit | None
+    budgets: tuple[float, ...]
+    plots: dict[str, Path]
+    json_paths: tuple[Path, ...]
+    failed_runs: int
+    messages: tuple[str, ...] = ()
+    grouped: GroupedStudy | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupedStudy:
+    """The per-variant part of a study of ``sweep.variants``: ``by`` the variant column; ``fits3``
+    / ``fits2`` the grouped fits (``attnlab.scaling.grouped.GroupedFits``, None when no group
+    could be fitted); ``ranking`` the table of :func:`attnlab.scaling.grouped.rank_at` with an
+    ``r(4x)`` column; ``ratios`` variant -> (r(4x) or None, run id or None, note)."""
+
+    by: str
+    fits3: object | None
+    fits2: object | None
+    ranking: object
+    ratios: dict
+
+
+def save_figures(figures: dict, out_dir: Path) -> tuple[dict, list[str]]:
+    """Draws each ``kind -> make()`` figure to ``out_dir/<kind>.png``: (kind -> path, messages
+    naming the figures that could not be drawn; a plot never stops the study)."""
+    from attnlab.plots.scaling import save_figure
+
+    written, messages = {}, []
+    for kind, make in figures.items():
+        try:
+            written[kind] = save_figure(make(), out_dir / f"{kind}.png")
+        except Exception as error:  # noqa: BLE001 - any drawing failure is reported, not raised
+            messages.append(f"plot {kind!r} not drawn: {type(error).__name__}: {error}")
+    return written, messages
+
+
+def write_fits(workdir: Path, fit3, fit2, budgets: tuple[float, ...]) -> list[Path]:
+    """The approach-3 and approach-2 fits (``ScalingFit`` or grouped fits; None: skipped) as
+    JSON, in the format of ``attnlab fit --json``, with the predictions at ``budgets``."""
+    written = []
+    for fit, name in ((fit3, FIT_FILE), (fit2, FIT_APPROACH2_FILE)):
+        if fit is not None:
+            path = workdir / name
+            path.write_text(json.dumps(fit.to_dict(budgets), indent=2) + "\n")
+            written.append(path)
+    return written

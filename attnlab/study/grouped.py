@@ -1,0 +1,147 @@
+"""A study of named variants (``sweep.variants``, e.g. experiments/architectures.py): one
+approach-3 and one approach-2 fit per variant (``attnlab fit --by``, with bootstrap intervals), a
+table ranking the variants by their compute-optimal loss at a reference compute (the largest
+budget) with intervals (``ranking.csv``), every variant's compute-optimal frontier in one
+figure, and the extrapolation ratio r(4x) = ppl(4L) / ppl(L) of each variant's largest run
+(``attnlab extrapolate``, nonoverlapping windows)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from attnlab.errors import AttnlabError
+from attnlab.study.common import (EXTRAPOLATION_MAX_TOKENS, EXTRAPOLATION_MULTIPLIER, PLOTS_DIR,
+                                  RANKING_FILE, RANKING_TEXT_FILE, GroupedStudy, StudyResult,
+                                  save_figures, write_fits)
+
+
+def fit_grouped_study(workdir: str | Path, by: str, *, n_bootstrap: int = 200, seed: int = 0):
+    """One approach-3 and one approach-2 fit per value of column ``by`` of a sweep directory's
+    results. Returns (results, fits3 or None, fits2 or None, messages)."""
+    from attnlab.scaling import FitInputError, read_table
+    from attnlab.scaling.grouped import fit_by
+
+    results = read_table(workdir)
+    fitted, messages = {}, []
+    for approach in (3, 2):
+        try:
+            fitted[approach] = fit_by(results, by, law="chinchilla", approach=approach,
+                                      n_bootstrap=n_bootstrap, seed=seed, source=str(workdir))
+        except FitInputError as error:
+            fitted[approach] = None
+            messages.append(f"approach {approach} skipped: {error}")
+    return results, fitted[3], fitted[2], messages
+
+
+def largest_runs(results, by: str) -> dict:
+    """variant -> the run id of its largest completed run: the largest budget (or compute),
+    then the most parameters (the run that best shows how the variant behaves at scale)."""
+    done = results[results["status"] == "completed"]
+    order = ["budget" if "budget" in done.columns else "flops_chinchilla", "params"]
+    picked = {}
+    for group, runs in done.groupby(done[by].astype(str), sort=True):
+        picked[group] = str(runs.sort_values(order, kind="stable").iloc[-1]["run_id"])
+    return picked
+
+
+def extrapolation_ratios(workdir: str | Path, results, by: str,
+                         multiplier: int = EXTRAPOLATION_MULTIPLIER,
+                         max_tokens: int = EXTRAPOLATION_MAX_TOKENS) -> dict:
+    """variant -> (r(k), run id, note): ``attnlab extrapolate``'s ppl ratio ppl(kL) / ppl(L) of
+    each variant's largest run (nonoverlapping windows; a report made earlier from the same
+    checkpoint is reused). A run that cannot be evaluated gives (None, run id, why)."""
+    from attnlab.extrapolation import EvalSettings, evaluate_run
+    from attnlab.rundir import RUNS_DIR
+
+    settings = EvalSettings(multipliers=(1, multiplier), max_tokens=max_tokens)
+    ratios = {}
+    for group, run_id in largest_runs(results, by).items():
+        try:
+            report = evaluate_run(Path(workdir) / RUNS_DIR / run_id, settings, progress=False)
+        except AttnlabError as error:
+            ratios[group] = (None, run_id, f"not evaluated: {error}")
+            continue
+        rows = [r for r in report["results"] if r["status"] == "ok"
+                and r["protocol"] == "nonoverlapping" and r["multiplier"] == multiplier]
+        if rows and rows[0]["ppl_ratio"] is not None:
+            ratios[group] = (float(rows[0]["ppl_ratio"]), run_id, "")
+        else:
+            reasons = {r.get("reason") for r in report["results"] if r.get("reason")}
+            ratios[group] = (None, run_id, "; ".join(sorted(map(str, reasons))) or
+                             f"no {multiplier}x row")
+    return ratios
+
+
+def finish_grouped_study(workdir: str | Path, by: str, *, n_bootstrap: int = 200,
+                         say=print, failed: int = 0) -> StudyResult:
+    """Fits, ranks, evaluates and plots a finished sweep of variants (see the module docstring);
+    writes fit.json / fit_approach2.json (``attnlab fit --by --json``'s format), ranking.csv and
+    ranking.txt into ``workdir`` and the figures into ``workdir/plots``."""
+    import pandas as pd
+
+    from attnlab.scaling import prepare_points
+    from attnlab.scaling.grouped import format_grouped, format_ranking, rank_at
+
+    workdir = Path(workdir)
+    results, fits3, fits2, messages = fit_grouped_study(workdir, by, n_bootstrap=n_bootstrap)
+    table = prepare_points(results, law="chinchilla", source=str(workdir))
+    # The reference compute: the largest run's (in each variant's own FLOP count), so the
+    # ranking interpolates inside every variant's data rather than extrapolating.
+    reference = float(f"{table.frame['flops'].max():.3g}")
+    budgets = (reference, 10 * reference)
+    for grouped in (fits3, fits2):
+        if grouped is not None:
+            say("\n" + format_grouped(grouped, budgets if grouped is fits3 else ()).rstrip())
+    ratios = extrapolation_ratios(workdir, results, by)
+    column = f"r({EXTRAPOLATION_MULTIPLIER}x)"
+    if fits3 is not None or fits2 is not None:
+        ranking = rank_at(reference, fits3, fits2, results)
+        ranking[column] = [ratios.get(g, (None,))[0] for g in ranking[by]]
+        ranking[column] = pd.to_numeric(ranking[column])
+        ranking["largest_run"] = [ratios.get(g, (None, None))[1] for g in ranking[by]]
+    else:
+        ranking = pd.DataFrame({by: sorted(ratios)})
+    say("\n" + (format_ranking(ranking) if len(ranking.columns) > 1 else "no ranking: no "
+                                                                           "group was fitted"))
+    say(f"{column} = ppl({EXTRAPOLATION_MULTIPLIER}L) / ppl(L) of each {by}'s largest run "
+        f"(nonoverlapping windows, L = the training length)")
+    for group, (_, run_id, note) in ratios.items():
+        if note:
+            messages.append(f"{column} of {group} ({run_id}): {note}")
+    for message in messages:
+        say(f"note: {message}")
+
+    json_paths = write_fits(workdir, fits3, fits2, budgets)
+    ranking_path = workdir / RANKING_FILE
+    ranking.to_csv(ranking_path, index=False)
+    (workdir / RANKING_TEXT_FILE).write_text(format_ranking(ranking) if len(ranking.columns) > 1
+                                             else "")
+    json_paths.append(ranking_path)
+    plots, plot_messages = draw_grouped_plots(fits3, fits2, workdir / PLOTS_DIR)
+    for message in plot_messages:
+        say(f"warning: {message}")
+    say("wrote")
+    for path in [*json_paths, workdir / RANKING_TEXT_FILE, *plots.values()]:
+        say(f"  {path}")
+    return StudyResult(table=table, fit=None, fit_approach2=None, budgets=budgets, plots=plots,
+                       json_paths=tuple(json_paths), failed_runs=failed,
+                       messages=tuple(messages),
+                       grouped=GroupedStudy(by=by, fits3=fits3, fits2=fits2, ranking=ranking,
+                                            ratios=ratios))
+
+
+def draw_grouped_plots(fits3, fits2, out_dir: str | Path) -> tuple[dict[str, Path], list[str]]:
+    """Every group's compute-optimal frontier in one figure (approach 3: N_opt(C) and the loss
+    along it; approach 2: N_opt(C)), and one IsoFLOP figure per group. A figure that fails to
+    draw is a message (as in :func:`draw_plots`)."""
+    from attnlab.plots import scaling as plots
+
+    out_dir = Path(out_dir)
+    figures = {}
+    if fits3 is not None:
+        figures["frontiers"] = lambda: plots.plot_group_frontiers(fits3)
+    if fits2 is not None:
+        figures["frontiers_approach2"] = lambda: plots.plot_group_frontiers(fits2)
+        for group, fit in fits2.fits.items():
+            figures[f"isoflop_{group}"] = lambda fit=fit: plots.plot_isoflops(fit)
+    return save_figures(figures, out_dir)

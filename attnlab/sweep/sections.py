@@ -1,0 +1,180 @@
+"""The sections of a sweep spec besides the base config: shapes, a size ladder, learning-rate
+and warmup rules, an IsoFLOP centre, a run's resources. Each is a frozen dataclass built from its
+mapping by the config's generic builder (:func:`attnlab.config.build_dataclass`) and then
+checked by its own ``checked(field)``, which raises :class:`SweepSpecError` naming the field."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from attnlab.errors import ConfigError
+
+LR_RULES = ("fixed", "per_shape", "power_law", "inverse_width")
+WARMUP_RULES = ("fixed", "fraction", "tokens_per_param")
+
+
+class SweepSpecError(ConfigError):
+    """A sweep spec is malformed. ``field`` is its dotted path, e.g. ``sweep.axes.train.seed``."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Shape:
+    """One model shape of a sweep. ``learning_rate`` is set only by explicit per-shape values;
+    ``target_params`` only by a ladder (the non-embedding count it was generated for)."""
+
+    d_model: int
+    n_layers: int
+    n_heads: int
+    learning_rate: float | None = None
+    target_params: float | None = None
+
+    @property
+    def label(self) -> str:
+        return f"d{self.d_model}-l{self.n_layers}-h{self.n_heads}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Ladder:
+    """Shapes generated from target non-embedding parameter counts at a fixed aspect ratio.
+
+    For each target N the planner picks the integer depth L (with d_model = aspect_ratio * L
+    rounded to a multiple of head_dim, n_heads = d_model / head_dim) whose exact count from
+    :func:`attnlab.model.param_counts` is closest to N in log space.
+    """
+
+    non_embedding_params: tuple[float, ...] = ()
+    aspect_ratio: float = 0.0  # d_model / n_layers (Kaplan et al. 2020 Fig. 5: flat in it)
+    head_dim: int = 0
+    learning_rates: tuple[float, ...] = ()  # optional per-target values (rule per_shape)
+
+    def checked(self, field: str) -> Ladder:
+        targets = self.non_embedding_params
+        if not targets:
+            raise SweepSpecError(f"{field}.non_embedding_params",
+                                 "empty: give a tuple of target non-embedding parameter counts")
+        targets = tuple(positive_number(t, f"{field}.non_embedding_params") for t in targets)
+        if len(set(targets)) != len(targets):
+            raise SweepSpecError(f"{field}.non_embedding_params", "the same target appears twice")
+        positive_number(self.aspect_ratio, f"{field}.aspect_ratio")
+        int_at_least(self.head_dim, 1, f"{field}.head_dim")
+        lrs = self.learning_rates
+        if lrs and len(lrs) != len(targets):
+            raise SweepSpecError(f"{field}.learning_rates",
+                                 f"has {len(lrs)} values for {len(targets)} targets")
+        lrs = tuple(positive_number(v, f"{field}.learning_rates") for v in lrs)
+        return dataclasses.replace(self, non_embedding_params=targets, learning_rates=lrs)
+
+
+class _Rule:
+    """A learning-rate or warmup rule: ``rule`` one of ``rules``, every number >= 0."""
+
+    def checked(self, field: str):
+        if self.rule not in self.rules:
+            raise SweepSpecError(f"{field}.rule", f"unknown rule {self.rule!r}; valid rules are "
+                                                  f"{', '.join(self.rules)}")
+        for f in dataclasses.fields(self)[1:]:
+            number_at_least_zero(getattr(self, f.name), f"{field}.{f.name}")
+        return self
+
+
+@dataclasses.dataclass(frozen=True)
+class LearningRateRule(_Rule):
+    """How each run's peak learning rate follows from its shape.
+
+    fixed:          the base config's train.learning_rate for every shape
+    per_shape:      the explicit value given with each shape (4th entry of a shape tuple, or
+                    ladder.learning_rates)
+    power_law:      lr = base * (N / ref_params) ** -exponent, N = non-embedding parameters
+    inverse_width:  lr = base * ref_d_model / d_model ("muP-lite": under muP the Adam learning
+                    rate of hidden matrices scales as 1/width, Yang et al. 2022)
+    """
+
+    rule: str = "fixed"
+    base: float = 0.0  # 0 -> the base config's train.learning_rate
+    ref_params: float = 0.0
+    exponent: float = 0.0
+    ref_d_model: int = 0
+    rules = LR_RULES
+
+
+@dataclasses.dataclass(frozen=True)
+class WarmupRule(_Rule):
+    """Warmup length per run. Porian et al. 2024: a warmup too long for small models is one
+    of the causes of Kaplan's exponent, so scale it with the run or the model.
+
+    fixed:             the base config's train.warmup_steps
+    fraction:          ceil(fraction * total_steps) (at least 1)
+    tokens_per_param:  ceil(tokens_per_param * N_total / (batch_size * seq_len)) steps (at
+                       least 1): warmup proportional to model size
+    """
+
+    rule: str = "fixed"
+    fraction: float = 0.0
+    tokens_per_param: float = 0.0
+    rules = WARMUP_RULES
+
+
+@dataclasses.dataclass(frozen=True)
+class Resources:
+    """What one run asks for: Ray's task request; the local launcher pins threads instead."""
+
+    cpus: float = 1.0
+    gpus: float = 0.0
+
+    def checked(self, field: str) -> Resources:
+        positive_number(self.cpus, f"{field}.cpus")
+        number_at_least_zero(self.gpus, f"{field}.gpus")
+        return self
+
+
+@dataclasses.dataclass(frozen=True)
+class CentreRule:
+    """IsoFLOP ladders placed around a prior optimum (``sweep.centre``): at budget C a shape is
+    planned only if its parameter count (all parameters, Chinchilla's N) lies within a factor
+    ``span`` of N*(C) = n_opt · (C / budget)^exponent. From one long list of shapes each budget
+    then trains the sizes around its own optimum, so its minimum lies inside its ladder (and no
+    compute goes to sizes far from it). The prior comes from an earlier sweep's fit: Chinchilla's
+    a ~ 0.5, or one's own approach-2 minima."""
+
+    n_opt: float
+    budget: float
+    exponent: float = 0.5
+    span: float = 3.0
+
+    def checked(self, field: str) -> CentreRule:
+        for f in dataclasses.fields(self):
+            positive_number(getattr(self, f.name), f"{field}.{f.name}")
+        if self.span <= 1.0:
+            raise SweepSpecError(f"{field}.span", f"must be > 1 (a factor either side of N*), "
+                                                  f"got {self.span}")
+        return self
+
+    def target(self, budget: float) -> float:
+        """N*(C) at one budget."""
+        return self.n_opt * (budget / self.budget) ** self.exponent
+
+    def keeps(self, params: float, budget: float) -> bool:
+        target = self.target(budget)
+        return target / self.span <= params <= target * self.span
+
+
+# What a variant (sweep.variants.<name>) may set besides config keys: its own rules.
+
+
+def positive_number(value: Any, field: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise SweepSpecError(field, f"must be a positive number, got {value!r}")
+    return float(value)
+
+
+def number_at_least_zero(value: Any, field: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise SweepSpecError(field, f"must be a number >= 0, got {value!r}")
+    return float(value)
+
+
+def int_at_least(value: Any, low: int, field: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise SweepSpecError(field, f"must be an integer >= {low}, got {value!r}")
+    return value

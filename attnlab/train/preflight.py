@@ -1,0 +1,106 @@
+"""Every check a run makes before it writes or compiles anything, cheapest first: the mesh and
+batch, the corpus (prepared or read from its cache) against the model and the token budget, the
+programs' shapes, and the newest intact checkpoint against those shapes."""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from pathlib import Path
+
+import jax
+
+from attnlab import rundir
+from attnlab.config import Config
+from attnlab.data import Corpus, check_budget, prepare
+from attnlab.errors import ConfigError
+from attnlab.model import resolve
+from attnlab.train.checkpoint import (Checkpoints, CheckpointError, DamagedCheckpointError,
+                                     check_compatible, move_aside)
+from attnlab.train.programs import ProgramCache, Programs
+from attnlab.train.sharding import check_batch_divides, make_mesh
+from attnlab.train.state import TrainState
+
+
+@dataclasses.dataclass
+class Preflight:
+    """What the checks found; nothing has been written yet."""
+
+    corpus: Corpus
+    budget_warnings: list[str]
+    programs: Programs
+    latest: int | None  # newest intact checkpoint step; None for a fresh run
+    meta: dict  # its record ({} for a fresh run)
+    state: TrainState | None = None  # restored from it (already verified readable)
+    notes: list[str] = dataclasses.field(default_factory=list)  # e.g. damaged steps moved aside
+
+    @property
+    def mesh(self) -> jax.sharding.Mesh:
+        return self.programs.mesh
+
+
+def check_corpus(cfg: Config, corpus) -> list[str]:
+    """Checks the model and the token budget of ``cfg`` against its prepared ``corpus``.
+
+    Returns the budget warnings (data repeated past one epoch); raises ConfigError /
+    CorpusTooSmallError naming the field (a vocabulary larger than the model's, windows longer
+    than the training split).
+    """
+    if corpus.vocab_size > cfg.model.vocab_size:
+        raise ConfigError("model.vocab_size", f"{cfg.model.vocab_size} is smaller than the "
+                          f"tokenizer's vocabulary ({corpus.vocab_size})")
+    if resolve(cfg.model).objective.uses_mask and corpus.vocab_size >= cfg.model.vocab_size:
+        raise ConfigError("model.vocab_size", f"model.objective={cfg.model.objective} needs a "
+                          f"[MASK] id after the tokenizer's {corpus.vocab_size} ids: set "
+                          f"model.vocab_size >= {corpus.vocab_size + 1}")
+    tokens = cfg.total_steps * cfg.data.batch_size * cfg.data.seq_len
+    with warnings.catch_warnings():  # the caller reports them (metrics writer, sweep notes)
+        warnings.simplefilter("ignore")
+        return check_budget(corpus, tokens, cfg.data.seq_len)
+
+
+def preflight(cfg: Config, workdir: Path, cache: ProgramCache) -> Preflight:
+    """Every check that can fail on bad input, cheapest first; raises AttnlabError."""
+    mesh = make_mesh(cfg)
+    check_batch_divides(cfg, mesh.size, jax.process_count())
+    corpus = prepare(cfg.data)
+    budget_warnings = check_corpus(cfg, corpus)
+    programs = cache.get(cfg, mesh)
+    directory = workdir / rundir.CHECKPOINT_DIR
+    if not directory.exists():
+        return Preflight(corpus, budget_warnings, programs, None, {})
+    latest, meta, state, notes = newest_intact_checkpoint(cfg, directory, programs)
+    return Preflight(corpus, budget_warnings, programs, latest, meta, state, notes)
+
+
+def newest_intact_checkpoint(cfg: Config, directory: Path, programs: Programs
+                             ) -> tuple[int | None, dict, TrainState | None, list[str]]:
+    """The newest checkpoint that reads back whole: ``(step, meta, state, notes)``.
+
+    A step whose files are truncated or corrupted (a disk filled up, a copy cut short) is moved
+    aside to ``checkpoints/corrupt-<step>`` (kept for inspection, never deleted) and the next
+    older one is tried; each move is one line in ``notes``. With none intact the run starts
+    from step 0. A checkpoint that reads fine but belongs to another model is an error
+    (CheckpointError), not damage.
+    """
+    notes: list[str] = []
+    while True:
+        with Checkpoints(directory, keep=cfg.train.keep_checkpoints, read_only=True) as ckpts:
+            steps = sorted(ckpts.all_steps(), reverse=True)
+            if not steps:
+                return None, {}, None, notes
+            step = steps[0]
+            try:
+                meta = ckpts.read_meta(step)
+                check_compatible(meta, cfg.model, programs.param_shapes,
+                                 f"checkpoint {directory / str(step)}")
+                if step > cfg.total_steps:
+                    raise CheckpointError(f"the latest checkpoint (step {step}) is past this "
+                                          f"run's {cfg.total_steps} steps")
+                state = ckpts.restore(step, programs.abstract_state, programs.shardings)
+                return step, meta, state, notes
+            except DamagedCheckpointError as e:
+                damaged = e
+        moved = move_aside(directory, step)
+        notes.append(f"checkpoint step {step} is damaged ({damaged}); moved it to {moved} and "
+                     + (f"resuming from step {steps[1]}" if steps[1:] else "starting from step 0"))
