@@ -6,8 +6,9 @@ output to ``run_dir/train.log``. A lock file keeps two processes off one run.
 
 :func:`main` (``attnlab.worker.main(['<json settings>'])``) is a long-lived worker of the
 local launcher, so that JAX is imported once per worker rather than once per run. It reads one
-JSON request per line on stdin, ``{"run": run_dir, "next": run_dir or null}``, and answers one
-JSON line per run on stdout. While it trains ``run`` it compiles ``next``'s programs in a thread
+JSON request per line on stdin, ``{"runs": [run_dir, ...], "next": [run_dir, ...] or null}``
+(several runs: one ensemble), and answers one JSON line per request on stdout (a list, one
+answer per run). While it trains ``run`` it compiles ``next``'s programs in a thread
 (:meth:`attnlab.train.ProgramCache.precompile`, the sweep's ``compile_ahead``). It dies with its
 parent (Linux ``PR_SET_PDEATHSIG``), so killing a sweep with SIGKILL stops its training too.
 
@@ -135,6 +136,67 @@ def execute_run(run_dir: str | os.PathLike, cache_dir: str | None = None,
             "seconds": time.perf_counter() - start}
 
 
+def execute_runs(run_dirs: list[str | os.PathLike], cache_dir: str | None = None,
+                 programs=None) -> list[dict]:
+    """Trains the runs in ``run_dirs``: one alone (:func:`execute_run`), several as one ensemble
+    (:func:`execute_ensemble`). Returns one answer per run, in order."""
+    if len(run_dirs) == 1:
+        return [execute_run(run_dirs[0], cache_dir, programs)]
+    return execute_ensemble(run_dirs, cache_dir, programs)
+
+
+def execute_ensemble(run_dirs: list[str | os.PathLike], cache_dir: str | None = None,
+                     programs=None) -> list[dict]:
+    """Trains the runs planned in ``run_dirs`` as one ensemble
+    (:func:`attnlab.train.ensemble.run_ensemble`), each into its own directory. The output goes
+    to the first run's ``train.log`` (the others' logs say so). A run another process holds is
+    answered 'busy' and left out; a failure is recorded with every member."""
+    from attnlab.train.ensemble import run_ensemble  # see execute_run
+
+    run_dirs = [Path(d) for d in run_dirs]
+    if cache_dir:
+        enable_compilation_cache(cache_dir)
+    start = time.perf_counter()
+    answers: dict[Path, dict] = {}
+    with contextlib.ExitStack() as stack:
+        members = []
+        for run_dir in run_dirs:
+            if stack.enter_context(_run_lock(run_dir)):
+                members.append(run_dir)
+            else:
+                answers[run_dir] = {"run_id": run_dir.name, "status": "busy",
+                                    "error": "another process is running it", "seconds": 0.0}
+        if members:
+            answers.update(_train_members(members, run_ensemble, programs, start))
+    return [answers[d] for d in run_dirs]
+
+
+def _train_members(members: list[Path], run_ensemble, programs, start: float) -> dict:
+    for other in members[1:]:
+        with open(other / LOG_FILE, "a") as log:
+            log.write(f"trained in an ensemble with {', '.join(m.name for m in members)}; "
+                      f"its output is in {members[0] / LOG_FILE}\n")
+    with _output_to(members[0] / LOG_FILE):
+        try:
+            planned = [rundir.read_json_or_none(m / RUN_FILE) for m in members]
+            missing = [m for m, p in zip(members, planned) if p is None]
+            if missing:
+                raise FileNotFoundError(f"{missing[0] / RUN_FILE} is missing or unreadable")
+            cfgs = [from_config_dict(p["config"]) for p in planned]
+            summaries = run_ensemble(cfgs, members, progress=True, allow_large=True,
+                                     programs=programs)
+            outcomes = [(s["status"], s.get("error")) for s in summaries]
+        except Exception as e:  # noqa: BLE001 - any failure is recorded with every member
+            traceback.print_exc()
+            error = f"{type(e).__name__}: {e}"
+            for member in members:
+                write_failure(member, error, traceback.format_exc())
+            outcomes = [(rundir.FAILED, error)] * len(members)
+    seconds = time.perf_counter() - start
+    return {m: {"run_id": m.name, "status": status, "error": error, "seconds": seconds}
+            for m, (status, error) in zip(members, outcomes)}
+
+
 def precompile_run(run_dir: str | os.PathLike, programs) -> str:
     """Compiles the programs of the run planned in ``run_dir`` into ``programs`` (an
     :class:`attnlab.train.ProgramCache`) and returns a line for the worker's log. Writes
@@ -207,12 +269,12 @@ def main(argv: list[str] | None = None) -> int:
             if ahead is not None:
                 ahead.join()  # it was compiling this run's programs
             ahead = None
-            if request.get("next"):
+            if request.get("next") and len(request["next"]) == 1:  # a lone run's programs
                 ahead = threading.Thread(
                     target=lambda upcoming: log.write(precompile_run(upcoming, programs) + "\n"),
-                    args=(request["next"],), name="precompile", daemon=True)
+                    args=(request["next"][0],), name="precompile", daemon=True)
                 ahead.start()
-            result = execute_run(request["run"], settings.get("cache_dir"), programs)
+            result = execute_runs(request["runs"], settings.get("cache_dir"), programs)
             answers.write(json.dumps(result) + "\n")
     except KeyboardInterrupt:
         if log is not None:  # else it was still waiting for its first run

@@ -136,11 +136,15 @@ def test_concurrent_runs_start_with_the_most_expensive(tmp_path):
     run_dirs = [tmp_path / r.run_id for r in runs]
     flops = {d: r.flops() for r, d in zip(runs, run_dirs)}
     assert len(set(flops.values())) > 1  # otherwise the order says nothing
-    order = longest_first(run_dirs[1:], runs, run_dirs)  # a finished run stays out
-    assert sorted(order) == sorted(run_dirs[1:])
-    assert [flops[d] for d in order] == sorted(flops[d] for d in run_dirs[1:])[::-1]
+    order = longest_first([[d] for d in run_dirs[1:]], runs, run_dirs)  # a finished run stays out
+    assert sorted(d for unit in order for d in unit) == sorted(run_dirs[1:])
+    assert [flops[d] for d, in order] == sorted(flops[d] for d in run_dirs[1:])[::-1]
+    # An ensemble counts the FLOPs of all its members.
+    pair = [run_dirs[0], run_dirs[1]]
+    assert longest_first([[run_dirs[2]], pair], runs, run_dirs)[0] == (
+        pair if flops[run_dirs[0]] + flops[run_dirs[1]] > flops[run_dirs[2]] else [run_dirs[2]])
     with pytest.raises(ValueError):  # runs and directories must pair up
-        longest_first(run_dirs, runs, run_dirs[1:])
+        longest_first([[d] for d in run_dirs], runs, run_dirs[1:])
 
 
 @pytest.mark.slow
@@ -370,3 +374,41 @@ def test_a_crashed_worker_fails_only_its_run(tmp_path, cache_dir):
     assert "killed by SIGKILL" in table.loc[victim, "error"]
     others = table.drop(index=victim)
     assert len(others) == 1 and set(others["status"]) == {"completed"}  # a fresh worker ran it
+
+
+def seeds_spec(**sweep):
+    """tiny_grid's smaller shape at three seeds (and what ``sweep`` adds): runs that one
+    ensemble can train."""
+    from ml_collections import ConfigDict
+
+    config = cli_flags.parse([f"--config={GRID}"]).config
+    config.sweep.shapes = ((16, 1, 2, 1e-2),)
+    config.sweep.axes.model = ConfigDict({"pos_encoding": ("rope",)})
+    config.sweep.axes.train = ConfigDict({"seed": (0, 1, 2)})
+    for key, value in sweep.items():
+        config.sweep[key] = value
+    return spec_from_config_dict(config, source=GRID)
+
+
+def test_an_ensembled_sweep_gives_the_table_of_lone_runs(tmp_path, cache_dir):
+    spec = seeds_spec()
+    table, notes = dry_run(spec, probe="none", ensemble_max=8)
+    assert table["unit"].tolist() == [0, 0, 0] and any("3 runs in 1 units" in n for n in notes)
+    assert dry_run(spec, probe="none", ensemble_max=2)[0]["unit"].tolist() == [0, 0, 1]
+    together = run_sweep(spec, tmp_path / "together", progress=False, cache_dir=cache_dir)
+    alone = run_sweep(spec, tmp_path / "alone", progress=False, cache_dir=cache_dir,
+                      ensemble_max=1)
+    assert set(together["status"]) == {"completed"}
+    exact = ["run_id", "status", "params", "tokens"]
+    pd.testing.assert_frame_equal(together[exact], alone[exact])
+    # Float rounding of the batched matmuls only (measured: <= 1e-6 relative after 24 steps).
+    np.testing.assert_allclose(together["final_val_loss"], alone["final_val_loss"], rtol=1e-5)
+    np.testing.assert_allclose(together["final_train_loss"], alone["final_train_loss"],
+                               rtol=1e-5)
+    first, *others = sorted((tmp_path / "together" / "runs").iterdir())
+    for other in others:
+        assert "trained in an ensemble" in (other / "train.log").read_text()
+    # Rerunning trains nothing; each member is a run of its own.
+    before = mtimes(tmp_path / "together")
+    run_sweep(spec, tmp_path / "together", progress=False, cache_dir=cache_dir)
+    assert mtimes(tmp_path / "together") == before

@@ -37,6 +37,11 @@ FLAGS = [
     Flag("compile-ahead", "bool", False, "Local launcher: a worker compiles its next run's "
                                           "programs while the current run trains (faster new "
                                           "shapes; the overlapped run's tokens/s reads low)."),
+    Flag("ensemble", "enum", "auto", "auto: train runs that differ only in seeds, learning-rate "
+                                     "schedule, length or weight decay together, as one "
+                                     "compiled program; off: every run alone.",
+         enum_values=("auto", "off")),
+    Flag("ensemble-max", "integer", 8, "Most runs in one ensemble (also capped by memory)."),
     Flag("progress", "bool", True, "Show a progress bar and one line per finished run."),
     Flag("allow-large", "bool", False, "Run even if a run's estimated memory exceeds the "
                                         "machine's."),
@@ -48,9 +53,13 @@ def sweep_main(argv: list[str]) -> int:
     spec = spec_from_config_dict(values.config,
                                  source=config_source(values["config"].config_filename))
     workdir = values["workdir"].value
+    if values["ensemble-max"].value < 1:
+        raise cli_flags.UsageError(f"--ensemble-max must be >= 1, got "
+                                   f"{values['ensemble-max'].value}")
+    ensemble_max = values["ensemble-max"].value if values["ensemble"].value == "auto" else 1
     if values["dry-run"].value:
         table, notes = dry_run(spec, workdir, probe=values["probe"].value,
-                               parallel=values["parallel"].value)
+                               parallel=values["parallel"].value, ensemble_max=ensemble_max)
         print(format_table(table))
         for note in notes:
             print(f"# {note}")
@@ -63,7 +72,8 @@ def sweep_main(argv: list[str]) -> int:
                           ray_address=values["ray-address"].value or None,
                           cache_dir=values["cache-dir"].value or None,
                           allow_large=values["allow-large"].value,
-                          compile_ahead=values["compile-ahead"].value)
+                          compile_ahead=values["compile-ahead"].value,
+                          ensemble_max=ensemble_max)
     except (KeyboardInterrupt, SweepInterrupted):
         sys.stderr.write(f"\ninterrupted; rerun the same command to resume ({workdir})\n")
         return 130

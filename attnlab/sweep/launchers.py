@@ -30,7 +30,7 @@ from typing import Callable
 from attnlab.errors import AttnlabError
 from attnlab.rundir import FAILED, LOG_FILE
 from attnlab.sweep.spec import Resources
-from attnlab.worker import execute_run, write_failure
+from attnlab.worker import execute_runs, write_failure
 
 OnResult = Callable[[Path, dict], None]
 _WORKER_MAIN = "import sys; from attnlab.worker import main; sys.exit(main(sys.argv[1:]))"
@@ -82,14 +82,15 @@ class WorkerProcess:
             [sys.executable, "-c", _WORKER_MAIN, json.dumps(settings)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
 
-    def execute(self, run_dir: Path, stopping: threading.Event | None = None,
-                upcoming: Path | None = None) -> dict:
-        """Runs one run, compiling the ``upcoming`` run's programs meanwhile; if the worker dies,
-        records the run as failed, unless it died of SIGINT/SIGTERM or while the sweep is
-        ``stopping`` (Ctrl-C, SIGTERM): then it raises SweepInterrupted and records nothing,
-        so the run stays partial (resumed from its latest checkpoint by the next invocation),
-        never failed."""
-        request = {"run": str(run_dir), "next": str(upcoming) if upcoming else None}
+    def execute(self, unit: list[Path], stopping: threading.Event | None = None,
+                upcoming: list[Path] | None = None) -> list[dict]:
+        """Runs one unit (a run, or several as one ensemble), compiling the ``upcoming`` unit's
+        programs meanwhile; one answer per run. If the worker dies, records the runs as failed,
+        unless it died of SIGINT/SIGTERM or while the sweep is ``stopping`` (Ctrl-C,
+        SIGTERM): then it raises SweepInterrupted and records nothing, so the runs stay partial
+        (resumed from their latest checkpoints by the next invocation), never failed."""
+        request = {"runs": [str(d) for d in unit],
+                   "next": [str(d) for d in upcoming] if upcoming else None}
         try:
             self.process.stdin.write(json.dumps(request) + "\n")
             self.process.stdin.flush()
@@ -101,7 +102,7 @@ class WorkerProcess:
         returncode = self.process.wait()
         if returncode in _INTERRUPTED or (stopping is not None and stopping.is_set()):
             raise SweepInterrupted(_describe_exit(returncode))
-        return record_crash(run_dir, _describe_exit(returncode))
+        return [record_crash(run_dir, _describe_exit(returncode)) for run_dir in unit]
 
     @property
     def alive(self) -> bool:
@@ -149,22 +150,22 @@ def start_workers(parallel: int, *, cache_dir: str, logs_dir: Path) -> list[Work
             for i, cpus in enumerate(cpu_slots(parallel))]
 
 
-def run_local(run_dirs: list[Path], on_result: OnResult, *, parallel: int, cache_dir: str,
+def run_local(units: list[list[Path]], on_result: OnResult, *, parallel: int, cache_dir: str,
               logs_dir: Path, compile_ahead: bool = False,
               started: list[WorkerProcess] | None = None) -> None:
-    """Executes the runs on ``parallel`` local worker processes (in the given order); with
-    ``compile_ahead`` each worker claims its next run early and compiles it meanwhile.
-    ``started``: workers from :func:`start_workers` (else each slot starts its own); every
-    worker is closed on return."""
-    todo: queue.Queue[Path] = queue.Queue()
-    for run_dir in run_dirs:
-        todo.put(run_dir)
+    """Executes the units (a run, or several runs trained as one ensemble) on ``parallel``
+    local worker processes (in the given order), reporting each run; with ``compile_ahead``
+    each worker claims its next unit early and compiles it meanwhile. ``started``: workers from
+    :func:`start_workers` (else each slot starts its own); every worker is closed on return."""
+    todo: queue.Queue[list[Path]] = queue.Queue()
+    for unit in units:
+        todo.put(unit)
     lock = threading.Lock()
     workers: list[WorkerProcess] = list(started or [])
     errors: list[BaseException] = []
     stop = threading.Event()
 
-    def take() -> Path | None:
+    def take() -> list[Path] | None:
         try:
             return todo.get_nowait()
         except queue.Empty:
@@ -176,10 +177,10 @@ def run_local(run_dirs: list[Path], on_result: OnResult, *, parallel: int, cache
         worker = started[index] if started else None
         ran = False
         try:
-            run_dir = take()
-            while run_dir is not None and not stop.is_set():
-                # Claimed now, so that the worker compiles its programs while run_dir trains;
-                # it stays this slot's run even if the worker dies.
+            unit = take()
+            while unit is not None and not stop.is_set():
+                # Claimed now, so that the worker compiles its programs while unit trains;
+                # it stays this slot's unit even if the worker dies.
                 upcoming = take() if compile_ahead else None
                 if worker is None or not worker.alive:
                     if worker is not None:  # it crashed; its run is recorded as failed
@@ -191,10 +192,11 @@ def run_local(run_dirs: list[Path], on_result: OnResult, *, parallel: int, cache
                                                log_path=logs_dir / f"worker-{index}.log")
                         workers.append(worker)
                 ran = True
-                result = worker.execute(run_dir, stop, upcoming)
+                answers = worker.execute(unit, stop, upcoming)
                 with lock:
-                    on_result(run_dir, result)
-                run_dir = upcoming if compile_ahead else take()
+                    for run_dir, result in zip(unit, answers, strict=True):
+                        on_result(run_dir, result)
+                unit = upcoming if compile_ahead else take()
         except BaseException as e:  # noqa: BLE001 - handed to the main thread
             stop.set()
             errors.append(e)
@@ -256,14 +258,16 @@ def import_ray():
     return ray
 
 
-def _ray_task(run_dir: str, cache_dir: str) -> dict:
-    """Body of one Ray task (a module-level function, so Ray workers import it by name)."""
-    return execute_run(run_dir, cache_dir)
+def _ray_task(unit: list[str], cache_dir: str) -> list[dict]:
+    """Body of one Ray task (a module-level function, so Ray workers import it by name): a run,
+    or several as one ensemble."""
+    return execute_runs(unit, cache_dir)
 
 
-def run_ray(run_dirs: list[Path], on_result: OnResult, *, resources: Resources, cache_dir: str,
-            address: str | None = None) -> None:
-    """Submits one Ray task per run and reports each as it ends.
+def run_ray(units: list[list[Path]], on_result: OnResult, *, resources: Resources,
+            cache_dir: str, address: str | None = None) -> None:
+    """Submits one Ray task per unit (a run, or several runs trained as one ensemble) and
+    reports each run as its unit ends.
 
     Uses the already initialised Ray (``ray.init`` called by the caller), else connects to
     ``address`` (``auto``, ``ray://host:10001``, ...), else starts a local cluster for the sweep.
@@ -283,15 +287,16 @@ def run_ray(run_dirs: list[Path], on_result: OnResult, *, resources: Resources, 
     try:
         task = ray.remote(_ray_task).options(num_cpus=resources.cpus, num_gpus=resources.gpus,
                                              max_retries=0, retry_exceptions=False)
-        pending = {task.remote(str(run_dir), cache_dir): run_dir for run_dir in run_dirs}
+        pending = {task.remote([str(d) for d in unit], cache_dir): unit for unit in units}
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)
-            run_dir = pending.pop(done[0])
+            unit = pending.pop(done[0])
             try:
-                result = ray.get(done[0])
+                answers = ray.get(done[0])
             except ray.exceptions.RayError as e:  # the task's process died (OOM, crash)
-                result = record_crash(run_dir, f"Ray: {type(e).__name__}")
-            on_result(run_dir, result)
+                answers = [record_crash(d, f"Ray: {type(e).__name__}") for d in unit]
+            for run_dir, result in zip(unit, answers, strict=True):
+                on_result(run_dir, result)
     except BaseException:
         for ref in pending:
             ray.cancel(ref, force=True)

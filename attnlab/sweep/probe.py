@@ -63,7 +63,7 @@ def probe_throughput(runs: list[PlannedRun], *, steps: int = 12,
                 run_dir.mkdir()
                 record = run_record(SweepSpec("probe", "grid", "cpu", cfg), probe_run)
                 rundir.write_json_atomic(run_dir / rundir.RUN_FILE, record)
-                outcome = worker.execute(run_dir)
+                outcome, = worker.execute([run_dir])
                 if outcome["status"] != rundir.COMPLETED:
                     raise RuntimeError(f"throughput probe of {run.run_id} {outcome['status']}: "
                                        f"{outcome.get('error')}")
@@ -99,12 +99,13 @@ def estimate_seconds(run: PlannedRun, points: list[ProbePoint]) -> float:
 
 
 def dry_run(spec: SweepSpec, workdir: str | Path | None = None, *, probe: str = "steps",
-            parallel: int = 1) -> tuple[pd.DataFrame, list[str]]:
+            parallel: int = 1, ensemble_max: int = 1) -> tuple[pd.DataFrame, list[str]]:
     """The planned runs as a table (one row per run) and notes to print under it.
 
     Columns: run_id, [budget], d_model, n_layers, n_heads, other swept values, params,
     non_emb_params, tokens, steps, lr, warmup, flops_6nd, flops_chinchilla, status (from
-    ``workdir``, if it exists), est_seconds (with probe='steps').
+    ``workdir``, if it exists), unit (the runs trained together as one ensemble share it; up
+    to ``ensemble_max`` runs, as the sweep groups them), est_seconds (with probe='steps').
     """
     runs, notes = expand(spec)
     workdir = Path(workdir) if workdir else None
@@ -128,8 +129,18 @@ def dry_run(spec: SweepSpec, workdir: str | Path | None = None, *, probe: str = 
                          else rundir.PENDING)
         rows.append(row)
     table = pd.DataFrame(rows)
+    from attnlab.sweep.runner import ensemble_units  # the sweep's own grouping
+
+    ids = [run.run_id for run in runs]
+    units = ensemble_units(runs, ids, set(ids), ensemble_max)
+    unit_of = {run_id: i for i, unit in enumerate(units) for run_id in unit}
+    table["unit"] = [unit_of[run_id] for run_id in ids]
     todo = [run for run, row in zip(runs, rows) if row["status"] not in rundir.FINAL_STATUSES]
     notes = list(notes)
+    if len(units) < len(runs):
+        notes.append(f"ensembles: {len(runs)} runs in {len(units)} units of up to "
+                     f"{max(map(len, units))} runs, each unit one compiled program (the time "
+                     f"estimates below are for lone runs: an upper bound)")
     notes.append(f"{len(runs)} runs ({len(todo)} to run); total "
                  f"{sum(r.flops('chinchilla') for r in runs):.3g} FLOPs (chinchilla count); "
                  f"isoflop budgets use the '{spec.flops_per_token}' count")

@@ -32,6 +32,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from attnlab import results, rundir
+from attnlab.ensembles import groups as ensemble_groups
 from attnlab.sweep import launchers
 from attnlab.sweep.planner import PlannedRun, plan
 from attnlab.sweep.spec import SweepSpec
@@ -157,15 +158,34 @@ def check_data(runs: list[PlannedRun]) -> list[str]:
     return notes
 
 
-def longest_first(todo: list[Path], runs: list[PlannedRun], run_dirs: list[Path]) -> list[Path]:
-    """``todo`` ordered by planned FLOPs, the most expensive first.
+def longest_first(units: list[list[Path]], runs: list[PlannedRun],
+                  run_dirs: list[Path]) -> list[list[Path]]:
+    """``units`` ordered by planned FLOPs, the most expensive first.
 
-    With several runs at a time this is LPT scheduling (Graham 1969): a sweep in plan order often
-    ends on its largest run alone while the other workers idle; started first, the long runs
-    overlap with the many short ones. ``run_dirs[i]`` belongs to ``runs[i]``.
+    With several units at a time this is LPT scheduling (Graham 1969): a sweep in plan order
+    often ends on its largest run alone while the other workers idle; started first, the long
+    runs overlap with the many short ones. ``run_dirs[i]`` belongs to ``runs[i]``.
     """
     cost = {run_dir: run.flops() for run, run_dir in zip(runs, run_dirs, strict=True)}
-    return sorted(todo, key=lambda run_dir: cost[run_dir], reverse=True)
+    return sorted(units, key=lambda unit: sum(cost[d] for d in unit), reverse=True)
+
+
+def ensemble_units(runs: list[PlannedRun], run_dirs: list[Path], todo: set[Path],
+                   ensemble_max: int) -> list[list[Path]]:
+    """The units of work: groups of runs that one compiled program can train
+    (:func:`attnlab.ensembles.groups`, in plan order, at most ``ensemble_max`` and as many as
+    half the machine's memory holds), each with a run still to do. A group keeps its finished
+    members (the ensemble freezes them): the same groups on every invocation give an
+    interrupted sweep the same programs, and so bitwise the same resumed runs."""
+    from attnlab.train.memory import machine_memory, training_bytes
+
+    config_of = {run_dir: run.cfg for run, run_dir in zip(runs, run_dirs, strict=True)}
+    memory, _ = machine_memory()
+    units = []
+    for group in ensemble_groups(run_dirs, config_of.get, ensemble_max):
+        cap = max(1, int(memory / 2 // training_bytes(config_of[group[0]])["total"]))
+        units += [group[i:i + cap] for i in range(0, len(group), cap)]
+    return [unit for unit in units if todo.intersection(unit)]
 
 
 def reset_for_retry(workdir: Path, run_dir: Path) -> str | None:
@@ -195,10 +215,14 @@ def reset_for_retry(workdir: Path, run_dir: Path) -> str | None:
     return None
 
 
+ENSEMBLE_MAX = 8  # members per ensemble: the speed-up flattens past it (docs/benchmarks.md)
+
+
 def run_sweep(spec: SweepSpec, workdir: str | os.PathLike, *, launcher: str = "local",
               parallel: int = 1, retry_failed: bool = False, progress: bool = True,
               ray_address: str | None = None, cache_dir: str | os.PathLike | None = None,
-              allow_large: bool = False, compile_ahead: bool = False) -> pd.DataFrame:
+              allow_large: bool = False, compile_ahead: bool = False,
+              ensemble_max: int = ENSEMBLE_MAX) -> pd.DataFrame:
     """Runs every run of ``spec`` that is not finished yet and returns the results table.
 
     Args:
@@ -217,6 +241,10 @@ def run_sweep(spec: SweepSpec, workdir: str | os.PathLike, *, launcher: str = "l
         while the current run trains. Saves most of each new shape's compilation (on a 2-core
         CPU: cold 200-step sweeps faster in 3 of 5 rounds, docs/benchmarks.md), but the
         overlapped run's recorded tokens/s and MFU read low, so it is off by default.
+      ensemble_max: runs that differ only in seeds, learning-rate schedule, length or weight
+        decay (:data:`attnlab.ensembles.MAY_DIFFER`) train together as one ensemble, up to
+        this many at a time and as many as half the machine's memory holds
+        (:func:`ensemble_units`); 1 trains every run alone (``--ensemble=off``).
 
     Raises:
       SweepSpecError / ConfigError: a bad spec, before anything is written or started.
@@ -230,6 +258,8 @@ def run_sweep(spec: SweepSpec, workdir: str | os.PathLike, *, launcher: str = "l
                                       f"{', '.join(LAUNCHERS)}")
     if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
         raise launchers.LauncherError(f"--parallel={parallel!r}: must be an integer >= 1")
+    if isinstance(ensemble_max, bool) or not isinstance(ensemble_max, int) or ensemble_max < 1:
+        raise launchers.LauncherError(f"--ensemble-max={ensemble_max!r}: must be an integer >= 1")
     runs = plan(spec)  # every run's config is validated before anything starts
     if launcher == "ray":
         launchers.import_ray()
@@ -256,7 +286,8 @@ def run_sweep(spec: SweepSpec, workdir: str | os.PathLike, *, launcher: str = "l
             return _run_sweep(spec, runs, workdir, budget_notes, launcher=launcher,
                               parallel=parallel, retry_failed=retry_failed, progress=progress,
                               ray_address=ray_address, cache_dir=cache_dir,
-                              compile_ahead=compile_ahead, workers=workers)
+                              compile_ahead=compile_ahead, workers=workers,
+                              ensemble_max=ensemble_max)
     finally:
         for worker in workers:  # run_local closed those it used
             worker.kill()
@@ -265,7 +296,7 @@ def run_sweep(spec: SweepSpec, workdir: str | os.PathLike, *, launcher: str = "l
 def _run_sweep(spec: SweepSpec, runs: list[PlannedRun], workdir: Path, budget_notes: list[str],
                *, launcher: str, parallel: int, retry_failed: bool, progress: bool,
                ray_address: str | None, cache_dir: Path, compile_ahead: bool,
-               workers: list[launchers.WorkerProcess]) -> pd.DataFrame:
+               workers: list[launchers.WorkerProcess], ensemble_max: int) -> pd.DataFrame:
     """run_sweep's work once the directory is checked and locked; ``workers``: the local
     launcher's, already started."""
     cache_dir.mkdir(parents=True, exist_ok=True)
@@ -279,11 +310,13 @@ def _run_sweep(spec: SweepSpec, runs: list[PlannedRun], workdir: Path, budget_no
                 say(f"{run_dir.name}: retrying ({action})")
     statuses = collections.Counter(rundir.run_status(d) for d in run_dirs)
     todo = [d for d in run_dirs if rundir.run_status(d) not in rundir.FINAL_STATUSES]
+    units = ensemble_units(runs, run_dirs, set(todo), ensemble_max)
     if launcher == "ray" or parallel > 1:
-        todo = longest_first(todo, runs, run_dirs)
+        units = longest_first(units, runs, run_dirs)
     say(f"sweep {spec.name} ({spec.mode}): {len(runs)} runs in {workdir}; "
         + ", ".join(f"{n} {s}" for s, n in sorted(statuses.items()))
-        + (f"; running {len(todo)}" if todo else "; nothing to run"))
+        + (f"; running {len(todo)}" if todo else "; nothing to run")
+        + (f" in {len(units)} ensembles and lone runs" if len(units) < len(todo) else ""))
     for note in budget_notes:
         say(note)
     results.write_table(workdir)
@@ -298,7 +331,12 @@ def _run_sweep(spec: SweepSpec, runs: list[PlannedRun], workdir: Path, budget_no
                disable=not progress, dynamic_ncols=True)
     outcomes: collections.Counter = collections.Counter()
 
+    waiting = set(todo)
+
     def on_result(run_dir: Path, result: dict) -> None:
+        if run_dir not in waiting:  # a finished run that kept its place in an ensemble
+            return
+        waiting.discard(run_dir)
         status = result["status"]
         outcomes[status] += 1
         bar.update(cost.get(run_dir, 0))
@@ -314,11 +352,11 @@ def _run_sweep(spec: SweepSpec, runs: list[PlannedRun], workdir: Path, budget_no
 
     try:
         if launcher == "local":
-            launchers.run_local(todo, on_result, parallel=parallel, cache_dir=str(cache_dir),
+            launchers.run_local(units, on_result, parallel=parallel, cache_dir=str(cache_dir),
                                 logs_dir=workdir / rundir.LOGS_DIR, compile_ahead=compile_ahead,
                                 started=workers)
         else:
-            launchers.run_ray(todo, on_result, resources=spec.resources,
+            launchers.run_ray(units, on_result, resources=spec.resources,
                               cache_dir=str(cache_dir), address=ray_address)
     finally:
         bar.close()

@@ -124,6 +124,7 @@ class _Training:
 
     def __init__(self, cfg: Config, workdir: Path, found: Preflight, progress: bool):
         self.cfg, self.workdir, self.found, self.progress = cfg, workdir, found, progress
+        self.metrics = self.checkpoints = self.record = None  # opened by open()
         self.writer = jax.process_index() == 0  # the process that writes the run's files
         self.start = found.latest or 0
         self.tokens_per_step = cfg.data.batch_size * cfg.data.seq_len
@@ -163,43 +164,19 @@ class _Training:
     def mfu(self, tokens_per_s: float) -> float:
         return mfu(tokens_per_s, self.flops["mfu"], self.peak, self.found.mesh.size)
 
-    def train(self) -> dict:
-        """Writes the run's files, then trains to the end (or to divergence); a crash or an
-        interrupt is recorded as status ``failed`` and raised."""
+    def open(self) -> None:
+        """Writes the run's files and opens its checkpoints, record and metrics (the record's
+        wall time counts compiling)."""
         if self.writer:
             self.workdir.mkdir(parents=True, exist_ok=True)
             if not (self.workdir / rundir.CONFIG_FILE).exists():
                 rundir.write_json_atomic(self.workdir / rundir.CONFIG_FILE, self.cfg.to_dict())
+            # Lines logged after the checkpoint are about to be logged again.
+            rundir.rewind_metrics(self.workdir / rundir.METRICS_FILE, self.start)
         self.write_summary()
         self.checkpoints = Checkpoints(self.workdir / rundir.CHECKPOINT_DIR,
                                        keep=self.cfg.train.keep_checkpoints)
-        self.metrics = None
-        try:
-            # The wall time counts compiling.
-            self.record = _Record(self.found.meta, self.cfg.total_steps, self.tokens_per_step)
-            state = self._initial_state()
-            self._open_metrics()
-            return self._loop(state)
-        except BaseException as e:
-            if self.summary["status"] == rundir.RUNNING:
-                self.summary.update(status=rundir.FAILED, error=f"{type(e).__name__}: {e}")
-                self.write_summary()
-            raise
-        finally:
-            if self.metrics is not None:
-                self.metrics.close()
-            self.checkpoints.close()
-
-    def _initial_state(self):
-        found = self.found
-        compile_programs(self.cfg, found.programs, with_init=found.latest is None)
-        if self.writer:  # lines logged after the checkpoint are about to be logged again
-            rundir.rewind_metrics(self.workdir / rundir.METRICS_FILE, self.start)
-        if found.latest is None:
-            return found.programs.init(jax.random.key(self.cfg.train.seed))
-        return found.state  # restored (and so verified) by the preflight
-
-    def _open_metrics(self) -> None:
+        self.record = _Record(self.found.meta, self.cfg.total_steps, self.tokens_per_step)
         total = self.cfg.total_steps
         self.metrics = MetricsWriter(self.workdir, total_steps=total, start_step=self.start,
                                      progress=self.progress, write_files=self.writer)
@@ -211,42 +188,89 @@ class _Training:
         if self.start:
             self.metrics.message(f"resuming {self.workdir} from step {self.start}/{total}")
 
+    def fail(self, error: BaseException) -> None:
+        """Records a crash or an interrupt as status ``failed`` (a finished run stays)."""
+        if self.summary["status"] == rundir.RUNNING:
+            self.summary.update(status=rundir.FAILED, error=f"{type(error).__name__}: {error}")
+            self.write_summary()
+
+    def close(self) -> None:
+        if self.metrics is not None:
+            self.metrics.close()
+        if self.checkpoints is not None:
+            self.checkpoints.close()
+
+    def train(self) -> dict:
+        """Trains to the end (or to divergence); a crash or an interrupt is recorded as status
+        ``failed`` and raised."""
+        try:
+            self.open()
+            found = self.found
+            compile_programs(self.cfg, found.programs, with_init=found.latest is None)
+            if found.latest is None:
+                state = found.programs.init(jax.random.key(self.cfg.train.seed))
+            else:
+                state = found.state  # restored (and so verified) by the preflight
+            return self._loop(state)
+        except BaseException as e:
+            self.fail(e)
+            raise
+        finally:
+            self.close()
+
+    def host_batch(self, i: int) -> np.ndarray:
+        """Batch ``i`` of this process, as micro-batches ``[accum, rows / accum, seq + 1]``."""
+        return _as_micro_batches(np.asarray(self.batches[i], np.int32), self.cfg.train.grad_accum)
+
     def _device_batch(self, i: int) -> jax.Array:
         accum = self.cfg.train.grad_accum
         shape = (accum, self.cfg.data.batch_size // accum, self.cfg.data.seq_len + 1)
-        local = _as_micro_batches(np.asarray(self.batches[i], np.int32), accum)
-        return global_batch(self.found.mesh, TRAIN_BATCH_SPEC, local, shape)
+        return global_batch(self.found.mesh, TRAIN_BATCH_SPEC, self.host_batch(i), shape)
 
     def _loop(self, state) -> dict:
-        total, train = self.cfg.total_steps, self.cfg.train
+        total = self.cfg.total_steps
         train_step = self.found.programs.train_step
         batch = self._device_batch(self.start) if self.start < total else None
         for step in range(self.start + 1, total + 1):  # step = updates done after it
             state, out = train_step(state, batch)
             if step < total:
                 batch = self._device_batch(step)  # host work overlaps the device's step
-            out = jax.device_get(out)
-            loss, grad_norm = float(out["loss"]), float(out["grad_norm"])
-            self.summary["step"] = step
-            line = {"step": step, "tokens": step * self.tokens_per_step, "loss": loss,
-                    "lr": float(out["lr"]), "grad_norm": grad_norm}
-            if not _finite(loss, grad_norm):
-                self.metrics.log(line)
-                self.metrics.message(f"diverged at step {step}: loss {loss}, "
-                                     f"grad_norm {grad_norm}")
-                return self.finish(rundir.DIVERGED, diverged_at_step=step)
-            self.record.recent_losses.append(loss)
-            self.record.throughput.step_done()
-            self.metrics.step(step)
-            if step % train.log_every == 0 or step in (1, total):
-                rate = self.record.throughput.rate()
-                self.metrics.log({**line, **({"tokens_per_s": rate, "mfu": self.mfu(rate)}
-                                             if rate else {})})
-            if step % train.eval_every == 0 or step == total:
-                self._validate(step, state)
-            if step % train.checkpoint_every == 0 or step == total:
-                self._checkpoint(step, state)
-        if self.record.last_val is None:  # resumed from the final checkpoint
+            if self.after_step(step, jax.device_get(out), lambda: state) is not None:
+                return self.summary
+        return self.complete(state)
+
+    def after_step(self, step: int, out: dict, state_fn) -> str | None:
+        """Records update ``step`` (``out``: its loss, grad_norm and lr) and logs, validates and
+        checkpoints as the config says (``state_fn()``: the state after it). Returns
+        ``diverged`` (and finishes the run) when the loss or gradient is not finite."""
+        train = self.cfg.train
+        loss, grad_norm = float(out["loss"]), float(out["grad_norm"])
+        self.summary["step"] = step
+        line = {"step": step, "tokens": step * self.tokens_per_step, "loss": loss,
+                "lr": float(out["lr"]), "grad_norm": grad_norm}
+        if not _finite(loss, grad_norm):
+            self.metrics.log(line)
+            self.metrics.message(f"diverged at step {step}: loss {loss}, grad_norm {grad_norm}")
+            self.finish(rundir.DIVERGED, diverged_at_step=step)
+            return rundir.DIVERGED
+        self.record.recent_losses.append(loss)
+        self.record.throughput.step_done()
+        self.metrics.step(step)
+        total = self.cfg.total_steps
+        if step % train.log_every == 0 or step in (1, total):
+            rate = self.record.throughput.rate()
+            self.metrics.log({**line, **({"tokens_per_s": rate, "mfu": self.mfu(rate)}
+                                         if rate else {})})
+        if step % train.eval_every == 0 or step == total:
+            self._validate(step, state_fn())
+        if step % train.checkpoint_every == 0 or step == total:
+            self._checkpoint(step, state_fn())
+        return None
+
+    def complete(self, state) -> dict:
+        """Finishes a run that reached its last step (validating a run resumed from its final
+        checkpoint, which has no validation loss yet)."""
+        if self.record.last_val is None:
             with self.record.throughput.paused("evaluation"):
                 self.record.validation(self.evaluate(state.params))
         return self.finish(rundir.COMPLETED)

@@ -65,7 +65,13 @@ def preflight(cfg: Config, workdir: Path, cache: ProgramCache) -> Preflight:
     check_batch_divides(cfg, mesh.size, jax.process_count())
     corpus = prepare(cfg.data)
     budget_warnings = check_corpus(cfg, corpus)
-    programs = cache.get(cfg, mesh)
+    return resume_point(cfg, workdir, corpus, budget_warnings, cache.get(cfg, mesh))
+
+
+def resume_point(cfg: Config, workdir: Path, corpus: Corpus, budget_warnings: list[str],
+                 programs: Programs) -> Preflight:
+    """The preflight's last check: the newest intact checkpoint in ``workdir``, read with
+    ``programs``' shapes (an ensemble's members share one set)."""
     directory = workdir / rundir.CHECKPOINT_DIR
     if not directory.exists():
         return Preflight(corpus, budget_warnings, programs, None, {})

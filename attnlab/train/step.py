@@ -41,46 +41,57 @@ def mean_loss(graphdef: nnx.GraphDef, params: nnx.State, tokens: jax.Array,
     return scores.loss / jnp.maximum(scores.count, 1.0)
 
 
+def accumulated_grads(grad_fn: Callable, params, batch: jax.Array, step, *, seed, data_seed,
+                      use_dropout: bool):
+    """``(loss, grads)`` of one update: ``grad_fn(params, tokens, dropout_rng, masking_key)``
+    averaged over the micro-batches of ``batch [grad_accum, micro_batch, seq_len + 1]`` (each
+    holds the same number of tokens, so this is the full-batch mean). Dropout masks and the
+    masked objectives' corruption depend only on (seed, step, micro-batch), so a resumed run
+    draws the same; ``seed`` and ``data_seed`` may be traced (an ensemble's members)."""
+    step_key = jax.random.fold_in(jax.random.key(seed), step)
+
+    def micro_rng(i):
+        return jax.random.fold_in(step_key, i) if use_dropout else None
+
+    def micro_key(i):  # batch index = updates done so far
+        return masking_key(data_seed, step, i)
+
+    accum = batch.shape[0]
+    if accum == 1:  # no loop for the common case: lets XLA fuse across the whole step
+        return grad_fn(params, batch[0], micro_rng(0), micro_key(0))
+
+    def accumulate(carry, inputs):
+        loss_sum, grad_sum = carry
+        i, tokens = inputs
+        loss, grads = grad_fn(params, tokens, micro_rng(i), micro_key(i))
+        return (loss_sum + loss, jax.tree.map(jnp.add, grad_sum, grads)), None
+
+    zeros = jax.tree.map(jnp.zeros_like, params)
+    (loss_sum, grad_sum), _ = jax.lax.scan(
+        accumulate, (jnp.zeros((), jnp.float32), zeros), (jnp.arange(accum), batch))
+    return loss_sum / accum, jax.tree.map(lambda g: g / accum, grad_sum)
+
+
+def loss_grad_fn(graphdef: nnx.GraphDef) -> Callable:
+    """``(params, tokens, dropout_rng, masking_key) -> (mean loss, grads)``."""
+    return jax.value_and_grad(lambda p, tokens, rng, key: mean_loss(graphdef, p, tokens, rng, key))
+
+
 def make_train_step(cfg: Config, graphdef: nnx.GraphDef, optimizer: optax.GradientTransformation,
                     schedule: optax.Schedule) -> Callable:
     """Returns ``train_step(state, batch) -> (state, metrics)`` (not yet jitted).
 
     ``batch`` is int32 ``[grad_accum, micro_batch, seq_len + 1]``; gradients are averaged over
-    the micro-batches (each has the same number of tokens, so this is the full-batch mean) and
-    one optimizer update is applied. ``metrics``: ``loss`` (mean over the batch, before the
-    update), ``grad_norm`` (global L2 norm before clipping) and ``lr`` (of this update).
+    the micro-batches and one optimizer update is applied. ``metrics``: ``loss`` (mean over the
+    batch, before the update), ``grad_norm`` (global L2 norm before clipping) and ``lr`` (of
+    this update).
     """
-    use_dropout = cfg.model.dropout > 0
-    dropout_root = jax.random.key(cfg.train.seed)
-    grad_fn = jax.value_and_grad(
-        lambda p, tokens, rng, key: mean_loss(graphdef, p, tokens, rng, key))
+    grad_fn = loss_grad_fn(graphdef)
 
     def train_step(state: TrainState, batch: jax.Array) -> tuple[TrainState, dict]:
-        # Dropout masks depend only on (seed, step, micro-batch): a resumed run draws the same.
-        step_key = jax.random.fold_in(dropout_root, state.step)
-        accum = batch.shape[0]
-
-        def micro_rng(i):
-            return jax.random.fold_in(step_key, i) if use_dropout else None
-
-        def micro_key(i):  # batch index = updates done so far
-            return masking_key(cfg.data.seed, state.step, i)
-
-        if accum == 1:  # no loop for the common case: lets XLA fuse across the whole step
-            loss, grads = grad_fn(state.params, batch[0], micro_rng(0), micro_key(0))
-        else:
-            def accumulate(carry, inputs):
-                loss_sum, grad_sum = carry
-                i, tokens = inputs
-                loss, grads = grad_fn(state.params, tokens, micro_rng(i), micro_key(i))
-                return (loss_sum + loss, jax.tree.map(jnp.add, grad_sum, grads)), None
-
-            zeros = jax.tree.map(jnp.zeros_like, state.params)
-            (loss_sum, grad_sum), _ = jax.lax.scan(
-                accumulate, (jnp.zeros((), jnp.float32), zeros), (jnp.arange(accum), batch))
-            loss = loss_sum / accum
-            grads = jax.tree.map(lambda g: g / accum, grad_sum)
-
+        loss, grads = accumulated_grads(grad_fn, state.params, batch, state.step,
+                                        seed=cfg.train.seed, data_seed=cfg.data.seed,
+                                        use_dropout=cfg.model.dropout > 0)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         metrics = {"loss": loss, "grad_norm": optax.global_norm(grads),

@@ -1,0 +1,214 @@
+"""Ensembles: k runs of one model shape trained by one compiled program.
+
+    summaries = run_ensemble([cfg_seed0, cfg_seed1, ...], [dir0, dir1, ...])
+
+Small models leave the machine idle between ops: a 50k-parameter step is per-op overhead, not
+FLOPs. ``jax.vmap`` of the loss and gradient over a stack of runs gives k-fold larger matmuls at
+the same op count. The members may differ only in what :data:`attnlab.ensembles.MAY_DIFFER`
+lists (seeds, the learning rate and its schedule, the run's length, weight decay, Adam's betas,
+the logging and checkpoint cadence); everything that shapes the program must match.
+
+Each member stays a run of its own: its directory, config, metrics, summary, checkpoints (in a
+lone run's format, so ``attnlab generate``, ``extrapolate`` and a lone resume read them) and its
+results row. Per member, the optimizer update is the lone run's own optax transformation
+(members with equal optimizer settings share one vmapped update), batches and dropout/masking
+keys are the lone run's, so a member follows the run trained alone up to the rounding of the
+batched matmuls. Members step in lockstep on their own step counters: a member that is ahead
+(resumed from a later checkpoint), finished or diverged is frozen (its update masked out) and
+its bookkeeping stops, while the others go on; the stack keeps its composition, so an
+interrupted ensemble resumes bitwise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+from jax.sharding import PartitionSpec as P
+
+from attnlab import rundir
+from attnlab.config import Config
+from attnlab.data import prepare
+from attnlab.ensembles import check_members, optimizer_key
+from attnlab.model import check
+from attnlab.train.loop import _Training
+from attnlab.train.memory import check_training_fits
+from attnlab.train.optimizer import optimizer_for
+from attnlab.train.preflight import check_corpus, newest_intact_checkpoint, resume_point
+from attnlab.train.programs import ProgramCache, Programs, compile_programs
+from attnlab.train.sharding import (REPLICATED, TRAIN_BATCH_SPEC, check_batch_divides,
+                                    make_mesh)
+from attnlab.train.state import TrainState
+from attnlab.train.step import accumulated_grads, loss_grad_fn
+from attnlab.train.workdir import check_workdir
+
+def stack(trees: list):
+    """The members' pytrees stacked along a new leading axis ``[k, ...]``."""
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *trees)
+
+
+def member(tree, i: int):
+    """Member ``i`` of a stacked pytree."""
+    return jax.tree.map(lambda a: a[i], tree)
+
+
+def make_ensemble_step(cfgs: list[Config], graphdef: nnx.GraphDef) -> Callable:
+    """``step(states [k, ...], batches int32 [k, accum, rows, seq + 1], active bool [k]) ->
+    (states, metrics [k])`` (not yet jitted): each active member's lone train step, the loss
+    and gradient vmapped over members; inactive members keep their state."""
+    grad_fn = loss_grad_fn(graphdef)
+    use_dropout = cfgs[0].model.dropout > 0
+    optimizers = [optimizer_for(cfg) for cfg in cfgs]
+    shared = len({optimizer_key(cfg) for cfg in cfgs}) == 1
+    seeds = np.asarray([cfg.train.seed for cfg in cfgs], np.int32)
+    data_seeds = np.asarray([cfg.data.seed for cfg in cfgs], np.int32)
+
+    def grads_of(params, batch, step, seed, data_seed):
+        return accumulated_grads(grad_fn, params, batch, step, seed=seed, data_seed=data_seed,
+                                 use_dropout=use_dropout)
+
+    def update(tx, grads, state: TrainState) -> TrainState:
+        updates, opt_state = tx.update(grads, state.opt_state, state.params)
+        return TrainState(step=state.step + 1, params=optax.apply_updates(state.params, updates),
+                          opt_state=opt_state)
+
+    def step(states: TrainState, batches: jax.Array, active: jax.Array):
+        loss, grads = jax.vmap(grads_of)(states.params, batches, states.step, seeds, data_seeds)
+        if shared:  # one optimizer: its update vmapped too
+            new = jax.vmap(lambda g, s: update(optimizers[0][0], g, s))(grads, states)
+        else:  # each member's own transformation (elementwise work: cheap to unroll)
+            new = stack([update(tx, member(grads, i), member(states, i))
+                         for i, (tx, _) in enumerate(optimizers)])
+        keep = lambda n, o: jnp.where(active.reshape((-1,) + (1,) * (n.ndim - 1)), n, o)  # noqa: E731
+        lrs = jnp.stack([jnp.asarray(schedule(states.step[i]), jnp.float32)
+                         for i, (_, schedule) in enumerate(optimizers)])
+        metrics = {"loss": loss, "grad_norm": jax.vmap(optax.global_norm)(grads), "lr": lrs}
+        return jax.tree.map(keep, new, states), metrics
+
+    return step
+
+
+@dataclasses.dataclass
+class _Member:
+    """One run of the ensemble: its bookkeeping (None: it was finished before the ensemble
+    started), its step, and whether it is frozen (finished or diverged)."""
+
+    training: _Training | None
+    step: int
+    total: int
+    frozen: bool = False
+
+    @property
+    def running(self) -> bool:
+        return not self.frozen and self.training is not None and self.step < self.total
+
+
+def run_ensemble(cfgs: list[Config], workdirs: list[str | Path], *, progress: bool = False,
+                 allow_large: bool = False, programs: ProgramCache | None = None) -> list[dict]:
+    """Trains (or resumes) ``cfgs[i]`` in ``workdirs[i]`` together; returns their summaries.
+
+    A member whose directory holds a finished run is not retrained: it stays in the stack,
+    frozen at its last checkpoint, so the ensemble's program (and so every member's numbers) is
+    the same whether or not it was interrupted. Raises what :func:`attnlab.train.run` raises
+    for bad input, before anything is written.
+    """
+    for cfg in cfgs:
+        check(cfg)
+    check_members(cfgs)
+    workdirs = [Path(w).absolute() for w in workdirs]
+    previous = [check_workdir(w, cfg) for cfg, w in zip(cfgs, workdirs)]
+    for cfg in cfgs:
+        check_training_fits(cfg, allow_large=allow_large)
+    mesh = make_mesh(cfgs[0])
+    check_batch_divides(cfgs[0], mesh.size, jax.process_count())
+    shared = (programs or ProgramCache()).get(cfgs[0], mesh)
+    members, states = [], []
+    for i, (cfg, workdir, before) in enumerate(zip(cfgs, workdirs, previous)):
+        done = before and before.get("status") in (rundir.COMPLETED, rundir.DIVERGED)
+        member_, state = _prepare_member(cfg, workdir, shared, done, progress and i == 0)
+        members.append(member_)
+        states.append(state)
+    _train(cfgs, members, stack(states), shared)
+    return [before if m.training is None else m.training.summary
+            for before, m in zip(previous, members)]
+
+
+def _prepare_member(cfg: Config, workdir: Path, shared: Programs, done: bool, progress: bool):
+    """``(member, its initial state)``; a finished run is frozen at its newest checkpoint."""
+    if done:
+        step, state = 0, None
+        if (workdir / rundir.CHECKPOINT_DIR).exists():
+            step, _, state, _ = newest_intact_checkpoint(
+                cfg, workdir / rundir.CHECKPOINT_DIR, shared)
+        if state is None:  # diverged before its first checkpoint: any state of the shape
+            compile_programs(cfg, shared, with_init=True)
+            state = shared.init(jax.random.key(cfg.train.seed))
+        return _Member(None, step or 0, cfg.total_steps, frozen=True), state
+    corpus = prepare(cfg.data)
+    found = resume_point(cfg, workdir, corpus, check_corpus(cfg, corpus), shared)
+    training = _Training(cfg, workdir, found, progress)
+    if found.state is None:
+        compile_programs(cfg, shared, with_init=True)
+        state = shared.init(jax.random.key(cfg.train.seed))
+    else:
+        state = found.state
+    return _Member(training, found.latest or 0, cfg.total_steps), state
+
+
+def _train(cfgs: list[Config], members: list[_Member], states: TrainState,
+           shared: Programs) -> None:
+    """The ensemble's loop: one vmapped update per round for the members at the round's step;
+    each member's bookkeeping as its lone run's (:class:`_Training`)."""
+    step_fn = _jit_step(cfgs, shared)
+    opened = [m.training for m in members if m.training is not None]
+    try:
+        for training in opened:
+            training.open()
+        while any(m.running for m in members):
+            now = min(m.step for m in members if m.running)
+            active = [m.running and m.step == now for m in members]
+            batches = {i: m.training.host_batch(m.step)
+                       for i, (m, on) in enumerate(zip(members, active)) if on}
+            blank = np.zeros_like(next(iter(batches.values())))  # a frozen member's slot
+            batches = np.stack([batches.get(i, blank) for i in range(len(members))])
+            states, out = step_fn(states, batches, np.asarray(active))
+            out = jax.device_get(out)
+            for i, (m, on) in enumerate(zip(members, active)):
+                if not on:
+                    continue
+                m.step += 1
+                status = m.training.after_step(
+                    m.step, {k: v[i] for k, v in out.items()}, lambda i=i: member(states, i))
+                if status is not None:  # diverged: frozen from here on
+                    m.frozen = True
+                elif m.step == m.total:
+                    m.training.complete(member(states, i))
+    except BaseException as e:
+        for training in opened:
+            training.fail(e)
+        raise
+    finally:
+        for training in opened:
+            training.close()
+
+
+def _jit_step(cfgs: list[Config], shared: Programs) -> Callable:
+    """The ensemble step jitted on the lone runs' mesh: the member axis leads every array and
+    is not split; the rest is laid out as a lone run's (its state donated)."""
+    mesh = shared.mesh
+
+    def stacked(sharding):
+        return jax.sharding.NamedSharding(mesh, P(None, *sharding.spec))
+
+    states = jax.tree.map(stacked, shared.shardings)
+    batches = jax.sharding.NamedSharding(mesh, P(None, *TRAIN_BATCH_SPEC))
+    replicated = jax.sharding.NamedSharding(mesh, REPLICATED)
+    return jax.jit(make_ensemble_step(cfgs, shared.graphdef), donate_argnums=0,
+                   in_shardings=(states, batches, replicated),
+                   out_shardings=(states, replicated))
