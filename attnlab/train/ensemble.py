@@ -58,10 +58,13 @@ def member(tree, i: int):
     return jax.tree.map(lambda a: a[i], tree)
 
 
-def make_ensemble_step(cfgs: list[Config], graphdef: nnx.GraphDef) -> Callable:
+def make_ensemble_step(cfgs: list[Config], graphdef: nnx.GraphDef, *,
+                       members: str = "vmap") -> Callable:
     """``step(states [k, ...], batches int32 [k, accum, rows, seq + 1], active bool [k]) ->
-    (states, metrics [k])`` (not yet jitted): each active member's lone train step, the loss
-    and gradient vmapped over members; inactive members keep their state."""
+    (states, metrics [k])`` (not yet jitted): each active member's lone train step; inactive
+    members keep their state. ``members``: how the loss and gradient run over the members,
+    ``vmap`` (k-fold larger ops) or ``map`` (one member after another inside the program:
+    a lone run's working set, one dispatch for all)."""
     grad_fn = loss_grad_fn(graphdef)
     use_dropout = cfgs[0].model.dropout > 0
     optimizers = [optimizer_for(cfg) for cfg in cfgs]
@@ -79,7 +82,11 @@ def make_ensemble_step(cfgs: list[Config], graphdef: nnx.GraphDef) -> Callable:
                           opt_state=opt_state)
 
     def step(states: TrainState, batches: jax.Array, active: jax.Array):
-        loss, grads = jax.vmap(grads_of)(states.params, batches, states.step, seeds, data_seeds)
+        inputs = (states.params, batches, states.step, seeds, data_seeds)
+        if members == "vmap":
+            loss, grads = jax.vmap(grads_of)(*inputs)
+        else:
+            loss, grads = jax.lax.map(lambda args: grads_of(*args), inputs)
         if shared:  # one optimizer: its update vmapped too
             new = jax.vmap(lambda g, s: update(optimizers[0][0], g, s))(grads, states)
         else:  # each member's own transformation (elementwise work: cheap to unroll)
@@ -198,6 +205,15 @@ def _train(cfgs: list[Config], members: list[_Member], states: TrainState,
             training.close()
 
 
+def member_loop(mesh: jax.sharding.Mesh) -> str:
+    """How the ensemble runs its members' gradients on ``mesh``'s platform. On XLA:CPU the
+    k-fold larger ops of ``vmap`` leave the caches (k = 8 at the quickstart's largest shape:
+    0.66x a lone run's tokens/s) while ``map`` keeps a lone run's working set and saves the
+    per-step dispatch (1.09-1.16x; benchmarks/ensemble.py, docs/benchmarks.md); an
+    accelerator wants the larger ops."""
+    return "map" if mesh.devices.flat[0].platform == "cpu" else "vmap"
+
+
 def _jit_step(cfgs: list[Config], shared: Programs) -> Callable:
     """The ensemble step jitted on the lone runs' mesh: the member axis leads every array and
     is not split; the rest is laid out as a lone run's (its state donated)."""
@@ -209,6 +225,7 @@ def _jit_step(cfgs: list[Config], shared: Programs) -> Callable:
     states = jax.tree.map(stacked, shared.shardings)
     batches = jax.sharding.NamedSharding(mesh, P(None, *TRAIN_BATCH_SPEC))
     replicated = jax.sharding.NamedSharding(mesh, REPLICATED)
-    return jax.jit(make_ensemble_step(cfgs, shared.graphdef), donate_argnums=0,
+    step = make_ensemble_step(cfgs, shared.graphdef, members=member_loop(mesh))
+    return jax.jit(step, donate_argnums=0,
                    in_shardings=(states, batches, replicated),
                    out_shardings=(states, replicated))
