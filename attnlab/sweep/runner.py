@@ -56,7 +56,8 @@ def check_sweep_dir(workdir: Path, name: str) -> None:
 
     Raises SweepDirError naming the directory: a file; not writable; a training run's directory
     (``attnlab train --workdir``); the directory of another sweep (``sweep.json`` names another
-    spec: its rows would be merged into this sweep's results table).
+    spec: its rows would be merged into this sweep's results table); in use by another sweep
+    (its lock is held).
     """
     if workdir.exists() and not workdir.is_dir():
         raise SweepDirError(f"--workdir {workdir} exists and is not a directory")
@@ -75,6 +76,9 @@ def check_sweep_dir(workdir: Path, name: str) -> None:
     if isinstance(previous, dict) and previous.get("name") not in (None, name):
         raise SweepDirError(f"--workdir {workdir} holds sweep {previous['name']!r}, not "
                             f"{name!r}: pass another --workdir (one sweep per directory)")
+    if (workdir / rundir.SWEEP_LOCK_FILE).exists():  # refused before the costlier checks
+        with open(workdir / rundir.SWEEP_LOCK_FILE) as handle:
+            _take_lock(handle, workdir)  # released as the file closes
 
 
 @contextlib.contextmanager
@@ -85,16 +89,12 @@ def sweep_lock(workdir: Path) -> Iterator[None]:
     releases the lock when its holder dies (even by SIGKILL), so a stale lock file from a dead
     process is simply taken over.
     """
-    path = workdir / rundir.SWEEP_LOCK_FILE
-    handle = open(path, "a+")
+    handle = open(workdir / rundir.SWEEP_LOCK_FILE, "a+")
     try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.seek(0)
-        holder = handle.read().strip() or "a process that has not said its pid yet"
+        _take_lock(handle, workdir)
+    except SweepDirError:
         handle.close()
-        raise SweepDirError(f"{workdir} is in use by another sweep ({holder}); wait for it to "
-                            f"end, or stop it, then rerun") from None
+        raise
     try:
         handle.seek(0)
         handle.truncate()
@@ -108,6 +108,17 @@ def sweep_lock(workdir: Path) -> Iterator[None]:
             handle.truncate()
         fcntl.flock(handle, fcntl.LOCK_UN)
         handle.close()
+
+
+def _take_lock(handle, workdir: Path) -> None:
+    """flock ``handle`` (the sweep's lock file) or raise SweepDirError naming its holder."""
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "a process that has not said its pid yet"
+        raise SweepDirError(f"{workdir} is in use by another sweep ({holder}); wait for it to "
+                            f"end, or stop it, then rerun") from None
 
 
 def run_record(spec: SweepSpec, run: PlannedRun) -> dict:
@@ -272,7 +283,8 @@ def run_sweep(spec: SweepSpec, workdir: str | os.PathLike, *, launcher: str = "l
     # overlap them; a worker writes nothing before its first run, and is killed if the checks
     # fail or nothing is left to run.
     workers = (launchers.start_workers(parallel, cache_dir=str(cache_dir),
-                                       logs_dir=workdir / rundir.LOGS_DIR)
+                                       logs_dir=workdir / rundir.LOGS_DIR,
+                                       device_per_core=ensemble_max > 1)
                if launcher == "local" and unfinished else [])
     try:
         if not allow_large:  # every run to do must fit, before anything is written or started
@@ -354,7 +366,7 @@ def _run_sweep(spec: SweepSpec, runs: list[PlannedRun], workdir: Path, budget_no
         if launcher == "local":
             launchers.run_local(units, on_result, parallel=parallel, cache_dir=str(cache_dir),
                                 logs_dir=workdir / rundir.LOGS_DIR, compile_ahead=compile_ahead,
-                                started=workers)
+                                started=workers, device_per_core=ensemble_max > 1)
         else:
             launchers.run_ray(units, on_result, resources=spec.resources,
                               cache_dir=str(cache_dir), address=ray_address)
