@@ -232,8 +232,18 @@ def _log_to(path: Path):
     return os.fdopen(os.dup(2), "w", buffering=1)
 
 
+def expose_host_devices(n: int) -> None:
+    """Before JAX starts: XLA:CPU shows ``n`` devices, each running its own program, so an
+    ensemble split over them uses every core (one device's small ops leave the others idle).
+    Accelerators' devices are unaffected; a device count the user set is kept."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    if n > 1 and "xla_force_host_platform_device_count" not in flags:
+        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={n}".strip()
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Worker loop. ``argv[0]`` is JSON: parent_pid, cpus (list or null), cache_dir, log_path.
+    """Worker loop. ``argv[0]`` is JSON: parent_pid, cpus (list or null), cache_dir, log_path,
+    host_devices.
     Ends the process (``os._exit``) once stdin closes.
 
     The sweep starts its workers before it checks its runs, so that their imports overlap the
@@ -246,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     if settings.get("cpus"):
         # Before JAX starts: XLA sizes its CPU thread pool by the CPUs this process may use.
         os.sched_setaffinity(0, settings["cpus"])
+    expose_host_devices(settings.get("host_devices", 1))
     # SIGTERM stops a run as Ctrl-C does: training records it as interrupted (partial, resumed
     # by the next invocation) after its pending checkpoint save, and the worker exits 130.
     signal.signal(signal.SIGTERM, raise_keyboard_interrupt)
@@ -257,7 +268,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # Training's imports (orbax, TFDS: ~0.6 s) while the sweep checks its runs.
         from attnlab import train
-        programs = train.ProgramCache()  # runs of one shape share their compiled programs
+        # Runs of one shape share their compiled programs. Host devices beyond the first are
+        # there for ensembles: a lone run keeps one, as on a worker that shows one device.
+        programs = train.ProgramCache(devices=jax.devices()[:1] if jax.default_backend() == "cpu"
+                                      and settings.get("host_devices", 1) > 1 else None)
         for line in sys.stdin:
             if not line.strip():
                 continue

@@ -72,11 +72,13 @@ def _describe_exit(returncode: int) -> str:
 class WorkerProcess:
     """One ``attnlab.worker`` subprocess; executes runs one at a time."""
 
-    def __init__(self, *, cpus: list[int] | None, cache_dir: str, log_path: Path):
+    def __init__(self, *, cpus: list[int] | None, cache_dir: str, log_path: Path,
+                 device_per_core: bool = False):
         # The worker opens its log itself at its first request (see worker.main): it may be
         # started before the sweep's directory exists.
+        cores = len(cpus) if cpus else len(os.sched_getaffinity(0))
         settings = {"parent_pid": os.getpid(), "cpus": cpus, "cache_dir": cache_dir,
-                    "log_path": str(log_path)}
+                    "log_path": str(log_path), "host_devices": cores if device_per_core else 1}
         self.process = subprocess.Popen(
             # -c rather than -m: the package imports the module, which -m would run twice.
             [sys.executable, "-c", _WORKER_MAIN, json.dumps(settings)],
@@ -142,17 +144,20 @@ def cpu_slots(parallel: int) -> list[list[int] | None]:
             for i in range(parallel)]
 
 
-def start_workers(parallel: int, *, cache_dir: str, logs_dir: Path) -> list[WorkerProcess]:
+def start_workers(parallel: int, *, cache_dir: str, logs_dir: Path,
+                  device_per_core: bool = False) -> list[WorkerProcess]:
     """Starts ``parallel`` workers for :func:`run_local` (pinned as :func:`cpu_slots` says);
     they import JAX and training while the caller goes on, and write nothing before their
-    first run."""
-    return [WorkerProcess(cpus=cpus, cache_dir=cache_dir, log_path=logs_dir / f"worker-{i}.log")
+    first run. ``device_per_core``: on CPU a worker sees one XLA device per core it may use,
+    so that an ensemble's member groups run side by side (attnlab.train.sharding.ensemble_mesh)."""
+    return [WorkerProcess(cpus=cpus, cache_dir=cache_dir, log_path=logs_dir / f"worker-{i}.log",
+                          device_per_core=device_per_core)
             for i, cpus in enumerate(cpu_slots(parallel))]
 
 
 def run_local(units: list[list[Path]], on_result: OnResult, *, parallel: int, cache_dir: str,
               logs_dir: Path, compile_ahead: bool = False,
-              started: list[WorkerProcess] | None = None) -> None:
+              started: list[WorkerProcess] | None = None, device_per_core: bool = False) -> None:
     """Executes the units (a run, or several runs trained as one ensemble) on ``parallel``
     local worker processes (in the given order), reporting each run; with ``compile_ahead``
     each worker claims its next unit early and compiles it meanwhile. ``started``: workers from
@@ -189,7 +194,8 @@ def run_local(units: list[list[Path]], on_result: OnResult, *, parallel: int, ca
                         if stop.is_set():
                             break
                         worker = WorkerProcess(cpus=cpus, cache_dir=cache_dir,
-                                               log_path=logs_dir / f"worker-{index}.log")
+                                               log_path=logs_dir / f"worker-{index}.log",
+                                               device_per_core=device_per_core)
                         workers.append(worker)
                 ran = True
                 answers = worker.execute(unit, stop, upcoming)

@@ -42,8 +42,8 @@ from attnlab.train.memory import check_training_fits
 from attnlab.train.optimizer import optimizer_for
 from attnlab.train.preflight import check_corpus, newest_intact_checkpoint, resume_point
 from attnlab.train.programs import ProgramCache, Programs, compile_programs
-from attnlab.train.sharding import (REPLICATED, TRAIN_BATCH_SPEC, check_batch_divides,
-                                    make_mesh)
+from attnlab.train.sharding import (ENSEMBLE_AXIS, REPLICATED, TRAIN_BATCH_SPEC,
+                                    check_batch_divides, ensemble_mesh, member_mesh)
 from attnlab.train.state import TrainState
 from attnlab.train.step import accumulated_grads, loss_grad_fn
 from attnlab.train.workdir import check_workdir
@@ -59,12 +59,13 @@ def member(tree, i: int):
 
 
 def make_ensemble_step(cfgs: list[Config], graphdef: nnx.GraphDef, *,
-                       members: str = "vmap") -> Callable:
+                       members: str = "vmap", mesh: jax.sharding.Mesh | None = None) -> Callable:
     """``step(states [k, ...], batches int32 [k, accum, rows, seq + 1], active bool [k]) ->
     (states, metrics [k])`` (not yet jitted): each active member's lone train step; inactive
     members keep their state. ``members``: how the loss and gradient run over the members,
     ``vmap`` (k-fold larger ops) or ``map`` (one member after another inside the program:
-    a lone run's working set, one dispatch for all)."""
+    a lone run's working set, one dispatch for all). ``mesh``: an :func:`ensemble_mesh`; with
+    more than one member group each group of devices runs its own members' gradients."""
     grad_fn = loss_grad_fn(graphdef)
     use_dropout = cfgs[0].model.dropout > 0
     optimizers = [optimizer_for(cfg) for cfg in cfgs]
@@ -81,12 +82,17 @@ def make_ensemble_step(cfgs: list[Config], graphdef: nnx.GraphDef, *,
         return TrainState(step=state.step + 1, params=optax.apply_updates(state.params, updates),
                           opt_state=opt_state)
 
-    def step(states: TrainState, batches: jax.Array, active: jax.Array):
-        inputs = (states.params, batches, states.step, seeds, data_seeds)
+    def members_grads(*inputs):
         if members == "vmap":
-            loss, grads = jax.vmap(grads_of)(*inputs)
-        else:
-            loss, grads = jax.lax.map(lambda args: grads_of(*args), inputs)
+            return jax.vmap(grads_of)(*inputs)
+        return jax.lax.map(lambda args: grads_of(*args), inputs)
+
+    if mesh is not None and mesh.shape[ENSEMBLE_AXIS] > 1:  # each group maps its own members
+        members_grads = jax.shard_map(members_grads, mesh=mesh, in_specs=P(ENSEMBLE_AXIS),
+                                      out_specs=P(ENSEMBLE_AXIS), axis_names={ENSEMBLE_AXIS})
+
+    def step(states: TrainState, batches: jax.Array, active: jax.Array):
+        loss, grads = members_grads(states.params, batches, states.step, seeds, data_seeds)
         if shared:  # one optimizer: its update vmapped too
             new = jax.vmap(lambda g, s: update(optimizers[0][0], g, s))(grads, states)
         else:  # each member's own transformation (elementwise work: cheap to unroll)
@@ -132,16 +138,16 @@ def run_ensemble(cfgs: list[Config], workdirs: list[str | Path], *, progress: bo
     previous = [check_workdir(w, cfg) for cfg, w in zip(cfgs, workdirs)]
     for cfg in cfgs:
         check_training_fits(cfg, allow_large=allow_large)
-    mesh = make_mesh(cfgs[0])
-    check_batch_divides(cfgs[0], mesh.size, jax.process_count())
-    shared = (programs or ProgramCache()).get(cfgs[0], mesh)
+    mesh = ensemble_mesh(cfgs[0], len(cfgs))
+    check_batch_divides(cfgs[0], member_mesh(mesh).size, jax.process_count())
+    shared = (programs or ProgramCache()).get(cfgs[0], member_mesh(mesh))
     members, states = [], []
     for i, (cfg, workdir, before) in enumerate(zip(cfgs, workdirs, previous)):
         done = before and before.get("status") in (rundir.COMPLETED, rundir.DIVERGED)
         member_, state = _prepare_member(cfg, workdir, shared, done, progress and i == 0)
         members.append(member_)
         states.append(state)
-    _train(cfgs, members, stack(states), shared)
+    _train(cfgs, members, stack(states), shared, mesh)
     return [before if m.training is None else m.training.summary
             for before, m in zip(previous, members)]
 
@@ -169,10 +175,15 @@ def _prepare_member(cfg: Config, workdir: Path, shared: Programs, done: bool, pr
 
 
 def _train(cfgs: list[Config], members: list[_Member], states: TrainState,
-           shared: Programs) -> None:
+           shared: Programs, mesh: jax.sharding.Mesh) -> None:
     """The ensemble's loop: one vmapped update per round for the members at the round's step;
     each member's bookkeeping as its lone run's (:class:`_Training`)."""
-    step_fn = _jit_step(cfgs, shared)
+    layout = _jit_step(cfgs, shared, mesh)
+    states = jax.device_put(states, layout.states)
+
+    def alone(i: int) -> Callable[[], TrainState]:  # member i, laid out as its lone run's
+        return lambda: jax.device_put(member(states, i), shared.shardings)
+
     opened = [m.training for m in members if m.training is not None]
     try:
         for training in opened:
@@ -184,18 +195,18 @@ def _train(cfgs: list[Config], members: list[_Member], states: TrainState,
                        for i, (m, on) in enumerate(zip(members, active)) if on}
             blank = np.zeros_like(next(iter(batches.values())))  # a frozen member's slot
             batches = np.stack([batches.get(i, blank) for i in range(len(members))])
-            states, out = step_fn(states, batches, np.asarray(active))
+            states, out = layout.step(states, batches, np.asarray(active))
             out = jax.device_get(out)
             for i, (m, on) in enumerate(zip(members, active)):
                 if not on:
                     continue
                 m.step += 1
-                status = m.training.after_step(
-                    m.step, {k: v[i] for k, v in out.items()}, lambda i=i: member(states, i))
+                status = m.training.after_step(m.step, {k: v[i] for k, v in out.items()},
+                                               alone(i))
                 if status is not None:  # diverged: frozen from here on
                     m.frozen = True
                 elif m.step == m.total:
-                    m.training.complete(member(states, i))
+                    m.training.complete(alone(i)())
     except BaseException as e:
         for training in opened:
             training.fail(e)
@@ -214,18 +225,21 @@ def member_loop(mesh: jax.sharding.Mesh) -> str:
     return "map" if mesh.devices.flat[0].platform == "cpu" else "vmap"
 
 
-def _jit_step(cfgs: list[Config], shared: Programs) -> Callable:
-    """The ensemble step jitted on the lone runs' mesh: the member axis leads every array and
-    is not split; the rest is laid out as a lone run's (its state donated)."""
-    mesh = shared.mesh
+@dataclasses.dataclass(frozen=True)
+class _Layout:
+    """The ensemble step jitted on an :func:`ensemble_mesh` (members split over its leading axis,
+    the rest of each array laid out as a lone run's; the state donated), and the shardings of
+    its stacked state."""
 
-    def stacked(sharding):
-        return jax.sharding.NamedSharding(mesh, P(None, *sharding.spec))
+    step: Callable
+    states: TrainState
 
-    states = jax.tree.map(stacked, shared.shardings)
-    batches = jax.sharding.NamedSharding(mesh, P(None, *TRAIN_BATCH_SPEC))
-    replicated = jax.sharding.NamedSharding(mesh, REPLICATED)
-    step = make_ensemble_step(cfgs, shared.graphdef, members=member_loop(mesh))
-    return jax.jit(step, donate_argnums=0,
-                   in_shardings=(states, batches, replicated),
-                   out_shardings=(states, replicated))
+
+def _jit_step(cfgs: list[Config], shared: Programs, mesh: jax.sharding.Mesh) -> _Layout:
+    on_mesh = lambda spec: jax.sharding.NamedSharding(mesh, spec)  # noqa: E731
+    states = jax.tree.map(lambda s: on_mesh(P(ENSEMBLE_AXIS, *s.spec)), shared.shardings)
+    batches = on_mesh(P(ENSEMBLE_AXIS, *TRAIN_BATCH_SPEC))
+    step = make_ensemble_step(cfgs, shared.graphdef, members=member_loop(mesh), mesh=mesh)
+    return _Layout(jax.jit(step, donate_argnums=0,
+                           in_shardings=(states, batches, on_mesh(REPLICATED)),
+                           out_shardings=(states, on_mesh(REPLICATED))), states)

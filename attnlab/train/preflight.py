@@ -18,7 +18,7 @@ from attnlab.model import resolve
 from attnlab.train.checkpoint import (Checkpoints, CheckpointError, DamagedCheckpointError,
                                      check_compatible, move_aside)
 from attnlab.train.programs import ProgramCache, Programs
-from attnlab.train.sharding import check_batch_divides, make_mesh
+from attnlab.train.sharding import check_batch_divides
 from attnlab.train.state import TrainState
 
 
@@ -61,7 +61,7 @@ def check_corpus(cfg: Config, corpus) -> list[str]:
 
 def preflight(cfg: Config, workdir: Path, cache: ProgramCache) -> Preflight:
     """Every check that can fail on bad input, cheapest first; raises AttnlabError."""
-    mesh = make_mesh(cfg)
+    mesh = cache.lone_mesh(cfg)
     check_batch_divides(cfg, mesh.size, jax.process_count())
     corpus = prepare(cfg.data)
     budget_warnings = check_corpus(cfg, corpus)

@@ -134,13 +134,18 @@ class ProgramCache:
     keyed by :func:`programs_key` and the mesh's devices. Thread-safe: a precompile thread may
     build programs beside a training run."""
 
-    def __init__(self, kept: int = 4):
+    def __init__(self, kept: int = 4, devices: list | None = None):
         self.kept = kept
+        self.devices = devices  # a lone run's mesh spans these (None: all)
         self._entries: collections.OrderedDict[tuple, Programs] = collections.OrderedDict()
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    def lone_mesh(self, cfg: Config) -> jax.sharding.Mesh:
+        """The mesh a lone run of ``cfg`` trains on."""
+        return make_mesh(cfg, self.devices)
 
     def get(self, cfg: Config, mesh: jax.sharding.Mesh) -> Programs:
         """``cfg``'s programs on ``mesh`` (built on first use)."""
@@ -158,4 +163,4 @@ class ProgramCache:
         :func:`attnlab.train.run` of ``cfg`` given this cache (or of another seed, without
         dropout) starts training at once. Writes nothing; raises what the model's and mesh's
         checks raise."""
-        compile_programs(cfg, self.get(cfg, make_mesh(cfg)), with_init=True)
+        compile_programs(cfg, self.get(cfg, self.lone_mesh(cfg)), with_init=True)

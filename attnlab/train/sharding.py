@@ -18,6 +18,8 @@ from attnlab.config import Config
 from attnlab.errors import ConfigError
 
 MESH_AXES = ("data", "fsdp")
+# An ensemble's members (attnlab.train.ensemble) are split over a third, leading axis.
+ENSEMBLE_AXIS = "ensemble"
 BATCH_AXES = ("data", "fsdp")  # the batch dimension is split over every device
 # [grad_accum, micro_batch, seq_len + 1]: micro-batches are sharded, the accumulation axis is not.
 TRAIN_BATCH_SPEC = P(None, BATCH_AXES)
@@ -64,6 +66,34 @@ def make_mesh(cfg: Config, devices=None) -> Mesh:
     devices.sort(key=lambda d: (d.process_index, d.id))
     data, fsdp = mesh_shape(cfg, len(devices))
     return Mesh(np.array(devices).reshape(data, fsdp), MESH_AXES)
+
+
+def ensemble_mesh(cfg: Config, k: int, devices=None) -> Mesh:
+    """An ``('ensemble', 'data', 'fsdp')`` mesh for ``k`` members of ``cfg``'s shape: the members
+    are split over as many device groups as divide both ``k`` and the devices (after each
+    member's own ``mesh_fsdp`` and, when set, ``mesh_data``), each group a lone run's mesh whose
+    micro-batch still divides over it. One group is a lone run's mesh with a member axis of size
+    one."""
+    devices = list(devices if devices is not None else jax.devices())
+    devices.sort(key=lambda d: (d.process_index, d.id))
+    n = len(devices)
+    fsdp, data = cfg.train.mesh_fsdp, cfg.train.mesh_data
+    micro = cfg.data.batch_size // cfg.train.grad_accum
+
+    def fits(e: int) -> bool:  # e groups of n / e devices, each a lone run's mesh
+        size = n // e
+        return (k % e == 0 and n % e == 0 and size % fsdp == 0 and micro % size == 0
+                and (data == -1 or size == data * fsdp))
+
+    groups = max((e for e in range(1, k + 1) if fits(e)), default=1)
+    data, fsdp = mesh_shape(cfg, n // groups)
+    return Mesh(np.array(devices).reshape(groups, data, fsdp), (ENSEMBLE_AXIS, *MESH_AXES))
+
+
+def member_mesh(mesh: Mesh) -> Mesh:
+    """The first device group of an :func:`ensemble_mesh`: where a member's lone programs
+    (init, evaluation, checkpoints) run."""
+    return Mesh(mesh.devices[0], MESH_AXES)
 
 
 def param_spec(shape: tuple[int, ...], fsdp_size: int, *, stacked: bool = False) -> P:
