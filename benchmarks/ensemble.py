@@ -1,7 +1,7 @@
 """Total training throughput of an ensemble of k runs (one vmapped program) against one run
 trained alone, at the quickstart's smallest and largest shapes.
 
-    python benchmarks/ensemble.py [--rounds 5] [--steps 20] [--ks 1,2,4,8]
+    python benchmarks/ensemble.py [--rounds 5] [--steps 20] [--ks 1,2,4,8] [--host-devices 2]
 
 Shapes: experiments/quickstart.py's cpu scale (byte vocabulary, batch 8 x 128 tokens, RoPE,
 GELU, pre-LN): d12-l1 (the smallest, 4.9k parameters) and d64-l2 (the largest, 115k). The
@@ -12,6 +12,10 @@ over ``--steps`` steps after a warm-up; the report gives the median over rounds 
 tokens/s (k x batch x seq per step), the speed-up over the lone run, the model FLOP/s (the
 MFU count of attnlab.train.loop) as a fraction of a matmul peak measured in the same run, and
 the load average.
+
+``--host-devices N`` shows XLA:CPU N devices (as a sweep worker does, one per core): the lone
+run stays on the first, and ``k=K map/G`` splits the members over G device groups
+(:func:`attnlab.train.sharding.ensemble_mesh`), each mapping its own members.
 """
 
 from __future__ import annotations
@@ -19,7 +23,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import sys
 import time
+
+if __name__ == "__main__":  # before JAX starts: the device count is fixed at its first use
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from attnlab.worker import expose_host_devices
+
+    _devices = [a.split("=", 1)[1] for a in sys.argv if a.startswith("--host-devices=")]
+    expose_host_devices(int(_devices[0]) if _devices else 1)
 
 import jax
 import jax.numpy as jnp
@@ -28,6 +40,7 @@ import numpy as np
 from attnlab.config import Config, DataConfig, ModelConfig, TrainConfig
 from attnlab.model import init_model
 from attnlab.train.ensemble import make_ensemble_step, stack
+from attnlab.train.sharding import ENSEMBLE_AXIS, ensemble_mesh
 from attnlab.train.loop import training_flops_per_token
 from attnlab.train.mfu import measure_matmul_peak
 from attnlab.train.optimizer import optimizer_for
@@ -49,18 +62,30 @@ def contestants(shape, ks):
     base = config(*shape)
     graphdef, _ = init_model(base.model, 0)
     tx, schedule = optimizer_for(base)
-    batch = jnp.asarray(np.random.default_rng(0).integers(0, 256, (1, 8, 129)), jnp.int32)
+    first = jax.devices()[0]
+    batch = jax.device_put(np.random.default_rng(0).integers(0, 256, (1, 8, 129), np.int32),
+                           first)
     lone = jax.jit(make_train_step(base, graphdef, tx, schedule), donate_argnums=0)
-    out = {"lone": (lone, lambda: init_train_state(base, tx, jax.random.key(0)), batch, 1)}
-    for k, members in [(k, m) for k in ks for m in ("vmap", "map")]:
+    out = {"lone": (lone, lambda: jax.device_put(init_train_state(base, tx, jax.random.key(0)),
+                                                 first), batch, 1)}
+    for k in ks:
         cfgs = [dataclasses.replace(base, train=dataclasses.replace(base.train, seed=s))
                 for s in range(k)]
-        step = jax.jit(make_ensemble_step(cfgs, graphdef, members=members), donate_argnums=0)
-        active = jnp.ones(k, bool)
-        out[f"k={k} {members}"] = (lambda s, b, step=step, active=active: step(s, b, active),
-                         lambda cfgs=cfgs: stack([init_train_state(c, tx, jax.random.key(
-                             c.train.seed)) for c in cfgs]),
-                         jnp.stack([batch] * k), k)
+        mesh = ensemble_mesh(base, k)
+        groups = mesh.shape[ENSEMBLE_AXIS]
+        kinds = [("vmap", None), ("map", None)] + ([("map", mesh)] if groups > 1 else [])
+        for members, on in kinds:
+            sharding = (jax.sharding.NamedSharding(on, jax.sharding.PartitionSpec(ENSEMBLE_AXIS))
+                        if on is not None else first)
+            step = jax.jit(make_ensemble_step(cfgs, graphdef, members=members, mesh=on),
+                           donate_argnums=0)
+            active = jnp.ones(k, bool)
+            name = f"k={k} {members}" + (f"/{groups}" if on is not None else "")
+            out[name] = (lambda s, b, step=step, active=active: step(s, b, active),
+                         lambda cfgs=cfgs, sharding=sharding: jax.device_put(stack(
+                             [init_train_state(c, tx, jax.random.key(c.train.seed))
+                              for c in cfgs]), sharding),
+                         jax.device_put(jnp.stack([batch] * k), sharding), k)
     return out
 
 
@@ -77,10 +102,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--ks", default="1,2,4,8")
+    parser.add_argument("--host-devices", type=int, default=1,
+                        help="XLA:CPU devices (read before JAX starts)")
     args = parser.parse_args()
     ks = [int(k) for k in args.ks.split(",")]
     peak = measure_matmul_peak()
-    print(f"matmul peak {peak / 1e9:.0f} GFLOP/s; load average {os.getloadavg()}; "
+    print(f"matmul peak {peak / 1e9:.0f} GFLOP/s; {jax.device_count()} device(s); "
+          f"load average {os.getloadavg()}; "
           f"{args.rounds} interleaved rounds of {args.steps} steps, medians")
     for label, shape in SHAPES.items():
         flops = training_flops_per_token(config(*shape))["mfu"]
