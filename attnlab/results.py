@@ -219,3 +219,37 @@ def _uniform_columns(df: pd.DataFrame) -> pd.DataFrame:
             elif kinds <= {int, float} and kinds:
                 df[column] = pd.to_numeric(df[column])
     return df
+
+
+SEED_COLUMNS = ("train.seed", "data.seed")
+
+
+def seed_spread(df: pd.DataFrame, metric: str = "final_val_loss") -> pd.DataFrame:
+    """Replicates: the runs equal in every swept field but the seeds, one row per such point
+    with at least two finished runs. Columns: the point's fields, ``seeds`` (how many runs),
+    ``mean``, ``std`` (ddof 1) and ``range`` (max - min) of ``metric``. Empty when no seed is
+    swept. The fits treat each seed as its own point; this is the noise they see."""
+    seeds = [c for c in SEED_COLUMNS if c in df.columns]
+    done = df[df["status"] == "completed"]
+    if not seeds or done[seeds].drop_duplicates().shape[0] < 2:
+        return pd.DataFrame(columns=["seeds", "mean", "std", "range"])
+    fixed = {"run_id", "status", "sweep", "mode", OBJECTIVE_COLUMN, *seeds, *_TRAILING}
+    point = [c for c in df.columns if c not in fixed]
+    groups = done.groupby(point, dropna=False)[metric] if point else [((), done[metric])]
+    rows = [dict(zip(point, key if isinstance(key, tuple) else (key,)),
+                 seeds=len(values), mean=values.mean(), std=values.std(ddof=1),
+                 range=values.max() - values.min())
+            for key, values in groups if len(values) >= 2]
+    return pd.DataFrame(rows, columns=[*point, "seeds", "mean", "std", "range"])
+
+
+def describe_seed_spread(df: pd.DataFrame, metric: str = "final_val_loss") -> str | None:
+    """One line for a study's report, or None when no point has two seeds."""
+    spread = seed_spread(df, metric)
+    if spread.empty:
+        return None
+    counts = sorted(set(spread["seeds"]))
+    return (f"seeds: {'/'.join(map(str, counts))} per point at {len(spread)} points; the "
+            f"seed-to-seed range of {metric}: median {spread['range'].median():.4f}, max "
+            f"{spread['range'].max():.4f} (std median {spread['std'].median():.4f}); each seed "
+            f"is a point of its own in the fits, and the bootstrap resamples runs")
