@@ -283,8 +283,7 @@ def run_sweep(spec: SweepSpec, workdir: str | os.PathLike, *, launcher: str = "l
     # overlap them; a worker writes nothing before its first run, and is killed if the checks
     # fail or nothing is left to run.
     workers = (launchers.start_workers(parallel, cache_dir=str(cache_dir),
-                                       logs_dir=workdir / rundir.LOGS_DIR,
-                                       device_per_core=ensemble_max > 1)
+                                       logs_dir=workdir / rundir.LOGS_DIR)
                if launcher == "local" and unfinished else [])
     try:
         if not allow_large:  # every run to do must fit, before anything is written or started
@@ -366,7 +365,7 @@ def _run_sweep(spec: SweepSpec, runs: list[PlannedRun], workdir: Path, budget_no
         if launcher == "local":
             launchers.run_local(units, on_result, parallel=parallel, cache_dir=str(cache_dir),
                                 logs_dir=workdir / rundir.LOGS_DIR, compile_ahead=compile_ahead,
-                                started=workers, device_per_core=ensemble_max > 1)
+                                started=workers)
         else:
             launchers.run_ray(units, on_result, resources=spec.resources,
                               cache_dir=str(cache_dir), address=ray_address)
