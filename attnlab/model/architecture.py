@@ -42,7 +42,7 @@ SCORE_SCALES = {c.name: c for c in (scales.InverseSqrt, scales.MuP, scales.Unsca
                                     scales.LearnedTemperature, scales.Cosine)}
 MASKS = {c.name: c for c in (masks.Causal, masks.SlidingWindow)}
 MIXERS = {c.name: c for c in (mixers.Softmax, mixers.Linear, mixers.Performer, mixers.Mamba)}
-FFNS = {c.name: c for c in (ffn.ReLU, ffn.GELU, ffn.SwiGLU)}
+FFNS = {c.name: c for c in (ffn.ReLU, ffn.GELU, ffn.SwiGLU, ffn.NoFFN)}
 NORMS = {c.name: c for c in (layers.LayerNorm, layers.RMSNorm)}
 BLOCKS = {c.name: c for c in (blocks.PreNorm, blocks.PostNorm, ngpt.NGPT)}
 OBJECTIVES = {c.name: c for c in (objectives.CausalLM, objectives.MaskedLM,
@@ -159,6 +159,9 @@ def _validate(arch: Architecture) -> None:
     # The configured mixer's rules (a hybrid's softmax layers are not a "softmax model").
     MIXERS[cfg.mixer](cfg, 0, arch.encoding, arch.mask, arch.score_scale, arch.norm).validate()
     causal.layers[0].validate()  # the block kind's (nGPT's)
+    if not arch.ffn.sublayer and arch.decoder is not None:  # (nGPT refuses it: swiglu only)
+        raise ConfigError("model.ffn", f"none (attention-only layers) is built for one stack "
+                          f"of pre-LN or post-LN blocks, not model.objective={cfg.objective}")
     arch.score_scale.validate()  # e.g. cosine attention with qk_norm
     arch.mask.validate()
     _check_unused_fields(arch)
