@@ -290,20 +290,27 @@ def gd_step_size(k: int, dim: int, noise: float) -> float:
 
 
 def expected_errors(k: np.ndarray, dim: int, noise: float) -> dict[str, np.ndarray]:
-    """Closed forms of the expected squared query error, normalised by ``d``, after ``k``
-    examples: least squares (min-norm below ``d``: ``E |(I - P) w|^2 = d - k``; noiseless
-    above), one GD step at ``eta*``, and averaging (``eta = 1 / k``)."""
+    """Closed forms of the expected squared query error (against the noisy label), normalised
+    by ``d``, after ``k`` examples (``s = sigma``):
+
+    * least squares, min-norm: ``d - k + s^2 + s^2 k / (d - k - 1)`` for ``k < d - 1`` (the
+      unseen directions of ``w``, plus the noise through ``E (X X^T)^-1 = I / (d - k - 1)``);
+      ``s^2 (1 + d / (k - d - 1))`` for ``k > d + 1`` (inverse-Wishart mean); noiseless: 0 from
+      ``k = d``; infinite (NaN here) around the interpolation threshold;
+    * one GD step at ``eta*``: ``d + s^2 - k d / (k + d + 1 + s^2)``;
+    * averaging (``eta = 1 / k``): ``d (d + 1 + s^2) / k + s^2``.
+    """
     k = np.asarray(k, np.float64)
     s2 = noise**2
     with np.errstate(divide="ignore", invalid="ignore"):
         gd = (dim + s2 - k * dim / (k + dim + 1 + s2)) / dim
-        averaging = np.where(k > 0, (dim * (dim + 1 + s2) / np.maximum(k, 1) + s2) / dim,
-                             (dim + s2) / dim)
-    ls = np.where(k < dim, 1.0 - k / dim + s2 / dim, np.nan)
+        averaging = np.where(k > 0, dim * (dim + 1 + s2) / np.maximum(k, 1) + s2, dim + s2) / dim
+        below = (dim - k + s2 + s2 * k / (dim - k - 1)) / dim
+        above = s2 * (1 + dim / (k - dim - 1)) / dim
     if noise == 0:
-        ls = np.where(k >= dim, 0.0, ls)
-    else:  # E err = s^2 (1 + d / (k - d - 1)) for k > d + 1 (inverse-Wishart mean)
-        ls = np.where(k > dim + 1, s2 * (1 + dim / np.maximum(k - dim - 1, 1)) / dim, ls)
+        ls = np.where(k < dim, 1.0 - k / dim, 0.0)
+    else:
+        ls = np.where(k < dim - 1, below, np.where(k > dim + 1, above, np.nan))
     return {"least_squares": ls, "one_step_gd": gd, "averaging": averaging}
 
 
