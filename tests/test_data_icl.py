@@ -44,12 +44,15 @@ def test_batch_i_is_a_pure_function_of_seed_and_index(source):
 
 def test_induction_windows_repeat_a_prefix_of_distinct_tokens():
     task = _task("induction", seq_len=21, task_vocab=16)
-    window = task.sample(np.random.default_rng(0), 50)
-    p = task.prefix
-    assert p == 11
-    for row in window:
+    windows = task.sample(np.random.default_rng(0), 200)
+    periods = task.prefixes(windows)
+    assert (task.min_prefix, task.max_prefix) == (5, 11)
+    assert set(periods.tolist()) == set(range(5, 12))  # every period occurs
+    for row, p in zip(windows, periods):
         assert len(set(row[:p].tolist())) == p
         np.testing.assert_array_equal(row[p:], row[: 22 - p])
+    repeat = task.repeat_targets(windows)
+    np.testing.assert_array_equal(repeat.sum(axis=1), 21 - periods)
 
 
 def test_mqar_windows_hold_pairs_then_every_key_queried_once():
@@ -88,11 +91,19 @@ def _enumerated_optimal_losses(task, windows):
 
 
 def test_induction_optimal_losses_match_enumeration():
-    task = icl.InductionTask(seq_len=5, vocab=4)
-    p = task.prefix  # 3 distinct of 4, then 3 repeated: every ordered triple equally likely
-    windows = [list(t) + list(t)[: 6 - p] for t in itertools.permutations(range(4), p)]
+    task = icl.InductionTask(seq_len=7, vocab=5)  # periods 2..4 of distinct tokens from 5
+    windows = []
+    for period in range(task.min_prefix, task.max_prefix + 1):
+        # Each period equally likely, then every ordered choice of distinct tokens: weight each
+        # window by its probability through repetition counts (lcm of the choice counts).
+        choices = list(itertools.permutations(range(5), period))
+        copies = 120 // len(choices)
+        assert copies * len(choices) == 120
+        windows += [[c[t % period] for t in range(8)] for c in choices for _ in range(copies)]
     np.testing.assert_allclose(task.optimal_losses(), _enumerated_optimal_losses(task, windows),
                                atol=1e-12)
+    seen = {tuple(r) for r in task.sample(np.random.default_rng(0), 3000).tolist()}
+    assert seen <= {tuple(w) for w in windows}
 
 
 def test_mqar_optimal_losses_match_enumeration():

@@ -131,20 +131,28 @@ def test_ffn_none_is_refused_for_the_encoder_decoder():
 
 
 def test_head_scores_of_known_patterns():
-    t, prefix = 10, 5
+    t = 10
     previous = np.eye(t, k=-1)
     previous[0, 0] = 1.0
-    induction = np.full((t, t), 0.0)
-    for i in range(t):
-        j = i - prefix + 1 if prefix <= i < 2 * prefix - 1 else i
-        induction[i, j] = 1.0
     uniform = np.tril(np.ones((t, t))) / np.arange(1, t + 1)[:, None]
-    weights = np.stack([previous, induction, uniform])[None]  # [1, 3 heads, t, t]
+
+    def induction(period):
+        a = np.eye(t)
+        for i in range(period, t):
+            a[i] = 0.0
+            a[i, i - period + 1] = 1.0
+        return a
+
+    # Two windows with periods 4 and 6; heads: previous-token, induction, uniform.
+    weights = np.stack([np.stack([previous, induction(p), uniform]) for p in (4, 6)])
     prev_scores = inspect.previous_token_scores(weights)
-    ind_scores = inspect.induction_scores(weights, prefix)
+    ind_scores = inspect.induction_scores(weights, np.array([4, 6]))
     np.testing.assert_allclose(prev_scores[:2], [1.0, 0.0])
     np.testing.assert_allclose(ind_scores[:2], [0.0, 1.0])
-    np.testing.assert_allclose(ind_scores[2], np.mean(1 / np.arange(prefix + 1, 2 * prefix)))
-    scores = inspect.head_scores([None, weights], prefix)
+    queries = np.concatenate([np.arange(4, t), np.arange(6, t)])
+    np.testing.assert_allclose(ind_scores[2], np.mean(1 / (queries + 1)))
+    # The wrong period finds nothing (a positional head of fixed offset would score 0 too).
+    assert inspect.induction_scores(weights[1:], 5)[1] == 0.0
+    scores = inspect.head_scores([None, weights], np.array([4, 6]))
     assert scores["induction"][0] is None
     assert scores["best_induction_head"] == [1, 1, pytest.approx(1.0)]

@@ -4,10 +4,10 @@ the batches it would have seen), each with its exact optimal loss or Bayes-optim
 
 Token tasks (``data.source``), windows of ``seq_len + 1`` ids as the corpora give them:
 
-* ``induction`` (Olsson et al. 2022): a random sequence of ``P = ceil((seq_len + 1) / 2)``
-  distinct tokens from ``0 .. data.task_vocab - 1``, then its repeat. Predicting token ``t`` of
-  the prefix costs at best ``ln(V - t)`` nats (drawn without replacement, so that an earlier
-  occurrence names its successor uniquely); every repeated token costs 0.
+* ``induction`` (Olsson et al. 2022): a random sequence of ``P`` distinct tokens from
+  ``0 .. data.task_vocab - 1`` (distinct, so that an earlier occurrence names its successor
+  uniquely), repeated to the end of the window; the period ``P`` varies between windows. Every
+  token after the repeat's first costs 0 to the optimal predictor.
 * ``mqar`` (multi-query associative recall, Arora et al. 2023 "Zoology"): ``n = data.mqar_pairs``
   key-value pairs ``k_1 v_1 .. k_n v_n`` (distinct keys from ``K`` key ids, values uniform over
   ``K`` value ids), then every key once in a random order, each followed by its value, then
@@ -81,39 +81,65 @@ class TokenTask:
 
 @dataclasses.dataclass(frozen=True)
 class InductionTask(TokenTask):
-    """A random prefix of distinct tokens followed by its repeat (Olsson et al. 2022)."""
+    """A random prefix of ``P`` distinct tokens repeated to the window's end (Olsson et al.
+    2022), ``P`` uniform on ``[P_max // 2, P_max]`` per window, ``P_max = ceil((seq_len + 1) /
+    2)``. A varying period keeps a fixed-offset positional head from solving the repeat: the
+    continuation must be found by content, the token after the current token's previous
+    occurrence (an induction head)."""
 
     name = "induction"
 
     @property
-    def prefix(self) -> int:
-        """P: the window's first P tokens are random, the rest repeat them."""
+    def max_prefix(self) -> int:
         return -(-(self.seq_len + 1) // 2)
+
+    @property
+    def min_prefix(self) -> int:
+        return max(2, self.max_prefix // 2)
 
     def validate(self) -> None:
         if self.seq_len < 3:
             raise ConfigError("data.seq_len", f"induction needs >= 3 (a prefix and its repeat), "
                               f"got {self.seq_len}")
-        if self.prefix > self.vocab:
+        if self.max_prefix > self.vocab:
             raise ConfigError("data.task_vocab", f"{self.vocab} ids cannot fill an induction "
-                              f"prefix of {self.prefix} distinct tokens (data.seq_len="
-                              f"{self.seq_len}); raise it to >= {self.prefix}")
+                              f"prefix of up to {self.max_prefix} distinct tokens (data.seq_len="
+                              f"{self.seq_len}); raise it to >= {self.max_prefix}")
 
     def sample(self, rng, rows):
-        prefix = _distinct(rng, rows, self.prefix, self.vocab)
-        repeat = prefix[:, : self.seq_len + 1 - self.prefix]
-        return np.concatenate([prefix, repeat], axis=1).astype(np.int32)
+        window = self.seq_len + 1
+        tokens = _distinct(rng, rows, self.max_prefix, self.vocab)
+        period = rng.integers(self.min_prefix, self.max_prefix + 1, rows)
+        index = np.arange(window)[None] % period[:, None]  # x_t = x_{t mod P}
+        return np.take_along_axis(tokens, index, axis=1).astype(np.int32)
 
-    def repeat_targets(self) -> np.ndarray:
-        """[seq_len] bool: targets an induction head can predict, the repeated tokens after the
-        first (that one needs the position of the repeat's start, not a previous occurrence)."""
-        t = np.arange(1, self.seq_len + 1)  # window index of each target
-        return t > self.prefix
+    @staticmethod
+    def prefixes(windows: np.ndarray) -> np.ndarray:
+        """[rows] int: each window's period ``P``, where its first token recurs (prefix
+        tokens are distinct)."""
+        recur = windows[:, 1:] == windows[:, :1]
+        return 1 + np.argmax(recur, axis=1)
+
+    def repeat_targets(self, windows: np.ndarray) -> np.ndarray:
+        """[rows, seq_len] bool: the targets an induction head can predict, the repeated tokens
+        after the first (which alone needs to know where the repeat starts)."""
+        t = np.arange(1, self.seq_len + 1)[None]  # window index of each target
+        return t > self.prefixes(windows)[:, None]
 
     def optimal_losses(self):
-        t = np.arange(1, self.seq_len + 1)
-        # Prefix token t is uniform over the V - t ids not drawn yet.
-        return np.where(t < self.prefix, np.log(np.maximum(self.vocab - t, 1)), 0.0)
+        """With ``t`` distinct tokens seen, the next is the repeat's start ``x_0`` with the
+        hazard ``h_t = Pr(P = t | P >= t)`` and otherwise uniform over the ``V - t`` unused ids;
+        after the repeat's start every token is known. Averaged over ``P``."""
+        lo, hi, vocab = self.min_prefix, self.max_prefix, self.vocab
+        out = np.zeros(self.seq_len)
+        for period in range(lo, hi + 1):
+            for t in range(1, min(period, self.seq_len) + 1):
+                hazard = 1.0 / (hi - t + 1) if t >= lo else 0.0
+                if t < period:
+                    out[t - 1] += -math.log((1 - hazard) / (vocab - t))
+                else:
+                    out[t - 1] += -math.log(hazard)
+        return out / (hi - lo + 1)
 
 
 @dataclasses.dataclass(frozen=True)

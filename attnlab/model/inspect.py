@@ -2,8 +2,9 @@
 name the heads of an induction circuit (Olsson et al. 2022, "In-context learning and induction
 heads", section 2 and appendix).
 
-On a window whose tokens ``P .. T-1`` repeat tokens ``0 .. T-1-P`` (:class:`attnlab.data.icl.
-InductionTask`), with ``A[i, j]`` a head's weight from query ``i`` to key ``j``:
+On a window that repeats its first ``P`` tokens (``x_i = x_{i - P}`` for ``i >= P``,
+:class:`attnlab.data.icl.InductionTask`), with ``A[i, j]`` a head's weight from query ``i`` to
+key ``j``:
 
 * previous-token score: ``mean_{i >= 1} A[i, i - 1]``: the head attends to the token before;
 * induction score: ``mean_{i in repeat} A[i, i - P + 1]``: from a repeated token to the token
@@ -50,21 +51,28 @@ def previous_token_scores(weights: np.ndarray) -> np.ndarray:
     return weights[..., i, i - 1].mean(axis=(0, 2))
 
 
-def induction_scores(weights: np.ndarray, prefix: int) -> np.ndarray:
-    """``weights [batch, heads, t, t] -> [heads]``: ``mean_{b, i} A[b, h, i, i - P + 1]`` over
-    the repeated queries ``i = P .. t - 1`` whose earlier occurrence has a successor in the
-    window (``i - P + 1 < P``)."""
-    t = weights.shape[-1]
-    i = np.arange(prefix, min(t, 2 * prefix - 1))
-    if len(i) == 0:
-        raise ValueError(f"no repeated query in a window of {t} tokens with prefix {prefix}")
-    return weights[..., i, i - prefix + 1].mean(axis=(0, 2))
+def induction_scores(weights: np.ndarray, prefixes) -> np.ndarray:
+    """``weights [batch, heads, t, t] -> [heads]``: ``mean A[b, h, i, i - P_b + 1]`` over every
+    repeated query ``i >= P_b`` of every window ``b`` (``prefixes``: ``P_b``, an int or
+    ``[batch]``; query ``i``'s previous occurrence is ``i - P_b``)."""
+    batch, _, _, t = weights.shape
+    prefixes = np.broadcast_to(np.asarray(prefixes), (batch,))
+    rows, queries = [], []
+    for b, period in enumerate(prefixes.tolist()):
+        i = np.arange(period, t)
+        rows.append(np.full(len(i), b))
+        queries.append(i)
+    rows, queries = np.concatenate(rows), np.concatenate(queries)
+    if len(queries) == 0:
+        raise ValueError(f"no repeated query in windows of {t} tokens with periods {prefixes}")
+    keys = queries - prefixes[rows] + 1
+    return weights[rows, :, queries, keys].mean(axis=0)
 
 
-def head_scores(maps: list[np.ndarray | None], prefix: int) -> dict[str, list]:
+def head_scores(maps: list[np.ndarray | None], prefixes) -> dict[str, list]:
     """Per layer, per head: ``{"induction": [[...]], "previous_token": [[...]]}`` (None for a
     layer without attention weights), plus the best induction head ``[layer, head, score]``."""
-    induction = [None if m is None else induction_scores(m, prefix).tolist() for m in maps]
+    induction = [None if m is None else induction_scores(m, prefixes).tolist() for m in maps]
     previous = [None if m is None else previous_token_scores(m).tolist() for m in maps]
     best = max(((layer, head, s) for layer, row in enumerate(induction) if row is not None
                 for head, s in enumerate(row)), key=lambda c: c[2], default=None)
