@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -72,18 +73,18 @@ def icl_main(argv: list[str]) -> int:
     if pairs and cfg.data.source != icl_data.MQARTask.name:
         raise AttnlabError(f"--pairs applies to mqar runs; --run={run} trained on "
                            f"{cfg.data.source}")
+    task = icl_data.token_task(cfg.data)
     for n in pairs:
-        if n < 1:
-            raise AttnlabError(f"--pairs: {n} is not a positive number of pairs")
+        try:
+            dataclasses.replace(task, pairs=n).validate()
+        except AttnlabError as e:
+            raise AttnlabError(f"--pairs={values.pairs}: {n} pairs: {e}") from None
     from attnlab.train.load import load_params
 
     cfg, graphdef, params = load_params(run, values.step)
     extra = {"pairs": pairs} if pairs else {}
-    try:
-        result = evaluate_run(cfg, graphdef, params, batch_size=cfg.data.batch_size,
-                              n_batches=values.batches, **extra)
-    except AttnlabError as e:
-        raise AttnlabError(f"--pairs: {e}") if pairs else e
+    result = evaluate_run(cfg, graphdef, params, batch_size=cfg.data.batch_size,
+                          n_batches=values.batches, **extra)
     result["run"], result["config"] = str(run), cfg.to_dict()
     json_path.write_text(json.dumps(result, indent=2))
     from attnlab.icl.plots import plot_result
