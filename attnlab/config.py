@@ -85,6 +85,10 @@ class ModelConfig:
     ngpt: bool = False  # nGPT blocks (Loshchilov et al. 2024): everything on the unit sphere
     # clm (causal decoder) | mlm (BERT encoder) | span (T5 encoder-decoder)
     objective: str = "clm"
+    # What the model reads: tokens (ids, logits) | vectors (linear read-in of input_dim-vectors,
+    # a real number out per position: in-context regression, Garg et al. 2022).
+    inputs: str = "tokens"
+    input_dim: int = 0  # inputs="vectors": the width of each input vector
     # Implementation choices; the defaults are the models made before them.
     linear_bias: bool = False  # biases on the attention and FFN projections (GPT-2 style)
     scan_layers: bool = False  # layers as one stacked module run by a scan: compile flat in depth

@@ -39,7 +39,12 @@ def _reference(state, cfg, tokens):
     ``x += MHA(LN(x))`` per layer, ``logits = LN_f(x) E^T``; also each layer's weights."""
     params = nnx.to_pure_dict(state)
     e = _f64(params["token_embedding"])
-    x = e[np.asarray(tokens)]
+    x, maps = _stack_reference(params, cfg, e[np.asarray(tokens)])
+    return x @ e.T, maps
+
+
+def _stack_reference(params, cfg, x):
+    """The layers and the final norm: ``(LN_f(x_L) [batch, t, d], each layer's weights)``."""
     t, hd = x.shape[1], cfg.head_dim
     causal = np.triu(np.full((t, t), -np.inf), 1)
     maps = []
@@ -58,7 +63,7 @@ def _reference(state, cfg, tokens):
         maps.append(np.stack(weights, axis=1))
         x = x + np.concatenate(heads, -1) @ _f64(p["attn"]["o_proj"]["kernel"])
     f = params["final_norm"]
-    return layer_norm(x, _f64(f["scale"]), _f64(f["bias"])) @ e.T, maps
+    return layer_norm(x, _f64(f["scale"]), _f64(f["bias"])), maps
 
 
 def test_attention_only_model_and_its_maps_equal_the_float64_reference():
@@ -123,6 +128,53 @@ def test_layers_without_scores_have_no_map():
     graphdef, state = lm.init_model(cfg, seed=0)
     maps = inspect.attention_maps(graphdef, state, np.zeros((1, 5), np.int32))
     assert maps[0] is None and maps[1].shape == (1, 2, 5, 5)
+
+
+def test_vector_read_in_and_read_out_equal_the_float64_reference():
+    """Garg et al. 2022's read-in ``z W_in + b_in`` and read-out ``x w_out + b_out``."""
+    cfg = tiny(pos_encoding="none", inputs="vectors", input_dim=5)
+    graphdef, state = lm.init_model(cfg, seed=3)
+    params = nnx.to_pure_dict(state)
+    rng = np.random.default_rng(3)
+    for name in ("read_in", "read_out"):  # zero-initialised biases: make them matter
+        params[name]["bias"] = rng.standard_normal(params[name]["bias"].shape).astype(np.float32)
+    nnx.replace_by_pure_dict(state, params)
+    z = rng.standard_normal((2, 9, 5))
+    x0 = z @ _f64(params["read_in"]["kernel"]) + _f64(params["read_in"]["bias"])
+    x, _ = _stack_reference(params, cfg, x0)
+    want = (x @ _f64(params["read_out"]["kernel"]))[..., 0] + _f64(params["read_out"]["bias"])[0]
+    got = np.asarray(lm.apply(graphdef, state, jnp.asarray(z, jnp.float32)))
+    assert got.shape == (2, 9) and got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    counts = lm.param_counts(cfg)
+    assert lm.count_state_params(state) == {k: counts[k]
+                                            for k in ("total", "embedding", "non_embedding")}
+    assert counts["embedding"] == 6 * 16 + 17
+
+
+def test_vector_model_decoding_equals_full_forward():
+    cfg = tiny(inputs="vectors", input_dim=4, ffn="gelu", pos_encoding="rope")
+    graphdef, state = lm.init_model(cfg, seed=4)
+    z = jnp.asarray(np.random.default_rng(4).standard_normal((2, 6, 4)), jnp.float32)
+    full = np.asarray(lm.apply(graphdef, state, z))
+    cache = lm.init_state(cfg, batch=2, max_len=6)
+    first, cache = lm.decode_step(graphdef, state, cache, z[:, :2], 0)
+    pieces = [np.asarray(first)]
+    for i in range(2, 6):
+        out, cache = lm.decode_step(graphdef, state, cache, z[:, i:i + 1], i)
+        pieces.append(np.asarray(out))
+    np.testing.assert_allclose(np.concatenate(pieces, axis=1), full, atol=2e-5)
+
+
+@pytest.mark.parametrize("fields, field", [
+    (dict(inputs="vectors"), "model.input_dim"),
+    (dict(input_dim=3), "model.input_dim"),
+    (dict(inputs="vectors", input_dim=3, objective="mlm"), "model.inputs"),
+    (dict(inputs="pixels"), "model.inputs"),
+])
+def test_vector_settings_are_refused_naming_the_field(fields, field):
+    with pytest.raises(ConfigError, match=f"^config.{field}"):
+        lm.resolve(ModelConfig(**fields))
 
 
 def test_ffn_none_is_refused_for_the_encoder_decoder():
