@@ -198,3 +198,37 @@ def test_gd_step_size_minimises_the_sampled_error():
     etas = np.linspace(0.02, 0.25, 47)
     err = [((np.einsum("bd,bd->b", xq, eta * g) - yq) ** 2).mean() for eta in etas]
     assert etas[int(np.argmin(err))] == pytest.approx(icl.gd_step_size(k, dim, 0.0), abs=0.015)
+
+
+def test_a_task_run_resumed_from_a_checkpoint_ends_where_an_uninterrupted_one_does(tmp_path,
+                                                                                  capfd):
+    """Through the real trainer: batch i is a pure function of (seed, i), so a run that lost
+    its last checkpoint and resumed from the one before ends with the same parameters."""
+    import shutil
+
+    import jax
+
+    from attnlab.config import TrainConfig
+    from attnlab.train import load_params, run
+
+    cfg = Config(model=ModelConfig(vocab_size=32, d_model=16, n_layers=2, n_heads=2, max_len=32,
+                                   ffn="none"),
+                 data=DataConfig(source="mqar", task_vocab=32, mqar_pairs=4, seq_len=24,
+                                 batch_size=4),
+                 train=TrainConfig(steps=4, warmup_steps=1, eval_every=4, eval_batches=1,
+                                   log_every=1, checkpoint_every=2, keep_checkpoints=3))
+    summary = run(cfg, tmp_path / "run", progress=False)
+    assert summary["status"] == "completed"
+    assert summary["dataset"]["source"] == "mqar"
+    _, _, finished = load_params(tmp_path / "run")
+    # The run as a crash after step 3 leaves it: checkpoint 2, no summary of a finished run.
+    shutil.copytree(tmp_path / "run", tmp_path / "crashed")
+    shutil.rmtree(tmp_path / "crashed" / "checkpoints" / "4")
+    (tmp_path / "crashed" / "summary.json").unlink()
+    capfd.readouterr()
+    resumed = run(cfg, tmp_path / "crashed", progress=True)
+    assert resumed["status"] == "completed" and resumed["step"] == 4
+    assert "from step 2/4" in "".join(capfd.readouterr())
+    _, _, again = load_params(tmp_path / "crashed")
+    for a, b in zip(jax.tree.leaves(finished), jax.tree.leaves(again), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -208,3 +208,45 @@ def test_head_scores_of_known_patterns():
     scores = inspect.head_scores([None, weights], np.array([4, 6]))
     assert scores["induction"][0] is None
     assert scores["best_induction_head"] == [1, 1, pytest.approx(1.0)]
+
+
+def test_regression_loss_reads_the_x_positions_only():
+    from attnlab.icl import regression
+
+    ys = np.array([[1.0, -2.0, 0.5]])
+    predictions = np.array([[1.0, 9.0, -2.0, 9.0, 0.5, 9.0]])  # the y positions hold junk
+    assert float(regression.prompt_loss(jnp.asarray(predictions), jnp.asarray(ys))) == 0.0
+    predictions[0, 2] = 0.0
+    assert float(regression.prompt_loss(jnp.asarray(predictions), jnp.asarray(ys))) == \
+        pytest.approx(4.0 / 3)
+
+
+def test_regression_refuses_a_model_that_reads_tokens_or_the_wrong_width():
+    from attnlab.data import icl as icl_data
+    from attnlab.icl import regression
+
+    task = icl_data.RegressionTask(dim=4, examples=6)
+    with pytest.raises(ConfigError, match="model.inputs"):
+        regression.check_model(ModelConfig(), task)
+    with pytest.raises(ConfigError, match="model.input_dim"):
+        regression.check_model(ModelConfig(inputs="vectors", input_dim=3), task)
+
+
+def test_regression_evaluation_scores_every_k_on_shared_prompts():
+    """A model with a zero read-out predicts 0: its error at every k is E y^2 / d = |w|^2 / d
+    on the same prompts, which is the k = 0 error of every baseline."""
+    from attnlab.data import icl as icl_data
+    from attnlab.icl import regression
+
+    task = icl_data.RegressionTask(dim=4, examples=6)
+    cfg = tiny(inputs="vectors", input_dim=4, n_layers=1)
+    graphdef, state = lm.init_model(cfg, seed=0)
+    params = nnx.to_pure_dict(state)
+    params["read_out"]["kernel"] = np.zeros_like(params["read_out"]["kernel"])
+    nnx.replace_by_pure_dict(state, params)
+    result = regression.evaluate(graphdef, state, task, rows=40, batch_size=16)
+    xs, ys = task.batch(0, "test", 0, 40)
+    np.testing.assert_allclose(result["error"], (ys**2).mean(axis=0) / 4, rtol=1e-6)
+    assert result["k"] == list(range(6))
+    for curve in result["baselines"].values():
+        assert curve[0] == pytest.approx(result["error"][0])
