@@ -12,7 +12,9 @@ from attnlab.cli_flags import Flag, parse
 from attnlab.errors import AttnlabError
 
 ICL_FLAGS = [
-    Flag("run", "string", None, "Run directory (its latest checkpoint is used).", required=True),
+    Flag("run", "string", "", "Run directory (its latest checkpoint is used)."),
+    Flag("sweep", "string", "", "A sweep directory of task runs: every finished run is "
+         "evaluated; writes icl_table.csv, icl.json and icl_accuracy.png there."),
     Flag("step", "integer", None, "Checkpoint step (default: the latest)."),
     Flag("json", "string", "", "Where to write the results (default RUN/icl.json)."),
     Flag("plot", "string", "", "Where to draw them (default RUN/icl.png)."),
@@ -52,6 +54,10 @@ def icl_main(argv: list[str]) -> int:
     """``attnlab icl --run=DIR [--json=FILE] [--plot=FILE] [--pairs=1,2,4]``."""
     _refuse_config(argv, "icl")
     values = parse(argv, ICL_FLAGS, prog="attnlab icl", takes_config=False)
+    if bool(values.run) == bool(values.sweep):
+        raise AttnlabError("give exactly one of --run=DIR and --sweep=DIR")
+    if values.sweep:
+        return _sweep_main(values)
     run = values.run
     if values.batches < 1:
         raise AttnlabError(f"--batches must be >= 1, got {values.batches}")
@@ -168,4 +174,48 @@ def attention_main(argv: list[str]) -> int:
 
     plot_maps([None if m is None else m[0] for m in maps], labels, out_path)
     print(f"maps: {out_path}\nscores: {json_path}")
+    return 0
+
+
+def _sweep_main(values) -> int:
+    """Every finished run of a sweep on its task: one row per run (its variant, width, mixer
+    and headline number), the table, the JSON of all results and the plot."""
+    import pandas as pd
+
+    from attnlab.icl.evaluate import evaluate_run
+    from attnlab.icl.plots import plot_sweep
+    from attnlab.train.load import load_params
+
+    sweep = Path(values.sweep)
+    runs = sorted(p.parent for p in sweep.glob("runs/*/run.json"))
+    if not runs:
+        raise AttnlabError(f"--sweep={sweep}: no runs/*/run.json: not a sweep directory")
+    rows, results = [], {}
+    for run in runs:
+        axes = json.loads((run / "run.json").read_text()).get("axes", {})
+        summary = run / "summary.json"
+        if not summary.exists() or json.loads(summary.read_text()).get("status") != "completed":
+            continue
+        cfg, graphdef, params = load_params(run)
+        result = evaluate_run(cfg, graphdef, params, batch_size=cfg.data.batch_size,
+                              n_batches=values.batches)
+        variant = next((str(v) for k, v in axes.items() if "." not in k), cfg.model.mixer)
+        headline = ("accuracy_at_trained_pairs" if "accuracy_at_trained_pairs" in result
+                    else "repeat_loss")
+        rows.append({"run_id": run.name, "variant": variant, "mixer": cfg.model.mixer,
+                     "d_model": cfg.model.d_model, "n_layers": cfg.model.n_layers,
+                     "task": result["task"], headline: result[headline],
+                     **({"accuracy_stderr": result["accuracy_stderr"]}
+                        if "accuracy_stderr" in result else {})})
+        results[run.name] = result
+        print(f"{run.name}: {variant} d_model={cfg.model.d_model} {headline} "
+              f"{result[headline]:.4f}", flush=True)
+    if not rows:
+        raise AttnlabError(f"--sweep={sweep}: no finished run yet")
+    table = pd.DataFrame(rows).sort_values(["variant", "d_model"])
+    table.to_csv(sweep / "icl_table.csv", index=False)
+    (sweep / "icl.json").write_text(json.dumps(results, indent=2))
+    plot_sweep(table, sweep / "icl_accuracy.png")
+    print(table.to_string(index=False))
+    print(f"table: {sweep / 'icl_table.csv'}\nplot: {sweep / 'icl_accuracy.png'}")
     return 0

@@ -58,3 +58,20 @@ def plot_maps(maps: list[np.ndarray | None], labels: list[str], path: Path) -> N
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def plot_sweep(table, path: Path) -> None:
+    """The headline number (recall accuracy, or the repeat's loss) against width, one line
+    per variant."""
+    column = "accuracy_at_trained_pairs" if "accuracy_at_trained_pairs" in table else "repeat_loss"
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for variant, rows in table.groupby("variant"):
+        rows = rows.sort_values("d_model")
+        ax.plot(rows["d_model"], rows[column], "o-", label=variant)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("d_model")
+    ax.set_ylabel("recall accuracy" if column.startswith("accuracy") else "repeat loss (nats)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
