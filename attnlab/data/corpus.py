@@ -22,6 +22,7 @@ import tensorflow_datasets as tfds
 
 from attnlab.config import TASK_SOURCES, DataConfig, validate_data
 from attnlab.data import builders, icl
+from attnlab.data.batches import Batches, check_budget, validation_batches
 from attnlab.data.cache import atomic_directory, build_lock, cache_root
 from attnlab.data.errors import CacheError, DataSourceError, UnknownDatasetError
 from attnlab.data.files import SPLITS
@@ -84,21 +85,15 @@ class Corpus:
     def train_batches(self, seq_len: int, batch_size: int, seed: int, process_index: int = 0,
                       process_count: int = 1):
         """The training stream: :class:`attnlab.data.batches.Batches` of the train split."""
-        from attnlab.data.batches import Batches  # batches reads this module's Corpus
-
         return Batches(self, "train", seq_len, batch_size, seed, process_index, process_count)
 
     def validation_set(self, seq_len: int, batch_size: int, n_batches: int) -> np.ndarray:
         """[n_batches, batch_size, seq_len + 1] int32: :func:`~attnlab.data.batches.
         validation_batches`."""
-        from attnlab.data.batches import validation_batches
-
         return validation_batches(self, seq_len, batch_size, n_batches)
 
     def budget_warnings(self, tokens: int, seq_len: int) -> list[str]:
         """:func:`~attnlab.data.batches.check_budget` (data repeated past one epoch)."""
-        from attnlab.data.batches import check_budget
-
         return check_budget(self, tokens, seq_len)
 
     def __repr__(self) -> str:

@@ -26,7 +26,8 @@ from attnlab.model.transformer import positions_for
 def attention_maps(graphdef: nnx.GraphDef, state: nnx.State, tokens) -> list[np.ndarray | None]:
     """Each layer's attention weights on ``tokens`` (int32 ``[batch, t]``): float32
     ``[batch, heads, t, t]`` for a softmax-attention layer, None for a mixer that forms no
-    scores (linear attention, Performer, Mamba) and for nGPT's attention. The layers run as in the forward pass."""
+    scores (linear attention, Performer, Mamba) and for nGPT's attention. The layers run as in
+    the forward pass."""
     model = nnx.merge(graphdef, state)
     tokens = jnp.asarray(tokens, jnp.int32)
     batch, t = tokens.shape

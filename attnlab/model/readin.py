@@ -60,11 +60,6 @@ class Tokens(Inputs):
     def flops_per_token(self):
         return 4.0 * self.cfg.vocab_size * self.cfg.d_model  # the embedding (as a matmul), head
 
-    def module(self):
-        from attnlab.model.transformer import TransformerLM
-
-        return TransformerLM
-
 
 class Vectors(Inputs):
     name = "vectors"
@@ -87,8 +82,3 @@ class Vectors(Inputs):
 
     def flops_per_token(self):
         return 2.0 * self.cfg.input_dim * self.cfg.d_model + 2.0 * self.cfg.d_model
-
-    def module(self):
-        from attnlab.model.transformer import VectorTransformer
-
-        return VectorTransformer

@@ -32,6 +32,7 @@ from attnlab.model.blocks import dropout_keys, layer_slice, run_layer, stack_lay
 from attnlab.model.decoding import DecodeState
 from attnlab.model.encoder_decoder import EncoderDecoderLM
 from attnlab.model.layers import compute_dtype, dense, dropout, project
+from attnlab.model import readin
 from attnlab.model.positions import check_positions
 
 DECODE_STATE = "KV cache"  # how range errors name the decode state's positions
@@ -226,10 +227,14 @@ class VectorTransformer(TransformerLM):
         return self.read_out(x)[..., 0].astype(jnp.float32)
 
 
+# The single-stack module of each read-in kind (``model.inputs``, attnlab/model/readin.py).
+INPUT_MODULES = {readin.Tokens: TransformerLM, readin.Vectors: VectorTransformer}
+
+
 def model_class(arch: Architecture) -> type[nnx.Module]:
     """The module ``arch`` builds: the encoder-decoder for an objective that has one, otherwise
-    the single stack (decoder or encoder)."""
-    return EncoderDecoderLM if arch.decoder is not None else arch.inputs.module()
+    the single stack (decoder or encoder) of its read-in kind."""
+    return EncoderDecoderLM if arch.decoder is not None else INPUT_MODULES[type(arch.inputs)]
 
 
 def build_model(cfg: ModelConfig, rngs: nnx.Rngs) -> nnx.Module:
