@@ -78,3 +78,35 @@ def test_attention_draws_every_head_and_scores_the_task_example(runs):
     assert result["tokens"] == corpus.validation_set(20, 4, 1)[0, 3, :-1].tolist()
     assert np.shape(result["previous_token"]) == (2, 2)
     assert np.shape(result["induction"]) == (2, 2)
+
+
+@pytest.mark.parametrize("scale, mixers, widths", [
+    ("cpu", {"softmax_rope", "linear", "mamba"}, {16, 32}),
+    ("gpu", {"softmax_rope", "softmax_nope", "softmax_alibi", "window", "linear", "performer",
+             "mamba", "hybrid"}, {64, 128, 256, 512}),
+])
+def test_the_icl_study_plans_every_mixer_at_every_width(scale, mixers, widths):
+    from attnlab.data import prepare
+    from attnlab.model import check
+    from attnlab.sweep import load_spec, plan
+
+    runs = plan(load_spec(f"experiments/icl.py:{scale}"))
+    assert {r.axes["mixer_variant"] for r in runs} == mixers
+    for name in mixers:
+        assert {r.cfg.model.d_model for r in runs if r.axes["mixer_variant"] == name} == widths
+    for run in runs:
+        check(run.cfg)  # every run's architecture resolves
+        assert run.cfg.data.source == "mqar"
+        prepare(run.cfg.data)  # and its task settings make windows
+
+
+@pytest.mark.parametrize("config", ["configs/induction.py", "configs/mqar.py"])
+def test_the_task_configs_are_valid(config):
+    from attnlab.cli_flags import parse
+    from attnlab.config import from_config_dict
+    from attnlab.data import prepare
+    from attnlab.model import check
+
+    cfg = from_config_dict(parse([f"--config={config}"]).config)
+    check(cfg)
+    assert prepare(cfg.data).vocab_size <= cfg.model.vocab_size
