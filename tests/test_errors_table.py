@@ -347,6 +347,8 @@ CASES = [
     ("icl-json-dir", task_run, ["icl", "--run={d}/run", "--json={d}/adir"], "is a directory"),
     ("icl-config-override", task_run, ["icl", "--run={d}/run", "--config.data.seq_len=3"],
      "--config.* overrides would not be applied"),
+    ("extrapolate-task-run", task_run, ["extrapolate", "--run={d}/run"],
+     "is an in-context learning task"),
     ("attention-neither", task_run, ["attention", "--run={d}/run"], "exactly one of --text"),
     ("attention-text-on-task", task_run, ["attention", "--run={d}/run", "--text=abc"],
      "which has no text; use --task-example"),
