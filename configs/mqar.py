@@ -23,12 +23,12 @@ def get_config():
     config.data.seq_len = 48
     config.data.batch_size = 32
 
-    config.train.steps = 2000
+    config.train.steps = 5000
     config.train.learning_rate = 3e-3
     config.train.warmup_steps = 100
     config.train.weight_decay = 0.0
     config.train.log_every = 100
-    config.train.eval_every = 500
+    config.train.eval_every = 1000
     config.train.eval_batches = 4
-    config.train.checkpoint_every = 500
+    config.train.checkpoint_every = 1000
     return config
