@@ -125,7 +125,7 @@ def flops_per_token(cfg: ModelConfig, seq_len: int) -> dict[str, float]:
     if arch.decoder is not None:
         return _encoder_decoder_flops(arch, seq_len)
     counts = param_counts(cfg)
-    d, L, V = cfg.d_model, cfg.n_layers, cfg.vocab_size
+    L = cfg.n_layers
     n = counts["non_embedding"]
     mixers = arch.stack.mixers
     kaplan_attention = 3.0 * sum(mixer.kaplan_context_flops(seq_len) for mixer in mixers)
@@ -141,7 +141,7 @@ def flops_per_token(cfg: ModelConfig, seq_len: int) -> dict[str, float]:
         "kaplan_attention": kaplan_attention,
         "kaplan": 6.0 * n + kaplan_attention,
         "kaplan_causal": 6.0 * n + kaplan_attention / 2,
-        "head": 6.0 * d * V,
+        "head": 3.0 * arch.inputs.read_out_flops(),
         "chinchilla": 3.0 * forward,
         "chinchilla_forward": forward,
     }

@@ -46,6 +46,10 @@ class Inputs:
         """Forward FLOPs of the read-in and read-out per position."""
         raise NotImplementedError
 
+    def read_out_flops(self) -> float:
+        """Forward FLOPs of the read-out alone per position."""
+        raise NotImplementedError
+
 
 class Tokens(Inputs):
     name = "tokens"
@@ -59,6 +63,9 @@ class Tokens(Inputs):
 
     def flops_per_token(self):
         return 4.0 * self.cfg.vocab_size * self.cfg.d_model  # the embedding (as a matmul), head
+
+    def read_out_flops(self):
+        return 2.0 * self.cfg.d_model * self.cfg.vocab_size
 
 
 class Vectors(Inputs):
@@ -81,4 +88,7 @@ class Vectors(Inputs):
         return self.cfg.d_model + 1
 
     def flops_per_token(self):
-        return 2.0 * self.cfg.input_dim * self.cfg.d_model + 2.0 * self.cfg.d_model
+        return 2.0 * self.cfg.input_dim * self.cfg.d_model + self.read_out_flops()
+
+    def read_out_flops(self):
+        return 2.0 * self.cfg.d_model
