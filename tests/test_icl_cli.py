@@ -110,3 +110,21 @@ def test_the_task_configs_are_valid(config):
     cfg = from_config_dict(parse([f"--config={config}"]).config)
     check(cfg)
     assert prepare(cfg.data).vocab_size <= cfg.model.vocab_size
+
+
+def test_attention_on_text_draws_the_maps_of_a_text_run(tmp_path):
+    from attnlab.train import run as train
+
+    cfg = Config(model=ModelConfig(d_model=16, n_layers=1, n_heads=2, max_len=32),
+                 data=DataConfig(source="markov", markov_tokens=20_000, seq_len=16,
+                                 batch_size=4, cache_dir=str(tmp_path / "data")),
+                 train=TrainConfig(steps=2, warmup_steps=1, eval_every=2, eval_batches=1,
+                                   log_every=1, checkpoint_every=2))
+    assert train(cfg, tmp_path / "run", progress=False)["status"] == "completed"
+    assert cli.main(["attention", f"--run={tmp_path / 'run'}", "--text=abcab"]) == 0
+    result = json.loads((tmp_path / "run" / "attention.json").read_text())
+    assert result["tokens"] == list(b"abcab")
+    assert np.shape(result["previous_token"]) == (1, 2)
+    assert "induction" not in result  # no known repeat in free text
+    assert matplotlib.image.imread(tmp_path / "run" / "attention.png").shape[0] > 100
+    assert cli.main(["attention", f"--run={tmp_path / 'run'}", "--text=" + "x" * 17]) == 2
