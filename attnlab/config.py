@@ -30,7 +30,10 @@ DTYPES = ("float32", "bfloat16")
 
 SCHEDULES = ("cosine", "noam", "wsd", "constant")
 TOKENIZERS = ("byte", "bpe")
-DATA_SOURCES = ("pystdlib", "text_files", "markov")  # plus "tfds:<name>/<feature>"
+DATA_SOURCES = ("pystdlib", "text_files", "markov", "induction", "mqar")  # plus "tfds:<n>/<f>"
+# Synthetic in-context-learning token tasks (attnlab/data/icl.py): no text, no tokenizer.
+TASK_SOURCES = ("induction", "mqar")
+TASK_FIELDS = {"task_vocab": TASK_SOURCES, "mqar_pairs": ("mqar",)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +85,10 @@ class ModelConfig:
     ngpt: bool = False  # nGPT blocks (Loshchilov et al. 2024): everything on the unit sphere
     # clm (causal decoder) | mlm (BERT encoder) | span (T5 encoder-decoder)
     objective: str = "clm"
+    # What the model reads: tokens (ids, logits) | vectors (linear read-in of input_dim-vectors,
+    # a real number out per position: in-context regression, Garg et al. 2022).
+    inputs: str = "tokens"
+    input_dim: int = 0  # inputs="vectors": the width of each input vector
     # Implementation choices; the defaults are the models made before them.
     linear_bias: bool = False  # biases on the attention and FFN projections (GPT-2 style)
     scan_layers: bool = False  # layers as one stacked module run by a scan: compile flat in depth
@@ -103,7 +110,7 @@ class ModelConfig:
 class DataConfig:
     """Where tokens come from and how they are cut into batches."""
 
-    source: str = "pystdlib"  # pystdlib | text_files | markov | tfds:<name>/<feature>
+    source: str = "pystdlib"  # pystdlib | text_files | markov | induction | mqar | tfds:<n>/<f>
     path: str = ""  # text_files: a directory or a glob
     max_bytes: int = 0  # >0 builds a smaller, separately cached slice of the corpus
     cache_dir: str = ""  # "" -> $ATTNLAB_DATA_DIR or ~/.cache/attnlab
@@ -116,6 +123,9 @@ class DataConfig:
     markov_branching: int = 4
     markov_seed: int = 0
     markov_tokens: int = 2_000_000
+    # In-context learning tasks (attnlab/data/icl.py): induction, mqar.
+    task_vocab: int = 64  # the task's ids: 0 .. task_vocab - 1
+    mqar_pairs: int = 8  # mqar: key-value pairs per window (and as many queries)
 
     def __post_init__(self):
         validate_data(self)
@@ -376,6 +386,12 @@ def validate_data(d: DataConfig) -> None:
         check_positive(f"data.{name}", getattr(d, name))
     if d.max_bytes < 0:
         raise ConfigError("data.max_bytes", f"must be >= 0 (0 = whole corpus), got {d.max_bytes}")
+    defaults = DataConfig.__dataclass_fields__
+    for name, sources in TASK_FIELDS.items():
+        check_positive(f"data.{name}", getattr(d, name))
+        if d.source not in sources and getattr(d, name) != defaults[name].default:
+            raise ConfigError(f"data.{name}", f"is read only by data.source "
+                              f"{' or '.join(sources)}; data.source={d.source} does not use it")
 
 
 def validate_train(t: TrainConfig) -> None:
@@ -403,7 +419,11 @@ def validate_sections(cfg: Config) -> None:
             "train.grad_accum",
             f"data.batch_size={cfg.data.batch_size} is not divisible by grad_accum={cfg.train.grad_accum}",
         )
-    if cfg.data.tokenizer == "byte" and cfg.model.vocab_size < 256:
+    if cfg.data.source in TASK_SOURCES:
+        if cfg.model.vocab_size < cfg.data.task_vocab:
+            raise ConfigError("model.vocab_size", f"{cfg.model.vocab_size} is smaller than the "
+                              f"task's data.task_vocab={cfg.data.task_vocab} ids")
+    elif cfg.data.tokenizer == "byte" and cfg.model.vocab_size < 256:
         raise ConfigError("model.vocab_size", f"the byte tokenizer needs >= 256, got {cfg.model.vocab_size}")
 
 

@@ -26,7 +26,6 @@ import numpy as np
 
 from attnlab import rundir
 from attnlab.config import Config
-from attnlab.data import Batches, validation_batches
 from attnlab.errors import ConfigError
 from attnlab.model import check, flops_per_token, param_counts, resolve
 from attnlab.train.checkpoint import Checkpoints
@@ -148,13 +147,13 @@ class _Training:
             "warnings": list(found.budget_warnings) + found.notes,
         }
         accum = cfg.train.grad_accum
-        self.batches = Batches(found.corpus, "train", cfg.data.seq_len, cfg.data.batch_size,
-                               cfg.data.seed, process_index=jax.process_index(),
-                               process_count=jax.process_count())
+        self.batches = found.corpus.train_batches(
+            cfg.data.seq_len, cfg.data.batch_size, cfg.data.seed,
+            process_index=jax.process_index(), process_count=jax.process_count())
         # Evaluated in micro-batches (memory as in training); these are the windows that
         # eval_batches full batches would hold, so the validation set ignores grad_accum.
-        self.val_batches = np.asarray(validation_batches(
-            found.corpus, cfg.data.seq_len, cfg.data.batch_size // accum,
+        self.val_batches = np.asarray(found.corpus.validation_set(
+            cfg.data.seq_len, cfg.data.batch_size // accum,
             cfg.train.eval_batches * accum), np.int32)
 
     def write_summary(self) -> None:

@@ -12,7 +12,7 @@ import jax
 
 from attnlab import rundir
 from attnlab.config import Config
-from attnlab.data import Corpus, check_budget, prepare
+from attnlab.data import Corpus, prepare
 from attnlab.errors import ConfigError
 from attnlab.model import resolve
 from attnlab.train.checkpoint import (Checkpoints, CheckpointError, DamagedCheckpointError,
@@ -56,7 +56,7 @@ def check_corpus(cfg: Config, corpus) -> list[str]:
     tokens = cfg.total_steps * cfg.data.batch_size * cfg.data.seq_len
     with warnings.catch_warnings():  # the caller reports them (metrics writer, sweep notes)
         warnings.simplefilter("ignore")
-        return check_budget(corpus, tokens, cfg.data.seq_len)
+        return corpus.budget_warnings(tokens, cfg.data.seq_len)
 
 
 def preflight(cfg: Config, workdir: Path, cache: ProgramCache) -> Preflight:
