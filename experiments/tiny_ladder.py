@@ -37,6 +37,6 @@ def get_config(scale: str = "cpu") -> ConfigDict:
     sweep.learning_rate = ConfigDict({"rule": "per_shape"})
     # Each shape's branches: D in tokens (or tokens_per_param: D / N), the cooldown's shape and
     # its length as a fraction of each branch's D.
-    sweep.branches = ConfigDict({"tokens": (2560, 5120, 10240), "cooldown": "1-sqrt",
-                                 "fraction": 0.2})
+    sweep.branches = ConfigDict({"tokens": (2560, 5120, 10240), "tokens_per_param": (),
+                                 "params": "total", "cooldown": "1-sqrt", "fraction": 0.2})
     return config
