@@ -125,7 +125,8 @@ SEED = int(os.environ.get("ATTNLAB_INTERRUPT_SEED", time.time()))
 def _sweep(workdir, cache_dir, log) -> subprocess.Popen:
     handle = open(log, "w")
     return subprocess.Popen([sys.executable, "-m", "attnlab.cli", "sweep", f"--config={LADDER}",
-                             f"--workdir={workdir}", f"--cache-dir={cache_dir}", "--noprogress"],
+                             f"--workdir={workdir}", f"--cache-dir={cache_dir}", "--noprogress",
+                             "--config.base.train.log_every=1"],  # a line per step
                             cwd=ROOT, env=ENV, stdout=handle, stderr=subprocess.STDOUT,
                             start_new_session=True)
 
@@ -177,7 +178,7 @@ def test_ladder_table_has_branches_as_points(reference):
 def test_sigkill_then_rerun_equals_uninterrupted_and_a_deleted_branch_retrains_alone(
         reference, tmp_path):
     ref_dir, cache_dir = reference
-    at = random.Random(SEED).randint(5, 90)  # of 2 x (32 + 10 + 20 + 40) logged lines / 4
+    at = random.Random(SEED).randint(5, 85)  # of 2 x (32 + 2 + 4 + 8) trained steps
     context = f"seed {SEED}: SIGKILL to the sweep's group after {at} lines"
     workdir = tmp_path / "sweep"
     proc = _sweep(workdir, cache_dir, tmp_path / "killed.log")
