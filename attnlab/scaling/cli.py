@@ -24,6 +24,7 @@ from attnlab.cli_flags import Flag
 from attnlab.errors import AttnlabError
 from attnlab.scaling.approach2 import DEFAULT_WINDOW, PROFILES
 from attnlab.scaling.approach3 import CHINCHILLA_GRID, InitGrid
+from attnlab.scaling.ladder import isoflop_slices
 from attnlab.scaling.errors import FitInputError, GridEdgeWarning
 from attnlab.scaling.fitting import fit_table
 from attnlab.scaling.grouped import GroupedFits, fit_by, format_grouped
@@ -137,8 +138,11 @@ def load_table(inputs: FitInputs, law: str, approach: int | None) -> ScalingTabl
                               columns=columns, runs=runs)
     if not inputs.results:
         raise FitInputError("--results=FILE is required (a sweep directory or a .parquet/.csv)")
-    return prepare_points(read_table(inputs.results), law=law, source=str(inputs.results),
-                          columns=columns)
+    raw = read_table(inputs.results)
+    table = prepare_points(raw, law=law, source=str(inputs.results), columns=columns)
+    if approach == 2 and table.budget is None and "role" in raw.columns:
+        table = isoflop_slices(table)  # a ladder's branches lie on lines of constant N
+    return table
 
 
 def run_fit(inputs: FitInputs, law: str, approach: int | None,

@@ -1,0 +1,81 @@
+"""Approach 2 on a ladder: IsoFLOP slices interpolated along each size's branches, against a
+Chinchilla law written out in float64 (Hoffmann et al. 2022, eq. 2 and its fitted values), and
+the exponent a = beta / (alpha + beta) it implies (their eq. 4)."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from attnlab.scaling.approach2 import fit_approach2
+from attnlab.scaling.errors import FitInputError
+from attnlab.scaling.ladder import isoflop_slices
+from attnlab.scaling.table import prepare_points
+
+E, A, B, ALPHA, BETA = 1.69, 406.4, 410.7, 0.34, 0.28  # Hoffmann et al. 2022, eq. 10
+
+
+def law(n, d):
+    return E + A / n**ALPHA + B / d**BETA
+
+
+def ladder_table(sizes, tokens_per_param):
+    """A ladder's results table: per size a trunk row and one branch per D = ratio x N."""
+    rows = []
+    for n in sizes:
+        rows.append({"run_id": f"trunk{n:g}", "status": "completed", "role": "trunk",
+                     "params": n, "tokens": 160 * n, "flops": 6 * n * 160 * n,
+                     "final_val_loss": 9.0})  # a trunk's loss is no point: it must be dropped
+        for r in tokens_per_param:
+            d = r * n
+            rows.append({"run_id": f"b{n:g}-{r}", "status": "completed", "role": "branch",
+                         "params": n, "tokens": d, "flops": 6 * n * d,
+                         "final_val_loss": law(n, d)})
+    return pd.DataFrame(rows)
+
+
+def test_slices_interpolate_each_size_between_its_branches():
+    # Neighbours 1.58x apart: three sizes share a slice of a 32x ladder (at most 32^(1/4)).
+    sizes = np.geomspace(1e5, 1e8, 16)
+    table = prepare_points(ladder_table(sizes, (5, 10, 20, 40, 80, 160)), law="chinchilla")
+    assert len(table) == 16 * 6  # trunks dropped
+    sliced = isoflop_slices(table).frame
+    for _, p in sliced.iterrows():
+        assert p["flops"] == pytest.approx(6 * p["params"] * p["tokens"])
+        ratio = p["tokens"] / p["params"]
+        assert 5 * (1 - 1e-9) <= ratio <= 160 * (1 + 1e-9)  # never extrapolated
+        # L is convex in x = log D (B e^(-beta x)), so the chord between branches a factor 2
+        # apart lies above it, by at most h^2/8 max|L''| = (ln 2)^2 / 8 beta^2 B / D_lo^beta.
+        true = law(p["params"], p["tokens"])
+        bound = np.log(2) ** 2 / 8 * BETA**2 * B / (p["tokens"] / 2) ** BETA
+        assert true - 1e-12 <= p["loss"] <= true + bound
+    assert (sliced.groupby("budget").size() >= 3).all()
+
+
+def test_approach2_on_ladder_slices_recovers_the_allocation_exponent():
+    sizes = np.geomspace(1e5, 1e8, 16)
+    sliced = isoflop_slices(prepare_points(ladder_table(sizes, (5, 10, 20, 40, 80, 160)),
+                                           law="chinchilla"))
+    f = sliced.frame
+    fit = fit_approach2(f["params"], f["tokens"], f["loss"], f["flops"], budget=f["budget"])
+    a = BETA / (ALPHA + BETA)
+    assert fit.params["a"] == pytest.approx(a, abs=0.03)
+    assert fit.params["b"] == pytest.approx(1 - a, abs=0.03)
+
+
+def test_sizes_whose_branches_do_not_overlap_are_an_error():
+    table = prepare_points(ladder_table(np.geomspace(1e5, 1e8, 7), (5, 10, 20, 40, 80, 160)),
+                           law="chinchilla")  # 3.2x apart: no three sizes share a slice
+    with pytest.raises(FitInputError, match="IsoFLOP slices"):
+        isoflop_slices(table)
+
+
+def test_attnlab_fit_slices_a_ladder_table_for_approach_2(tmp_path, capsys):
+    from attnlab import cli
+
+    path = tmp_path / "ladder.csv"
+    ladder_table(np.geomspace(1e5, 1e8, 16), (5, 10, 20, 40, 80, 160)).to_csv(path, index=False)
+    code = cli.main(["fit", f"--results={path}", "--law=chinchilla", "--approach=2",
+                     "--bootstrap=0"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "IsoFLOP slices" in out and "ladder trunk" in out
