@@ -178,7 +178,8 @@ def test_ladder_table_has_branches_as_points(reference):
 def test_sigkill_then_rerun_equals_uninterrupted_and_a_deleted_branch_retrains_alone(
         reference, tmp_path):
     ref_dir, cache_dir = reference
-    at = random.Random(SEED).randint(5, 85)  # of 2 x (32 + 2 + 4 + 8) trained steps
+    # Of 2 x 32 trunk steps then 2 x (2 + 4 + 8) cooldown steps: the end of the trunks or a branch.
+    at = random.Random(SEED).randint(40, 88)
     context = f"seed {SEED}: SIGKILL to the sweep's group after {at} lines"
     workdir = tmp_path / "sweep"
     proc = _sweep(workdir, cache_dir, tmp_path / "killed.log")
