@@ -79,3 +79,53 @@ def test_attnlab_fit_slices_a_ladder_table_for_approach_2(tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 0, out
     assert "IsoFLOP slices" in out and "ladder trunk" in out
+
+
+# -- over-training: fit approach 3 on a ladder, predict past the compute-optimal token count ------
+
+def chinchilla_optimum(c):
+    """Hoffmann et al. 2022 eq. 4 in float64: N_opt = G (C/6)^a, D_opt = G^-1 (C/6)^b."""
+    a, b = BETA / (ALPHA + BETA), ALPHA / (ALPHA + BETA)
+    g = (ALPHA * A / (BETA * B)) ** (1 / (ALPHA + BETA))
+    return g * (c / 6) ** a, (c / 6) ** b / g
+
+
+def test_overtrained_prediction_matches_the_law(tmp_path, capsys):
+    from attnlab import cli
+
+    path = tmp_path / "ladder.csv"
+    ladder_table(np.geomspace(1e5, 1e8, 8), (5, 10, 20, 40, 80, 160)).to_csv(path, index=False)
+    out_json = tmp_path / "fit.json"
+    code = cli.main(["fit", f"--results={path}", "--law=chinchilla", "--approach=3",
+                     "--bootstrap=0", "--budget=1e18", "--overtrain=10,100",
+                     f"--json={out_json}"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "over-trained" in out
+    import json
+    rows = json.loads(out_json.read_text())["overtrained"]
+    n_opt, d_opt = chinchilla_optimum(1e18)
+    for row, m in zip(rows, (10, 100)):
+        assert row["N"] == pytest.approx(n_opt, rel=0.02)
+        assert row["D"] == pytest.approx(m * d_opt, rel=0.02)
+        want = law(row["N"], row["D"])
+        assert row["loss"] == pytest.approx(want, rel=1e-3)
+        assert row["change"] == pytest.approx(want - law(row["N"], row["D"] / m), abs=1e-3)
+        assert row["change"] < 0  # more tokens at fixed N: the D term falls...
+    # ... by less than the compute spent buys at the optimum: the 10x budget's optimum is lower.
+    n10, d10 = chinchilla_optimum(1e19)
+    assert law(n10, d10) < rows[0]["loss"]
+
+
+def test_held_out_overtrained_branches_are_predicted(tmp_path, capsys):
+    """Fit on branches up to 40 tokens per parameter, predict those at 80 and 160: exact law
+    points, so the predictions are the law's (a check of the held-out path, not of noise)."""
+    from attnlab import cli
+
+    path = tmp_path / "ladder.csv"
+    ladder_table(np.geomspace(1e5, 1e8, 8), (5, 10, 20, 40, 80, 160)).to_csv(path, index=False)
+    code = cli.main(["fit", f"--results={path}", "--law=chinchilla", "--approach=3",
+                     "--bootstrap=0", "--holdout=tokens_per_param>60"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "predicting 16" in out and "mean |error| 0.00%, max 0.00%" in out
