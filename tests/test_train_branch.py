@@ -59,16 +59,16 @@ def files(directory: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def ladder(tmp_path_factory):
-    """A trunk, its two branches, and the long branch's run from scratch."""
+    """A trunk (keeping the branch points of a short and a long branch), the long branch, and
+    the long branch's run from scratch."""
     data = tmp_path_factory.mktemp("data")
     root = tmp_path_factory.mktemp("runs")
     trunk = run(trunk_config(data), root / "trunk", progress=False)
-    short = run(branch_config(data, SHORT, SHORT_START), root / "short", progress=False)
     long = run(branch_config(data, LONG, LONG_START), root / "long", progress=False)
     alone_cfg = config(data, **{"train.schedule": "wsd", "train.steps": LONG,
                                 "train.decay_fraction": 0.2, "train.cooldown": "1-sqrt"})
     alone = run(alone_cfg, root / "alone", progress=False)
-    return data, root, {"trunk": trunk, "short": short, "long": long, "alone": alone}
+    return data, root, {"trunk": trunk, "long": long, "alone": alone}
 
 
 def test_branch_equals_the_run_from_scratch(ladder):
@@ -89,19 +89,19 @@ def test_branch_equals_the_run_from_scratch(ladder):
 
 def test_branch_is_a_run_with_its_own_tokens_and_shared_flops(ladder):
     data, root, summaries = ladder
-    cfg = branch_config(data, SHORT, SHORT_START)
+    cfg = branch_config(data, LONG, LONG_START)
     per_token = training_flops_per_token(cfg)
     tokens_per_step = cfg.data.batch_size * cfg.data.seq_len
-    short = summaries["short"]
-    assert short["status"] == "completed" and short["step"] == SHORT
-    assert short["tokens"] == SHORT * tokens_per_step
-    assert short["flops"]["6nd"] == pytest.approx(per_token["6n"] * SHORT * tokens_per_step)
-    branch = short["branch"]
-    assert Path(branch["trunk"]) == root / "trunk" and branch["step"] == SHORT_START
-    assert branch["tokens"] == SHORT_START * tokens_per_step
+    long = summaries["long"]
+    assert long["status"] == "completed" and long["step"] == LONG
+    assert long["tokens"] == LONG * tokens_per_step
+    assert long["flops"]["6nd"] == pytest.approx(per_token["6n"] * LONG * tokens_per_step)
+    branch = long["branch"]
+    assert Path(branch["trunk"]) == root / "trunk" and branch["step"] == LONG_START
+    assert branch["tokens"] == LONG_START * tokens_per_step
     assert branch["flops"]["6nd"] == pytest.approx(per_token["6n"] * branch["tokens"])
-    saved = rundir.read_json(root / "short" / rundir.CONFIG_FILE)["train"]
-    assert (saved["branch_from"], saved["branch_step"]) == ("trunk", SHORT_START)
+    saved = rundir.read_json(root / "long" / rundir.CONFIG_FILE)["train"]
+    assert (saved["branch_from"], saved["branch_step"]) == ("trunk", LONG_START)
     # The trunk kept both branch points besides its newest checkpoints.
     steps = sorted(int(p.name) for p in (root / "trunk" / "checkpoints").iterdir())
     assert {SHORT_START, LONG_START} <= set(steps)
@@ -109,13 +109,13 @@ def test_branch_is_a_run_with_its_own_tokens_and_shared_flops(ladder):
 
 def test_rerun_reuses_and_a_deleted_branch_retrains_alone(ladder):
     data, root, summaries = ladder
-    trunk_files, long_files = files(root / "trunk"), files(root / "long")
-    again = run(branch_config(data, SHORT, SHORT_START), root / "short", progress=False)
-    assert again == summaries["short"]
-    shutil.rmtree(root / "short")
-    redone = run(branch_config(data, SHORT, SHORT_START), root / "short", progress=False)
-    assert redone["final_val_loss"] == summaries["short"]["final_val_loss"]
-    assert files(root / "trunk") == trunk_files and files(root / "long") == long_files
+    trunk_files, alone_files = files(root / "trunk"), files(root / "alone")
+    again = run(branch_config(data, LONG, LONG_START), root / "long", progress=False)
+    assert again == summaries["long"]
+    shutil.rmtree(root / "long")
+    redone = run(branch_config(data, LONG, LONG_START), root / "long", progress=False)
+    assert redone["final_val_loss"] == summaries["long"]["final_val_loss"]
+    assert files(root / "trunk") == trunk_files and files(root / "alone") == alone_files
 
 
 @pytest.mark.parametrize("overrides,message", [
