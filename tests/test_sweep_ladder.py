@@ -175,20 +175,23 @@ def test_ladder_table_has_branches_as_points(reference):
 
 
 @pytest.mark.slow
-def test_sigkill_then_rerun_equals_uninterrupted_and_a_deleted_branch_retrains_alone(
-        reference, tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["sigkill", "ctrl-c"])
+def test_interrupted_then_rerun_equals_uninterrupted_and_a_deleted_branch_retrains_alone(
+        reference, tmp_path, sig):
     ref_dir, cache_dir = reference
     # Of 2 x 32 trunk steps then 2 x (2 + 4 + 8) cooldown steps: the end of the trunks or a branch.
-    at = random.Random(SEED).randint(40, 88)
-    context = f"seed {SEED}: SIGKILL to the sweep's group after {at} lines"
+    at = random.Random(SEED + sig).randint(40, 88)
+    context = f"seed {SEED}: {sig.name} to the sweep's group after {at} lines"
     workdir = tmp_path / "sweep"
     proc = _sweep(workdir, cache_dir, tmp_path / "killed.log")
     while _logged(workdir) < at and proc.poll() is None:
         time.sleep(0.02)
     if proc.poll() is not None:
         pytest.skip(f"{context}: the sweep finished before the signal landed")
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    os.killpg(proc.pid, sig)  # a terminal's Ctrl-C goes to the whole group too
+    returncode = proc.wait(timeout=120)
+    if sig == signal.SIGINT:
+        assert returncode == 130, f"{context}: " + (tmp_path / "killed.log").read_text()[-3000:]
     statuses = [results.run_status(d) for d in results.run_dirs(workdir)]
     assert "failed" not in statuses, f"{context}: {statuses}"
 
