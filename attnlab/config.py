@@ -185,7 +185,8 @@ class Config:
         return self.train.steps
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Every field, as JSON holds it (tuples as lists): equal to the saved config.json."""
+        return json.loads(json.dumps(dataclasses.asdict(self)))
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
