@@ -17,7 +17,8 @@ T = TypeVar("T", bound=Hashable)
 MAY_DIFFER = frozenset({
     "name", "data.seed", "train.seed", "train.learning_rate", "train.steps", "train.tokens",
     "train.schedule", "train.warmup_steps", "train.min_lr_ratio", "train.decay_fraction",
-    "train.cooldown", "train.keep_steps", "train.weight_decay", "train.b1", "train.b2", "train.eps", "train.log_every",
+    "train.cooldown", "train.keep_steps", "train.weight_decay", "train.b1", "train.b2",
+    "train.eps", "train.log_every",
     "train.eval_every", "train.checkpoint_every", "train.keep_checkpoints",
 })
 # Of those, the ones that leave the optimizer unchanged (members equal in the rest share a

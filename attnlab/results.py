@@ -10,8 +10,9 @@ training; ``failure.json`` when a run crashed outside training) and ``results.pa
 
 Columns of the table (swept config fields keep their dotted names, e.g. ``model.d_model``):
 
-  run_id, status, sweep, mode, [budget], [role, trunk, shared_flops], <swept fields...>, model.objective (always: clm, mlm
-  or span, see attnlab/model/objectives.py), params, non_embedding_params,
+  run_id, status, sweep, mode, [budget], [role, trunk, shared_flops], <swept fields...>,
+  model.objective (always: clm, mlm or span, see attnlab/model/objectives.py), params,
+  non_embedding_params,
   embedding_params, tokens, steps, total_steps, flops, flops_chinchilla, final_val_loss,
   best_val_loss, final_train_loss, wall_seconds, tokens_per_s, mfu, error
 
