@@ -129,3 +129,23 @@ def test_held_out_overtrained_branches_are_predicted(tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 0, out
     assert "predicting 16" in out and "mean |error| 0.00%, max 0.00%" in out
+
+
+def test_curves_of_a_ladder_keep_each_branch_s_last_step_and_no_trunk():
+    """Approach 1's envelope on a ladder: a cooldown's earlier steps end no schedule, and a
+    trunk's steps are at a constant learning rate, so only the branches' final points count."""
+    from attnlab.scaling.table import prepare_curves
+
+    rows = []
+    for step in range(1, 9):  # the trunk: steps 1..8
+        rows.append({"run_id": "trunk", "role": "trunk", "status": "completed", "params": 1e5,
+                     "step": step, "tokens": 100 * step, "loss": 5.0 - 0.1 * step})
+    for run, (start, end) in {"b6": (5, 6), "b10": (8, 10)}.items():
+        for step in range(start + 1, end + 1):
+            rows.append({"run_id": run, "role": "branch", "status": "completed",
+                         "params": 1e5, "step": step, "tokens": 100 * step,
+                         "loss": 4.0 - 0.1 * step})
+    table = prepare_curves(pd.DataFrame(rows), law="chinchilla")
+    kept = table.frame.sort_values("step")
+    assert list(kept["run_id"]) == ["b6", "b10"] and list(kept["step"]) == [6, 10]
+    assert any("trunk" in note for note in table.notes)
