@@ -16,7 +16,7 @@ from attnlab.sweep import load_spec, plan
 
 EXPERIMENTS = ("tiny_isoflop", "quickstart", "tiny_grid", "tiny_pe", "kaplan",
                "chinchilla_isoflop", "pe_extrapolation", "markov_floor", "tiny_mixers", "architectures",
-               "gpt_vs_bert", "icl")
+               "gpt_vs_bert", "icl", "tiny_ladder")
 
 TINY_ISOFLOP_CPU = [
     "d16-l1-rope-t13.6k-s0-f45cac28", "d32-l2-rope-t3.58k-s0-dd589dd0",
@@ -75,6 +75,9 @@ PLAN_DIGESTS = {
     "gpt_vs_bert:gpu": ("da50a16ebf9e4b45", "0f4deae85b21fe89"),
     "icl:cpu": ("fa9ed1bdf107b555", "5281d68dec7ebd3a"),
     "icl:gpu": ("c96936e5df527edc", "e76c001d5c62a7cd"),
+    # A ladder sweep (new): per shape a constant-LR trunk and its cooldown branches.
+    "tiny_ladder:cpu": ("a0ed108157a3c4ad", "45d4832a57ad4df7"),
+    "tiny_ladder:gpu": ("a0ed108157a3c4ad", "45d4832a57ad4df7"),
 }
 
 
