@@ -31,7 +31,7 @@ DTYPES = ("float32", "bfloat16")
 SCHEDULES = ("cosine", "noam", "wsd", "constant")
 TOKENIZERS = ("byte", "bpe")
 DATA_SOURCES = ("pystdlib", "text_files", "markov")  # plus "tfds:<name>/<feature>"
-MOE_DISPATCHES = ("dropless", "capacity")
+MOE_DISPATCHES = ("capacity", "dropless")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,7 +84,9 @@ class ModelConfig:
     moe: str = "none"  # none | token_choice: top-k routed experts, each a model.ffn of d_ff
     moe_experts: int = 8  # E
     moe_top_k: int = 2  # k experts per token (1: Switch's gate; >1: Mixtral's softmax over k)
-    moe_dispatch: str = "dropless"  # dropless (grouped matmul) | capacity (drops overflow)
+    # capacity (fixed buffers, overflow dropped) | dropless (grouped matmul): on CPU capacity
+    # is 2-10x faster (benchmarks/moe.py, docs/moe.md)
+    moe_dispatch: str = "capacity"
     moe_capacity_factor: float = 1.25  # capacity: slots per expert ceil(factor tokens k / E)
     moe_shared_experts: int = 0  # experts every token uses (DeepSeekMoE): one FFN of n d_ff
     moe_balance_coef: float = 0.01  # alpha of the Switch load-balancing loss

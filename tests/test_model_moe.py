@@ -23,7 +23,7 @@ VOCAB = 64
 
 def moe_cfg(**overrides) -> ModelConfig:
     base = dict(vocab_size=VOCAB, d_model=16, n_layers=2, n_heads=2, max_len=32, init_std=0.1,
-                moe="token_choice", moe_experts=4, moe_top_k=2, d_ff=24)
+                moe="token_choice", moe_experts=4, moe_top_k=2, d_ff=24, moe_dispatch="dropless")
     base.update(overrides)
     return ModelConfig(**base)
 
