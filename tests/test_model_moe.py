@@ -67,7 +67,7 @@ def np_gelu(x):
 def np_expert(x, p, e, gated):
     """Expert ``e``'s FFN on rows ``x [T, d]`` (Vaswani eq. 2; SwiGLU, Shazeer 2020)."""
     def lin(h, w):
-        b = p.get("b" + w[1:])
+        b = p.get("bias" + w[1:])
         return h @ p[w][e] + (0 if b is None else b[e])
 
     if gated:
@@ -90,7 +90,7 @@ def np_moe(x, p, k, gated, c=None):
 
 def module_params(module):
     return {name: np.asarray(getattr(module, name)[...], np.float64)
-            for name in ("router", "w_in", "w_gate", "w_out", "b_in", "b_gate", "b_out")
+            for name in ("router", "w_in", "w_gate", "w_out", "bias_in", "bias_gate", "bias_out")
             if getattr(module, name) is not None}
 
 
@@ -316,3 +316,14 @@ def test_bad_combinations_are_refused_naming_the_field(overrides, field):
     with pytest.raises(ConfigError) as error:
         resolve(moe_cfg(**overrides))
     assert error.value.field == field
+
+
+def test_weight_decay_reaches_expert_matrices_and_router_not_biases():
+    from attnlab.train.optimizer import decay_mask
+
+    _, state = init_model(moe_cfg(ffn="swiglu", linear_bias=True), seed=0)
+    mask = {"/".join(map(str, k)): bool(getattr(v, "value", v))
+            for k, v in nnx.to_flat_state(decay_mask(state))}
+    ffn = {k.split("ffn/")[1]: v for k, v in mask.items() if k.startswith("blocks/0/ffn/")}
+    assert ffn == {"router": True, "w_in": True, "w_gate": True, "w_out": True,
+                   "bias_in": False, "bias_gate": False, "bias_out": False}

@@ -131,7 +131,7 @@ class MoEFFN(nnx.Module):
     (``act(x W_in) W_out``, or SwiGLU's ``(silu(x W_gate) * x W_in) W_out``), routed top-k.
 
     Parameters: ``router [d, E]``; ``w_in, (w_gate) [E, d, width]``, ``w_out [E, width, d]``
-    (biases ``b_in, (b_gate) [E, width]``, ``b_out [E, d]`` with ``model.linear_bias``); and the
+    (biases ``bias_in, (bias_gate) [E, width]``, ``bias_out [E, d]`` with ``model.linear_bias``); and the
     shared experts as one dense FFN ``shared`` of width ``shared_experts * width``.
     """
 
@@ -150,15 +150,17 @@ class MoEFFN(nnx.Module):
         self.w_out = _stacked(cfg, n, width, d, residual_std, rngs)
         zeros = nnx.initializers.zeros
         bias = cfg.linear_bias
-        self.b_in = nnx.Param(zeros(rngs.params(), (n, width))) if bias else None
-        self.b_gate = nnx.Param(zeros(rngs.params(), (n, width))) if bias and self.gated else None
-        self.b_out = nnx.Param(zeros(rngs.params(), (n, d))) if bias else None
+        # "bias_*": kept out of weight decay by name (they are 2-D)
+        self.bias_in = nnx.Param(zeros(rngs.params(), (n, width))) if bias else None
+        self.bias_gate = (nnx.Param(zeros(rngs.params(), (n, width))) if bias and self.gated
+                          else None)
+        self.bias_out = nnx.Param(zeros(rngs.params(), (n, d))) if bias else None
         self.shared = part.shared.build(rngs) if part.shared is not None else None
         setattr(self, RECORD, False)
 
     def experts_params(self) -> dict[str, jax.Array]:
         """The experts' parameters in the compute dtype (absent ones left out)."""
-        names = ("w_in", "w_gate", "w_out", "b_in", "b_gate", "b_out")
+        names = ("w_in", "w_gate", "w_out", "bias_in", "bias_gate", "bias_out")
         return {n: getattr(self, n)[...].astype(self.dtype) for n in names
                 if getattr(self, n) is not None}
 
@@ -185,7 +187,7 @@ def expert_ffn(h: jax.Array, params: dict, activation, gated: bool, matmul) -> j
     """Every expert's FFN over its rows ``h``; ``matmul(h, w) -> h w`` applies each expert's
     matrix ``w [E, ...]`` to that expert's rows (grouped or batched), ``bias(name)`` its bias."""
     def linear(h, name):
-        return matmul(h, params[name], params.get("b" + name[1:]))
+        return matmul(h, params[name], params.get("bias" + name[1:]))
 
     if gated:
         return linear(jax.nn.silu(linear(h, "w_gate")) * linear(h, "w_in"), "w_out")
