@@ -134,7 +134,7 @@ def is_decayed(path, leaf) -> bool:
     ``[E, width]``, named ``bias_*``.
     """
     names = _path_names(path)
-    if any("embed" in name.lower() for name in names) or names[-1].startswith("bias_"):
+    if any("embed" in name.lower() or name.startswith("bias_") for name in names):
         return False
     return jnp.ndim(leaf) >= 2
 
