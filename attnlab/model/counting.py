@@ -20,6 +20,17 @@ from attnlab.config import ModelConfig
 from attnlab.model.architecture import Architecture, resolve
 from attnlab.model.objectives import span_lengths
 
+
+
+def recorded_counts(counts: dict[str, int]) -> dict[str, int]:
+    """The counts a run records (summary.json, the sweep's plan, the results table): total,
+    non-embedding and embedding, and the active ones where they differ (a mixture of experts;
+    a dense model's plan and summary stay as they were before MoE existed)."""
+    out = {k: counts[k] for k in ("total", "non_embedding", "embedding")}
+    if counts["active"] != counts["total"]:
+        out.update(active=counts["active"], active_non_embedding=counts["active_non_embedding"])
+    return out
+
 EMBEDDING_PARAMS = ("token_embedding", "position_embedding", "decoder_position_embedding",
                     "lm_head")
 
@@ -66,9 +77,10 @@ def param_counts(cfg: ModelConfig) -> dict[str, int]:
         non_embedding = sum(mixers) + cfg.n_layers * (ffn + norms) + final_norm
     embedding = token_embedding + position_embedding + output_head
     # An MoE layer holds E experts and runs k of them per token: the rest are inactive.
-    active_ffn = arch.ffn.active_param_count()
+    inactive = arch.ffn.param_count() - arch.ffn.active_param_count()  # per layer
+    active_ffn = ffn - inactive
     stacks = 1 if arch.decoder is None else 2
-    active_non_embedding = non_embedding - stacks * cfg.n_layers * (ffn - active_ffn)
+    active_non_embedding = non_embedding - stacks * cfg.n_layers * inactive
     return {
         "total": embedding + non_embedding,
         "non_embedding": non_embedding,

@@ -28,7 +28,7 @@ from attnlab import rundir
 from attnlab.config import Config
 from attnlab.data import Batches, validation_batches
 from attnlab.errors import ConfigError
-from attnlab.model import check, flops_per_token, param_counts, resolve
+from attnlab.model import check, flops_per_token, param_counts, recorded_counts, resolve
 from attnlab.train.checkpoint import Checkpoints
 from attnlab.train.memory import check_training_fits
 from attnlab.train.metrics import MetricsWriter, Throughput, scalar_metrics
@@ -141,7 +141,7 @@ class _Training:
             "status": rundir.RUNNING, "name": cfg.name, "workdir": str(workdir),
             "total_steps": cfg.total_steps, "step": self.start,
             "tokens_per_step": self.tokens_per_step,
-            "params": {k: counts[k] for k in ("total", "non_embedding", "embedding")},
+            "params": recorded_counts(counts),
             "flops_per_token": self.flops,
             "device": {"kind": device.device_kind, "platform": device.platform,
                        "count": mesh.size, "processes": jax.process_count(),
