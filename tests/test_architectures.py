@@ -121,7 +121,8 @@ def test_ladders_are_centred_on_the_prior():
     runs = plan(spec)
     for run in runs:  # centred on what a token uses (the total for all but the moe arm)
         target = spec.centre.target(run.budget)
-        assert target / spec.centre.span <= run.params.get("active", run.params["total"]) <= target * spec.centre.span
+        active = run.params.get("active", run.params["total"])
+        assert target / spec.centre.span <= active <= target * spec.centre.span
     for name in CPU_ARCHITECTURES:
         for budget in spec.budgets:
             sizes = [r.params.get("active", r.params["total"]) for r in runs
