@@ -21,8 +21,8 @@ Dispatch (``model.moe_dispatch``):
 * ``dropless``: the token-expert assignments sorted by expert, each expert's run as one group of
   a grouped matmul (``jax.lax.ragged_dot``); every assignment is computed. XLA:CPU lowers the
   grouped matmul to one dense matmul whose rows are masked per group: E times the FLOPs.
-* ``capacity`` (the default: 2-10x faster on CPU, docs/moe.md): each expert takes at most ``C = ceil(capacity_factor T k / E)`` of the ``T``
-  tokens of the batch (GShard / Switch); assignments are served by (choice rank, token order),
+* ``capacity`` (the default: 2-10x faster on CPU, docs/moe.md): each expert takes at most
+  ``C = ceil(capacity_factor T k / E)`` of the ``T`` tokens of the batch (GShard / Switch); assignments are served by (choice rank, token order),
   all first choices before any second choice; the rest are dropped (their weight is lost, the
   residual stream carries the token on). Buffers ``[E, C, d]`` run as one batched matmul.
   With dropping, a token's output depends on the other tokens of the batch (also later ones):
@@ -131,8 +131,8 @@ class MoEFFN(nnx.Module):
     (``act(x W_in) W_out``, or SwiGLU's ``(silu(x W_gate) * x W_in) W_out``), routed top-k.
 
     Parameters: ``router [d, E]``; ``w_in, (w_gate) [E, d, width]``, ``w_out [E, width, d]``
-    (biases ``bias_in, (bias_gate) [E, width]``, ``bias_out [E, d]`` with ``model.linear_bias``); and the
-    shared experts as one dense FFN ``shared`` of width ``shared_experts * width``.
+    (biases ``bias_in, (bias_gate) [E, width]``, ``bias_out [E, d]`` with
+    ``model.linear_bias``); and the shared experts as one dense FFN ``shared`` of width ``shared_experts * width``.
     """
 
     def __init__(self, part: "TokenChoice", *, rngs: nnx.Rngs):
@@ -184,8 +184,9 @@ class MoEFFN(nnx.Module):
 
 
 def expert_ffn(h: jax.Array, params: dict, activation, gated: bool, matmul) -> jax.Array:
-    """Every expert's FFN over its rows ``h``; ``matmul(h, w) -> h w`` applies each expert's
-    matrix ``w [E, ...]`` to that expert's rows (grouped or batched), ``bias(name)`` its bias."""
+    """Every expert's FFN over its rows ``h``; ``matmul(h, w, b) -> h w + b`` applies each
+    expert's matrix ``w [E, ...]`` and bias ``b [E, ...]`` (or None) to that expert's rows
+    (grouped or batched)."""
     def linear(h, name):
         return matmul(h, params[name], params.get("bias" + name[1:]))
 

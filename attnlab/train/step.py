@@ -60,8 +60,8 @@ def training_loss(graphdef: nnx.GraphDef, params: nnx.State, tokens: jax.Array,
 def accumulated_grads(grad_fn: Callable, params, batch: jax.Array, step, *, seed, data_seed,
                       use_dropout: bool):
     """``(metrics, grads)`` of one update: ``grad_fn(params, tokens, dropout_rng, masking_key)``
-    (:func:`loss_grad_fn`) averaged over the micro-batches of ``batch [grad_accum, micro_batch, seq_len + 1]`` (each
-    holds the same number of tokens, so this is the full-batch mean). Dropout masks and the
+    (:func:`loss_grad_fn`) averaged over the micro-batches of ``batch [grad_accum, micro_batch,
+    seq_len + 1]`` (each holds the same number of tokens, so this is the full-batch mean). Dropout masks and the
     masked objectives' corruption depend only on (seed, step, micro-batch), so a resumed run
     draws the same; ``seed`` and ``data_seed`` may be traced (an ensemble's members)."""
     step_key = jax.random.fold_in(jax.random.key(seed), step)
@@ -78,7 +78,8 @@ def accumulated_grads(grad_fn: Callable, params, batch: jax.Array, step, *, seed
 
     def accumulate(sums, inputs):
         i, tokens = inputs
-        return jax.tree.map(jnp.add, sums, grad_fn(params, tokens, micro_rng(i), micro_key(i))), None
+        out = grad_fn(params, tokens, micro_rng(i), micro_key(i))
+        return jax.tree.map(jnp.add, sums, out), None
 
     zeros = jax.tree.map(jnp.zeros_like,
                          jax.eval_shape(grad_fn, params, batch[0], micro_rng(0), micro_key(0)))
