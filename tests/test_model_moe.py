@@ -327,3 +327,21 @@ def test_weight_decay_reaches_expert_matrices_and_router_not_biases():
     ffn = {k.split("ffn/")[1]: v for k, v in mask.items() if k.startswith("blocks/0/ffn/")}
     assert ffn == {"router": True, "w_in": True, "w_gate": True, "w_out": True,
                    "bias_in": False, "bias_gate": False, "bias_out": False}
+
+
+def test_scaling_fits_say_whether_n_counts_all_experts_or_the_active_ones():
+    import pandas as pd
+
+    from attnlab.scaling.table import prepare_points
+
+    frame = pd.DataFrame({"params": [4e4, 8e4, 1.6e5], "active_params": [2e4, 4e4, 8e4],
+                          "non_embedding_params": [3e4, 6e4, 1.2e5],
+                          "active_non_embedding_params": [1e4, 2e4, 4e4],
+                          "tokens": [1e6, 2e6, 4e6], "final_val_loss": [3.0, 2.8, 2.7]})
+    total = prepare_points(frame, law="chinchilla")
+    assert total.frame["params"].tolist() == [4e4, 8e4, 1.6e5]
+    assert any("every expert" in note for note in total.notes)
+    active = prepare_points(frame, law="kaplan",
+                            columns={"params": "active_non_embedding_params"})
+    assert active.frame["params"].tolist() == [1e4, 2e4, 4e4]
+    assert any(note.startswith("N = active_non_embedding_params") for note in active.notes)
