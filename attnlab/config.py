@@ -35,6 +35,7 @@ DATA_SOURCES = ("pystdlib", "text_files", "markov", "induction", "mqar")  # plus
 # Synthetic in-context-learning token tasks (attnlab/data/icl.py): no text, no tokenizer.
 TASK_SOURCES = ("induction", "mqar")
 TASK_FIELDS = {"task_vocab": TASK_SOURCES, "mqar_pairs": ("mqar",)}
+MOE_DISPATCHES = ("capacity", "dropless")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,6 +84,17 @@ class ModelConfig:
     ssm_state: int = 16  # mamba: N, states per channel
     ssm_expand: int = 2  # mamba: E = ssm_expand * d_model channels
     ssm_conv: int = 4  # mamba: causal depthwise conv kernel
+    # Mixture of experts (attnlab/model/moe.py); the defaults are a dense FFN.
+    moe: str = "none"  # none | token_choice: top-k routed experts, each a model.ffn of d_ff
+    moe_experts: int = 8  # E
+    moe_top_k: int = 2  # k experts per token (1: Switch's gate; >1: Mixtral's softmax over k)
+    # capacity (fixed buffers, overflow dropped) | dropless (grouped matmul): on CPU capacity
+    # is 2-10x faster (benchmarks/moe.py, docs/moe.md)
+    moe_dispatch: str = "capacity"
+    moe_capacity_factor: float = 1.25  # capacity: slots per expert ceil(factor tokens k / E)
+    moe_shared_experts: int = 0  # experts every token uses (DeepSeekMoE): one FFN of n d_ff
+    moe_balance_coef: float = 0.01  # alpha of the Switch load-balancing loss
+    moe_z_coef: float = 0.001  # beta of the ST-MoE router z-loss
     ngpt: bool = False  # nGPT blocks (Loshchilov et al. 2024): everything on the unit sphere
     # clm (causal decoder) | mlm (BERT encoder) | span (T5 encoder-decoder)
     objective: str = "clm"
@@ -373,6 +385,12 @@ def validate_model(m: ModelConfig) -> None:
     if m.attention_global_tokens and not m.attention_window:
         raise ConfigError("model.attention_global_tokens",
                           "global tokens need a sliding window (model.attention_window >= 1)")
+    for name in ("moe_experts", "moe_top_k", "moe_capacity_factor"):
+        check_positive(f"model.{name}", getattr(m, name))
+    for name in ("moe_shared_experts", "moe_balance_coef", "moe_z_coef"):
+        if getattr(m, name) < 0:
+            raise ConfigError(f"model.{name}", f"must be >= 0, got {getattr(m, name)}")
+    check_choice("model.moe_dispatch", m.moe_dispatch, MOE_DISPATCHES)
     if not 0 <= m.attention_every <= m.n_layers:
         raise ConfigError("model.attention_every",
                           f"must be in [0, model.n_layers={m.n_layers}], got "

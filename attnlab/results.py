@@ -85,6 +85,11 @@ def run_row(run_dir: str | Path) -> dict[str, Any]:
     row["params"] = params.get("total")
     row["non_embedding_params"] = params.get("non_embedding")
     row["embedding_params"] = params.get("embedding")
+    # A mixture of experts uses fewer parameters per token than it holds; older runs (dense)
+    # recorded none: theirs are the totals.
+    row["active_params"] = params.get("active", row["params"])
+    row["active_non_embedding_params"] = params.get("active_non_embedding",
+                                                    row["non_embedding_params"])
     finished = status in FINAL_STATUSES and bool(summary)
     row["tokens"] = summary.get("tokens") if finished else planned.get("tokens")
     row["steps"] = summary.get("step", 0) if summary else 0

@@ -23,6 +23,9 @@ Architectures (papers in docs/attention.md and docs/design.md):
              weight decay (its config refuses both)
     mamba    Mamba selective SSM blocks (Gu & Dao 2023), no positions
     hybrid   (gpu scale) Mamba with every second layer softmax attention (RoPE)
+    moe      the gpt baseline with each FFN replaced by 8 experts of its width, Switch top-1
+             routing (Fedus et al. 2021): the shape's active parameters and FLOPs are the
+             baseline's plus the router's, its total parameters ~8x the FFN's
 
 FLOPs are counted per architecture by each mixer's own formula (``attnlab.model.flops_per_token``,
 Chinchilla's full count: the softmax terms for attention, the band's width for the window, the
@@ -36,7 +39,8 @@ measurement exists for the others, so they start from the same prior with a wide
 2 flags a budget whose minimum sits at a ladder's edge).
 
 Scale ``cpu``: three budgets 2.5x apart (6e10, 1.5e11, 3.75e11 FLOPs), 4-5 sizes each, seven
-architectures, 99 runs, 2e13 FLOPs. Measured on 2026-11-23 from a fresh workdir on the 2-core VM
+architectures, 99 runs, 2e13 FLOPs (before the moe arm was added: it adds 14 runs, not yet run).
+Measured on 2026-11-23 from a fresh workdir on the 2-core VM
 shared with other jobs (load 2-10): 51.8 min of sweep (Mamba's scan alone 25 min) and 1.3 min of
 fits, r(4x) and plots; results in docs/results.md ("Architecture scaling study"). `--dry-run`
 times each architecture's own shapes on your machine. Scale ``gpu``: budgets 1e13-1e14,
@@ -66,6 +70,7 @@ def architectures(scale: str) -> dict:
                  "train": {"weight_decay": 0.0, "warmup_steps": 0},
                  "warmup": {"rule": "fixed"}},
         "mamba": {"model": {"mixer": "mamba", "pos_encoding": "none"}},
+        "moe": {"model": {"moe": "token_choice", "moe_experts": 8, "moe_top_k": 1}},
     }
     if scale == "gpu":
         variants["hybrid"] = {"model": {"mixer": "mamba", "attention_every": 2}}

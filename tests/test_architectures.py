@@ -28,7 +28,7 @@ from attnlab.model import flops_per_token
 from attnlab.sweep import SweepSpecError, load_spec, plan, spec_from_config_dict
 
 EXPERIMENT = "experiments/architectures.py"
-CPU_ARCHITECTURES = {"gpt", "alibi", "cosine", "window", "linear", "ngpt", "mamba"}
+CPU_ARCHITECTURES = {"gpt", "alibi", "cosine", "window", "linear", "ngpt", "mamba", "moe"}
 
 
 def _experiment_module():
@@ -88,6 +88,7 @@ def test_mixers_and_rules_reach_the_run_configs():
     assert m["window"].attention_window > 0
     assert m["linear"].mixer == "linear" and m["mamba"].mixer == "mamba"
     assert m["ngpt"].ngpt and first["ngpt"].cfg.train.warmup_steps == 0
+    assert m["moe"].moe == "token_choice" and m["moe"].moe_experts == 8
     assert first["ngpt"].cfg.train.weight_decay == 0
     # Every other architecture follows the sweep's shared warmup rule (5% of the run).
     for name, run in first.items():
@@ -118,12 +119,13 @@ QUICKSTART_FOUR_BUDGETS = {
 def test_ladders_are_centred_on_the_prior():
     spec = load_spec(f"{EXPERIMENT}:cpu")
     runs = plan(spec)
-    for run in runs:
+    for run in runs:  # centred on what a token uses (the total for all but the moe arm)
         target = spec.centre.target(run.budget)
-        assert target / spec.centre.span <= run.params["total"] <= target * spec.centre.span
+        active = run.params.get("active", run.params["total"])
+        assert target / spec.centre.span <= active <= target * spec.centre.span
     for name in CPU_ARCHITECTURES:
         for budget in spec.budgets:
-            sizes = [r.params["total"] for r in runs
+            sizes = [r.params.get("active", r.params["total"]) for r in runs
                      if r.axes["architecture"] == name and r.budget == budget]
             target = spec.centre.target(budget)
             assert min(sizes) < target < max(sizes), (name, budget)  # the prior lies inside

@@ -16,7 +16,7 @@ from attnlab.sweep import load_spec, plan
 
 EXPERIMENTS = ("tiny_isoflop", "quickstart", "tiny_grid", "tiny_pe", "kaplan",
                "chinchilla_isoflop", "pe_extrapolation", "markov_floor", "tiny_mixers", "architectures",
-               "gpt_vs_bert", "icl", "tiny_ladder")
+               "gpt_vs_bert", "icl", "tiny_ladder", "moe")
 
 TINY_ISOFLOP_CPU = [
     "d16-l1-rope-t13.6k-s0-f45cac28", "d32-l2-rope-t3.58k-s0-dd589dd0",
@@ -68,8 +68,13 @@ PLAN_DIGESTS = {
     "tiny_mixers:cpu": ("6bd1dae233ddc1bf", "c4fa0d3f7777faab"),
     "tiny_mixers:gpu": ("6bd1dae233ddc1bf", "c4fa0d3f7777faab"),
     # Issue #17: the architecture study (new; one IsoFLOP ladder per sweep.variants entry).
-    "architectures:cpu": ("8540f53f3cedf1c1", "17ded4dd7836043a"),
-    "architectures:gpu": ("c7df946042c40cc5", "617d4a32070c9bd9"),
+    # Grown on purpose by the moe arm; its earlier 99 (cpu) and 76 (gpu) runs are planned
+    # unchanged (ids, counts, FLOPs; test_architectures_keeps_its_earlier_runs).
+    "architectures:cpu": ("4865817b263dee72", "4fcd37ee36b69b07"),
+    "architectures:gpu": ("843e7720a9a3e03d", "4fa8a0511bb43ba8"),
+    # Mixture of experts against dense over E (new).
+    "moe:cpu": ("5e5d7062f0fb99e3", "e8d3634ae800d6fc"),
+    "moe:gpu": ("5e5d7062f0fb99e3", "e8d3634ae800d6fc"),
     # Issue #16: decoder vs encoder vs encoder-decoder (new; model.objective per variant).
     "gpt_vs_bert:cpu": ("24f1affb1fb24896", "34ed1d16a2ccf3a9"),
     "gpt_vs_bert:gpu": ("da50a16ebf9e4b45", "0f4deae85b21fe89"),
@@ -125,6 +130,18 @@ PE_STUDIES_BEFORE_14 = {
         "d16-l1-learned-t2.05k-s0-64e68234", "d16-l1-rope-t2.05k-s0-728d2467",
         "d16-l1-alibi-t2.05k-s0-0839826c"],
 }
+
+
+# The architecture study's plan before the moe arm: the digest of its run ids in plan order.
+ARCHITECTURES_BEFORE_MOE = {"architectures:cpu": "8540f53f3cedf1c1",
+                            "architectures:gpu": "c7df946042c40cc5"}
+
+
+@pytest.mark.parametrize("key", sorted(ARCHITECTURES_BEFORE_MOE))
+def test_architectures_keeps_its_earlier_runs(key):
+    name, scale = key.split(":")
+    earlier = [r.run_id for r in planned(name, scale) if r.axes["architecture"] != "moe"]
+    assert sha256(earlier)[:16] == ARCHITECTURES_BEFORE_MOE[key]
 
 
 @pytest.mark.parametrize("key", sorted(PE_STUDIES_BEFORE_14))

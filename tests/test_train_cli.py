@@ -8,6 +8,7 @@ import pytest
 
 import configs.default
 import configs.gpt2_small
+import configs.tiny
 from attnlab import cli
 from attnlab.config import from_config_dict
 from attnlab.model import flops_per_token, param_counts
@@ -73,3 +74,18 @@ def test_usage_errors_exit_2(argv, message, capsys):
 def test_generate_needs_a_run_directory(tmp_path, capsys):
     assert cli.main(["generate", f"--run={tmp_path}", "--prompt=def "]) == 2
     assert "is not a run directory" in capsys.readouterr().err
+
+
+def test_model_info_prints_total_and_active_counts_of_a_mixture_of_experts(capsys):
+    overrides = ["--config.model.moe=token_choice", "--config.model.moe_experts=8",
+                 "--config.model.moe_top_k=2"]
+    assert cli.main(["model-info", "--config=configs/tiny.py", *overrides]) == 0
+    shown = printed_counts(capsys.readouterr().out)
+    cfg = from_config_dict(configs.tiny.get_config())
+    cfg = from_config_dict({**cfg.to_dict(), "model": {**cfg.to_dict()["model"], "moe":
+                            "token_choice", "moe_experts": 8, "moe_top_k": 2}})
+    counts = param_counts(cfg.model)
+    for key in ("total", "non_embedding", "active", "active_non_embedding"):
+        assert shown[key] == counts[key]
+    assert counts["active"] < counts["total"]
+    assert shown["kaplan_6n"] == pytest.approx(6 * counts["active_non_embedding"], rel=1e-3)

@@ -131,7 +131,7 @@ def test_vmapped_gradients_equal_the_lone_gradients(name):
     for i, cfg in enumerate(cfgs):
         lone_loss, alone = jax.jit(grads, static_argnums=(2, 3))(params[i], batches[i],
                                                                   cfg.train.seed, cfg.data.seed)
-        np.testing.assert_allclose(loss[i], lone_loss, rtol=1e-6)
+        np.testing.assert_allclose(loss["loss"][i], lone_loss["loss"], rtol=1e-6)
         # Each leaf to float32 rounding of its largest entry (entries that are sums which
         # nearly cancel differ more in relative terms).
         for a, b in zip(jax.tree.leaves(member(together, i)), jax.tree.leaves(alone)):

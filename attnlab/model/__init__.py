@@ -15,7 +15,8 @@ from attnlab.model.architecture import (BLOCKS, ENCODINGS, FFNS, MASKS, MIXERS, 
                                         SCORE_SCALES, Architecture, check, rescaled, resolve)
 from attnlab.model.attention import (CrossAttention, SelfAttention, attention_scores,
                                      attention_weights, dot_product_attention)
-from attnlab.model.counting import count_state_params, flops_per_token, param_counts
+from attnlab.model.counting import (count_state_params, flops_per_token, param_counts,
+                                    recorded_counts)
 from attnlab.model.decoding import (DecodeState, NoMaskError, decode_spans, decode_step,
                                     fill_masks, generate, init_encdec_state, init_state)
 from attnlab.model.layers import LayerNorm, RMSNorm
@@ -40,7 +41,7 @@ __all__ = [
     "check_positions", "count_state_params", "decode_spans", "decode_step",
     "dot_product_attention", "fill_masks", "flops_per_token", "generate", "init_encdec_state",
     "init_model", "init_state", "mask_id", "masking_key", "model_class", "ntk_rope_theta",
-    "param_counts", "pi_frequencies", "rescaled", "resolve", "rope_angles",
+    "param_counts", "pi_frequencies", "recorded_counts", "rescaled", "resolve", "rope_angles",
     "rope_inverse_frequencies", "sinusoidal_table", "t5_bucket_table", "t5_buckets",
     "token_losses", "yarn_attention_factor", "yarn_frequencies",
 ]

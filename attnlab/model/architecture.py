@@ -20,6 +20,7 @@ resolved parts; no module looks a part up again.
 | ``attention_mask`` (``attention_window``) | :data:`MASKS` | masks.py |
 | ``mixer`` (``attention_every``) | :data:`MIXERS` | mixers.py |
 | ``ffn`` | :data:`FFNS` | ffn.py |
+| ``moe`` | :data:`ROUTINGS` | moe.py (wraps the ``ffn`` part: its experts) |
 | ``norm`` | :data:`NORMS` | layers.py |
 | ``norm_position`` (``ngpt``) | :data:`BLOCKS` | blocks.py, ngpt.py |
 | ``objective`` | :data:`OBJECTIVES` | objectives.py |
@@ -34,7 +35,7 @@ from typing import Any
 
 from attnlab.config import Config, ModelConfig
 from attnlab.errors import ConfigError
-from attnlab.model import attention, blocks, ffn, layers, masks, mixers, ngpt, objectives
+from attnlab.model import attention, blocks, ffn, layers, masks, mixers, moe, ngpt, objectives
 from attnlab.model import positions, readin, relative, rope, scales
 
 ENCODINGS = {c.name: c for c in (positions.NoPE, positions.Sinusoidal, positions.LearnedPositions,
@@ -44,6 +45,7 @@ SCORE_SCALES = {c.name: c for c in (scales.InverseSqrt, scales.MuP, scales.Unsca
 MASKS = {c.name: c for c in (masks.Causal, masks.SlidingWindow)}
 MIXERS = {c.name: c for c in (mixers.Softmax, mixers.Linear, mixers.Performer, mixers.Mamba)}
 FFNS = {c.name: c for c in (ffn.ReLU, ffn.GELU, ffn.SwiGLU, ffn.NoFFN)}
+ROUTINGS = {c.name: c for c in (moe.Dense, moe.TokenChoice)}
 NORMS = {c.name: c for c in (layers.LayerNorm, layers.RMSNorm)}
 BLOCKS = {c.name: c for c in (blocks.PreNorm, blocks.PostNorm, ngpt.NGPT)}
 OBJECTIVES = {c.name: c for c in (objectives.CausalLM, objectives.MaskedLM,
@@ -54,8 +56,8 @@ REMATS = ("none", *layers.REMAT_POLICIES)
 # The field that selects a part of each registry. Parts that act inside softmax attention
 # (the score scale and the mask) are in use only when some layer forms attention scores.
 SELECTORS = {"pos_encoding": ENCODINGS, "attention_scale": SCORE_SCALES,
-             "attention_mask": MASKS, "mixer": MIXERS, "ffn": FFNS, "norm": NORMS,
-             "norm_position": BLOCKS, "objective": OBJECTIVES, "inputs": INPUTS}
+             "attention_mask": MASKS, "mixer": MIXERS, "ffn": FFNS, "moe": ROUTINGS,
+             "norm": NORMS, "norm_position": BLOCKS, "objective": OBJECTIVES, "inputs": INPUTS}
 INSIDE_ATTENTION = ("attention_scale", "attention_mask")
 
 
@@ -106,7 +108,8 @@ def resolve(cfg: ModelConfig) -> Architecture:
     encoding = ENCODINGS[cfg.pos_encoding](cfg)
     encoding.validate()  # e.g. RoPE: even head_dim; sinusoidal: even d_model
     mask = _mask(cfg)
-    parts = dict(ffn=FFNS[cfg.ffn](cfg), norm=NORMS[cfg.norm],
+    # model.moe: the configured FFN as it is, or as the experts of a routed layer
+    parts = dict(ffn=ROUTINGS[cfg.moe].around(FFNS[cfg.ffn](cfg)), norm=NORMS[cfg.norm],
                  score_scale=SCORE_SCALES[cfg.attention_scale](cfg))
     causal = _stack(cfg, encoding, mask, **parts)
     objective = OBJECTIVES[cfg.objective](cfg)
@@ -161,6 +164,7 @@ def _validate(arch: Architecture) -> None:
     causal = arch.decoder or arch.stack
     # The configured mixer's rules (a hybrid's softmax layers are not a "softmax model").
     MIXERS[cfg.mixer](cfg, 0, arch.encoding, arch.mask, arch.score_scale, arch.norm).validate()
+    arch.ffn.validate()  # e.g. an MoE's k > E, MoE with nGPT
     causal.layers[0].validate()  # the block kind's (nGPT's)
     if not arch.ffn.sublayer and arch.decoder is not None:  # (nGPT refuses it: swiglu only)
         raise ConfigError("model.ffn", f"none (attention-only layers) is built for one stack "
@@ -177,8 +181,8 @@ def _validate(arch: Architecture) -> None:
 
 def _used_parts(arch: Architecture) -> list[tuple[str, Any]]:
     """``(selector field, part)`` of every part the model uses."""
-    used = [("pos_encoding", arch.encoding), ("ffn", arch.ffn), ("norm", arch.norm),
-            ("objective", arch.objective), ("inputs", arch.inputs)]
+    used = [("pos_encoding", arch.encoding), ("ffn", arch.ffn), ("moe", arch.ffn),
+            ("norm", arch.norm), ("objective", arch.objective), ("inputs", arch.inputs)]
     for stack in filter(None, (arch.stack, arch.decoder)):
         used += [("mixer", layer.mixer) for layer in stack.layers]
         used += [("norm_position", layer) for layer in stack.layers]

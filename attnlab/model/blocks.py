@@ -168,15 +168,26 @@ def dropout_keys(rng: jax.Array | None, n: int) -> list:
 def run_layer(block: nnx.Module, remat: str, x, positions, *args, **kwargs):
     """``block(x, positions, *args, **kwargs)``, rematerialised in the backward pass under
     ``remat`` (``model.remat``; "none": called as is). Training only: the layer's decode state
-    must not be given with a policy."""
+    must not be given with a policy. What the layer records (``nnx.Intermediate``: an MoE's
+    routing statistics) is left on ``block`` either way."""
     if remat == "none":
         return block(x, positions, *args, **kwargs)
     graphdef, state = nnx.split(block)
 
     def layer(state, x, args, kwargs):
-        return nnx.merge(graphdef, state)(x, positions, *args, **kwargs)
+        return call_recorded(nnx.merge(graphdef, state), x, positions, *args, **kwargs)
 
-    return jax.checkpoint(layer, policy=REMAT_POLICIES[remat])(state, x, args, kwargs)
+    out, recorded = jax.checkpoint(layer, policy=REMAT_POLICIES[remat])(state, x, args, kwargs)
+    nnx.update(block, recorded)
+    return out
+
+
+def call_recorded(block: nnx.Module, *args, **kwargs):
+    """``(block(*args, **kwargs), what it recorded)``: the ``nnx.Intermediate`` state popped off
+    a block made inside a transformation (``jax.checkpoint``, ``jax.lax.scan``), so that it
+    leaves as an output (the transformation's own module objects are not the caller's)."""
+    out = block(*args, **kwargs)
+    return out, nnx.pop(block, nnx.Intermediate)
 
 
 def stack_layers(blocks: list[nnx.Module]) -> nnx.Module:

@@ -20,8 +20,19 @@ from attnlab.config import ModelConfig
 from attnlab.model.architecture import Architecture, resolve
 from attnlab.model.objectives import span_lengths
 
+
 EMBEDDING_PARAMS = ("token_embedding", "position_embedding", "decoder_position_embedding",
                     "lm_head", "read_in", "read_out")  # the last two: model.inputs=vectors
+
+
+def recorded_counts(counts: dict[str, int]) -> dict[str, int]:
+    """The counts a run records (summary.json, the sweep's plan, the results table): total,
+    non-embedding and embedding, and the active ones where they differ (a mixture of experts;
+    a dense model's plan and summary stay as they were before MoE existed)."""
+    out = {k: counts[k] for k in ("total", "non_embedding", "embedding")}
+    if counts["active"] != counts["total"]:
+        out.update(active=counts["active"], active_non_embedding=counts["active_non_embedding"])
+    return out
 
 
 def param_counts(cfg: ModelConfig) -> dict[str, int]:
@@ -31,7 +42,10 @@ def param_counts(cfg: ModelConfig) -> dict[str, int]:
     learned position table + untied head), and the parts ``token_embedding``,
     ``position_embedding``, ``output_head`` (0 when tied), ``attention`` and ``ffn`` (per layer;
     ``attention`` is the first layer's sequence mixer), ``per_layer`` (the first layer),
-    ``mixers`` (all layers' mixers: a hybrid's differ), ``final_norm``. nGPT has no norms: its
+    ``mixers`` (all layers' mixers: a hybrid's differ), ``final_norm``; ``active``,
+    ``active_non_embedding`` and ``active_ffn`` (per layer): the parameters one token uses (a
+    mixture of experts' router, its ``k`` routed and its shared experts; for a dense model the
+    same as ``total``, ``non_embedding`` and ``ffn``). nGPT has no norms: its
     per-layer vectors (``s_qk`` with the attention, ``s_u, s_v`` with the FFN, ``alpha_A,
     alpha_M`` in place of the norms) and the logit scale ``s_z`` (in place of the final norm)
     count as non-embedding. The encoder-decoder (``objective="span"``) counts both stacks, its
@@ -62,9 +76,17 @@ def param_counts(cfg: ModelConfig) -> dict[str, int]:
     else:
         non_embedding = sum(mixers) + cfg.n_layers * (ffn + norms) + final_norm
     embedding = token_embedding + position_embedding + output_head
+    # An MoE layer holds E experts and runs k of them per token: the rest are inactive.
+    inactive = arch.ffn.param_count() - arch.ffn.active_param_count()  # per layer
+    active_ffn = ffn - inactive
+    stacks = 1 if arch.decoder is None else 2
+    active_non_embedding = non_embedding - stacks * cfg.n_layers * inactive
     return {
         "total": embedding + non_embedding,
         "non_embedding": non_embedding,
+        "active": embedding + active_non_embedding,
+        "active_non_embedding": active_non_embedding,
+        "active_ffn": active_ffn,
         "embedding": embedding,
         "token_embedding": token_embedding,
         "position_embedding": position_embedding,
@@ -101,8 +123,13 @@ def count_state_params(state: nnx.State) -> dict[str, int]:
 def flops_per_token(cfg: ModelConfig, seq_len: int) -> dict[str, float]:
     """Training FLOPs per token (forward + backward = 3x forward) for context ``seq_len``.
 
+    A mixture of experts counts what one token runs (Clark et al. 2022): the router, its ``k``
+    experts, its shared experts and the weighted combine; ``N`` is then the *active*
+    non-embedding count, and ``moe_computed`` adds the FLOPs the dispatch spends beyond that
+    (capacity buffers' empty slots; 0 dropless).
+
     Keys:
-      kaplan_6n: ``6 N`` (Kaplan's C = 6ND), N = non-embedding parameters.
+      kaplan_6n: ``6 N`` (Kaplan's C = 6ND), N = (active) non-embedding parameters.
       kaplan_attention: ``6 n_layers seq_len d_attn`` with ``d_attn = n_heads head_dim``
         (Kaplan Table 1: ``2 n_layer n_ctx d_attn`` per forward token, x3) for softmax layers;
         a layer with another mixer (linear attention, Mamba) adds 3x its forward token-mixing
@@ -126,7 +153,7 @@ def flops_per_token(cfg: ModelConfig, seq_len: int) -> dict[str, float]:
         return _encoder_decoder_flops(arch, seq_len)
     counts = param_counts(cfg)
     L = cfg.n_layers
-    n = counts["non_embedding"]
+    n = counts["active_non_embedding"]  # the parameters a token's compute touches
     mixers = arch.stack.mixers
     kaplan_attention = 3.0 * sum(mixer.kaplan_context_flops(seq_len) for mixer in mixers)
 
@@ -136,7 +163,7 @@ def flops_per_token(cfg: ModelConfig, seq_len: int) -> dict[str, float]:
     encoding = arch.encoding.flops_per_token(seq_len)  # 0 so far: no matrix products
     # The embedding and head (2 V d each; a vector model's read-in and read-out instead).
     forward = arch.inputs.flops_per_token() + encoding + mixing + L * ffn
-    return {
+    out = {
         "kaplan_6n": 6.0 * n,
         "kaplan_attention": kaplan_attention,
         "kaplan": 6.0 * n + kaplan_attention,
@@ -145,6 +172,10 @@ def flops_per_token(cfg: ModelConfig, seq_len: int) -> dict[str, float]:
         "chinchilla": 3.0 * forward,
         "chinchilla_forward": forward,
     }
+    padding = arch.ffn.computed_flops_per_token() - arch.ffn.flops_per_token()
+    if padding:
+        out["moe_computed"] = 3.0 * (forward + L * padding)
+    return out
 
 
 def _encoder_decoder_flops(arch: Architecture, seq_len: int) -> dict[str, float]:
@@ -161,7 +192,7 @@ def _encoder_decoder_flops(arch: Architecture, seq_len: int) -> dict[str, float]
     hd, kv = cfg.head_dim, cfg.kv_heads
     d_attn = cfg.n_heads * hd
     ffn = arch.ffn.flops_per_token()
-    stack = sum(m.param_count() for m in mixers) + L * (arch.ffn.param_count() + 2 * norm)
+    stack = sum(m.param_count() for m in mixers) + L * (arch.ffn.active_param_count() + 2 * norm)
     cross_kv = 2 * d * kv * hd  # per layer, applied to encoder tokens
     cross_qo = 2 * d * d_attn  # per layer, applied to decoder tokens
     # with linear_bias: W_k, W_v's biases count with the encoder, W_q, W_o's with the decoder

@@ -21,6 +21,7 @@ import math
 from typing import Callable
 
 import jax
+import jax.numpy as jnp
 from flax import nnx
 
 from attnlab.config import ModelConfig
@@ -75,6 +76,7 @@ class FFN:
     inputs = 1
     fields = ()
     sublayer = True
+    activation = None  # a one-input kind's nonlinearity (a staticmethod)
 
     def default_width(self) -> int:
         return 4 * self.cfg.d_model
@@ -97,19 +99,39 @@ class FFN:
         """Forward FLOPs per token: ``2 d width`` per matrix (activations not counted)."""
         return 2.0 * (self.inputs + 1) * self.cfg.d_model * self.width
 
+    # A routed FFN (moe.py) stands in the FFN's place; these are what it adds to the interface.
+
+    def validate(self) -> None:
+        """Rules across fields of the model section (raises ConfigError naming the field)."""
+
+    def active_param_count(self) -> int:
+        """Parameters one token uses (all of them, for a dense FFN)."""
+        return self.param_count()
+
+    def computed_flops_per_token(self) -> float:
+        """Forward FLOPs the implementation runs per token (padding included)."""
+        return self.flops_per_token()
+
+    def losses(self, sown) -> tuple[jax.Array, dict[str, jax.Array]]:
+        """``(auxiliary loss, metrics)`` from the ``nnx.Intermediate`` state a forward pass
+        left: none for a dense FFN."""
+        return jnp.zeros((), jnp.float32), {}
+
 
 class ReLU(FFN):
     name = "relu"
+    activation = staticmethod(jax.nn.relu)
 
     def build(self, rngs):
-        return MLP(self.cfg, self.width, jax.nn.relu, rngs=rngs)
+        return MLP(self.cfg, self.width, self.activation, rngs=rngs)
 
 
 class GELU(FFN):
     name = "gelu"
+    activation = staticmethod(gelu_tanh)
 
     def build(self, rngs):
-        return MLP(self.cfg, self.width, gelu_tanh, rngs=rngs)
+        return MLP(self.cfg, self.width, self.activation, rngs=rngs)
 
 
 class SwiGLU(FFN):

@@ -142,10 +142,11 @@ class TransformerLM(nnx.Module):
             block = nnx.merge(graphdef, state)
             x, _ = run_layer(block, remat, x, positions, bias=encoding.layer_bias(table, layer),
                              dropout_key=key)
-            return x, None
+            return x, nnx.pop(block, nnx.Intermediate)  # what the layer recorded leaves too
 
         layers = jnp.arange(self.cfg.n_layers, dtype=jnp.int32)
-        x, _ = jax.lax.scan(body, x, (stacked, keys, layers))
+        x, recorded = jax.lax.scan(body, x, (stacked, keys, layers))
+        nnx.update(self.blocks, recorded)  # [n_layers, ...]: the stacked layer's records
         return x
 
     def layers(self) -> list[nnx.Module]:

@@ -5,6 +5,9 @@ row per logged step of a run). Columns are found by their canonical names, with 
 match ``attnlab.results``' sweep tables, and can be renamed with ``--columns=params:Model Size``:
 
   params  Kaplan: ``non_embedding_params`` when present, else ``params``; Chinchilla: ``params``
+          (a mixture of experts: all its experts; ``--columns=params:active_params`` or
+          ``params:active_non_embedding_params`` fit on the parameters a token uses, and the
+          notes say which was used)
   tokens  ``tokens``
   loss    ``loss``, else ``final_val_loss`` (results); curves: ``val_loss`` when every run has
           at least MIN_VALIDATION_POINTS evaluations (approach 1's envelope then runs through
@@ -284,6 +287,14 @@ def _finish(df, used, law, source, notes) -> ScalingTable:
         notes.append(f"FLOPs from column {used['flops']!r}")
     if law == "kaplan" and used["params"] == "non_embedding_params":
         notes.append("N = non_embedding_params (Kaplan's convention)")
+    if used["params"].startswith("active_"):  # --columns=params:active_params
+        notes.append(f"N = {used['params']}: the parameters a token uses (a mixture of experts' "
+                     "router, routed and shared experts), not all it holds")
+    elif "active_params" in df.columns and "params" in df.columns and not np.array_equal(
+            df["active_params"].to_numpy(), df["params"].to_numpy()):
+        notes.append(f"N = {used['params']}: every expert of a mixture of experts counts; "
+                     "--columns=params:active_params (or active_non_embedding_params) "
+                     "fits on the active ones")
     if len(frame) == 0:
         raise FitInputError(f"{source}: no usable rows" + (f" ({notes[0]})" if notes else ""))
     return ScalingTable(frame=frame.reset_index(drop=True), source=source, columns=used,

@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 from attnlab.config import Config, ModelConfig, wsd_decay_start
 from attnlab.errors import ConfigError
-from attnlab.model import check, flops_per_token, param_counts
+from attnlab.model import check, flops_per_token, param_counts, recorded_counts
 from attnlab.rundir import RESUMABLE_DIFFERENCES
 from attnlab.sweep.spec import Ladder, Shape, SweepSpec, SweepSpecError, variant_spec
 
@@ -36,7 +36,8 @@ class PlannedRun:
       axes: every config key the sweep set for this run (dotted name -> value): shape keys,
         axis values, rule-derived learning rate / warmup, isoflop tokens.
       budget: the isoflop compute budget C in FLOPs (None in other modes).
-      params: {'total', 'non_embedding', 'embedding'} from attnlab.model.param_counts.
+      params: :func:`attnlab.model.recorded_counts` ({'total', 'non_embedding', 'embedding'}, and
+        'active', 'active_non_embedding' for a mixture of experts).
       flops_per_token: attnlab.model.flops_per_token at the run's seq_len.
       role: ladder mode: 'trunk' (the constant-LR phase a size's branches share) or 'branch'
         (a cooldown from the trunk's checkpoint at ``cfg.train.branch_step``); '' otherwise.
@@ -261,8 +262,9 @@ def _plan_one(spec: SweepSpec, shape: Shape | None, axis_values: dict[str, Any],
         steps = round(budget / per_token[spec.flops_per_token] / batch_tokens)
         if steps < spec.min_steps:
             return f"fewer than {spec.min_steps} step(s)"
-        if spec.centre is not None and not spec.centre.keeps(counts["total"], budget):
-            return (f"{_OFF_CENTRE}: {counts['total']:,} parameters, N* = "
+        # centred on the parameters a token uses (a mixture of experts' active ones)
+        if spec.centre is not None and not spec.centre.keeps(counts["active"], budget):
+            return (f"{_OFF_CENTRE}: {counts['active']:,} parameters, N* = "
                     f"{spec.centre.target(budget):,.0f} +- {spec.centre.span:g}x")
         swept["train.tokens"] = steps * batch_tokens
     cfg = _override(spec, swept)
@@ -282,7 +284,7 @@ def _plan_one(spec: SweepSpec, shape: Shape | None, axis_values: dict[str, Any],
         cfg = _override(spec, swept)
     rid = run_id(cfg)
     return PlannedRun(rid, dataclasses.replace(cfg, name=rid), swept, budget,
-                      {k: counts[k] for k in ("total", "non_embedding", "embedding")}, per_token)
+                      recorded_counts(counts), per_token)
 
 
 def ladder_runs(spec: SweepSpec, template: PlannedRun) -> list[PlannedRun]:

@@ -93,9 +93,15 @@ def model_info_main(argv: list[str]) -> int:
           f"pos={m.pos_encoding} ffn={m.ffn} norm={m.norm}/{m.norm_position} dtype={m.dtype}")
     names = " ".join(mixer.name for mixer in arch.stack.mixers)
     print(f"{arch.block.title} blocks, mask {arch.mask.name}; sequence mixers by layer: {names}")
+    if counts["active"] != counts["total"]:
+        print(f"mixture of experts: {m.moe_experts} experts of width {arch.ffn.width}, top "
+              f"{m.moe_top_k} ({m.moe_dispatch} dispatch), {m.moe_shared_experts} shared")
     print("parameters:")
-    for key in ("total", "non_embedding", "embedding"):
-        print(f"  {key:<16}{_format_count(counts[key]):>18}")
+    keys = ("total", "non_embedding", "embedding")
+    if counts["active"] != counts["total"]:  # the FLOPs below count the active ones
+        keys += ("active", "active_non_embedding")
+    for key in keys:
+        print(f"  {key:<21}{_format_count(counts[key]):>18}")
     objective = arch.objective
     predicted = objective.predicted_per_input(seq_len)
     print(f"objective: {m.objective} = {objective.title}; {predicted:.3g} predicted tokens per "

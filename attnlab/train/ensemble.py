@@ -92,7 +92,7 @@ def make_ensemble_step(cfgs: list[Config], graphdef: nnx.GraphDef, *,
                                       out_specs=P(ENSEMBLE_AXIS), axis_names={ENSEMBLE_AXIS})
 
     def step(states: TrainState, batches: jax.Array, active: jax.Array):
-        loss, grads = members_grads(states.params, batches, states.step, seeds, data_seeds)
+        out, grads = members_grads(states.params, batches, states.step, seeds, data_seeds)
         if shared:  # one optimizer: its update vmapped too
             new = jax.vmap(lambda g, s: update(optimizers[0][0], g, s))(grads, states)
         else:  # each member's own transformation (elementwise work: cheap to unroll)
@@ -101,7 +101,7 @@ def make_ensemble_step(cfgs: list[Config], graphdef: nnx.GraphDef, *,
         keep = lambda n, o: jnp.where(active.reshape((-1,) + (1,) * (n.ndim - 1)), n, o)  # noqa: E731
         lrs = jnp.stack([jnp.asarray(schedule(states.step[i]), jnp.float32)
                          for i, (_, schedule) in enumerate(optimizers)])
-        metrics = {"loss": loss, "grad_norm": jax.vmap(optax.global_norm)(grads), "lr": lrs}
+        metrics = {**out, "grad_norm": jax.vmap(optax.global_norm)(grads), "lr": lrs}
         return jax.tree.map(keep, new, states), metrics
 
     return step

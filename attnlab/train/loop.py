@@ -27,11 +27,11 @@ import numpy as np
 from attnlab import rundir
 from attnlab.config import Config
 from attnlab.errors import ConfigError
-from attnlab.model import check, flops_per_token, param_counts, resolve
+from attnlab.model import check, flops_per_token, param_counts, recorded_counts, resolve
 from attnlab.train.branch import branch_record
 from attnlab.train.checkpoint import Checkpoints
 from attnlab.train.memory import check_training_fits
-from attnlab.train.metrics import MetricsWriter, Throughput
+from attnlab.train.metrics import MetricsWriter, Throughput, scalar_metrics
 from attnlab.train.mfu import mfu, peak_flops_per_device
 from attnlab.train.preflight import Preflight, preflight
 from attnlab.train.programs import ProgramCache, compile_programs
@@ -39,6 +39,9 @@ from attnlab.train.sharding import EVAL_BATCH_SPEC, TRAIN_BATCH_SPEC, global_bat
 from attnlab.train.workdir import check_workdir
 
 EXIT_COMPLETED, EXIT_BAD_INPUT, EXIT_DIVERGED = 0, 2, 3
+
+
+STEP_METRICS = ("loss", "grad_norm", "lr")  # every step's; the rest (an MoE's) are logged as is
 
 
 def initialize_distributed(cfg: Config) -> None:
@@ -138,7 +141,7 @@ class _Training:
             "status": rundir.RUNNING, "name": cfg.name, "workdir": str(workdir),
             "total_steps": cfg.total_steps, "step": self.start,
             "tokens_per_step": self.tokens_per_step,
-            "params": {k: counts[k] for k in ("total", "non_embedding", "embedding")},
+            "params": recorded_counts(counts),
             "flops_per_token": self.flops,
             "device": {"kind": device.device_kind, "platform": device.platform,
                        "count": mesh.size, "processes": jax.process_count(),
@@ -265,8 +268,9 @@ class _Training:
         total = self.cfg.total_steps
         if step % train.log_every == 0 or step in (1, total):
             rate = self.record.throughput.rate()
-            self.metrics.log({**line, **({"tokens_per_s": rate, "mfu": self.mfu(rate)}
-                                         if rate else {})})
+            extra = scalar_metrics({k: v for k, v in out.items() if k not in STEP_METRICS})
+            self.metrics.log({**line, **extra, **({"tokens_per_s": rate, "mfu": self.mfu(rate)}
+                                                  if rate else {})})
         if step % train.eval_every == 0 or step == total:
             self._validate(step, state_fn())
         if step % train.checkpoint_every == 0 or step == total or step in train.keep_steps:

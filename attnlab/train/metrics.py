@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterator, TextIO
 
+import numpy as np
+
 from tqdm.auto import tqdm
 
 
@@ -23,6 +25,19 @@ def _format_duration(seconds: float) -> str:
     seconds = int(seconds)
     hours, rest = divmod(seconds, 3600)
     return f"{hours}h{rest // 60:02d}m" if hours else f"{rest // 60}m{rest % 60:02d}s"
+
+
+def scalar_metrics(values: dict[str, Any]) -> dict[str, float]:
+    """Named scalars of a step's extra metrics (an MoE's ``moe_*``): a scalar as it is, a
+    per-layer vector ``[layers]`` as ``name/l<i>``, a per-layer, per-expert array ``[layers, E]``
+    as ``name/l<i>/e<j>`` (each a TensorBoard curve)."""
+    out = {}
+    for key, value in values.items():
+        array = np.asarray(value, np.float64)
+        for index in np.ndindex(array.shape):
+            suffix = "".join(f"/{axis}{i}" for axis, i in zip("le", index))
+            out[key + suffix] = float(array[index])
+    return out
 
 
 class MetricsWriter:

@@ -141,9 +141,11 @@ def is_decayed(path, leaf) -> bool:
     """Weight decay applies to matrices only: not to norm scales or biases (1-D), nor to the
     token or position tables (a path component naming an embedding), as in GPT-2/nanoGPT. With
     tied embeddings the output layer is the token table, so it is not decayed; an untied
-    ``lm_head`` is a projection like the others and is.
+    ``lm_head`` is a projection like the others and is. A mixture of experts' biases are
+    ``[E, width]``, named ``bias_*``.
     """
-    if any("embed" in name.lower() for name in _path_names(path)):
+    names = _path_names(path)
+    if any("embed" in name.lower() or name.startswith("bias_") for name in names):
         return False
     return jnp.ndim(leaf) >= 2
 

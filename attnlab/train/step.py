@@ -16,6 +16,7 @@ import optax
 from flax import nnx
 
 from attnlab.config import Config
+from attnlab.model.moe import record_routing
 from attnlab.model.objectives import masking_key
 from attnlab.train.state import TrainState
 
@@ -41,11 +42,26 @@ def mean_loss(graphdef: nnx.GraphDef, params: nnx.State, tokens: jax.Array,
     return scores.loss / jnp.maximum(scores.count, 1.0)
 
 
+def training_loss(graphdef: nnx.GraphDef, params: nnx.State, tokens: jax.Array,
+                  dropout_rng: jax.Array | None = None, key: jax.Array | None = None):
+    """``(objective, metrics)``: :func:`mean_loss` plus the FFN's auxiliary loss (an MoE's
+    load-balancing and router z-losses, from the statistics its layers recorded during this
+    forward pass); ``metrics`` holds ``loss`` (the cross-entropy alone, comparable with a dense
+    model's) and the FFN's own (:meth:`~attnlab.model.ffn.FFN.losses`)."""
+    model = nnx.merge(graphdef, params)
+    record_routing(model)
+    key = masking_key(0, 0) if key is None else key
+    scores = model.arch.objective.scores(model, tokens, key, dropout_rng=dropout_rng)
+    loss = scores.loss / jnp.maximum(scores.count, 1.0)
+    aux, metrics = model.arch.ffn.losses(nnx.pop(model, nnx.Intermediate))
+    return loss + aux, {"loss": loss, **metrics}
+
+
 def accumulated_grads(grad_fn: Callable, params, batch: jax.Array, step, *, seed, data_seed,
                       use_dropout: bool):
-    """``(loss, grads)`` of one update: ``grad_fn(params, tokens, dropout_rng, masking_key)``
-    averaged over the micro-batches of ``batch [grad_accum, micro_batch, seq_len + 1]`` (each
-    holds the same number of tokens, so this is the full-batch mean). Dropout masks and the
+    """``(metrics, grads)`` of one update: ``grad_fn(params, tokens, dropout_rng, masking_key)``
+    (:func:`loss_grad_fn`) averaged over the micro-batches of ``batch [grad_accum, micro_batch,
+    seq_len + 1]`` (each holds the same number of tokens, so this is the full-batch mean). Dropout masks and the
     masked objectives' corruption depend only on (seed, step, micro-batch), so a resumed run
     draws the same; ``seed`` and ``data_seed`` may be traced (an ensemble's members)."""
     step_key = jax.random.fold_in(jax.random.key(seed), step)
@@ -60,21 +76,28 @@ def accumulated_grads(grad_fn: Callable, params, batch: jax.Array, step, *, seed
     if accum == 1:  # no loop for the common case: lets XLA fuse across the whole step
         return grad_fn(params, batch[0], micro_rng(0), micro_key(0))
 
-    def accumulate(carry, inputs):
-        loss_sum, grad_sum = carry
+    def accumulate(sums, inputs):
         i, tokens = inputs
-        loss, grads = grad_fn(params, tokens, micro_rng(i), micro_key(i))
-        return (loss_sum + loss, jax.tree.map(jnp.add, grad_sum, grads)), None
+        out = grad_fn(params, tokens, micro_rng(i), micro_key(i))
+        return jax.tree.map(jnp.add, sums, out), None
 
-    zeros = jax.tree.map(jnp.zeros_like, params)
-    (loss_sum, grad_sum), _ = jax.lax.scan(
-        accumulate, (jnp.zeros((), jnp.float32), zeros), (jnp.arange(accum), batch))
-    return loss_sum / accum, jax.tree.map(lambda g: g / accum, grad_sum)
+    zeros = jax.tree.map(jnp.zeros_like,
+                         jax.eval_shape(grad_fn, params, batch[0], micro_rng(0), micro_key(0)))
+    sums, _ = jax.lax.scan(accumulate, zeros, (jnp.arange(accum), batch))
+    return jax.tree.map(lambda total: total / accum, sums)
 
 
 def loss_grad_fn(graphdef: nnx.GraphDef) -> Callable:
-    """``(params, tokens, dropout_rng, masking_key) -> (mean loss, grads)``."""
-    return jax.value_and_grad(lambda p, tokens, rng, key: mean_loss(graphdef, p, tokens, rng, key))
+    """``(params, tokens, dropout_rng, masking_key) -> (metrics, grads)``: the gradient of
+    :func:`training_loss`; ``metrics["loss"]`` is the mean cross-entropy."""
+    grad = jax.value_and_grad(
+        lambda p, tokens, rng, key: training_loss(graphdef, p, tokens, rng, key), has_aux=True)
+
+    def loss_and_grads(params, tokens, rng, key):
+        (_, metrics), grads = grad(params, tokens, rng, key)
+        return metrics, grads
+
+    return loss_and_grads
 
 
 def make_train_step(cfg: Config, graphdef: nnx.GraphDef, optimizer: optax.GradientTransformation,
@@ -82,19 +105,20 @@ def make_train_step(cfg: Config, graphdef: nnx.GraphDef, optimizer: optax.Gradie
     """Returns ``train_step(state, batch) -> (state, metrics)`` (not yet jitted).
 
     ``batch`` is int32 ``[grad_accum, micro_batch, seq_len + 1]``; gradients are averaged over
-    the micro-batches and one optimizer update is applied. ``metrics``: ``loss`` (mean over the
-    batch, before the update), ``grad_norm`` (global L2 norm before clipping) and ``lr`` (of
-    this update).
+    the micro-batches and one optimizer update is applied. ``metrics``: ``loss`` (mean
+    cross-entropy over the batch, before the update), ``grad_norm`` (global L2 norm before
+    clipping), ``lr`` (of this update), and an MoE's ``moe_*`` (mean over the micro-batches;
+    :meth:`attnlab.model.moe.TokenChoice.losses`).
     """
     grad_fn = loss_grad_fn(graphdef)
 
     def train_step(state: TrainState, batch: jax.Array) -> tuple[TrainState, dict]:
-        loss, grads = accumulated_grads(grad_fn, state.params, batch, state.step,
-                                        seed=cfg.train.seed, data_seed=cfg.data.seed,
-                                        use_dropout=cfg.model.dropout > 0)
+        metrics, grads = accumulated_grads(grad_fn, state.params, batch, state.step,
+                                           seed=cfg.train.seed, data_seed=cfg.data.seed,
+                                           use_dropout=cfg.model.dropout > 0)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
-        metrics = {"loss": loss, "grad_norm": optax.global_norm(grads),
+        metrics = {**metrics, "grad_norm": optax.global_norm(grads),
                    "lr": jnp.asarray(schedule(state.step), jnp.float32)}
         return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
