@@ -23,6 +23,7 @@ resolved parts; no module looks a part up again.
 | ``norm`` | :data:`NORMS` | layers.py |
 | ``norm_position`` (``ngpt``) | :data:`BLOCKS` | blocks.py, ngpt.py |
 | ``objective`` | :data:`OBJECTIVES` | objectives.py |
+| ``parameterization`` (``mup_base_d_model``) | :data:`PARAMETERIZATIONS` | parameterization.py |
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from typing import Any
 from attnlab.config import Config, ModelConfig
 from attnlab.errors import ConfigError
 from attnlab.model import attention, blocks, ffn, layers, masks, mixers, ngpt, objectives
-from attnlab.model import positions, relative, rope, scales
+from attnlab.model import parameterization, positions, relative, rope, scales
 
 ENCODINGS = {c.name: c for c in (positions.NoPE, positions.Sinusoidal, positions.LearnedPositions,
                                  rope.RoPE, positions.ALiBi, relative.T5Bias)}
@@ -47,13 +48,15 @@ NORMS = {c.name: c for c in (layers.LayerNorm, layers.RMSNorm)}
 BLOCKS = {c.name: c for c in (blocks.PreNorm, blocks.PostNorm, ngpt.NGPT)}
 OBJECTIVES = {c.name: c for c in (objectives.CausalLM, objectives.MaskedLM,
                                   objectives.SpanCorruption)}
+PARAMETERIZATIONS = {c.name: c for c in (parameterization.Standard, parameterization.MuP)}
 REMATS = ("none", *layers.REMAT_POLICIES)
 
 # The field that selects a part of each registry. Parts that act inside softmax attention
 # (the score scale and the mask) are in use only when some layer forms attention scores.
 SELECTORS = {"pos_encoding": ENCODINGS, "attention_scale": SCORE_SCALES,
              "attention_mask": MASKS, "mixer": MIXERS, "ffn": FFNS, "norm": NORMS,
-             "norm_position": BLOCKS, "objective": OBJECTIVES}
+             "norm_position": BLOCKS, "objective": OBJECTIVES,
+             "parameterization": PARAMETERIZATIONS}
 INSIDE_ATTENTION = ("attention_scale", "attention_mask")
 
 
@@ -84,6 +87,7 @@ class Architecture:
     score_scale: scales.ScoreScale
     mask: masks.Mask  # the causal stack's
     stack: Stack
+    parameterization: parameterization.Parameterization
     decoder: Stack | None = None
 
     @property
@@ -103,8 +107,9 @@ def resolve(cfg: ModelConfig) -> Architecture:
     encoding = ENCODINGS[cfg.pos_encoding](cfg)
     encoding.validate()  # e.g. RoPE: even head_dim; sinusoidal: even d_model
     mask = _mask(cfg)
+    param = PARAMETERIZATIONS[cfg.parameterization](cfg)
     parts = dict(ffn=FFNS[cfg.ffn](cfg), norm=NORMS[cfg.norm],
-                 score_scale=SCORE_SCALES[cfg.attention_scale](cfg))
+                 score_scale=param.anchored(SCORE_SCALES[cfg.attention_scale](cfg)))
     causal = _stack(cfg, encoding, mask, **parts)
     objective = OBJECTIVES[cfg.objective](cfg)
     if objective.causal:
@@ -113,7 +118,7 @@ def resolve(cfg: ModelConfig) -> Architecture:
         stack = _stack(cfg, encoding.for_encoder(), masks.Bidirectional(cfg), **parts)
         decoder = causal if objective.encoder_decoder else None
     arch = Architecture(cfg, encoding, objective, mask=mask, stack=stack, decoder=decoder,
-                        **parts)
+                        parameterization=param, **parts)
     _validate(arch)
     return arch
 
@@ -158,6 +163,7 @@ def _validate(arch: Architecture) -> None:
     causal = arch.decoder or arch.stack
     # The configured mixer's rules (a hybrid's softmax layers are not a "softmax model").
     MIXERS[cfg.mixer](cfg, 0, arch.encoding, arch.mask, arch.score_scale, arch.norm).validate()
+    arch.parameterization.validate(arch)  # muP: its base width, parts with a muP rule
     causal.layers[0].validate()  # the block kind's (nGPT's)
     arch.score_scale.validate()  # e.g. cosine attention with qk_norm
     arch.mask.validate()
@@ -171,7 +177,7 @@ def _validate(arch: Architecture) -> None:
 def _used_parts(arch: Architecture) -> list[tuple[str, Any]]:
     """``(selector field, part)`` of every part the model uses."""
     used = [("pos_encoding", arch.encoding), ("ffn", arch.ffn), ("norm", arch.norm),
-            ("objective", arch.objective)]
+            ("objective", arch.objective), ("parameterization", arch.parameterization)]
     for stack in filter(None, (arch.stack, arch.decoder)):
         used += [("mixer", layer.mixer) for layer in stack.layers]
         used += [("norm_position", layer) for layer in stack.layers]

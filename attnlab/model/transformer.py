@@ -11,6 +11,8 @@ inside jit (dropout takes an explicit key).
     x = encoding.embed(E[tokens], positions)   (adds P[positions] for learned / sinusoidal)
     x = block(x) for each layer                (the block kind: pre-LN, post-LN, nGPT)
     logits = FinalNorm(x) W_head               (pre-LN's final norm), W_head = E^T when tied
+    (muP, ``model.parameterization``: hidden weights drawn at std / sqrt(fan_in multiplier) and
+    the logits times 1 / width multiplier; attnlab/model/parameterization.py)
 
 ``model.scan_layers``: the stack is held as ONE block whose parameters carry a leading
 ``[n_layers, ...]`` axis and is run by ``jax.lax.scan``, so the step is traced once per layer
@@ -78,6 +80,7 @@ class TransformerLM(nnx.Module):
         constraint = arch.block.param_constraint()
         if constraint is not None:  # nGPT: every matrix starts with unit rows
             nnx.update(self, constraint(nnx.state(self, nnx.Param)))
+        scale_init(self, arch.parameterization)
 
     def embed(self, tokens: jax.Array, positions: jax.Array) -> jax.Array:
         """``tokens [batch, seq]``, ``positions [pbatch, seq]`` -> ``[batch, seq, d_model]``."""
@@ -91,6 +94,9 @@ class TransformerLM(nnx.Module):
             x = self.final_norm(x)
         head = self.token_embedding[...].T if self.lm_head is None else self.lm_head[...]
         logits = project(x, head.astype(x.dtype), jnp.float32)  # "bsd,dv->bsv"
+        multiplier = self.arch.parameterization.logit_multiplier()
+        if multiplier is not None:  # muP: 1 / width multiplier (Tensor Programs V, Table 8)
+            logits = logits * multiplier
         return logits if self.logit_scale is None else logits * self.logit_scale()
 
     def bias(self, layer):
@@ -193,6 +199,15 @@ class TransformerLM(nnx.Module):
                                    start=start)
             new.append(layer_state)
         return self.logits(x), DecodeState(tuple(new))
+
+
+def scale_init(model: nnx.Module, parameterization) -> None:
+    """Multiplies each freshly drawn parameter by its parameterisation's init factor (1 for
+    the standard one: nothing is touched)."""
+    params = nnx.state(model, nnx.Param)
+    scales = parameterization.init_scales(params)
+    if any(s != 1.0 for s in jax.tree.leaves(scales)):
+        nnx.update(model, jax.tree.map(lambda p, s: p if s == 1.0 else p * s, params, scales))
 
 
 def model_class(arch: Architecture) -> type[nnx.Module]:
