@@ -257,3 +257,62 @@ def _shade(t: int, steps: int):
 
 
 __all__ = ["LAYER_TYPES", "CoordReport", "activations", "arm", "coord_check", "plot"]
+
+
+def _flags():
+    from attnlab.cli_flags import Flag
+
+    return [
+        Flag("widths", "string", "64,128,256,512", "Comma-separated d_model values (>= 2)."),
+        Flag("steps", "integer", 4, "Adam steps per width."),
+        Flag("lr", "float", None, "Learning rate (default the config's train.learning_rate)."),
+        Flag("base", "integer", None, "muP's base width (default the smallest width)."),
+        Flag("seeds", "integer", 1, "Initialisations averaged per width."),
+        Flag("json", "string", "", "Write {sp: {layer type: slope}, mup: {...}} here."),
+        Flag("plot", "string", "", "Write the figure (PNG or PDF) here."),
+    ]
+
+
+def parse_widths(text: str) -> tuple[int, ...]:
+    """``"64,128"`` -> ``(64, 128)``; raises ConfigError naming ``--widths``."""
+    try:
+        widths = tuple(int(w) for w in text.split(",") if w.strip())
+    except ValueError:
+        raise ConfigError("--widths", f"expected comma-separated integers, got {text!r}") from None
+    if len(set(widths)) < 2 or min(widths) <= 0:
+        raise ConfigError("--widths", f"needs at least two distinct positive widths, got {text!r}")
+    return widths
+
+
+def coord_check_main(argv: list[str]) -> int:
+    """``attnlab coord-check --config=configs/x.py --widths=64,128,256,512 [--steps=4]
+    [--lr=...] [--json=FILE] [--plot=FILE]``: prints each layer type's slope and
+    max/min ratio across widths under sp and mup."""
+    import json
+
+    from attnlab.cli_flags import parse
+    from attnlab.config import from_config_dict
+
+    values = parse(argv, _flags(), prog="attnlab coord-check")
+    cfg = from_config_dict(values.config)
+    widths = parse_widths(values.widths)
+    if values.steps < 1:
+        raise ConfigError("--steps", f"must be >= 1, got {values.steps}")
+    if values.seeds < 1:
+        raise ConfigError("--seeds", f"must be >= 1, got {values.seeds}")
+    report = coord_check(cfg, widths, steps=values.steps, lr=values.lr, base=values.base,
+                         seeds=values.seeds)
+    slopes, ratios = report.slopes(), report.ratios()
+    print(f"coordinate check: widths {', '.join(map(str, report.widths))}, {report.steps} steps "
+          f"at lr {report.lr:g}, muP base width {report.base}")
+    print(f"{'layer type':<18}" + "".join(f"{p + ' slope':>12}{p + ' max/min':>13}"
+                                          for p in slopes))
+    for kind in LAYER_TYPES:
+        print(f"{kind:<18}" + "".join(f"{slopes[p][kind]:>12.3f}{ratios[p][kind]:>13.2f}"
+                                      for p in slopes))
+    if values.json:
+        with open(values.json, "w") as f:
+            json.dump(slopes, f, indent=2, sort_keys=True)
+    if values.plot:
+        plot(report).savefig(values.plot, dpi=120)
+    return 0
