@@ -155,12 +155,12 @@ def coord_check(cfg: Config, widths: tuple[int, ...], *, steps: int = 4, lr: flo
         raise ConfigError("--widths", "needs at least two widths")
     base = widths[0] if base is None else base
     lr = cfg.train.learning_rate if lr is None else lr
+    arms = {(p, w): arm(cfg, p, w, base, lr, steps) for p in parameterizations for w in widths}
+    for arm_cfg in arms.values():
+        check(arm_cfg)  # every width's config, before any data is read or anything compiled
     if batches is None:
         batches = _config_batches(cfg)
     probe = jnp.asarray(batches(0)[:, :-1])
-    arms = {(p, w): arm(cfg, p, w, base, lr, steps) for p in parameterizations for w in widths}
-    for arm_cfg in arms.values():
-        check(arm_cfg)  # every width's config, before anything is compiled
     size = {p: {k: np.zeros((steps + 1, len(widths))) for k in LAYER_TYPES}
             for p in parameterizations}
     change = {p: {k: np.zeros((steps + 1, len(widths))) for k in LAYER_TYPES}
