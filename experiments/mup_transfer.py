@@ -1,6 +1,6 @@
 """Learning-rate transfer across width (Yang et al. 2022, "Tensor Programs V", Fig. 1): a
 factor-2 learning-rate grid at widths 8x apart, under the standard parameterisation and under
-muP (base width 32), two seeds each; the report plots loss against learning rate per width and
+muP (base width 16), two seeds each; the report plots loss against learning rate per width and
 prints each width's best learning rate with a bootstrap interval over seeds.
 
     attnlab sweep --config=experiments/mup_transfer.py --workdir=sweeps/mup_transfer
@@ -9,9 +9,9 @@ prints each width's best learning rate with a bootstrap interval over seeds.
 Under muP the best learning rate should stay put as the width grows; under SP (one Adam learning
 rate, every matrix drawn at init_std) it should fall with width.
 
-Scale ``cpu``: widths 32-256 (2 layers, 2 heads: head width 16-128), learning rates 2^-11..2^-5,
-seeds 0 and 1, 150 steps of 8 x 32 tokens (cosine, 15 warmup steps), 112 runs. Scale ``gpu``:
-widths 64-1024, 4 layers, 1000 steps of 32 x 128 tokens (not run).
+Scale ``cpu``: widths 16-128 (2 layers, 2 heads: head width 8-64), learning rates 2^-10..2^-5,
+seeds 0 and 1, 100 steps of 8 x 32 tokens (cosine, 10 warmup steps), 96 runs. Scale ``gpu``:
+widths 64-1024, 4 layers, 1000 steps of 32 x 128 tokens, learning rates 2^-12..2^-5 (not run).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from ml_collections import ConfigDict
 
 from attnlab.config import base_config_dict
 
-BASE_WIDTH = 32
+BASE_WIDTH = 16
 
 
 def get_config(scale: str = "cpu") -> ConfigDict:
@@ -36,8 +36,8 @@ def get_config(scale: str = "cpu") -> ConfigDict:
     base.data.max_bytes = 1_000_000
     base.data.seq_len = 128 if gpu else 32
     base.data.batch_size = 32 if gpu else 8
-    base.train.steps = 1000 if gpu else 150
-    base.train.warmup_steps = 100 if gpu else 15
+    base.train.steps = 1000 if gpu else 100
+    base.train.warmup_steps = 100 if gpu else 10
     base.train.log_every = 50
     base.train.eval_every = base.train.steps
     base.train.eval_batches = 8
@@ -47,11 +47,11 @@ def get_config(scale: str = "cpu") -> ConfigDict:
     sweep.name = "mup_transfer"
     sweep.mode = "grid"
     layers = 4 if gpu else 2
-    widths = (64, 128, 256, 512, 1024) if gpu else (32, 64, 128, 256)
+    widths = (64, 128, 256, 512, 1024) if gpu else (16, 32, 64, 128)
     sweep.shapes = tuple((d, layers, 2) for d in widths)
     sweep.axes = ConfigDict()
     sweep.axes.train = ConfigDict({
-        "learning_rate": tuple(2.0 ** e for e in range(-11, -4)),
+        "learning_rate": tuple(2.0 ** e for e in (range(-12, -4) if gpu else range(-10, -4))),
         "seed": (0, 1),
     })
     base_width = 64 if gpu else BASE_WIDTH
