@@ -16,7 +16,7 @@ from attnlab.sweep import load_spec, plan
 
 EXPERIMENTS = ("tiny_isoflop", "quickstart", "tiny_grid", "tiny_pe", "kaplan",
                "chinchilla_isoflop", "pe_extrapolation", "markov_floor", "tiny_mixers", "architectures",
-               "gpt_vs_bert")
+               "gpt_vs_bert", "mup_transfer")
 
 TINY_ISOFLOP_CPU = [
     "d16-l1-rope-t13.6k-s0-f45cac28", "d32-l2-rope-t3.58k-s0-dd589dd0",
@@ -71,6 +71,9 @@ PLAN_DIGESTS = {
     # Issue #16: decoder vs encoder vs encoder-decoder (new; model.objective per variant).
     "gpt_vs_bert:cpu": ("24f1affb1fb24896", "34ed1d16a2ccf3a9"),
     "gpt_vs_bert:gpu": ("da50a16ebf9e4b45", "0f4deae85b21fe89"),
+    # muP learning-rate transfer (new; model.parameterization per variant).
+    "mup_transfer:cpu": ("188cb432baafcf7c", "796be722d2253fd8"),
+    "mup_transfer:gpu": ("17011a202feb0879", "2291a871c415a34d"),
 }
 
 
