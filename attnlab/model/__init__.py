@@ -12,7 +12,8 @@ in a registry of ``architecture.py``, and modules are handed the resolved parts.
 
 from attnlab.config import ModelConfig
 from attnlab.model.architecture import (BLOCKS, ENCODINGS, FFNS, MASKS, MIXERS, NORMS, OBJECTIVES,
-                                        SCORE_SCALES, Architecture, check, rescaled, resolve)
+                                        PARAMETERIZATIONS, SCORE_SCALES, Architecture, check,
+                                        rescaled, resolve)
 from attnlab.model.attention import (CrossAttention, SelfAttention, attention_scores,
                                      attention_weights, dot_product_attention)
 from attnlab.model.counting import count_state_params, flops_per_token, param_counts
@@ -31,7 +32,8 @@ from attnlab.model.transformer import TransformerLM, apply, build_model, init_mo
 from attnlab.model.encoder_decoder import EncoderDecoderLM
 
 __all__ = [
-    "BLOCKS", "ENCODINGS", "FFNS", "MASKS", "MIXERS", "NORMS", "OBJECTIVES", "SCORE_SCALES",
+    "BLOCKS", "ENCODINGS", "FFNS", "MASKS", "MIXERS", "NORMS", "OBJECTIVES", "PARAMETERIZATIONS",
+    "SCORE_SCALES",
     "Architecture", "Bidirectional", "Causal", "CrossAttention", "DecodeState",
     "EncoderDecoderLM", "LayerNorm", "Mask", "ModelConfig", "NoMaskError", "Objective",
     "PositionOutOfRangeError", "PositionalEncoding", "RMSNorm", "RescalingError", "ScoreScale",
