@@ -36,12 +36,13 @@ from attnlab.errors import ConfigError
 
 LAYER_TYPES = ("embedding", "attention_output", "ffn_hidden", "block_output", "logits")
 PARAMETERIZATIONS = ("sp", "mup")
-# Where each layer type's outputs are in ``nnx.capture(..., method_outputs=...)`` (the modules'
-# attribute names, which are also their checkpoint paths): (path suffix, output index path).
+# Where each layer type's outputs are in ``nnx.capture(..., method_outputs=...)``: the module
+# path (its attribute names, which are also its checkpoint path; None: any layer index) and the
+# index of the array in the captured output.
 _CAPTURE = {
     "embedding": (("embed",), (0,)),
-    "attention_output": (("attn", "__call__"), (0, 0)),
-    "ffn_hidden": (("ffn", "w_in", "__call__"), (0,)),
+    "attention_output": (("blocks", None, "attn", "__call__"), (0, 0)),
+    "ffn_hidden": (("blocks", None, "ffn", "w_in", "__call__"), (0,)),
     "block_output": (("blocks", None, "__call__"), (0, 0)),
     "logits": (("logits",), (0,)),
 }
@@ -92,17 +93,9 @@ def _captured(tree) -> list[tuple[tuple[str, ...], object]]:
     return out
 
 
-def _matches(path: tuple[str, ...], suffix: tuple) -> bool:
-    """``path`` is a top-level ``suffix`` (``("embed",)``) or ends with it, ``None`` standing
-    for a layer index (``("blocks", None, "__call__")`` is ``blocks/<i>/__call__``)."""
-    if suffix[0] in ("embed", "logits"):
-        return path == suffix
-    if len(path) < len(suffix):
-        return False
-    tail = path[len(path) - len(suffix):]
-    if suffix[0] == "blocks" and len(path) != len(suffix):
-        return False
-    return all(s is None or s == p for s, p in zip(suffix, tail))
+def _matches(path: tuple[str, ...], pattern: tuple) -> bool:
+    """``path`` is ``pattern``, ``None`` in the pattern standing for any layer index."""
+    return len(path) == len(pattern) and all(s is None or s == p for s, p in zip(pattern, path))
 
 
 @dataclasses.dataclass
