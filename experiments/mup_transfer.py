@@ -69,7 +69,8 @@ def get_config(scale: str = "cpu") -> ConfigDict:
 
 def best_learning_rates(frame, *, resamples: int = 2000, seed: int = 0):
     """Per (parameterisation, width): the learning rate of the lowest seed-mean final loss, and
-    a 90% bootstrap interval of it (seeds resampled with replacement per learning rate).
+    a 90% bootstrap interval of it (the seeds resampled with replacement, the same draw for
+    every learning rate).
 
     ``frame``: the sweep's results (columns parameterization, d_model, learning_rate, seed,
     final_val_loss). Returns rows ``(parameterization, d_model, best_lr, lo, hi)``."""
@@ -82,7 +83,8 @@ def best_learning_rates(frame, *, resamples: int = 2000, seed: int = 0):
                                   values="final_val_loss")  # [seeds, lrs]
         lrs = np.asarray(table.columns, np.float64)
         losses = table.to_numpy(np.float64)
-        losses = np.where(np.isfinite(losses), losses, np.inf)  # diverged: never the best
+        # A learning rate at which any seed diverged (or is missing) is never the best.
+        losses[:, ~np.isfinite(losses).all(axis=0)] = np.inf
         best = lrs[np.argmin(losses.mean(axis=0))]
         picks = rng.integers(0, losses.shape[0], (resamples, losses.shape[0]))
         boot = lrs[np.argmin(losses[picks].mean(axis=1), axis=1)]  # [resamples]
