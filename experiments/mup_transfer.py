@@ -82,7 +82,7 @@ def best_learning_rates(frame, *, resamples: int = 2000, seed: int = 0):
         table = group.pivot_table(index="seed", columns="learning_rate",
                                   values="final_val_loss")  # [seeds, lrs]
         lrs = np.asarray(table.columns, np.float64)
-        losses = table.to_numpy(np.float64)
+        losses = table.to_numpy(np.float64, copy=True)
         # A learning rate at which any seed diverged (or is missing) is never the best.
         losses[:, ~np.isfinite(losses).all(axis=0)] = np.inf
         best = lrs[np.argmin(losses.mean(axis=0))]
