@@ -124,12 +124,13 @@ def plot(frame):
 
 def main(argv: list[str]) -> int:
     """``python experiments/mup_transfer.py SWEEP_DIR [--plot=FILE]``."""
-    from attnlab.results import load_results
+    from attnlab.results import load
 
     if not argv or argv[0].startswith("-"):
         print(main.__doc__)
         return 2
-    frame = load_results(argv[0])
+    frame = load(argv[0]).rename(columns={"model.d_model": "d_model", "train.seed": "seed",
+                                          "train.learning_rate": "learning_rate"})
     frame = frame[frame["status"] == "completed"]
     print(f"{'param':<6}{'d_model':>8}{'best lr':>10}{'90% interval':>22}")
     for p, d, best, lo, hi in best_learning_rates(frame):
