@@ -23,7 +23,7 @@ in proportion), and
 The hidden weights' ``1 / fan_in`` variance and ``1 / fan_in`` Adam learning rate, the constant
 input and output weights with a ``1 / width`` multiplier on the logits (Table 8's equivalent of
 Table 3's ``1 / fan_in^2`` output variance), and ``1/d_k`` attention (sec. 4; here times the base
-width's ``sqrt(d_k)``, so that at the base width the scale is ``1/sqrt(d_k)`` and the model is the
+model's ``sqrt(d_k)``, so that at the base width the scale is ``1/sqrt(d_k)`` and the model is the
 standard one). AdamW's decoupled weight decay ``lr * wd * W`` is kept per step as at the base
 width (the ``mup`` package's ``MuAdamW``: ``wd`` times ``m`` where ``lr`` is divided by ``m``).
 
