@@ -217,25 +217,30 @@ def _config_batches(cfg: Config) -> Callable[[int], np.ndarray]:
 
 
 def plot(report: CoordReport):
-    """Yang et al. Fig. 5: for each parameterisation (rows) and layer type (columns), the mean
-    |change since init| against width, one line per step; a ``matplotlib`` Figure."""
+    """Yang et al. Fig. 5: for each parameterisation, a row of the mean |x| of each layer type
+    (columns) and a row of its mean |change since init|, against width, one line per step
+    (step 0, init, in the size rows); a ``matplotlib`` Figure."""
     from matplotlib.figure import Figure
 
-    rows = list(report.change)
-    fig = Figure(figsize=(3.0 * len(LAYER_TYPES), 2.6 * len(rows)), layout="constrained")
+    rows = [(p, what) for p in report.change for what in ("size", "change")]
+    fig = Figure(figsize=(3.0 * len(LAYER_TYPES), 2.4 * len(rows)), layout="constrained")
     axes = fig.subplots(len(rows), len(LAYER_TYPES), squeeze=False)
     slopes = report.slopes()
-    for r, p in enumerate(rows):
+    for r, (p, what) in enumerate(rows):
+        values = report.size[p] if what == "size" else report.change[p]
         for c, kind in enumerate(LAYER_TYPES):
             ax = axes[r][c]
-            for t in range(1, report.steps + 1):
-                ax.plot(report.widths, report.change[p][kind][t], marker="o", ms=3,
-                        label=f"step {t}", color=_shade(t, report.steps))
+            for t in range(0 if what == "size" else 1, report.steps + 1):
+                ax.plot(report.widths, values[kind][t], marker="o", ms=3, label=f"step {t}",
+                        color=_shade(t, report.steps))
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
-            ax.set_title(f"{p}: {kind}\nslope {slopes[p][kind]:+.2f}", fontsize=9)
+            title = f"{p}: {kind}"
+            if what == "change":
+                title += f"\nchange slope {slopes[p][kind]:+.2f}"
+            ax.set_title(title, fontsize=9)
             if c == 0:
-                ax.set_ylabel("mean |x_t - x_0|")
+                ax.set_ylabel("mean |x_t|" if what == "size" else "mean |x_t - x_0|")
             if r == len(rows) - 1:
                 ax.set_xlabel("width (d_model)")
     axes[0][0].legend(fontsize=7)
@@ -246,7 +251,7 @@ def plot(report: CoordReport):
 def _shade(t: int, steps: int):
     from matplotlib import colormaps
 
-    return colormaps["viridis"](0.15 + 0.75 * (t - 1) / max(1, steps - 1))
+    return colormaps["viridis"](0.1 + 0.8 * t / max(1, steps))
 
 
 __all__ = ["LAYER_TYPES", "CoordReport", "activations", "arm", "coord_check", "plot"]
