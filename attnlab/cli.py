@@ -27,6 +27,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "plot": ("attnlab.plots.cli", "plot_main", "draw the standard scaling plots"),
     "extrapolate": ("attnlab.extrapolation.cli", "extrapolate_main",
                     "evaluate a run at longer context lengths"),
+    "coord-check": ("attnlab.coord_check", "coord_check_main",
+                    "muP coordinate check: activation sizes across widths, sp vs mup"),
     "quickstart": ("attnlab.study", "quickstart_main",
                    "the quick scaling study: sweep, Chinchilla fit, plots"),
     "icl": ("attnlab.icl.cli", "icl_main",
@@ -38,7 +40,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 # Flags naming a file a command writes: checked here, before the command loads or fits anything.
 OUTPUT_FLAGS: dict[str, tuple[str, ...]] = {"fit": ("json",), "plot": ("out",),
                                             "icl": ("json", "plot"),
-                                            "attention": ("out", "json")}
+                                            "attention": ("out", "json"),
+                                            "coord-check": ("json", "plot")}
 
 USAGE = "usage: attnlab <command> [flags]\n\ncommands:\n" + "\n".join(
     f"  {name:<12} {help_}" for name, (_, _, help_) in COMMANDS.items()

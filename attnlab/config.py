@@ -106,6 +106,10 @@ class ModelConfig:
     linear_bias: bool = False  # biases on the attention and FFN projections (GPT-2 style)
     scan_layers: bool = False  # layers as one stacked module run by a scan: compile flat in depth
     remat: str = "none"  # rematerialise each layer in the backward pass: none | full | save_dots
+    # How init, learning rates and output scales depend on width: sp | mup (Yang et al. 2022);
+    # mup is relative to the base width mup_base_d_model (where it equals sp).
+    parameterization: str = "sp"
+    mup_base_d_model: int = 0
 
     def __post_init__(self):
         validate_model(self)
@@ -372,6 +376,8 @@ def validate_model(m: ModelConfig) -> None:
         check_positive("model.d_ff", m.d_ff)
     for name in ("rope_theta", "norm_eps", "init_std"):
         check_positive(f"model.{name}", getattr(m, name))
+    if m.mup_base_d_model < 0:
+        raise ConfigError("model.mup_base_d_model", f"must be >= 0, got {m.mup_base_d_model}")
     if m.attention_chunk < 0:
         raise ConfigError("model.attention_chunk", f"must be >= 0, got {m.attention_chunk}")
     if not 0.0 <= m.dropout < 1.0:

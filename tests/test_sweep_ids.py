@@ -16,7 +16,7 @@ from attnlab.sweep import load_spec, plan
 
 EXPERIMENTS = ("tiny_isoflop", "quickstart", "tiny_grid", "tiny_pe", "kaplan",
                "chinchilla_isoflop", "pe_extrapolation", "markov_floor", "tiny_mixers", "architectures",
-               "gpt_vs_bert", "icl", "tiny_ladder", "moe")
+               "gpt_vs_bert", "icl", "tiny_ladder", "moe", "mup_transfer")
 
 TINY_ISOFLOP_CPU = [
     "d16-l1-rope-t13.6k-s0-f45cac28", "d32-l2-rope-t3.58k-s0-dd589dd0",
@@ -83,6 +83,9 @@ PLAN_DIGESTS = {
     # A ladder sweep (new): per shape a constant-LR trunk and its cooldown branches.
     "tiny_ladder:cpu": ("a0ed108157a3c4ad", "45d4832a57ad4df7"),
     "tiny_ladder:gpu": ("a0ed108157a3c4ad", "45d4832a57ad4df7"),
+    # muP learning-rate transfer (new; model.parameterization per variant).
+    "mup_transfer:cpu": ("188cb432baafcf7c", "796be722d2253fd8"),
+    "mup_transfer:gpu": ("17011a202feb0879", "2291a871c415a34d"),
 }
 
 

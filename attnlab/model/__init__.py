@@ -12,7 +12,8 @@ in a registry of ``architecture.py``, and modules are handed the resolved parts.
 
 from attnlab.config import ModelConfig
 from attnlab.model.architecture import (BLOCKS, ENCODINGS, FFNS, MASKS, MIXERS, NORMS, OBJECTIVES,
-                                        SCORE_SCALES, Architecture, check, rescaled, resolve)
+                                        PARAMETERIZATIONS, SCORE_SCALES, Architecture, check,
+                                        rescaled, resolve)
 from attnlab.model.attention import (CrossAttention, SelfAttention, attention_scores,
                                      attention_weights, dot_product_attention)
 from attnlab.model.counting import (count_state_params, flops_per_token, param_counts,
@@ -28,11 +29,13 @@ from attnlab.model.relative import t5_bucket_table, t5_buckets
 from attnlab.model.rope import (apply_rope, ntk_rope_theta, pi_frequencies, rope_angles,
                                 rope_inverse_frequencies, yarn_attention_factor, yarn_frequencies)
 from attnlab.model.scales import ScoreScale
-from attnlab.model.transformer import TransformerLM, apply, build_model, init_model, model_class
+from attnlab.model.transformer import (TransformerLM, apply, build_model, init_model,
+                                       model_class, param_shapes)
 from attnlab.model.encoder_decoder import EncoderDecoderLM
 
 __all__ = [
-    "BLOCKS", "ENCODINGS", "FFNS", "MASKS", "MIXERS", "NORMS", "OBJECTIVES", "SCORE_SCALES",
+    "BLOCKS", "ENCODINGS", "FFNS", "MASKS", "MIXERS", "NORMS", "OBJECTIVES", "PARAMETERIZATIONS",
+    "SCORE_SCALES",
     "Architecture", "Bidirectional", "Causal", "CrossAttention", "DecodeState",
     "EncoderDecoderLM", "LayerNorm", "Mask", "ModelConfig", "NoMaskError", "Objective",
     "PositionOutOfRangeError", "PositionalEncoding", "RMSNorm", "RescalingError", "ScoreScale",
@@ -41,7 +44,7 @@ __all__ = [
     "check_positions", "count_state_params", "decode_spans", "decode_step",
     "dot_product_attention", "fill_masks", "flops_per_token", "generate", "init_encdec_state",
     "init_model", "init_state", "mask_id", "masking_key", "model_class", "ntk_rope_theta",
-    "param_counts", "pi_frequencies", "recorded_counts", "rescaled", "resolve", "rope_angles",
+    "param_counts", "param_shapes", "pi_frequencies", "recorded_counts", "rescaled", "resolve", "rope_angles",
     "rope_inverse_frequencies", "sinusoidal_table", "t5_bucket_table", "t5_buckets",
     "token_losses", "yarn_attention_factor", "yarn_frequencies",
 ]

@@ -25,6 +25,7 @@ resolved parts; no module looks a part up again.
 | ``norm_position`` (``ngpt``) | :data:`BLOCKS` | blocks.py, ngpt.py |
 | ``objective`` | :data:`OBJECTIVES` | objectives.py |
 | ``inputs`` (``input_dim``) | :data:`INPUTS` | readin.py |
+| ``parameterization`` (``mup_base_d_model``) | :data:`PARAMETERIZATIONS` | parameterization.py |
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from typing import Any
 from attnlab.config import Config, ModelConfig
 from attnlab.errors import ConfigError
 from attnlab.model import attention, blocks, ffn, layers, masks, mixers, moe, ngpt, objectives
-from attnlab.model import positions, readin, relative, rope, scales
+from attnlab.model import parameterization, positions, readin, relative, rope, scales
 
 ENCODINGS = {c.name: c for c in (positions.NoPE, positions.Sinusoidal, positions.LearnedPositions,
                                  rope.RoPE, positions.ALiBi, relative.T5Bias)}
@@ -51,13 +52,15 @@ BLOCKS = {c.name: c for c in (blocks.PreNorm, blocks.PostNorm, ngpt.NGPT)}
 OBJECTIVES = {c.name: c for c in (objectives.CausalLM, objectives.MaskedLM,
                                   objectives.SpanCorruption)}
 INPUTS = {c.name: c for c in (readin.Tokens, readin.Vectors)}
+PARAMETERIZATIONS = {c.name: c for c in (parameterization.Standard, parameterization.MuP)}
 REMATS = ("none", *layers.REMAT_POLICIES)
 
 # The field that selects a part of each registry. Parts that act inside softmax attention
 # (the score scale and the mask) are in use only when some layer forms attention scores.
 SELECTORS = {"pos_encoding": ENCODINGS, "attention_scale": SCORE_SCALES,
              "attention_mask": MASKS, "mixer": MIXERS, "ffn": FFNS, "moe": ROUTINGS,
-             "norm": NORMS, "norm_position": BLOCKS, "objective": OBJECTIVES, "inputs": INPUTS}
+             "norm": NORMS, "norm_position": BLOCKS, "objective": OBJECTIVES, "inputs": INPUTS,
+             "parameterization": PARAMETERIZATIONS}
 INSIDE_ATTENTION = ("attention_scale", "attention_mask")
 
 
@@ -88,6 +91,7 @@ class Architecture:
     score_scale: scales.ScoreScale
     mask: masks.Mask  # the causal stack's
     stack: Stack
+    parameterization: parameterization.Parameterization
     decoder: Stack | None = None
     inputs: readin.Inputs | None = None  # what the model reads and writes (always set)
 
@@ -108,9 +112,10 @@ def resolve(cfg: ModelConfig) -> Architecture:
     encoding = ENCODINGS[cfg.pos_encoding](cfg)
     encoding.validate()  # e.g. RoPE: even head_dim; sinusoidal: even d_model
     mask = _mask(cfg)
+    param = PARAMETERIZATIONS[cfg.parameterization](cfg)
     # model.moe: the configured FFN as it is, or as the experts of a routed layer
     parts = dict(ffn=ROUTINGS[cfg.moe].around(FFNS[cfg.ffn](cfg)), norm=NORMS[cfg.norm],
-                 score_scale=SCORE_SCALES[cfg.attention_scale](cfg))
+                 score_scale=param.anchored(SCORE_SCALES[cfg.attention_scale](cfg)))
     causal = _stack(cfg, encoding, mask, **parts)
     objective = OBJECTIVES[cfg.objective](cfg)
     if objective.causal:
@@ -119,7 +124,7 @@ def resolve(cfg: ModelConfig) -> Architecture:
         stack = _stack(cfg, encoding.for_encoder(), masks.Bidirectional(cfg), **parts)
         decoder = causal if objective.encoder_decoder else None
     arch = Architecture(cfg, encoding, objective, mask=mask, stack=stack, decoder=decoder,
-                        inputs=INPUTS[cfg.inputs](cfg), **parts)
+                        inputs=INPUTS[cfg.inputs](cfg), parameterization=param, **parts)
     _validate(arch)
     return arch
 
@@ -165,6 +170,7 @@ def _validate(arch: Architecture) -> None:
     # The configured mixer's rules (a hybrid's softmax layers are not a "softmax model").
     MIXERS[cfg.mixer](cfg, 0, arch.encoding, arch.mask, arch.score_scale, arch.norm).validate()
     arch.ffn.validate()  # e.g. an MoE's k > E, MoE with nGPT
+    arch.parameterization.validate(arch)  # muP: its base width, parts with a muP rule
     causal.layers[0].validate()  # the block kind's (nGPT's)
     if not arch.ffn.sublayer and arch.decoder is not None:  # (nGPT refuses it: swiglu only)
         raise ConfigError("model.ffn", f"none (attention-only layers) is built for one stack "
@@ -182,7 +188,8 @@ def _validate(arch: Architecture) -> None:
 def _used_parts(arch: Architecture) -> list[tuple[str, Any]]:
     """``(selector field, part)`` of every part the model uses."""
     used = [("pos_encoding", arch.encoding), ("ffn", arch.ffn), ("moe", arch.ffn),
-            ("norm", arch.norm), ("objective", arch.objective), ("inputs", arch.inputs)]
+            ("norm", arch.norm), ("objective", arch.objective), ("inputs", arch.inputs),
+            ("parameterization", arch.parameterization)]
     for stack in filter(None, (arch.stack, arch.decoder)):
         used += [("mixer", layer.mixer) for layer in stack.layers]
         used += [("norm_position", layer) for layer in stack.layers]

@@ -51,6 +51,7 @@ class BlockKind:
     final_norm = True
     pre_norm = False
     causal_only = False
+    mup_rule = True  # a published muP rule exists (model.parameterization=mup)
     fields = ()
 
     def setting(self) -> str:

@@ -76,6 +76,7 @@ class FFN:
     inputs = 1
     fields = ()
     sublayer = True
+    mup_rule = True  # a published muP rule exists (model.parameterization=mup)
     activation = None  # a one-input kind's nonlinearity (a staticmethod)
 
     def default_width(self) -> int:

@@ -68,6 +68,7 @@ class SequenceMixer:
     name = ""
     forms_scores = False
     layer_constants = False
+    mup_rule = False  # a published muP rule exists (model.parameterization=mup)
     fields = ()
 
     def validate(self) -> None:
@@ -102,6 +103,7 @@ class Softmax(SequenceMixer):
 
     name = "softmax"
     forms_scores = True
+    mup_rule = True  # Tensor Programs V, sec. 4
 
     def validate(self) -> None:
         if self.cfg.attention_every:

@@ -304,6 +304,7 @@ class TokenChoice(FFN):
 
     name = "token_choice"
     title = "token-choice MoE (model.moe=token_choice)"
+    mup_rule = False  # stacked [E, ...] experts: muP's fan-in rule is not written for them
     fields = ("moe_experts", "moe_top_k", "moe_dispatch", "moe_capacity_factor",
               "moe_shared_experts", "moe_balance_coef", "moe_z_coef")
 

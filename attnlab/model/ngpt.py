@@ -188,6 +188,7 @@ class NGPT(BlockKind):
     title = "nGPT"
     final_norm = False
     causal_only = True
+    mup_rule = False  # no published muP rule for weights kept on the unit sphere
 
     def setting(self):
         return "model.ngpt=true"

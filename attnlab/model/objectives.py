@@ -223,6 +223,7 @@ class Objective:
     causal = True
     encoder_decoder = False
     uses_mask = False
+    mup_rule = True  # model.parameterization=mup is implemented for it
     fields = ()
 
     def validate(self, layers, mask) -> None:
@@ -317,6 +318,7 @@ class SpanCorruption(Objective):
     causal = False
     encoder_decoder = True
     uses_mask = True
+    mup_rule = False  # the cross-attention's scale is not the parameterisation's (not built)
 
     def validate(self, layers, mask):
         _needs_bidirectional(self.name, layers, mask)

@@ -32,6 +32,7 @@ class Inputs:
     name = ""
     title = ""
     fields = ()
+    mup_rule = True  # model.parameterization=mup is built for it
 
     def validate(self, objective) -> None:
         """Rules against the objective (raises ConfigError naming the field)."""
@@ -72,6 +73,7 @@ class Vectors(Inputs):
     name = "vectors"
     title = "real vectors (model.inputs=vectors)"
     fields = ("input_dim",)
+    mup_rule = False  # its read-in and read-out would need muP's input and output rules
 
     def validate(self, objective):
         if self.cfg.input_dim < 1:

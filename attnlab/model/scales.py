@@ -32,13 +32,19 @@ class ScoreScale:
     """One choice of ``model.attention_scale`` for a model built from ``cfg`` (immutable).
 
     Class attributes: ``name`` (the config value, its key in ``architecture.SCORE_SCALES``);
-    ``fields``: the ``model.*`` fields only this scale reads.
+    ``fields``: the ``model.*`` fields only this scale reads; ``mup_rule``: it is muP's
+    (``model.parameterization=mup`` accepts only such a scale).
+
+    ``base_head_dim``: set by muP's parameterisation (``Parameterization.anchored``), the head
+    width of its base model; 0 otherwise.
     """
 
     cfg: ModelConfig = dataclasses.field(repr=False)
+    base_head_dim: int = 0
 
     name = ""
     fields = ()
+    mup_rule = False
 
     def validate(self) -> None:
         """Raises :class:`ConfigError` naming the fields of a bad combination."""
@@ -70,12 +76,18 @@ class InverseSqrt(ScoreScale):
 class MuP(ScoreScale):
     """``1/d_k`` (muP, Yang et al. 2022, Tensor Programs V section 4): once q and k are correlated
     (after training) their product grows like ``d_k``, so ``1/d_k`` keeps the logits ``O(1)``
-    across widths."""
+    across widths. Under ``model.parameterization=mup`` it is anchored at the base head width
+    ``d_0``: ``sqrt(d_0) / d_k``, written ``(1/sqrt(d_k)) sqrt(d_0 / d_k)`` so that at the base
+    it is the standard ``1/sqrt(d_k)`` to the last bit."""
 
     name = "mup"
+    mup_rule = True
 
     def scale(self) -> float:
-        return 1.0 / self.cfg.head_dim
+        hd = self.cfg.head_dim
+        if self.base_head_dim:
+            return 1.0 / math.sqrt(hd) * math.sqrt(self.base_head_dim / hd)
+        return 1.0 / hd
 
 
 class Unscaled(ScoreScale):

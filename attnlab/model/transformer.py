@@ -11,6 +11,8 @@ inside jit (dropout takes an explicit key).
     x = encoding.embed(E[tokens], positions)   (adds P[positions] for learned / sinusoidal)
     x = block(x) for each layer                (the block kind: pre-LN, post-LN, nGPT)
     logits = FinalNorm(x) W_head               (pre-LN's final norm), W_head = E^T when tied
+    (muP, ``model.parameterization``: hidden weights drawn at std / sqrt(fan_in multiplier) and
+    the logits times 1 / width multiplier; attnlab/model/parameterization.py)
 
 ``model.scan_layers``: the stack is held as ONE block whose parameters carry a leading
 ``[n_layers, ...]`` axis and is run by ``jax.lax.scan``, so the step is traced once per layer
@@ -20,6 +22,8 @@ layer's forward is wrapped in ``jax.checkpoint`` (:data:`attnlab.model.layers.RE
 """
 
 from __future__ import annotations
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -33,6 +37,7 @@ from attnlab.model.decoding import DecodeState
 from attnlab.model.encoder_decoder import EncoderDecoderLM
 from attnlab.model.layers import compute_dtype, dense, dropout, project
 from attnlab.model import readin
+from attnlab.model.parameterization import path_name
 from attnlab.model.positions import check_positions
 
 DECODE_STATE = "KV cache"  # how range errors name the decode state's positions
@@ -79,6 +84,7 @@ class TransformerLM(nnx.Module):
         constraint = arch.block.param_constraint()
         if constraint is not None:  # nGPT: every matrix starts with unit rows
             nnx.update(self, constraint(nnx.state(self, nnx.Param)))
+        scale_init(self, arch.parameterization)
 
     def embed(self, tokens: jax.Array, positions: jax.Array) -> jax.Array:
         """``tokens [batch, seq]``, ``positions [pbatch, seq]`` -> ``[batch, seq, d_model]``."""
@@ -92,6 +98,9 @@ class TransformerLM(nnx.Module):
             x = self.final_norm(x)
         head = self.token_embedding[...].T if self.lm_head is None else self.lm_head[...]
         logits = project(x, head.astype(x.dtype), jnp.float32)  # "bsd,dv->bsv"
+        multiplier = self.arch.parameterization.logit_multiplier()
+        if multiplier is not None:  # muP: 1 / width multiplier (Tensor Programs V, Table 8)
+            logits = logits * multiplier
         return logits if self.logit_scale is None else logits * self.logit_scale()
 
     def bias(self, layer):
@@ -232,6 +241,15 @@ class VectorTransformer(TransformerLM):
 INPUT_MODULES = {readin.Tokens: TransformerLM, readin.Vectors: VectorTransformer}
 
 
+def scale_init(model: nnx.Module, parameterization) -> None:
+    """Multiplies each freshly drawn parameter by its parameterisation's init factor (1 for
+    the standard one: nothing is touched)."""
+    params = nnx.state(model, nnx.Param)
+    scales = parameterization.init_scales(params, param_shapes)
+    if any(s != 1.0 for s in jax.tree.leaves(scales)):
+        nnx.update(model, jax.tree.map(lambda p, s: p if s == 1.0 else p * s, params, scales))
+
+
 def model_class(arch: Architecture) -> type[nnx.Module]:
     """The module ``arch`` builds: the encoder-decoder for an objective that has one, otherwise
     the single stack (decoder or encoder) of its read-in kind."""
@@ -258,3 +276,12 @@ def apply(graphdef: nnx.GraphDef, state: nnx.State, tokens, positions=None, *, d
     """
     model = nnx.merge(graphdef, state)
     return model(tokens, positions, deterministic=dropout_rng is None, dropout_rng=dropout_rng)
+
+
+@functools.lru_cache(maxsize=64)
+def param_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """``{path: shape}`` of every parameter of the model ``cfg`` builds (traced, nothing
+    allocated); paths as :func:`attnlab.model.parameterization.path_name` writes them."""
+    model = nnx.eval_shape(lambda: build_model(cfg, nnx.Rngs(params=0)))
+    state = nnx.state(model, nnx.Param)
+    return {path_name(p): tuple(x.shape) for p, x in jax.tree_util.tree_leaves_with_path(state)}

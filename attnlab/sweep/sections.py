@@ -124,7 +124,8 @@ class LearningRateRule(_Rule):
                     ladder.learning_rates)
     power_law:      lr = base * (N / ref_params) ** -exponent, N = non-embedding parameters
     inverse_width:  lr = base * ref_d_model / d_model ("muP-lite": under muP the Adam learning
-                    rate of hidden matrices scales as 1/width, Yang et al. 2022)
+                    rate of hidden matrices scales as 1/width, Yang et al. 2022; here on every
+                    parameter: the full muP is model.parameterization=mup, docs/mup.md)
     """
 
     rule: str = "fixed"

@@ -16,7 +16,7 @@ import optax
 
 from attnlab.config import Config, TrainConfig, wsd_decay_start
 from attnlab.errors import ConfigError
-from attnlab.model import resolve
+from attnlab.model import param_shapes, resolve
 
 
 def _warmup(t: jax.Array, peak: float, warmup_steps: int) -> jax.Array:
@@ -173,21 +173,51 @@ def constrained(constraint: Callable) -> optax.GradientTransformation:
     return optax.GradientTransformation(init_fn, update_fn)
 
 
+def scaled_per_parameter(multipliers: Callable) -> optax.GradientTransformation:
+    """Multiplies each parameter's update by its factor, ``multipliers(updates)``: a pytree of
+    floats shaped like the parameters, a static function of their shapes (muP's Adam learning
+    rates, ``Parameterization.lr_multipliers``). Stateless."""
+
+    def init_fn(params):
+        return optax.EmptyState()
+
+    def update_fn(updates, state, params=None):
+        factors = multipliers(updates)
+        return jax.tree.map(lambda u, m: u if m == 1.0 else u * m, updates, factors), state
+
+    return optax.GradientTransformation(init_fn, update_fn)
+
+
+def adamw(train: TrainConfig, schedule: optax.Schedule,
+          multipliers: Callable | None = None) -> optax.GradientTransformation:
+    """optax's AdamW (decoupled decay, scaled by the lr as in PyTorch/optax); with
+    ``multipliers``, each parameter's Adam direction is scaled by its factor before the decay
+    is added, so a factor scales that parameter's learning rate and leaves its decay per step
+    ``lr * wd * W`` as it is (muP's ``MuAdamW``: ``lr / m``, ``wd * m``)."""
+    if multipliers is None:
+        return optax.adamw(learning_rate=schedule, b1=train.b1, b2=train.b2, eps=train.eps,
+                           weight_decay=train.weight_decay, mask=decay_mask)
+    return optax.chain(
+        optax.scale_by_adam(b1=train.b1, b2=train.b2, eps=train.eps),
+        scaled_per_parameter(multipliers),
+        optax.add_decayed_weights(train.weight_decay, decay_mask),
+        optax.scale_by_learning_rate(schedule),
+    )
+
+
 def make_optimizer(train: TrainConfig, total_steps: int, d_model: int, *,
-                   constraint: Callable | None = None
+                   constraint: Callable | None = None, multipliers: Callable | None = None
                    ) -> tuple[optax.GradientTransformation, optax.Schedule]:
-    """Global-norm clipping then AdamW (decoupled decay, scaled by the lr as in PyTorch/optax);
-    then, for a model whose block kind constrains its parameters (``constraint``: nGPT's
-    renormalisation), :func:`constrained` (nGPT's rules have refused weight decay and warmup).
+    """Global-norm clipping then AdamW (:func:`adamw`, per-parameter learning-rate factors
+    ``multipliers`` if given); then, for a model whose block kind constrains its parameters
+    (``constraint``: nGPT's renormalisation), :func:`constrained` (nGPT's rules have refused
+    weight decay and warmup).
 
     Returns the transformation and its schedule (the schedule is also logged as ``lr``).
     """
     schedule = make_schedule(train, total_steps, d_model)
-    adamw = optax.adamw(
-        learning_rate=schedule, b1=train.b1, b2=train.b2, eps=train.eps,
-        weight_decay=train.weight_decay, mask=decay_mask,
-    )
-    chain = [adamw]
+    adamw_ = adamw(train, schedule, multipliers)
+    chain = [adamw_]
     if train.grad_clip > 0:
         chain.insert(0, optax.clip_by_global_norm(train.grad_clip))
     if constraint is not None:
@@ -197,6 +227,9 @@ def make_optimizer(train: TrainConfig, total_steps: int, d_model: int, *,
 
 def optimizer_for(cfg: Config) -> tuple[optax.GradientTransformation, optax.Schedule]:
     """:func:`make_optimizer` for a whole config: its schedule over ``cfg.total_steps``,
-    constrained as the model's block kind says."""
+    constrained as the model's block kind says, with the parameterisation's per-parameter
+    learning rates (muP)."""
+    arch = resolve(cfg.model)
     return make_optimizer(cfg.train, cfg.total_steps, cfg.model.d_model,
-                          constraint=resolve(cfg.model).block.param_constraint())
+                          constraint=arch.block.param_constraint(),
+                          multipliers=arch.parameterization.lr_multipliers_fn(param_shapes))
