@@ -129,20 +129,44 @@ def test_relative_biases_depend_only_on_i_minus_j(cfg):
 # --------------------------------------------------------------------------------------------
 
 
-def test_pi_and_yarn_frequencies_equal_the_papers():
-    d, theta, s, L = 32, 10000.0, 4.0, 1024  # r spans 0.03 .. 163: all three parts
-    base = [theta ** (-2 * i / d) for i in range(d // 2)]
-    np.testing.assert_allclose(rope.pi_frequencies(np.array(base), s), [b / s for b in base],
-                               rtol=1e-15)
-    want = []
-    for b in base:
-        r = L / (2 * math.pi / b)  # context / wavelength
-        gamma = 0.0 if r < 1 else 1.0 if r > 32 else (r - 1) / 31
-        want.append((1 - gamma) * b / s + gamma * b)
-    got = rope.yarn_frequencies(np.array(base), s, L)
-    np.testing.assert_allclose(got, want, rtol=1e-15)
-    assert got[0] == base[0] and got[-1] == pytest.approx(base[-1] / s, rel=1e-15)
-    assert rope.yarn_attention_factor(s) == pytest.approx(0.1 * math.log(4.0) + 1, rel=1e-15)
+def yarn_reference(d, theta, s, L, beta_fast=32.0, beta_slow=1.0):
+    """YaRN's frequencies as the authors' code computes them, from its description (Peng et al.
+    2023, eqs. 17-19; Hugging Face's ``rope_type="yarn"``), in float64: the pair index at which
+    a wavelength fits ``beta`` times into ``L`` solves ``L / (2 pi theta^(2i/d)) = beta``; the
+    fast boundary is rounded down, the slow one up, both clipped to ``[0, d - 1]``; the share
+    interpolated by ``s`` rises linearly in the pair index between them."""
+    base = np.array([theta ** (-2.0 * i / d) for i in range(d // 2)], np.float64)
+    fast = (d / 2) * math.log(L / (2 * math.pi * beta_fast)) / math.log(theta)
+    slow = (d / 2) * math.log(L / (2 * math.pi * beta_slow)) / math.log(theta)
+    low, high = max(math.floor(fast), 0), min(math.ceil(slow), d - 1)
+    high = high + 0.001 if high == low else high
+    out = []
+    for i, b in enumerate(base):
+        share = min(1.0, max(0.0, (i - low) / (high - low)))  # of b / s
+        out.append(share * b / s + (1 - share) * b)
+    return base, np.array(out)
+
+
+@pytest.mark.parametrize("d, theta, s, L", [(32, 10000.0, 4.0, 1024), (64, 10000.0, 4.0, 256),
+                                            (128, 500000.0, 8.0, 8192), (16, 10000.0, 2.0, 64)])
+def test_pi_and_yarn_frequencies_equal_the_reference(d, theta, s, L):
+    base, want = yarn_reference(d, theta, s, L)
+    np.testing.assert_allclose(rope.pi_frequencies(base, s), base / s, rtol=1e-15)
+    got = rope.yarn_frequencies(d, theta, s, L)
+    np.testing.assert_allclose(got, want, rtol=1e-14)
+    assert got[0] == base[0] and got[-1] == pytest.approx(base[-1] / s, rel=1e-14)
+    assert rope.yarn_attention_factor(s) == pytest.approx(0.1 * math.log(s) + 1, rel=1e-15)
+
+
+def test_yarn_ramps_in_the_pair_index_not_in_turns():
+    """At head_dim 64, L = 256, s = 4 the reference gives pair 5 the frequency 1.687e-1 (a
+    transformers YaRN model's); the ramp linear in r = L / lambda would give 1.090e-1."""
+    got = rope.yarn_frequencies(64, 10000.0, 4.0, 256)
+    assert got[5] == pytest.approx(1.687e-1, rel=1e-3)
+    base = rope.rope_inverse_frequencies(64)
+    r = 256 * base[5] / (2 * math.pi)
+    paper = (1 - (r - 1) / 31) * base[5] / 4 + (r - 1) / 31 * base[5]
+    assert paper == pytest.approx(1.090e-1, rel=1e-3)
 
 
 def test_rope_rescalings_give_model_configs():
@@ -153,7 +177,7 @@ def test_rope_rescalings_give_model_configs():
     assert (yarn.rope_scaling, yarn.rope_factor, yarn.rope_original_len) == ("yarn", 4.0, 32)
     inv_freq, factor = lm.resolve(yarn).encoding.frequencies()
     np.testing.assert_array_equal(
-        inv_freq, rope.yarn_frequencies(rope.rope_inverse_frequencies(8), 4.0, 32))
+        inv_freq, rope.yarn_frequencies(8, 10000.0, 4.0, 32))
     assert factor == rope.yarn_attention_factor(4.0)
     with pytest.raises(pe.RescalingError, match="yarn needs the training context"):
         lm.rescaled(rope_cfg, "yarn", 4.0)
@@ -198,9 +222,8 @@ def reference_attention(cfg, layer_state, bias_table, x):
         if cfg.rope_scaling == "pi":
             inv_freq = inv_freq / cfg.rope_factor
         elif cfg.rope_scaling == "yarn":
-            r = cfg.rope_original_len * inv_freq / (2 * math.pi)
-            gamma = np.clip((r - 1) / 31, 0, 1)
-            inv_freq = (1 - gamma) * inv_freq / cfg.rope_factor + gamma * inv_freq
+            _, inv_freq = yarn_reference(hd, cfg.rope_theta, cfg.rope_factor,
+                                         cfg.rope_original_len)
             factor = 0.1 * math.log(cfg.rope_factor) + 1
         q = reference_rope(q, positions, inv_freq) * factor
         k = reference_rope(k, positions, inv_freq) * factor
