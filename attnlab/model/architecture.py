@@ -55,6 +55,9 @@ SELECTORS = {"pos_encoding": ENCODINGS, "attention_scale": SCORE_SCALES,
              "attention_mask": MASKS, "mixer": MIXERS, "ffn": FFNS, "norm": NORMS,
              "norm_position": BLOCKS, "objective": OBJECTIVES}
 INSIDE_ATTENTION = ("attention_scale", "attention_mask")
+# Where a model keeps its parts: the decoder-only stack (TransformerLM.blocks, stacked under
+# model.scan_layers) and, in each block, the sequence mixer's module.
+STACK_ATTRIBUTE, MIXER_ATTRIBUTE = "blocks", "attn"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +93,20 @@ class Architecture:
     def block(self) -> blocks.BlockKind:
         """The block kind of the input stack's first layer: the model-wide hooks."""
         return self.stack.layers[0]
+
+    def undecayed(self, path: tuple[str, ...]) -> bool:
+        """Whether the parameter at ``path`` (the names of its state path) is one that its
+        layer's sequence mixer holds out of weight decay (``SequenceMixer.undecayed``): a
+        parameter of the module a block keeps at ``attn``."""
+        held_out = {name for stack in filter(None, (self.stack, self.decoder))
+                    for mixer in stack.mixers for name in mixer.undecayed}
+        at = path.index(MIXER_ATTRIBUTE) if MIXER_ATTRIBUTE in path else -1
+        return 0 <= at < len(path) - 1 and path[at + 1] in held_out
+
+    def stacked_axes(self, path: tuple[str, ...]) -> int:
+        """Leading axes a parameter carries beyond its layer's own shape: 1 for the layers of a
+        scanned stack (``model.scan_layers``: ``[n_layers, ...]``), else 0."""
+        return int(self.cfg.scan_layers and path[:1] == (STACK_ATTRIBUTE,))
 
 
 @functools.lru_cache(maxsize=256)

@@ -16,7 +16,7 @@ import optax
 
 from attnlab.config import Config, TrainConfig
 from attnlab.errors import ConfigError
-from attnlab.model import resolve
+from attnlab.model import Architecture, resolve
 
 
 def _warmup(t: jax.Array, peak: float, warmup_steps: int) -> jax.Array:
@@ -126,20 +126,28 @@ def _path_names(path) -> list[str]:
     return names
 
 
-def is_decayed(path, leaf) -> bool:
-    """Weight decay applies to matrices only: not to norm scales or biases (1-D), nor to the
-    token or position tables (a path component naming an embedding), as in GPT-2/nanoGPT. With
-    tied embeddings the output layer is the token table, so it is not decayed; an untied
-    ``lm_head`` is a projection like the others and is.
+def is_decayed(path, leaf, arch: Architecture | None = None) -> bool:
+    """Weight decay applies to matrices only: not to norm scales or biases (1-D per layer), nor
+    to the token or position tables (a path component naming an embedding), as in
+    GPT-2/nanoGPT, nor to the parameters a layer's mixer holds out (``arch.undecayed``:
+    Mamba's ``A_log`` and ``D``). With tied embeddings the output layer is the token table, so
+    it is not decayed; an untied ``lm_head`` is a projection like the others and is. A scanned
+    stack's leading layer axis does not count as a dimension (``arch.stacked_axes``).
     """
-    if any("embed" in name.lower() for name in _path_names(path)):
+    names = tuple(_path_names(path))
+    if any("embed" in name.lower() for name in names):
         return False
-    return jnp.ndim(leaf) >= 2
+    if arch is not None and arch.undecayed(names):
+        return False
+    stacked = arch.stacked_axes(names) if arch is not None else 0
+    return jnp.ndim(leaf) - stacked >= 2
 
 
-def decay_mask(params):
-    """A pytree of bools shaped like ``params``: True where AdamW's weight decay applies."""
-    return jax.tree_util.tree_map_with_path(is_decayed, params)
+def decay_mask(params, arch: Architecture | None = None):
+    """A pytree of bools shaped like ``params``: True where AdamW's weight decay applies
+    (``arch``: the model's resolved parts, which say what its mixers hold out and whether its
+    layers are stacked; None: every matrix of an unscanned model)."""
+    return jax.tree_util.tree_map_with_path(lambda p, leaf: is_decayed(p, leaf, arch), params)
 
 
 def constrained(constraint: Callable) -> optax.GradientTransformation:
@@ -161,18 +169,19 @@ def constrained(constraint: Callable) -> optax.GradientTransformation:
 
 
 def make_optimizer(train: TrainConfig, total_steps: int, d_model: int, *,
-                   constraint: Callable | None = None
+                   constraint: Callable | None = None, arch: Architecture | None = None
                    ) -> tuple[optax.GradientTransformation, optax.Schedule]:
     """Global-norm clipping then AdamW (decoupled decay, scaled by the lr as in PyTorch/optax);
     then, for a model whose block kind constrains its parameters (``constraint``: nGPT's
     renormalisation), :func:`constrained` (nGPT's rules have refused weight decay and warmup).
+    ``arch``: the model's parts, for the decay mask (:func:`decay_mask`).
 
     Returns the transformation and its schedule (the schedule is also logged as ``lr``).
     """
     schedule = make_schedule(train, total_steps, d_model)
     adamw = optax.adamw(
         learning_rate=schedule, b1=train.b1, b2=train.b2, eps=train.eps,
-        weight_decay=train.weight_decay, mask=decay_mask,
+        weight_decay=train.weight_decay, mask=lambda params: decay_mask(params, arch),
     )
     chain = [adamw]
     if train.grad_clip > 0:
@@ -185,5 +194,6 @@ def make_optimizer(train: TrainConfig, total_steps: int, d_model: int, *,
 def optimizer_for(cfg: Config) -> tuple[optax.GradientTransformation, optax.Schedule]:
     """:func:`make_optimizer` for a whole config: its schedule over ``cfg.total_steps``,
     constrained as the model's block kind says."""
+    arch = resolve(cfg.model)
     return make_optimizer(cfg.train, cfg.total_steps, cfg.model.d_model,
-                          constraint=resolve(cfg.model).block.param_constraint())
+                          constraint=arch.block.param_constraint(), arch=arch)
