@@ -523,3 +523,31 @@ def test_each_variant_trains_through_attnlab_train(overrides, data_dir, tmp_path
     cfg, graphdef, state = load_params(workdir)
     prompt = jnp.asarray([[100, 101, 102]], jnp.int32)
     assert lm.generate(graphdef, state, cfg.model, prompt, 4).shape == (1, 7)
+
+
+# --------------------------------------------------------------------------------------------
+# Gated FFNs (Shazeer 2020): SwiGLU and T5 v1.1's GELU-gated GeGLU
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["swiglu", "geglu"])
+def test_gated_ffns_equal_the_float64_reference(name):
+    cfg = ModelConfig(d_model=16, n_layers=2, n_heads=2, ffn=name, linear_bias=True)
+    ffn = lm.resolve(cfg).ffn
+    module = ffn.build(nnx.Rngs(params=0))
+    for part in (module.w_in, module.w_gate, module.w_out):  # non-zero biases
+        part.bias[...] = jax.random.normal(jax.random.key(3), part.bias.shape)
+    x = np.random.default_rng(0).standard_normal((2, 3, 16))
+
+    def affine(part, h):
+        return h @ np.float64(part.kernel[...]) + np.float64(part.bias[...])
+
+    gate = affine(module.w_gate, x)
+    if name == "swiglu":
+        act = gate / (1 + np.exp(-gate))
+    else:  # GELU, tanh approximation (Hendrycks & Gimpel 2016)
+        act = 0.5 * gate * (1 + np.tanh(math.sqrt(2 / math.pi) * (gate + 0.044715 * gate**3)))
+    want = affine(module.w_out, act * affine(module.w_in, x))
+    got = module(jnp.asarray(x, jnp.float32))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    assert ffn.width == 48 and count_state_params(nnx.state(module))["total"] == ffn.param_count()

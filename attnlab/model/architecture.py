@@ -42,7 +42,7 @@ SCORE_SCALES = {c.name: c for c in (scales.InverseSqrt, scales.MuP, scales.Unsca
                                     scales.LearnedTemperature, scales.Cosine)}
 MASKS = {c.name: c for c in (masks.Causal, masks.SlidingWindow)}
 MIXERS = {c.name: c for c in (mixers.Softmax, mixers.Linear, mixers.Performer, mixers.Mamba)}
-FFNS = {c.name: c for c in (ffn.ReLU, ffn.GELU, ffn.SwiGLU)}
+FFNS = {c.name: c for c in (ffn.ReLU, ffn.GELU, ffn.SwiGLU, ffn.GeGLU)}
 NORMS = {c.name: c for c in (layers.LayerNorm, layers.RMSNorm)}
 BLOCKS = {c.name: c for c in (blocks.PreNorm, blocks.PostNorm, ngpt.NGPT)}
 OBJECTIVES = {c.name: c for c in (objectives.CausalLM, objectives.MaskedLM,
