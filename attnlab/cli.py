@@ -29,6 +29,10 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
                     "evaluate a run at longer context lengths"),
     "quickstart": ("attnlab.study", "quickstart_main",
                    "the quick scaling study: sweep, Chinchilla fit, plots"),
+    "import-hf": ("attnlab.hf.cli", "import_main",
+                  "read a Hugging Face checkpoint directory into a new run"),
+    "export-hf": ("attnlab.hf.cli", "export_main",
+                  "write a run's checkpoint as a Hugging Face checkpoint directory"),
 }
 
 # Flags naming a file a command writes: checked here, before the command loads or fits anything.

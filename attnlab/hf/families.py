@@ -1,0 +1,482 @@
+"""The Hugging Face model families attnlab represents exactly, each as a config map and a
+tensor map.
+
+A family turns an HF ``config.json`` (the documented ``transformers`` schema of its
+``model_type``) into a :class:`ModelConfig` and back, and names every tensor of the HF
+checkpoint with the attnlab parameters it holds:
+
+| HF ``model_type`` | attnlab model |
+|---|---|
+| ``gpt2`` | learned positions, pre-LN LayerNorm, tanh-GELU MLP, biases everywhere, tied head |
+| ``llama`` | RoPE (``rope_scaling`` linear -> PI, yarn -> YaRN), RMSNorm, SwiGLU, GQA, no biases |
+| ``mistral`` | Llama with a sliding window (``sliding_window`` -> ``model.attention_window``) |
+| ``qwen3`` | Llama with QK-norm (RMSNorm over each head's q and k before RoPE) |
+
+Every key of an HF config is either mapped, one of the generic bookkeeping keys
+(:data:`BOOKKEEPING`), or must hold the one value attnlab computes (e.g. ``attention_bias:
+false``); anything else is refused in one line naming the key, never approximated. Tensors:
+HF (PyTorch) linear weights are ``[out, in]``, attnlab kernels ``[in, out]`` (transposed
+exactly); GPT-2's ``Conv1D`` weights are already ``[in, out]`` and its ``c_attn`` holds q, k,
+v side by side. Both layouts rotate q, k as "rotate half" pairs ``(i, i + d/2)``, so RoPE
+weights copy as they are.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from attnlab.config import ModelConfig
+from attnlab.errors import AttnlabError
+
+
+class HFError(AttnlabError):
+    """An HF checkpoint directory or config that attnlab cannot read or represent."""
+
+
+# Keys every transformers PretrainedConfig may carry that do not change the model's function.
+BOOKKEEPING = frozenset({
+    "_name_or_path", "architectures", "model_type", "torch_dtype", "dtype", "transformers_version",
+    "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id",
+    "use_cache", "return_dict", "output_attentions", "output_hidden_states", "torchscript",
+    "is_encoder_decoder", "is_decoder", "add_cross_attention", "tie_encoder_decoder",
+    "chunk_size_feed_forward", "pruned_heads", "id2label", "label2id", "problem_type",
+    "task_specific_params", "finetuning_task", "tokenizer_class", "prefix",
+    "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "temperature",
+    "top_k", "top_p", "repetition_penalty", "length_penalty", "no_repeat_ngram_size",
+    "bad_words_ids", "num_return_sequences", "output_scores", "return_dict_in_generate",
+    "forced_bos_token_id", "forced_eos_token_id", "remove_invalid_values",
+    "initializer_range",  # mapped to model.init_std where the family says so
+    # Dropout rates: training settings, not the function (attnlab's model.dropout is set by the
+    # fine-tuning config; import writes 0).
+    "attention_dropout", "attn_pdrop", "embd_pdrop", "resid_pdrop", "summary_first_dropout",
+    # GPT-2's sequence-summary head (GPT2DoubleHeadsModel only; not in the LM).
+    "summary_activation", "summary_proj_to_labels", "summary_type", "summary_use_proj",
+})
+
+# ModelConfig fields that choose how the function is computed, not which function.
+IMPLEMENTATION_FIELDS = frozenset({"attention_impl", "attention_chunk", "dropout", "dtype",
+                                   "init_std", "scan_layers", "remat"})
+
+
+@dataclasses.dataclass(frozen=True)
+class Tensor:
+    """One HF tensor: its key, the attnlab parameter paths it holds, and how (``layout``):
+
+    * ``same``: one parameter, stored as it is;
+    * ``transposed``: one attnlab kernel ``[in, out]`` as a PyTorch ``nn.Linear`` weight
+      ``[out, in]``;
+    * ``side_by_side``: several parameters concatenated along the last axis (GPT-2's ``c_attn``:
+      q, k, v weights ``[d, 3d]``, biases ``[3d]``).
+
+    Every map is a copy, transpose or concatenation: exact in both directions.
+    """
+
+    key: str
+    paths: tuple[str, ...]
+    layout: str = "same"
+
+    def hf_shape(self, shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
+        """The HF tensor's shape, from its parameters' shapes."""
+        if self.layout == "transposed":
+            return (*shapes[0][:-2], shapes[0][-1], shapes[0][-2])
+        if self.layout == "side_by_side":
+            return (*shapes[0][:-1], sum(s[-1] for s in shapes))
+        return tuple(shapes[0])
+
+    def to_hf(self, *params: np.ndarray) -> np.ndarray:
+        if self.layout == "transposed":
+            return np.ascontiguousarray(np.swapaxes(params[0], -1, -2))
+        if self.layout == "side_by_side":
+            return np.concatenate(params, axis=-1)
+        return np.ascontiguousarray(params[0])
+
+    def from_hf(self, tensor: np.ndarray) -> tuple[np.ndarray, ...]:
+        if self.layout == "transposed":
+            return (np.ascontiguousarray(np.swapaxes(tensor, -1, -2)),)
+        if self.layout == "side_by_side":
+            return tuple(np.ascontiguousarray(p)
+                         for p in np.split(tensor, len(self.paths), axis=-1))
+        return (np.ascontiguousarray(tensor),)
+
+
+def _one(key: str, path: str, transposed: bool = False) -> Tensor:
+    return Tensor(key, (path,), "transposed" if transposed else "same")
+
+
+def _side_by_side(key: str, paths: tuple[str, ...]) -> Tensor:
+    return Tensor(key, paths, "side_by_side")
+
+
+class Family:
+    """One HF ``model_type``: its config map (:meth:`model_config`, :meth:`hf_config`) and its
+    tensor map (:meth:`tensors`)."""
+
+    model_type = ""
+    architecture = ""  # transformers class written to config.json's "architectures"
+    ignored_tensors: tuple[str, ...] = ()  # suffixes of buffers some checkpoints carry
+
+    def model_config(self, hf: dict[str, Any]) -> ModelConfig:
+        raise NotImplementedError
+
+    def hf_config(self, cfg: ModelConfig, context: int) -> dict[str, Any]:
+        """The HF config of ``cfg`` (``context``: the run's ``data.seq_len``, written where the
+        family records its context, e.g. ``max_position_embeddings``)."""
+        raise NotImplementedError
+
+    def represents(self, cfg: ModelConfig) -> bool:
+        """Whether ``cfg`` is this family's kind of model (the choice of family on export);
+        :meth:`hf_config` then checks every other field."""
+        raise NotImplementedError
+
+    def tensors(self, cfg: ModelConfig) -> list[Tensor]:
+        raise NotImplementedError
+
+    def context_length(self, cfg_hf: dict[str, Any]) -> int:
+        """The training context recorded in the imported run's ``data.seq_len``."""
+        raise NotImplementedError
+
+
+class _Reader:
+    """Reads an HF config: each key once, so that whatever is left is unknown to attnlab."""
+
+    def __init__(self, hf: dict[str, Any], family: str):
+        self.hf, self.family, self.read = hf, family, set(BOOKKEEPING)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.read.add(key)
+        return self.hf.get(key, default)
+
+    def need(self, key: str) -> Any:
+        self.read.add(key)
+        if key not in self.hf:
+            raise HFError(f"config.json: {key} is missing (needed by model_type={self.family})")
+        return self.hf[key]
+
+    def expect(self, key: str, allowed: tuple, what: str) -> Any:
+        """``hf[key]`` (absent counts as ``allowed[0]``), refused unless in ``allowed``."""
+        value = self.get(key, allowed[0])
+        if value not in allowed:
+            raise HFError(f"config.json: {key}={value!r} is not representable in attnlab "
+                          f"({what}; accepted: {', '.join(map(repr, allowed))})")
+        return value
+
+    def done(self) -> None:
+        unknown = sorted(set(self.hf) - self.read)
+        if unknown:
+            raise HFError(f"config.json: {unknown[0]}={self.hf[unknown[0]]!r} is a setting "
+                          f"attnlab has no equivalent for (model_type={self.family}); refusing "
+                          "rather than approximating")
+
+
+def _refuse_fields(cfg: ModelConfig, family: str, required: dict[str, Any],
+                   mapped: set[str]) -> None:
+    """Export: every field not mapped to an HF key must hold the value the family computes
+    (``required``) or its default; the first that does not is refused, naming it."""
+    default = ModelConfig()
+    for field in dataclasses.fields(ModelConfig):
+        name = field.name
+        if name in mapped or name in IMPLEMENTATION_FIELDS:
+            continue
+        want = required.get(name, getattr(default, name))
+        if getattr(cfg, name) != want:
+            raise HFError(f"model.{name}={getattr(cfg, name)!r} has no {family} equivalent "
+                          f"(a {family} checkpoint needs {want!r})")
+
+
+class GPT2(Family):
+    """GPT-2 (Radford et al. 2019; transformers ``GPT2Config`` / ``GPT2LMHeadModel``)."""
+
+    model_type = "gpt2"
+    architecture = "GPT2LMHeadModel"
+    ignored_tensors = (".attn.bias", ".attn.masked_bias")  # causal-mask buffers of old saves
+    ACTIVATIONS = {"gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "relu": "relu"}
+
+    def represents(self, cfg):
+        return cfg.pos_encoding == "learned"
+
+    def model_config(self, hf):
+        r = _Reader(hf, self.model_type)
+        d, n_inner = r.need("n_embd"), r.get("n_inner")
+        activation = r.expect("activation_function", tuple(self.ACTIVATIONS),
+                              "attnlab's GELU is the tanh approximation")
+        r.expect("scale_attn_weights", (True,), "scores are scaled by 1/sqrt(head_dim)")
+        r.expect("scale_attn_by_inverse_layer_idx", (False,), "no per-layer score scale")
+        r.expect("reorder_and_upcast_attn", (False,), "scores are float32 anyway")
+        r.expect("add_cross_attention", (False,), "a decoder-only LM")
+        tie = r.expect("tie_word_embeddings", (True, False), "")
+        r.get("n_ctx")  # an alias of n_positions in old configs
+        cfg = ModelConfig(
+            vocab_size=r.need("vocab_size"), d_model=d, n_layers=r.need("n_layer"),
+            n_heads=r.need("n_head"), d_ff=4 * d if n_inner is None else n_inner,
+            max_len=r.need("n_positions"), pos_encoding="learned", norm="layernorm",
+            norm_position="pre", norm_eps=float(r.get("layer_norm_epsilon", 1e-5)),
+            ffn=self.ACTIVATIONS[activation], tie_embeddings=tie, linear_bias=True,
+            init_std=float(r.get("initializer_range", 0.02)))
+        r.done()
+        return cfg
+
+    def hf_config(self, cfg, context):
+        _refuse_fields(cfg, "GPT-2", dict(pos_encoding="learned", norm="layernorm",
+                                          linear_bias=True),
+                       {"vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_len",
+                        "norm_eps", "ffn", "tie_embeddings"})
+        activation = {"gelu": "gelu_new", "relu": "relu"}.get(cfg.ffn)
+        if activation is None:
+            raise HFError(f"model.ffn={cfg.ffn!r} has no GPT-2 equivalent (gelu or relu)")
+        return {"model_type": "gpt2", "architectures": [self.architecture],
+                "vocab_size": cfg.vocab_size, "n_positions": cfg.max_len, "n_embd": cfg.d_model,
+                "n_layer": cfg.n_layers, "n_head": cfg.n_heads,
+                "n_inner": lm_width(cfg), "activation_function": activation,
+                "layer_norm_epsilon": cfg.norm_eps, "initializer_range": cfg.init_std,
+                "scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False,
+                "reorder_and_upcast_attn": False, "tie_word_embeddings": cfg.tie_embeddings,
+                "resid_pdrop": cfg.dropout, "embd_pdrop": cfg.dropout, "attn_pdrop": 0.0,
+                "torch_dtype": "float32"}
+
+    def context_length(self, hf):
+        return int(hf["n_positions"])
+
+    def tensors(self, cfg):
+        out = [_one("wte.weight", "token_embedding"),
+               _one("wpe.weight", "position_embedding"),
+               _one("ln_f.weight", "final_norm/scale"), _one("ln_f.bias", "final_norm/bias")]
+        for i in range(cfg.n_layers):
+            h, b = f"h.{i}.", f"blocks/{i}/"
+            qkv = tuple(f"{b}attn/{p}_proj" for p in "qkv")
+            out += [
+                _one(f"{h}ln_1.weight", f"{b}attn_norm/scale"),
+                _one(f"{h}ln_1.bias", f"{b}attn_norm/bias"),
+                _side_by_side(f"{h}attn.c_attn.weight", tuple(f"{p}/kernel" for p in qkv)),
+                _side_by_side(f"{h}attn.c_attn.bias", tuple(f"{p}/bias" for p in qkv)),
+                _one(f"{h}attn.c_proj.weight", f"{b}attn/o_proj/kernel"),
+                _one(f"{h}attn.c_proj.bias", f"{b}attn/o_proj/bias"),
+                _one(f"{h}ln_2.weight", f"{b}ffn_norm/scale"),
+                _one(f"{h}ln_2.bias", f"{b}ffn_norm/bias"),
+                _one(f"{h}mlp.c_fc.weight", f"{b}ffn/w_in/kernel"),
+                _one(f"{h}mlp.c_fc.bias", f"{b}ffn/w_in/bias"),
+                _one(f"{h}mlp.c_proj.weight", f"{b}ffn/w_out/kernel"),
+                _one(f"{h}mlp.c_proj.bias", f"{b}ffn/w_out/bias"),
+            ]
+        if not cfg.tie_embeddings:
+            out.append(_one("lm_head.weight", "lm_head", transposed=True))
+        return out
+
+
+def lm_width(cfg: ModelConfig) -> int:
+    """The FFN width a config builds (``model.d_ff`` or the kind's default)."""
+    from attnlab.model import resolve
+
+    return resolve(cfg).ffn.width
+
+
+class Llama(Family):
+    """Llama (Touvron et al. 2023; transformers ``LlamaConfig`` / ``LlamaForCausalLM``): RoPE,
+    RMSNorm, SwiGLU, grouped-query attention, no biases."""
+
+    model_type = "llama"
+    architecture = "LlamaForCausalLM"
+    ignored_tensors = (".rotary_emb.inv_freq",)  # a buffer some old saves carry
+
+    def represents(self, cfg):
+        return cfg.pos_encoding == "rope" and not cfg.qk_norm and not cfg.attention_window
+
+    def _common(self, r: _Reader) -> dict[str, Any]:
+        d, heads = r.need("hidden_size"), r.need("num_attention_heads")
+        head_dim = r.get("head_dim")
+        if head_dim is not None and head_dim * heads != d:
+            raise HFError(f"config.json: head_dim={head_dim} is not representable in attnlab "
+                          f"(head_dim is hidden_size / num_attention_heads = {d // heads})")
+        r.expect("hidden_act", ("silu",), "the FFN is SwiGLU")
+        r.expect("attention_bias", (False,), "attention projections have no biases here")
+        r.expect("mlp_bias", (False,), "FFN projections have no biases here")
+        r.expect("pretraining_tp", (1,), "")
+        r.expect("partial_rotary_factor", (1.0, 1), "RoPE rotates every pair")
+        r.get("max_position_embeddings")
+        fields = dict(
+            vocab_size=r.need("vocab_size"), d_model=d, n_layers=r.need("num_hidden_layers"),
+            n_heads=heads, n_kv_heads=r.get("num_key_value_heads", heads),
+            d_ff=r.need("intermediate_size"), pos_encoding="rope", norm="rmsnorm",
+            norm_position="pre", norm_eps=float(r.get("rms_norm_eps", 1e-6)), ffn="swiglu",
+            tie_embeddings=r.expect("tie_word_embeddings", (False, True), ""),
+            init_std=float(r.get("initializer_range", 0.02)))
+        fields.update(self._rope(r))
+        if fields["n_kv_heads"] == heads:
+            fields["n_kv_heads"] = None
+        return fields
+
+    def _rope(self, r: _Reader) -> dict[str, Any]:
+        """``rope_theta`` and ``rope_scaling`` (or the newer ``rope_parameters``) -> the RoPE
+        fields; a rope type attnlab lacks (dynamic, longrope, llama3) is refused."""
+        params = r.get("rope_parameters")
+        scaling = r.get("rope_scaling")
+        theta = r.get("rope_theta", 10000.0)
+        if isinstance(params, dict):
+            theta = params.get("rope_theta", theta)
+            scaling = params if params.get("rope_type", "default") != "default" else scaling
+        out = dict(rope_theta=float(theta))
+        if not scaling:
+            return out
+        kind = scaling.get("rope_type", scaling.get("type"))
+        known = {"rope_type", "type", "factor", "rope_theta"}
+        if kind == "linear":
+            out.update(rope_scaling="pi", rope_factor=float(scaling["factor"]))
+        elif kind == "yarn":
+            original = scaling.get("original_max_position_embeddings",
+                                   r.hf.get("max_position_embeddings"))
+            out.update(rope_scaling="yarn", rope_factor=float(scaling["factor"]),
+                       rope_original_len=int(original))
+            known |= {"original_max_position_embeddings"}
+            for key, value in (("beta_fast", 32.0), ("beta_slow", 1.0), ("truncate", True)):
+                known.add(key)
+                if scaling.get(key) is not None and scaling[key] != value:
+                    raise HFError(f"config.json: rope_scaling.{key}={scaling[key]!r} is not "
+                                  f"representable in attnlab (its YaRN uses {value!r})")
+            # transformers multiplies q, k by 0.1 ln s + 1 unless attention_factor is given or
+            # both mscale and mscale_all_dim are (DeepSeek's ratio of two such factors).
+            known |= {"attention_factor", "mscale", "mscale_all_dim"}
+            if scaling.get("attention_factor") is not None:
+                raise HFError("config.json: rope_scaling.attention_factor is not representable "
+                              "in attnlab (its YaRN multiplies q and k by 0.1 ln s + 1)")
+            if scaling.get("mscale") and scaling.get("mscale_all_dim"):
+                raise HFError("config.json: rope_scaling.mscale_all_dim is not representable in "
+                              "attnlab (its YaRN multiplies q and k by 0.1 ln s + 1)")
+        else:
+            raise HFError(f"config.json: rope_scaling.rope_type={kind!r} is not representable in "
+                          "attnlab (its RoPE scalings are linear (PI) and yarn)")
+        extra = sorted(set(scaling) - known)
+        if extra:
+            raise HFError(f"config.json: rope_scaling.{extra[0]} is a setting attnlab has no "
+                          "equivalent for")
+        return out
+
+    def model_config(self, hf):
+        r = _Reader(hf, self.model_type)
+        fields = self._common(r)
+        self._extra(r, fields)
+        r.done()
+        return ModelConfig(**fields)
+
+    def _extra(self, r: _Reader, fields: dict[str, Any]) -> None:
+        """Family-specific keys (Mistral's window, Qwen3's QK-norm)."""
+
+    REQUIRED = dict(pos_encoding="rope", norm="rmsnorm", ffn="swiglu")
+    MAPPED = {"vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff",
+              "rope_theta", "norm_eps", "tie_embeddings", "rope_scaling", "rope_factor",
+              "rope_original_len"}
+
+    def hf_config(self, cfg, context):
+        _refuse_fields(cfg, self.title(), self.REQUIRED, self.MAPPED)
+        out = {"model_type": self.model_type, "architectures": [self.architecture],
+               "vocab_size": cfg.vocab_size, "hidden_size": cfg.d_model,
+               "intermediate_size": lm_width(cfg), "num_hidden_layers": cfg.n_layers,
+               "num_attention_heads": cfg.n_heads, "num_key_value_heads": cfg.kv_heads,
+               "head_dim": cfg.head_dim, "hidden_act": "silu",
+               "max_position_embeddings": context, "rms_norm_eps": cfg.norm_eps,
+               "rope_theta": cfg.rope_theta, "rope_scaling": None, "attention_bias": False,
+               "mlp_bias": False, "pretraining_tp": 1, "tie_word_embeddings": cfg.tie_embeddings,
+               "initializer_range": cfg.init_std, "attention_dropout": 0.0,
+               "torch_dtype": "float32"}
+        if cfg.rope_scaling == "pi":
+            out["rope_scaling"] = {"rope_type": "linear", "factor": cfg.rope_factor}
+        elif cfg.rope_scaling == "yarn":
+            out["rope_scaling"] = {"rope_type": "yarn", "factor": cfg.rope_factor,
+                                   "original_max_position_embeddings": cfg.rope_original_len}
+        return out
+
+    def title(self) -> str:
+        return type(self).__name__
+
+    def context_length(self, hf):
+        return int(hf.get("max_position_embeddings", 2048))
+
+    def tensors(self, cfg):
+        out = [_one("model.embed_tokens.weight", "token_embedding"),
+               _one("model.norm.weight", "final_norm/scale")]
+        for i in range(cfg.n_layers):
+            h, b = f"model.layers.{i}.", f"blocks/{i}/"
+            out += [
+                _one(f"{h}input_layernorm.weight", f"{b}attn_norm/scale"),
+                _one(f"{h}self_attn.q_proj.weight", f"{b}attn/q_proj/kernel", True),
+                _one(f"{h}self_attn.k_proj.weight", f"{b}attn/k_proj/kernel", True),
+                _one(f"{h}self_attn.v_proj.weight", f"{b}attn/v_proj/kernel", True),
+                _one(f"{h}self_attn.o_proj.weight", f"{b}attn/o_proj/kernel", True),
+                _one(f"{h}post_attention_layernorm.weight", f"{b}ffn_norm/scale"),
+                _one(f"{h}mlp.gate_proj.weight", f"{b}ffn/w_gate/kernel", True),
+                _one(f"{h}mlp.up_proj.weight", f"{b}ffn/w_in/kernel", True),
+                _one(f"{h}mlp.down_proj.weight", f"{b}ffn/w_out/kernel", True),
+            ]
+            out += self._layer_extra(h, b)
+        if not cfg.tie_embeddings:
+            out.append(_one("lm_head.weight", "lm_head", transposed=True))
+        return out
+
+    def _layer_extra(self, h: str, b: str) -> list[Tensor]:
+        return []
+
+
+class Mistral(Llama):
+    """Mistral (Jiang et al. 2023): Llama with sliding-window attention of ``sliding_window``
+    keys (query i sees keys i - w + 1 .. i; ``null``: full attention)."""
+
+    model_type = "mistral"
+    architecture = "MistralForCausalLM"
+    MAPPED = Llama.MAPPED | {"attention_window"}
+
+    def represents(self, cfg):
+        return cfg.pos_encoding == "rope" and not cfg.qk_norm and cfg.attention_window > 0
+
+    def _extra(self, r, fields):
+        fields["attention_window"] = int(r.get("sliding_window") or 0)
+
+    def hf_config(self, cfg, context):
+        return {**super().hf_config(cfg, context), "sliding_window": cfg.attention_window}
+
+
+class Qwen3(Llama):
+    """Qwen3 (Qwen team 2025): Llama with QK-norm, an RMSNorm of each head's q and k before
+    RoPE (``self_attn.q_norm`` / ``k_norm``, ``[head_dim]``)."""
+
+    model_type = "qwen3"
+    architecture = "Qwen3ForCausalLM"
+    REQUIRED = {**Llama.REQUIRED, "qk_norm": True}
+
+    def represents(self, cfg):
+        return cfg.pos_encoding == "rope" and cfg.qk_norm and not cfg.attention_window
+
+    def _extra(self, r, fields):
+        fields["qk_norm"] = True
+        r.expect("use_sliding_window", (False,), "Qwen3's windowed layers are not represented")
+        r.get("sliding_window")  # read only with use_sliding_window
+        r.get("max_window_layers")
+        r.get("layer_types")  # all "full_attention" without a window
+
+    def hf_config(self, cfg, context):
+        return {**super().hf_config(cfg, context), "use_sliding_window": False,
+                "sliding_window": None}
+
+    def _layer_extra(self, h, b):
+        return [_one(f"{h}self_attn.q_norm.weight", f"{b}attn/q_norm/scale"),
+                _one(f"{h}self_attn.k_norm.weight", f"{b}attn/k_norm/scale")]
+
+
+FAMILIES: dict[str, Family] = {f.model_type: f for f in (GPT2(), Llama(), Mistral(), Qwen3())}
+
+
+def family_of_config(hf: dict[str, Any]) -> Family:
+    model_type = hf.get("model_type")
+    if model_type not in FAMILIES:
+        raise HFError(f"config.json: model_type={model_type!r} is not supported; attnlab reads "
+                      f"{', '.join(FAMILIES)}")
+    return FAMILIES[model_type]
+
+
+def family_of_model(cfg: ModelConfig) -> Family:
+    for family in FAMILIES.values():
+        if family.represents(cfg):
+            return family
+    raise HFError(f"model.pos_encoding={cfg.pos_encoding!r} (qk_norm={cfg.qk_norm}, "
+                  f"attention_window={cfg.attention_window}) matches no exported family "
+                  f"({', '.join(FAMILIES)})")
