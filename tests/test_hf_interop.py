@@ -105,11 +105,12 @@ def write_hf(directory, config, tensors, shards=1, tokenizer=False):
         (directory / "model.safetensors.index.json").write_text(
             json.dumps({"metadata": {"total_size": 0}, "weight_map": weight_map}))
     if tokenizer:
-        from tokenizers import Tokenizer, models, pre_tokenizers
+        from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
         vocab = {chr(ord("a") + i): i for i in range(26)}
         tok = Tokenizer(models.WordLevel(vocab, unk_token="a"))
         tok.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
+        tok.decoder = decoders.Fuse()
         tok.save(str(directory / "tokenizer.json"))
     return directory
 
@@ -369,3 +370,48 @@ def test_export_refuses_what_no_family_holds(tmp_path, capsys):
     with pytest.raises(HFError, match="model.attention_scale='mup' has no Llama"):
         F["llama"].hf_config(ModelConfig(ffn="swiglu", norm="rmsnorm", attention_scale="mup"),
                              CTX)
+
+
+# --------------------------------------------------------------------------------------------
+# An imported run is a normal run: fine-tuned by `attnlab train`, generated from, exported
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow  # ~25 s: two training steps, generation, export and import
+def test_an_imported_run_fine_tunes_generates_and_round_trips_bitwise(tmp_path, capsys):
+    import jax
+
+    source, config, tensors = checkpoint(tmp_path, "gpt2", tokenizer=True)
+    run = tmp_path / "run"
+    settings = ["--config=configs/tiny.py", "--config.data.source=markov",
+                "--config.data.markov_tokens=20000", f"--config.data.cache_dir={tmp_path}/data",
+                "--config.data.seq_len=16", "--config.data.batch_size=4",
+                "--config.train.steps=2", "--config.train.warmup_steps=1",
+                "--config.train.eval_every=2", "--config.train.eval_batches=1",
+                "--config.train.checkpoint_every=2", "--config.train.log_every=1"]
+    code, out = run_cli("import-hf", f"--from={source}", f"--workdir={run}", *settings,
+                        capsys=capsys)
+    assert code == 0, out.err
+    _, imported, _ = logits_of(run, [1])
+    code, out = run_cli("train", f"--workdir={run}", "--noprogress", capsys=capsys)
+    assert code == 0, out.err
+    cfg, trained, _ = logits_of(run, [1])
+    assert cfg.train.steps == 2 and cfg.data.source == "markov"
+    changed = [not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(imported),
+                                                        jax.tree.leaves(trained))]
+    assert all(changed)  # every parameter moved in fine-tuning
+    # Greedy generation with the imported tokenizer (letters a-z, ids 0-25).
+    code, out = run_cli("generate", f"--run={run}", "--prompt=abc", "--temperature=0",
+                        "--max-new-tokens=4", capsys=capsys)
+    assert code == 0 and out.out.startswith("abc"), out
+    # The trained run, exported and imported again: identical parameters and logits.
+    assert run_cli("export-hf", f"--run={run}", f"--to={tmp_path / 'out'}", capsys=capsys)[0] == 0
+    assert (tmp_path / "out" / "tokenizer.json").is_file()
+    assert run_cli("import-hf", f"--from={tmp_path / 'out'}", f"--workdir={tmp_path / 'again'}",
+                   capsys=capsys)[0] == 0
+    tokens = np.arange(CTX) % V
+    _, params, logits = logits_of(run, tokens)
+    _, params2, logits2 = logits_of(tmp_path / "again", tokens)
+    for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(params2)):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(logits, logits2)

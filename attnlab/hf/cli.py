@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from attnlab.cli_flags import Flag, parse
 
+IMPORT_HELP = """Reads a Hugging Face checkpoint directory into a new run directory (config.json
+and a step-0 checkpoint; the tokenizer.json too). The run's model section comes from the
+checkpoint; its data and train sections from --config (default: attnlab's defaults), so that
+`attnlab train --workdir=RUN` fine-tunes it."""
 IMPORT_FLAGS = [
     Flag("from", "string", None, "HF checkpoint directory (config.json, model.safetensors or "
          "its sharded index, optionally tokenizer.json).", required=True),
@@ -20,10 +24,17 @@ EXPORT_FLAGS = [
 
 
 def import_main(argv: list[str]) -> int:
+    from attnlab.config import from_config_dict
+    from attnlab.errors import AttnlabError
     from attnlab.hf.convert import import_hf
 
-    values = parse(argv, IMPORT_FLAGS, prog="attnlab import-hf", takes_config=False)
-    cfg = import_hf(values["from"].value, values.workdir)
+    values = parse(argv, IMPORT_FLAGS, prog="attnlab import-hf", config_required=False,
+                   description=IMPORT_HELP)
+    if any(a.startswith("--config.model.") for a in argv):
+        raise AttnlabError("--config.model.* cannot be set: the model section comes from the "
+                           "checkpoint's config.json")
+    base = None if values.config is None else from_config_dict(values.config)
+    cfg = import_hf(values["from"].value, values.workdir, base)
     m = cfg.model
     print(f"imported {cfg.name} into {values.workdir}: d_model {m.d_model}, {m.n_layers} layers, "
           f"{m.n_heads} heads, vocabulary {m.vocab_size}")

@@ -17,8 +17,7 @@ import numpy as np
 from attnlab import rundir
 from attnlab.config import Config, DataConfig
 from attnlab.hf.families import Family, HFError, family_of_config, family_of_model
-from attnlab.hf.files import (TOKENIZER, Weights, read_config, staged, tokenizer_file,
-                              write_directory)
+from attnlab.hf.files import Weights, read_config, staged, tokenizer_file, write_directory
 from attnlab.model import check
 from attnlab.train.checkpoint import Checkpoints, path_name, param_shapes
 from attnlab.train.load import load_params
@@ -26,8 +25,10 @@ from attnlab.train.optimizer import optimizer_for
 from attnlab.train.state import TrainState, abstract_model
 
 
-def import_hf(source: str | Path, workdir: str | Path) -> Config:
-    """Reads the HF checkpoint at ``source`` into a new run directory ``workdir``.
+def import_hf(source: str | Path, workdir: str | Path, base: Config | None = None) -> Config:
+    """Reads the HF checkpoint at ``source`` into a new run directory ``workdir``; the run's
+    data and train sections and name are ``base``'s (default: ``data.seq_len`` the
+    checkpoint's context, everything else attnlab's defaults), its model the checkpoint's.
 
     Returns the run's config. Raises HFError / ConfigError in one line naming the file, HF key
     or field; ``workdir`` is then left as it was.
@@ -36,8 +37,11 @@ def import_hf(source: str | Path, workdir: str | Path) -> Config:
     hf = read_config(source)
     family = family_of_config(hf)
     model = family.model_config(hf)
-    cfg = Config(model=model, data=DataConfig(seq_len=family.context_length(hf)),
-                 name=f"hf-{family.model_type}")
+    if base is None:
+        cfg = Config(model=model, data=DataConfig(seq_len=family.context_length(hf)),
+                     name=f"hf-{family.model_type}")
+    else:
+        cfg = dataclasses.replace(base, model=model)
     check(cfg)
     graphdef, abstract = abstract_model(cfg)
     arrays = read_params(family, cfg, Weights(source), param_shapes(abstract))
@@ -55,7 +59,7 @@ def import_hf(source: str | Path, workdir: str | Path) -> Config:
                            "imported_from": str(source.absolute())})
         tokenizer = tokenizer_file(source)
         if tokenizer is not None:
-            shutil.copyfile(tokenizer, stage / TOKENIZER)
+            shutil.copyfile(tokenizer, stage / rundir.TOKENIZER_FILE)
     return cfg
 
 
