@@ -17,10 +17,11 @@ import numpy as np
 from attnlab import rundir
 from attnlab.config import Config, DataConfig
 from attnlab.hf.families import Family, HFError, family_of_config, family_of_model
-from attnlab.hf.files import Weights, read_config, staged, tokenizer_file, write_directory
+from attnlab.hf.files import (Weights, check_target, read_config, staged, tokenizer_file,
+                              write_directory)
 from attnlab.model import check
 from attnlab.train.checkpoint import Checkpoints, path_name, param_shapes
-from attnlab.train.load import load_params
+from attnlab.train.load import load_config, load_params
 from attnlab.train.optimizer import optimizer_for
 from attnlab.train.state import TrainState, abstract_model
 
@@ -34,6 +35,7 @@ def import_hf(source: str | Path, workdir: str | Path, base: Config | None = Non
     or field; ``workdir`` is then left as it was.
     """
     source, workdir = Path(source), Path(workdir)
+    check_target(workdir)
     hf = read_config(source)
     family = family_of_config(hf)
     model = family.model_config(hf)
@@ -100,9 +102,11 @@ def export_hf(run: str | Path, target: str | Path, step: int | None = None) -> d
     """Writes the run's checkpoint (latest, or ``step``) as an HF checkpoint directory at
     ``target``; returns its config. Raises HFError naming the field a family cannot hold."""
     run, target = Path(run), Path(target)
-    cfg, _, params = load_params(run, step)
+    check_target(target)
+    cfg = load_config(run)
     family = family_of_model(cfg.model)
-    hf = family.hf_config(cfg.model, cfg.data.seq_len)
+    hf = family.hf_config(cfg.model, cfg.data.seq_len)  # refusals before reading any tensor
+    cfg, _, params = load_params(run, step)
     arrays = {path_name(p): np.asarray(x) for p, x in jax.tree_util.tree_leaves_with_path(params)}
     tensors, used = {}, set()
     for tensor in family.tensors(cfg.model):

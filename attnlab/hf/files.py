@@ -105,6 +105,19 @@ def write_directory(directory: Path, config: dict[str, Any],
             shutil.copyfile(tokenizer, stage / TOKENIZER)
 
 
+def check_target(target: Path) -> Path:
+    """Refuses an output directory that exists and is not empty, or cannot be created; returns
+    its parent (call it before any work, and :class:`staged` checks again)."""
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise HFError(f"{target} already exists and is not empty; give a new directory")
+    parent = target.absolute().parent
+    if not parent.is_dir():
+        raise HFError(f"{target}: the directory {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise HFError(f"{target}: {parent} is not writable")
+    return parent
+
+
 class staged:
     """``with staged(target) as stage:`` a temporary directory next to ``target`` that is
     renamed to ``target`` when the block ends without an exception (and removed otherwise).
@@ -114,14 +127,7 @@ class staged:
         self.target = target
 
     def __enter__(self) -> Path:
-        target = self.target
-        if target.exists() and (not target.is_dir() or any(target.iterdir())):
-            raise HFError(f"{target} already exists and is not empty; give a new directory")
-        parent = target.absolute().parent
-        if not parent.is_dir():
-            raise HFError(f"{target}: the directory {parent} does not exist")
-        if not os.access(parent, os.W_OK):
-            raise HFError(f"{target}: {parent} is not writable")
+        parent = check_target(self.target)
         self.stage = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=parent))
         return self.stage
 
