@@ -363,8 +363,10 @@ CASES = [
                                                   "--workdir={d}/run", f"--config={TINY}",
                                                   "--config.model.d_model=64"],
      "--config.model.* cannot be set"),
-    ("export-hf-no-checkpoint", train_run, ["export-hf", "--run={d}/run", "--to={d}/out"],
-     "has no checkpoint"),
+    ("export-hf-unrepresentable", train_run, ["export-hf", "--run={d}/run", "--to={d}/out"],
+     "model.norm='layernorm' has no Llama equivalent"),
+    ("export-hf-not-a-run", configs, ["export-hf", "--run={d}/adir", "--to={d}/out"],
+     "is not a run directory"),
     # --- extrapolate
     ("extrapolate-not-a-run", configs, ["extrapolate", "--run={d}/adir"], "adir"),
     ("extrapolate-missing-run", None, ["extrapolate", "--run={d}/nope"], "nope"),

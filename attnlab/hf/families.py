@@ -364,6 +364,7 @@ class Llama(Family):
 
     REQUIRED = dict(pos_encoding="rope", norm="rmsnorm", ffn="swiglu")
     MAPPED = {"vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff",
+              "max_len",  # the learned table's rows: unused with RoPE
               "rope_theta", "norm_eps", "tie_embeddings", "rope_scaling", "rope_factor",
               "rope_original_len"}
 
