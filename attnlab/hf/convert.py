@@ -70,6 +70,7 @@ def read_params(family: Family, cfg: Config, weights: Weights,
     """``{attnlab path: float32 array}`` from the checkpoint's tensors, every tensor checked
     against the model's shapes; a missing, misshapen or unexpected tensor is refused."""
     tensors = family.tensors(cfg.model)
+    weights.rename(family.canonical)
     out: dict[str, np.ndarray] = {}
     for tensor in tensors:
         want = tensor.hf_shape([tuple(shapes[p]) for p in tensor.paths])

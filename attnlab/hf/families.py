@@ -8,6 +8,7 @@ checkpoint with the attnlab parameters it holds:
 | HF ``model_type`` | attnlab model |
 |---|---|
 | ``gpt2`` | learned positions, pre-LN LayerNorm, tanh-GELU MLP, biases everywhere, tied head |
+| ``opt`` | the same with ReLU and separate q, k, v projections (position rows offset by 2) |
 | ``llama`` | RoPE (``rope_scaling`` linear -> PI, yarn -> YaRN), RMSNorm, SwiGLU, GQA, no biases |
 | ``mistral`` | Llama with a sliding window (``sliding_window`` -> ``model.attention_window``) |
 | ``qwen3`` | Llama with QK-norm (RMSNorm over each head's q and k before RoPE) |
@@ -61,6 +62,9 @@ IMPLEMENTATION_FIELDS = frozenset({"attention_impl", "attention_chunk", "dropout
                                    "init_std", "scan_layers", "remat"})
 
 
+POSITION_OFFSET = 2  # OPT reads row p + 2 of its position table for position p
+
+
 @dataclasses.dataclass(frozen=True)
 class Tensor:
     """One HF tensor: its key, the attnlab parameter paths it holds, and how (``layout``):
@@ -69,9 +73,12 @@ class Tensor:
     * ``transposed``: one attnlab kernel ``[in, out]`` as a PyTorch ``nn.Linear`` weight
       ``[out, in]``;
     * ``side_by_side``: several parameters concatenated along the last axis (GPT-2's ``c_attn``:
-      q, k, v weights ``[d, 3d]``, biases ``[3d]``).
+      q, k, v weights ``[d, 3d]``, biases ``[3d]``);
+    * ``offset_rows``: a table whose first :data:`POSITION_OFFSET` rows no position reaches
+      (OPT's): dropped on import, zeros on export.
 
-    Every map is a copy, transpose or concatenation: exact in both directions.
+    Every map is a copy, transpose or concatenation: exact in both directions (OPT's two
+    unreachable rows aside).
     """
 
     key: str
@@ -84,6 +91,8 @@ class Tensor:
             return (*shapes[0][:-2], shapes[0][-1], shapes[0][-2])
         if self.layout == "side_by_side":
             return (*shapes[0][:-1], sum(s[-1] for s in shapes))
+        if self.layout == "offset_rows":
+            return (shapes[0][0] + POSITION_OFFSET, *shapes[0][1:])
         return tuple(shapes[0])
 
     def to_hf(self, *params: np.ndarray) -> np.ndarray:
@@ -91,6 +100,10 @@ class Tensor:
             return np.ascontiguousarray(np.swapaxes(params[0], -1, -2))
         if self.layout == "side_by_side":
             return np.concatenate(params, axis=-1)
+        if self.layout == "offset_rows":
+            table = params[0]
+            return np.concatenate([np.zeros((POSITION_OFFSET, *table.shape[1:]), table.dtype),
+                                   table])
         return np.ascontiguousarray(params[0])
 
     def from_hf(self, tensor: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -99,6 +112,8 @@ class Tensor:
         if self.layout == "side_by_side":
             return tuple(np.ascontiguousarray(p)
                          for p in np.split(tensor, len(self.paths), axis=-1))
+        if self.layout == "offset_rows":
+            return (np.ascontiguousarray(tensor[POSITION_OFFSET:]),)
         return (np.ascontiguousarray(tensor),)
 
 
@@ -117,6 +132,15 @@ class Family:
     model_type = ""
     architecture = ""  # transformers class written to config.json's "architectures"
     ignored_tensors: tuple[str, ...] = ()  # suffixes of buffers some checkpoints carry
+    # (prefix, replacement): key spellings of other saves (a base model's vs the LM's)
+    aliases: tuple[tuple[str, str], ...] = ()
+
+    def canonical(self, key: str) -> str:
+        """``key`` as :meth:`tensors` spells it."""
+        for prefix, replacement in self.aliases:
+            if key.startswith(prefix):
+                return replacement + key[len(prefix):]
+        return key
 
     def model_config(self, hf: dict[str, Any]) -> ModelConfig:
         raise NotImplementedError
@@ -192,6 +216,7 @@ class GPT2(Family):
     model_type = "gpt2"
     architecture = "GPT2LMHeadModel"
     ignored_tensors = (".attn.bias", ".attn.masked_bias")  # causal-mask buffers of old saves
+    aliases = (("transformer.", ""),)  # GPT2LMHeadModel's saves prefix the base model
     ACTIVATIONS = {"gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "relu": "relu"}
 
     def represents(self, cfg):
@@ -260,6 +285,88 @@ class GPT2(Family):
                 _one(f"{h}mlp.c_proj.weight", f"{b}ffn/w_out/kernel"),
                 _one(f"{h}mlp.c_proj.bias", f"{b}ffn/w_out/bias"),
             ]
+        if not cfg.tie_embeddings:
+            out.append(_one("lm_head.weight", "lm_head", transposed=True))
+        return out
+
+
+class OPT(Family):
+    """OPT (Zhang et al. 2022; transformers ``OPTConfig`` / ``OPTForCausalLM``): GPT-2's block
+    with separate q, k, v, out projections, ReLU, biases everywhere; its learned position table
+    has two leading rows that position ids never reach (OPT offsets every position by 2), so
+    import drops them and export writes zeros there."""
+
+    model_type = "opt"
+    architecture = "OPTForCausalLM"
+    aliases = (("decoder.", "model.decoder."),)  # OPTModel's saves
+
+    def represents(self, cfg):
+        return cfg.pos_encoding == "learned" and cfg.ffn == "relu"
+
+    def model_config(self, hf):
+        r = _Reader(hf, self.model_type)
+        d = r.need("hidden_size")
+        r.expect("activation_function", ("relu",), "OPT's FFN is ReLU")
+        r.expect("do_layer_norm_before", (True,), "OPT-350m's post-LN blocks keep a final "
+                                                  "norm attnlab's post-LN lacks")
+        r.expect("enable_bias", (True,), "biases on every projection")
+        r.expect("layer_norm_elementwise_affine", (True,), "LayerNorm has a scale and a bias")
+        r.expect("_remove_final_layer_norm", (False,), "a final LayerNorm")
+        projection = r.get("word_embed_proj_dim", d)
+        if projection != d:
+            raise HFError(f"config.json: word_embed_proj_dim={projection} is not representable "
+                          f"in attnlab (no projection between the embeddings and hidden_size={d})")
+        for key in ("dropout", "layerdrop", "init_std"):
+            r.get(key)
+        cfg = ModelConfig(
+            vocab_size=r.need("vocab_size"), d_model=d, n_layers=r.need("num_hidden_layers"),
+            n_heads=r.need("num_attention_heads"), d_ff=r.need("ffn_dim"),
+            max_len=r.need("max_position_embeddings"), pos_encoding="learned",
+            norm="layernorm", norm_position="pre", norm_eps=1e-5, ffn="relu",
+            tie_embeddings=r.expect("tie_word_embeddings", (True, False), ""),
+            linear_bias=True, init_std=float(r.get("init_std", 0.02)))
+        r.done()
+        return cfg
+
+    def hf_config(self, cfg, context):
+        _refuse_fields(cfg, "OPT", dict(pos_encoding="learned", norm="layernorm",
+                                        linear_bias=True, ffn="relu"),
+                       {"vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_len",
+                        "tie_embeddings"})
+        return {"model_type": "opt", "architectures": [self.architecture],
+                "vocab_size": cfg.vocab_size, "hidden_size": cfg.d_model,
+                "word_embed_proj_dim": cfg.d_model, "num_hidden_layers": cfg.n_layers,
+                "num_attention_heads": cfg.n_heads, "ffn_dim": lm_width(cfg),
+                "max_position_embeddings": cfg.max_len, "activation_function": "relu",
+                "do_layer_norm_before": True, "enable_bias": True,
+                "layer_norm_elementwise_affine": True, "_remove_final_layer_norm": False,
+                "tie_word_embeddings": cfg.tie_embeddings, "init_std": cfg.init_std,
+                "dropout": cfg.dropout, "attention_dropout": 0.0, "layerdrop": 0.0,
+                "torch_dtype": "float32"}
+
+    def context_length(self, hf):
+        return int(hf["max_position_embeddings"])
+
+    def tensors(self, cfg):
+        top = "model.decoder."
+        out = [_one(f"{top}embed_tokens.weight", "token_embedding"),
+               Tensor(f"{top}embed_positions.weight", ("position_embedding",), "offset_rows"),
+               _one(f"{top}final_layer_norm.weight", "final_norm/scale"),
+               _one(f"{top}final_layer_norm.bias", "final_norm/bias")]
+        for i in range(cfg.n_layers):
+            h, b = f"{top}layers.{i}.", f"blocks/{i}/"
+            for hf_name, ours in (("q_proj", "q_proj"), ("k_proj", "k_proj"),
+                                  ("v_proj", "v_proj"), ("out_proj", "o_proj")):
+                out += [_one(f"{h}self_attn.{hf_name}.weight", f"{b}attn/{ours}/kernel", True),
+                        _one(f"{h}self_attn.{hf_name}.bias", f"{b}attn/{ours}/bias")]
+            out += [_one(f"{h}self_attn_layer_norm.weight", f"{b}attn_norm/scale"),
+                    _one(f"{h}self_attn_layer_norm.bias", f"{b}attn_norm/bias"),
+                    _one(f"{h}fc1.weight", f"{b}ffn/w_in/kernel", True),
+                    _one(f"{h}fc1.bias", f"{b}ffn/w_in/bias"),
+                    _one(f"{h}fc2.weight", f"{b}ffn/w_out/kernel", True),
+                    _one(f"{h}fc2.bias", f"{b}ffn/w_out/bias"),
+                    _one(f"{h}final_layer_norm.weight", f"{b}ffn_norm/scale"),
+                    _one(f"{h}final_layer_norm.bias", f"{b}ffn_norm/bias")]
         if not cfg.tie_embeddings:
             out.append(_one("lm_head.weight", "lm_head", transposed=True))
         return out
@@ -463,7 +570,8 @@ class Qwen3(Llama):
                 _one(f"{h}self_attn.k_norm.weight", f"{b}attn/k_norm/scale")]
 
 
-FAMILIES: dict[str, Family] = {f.model_type: f for f in (GPT2(), Llama(), Mistral(), Qwen3())}
+FAMILIES: dict[str, Family] = {f.model_type: f for f in (OPT(), GPT2(), Llama(), Mistral(),
+                                                          Qwen3())}
 
 
 def family_of_config(hf: dict[str, Any]) -> Family:

@@ -46,6 +46,7 @@ class Weights:
         self.directory = directory
         self.files: dict[str, Path] = {}  # key -> file
         self.shapes: dict[str, tuple[int, ...]] = {}
+        self.stored: dict[str, str] = {}  # key as looked up -> key as stored in the file
         index = directory / INDEX
         if index.is_file():
             try:
@@ -67,11 +68,25 @@ class Weights:
                 if self.files.get(key) != directory / shard:
                     raise HFError(f"{index}: {key} is listed in {shard}, which does not hold it")
 
+    def rename(self, canonical) -> None:
+        """Looks tensors up by ``canonical(key)`` from now on (a family's spelling of keys
+        that other saves prefix differently); two keys with one spelling are refused."""
+        files, shapes = {}, {}
+        for key in self.files:
+            name = canonical(key)
+            if name in files:
+                raise HFError(f"{self.files[key]}: tensors {key} and {self.stored[name]} are the "
+                              "same parameter")
+            files[name], shapes[name] = self.files[key], self.shapes[key]
+            self.stored[name] = self.stored.get(key, key)
+        self.files, self.shapes = files, shapes
+
     def read(self, key: str) -> np.ndarray:
         path = self.files[key]
+        stored = self.stored.get(key, key)
         try:
             with safe_open(str(path), framework="numpy") as f:
-                array = f.get_tensor(key)
+                array = f.get_tensor(stored)
         except (SafetensorError, OSError, ValueError, TypeError) as e:
             raise HFError(f"{path}: cannot read tensor {key} ({e})") from None
         if array.dtype.name not in READABLE_DTYPES:
@@ -128,7 +143,7 @@ class staged:
 
     def __enter__(self) -> Path:
         parent = check_target(self.target)
-        self.stage = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=parent))
+        self.stage = Path(tempfile.mkdtemp(prefix=f".{self.target.name}.", dir=parent))
         return self.stage
 
     def __exit__(self, kind, value, traceback) -> None:
