@@ -84,6 +84,7 @@ class ModelConfig:
     objective: str = "clm"
     # Implementation choices; the defaults are the models made before them.
     linear_bias: bool = False  # biases on the attention and FFN projections (GPT-2 style)
+    embedding_norm: bool = False  # model.norm of the embeddings before the first layer (BERT, Bloom)
     scan_layers: bool = False  # layers as one stacked module run by a scan: compile flat in depth
     remat: str = "none"  # rematerialise each layer in the backward pass: none | full | save_dots
 

@@ -96,6 +96,79 @@ def opt_reference(w, cfg, tokens):
     return ln(x, "decoder.final_layer_norm") @ w["decoder.embed_tokens.weight"].T
 
 
+def bloom_config(**overrides):
+    return {"model_type": "bloom", "architectures": ["BloomForCausalLM"], "vocab_size": V,
+            "hidden_size": D, "n_layer": LAYERS, "n_head": 4, "layer_norm_epsilon": 1e-5,
+            "initializer_range": 0.02, "apply_residual_connection_post_layernorm": False,
+            "hidden_dropout": 0.0, "attention_dropout": 0.0, "pretraining_tp": 1,
+            "slow_but_exact": False, "use_cache": True, "seq_length": CTX, **overrides}
+
+
+def bloom_tensors(rng, cfg):
+    """BloomForCausalLM's spelling (``transformer.*``)."""
+    d = cfg["hidden_size"]
+    t = {"transformer.word_embeddings.weight": (cfg["vocab_size"], d),
+         "transformer.word_embeddings_layernorm.weight": (d,),
+         "transformer.word_embeddings_layernorm.bias": (d,),
+         "transformer.ln_f.weight": (d,), "transformer.ln_f.bias": (d,)}
+    for i in range(cfg["n_layer"]):
+        p = f"transformer.h.{i}."
+        t.update({p + "input_layernorm.weight": (d,), p + "input_layernorm.bias": (d,),
+                  p + "self_attention.query_key_value.weight": (3 * d, d),
+                  p + "self_attention.query_key_value.bias": (3 * d,),
+                  p + "self_attention.dense.weight": (d, d),
+                  p + "self_attention.dense.bias": (d,),
+                  p + "post_attention_layernorm.weight": (d,),
+                  p + "post_attention_layernorm.bias": (d,),
+                  p + "mlp.dense_h_to_4h.weight": (4 * d, d), p + "mlp.dense_h_to_4h.bias": (4 * d,),
+                  p + "mlp.dense_4h_to_h.weight": (d, 4 * d), p + "mlp.dense_4h_to_h.bias": (d,)})
+    return {k: random(rng, k, s) for k, s in t.items()}
+
+
+def bloom_slopes(n):
+    """BLOOM's build_alibi_tensor slopes: base 2^(-8/c) for the largest power of two c <= n,
+    powers 1..c; then base 2^(-8/(2c)) at the odd powers 1, 3, ... for the remaining heads."""
+    c = 2 ** int(math.floor(math.log2(n)))
+    slopes = [(2 ** (-8 / c)) ** p for p in range(1, c + 1)]
+    slopes += [(2 ** (-8 / (2 * c))) ** p for p in range(1, 2 * (n - c), 2)]
+    return np.array(slopes)
+
+
+def bloom_reference(w, cfg, tokens):
+    """BigScience 2022: embedding LayerNorm, ALiBi as m_h * (key position), q/k/v interleaved per
+    head in query_key_value ([heads, 3, head_dim] output rows), tanh GELU, weights [out, in]."""
+    w = {k.removeprefix("transformer."): v.astype(np.float64) for k, v in w.items()}
+    t, d, h = len(tokens), cfg["hidden_size"], cfg["n_head"]
+    hd = d // h
+
+    def ln(x, p):
+        mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+        return (x - mu) / np.sqrt(var + cfg["layer_norm_epsilon"]) * w[p + ".weight"] + w[p + ".bias"]
+
+    def linear(x, p):
+        return x @ w[p + ".weight"].T + w[p + ".bias"]
+
+    def gelu(x):
+        return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+
+    slopes = bloom_slopes(h)
+    x = ln(w["word_embeddings.weight"][tokens], "word_embeddings_layernorm")
+    causal = np.tril(np.ones((t, t), bool))
+    for i in range(cfg["n_layer"]):
+        p = f"h.{i}."
+        fused = linear(ln(x, p + "input_layernorm"), p + "self_attention.query_key_value")
+        fused = fused.reshape(t, h, 3, hd)
+        q, k, v = fused[:, :, 0], fused[:, :, 1], fused[:, :, 2]
+        s = np.einsum("qhd,khd->hqk", q, k) / math.sqrt(hd)
+        s = s + slopes[:, None, None] * np.arange(t)[None, None, :]
+        s = np.where(causal[None], s, -np.inf)
+        a = np.einsum("hqk,khd->qhd", softmax(s), v).reshape(t, d)
+        x = x + linear(a, p + "self_attention.dense")
+        m = gelu(linear(ln(x, p + "post_attention_layernorm"), p + "mlp.dense_h_to_4h"))
+        x = x + linear(m, p + "mlp.dense_4h_to_h")
+    return ln(x, "ln_f") @ w["word_embeddings.weight"].T
+
+
 def llama_config(model_type="llama", **overrides):
     out = {"model_type": model_type, "architectures": ["LlamaForCausalLM"], "vocab_size": V,
            "hidden_size": D, "intermediate_size": FF, "num_hidden_layers": LAYERS,
@@ -253,6 +326,9 @@ def llama_reference(w, cfg, tokens):
 FAMILIES = {
     "gpt2": (gpt2_config, gpt2_tensors, gpt2_reference),
     "opt": (opt_config, opt_tensors, opt_reference),
+    "bloom": (bloom_config, bloom_tensors, bloom_reference),
+    "bloom6": (lambda **o: bloom_config(n_head=6, hidden_size=36, **o), bloom_tensors,
+               bloom_reference),  # slopes of a head count that is not a power of two
     "llama": (llama_config, llama_tensors, llama_reference),
     "mistral": (lambda **o: llama_config("mistral", **o), llama_tensors, llama_reference),
     "qwen3": (lambda **o: llama_config("qwen3", **o), llama_tensors, llama_reference),
@@ -297,6 +373,9 @@ def test_import_equals_the_float64_reference_and_round_trips_bitwise(tmp_path, f
                         capsys=capsys)
     assert code == 0, out.err
     exported = load_file(str(tmp_path / "out" / "model.safetensors"))
+    if family.startswith("bloom"):  # written in BloomModel's spelling
+        exported = {"transformer." + k if k != "lm_head.weight" else k: v
+                    for k, v in exported.items()}
     if family == "opt":  # written in OPTForCausalLM's spelling; rows 0-1 are never read
         exported = {k.removeprefix("model."): v for k, v in exported.items()}
         exported["decoder.embed_positions.weight"][:2] = \

@@ -551,3 +551,36 @@ def test_gated_ffns_equal_the_float64_reference(name):
     got = module(jnp.asarray(x, jnp.float32))
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
     assert ffn.width == 48 and count_state_params(nnx.state(module))["total"] == ffn.param_count()
+
+
+# --------------------------------------------------------------------------------------------
+# The embedding norm (BERT, Bloom): Norm(E[x] + P[p]) before the first layer
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("overrides", [dict(pos_encoding="learned"),
+                                       dict(pos_encoding="alibi", norm_position="post")])
+def test_embedding_norm_equals_the_reference_and_decodes_like_the_forward_pass(overrides):
+    cfg = ModelConfig(vocab_size=40, d_model=16, n_layers=2, n_heads=2, max_len=16,
+                      embedding_norm=True, **overrides)
+    graphdef, state = lm.init_model(cfg, 0)
+    model = nnx.merge(graphdef, state)
+    model.embedding_norm.scale[...] = 1 + jax.random.normal(jax.random.key(1), (16,))
+    model.embedding_norm.bias[...] = jax.random.normal(jax.random.key(2), (16,))
+    tokens = np.array([[3, 1, 4, 1, 5, 9]])
+    x = np.float64(model.token_embedding[...])[tokens[0]]
+    if model.position_embedding is not None:
+        x = x + np.float64(model.position_embedding[...])[:6]
+    mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+    want = ((x - mu) / np.sqrt(var + cfg.norm_eps) * np.float64(model.embedding_norm.scale[...])
+            + np.float64(model.embedding_norm.bias[...]))
+    got = model.embed(jnp.asarray(tokens), jnp.arange(6)[None])[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    graphdef, state = nnx.split(model)
+    full = lm.apply(graphdef, state, jnp.asarray(tokens))
+    cache = init_state(cfg, batch=1, max_len=8)
+    first, cache = lm.decode_step(graphdef, state, cache, jnp.asarray(tokens[:, :4]), 0)
+    rest, _ = lm.decode_step(graphdef, state, cache, jnp.asarray(tokens[:, 4:]), 4)
+    np.testing.assert_allclose(jnp.concatenate([first, rest], 1), full, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ConfigError, match="model.embedding_norm"):
+        lm.resolve(ModelConfig(embedding_norm=True, objective="span", vocab_size=300))

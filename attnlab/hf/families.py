@@ -12,6 +12,7 @@ checkpoint with the attnlab parameters it holds:
 | ``llama`` | RoPE (``rope_scaling`` linear -> PI, yarn -> YaRN), RMSNorm, SwiGLU, GQA, no biases |
 | ``mistral`` | Llama with a sliding window (``sliding_window`` -> ``model.attention_window``) |
 | ``qwen3`` | Llama with QK-norm (RMSNorm over each head's q and k before RoPE) |
+| ``bloom`` | ALiBi, an embedding LayerNorm, GPT-2's blocks with q, k, v fused head by head |
 
 Every key of an HF config is either mapped, one of the generic bookkeeping keys
 (:data:`BOOKKEEPING`), or must hold the one value attnlab computes (e.g. ``attention_bias:
@@ -75,7 +76,9 @@ class Tensor:
     * ``side_by_side``: several parameters concatenated along the last axis (GPT-2's ``c_attn``:
       q, k, v weights ``[d, 3d]``, biases ``[3d]``);
     * ``offset_rows``: a table whose first :data:`POSITION_OFFSET` rows no position reaches
-      (OPT's): dropped on import, zeros on export.
+      (OPT's): dropped on import, zeros on export;
+    * ``per_head``: q, k, v interleaved head by head (Bloom's ``query_key_value``: output rows
+      ``[heads, 3, head_dim]``), PyTorch weights ``[3 d, d]`` or biases ``[3 d]``.
 
     Every map is a copy, transpose or concatenation: exact in both directions (OPT's two
     unreachable rows aside).
@@ -84,6 +87,7 @@ class Tensor:
     key: str
     paths: tuple[str, ...]
     layout: str = "same"
+    heads: int = 0  # per_head: the number of heads
 
     def hf_shape(self, shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
         """The HF tensor's shape, from its parameters' shapes."""
@@ -93,6 +97,9 @@ class Tensor:
             return (*shapes[0][:-1], sum(s[-1] for s in shapes))
         if self.layout == "offset_rows":
             return (shapes[0][0] + POSITION_OFFSET, *shapes[0][1:])
+        if self.layout == "per_head":
+            outputs = sum(s[-1] for s in shapes)
+            return (outputs, shapes[0][0]) if len(shapes[0]) == 2 else (outputs,)
         return tuple(shapes[0])
 
     def to_hf(self, *params: np.ndarray) -> np.ndarray:
@@ -100,6 +107,11 @@ class Tensor:
             return np.ascontiguousarray(np.swapaxes(params[0], -1, -2))
         if self.layout == "side_by_side":
             return np.concatenate(params, axis=-1)
+        if self.layout == "per_head":  # [in, h hd] kernels or [h hd] biases -> [h, 3, hd(, in)]
+            rows = [np.swapaxes(p, -1, -2) if p.ndim == 2 else p for p in params]
+            rows = [r.reshape(self.heads, -1, *r.shape[1:]) for r in rows]
+            stacked = np.stack(rows, axis=1)
+            return np.ascontiguousarray(stacked.reshape(-1, *stacked.shape[3:]))
         if self.layout == "offset_rows":
             table = params[0]
             return np.concatenate([np.zeros((POSITION_OFFSET, *table.shape[1:]), table.dtype),
@@ -114,6 +126,11 @@ class Tensor:
                          for p in np.split(tensor, len(self.paths), axis=-1))
         if self.layout == "offset_rows":
             return (np.ascontiguousarray(tensor[POSITION_OFFSET:]),)
+        if self.layout == "per_head":
+            parts = tensor.reshape(self.heads, len(self.paths), -1, *tensor.shape[1:])
+            out = [parts[:, i].reshape(-1, *tensor.shape[1:]) for i in range(len(self.paths))]
+            return tuple(np.ascontiguousarray(np.swapaxes(o, -1, -2) if o.ndim == 2 else o)
+                         for o in out)
         return (np.ascontiguousarray(tensor),)
 
 
@@ -372,6 +389,95 @@ class OPT(Family):
         return out
 
 
+class Bloom(Family):
+    """BLOOM (BigScience 2022; transformers ``BloomConfig`` / ``BloomForCausalLM``): ALiBi
+    (Press et al.'s slopes, the same for any head count), a LayerNorm of the word embeddings
+    (``model.embedding_norm``), pre-LN LayerNorm blocks, q, k, v fused head by head, tanh-GELU
+    MLP of width 4d, biases everywhere, tied head. Bloom adds ``m_h j`` (the key's position) to
+    row i's scores where attnlab adds ``-m_h (i - j)``: the two differ by ``m_h i``, the same
+    for every key of the row, so the softmax is the same."""
+
+    model_type = "bloom"
+    architecture = "BloomForCausalLM"
+    aliases = (("transformer.", ""),)
+
+    def represents(self, cfg):
+        return cfg.pos_encoding == "alibi"
+
+    def model_config(self, hf):
+        r = _Reader(hf, self.model_type)
+        d = r.get("hidden_size", r.get("n_embed"))
+        if d is None:
+            raise HFError("config.json: hidden_size is missing (needed by model_type=bloom)")
+        r.expect("apply_residual_connection_post_layernorm", (False,),
+                 "the residual is the block's input")
+        r.expect("pretraining_tp", (1,), "")
+        r.expect("slow_but_exact", (False,), "")
+        for key in ("hidden_dropout", "attention_softmax_in_fp32", "masked_softmax_fusion",
+                    "seq_length", "unk_token_id", "offset_alibi", "skip_bias_add",
+                    "skip_bias_add_qkv", "bias_dropout_fusion", "n_inner"):
+            r.get(key)
+        if hf.get("n_inner") not in (None, 4 * d):
+            raise HFError(f"config.json: n_inner={hf['n_inner']} is not representable in "
+                          "attnlab (Bloom's MLP is 4 hidden_size wide)")
+        cfg = ModelConfig(
+            vocab_size=r.need("vocab_size"), d_model=d, n_layers=r.need("n_layer"),
+            n_heads=r.need("n_head"), d_ff=4 * d, pos_encoding="alibi", norm="layernorm",
+            norm_position="pre", norm_eps=float(r.get("layer_norm_epsilon", 1e-5)),
+            ffn="gelu", tie_embeddings=r.expect("tie_word_embeddings", (True, False), ""),
+            linear_bias=True, embedding_norm=True,
+            init_std=float(r.get("initializer_range", 0.02)))
+        r.done()
+        return cfg
+
+    def hf_config(self, cfg, context):
+        _refuse_fields(cfg, "Bloom", dict(pos_encoding="alibi", norm="layernorm",
+                                          linear_bias=True, embedding_norm=True),
+                       {"vocab_size", "d_model", "n_layers", "n_heads", "norm_eps", "d_ff",
+                        "tie_embeddings", "max_len"})
+        if lm_width(cfg) != 4 * cfg.d_model:
+            raise HFError(f"model.d_ff={lm_width(cfg)} has no Bloom equivalent (4 d_model)")
+        return {"model_type": "bloom", "architectures": [self.architecture],
+                "vocab_size": cfg.vocab_size, "hidden_size": cfg.d_model,
+                "n_layer": cfg.n_layers, "n_head": cfg.n_heads,
+                "layer_norm_epsilon": cfg.norm_eps, "initializer_range": cfg.init_std,
+                "apply_residual_connection_post_layernorm": False, "pretraining_tp": 1,
+                "slow_but_exact": False, "tie_word_embeddings": cfg.tie_embeddings,
+                "hidden_dropout": cfg.dropout, "attention_dropout": 0.0,
+                "seq_length": context, "torch_dtype": "float32"}
+
+    def context_length(self, hf):
+        return int(hf.get("seq_length") or 2048)
+
+    def tensors(self, cfg):
+        out = [_one("word_embeddings.weight", "token_embedding"),
+               _one("word_embeddings_layernorm.weight", "embedding_norm/scale"),
+               _one("word_embeddings_layernorm.bias", "embedding_norm/bias"),
+               _one("ln_f.weight", "final_norm/scale"), _one("ln_f.bias", "final_norm/bias")]
+        for i in range(cfg.n_layers):
+            h, b = f"h.{i}.", f"blocks/{i}/"
+            qkv = tuple(f"{b}attn/{p}_proj" for p in "qkv")
+            out += [
+                _one(f"{h}input_layernorm.weight", f"{b}attn_norm/scale"),
+                _one(f"{h}input_layernorm.bias", f"{b}attn_norm/bias"),
+                Tensor(f"{h}self_attention.query_key_value.weight",
+                       tuple(f"{p}/kernel" for p in qkv), "per_head", cfg.n_heads),
+                Tensor(f"{h}self_attention.query_key_value.bias",
+                       tuple(f"{p}/bias" for p in qkv), "per_head", cfg.n_heads),
+                _one(f"{h}self_attention.dense.weight", f"{b}attn/o_proj/kernel", True),
+                _one(f"{h}self_attention.dense.bias", f"{b}attn/o_proj/bias"),
+                _one(f"{h}post_attention_layernorm.weight", f"{b}ffn_norm/scale"),
+                _one(f"{h}post_attention_layernorm.bias", f"{b}ffn_norm/bias"),
+                _one(f"{h}mlp.dense_h_to_4h.weight", f"{b}ffn/w_in/kernel", True),
+                _one(f"{h}mlp.dense_h_to_4h.bias", f"{b}ffn/w_in/bias"),
+                _one(f"{h}mlp.dense_4h_to_h.weight", f"{b}ffn/w_out/kernel", True),
+                _one(f"{h}mlp.dense_4h_to_h.bias", f"{b}ffn/w_out/bias"),
+            ]
+        if not cfg.tie_embeddings:
+            out.append(_one("lm_head.weight", "lm_head", transposed=True))
+        return out
+
+
 def lm_width(cfg: ModelConfig) -> int:
     """The FFN width a config builds (``model.d_ff`` or the kind's default)."""
     from attnlab.model import resolve
@@ -571,7 +677,7 @@ class Qwen3(Llama):
 
 
 FAMILIES: dict[str, Family] = {f.model_type: f for f in (OPT(), GPT2(), Llama(), Mistral(),
-                                                          Qwen3())}
+                                                          Qwen3(), Bloom())}
 
 
 def family_of_config(hf: dict[str, Any]) -> Family:

@@ -182,6 +182,9 @@ def _validate(arch: Architecture) -> None:
     if cfg.scan_layers:
         _check_scan(arch)
     arch.objective.validate(arch.stack.layers, arch.mask)  # e.g. mlm with a causal-only mixer
+    if cfg.embedding_norm and (arch.decoder is not None or cfg.ngpt):
+        raise ConfigError("model.embedding_norm", "is built by the decoder and the mlm encoder "
+                          "(pre- or post-LN) only, not by the encoder-decoder or nGPT")
     arch.stack.encoding.validate()  # T5's encoder buckets
 
 

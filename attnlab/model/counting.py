@@ -31,7 +31,8 @@ def param_counts(cfg: ModelConfig) -> dict[str, int]:
     learned position table + untied head), and the parts ``token_embedding``,
     ``position_embedding``, ``output_head`` (0 when tied), ``attention`` and ``ffn`` (per layer;
     ``attention`` is the first layer's sequence mixer), ``per_layer`` (the first layer),
-    ``mixers`` (all layers' mixers: a hybrid's differ), ``final_norm``. nGPT has no norms: its
+    ``mixers`` (all layers' mixers: a hybrid's differ), ``final_norm`` (with
+    ``model.embedding_norm``, that norm too). nGPT has no norms: its
     per-layer vectors (``s_qk`` with the attention, ``s_u, s_v`` with the FFN, ``alpha_A,
     alpha_M`` in place of the norms) and the logit scale ``s_z`` (in place of the final norm)
     count as non-embedding. The encoder-decoder (``objective="span"``) counts both stacks, its
@@ -60,6 +61,8 @@ def param_counts(cfg: ModelConfig) -> dict[str, int]:
         mixers = mixers + mixers
         non_embedding = encoder + decoder + final_norm
     else:
+        if cfg.embedding_norm:  # a norm like the others: in N
+            final_norm += arch.norm.param_count(d)
         non_embedding = sum(mixers) + cfg.n_layers * (ffn + norms) + final_norm
     embedding = token_embedding + position_embedding + output_head
     return {
