@@ -452,6 +452,8 @@ def _drop(tensors, key):
 REFUSALS = {
     "unknown model_type": (lambda c, t: ({**c, "model_type": "falcon"}, t),
                            "config.json: model_type='falcon' is not supported"),
+    "mamba": (lambda c, t: ({**c, "model_type": "mamba"}, t),
+              "model_type='mamba' is not supported: attnlab's Mamba layers"),
     "unknown key": (lambda c, t: ({**c, "rope_dim_mult": 2}, t), "config.json: rope_dim_mult"),
     "unrepresentable value": (lambda c, t: ({**c, "attention_bias": True}, t),
                               "config.json: attention_bias=True"),

@@ -680,8 +680,24 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (OPT(), GPT2(), Llama(),
                                                           Qwen3(), Bloom())}
 
 
+# Families attnlab has a kindred model of, and why it is not the same function.
+NOT_THE_SAME = {
+    "mamba": "attnlab's Mamba layers (model.mixer=mamba) carry an FFN and the block's norms "
+             "(Jamba-style); a Hugging Face Mamba block is the mixer alone (docs/attention.md)",
+    "bert": "attnlab's mlm encoder has no token-type embeddings, MLM head transform or output "
+            "bias, and uses the tanh GELU (docs/encoders.md)",
+    "t5": "attnlab's encoder-decoder has one [MASK] id for every sentinel and no d_model^-0.5 "
+          "rescale of the tied head (docs/encoders.md)",
+    "qwen2": "Qwen2 has biases on q, k, v but not on the output projection; attnlab's "
+             "model.linear_bias puts them on every projection",
+}
+
+
 def family_of_config(hf: dict[str, Any]) -> Family:
     model_type = hf.get("model_type")
+    if model_type in NOT_THE_SAME:
+        raise HFError(f"config.json: model_type={model_type!r} is not supported: "
+                      f"{NOT_THE_SAME[model_type]}")
     if model_type not in FAMILIES:
         raise HFError(f"config.json: model_type={model_type!r} is not supported; attnlab reads "
                       f"{', '.join(FAMILIES)}")
