@@ -514,11 +514,12 @@ def test_export_refuses_what_no_family_holds(tmp_path, capsys):
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.slow  # ~25 s: two training steps, generation, export and import
-def test_an_imported_run_fine_tunes_generates_and_round_trips_bitwise(tmp_path, capsys):
+@pytest.mark.slow  # ~25 s each: two training steps, generation, export and import
+@pytest.mark.parametrize("family", ["gpt2", "opt", "bloom", "llama", "mistral", "qwen3"])
+def test_an_imported_run_fine_tunes_generates_and_round_trips_bitwise(tmp_path, family, capsys):
     import jax
 
-    source, config, tensors = checkpoint(tmp_path, "gpt2", tokenizer=True)
+    source, config, tensors = checkpoint(tmp_path, family, tokenizer=True)
     run = tmp_path / "run"
     settings = ["--config=configs/tiny.py", "--config.data.source=markov",
                 "--config.data.markov_tokens=20000", f"--config.data.cache_dir={tmp_path}/data",
