@@ -500,8 +500,10 @@ def test_export_refuses_what_no_family_holds(tmp_path, capsys):
     from attnlab.config import ModelConfig
     from attnlab.hf.families import FAMILIES as F, HFError, family_of_model
 
-    with pytest.raises(HFError, match="model.pos_encoding='alibi'"):
-        family_of_model(ModelConfig(pos_encoding="alibi"))
+    with pytest.raises(HFError, match="model.pos_encoding='sinusoidal'"):
+        family_of_model(ModelConfig(pos_encoding="sinusoidal"))
+    with pytest.raises(HFError, match="model.embedding_norm=False has no Bloom equivalent"):
+        F["bloom"].hf_config(ModelConfig(pos_encoding="alibi", linear_bias=True), CTX)
     with pytest.raises(HFError, match="model.norm='layernorm' has no Llama equivalent"):
         F["llama"].hf_config(ModelConfig(ffn="swiglu"), CTX)
     with pytest.raises(HFError, match="model.attention_scale='mup' has no Llama"):
