@@ -33,10 +33,16 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
                   "read a Hugging Face checkpoint directory into a new run"),
     "export-hf": ("attnlab.hf.cli", "export_main",
                   "write a run's checkpoint as a Hugging Face checkpoint directory"),
+    "icl": ("attnlab.icl.cli", "icl_main",
+            "evaluate a run on its in-context learning task (induction, mqar)"),
+    "attention": ("attnlab.icl.cli", "attention_main",
+                  "draw every head's attention map and score its induction pattern"),
 }
 
 # Flags naming a file a command writes: checked here, before the command loads or fits anything.
-OUTPUT_FLAGS: dict[str, tuple[str, ...]] = {"fit": ("json",), "plot": ("out",)}
+OUTPUT_FLAGS: dict[str, tuple[str, ...]] = {"fit": ("json",), "plot": ("out",),
+                                            "icl": ("json", "plot"),
+                                            "attention": ("out", "json")}
 
 USAGE = "usage: attnlab <command> [flags]\n\ncommands:\n" + "\n".join(
     f"  {name:<12} {help_}" for name, (_, _, help_) in COMMANDS.items()

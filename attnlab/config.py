@@ -29,8 +29,12 @@ __all__ = ["Config", "DataConfig", "ModelConfig", "TrainConfig", "base_config_di
 DTYPES = ("float32", "bfloat16")
 
 SCHEDULES = ("cosine", "noam", "wsd", "constant")
+COOLDOWNS = ("linear", "1-sqrt", "cosine")  # shapes of the wsd decay (Hägele et al. 2024)
 TOKENIZERS = ("byte", "bpe")
-DATA_SOURCES = ("pystdlib", "text_files", "markov")  # plus "tfds:<name>/<feature>"
+DATA_SOURCES = ("pystdlib", "text_files", "markov", "induction", "mqar")  # plus "tfds:<n>/<f>"
+# Synthetic in-context-learning token tasks (attnlab/data/icl.py): no text, no tokenizer.
+TASK_SOURCES = ("induction", "mqar")
+TASK_FIELDS = {"task_vocab": TASK_SOURCES, "mqar_pairs": ("mqar",)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +86,10 @@ class ModelConfig:
     ngpt: bool = False  # nGPT blocks (Loshchilov et al. 2024): everything on the unit sphere
     # clm (causal decoder) | mlm (BERT encoder) | span (T5 encoder-decoder)
     objective: str = "clm"
+    # What the model reads: tokens (ids, logits) | vectors (linear read-in of input_dim-vectors,
+    # a real number out per position: in-context regression, Garg et al. 2022).
+    inputs: str = "tokens"
+    input_dim: int = 0  # inputs="vectors": the width of each input vector
     # Implementation choices; the defaults are the models made before them.
     linear_bias: bool = False  # biases on the attention and FFN projections (GPT-2 style)
     embedding_norm: bool = False  # model.norm of the embeddings before the first layer (BERT, Bloom)
@@ -104,7 +112,7 @@ class ModelConfig:
 class DataConfig:
     """Where tokens come from and how they are cut into batches."""
 
-    source: str = "pystdlib"  # pystdlib | text_files | markov | tfds:<name>/<feature>
+    source: str = "pystdlib"  # pystdlib | text_files | markov | induction | mqar | tfds:<n>/<f>
     path: str = ""  # text_files: a directory or a glob
     max_bytes: int = 0  # >0 builds a smaller, separately cached slice of the corpus
     cache_dir: str = ""  # "" -> $ATTNLAB_DATA_DIR or ~/.cache/attnlab
@@ -117,6 +125,9 @@ class DataConfig:
     markov_branching: int = 4
     markov_seed: int = 0
     markov_tokens: int = 2_000_000
+    # In-context learning tasks (attnlab/data/icl.py): induction, mqar.
+    task_vocab: int = 64  # the task's ids: 0 .. task_vocab - 1
+    mqar_pairs: int = 8  # mqar: key-value pairs per window (and as many queries)
 
     def __post_init__(self):
         validate_data(self)
@@ -134,6 +145,12 @@ class TrainConfig:
     warmup_steps: int = 100
     min_lr_ratio: float = 0.1  # cosine / wsd floor as a fraction of the peak
     decay_fraction: float = 0.2  # wsd: fraction of steps spent decaying
+    cooldown: str = "linear"  # wsd: shape of the decay: linear | 1-sqrt | cosine
+    # A cooldown branch: starts from the checkpoint at step branch_step of the run in directory
+    # branch_from (relative: a sibling of this run's directory), whose schedule must equal this
+    # run's up to that step (a constant-LR trunk: the stable phase of this run's wsd schedule).
+    branch_from: str = ""
+    branch_step: int = 0
     b1: float = 0.9
     b2: float = 0.95
     eps: float = 1e-8
@@ -145,6 +162,7 @@ class TrainConfig:
     log_every: int = 50
     checkpoint_every: int = 500
     keep_checkpoints: int = 2
+    keep_steps: tuple[int, ...] = ()  # also kept for ever (a trunk's branch points)
     mesh_data: int = -1  # devices on the data-parallel axis; -1 -> all left over
     mesh_fsdp: int = 1  # devices over which parameters and optimizer state are sharded
     distributed: bool = False  # call jax.distributed.initialize (multi-host)
@@ -178,7 +196,8 @@ class Config:
         return self.train.steps
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Every field, as JSON holds it (tuples as lists): equal to the saved config.json."""
+        return json.loads(json.dumps(dataclasses.asdict(self)))
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
@@ -377,6 +396,12 @@ def validate_data(d: DataConfig) -> None:
         check_positive(f"data.{name}", getattr(d, name))
     if d.max_bytes < 0:
         raise ConfigError("data.max_bytes", f"must be >= 0 (0 = whole corpus), got {d.max_bytes}")
+    defaults = DataConfig.__dataclass_fields__
+    for name, sources in TASK_FIELDS.items():
+        check_positive(f"data.{name}", getattr(d, name))
+        if d.source not in sources and getattr(d, name) != defaults[name].default:
+            raise ConfigError(f"data.{name}", f"is read only by data.source "
+                              f"{' or '.join(sources)}; data.source={d.source} does not use it")
 
 
 def validate_train(t: TrainConfig) -> None:
@@ -392,6 +417,19 @@ def validate_train(t: TrainConfig) -> None:
         raise ConfigError("train.b1" if not 0 <= t.b1 < 1 else "train.b2", "must be in [0, 1)")
     if not 0 < t.decay_fraction <= 1:
         raise ConfigError("train.decay_fraction", f"must be in (0, 1], got {t.decay_fraction}")
+    check_choice("train.cooldown", t.cooldown, COOLDOWNS)
+    if any(isinstance(s, bool) or not isinstance(s, int) or s <= 0 for s in t.keep_steps):
+        raise ConfigError("train.keep_steps", f"must be positive step numbers, got "
+                                              f"{t.keep_steps}")
+    if t.branch_step < 0:
+        raise ConfigError("train.branch_step", f"must be >= 0, got {t.branch_step}")
+    if bool(t.branch_from) != (t.branch_step > 0):
+        raise ConfigError("train.branch_step" if t.branch_from else "train.branch_from",
+                          "a cooldown branch needs both train.branch_from (the trunk's run "
+                          "directory) and train.branch_step > 0 (the trunk's checkpoint step)")
+    if t.branch_from and t.schedule != "wsd":
+        raise ConfigError("train.schedule", f"a cooldown branch (train.branch_from) decays "
+                                            f"with schedule wsd, got {t.schedule!r}")
     if t.mesh_fsdp < 1 or (t.mesh_data < 1 and t.mesh_data != -1):
         raise ConfigError("train.mesh_data", "mesh sizes must be >= 1 (mesh_data may be -1 = rest)")
 
@@ -404,8 +442,26 @@ def validate_sections(cfg: Config) -> None:
             "train.grad_accum",
             f"data.batch_size={cfg.data.batch_size} is not divisible by grad_accum={cfg.train.grad_accum}",
         )
-    if cfg.data.tokenizer == "byte" and cfg.model.vocab_size < 256:
+    if cfg.train.branch_from:
+        start = wsd_decay_start(cfg.total_steps, cfg.train.warmup_steps,
+                                cfg.train.decay_fraction)
+        if cfg.train.branch_step > start:
+            raise ConfigError("train.branch_step", f"{cfg.train.branch_step} is past the start "
+                              f"of this run's cooldown (step {start} of {cfg.total_steps}): a "
+                              f"branch starts from the trunk's constant-LR phase")
+    if cfg.data.source in TASK_SOURCES:
+        if cfg.model.vocab_size < cfg.data.task_vocab:
+            raise ConfigError("model.vocab_size", f"{cfg.model.vocab_size} is smaller than the "
+                              f"task's data.task_vocab={cfg.data.task_vocab} ids")
+    elif cfg.data.tokenizer == "byte" and cfg.model.vocab_size < 256:
         raise ConfigError("model.vocab_size", f"the byte tokenizer needs >= 256, got {cfg.model.vocab_size}")
+
+
+def wsd_decay_start(total_steps: int, warmup_steps: int, decay_fraction: float) -> int:
+    """The number of updates of a wsd schedule before its decay: the last
+    ``round(decay_fraction * total_steps)`` updates decay (at least one), never the warmup's."""
+    decay_steps = max(1, round(decay_fraction * total_steps))
+    return max(warmup_steps, total_steps - decay_steps)
 
 
 def base_config_dict() -> ml_collections.ConfigDict:

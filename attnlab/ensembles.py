@@ -13,18 +13,22 @@ from attnlab.errors import ConfigError
 
 T = TypeVar("T", bound=Hashable)
 
-# Config fields in which the members of one ensemble may differ (section.field).
+# Config fields in which the members of one ensemble may differ (section.field). Cooldown
+# branches of different trunks (seeds) may train together when they start at the same step;
+# branches of one trunk start at different steps, and a member waiting for its step would
+# still be computed in every round, so train.branch_step is not among these.
 MAY_DIFFER = frozenset({
     "name", "data.seed", "train.seed", "train.learning_rate", "train.steps", "train.tokens",
     "train.schedule", "train.warmup_steps", "train.min_lr_ratio", "train.decay_fraction",
-    "train.weight_decay", "train.b1", "train.b2", "train.eps", "train.log_every",
+    "train.cooldown", "train.keep_steps", "train.weight_decay", "train.b1", "train.b2",
+    "train.eps", "train.log_every", "train.branch_from",
     "train.eval_every", "train.checkpoint_every", "train.keep_checkpoints",
 })
 # Of those, the ones that leave the optimizer unchanged (members equal in the rest share a
 # vmapped update).
 OPTIMIZER_NEUTRAL = frozenset({"name", "data.seed", "train.seed", "train.log_every",
                                "train.eval_every", "train.checkpoint_every",
-                               "train.keep_checkpoints"})
+                               "train.keep_checkpoints", "train.keep_steps"})
 
 
 def _flat(cfg: Config, leave_out: frozenset) -> dict:

@@ -10,8 +10,9 @@ training; ``failure.json`` when a run crashed outside training) and ``results.pa
 
 Columns of the table (swept config fields keep their dotted names, e.g. ``model.d_model``):
 
-  run_id, status, sweep, mode, [budget], <swept fields...>, model.objective (always: clm, mlm
-  or span, see attnlab/model/objectives.py), params, non_embedding_params,
+  run_id, status, sweep, mode, [budget], [role, trunk, shared_flops], <swept fields...>,
+  model.objective (always: clm, mlm or span, see attnlab/model/objectives.py), params,
+  non_embedding_params,
   embedding_params, tokens, steps, total_steps, flops, flops_chinchilla, final_val_loss,
   best_val_loss, final_train_loss, wall_seconds, tokens_per_s, mfu, error
 
@@ -21,6 +22,10 @@ or an interrupted attempt exists; rerunning the sweep resumes it), pending (not 
 count of Hoffmann et al. 2022 App. F (embeddings, attention and the output head included);
 ``budget`` is the isoflop target C, in the convention named by the spec's
 ``sweep.flops_per_token``. Before a run finishes, params/tokens/flops hold the planned values.
+A ladder sweep's rows say their ``role``: ``trunk`` (the constant-LR phase its shape's branches
+share; not a point of a scaling law) or ``branch`` (a cooldown from the trunk named in ``trunk``:
+a point with its own D, whose ``flops`` count the trunk's FLOPs up to the branch point, of which
+``shared_flops`` were spent once for all the trunk's branches).
 """
 
 from __future__ import annotations
@@ -40,6 +45,9 @@ from attnlab.rundir import (CSV_FILE, DIVERGED, FAILED, FAILURE_FILE, FINAL_STAT
 _LEADING = ["run_id", "status", "sweep", "mode", "budget"]
 OBJECTIVE_COLUMN = "model.objective"
 DEFAULT_OBJECTIVE = ModelConfig().objective
+# Ladder sweeps: a trunk's or a cooldown branch's role, a branch's trunk (run id) and the 6ND
+# FLOPs it shares with the trunk (its ``flops`` count them too: the compute of its result).
+_LADDER = ["role", "trunk", "shared_flops"]
 _TRAILING = ["params", "non_embedding_params", "embedding_params", "tokens", "steps",
              "total_steps", "flops", "flops_chinchilla", "final_val_loss", "best_val_loss",
              "final_train_loss", "wall_seconds", "tokens_per_s", "mfu", "error"]
@@ -99,6 +107,10 @@ def run_row(run_dir: str | Path) -> dict[str, Any]:
     if status == DIVERGED and summary.get("diverged_at_step"):
         error = f"diverged at step {summary['diverged_at_step']}"
     row["error"] = error
+    if planned.get("role"):
+        row["role"], row["trunk"] = planned["role"], planned.get("trunk")
+        row["shared_flops"] = (per_token.get("kaplan_6n", math.nan)
+                               * planned.get("shared_tokens", 0))
     return row
 
 
@@ -109,9 +121,10 @@ def build_table(workdir: str | Path) -> pd.DataFrame:
         return pd.DataFrame(columns=[c for c in _LEADING if c != "budget"] + _TRAILING)
     swept: list[str] = []
     for row in rows:
-        swept += [k for k in row if k not in _LEADING + _TRAILING and k not in swept]
+        swept += [k for k in row if k not in _LEADING + _TRAILING + _LADDER and k not in swept]
     has_budget = any("budget" in row for row in rows)
-    columns = [c for c in _LEADING if c != "budget" or has_budget] + swept + _TRAILING
+    ladder = [c for c in _LADDER if any(c in row for row in rows)]
+    columns = [c for c in _LEADING if c != "budget" or has_budget] + ladder + swept + _TRAILING
     df = pd.DataFrame(rows, columns=columns)
     sort_by = (["budget"] if has_budget else []) + ["non_embedding_params", "tokens", "run_id"]
     return _uniform_columns(df.sort_values(sort_by, kind="stable").reset_index(drop=True))
@@ -188,8 +201,8 @@ def curves(path: str | Path) -> pd.DataFrame:
         per_token = planned.get("flops_per_token", {})
         merged["flops"] = merged["tokens"] * per_token.get("kaplan_6n", math.nan)
         merged["flops_chinchilla"] = merged["tokens"] * per_token.get("chinchilla", math.nan)
-        keys = {k: v for k, v in row.items() if k not in _TRAILING or
-                k in ("params", "non_embedding_params")}
+        keys = {k: v for k, v in row.items() if (k not in _TRAILING or
+                k in ("params", "non_embedding_params")) and k != "shared_flops"}
         keys.pop("sweep", None)
         keys.pop("mode", None)
         for i, (key, value) in enumerate(keys.items()):
@@ -201,7 +214,7 @@ def curves(path: str | Path) -> pd.DataFrame:
     return _uniform_columns(pd.concat(frames, ignore_index=True))
 
 
-_NUMERIC = [c for c in _TRAILING if c != "error"] + [
+_NUMERIC = [c for c in _TRAILING if c != "error"] + ["shared_flops"] + [
     "budget", "step", "tokens", "loss", "val_loss", "lr", "grad_norm"]
 
 
@@ -219,3 +232,37 @@ def _uniform_columns(df: pd.DataFrame) -> pd.DataFrame:
             elif kinds <= {int, float} and kinds:
                 df[column] = pd.to_numeric(df[column])
     return df
+
+
+SEED_COLUMNS = ("train.seed", "data.seed")
+
+
+def seed_spread(df: pd.DataFrame, metric: str = "final_val_loss") -> pd.DataFrame:
+    """Replicates: the runs equal in every swept field but the seeds, one row per such point
+    with at least two finished runs. Columns: the point's fields, ``seeds`` (how many runs),
+    ``mean``, ``std`` (ddof 1) and ``range`` (max - min) of ``metric``. Empty when no seed is
+    swept. The fits treat each seed as its own point; this is the noise they see."""
+    seeds = [c for c in SEED_COLUMNS if c in df.columns]
+    done = df[df["status"] == "completed"]
+    if not seeds or done[seeds].drop_duplicates().shape[0] < 2:
+        return pd.DataFrame(columns=["seeds", "mean", "std", "range"])
+    fixed = {"run_id", "status", "sweep", "mode", OBJECTIVE_COLUMN, *seeds, *_TRAILING}
+    point = [c for c in df.columns if c not in fixed]
+    groups = done.groupby(point, dropna=False)[metric] if point else [((), done[metric])]
+    rows = [dict(zip(point, key if isinstance(key, tuple) else (key,)),
+                 seeds=len(values), mean=values.mean(), std=values.std(ddof=1),
+                 range=values.max() - values.min())
+            for key, values in groups if len(values) >= 2]
+    return pd.DataFrame(rows, columns=[*point, "seeds", "mean", "std", "range"])
+
+
+def describe_seed_spread(df: pd.DataFrame, metric: str = "final_val_loss") -> str | None:
+    """One line for a study's report, or None when no point has two seeds."""
+    spread = seed_spread(df, metric)
+    if spread.empty:
+        return None
+    counts = sorted(set(spread["seeds"]))
+    return (f"seeds: {'/'.join(map(str, counts))} per point at {len(spread)} points; the "
+            f"seed-to-seed range of {metric}: median {spread['range'].median():.4f}, max "
+            f"{spread['range'].max():.4f} (std median {spread['std'].median():.4f}); each seed "
+            f"is a point of its own in the fits, and the bootstrap resamples runs")

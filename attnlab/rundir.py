@@ -71,7 +71,7 @@ FINAL_STATUSES = (COMPLETED, DIVERGED, FAILED)
 # order, so the continuation matches to float rounding, not bitwise.)
 RESUMABLE_DIFFERENCES = frozenset({
     "data.cache_dir", "train.distributed", "train.coordinator_address", "train.num_processes",
-    "train.process_id", "train.mesh_data", "train.mesh_fsdp",
+    "train.process_id", "train.mesh_data", "train.mesh_fsdp", "train.keep_steps",
 })
 
 

@@ -65,6 +65,9 @@ def get_config(scale: str = "cpu") -> ConfigDict:
     sweep.learning_rate = ConfigDict({"rule": "inverse_width", "ref_d_model": 32})
     sweep.warmup = ConfigDict({"rule": "fraction", "fraction": 0.05})
     sweep.min_steps = 50
+    # Seeds per point: --config.sweep.axes.train.seed='(0,1)' trains two of each run, as one
+    # ensemble (one compiled program); the fits take each seed as a point of its own.
+    sweep.axes = ConfigDict({"train": ConfigDict({"seed": (0,)})})
 
     if scale == "gpu":
         base.data.seq_len = 256

@@ -102,6 +102,23 @@ def train_run(d):
     (run / "checkpoints").mkdir()
 
 
+def task_run(d, config="configs/induction.py"):
+    """A run directory of a token task (config.json of ``config``, no checkpoint)."""
+    configs(d)
+    from attnlab.cli_flags import parse
+    from attnlab.config import from_config_dict
+
+    cfg = from_config_dict(parse([f"--config={config}"]).config)
+    run = d / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps(cfg.to_dict()))
+    (run / "checkpoints").mkdir()
+
+
+def mqar_run(d):
+    task_run(d, "configs/mqar.py")
+
+
 def mlm_run(d):
     """A masked-LM run directory (config.json of configs/tiny.py with model.objective=mlm)."""
     from attnlab.cli_flags import parse
@@ -218,6 +235,17 @@ CASES = [
                           "--workdir={d}/w"], "model.norm"),
     ("train-schedule", None, ["train", f"--config={TINY}", "--config.train.schedule=linear",
                               "--workdir={d}/w"], "train.schedule"),
+    ("train-cooldown", None, ["train", f"--config={TINY}", "--config.train.schedule=wsd",
+                              "--config.train.cooldown=exp", "--workdir={d}/w"],
+     "train.cooldown"),
+    ("train-branch-no-trunk", None, ["train", f"--config={TINY}", "--config.train.schedule=wsd",
+                                     "--config.train.branch_step=5", "--workdir={d}/w"],
+     "train.branch_from"),
+    ("train-branch-in-cooldown", None, ["train", f"--config={TINY}",
+                                        "--config.train.schedule=wsd",
+                                        "--config.train.branch_from=trunk",
+                                        "--config.train.branch_step=19", "--workdir={d}/w"],
+     "train.branch_step"),
     ("train-section-scalar", None, ["train", f"--config={TINY}", "--config.model=3",
                                     "--workdir={d}/w"], "--config.model=3"),
     # --- train: flags and the workdir
@@ -294,6 +322,8 @@ CASES = [
                                "--workdir={d}/sw"], "d_modle"),
     ("sweep-mode", None, [*SWEEP, "--config.sweep.mode=random", "--workdir={d}/sw"],
      "sweep.mode"),
+    ("sweep-ladder-no-branches", None, [*SWEEP, "--config.sweep.mode=ladder",
+                                        "--workdir={d}/sw"], "sweep.branches"),
     ("sweep-empty-axis", None, [*SWEEP, "--config.sweep.axes.train.seed=()", "--workdir={d}/sw"],
      "seed"),
     ("sweep-parallel-zero", None, [*SWEEP, "--parallel=0", "--workdir={d}/sw"], "--parallel"),
@@ -367,6 +397,45 @@ CASES = [
      "model.norm='layernorm' has no Llama equivalent"),
     ("export-hf-not-a-run", configs, ["export-hf", "--run={d}/adir", "--to={d}/out"],
      "is not a run directory"),
+    # --- in-context learning tasks, attnlab icl, attnlab attention
+    ("train-mqar-too-many-pairs", None, ["train", "--config=configs/mqar.py",
+                                         "--config.data.mqar_pairs=20", "--workdir={d}/w"],
+     "config.data.mqar_pairs: 20 pairs and their 20 queries need 80 tokens"),
+    ("train-induction-vocab", None, ["train", "--config=configs/induction.py",
+                                     "--config.data.seq_len=200", "--workdir={d}/w"],
+     "config.data.task_vocab: 64 ids cannot fill"),
+    ("train-task-field-unused", None, ["train", f"--config={TINY}", "--config.data.mqar_pairs=4",
+                                       "--workdir={d}/w"], "config.data.mqar_pairs: is read only"),
+    ("train-task-vocab-model", None, ["train", "--config=configs/induction.py",
+                                      "--config.model.vocab_size=32", "--workdir={d}/w"],
+     "config.model.vocab_size: 32 is smaller than the task's"),
+    ("train-ffn-none-span", None, ["train", f"--config={TINY}", "--config.model.ffn=none",
+                                   "--config.model.objective=span",
+                                   "--config.model.vocab_size=257", "--workdir={d}/w"],
+     "config.model.ffn: none (attention-only layers)"),
+    ("icl-run-and-sweep", task_run, ["icl", "--run={d}/run", "--sweep={d}/run"],
+     "exactly one of --run=DIR and --sweep=DIR"),
+    ("icl-sweep-not-a-sweep", configs, ["icl", "--sweep={d}/adir"], "not a sweep directory"),
+    ("icl-not-a-task", train_run, ["icl", "--run={d}/run"], "not an in-context learning task"),
+    ("icl-no-checkpoint", task_run, ["icl", "--run={d}/run"], "has no checkpoint"),
+    ("icl-pairs-on-induction", task_run, ["icl", "--run={d}/run", "--pairs=1,2"],
+     "--pairs applies to mqar runs"),
+    ("icl-pairs-too-many", mqar_run, ["icl", "--run={d}/run", "--pairs=2,30"],
+     "--pairs=2,30: 30 pairs"),
+    ("icl-pairs-not-ints", mqar_run, ["icl", "--run={d}/run", "--pairs=a,b"],
+     "--pairs=a,b: give integers"),
+    ("icl-json-dir", task_run, ["icl", "--run={d}/run", "--json={d}/adir"], "is a directory"),
+    ("icl-config-override", task_run, ["icl", "--run={d}/run", "--config.data.seq_len=3"],
+     "--config.* overrides would not be applied"),
+    ("extrapolate-task-run", task_run, ["extrapolate", "--run={d}/run"],
+     "is an in-context learning task"),
+    ("attention-neither", task_run, ["attention", "--run={d}/run"], "exactly one of --text"),
+    ("attention-text-on-task", task_run, ["attention", "--run={d}/run", "--text=abc"],
+     "which has no text; use --task-example"),
+    ("attention-example-on-text", train_run, ["attention", "--run={d}/run", "--task-example"],
+     "not a task; use --text"),
+    ("attention-out-no-parent", task_run, ["attention", "--run={d}/run", "--task-example",
+                                           "--out={d}/no/x.png"], "does not exist"),
     # --- extrapolate
     ("extrapolate-not-a-run", configs, ["extrapolate", "--run={d}/adir"], "adir"),
     ("extrapolate-missing-run", None, ["extrapolate", "--run={d}/nope"], "nope"),

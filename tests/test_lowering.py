@@ -4,6 +4,9 @@ lowering_platforms=...)`` runs XLA's platform lowering on the CPU, from abstract
 GPT-2 small's parameters are allocated."""
 
 import dataclasses
+import subprocess
+import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -73,3 +76,15 @@ def test_an_ensemble_step_lowers_for(platform, members, gpt2_small):
     assert "bf16" in text and "callback" not in text
     # the member axis leads the stacked parameters in the lowered program
     assert "tensor<4x512x64xf32>" in text
+
+
+@pytest.mark.slow
+def test_gpu_benchmark_runs_its_smoke_stand_in_on_cpu():
+    """benchmarks/gpu.py is meant for the first GPU machine lent: its code paths (config file,
+    cuDNN on/off, ensembles) must already run, here on a tiny stand-in."""
+    repo = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, str(repo / "benchmarks" / "gpu.py"), "--smoke",
+                          "--ks", "1,2"], capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "| cuDNN on (xla) |" in out.stdout and "| cuDNN off (einsum) |" in out.stdout
+    assert "| k=2 map |" in out.stdout and "| k=2 vmap |" in out.stdout

@@ -138,3 +138,25 @@ def test_load_errors_name_the_path(tmp_path):
         results.load(tmp_path / "missing.parquet")
     with pytest.raises(results.ResultsError, match="not a sweep directory"):
         results.curves(tmp_path)
+
+
+def test_seed_spread_groups_replicates_and_ignores_unfinished_runs():
+    rng = np.random.default_rng(0)
+    losses = rng.normal(3.0, 0.05, size=(3, 2))  # 3 points (budget, d_model) x 2 seeds
+    rows = []
+    for i, (budget, width) in enumerate([(1e11, 16), (1e11, 32), (3e11, 32)]):
+        for seed in (0, 1):
+            rows.append({"run_id": f"r{i}{seed}", "status": "completed", "budget": budget,
+                         "model.d_model": width, "train.seed": seed, "params": 1000 * width,
+                         "final_val_loss": losses[i, seed]})
+    rows.append({"run_id": "pending", "status": "pending", "budget": 3e11, "model.d_model": 32,
+                 "train.seed": 2, "params": 32000, "final_val_loss": float("nan")})
+    spread = results.seed_spread(pd.DataFrame(rows))
+    assert list(spread["seeds"]) == [2, 2, 2]
+    np.testing.assert_allclose(spread["range"], np.ptp(losses, axis=1))
+    np.testing.assert_allclose(spread["std"], losses.std(axis=1, ddof=1))
+    np.testing.assert_allclose(spread["mean"], losses.mean(axis=1))
+    line = results.describe_seed_spread(pd.DataFrame(rows))
+    assert "2 per point at 3 points" in line and f"{np.ptp(losses, axis=1).max():.4f}" in line
+    single = pd.DataFrame([r for r in rows if r["train.seed"] == 0])
+    assert results.seed_spread(single).empty and results.describe_seed_spread(single) is None

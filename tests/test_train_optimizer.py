@@ -209,3 +209,46 @@ def test_train_step_bfloat16_compute_keeps_float32_params():
                if jnp.issubdtype(x.dtype, jnp.floating))
     assert math.isfinite(metrics["loss"])
     assert loss_bf16 == pytest.approx(loss_fp32, rel=2e-2)  # bf16 has ~3 significant digits
+
+
+def reference_cooldown(shape: str, t: int, total: int, warmup: int, fraction: float) -> float:
+    """wsd with a cooldown of the given shape (Hägele et al. 2024, eq. 1), float64: warmup,
+    PEAK until the last round(fraction * total) updates, then floor + (PEAK - floor) g(p)."""
+    if t < warmup:
+        return PEAK * (t + 1) / warmup
+    length = max(1, round(fraction * total))
+    start = max(warmup, total - length)
+    if t < start:
+        return PEAK
+    p = min(1.0, (t - start + 1) / (total - start))
+    g = {"linear": 1 - p, "1-sqrt": 1 - math.sqrt(p),
+         "cosine": 0.5 * (1 + math.cos(math.pi * p))}[shape]
+    floor = PEAK * FLOOR
+    return floor + (PEAK - floor) * g
+
+
+@pytest.mark.parametrize("shape", ["linear", "1-sqrt", "cosine"])
+@pytest.mark.parametrize("total,fraction", [(40, 0.25), (37, 0.2), (12, 0.9)])
+def test_wsd_cooldown_shapes_match_reference(shape, total, fraction):
+    train = TrainConfig(schedule="wsd", learning_rate=PEAK, warmup_steps=WARMUP,
+                        min_lr_ratio=FLOOR, decay_fraction=fraction, cooldown=shape)
+    steps = np.arange(total + 3)
+    got = np.asarray(jax.vmap(make_schedule(train, total, d_model=64))(steps), np.float64)
+    want = np.array([reference_cooldown(shape, int(t), total, WARMUP, fraction) for t in steps])
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-12)
+    assert got[total - 1] == pytest.approx(PEAK * FLOOR, rel=1e-6)  # the floor on the last
+
+
+def test_branch_schedule_equals_constant_trunk_before_its_cooldown():
+    """A cooldown branch continues a constant-LR trunk: their schedules agree bitwise on every
+    update before the cooldown starts, so the branch is the run it would be from scratch."""
+    trunk = make_schedule(TrainConfig(schedule="constant", learning_rate=PEAK,
+                                      warmup_steps=WARMUP), 60, 64)
+    for shape in ("linear", "1-sqrt", "cosine"):
+        branch = make_schedule(TrainConfig(schedule="wsd", learning_rate=PEAK,
+                                           warmup_steps=WARMUP, decay_fraction=0.2,
+                                           cooldown=shape, min_lr_ratio=FLOOR), 50, 64)
+        steps = np.arange(40)  # the cooldown is updates 40..49
+        np.testing.assert_array_equal(np.asarray(jax.vmap(branch)(steps)),
+                                      np.asarray(jax.vmap(trunk)(steps)))
+        assert float(branch(40)) < PEAK

@@ -17,12 +17,13 @@ import warnings
 
 import numpy as np
 
-from attnlab.data.corpus import Corpus
 from attnlab.data.errors import CorpusTooSmallError
 from attnlab.errors import ConfigError
 
+# Functions here take an attnlab.data.corpus.Corpus (not imported: corpus.py builds Batches).
 
-def _num_windows(corpus: Corpus, split: str, seq_len: int) -> int:
+
+def _num_windows(corpus: "Corpus", split: str, seq_len: int) -> int:
     if seq_len < 1:
         raise ConfigError("data.seq_len", f"must be positive, got {seq_len}")
     n = corpus.num_tokens(split)
@@ -40,7 +41,7 @@ class Batches:
 
     def __init__(
         self,
-        corpus: Corpus,
+        corpus: "Corpus",
         split: str,
         seq_len: int,
         batch_size: int,
@@ -119,7 +120,7 @@ class Batches:
         return (i + 1) * self.tokens_per_batch
 
 
-def validation_batches(corpus: Corpus, seq_len: int, batch_size: int, n_batches: int) -> np.ndarray:
+def validation_batches(corpus: "Corpus", seq_len: int, batch_size: int, n_batches: int) -> np.ndarray:
     """[n_batches, batch_size, seq_len + 1] int32: a fixed set of distinct windows spread evenly
     over the validation split (the same for every run with these arguments).
 
@@ -140,7 +141,7 @@ def validation_batches(corpus: Corpus, seq_len: int, batch_size: int, n_batches:
     return rows.reshape(n_batches, batch_size, seq_len + 1)
 
 
-def check_budget(corpus: Corpus, tokens: int, seq_len: int) -> list[str]:
+def check_budget(corpus: "Corpus", tokens: int, seq_len: int) -> list[str]:
     """Warnings about a training budget of ``tokens`` predicted tokens (also warnings.warn-ed).
 
     Training past one epoch repeats data, which lowers the value of each token and bends

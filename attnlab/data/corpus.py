@@ -20,8 +20,9 @@ from pathlib import Path
 import numpy as np
 import tensorflow_datasets as tfds
 
-from attnlab.config import DataConfig, validate_data
-from attnlab.data import builders
+from attnlab.config import TASK_SOURCES, DataConfig, validate_data
+from attnlab.data import builders, icl
+from attnlab.data.batches import Batches, check_budget, validation_batches
 from attnlab.data.cache import atomic_directory, build_lock, cache_root
 from attnlab.data.errors import CacheError, DataSourceError, UnknownDatasetError
 from attnlab.data.files import SPLITS
@@ -81,6 +82,20 @@ class Corpus:
     def num_tokens(self, split: str) -> int:
         return int(self.stream(split).shape[0])
 
+    def train_batches(self, seq_len: int, batch_size: int, seed: int, process_index: int = 0,
+                      process_count: int = 1):
+        """The training stream: :class:`attnlab.data.batches.Batches` of the train split."""
+        return Batches(self, "train", seq_len, batch_size, seed, process_index, process_count)
+
+    def validation_set(self, seq_len: int, batch_size: int, n_batches: int) -> np.ndarray:
+        """[n_batches, batch_size, seq_len + 1] int32: :func:`~attnlab.data.batches.
+        validation_batches`."""
+        return validation_batches(self, seq_len, batch_size, n_batches)
+
+    def budget_warnings(self, tokens: int, seq_len: int) -> list[str]:
+        """:func:`~attnlab.data.batches.check_budget` (data repeated past one epoch)."""
+        return check_budget(self, tokens, seq_len)
+
     def __repr__(self) -> str:
         counts = ", ".join(f"{s}={self.num_tokens(s):,}" for s in self.splits)
         return f"Corpus({self.name!r}, tokenizer={self.tokenizer.name}, tokens: {counts})"
@@ -99,8 +114,9 @@ class _Source:
     key: Path  # relative directory of the prepared data
 
 
-def prepare(cfg: DataConfig) -> Corpus:
-    """Builds (once, cached) or loads the corpus described by ``cfg``.
+def prepare(cfg: DataConfig) -> Corpus | icl.TaskCorpus:
+    """Builds (once, cached) or loads the corpus described by ``cfg``; a token task
+    (:mod:`attnlab.data.icl`) is sampled as it is read, with nothing to build.
 
     Raises:
       ConfigError: a bad field of ``cfg``.
@@ -109,6 +125,8 @@ def prepare(cfg: DataConfig) -> Corpus:
       CacheError: the cache cannot be written or read back.
     """
     validate_data(cfg)
+    if cfg.source in TASK_SOURCES:
+        return icl.TaskCorpus(icl.token_task(cfg))
     if cfg.tokenizer == "bpe" and cfg.bpe_vocab_size <= 256:
         raise ConfigError(
             "data.bpe_vocab_size", f"must exceed the 256 byte tokens, got {cfg.bpe_vocab_size}"

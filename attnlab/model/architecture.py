@@ -23,6 +23,7 @@ resolved parts; no module looks a part up again.
 | ``norm`` | :data:`NORMS` | layers.py |
 | ``norm_position`` (``ngpt``) | :data:`BLOCKS` | blocks.py, ngpt.py |
 | ``objective`` | :data:`OBJECTIVES` | objectives.py |
+| ``inputs`` (``input_dim``) | :data:`INPUTS` | readin.py |
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from typing import Any
 from attnlab.config import Config, ModelConfig
 from attnlab.errors import ConfigError
 from attnlab.model import attention, blocks, ffn, layers, masks, mixers, ngpt, objectives
-from attnlab.model import positions, relative, rope, scales
+from attnlab.model import positions, readin, relative, rope, scales
 
 ENCODINGS = {c.name: c for c in (positions.NoPE, positions.Sinusoidal, positions.LearnedPositions,
                                  rope.RoPE, positions.ALiBi, relative.T5Bias)}
@@ -42,18 +43,19 @@ SCORE_SCALES = {c.name: c for c in (scales.InverseSqrt, scales.MuP, scales.Unsca
                                     scales.LearnedTemperature, scales.Cosine)}
 MASKS = {c.name: c for c in (masks.Causal, masks.SlidingWindow)}
 MIXERS = {c.name: c for c in (mixers.Softmax, mixers.Linear, mixers.Performer, mixers.Mamba)}
-FFNS = {c.name: c for c in (ffn.ReLU, ffn.GELU, ffn.SwiGLU, ffn.GeGLU)}
+FFNS = {c.name: c for c in (ffn.ReLU, ffn.GELU, ffn.SwiGLU, ffn.GeGLU, ffn.NoFFN)}
 NORMS = {c.name: c for c in (layers.LayerNorm, layers.RMSNorm)}
 BLOCKS = {c.name: c for c in (blocks.PreNorm, blocks.PostNorm, ngpt.NGPT)}
 OBJECTIVES = {c.name: c for c in (objectives.CausalLM, objectives.MaskedLM,
                                   objectives.SpanCorruption)}
+INPUTS = {c.name: c for c in (readin.Tokens, readin.Vectors)}
 REMATS = ("none", *layers.REMAT_POLICIES)
 
 # The field that selects a part of each registry. Parts that act inside softmax attention
 # (the score scale and the mask) are in use only when some layer forms attention scores.
 SELECTORS = {"pos_encoding": ENCODINGS, "attention_scale": SCORE_SCALES,
              "attention_mask": MASKS, "mixer": MIXERS, "ffn": FFNS, "norm": NORMS,
-             "norm_position": BLOCKS, "objective": OBJECTIVES}
+             "norm_position": BLOCKS, "objective": OBJECTIVES, "inputs": INPUTS}
 INSIDE_ATTENTION = ("attention_scale", "attention_mask")
 # Where a model keeps its parts: the decoder-only stack (TransformerLM.blocks, stacked under
 # model.scan_layers) and, in each block, the sequence mixer's module.
@@ -88,6 +90,7 @@ class Architecture:
     mask: masks.Mask  # the causal stack's
     stack: Stack
     decoder: Stack | None = None
+    inputs: readin.Inputs | None = None  # what the model reads and writes (always set)
 
     @property
     def block(self) -> blocks.BlockKind:
@@ -130,7 +133,7 @@ def resolve(cfg: ModelConfig) -> Architecture:
         stack = _stack(cfg, encoding.for_encoder(), masks.Bidirectional(cfg), **parts)
         decoder = causal if objective.encoder_decoder else None
     arch = Architecture(cfg, encoding, objective, mask=mask, stack=stack, decoder=decoder,
-                        **parts)
+                        inputs=INPUTS[cfg.inputs](cfg), **parts)
     _validate(arch)
     return arch
 
@@ -176,6 +179,9 @@ def _validate(arch: Architecture) -> None:
     # The configured mixer's rules (a hybrid's softmax layers are not a "softmax model").
     MIXERS[cfg.mixer](cfg, 0, arch.encoding, arch.mask, arch.score_scale, arch.norm).validate()
     causal.layers[0].validate()  # the block kind's (nGPT's)
+    if not arch.ffn.sublayer and arch.decoder is not None:  # (nGPT refuses it: swiglu only)
+        raise ConfigError("model.ffn", f"none (attention-only layers) is built for one stack "
+                          f"of pre-LN or post-LN blocks, not model.objective={cfg.objective}")
     arch.score_scale.validate()  # e.g. cosine attention with qk_norm
     arch.mask.validate()
     _check_unused_fields(arch)
@@ -185,13 +191,14 @@ def _validate(arch: Architecture) -> None:
     if cfg.embedding_norm and (arch.decoder is not None or cfg.ngpt):
         raise ConfigError("model.embedding_norm", "is built by the decoder and the mlm encoder "
                           "(pre- or post-LN) only, not by the encoder-decoder or nGPT")
+    arch.inputs.validate(arch.objective)
     arch.stack.encoding.validate()  # T5's encoder buckets
 
 
 def _used_parts(arch: Architecture) -> list[tuple[str, Any]]:
     """``(selector field, part)`` of every part the model uses."""
     used = [("pos_encoding", arch.encoding), ("ffn", arch.ffn), ("norm", arch.norm),
-            ("objective", arch.objective)]
+            ("objective", arch.objective), ("inputs", arch.inputs)]
     for stack in filter(None, (arch.stack, arch.decoder)):
         used += [("mixer", layer.mixer) for layer in stack.layers]
         used += [("norm_position", layer) for layer in stack.layers]

@@ -289,6 +289,29 @@ class SelfAttention(nnx.Module):
         # A learned temperature (attention_scale learned / cosine), [heads]; None otherwise.
         self.temperature = score_scale.init_params(rngs)
 
+    def queries_keys(self, x: jax.Array, positions: jax.Array):
+        """``(q [batch, t, heads, hd], k [batch, t, kv_heads, hd], scale)`` as the scores read
+        them: projected, QK-normed, scaled and transformed by the encoding (RoPE)."""
+        cfg = self.cfg
+        batch, t, _ = x.shape
+        q = self.q_proj(x).reshape(batch, t, cfg.n_heads, cfg.head_dim)
+        k = self.k_proj(x).reshape(batch, t, cfg.kv_heads, cfg.head_dim)
+        if cfg.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k, scale = self.score_scale.apply(q, k, self.temperature)
+        q, k = self.encoding.transform_qk(q, k, positions)
+        return q, k, scale
+
+    def weights(self, x: jax.Array, positions: jax.Array, *, bias: Bias | None = None
+                ) -> jax.Array:
+        """The attention pattern of every head over ``x [batch, t, d_model]`` (no cache):
+        float32 ``[batch, heads, t, t]``, rows summing to 1 (the mixer's own mask and bias)."""
+        q, k, scale = self.queries_keys(x, positions)
+        t = x.shape[1]
+        bias = None if bias is None else bias(positions, positions)
+        mask = self.mask(jnp.arange(t), jnp.arange(t))
+        return jax.nn.softmax(attention_scores(q, k, scale=scale, bias=bias, mask=mask), axis=-1)
+
     def __call__(self, x: jax.Array, positions: jax.Array, *, bias: Bias | None = None,
                  state=None, start=0):
         """``x [batch, t, d_model]`` at ``positions [pbatch, t]`` -> ``([batch, t, d_model],
@@ -301,13 +324,8 @@ class SelfAttention(nnx.Module):
         """
         cfg = self.cfg
         batch, t, _ = x.shape
-        q = self.q_proj(x).reshape(batch, t, cfg.n_heads, cfg.head_dim)
-        k = self.k_proj(x).reshape(batch, t, cfg.kv_heads, cfg.head_dim)
+        q, k, scale = self.queries_keys(x, positions)
         v = self.v_proj(x).reshape(batch, t, cfg.kv_heads, cfg.head_dim)
-        if cfg.qk_norm:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k, scale = self.score_scale.apply(q, k, self.temperature)
-        q, k = self.encoding.transform_qk(q, k, positions)
         mask, q_offset, k_positions = self.mask, 0, positions
         if state is not None:
             k, v, state, mask, q_offset, k_positions = self.mask.cache_step(state, k, v, start)

@@ -68,8 +68,9 @@ class BlockKind:
 
     def param_count(self) -> dict[str, int]:
         """``{"mixer", "ffn", "norms"}``: the layer's parameters by part."""
+        norms = 1 + self.ffn.sublayer  # the FFN branch's norm only when there is one
         return {"mixer": self.mixer.param_count(), "ffn": self.ffn.param_count(),
-                "norms": 2 * self.norm.param_count(self.cfg.d_model)}
+                "norms": norms * self.norm.param_count(self.cfg.d_model)}
 
     def head_params(self) -> int:
         """Parameters at the end of the stack besides the head: the final norm."""
@@ -93,15 +94,21 @@ class PreNormBlock(nnx.Module):
         self.dropout_rate = cfg.dropout
         self.attn_norm = kind.norm(cfg.d_model, cfg.norm_eps)
         self.attn = kind.mixer.build(rngs)  # the attribute is the checkpoint path
-        self.ffn_norm = kind.norm(cfg.d_model, cfg.norm_eps)
+        # model.ffn=none: no FFN branch (attention-only layers), so no norm for it either.
+        self.ffn_norm = kind.norm(cfg.d_model, cfg.norm_eps) if kind.ffn.sublayer else None
         self.ffn = kind.ffn.build(rngs)
+
+    def mixer_input(self, x: jax.Array) -> jax.Array:
+        """What the mixer reads from the residual stream ``x`` (pre-LN: ``Norm(x)``)."""
+        return self.attn_norm(x)
 
     def __call__(self, x, positions, *, bias=None, state=None, start=0, dropout_key=None):
         attn_key, ffn_key = _branch_keys(dropout_key)
         update, state = self.attn(self.attn_norm(x), positions, bias=bias, state=state,
                                   start=start)
         x = x + dropout(update, self.dropout_rate, attn_key)
-        x = x + dropout(self.ffn(self.ffn_norm(x)), self.dropout_rate, ffn_key)
+        if self.ffn is not None:
+            x = x + dropout(self.ffn(self.ffn_norm(x)), self.dropout_rate, ffn_key)
         return x, state
 
 
@@ -112,8 +119,12 @@ class PostNormBlock(PreNormBlock):
         attn_key, ffn_key = _branch_keys(dropout_key)
         update, state = self.attn(x, positions, bias=bias, state=state, start=start)
         x = self.attn_norm(x + dropout(update, self.dropout_rate, attn_key))
-        x = self.ffn_norm(x + dropout(self.ffn(x), self.dropout_rate, ffn_key))
+        if self.ffn is not None:
+            x = self.ffn_norm(x + dropout(self.ffn(x), self.dropout_rate, ffn_key))
         return x, state
+
+    def mixer_input(self, x):
+        return x  # post-LN: the mixer reads the stream itself
 
 
 def _branch_keys(key: jax.Array | None) -> tuple:

@@ -21,7 +21,7 @@ from attnlab.model.architecture import Architecture, resolve
 from attnlab.model.objectives import span_lengths
 
 EMBEDDING_PARAMS = ("token_embedding", "position_embedding", "decoder_position_embedding",
-                    "lm_head")
+                    "lm_head", "read_in", "read_out")  # the last two: model.inputs=vectors
 
 
 def param_counts(cfg: ModelConfig) -> dict[str, int]:
@@ -46,9 +46,9 @@ def param_counts(cfg: ModelConfig) -> dict[str, int]:
     ffn, norms = layers[0]["ffn"], layers[0]["norms"]
     final_norm = arch.block.head_params()
     per_layer = mixers[0] + ffn + norms
-    token_embedding = cfg.vocab_size * d
+    token_embedding = arch.inputs.read_in_params()  # the token table, or the linear read-in
     position_embedding = arch.encoding.param_count()  # the learned table; 0 for the others
-    output_head = 0 if cfg.tie_embeddings else d * cfg.vocab_size
+    output_head = arch.inputs.read_out_params()  # 0 when tied
     cross = 0
     if arch.decoder is not None:
         # T5: a second (decoder) stack, each layer with cross-attention and its norm; the
@@ -128,7 +128,7 @@ def flops_per_token(cfg: ModelConfig, seq_len: int) -> dict[str, float]:
     if arch.decoder is not None:
         return _encoder_decoder_flops(arch, seq_len)
     counts = param_counts(cfg)
-    d, L, V = cfg.d_model, cfg.n_layers, cfg.vocab_size
+    L = cfg.n_layers
     n = counts["non_embedding"]
     mixers = arch.stack.mixers
     kaplan_attention = 3.0 * sum(mixer.kaplan_context_flops(seq_len) for mixer in mixers)
@@ -137,13 +137,14 @@ def flops_per_token(cfg: ModelConfig, seq_len: int) -> dict[str, float]:
     mixing = sum(sum(mixer.flops_per_token(seq_len).values()) for mixer in mixers)
     ffn = arch.ffn.flops_per_token()
     encoding = arch.encoding.flops_per_token(seq_len)  # 0 so far: no matrix products
-    forward = 2.0 * V * d + encoding + mixing + L * ffn + 2.0 * d * V
+    # The embedding and head (2 V d each; a vector model's read-in and read-out instead).
+    forward = arch.inputs.flops_per_token() + encoding + mixing + L * ffn
     return {
         "kaplan_6n": 6.0 * n,
         "kaplan_attention": kaplan_attention,
         "kaplan": 6.0 * n + kaplan_attention,
         "kaplan_causal": 6.0 * n + kaplan_attention / 2,
-        "head": 6.0 * d * V,
+        "head": 3.0 * arch.inputs.read_out_flops(),
         "chinchilla": 3.0 * forward,
         "chinchilla_forward": forward,
     }

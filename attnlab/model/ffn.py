@@ -5,6 +5,8 @@ al. 2017, eq. 2), one class per kind:
 * ``swiglu`` (Shazeer 2020): ``(silu(x W_gate) * (x W_in)) W_out``;
 * ``geglu`` (Shazeer 2020; T5 v1.1's "gated-gelu"): ``(gelu(x W_gate) * (x W_in)) W_out``, GELU
   the tanh approximation as in T5 v1.1.
+* ``none``: no FFN sublayer at all (nor its norm): the attention-only Transformer of Elhage et
+  al. 2021 and Olsson et al. 2022, whose layers only mix positions.
 
 Every ``x W`` is ``x W + b`` with ``model.linear_bias`` (biases ``[width]``, ``[d_model]``).
 ``W_out`` is a residual output projection: GPT-2 init scales its std by ``1/sqrt(2 n_layers)``.
@@ -66,14 +68,17 @@ class FFN:
     """One FFN kind of a model built from ``cfg`` (immutable, hashable).
 
     Class attributes: ``name`` (the ``model.ffn`` value), ``inputs`` (input projections: 1, or
-    2 for a gated FFN), ``fields`` (``model.*`` fields only this kind reads).
+    2 for a gated FFN), ``fields`` (``model.*`` fields only this kind reads), ``sublayer``
+    (False: the block has no FFN branch and no norm for it).
     """
 
     cfg: ModelConfig = dataclasses.field(repr=False)
 
     name = ""
+    title = ""
     inputs = 1
     fields = ()
+    sublayer = True
 
     def default_width(self) -> int:
         return 4 * self.cfg.d_model
@@ -130,3 +135,25 @@ class GeGLU(SwiGLU):
 
     def build(self, rngs):
         return GatedMLP(self.cfg, self.width, rngs=rngs, activation=gelu_tanh)
+
+
+class NoFFN(FFN):
+    """No FFN: each block is its mixer alone (attention-only; Olsson et al. 2022)."""
+
+    name = "none"
+    title = "model.ffn=none"
+    inputs = 0
+    sublayer = False
+
+    @property
+    def width(self) -> int:
+        return 0
+
+    def build(self, rngs):
+        return None  # the block builds no FFN branch
+
+    def param_count(self) -> int:
+        return 0
+
+    def flops_per_token(self) -> float:
+        return 0.0

@@ -31,7 +31,8 @@ from attnlab.model.architecture import Architecture, resolve
 from attnlab.model.blocks import dropout_keys, layer_slice, run_layer, stack_layers
 from attnlab.model.decoding import DecodeState
 from attnlab.model.encoder_decoder import EncoderDecoderLM
-from attnlab.model.layers import compute_dtype, dropout, project
+from attnlab.model.layers import compute_dtype, dense, dropout, project
+from attnlab.model import readin
 from attnlab.model.positions import check_positions
 
 DECODE_STATE = "KV cache"  # how range errors name the decode state's positions
@@ -114,7 +115,7 @@ class TransformerLM(nnx.Module):
         Returns:
           float32 ``[batch, seq, vocab]``.
         """
-        batch, seq = tokens.shape
+        batch, seq = tokens.shape[:2]  # [batch, seq] ids ([batch, seq, dim] vectors)
         positions = positions_for(positions, batch, seq)
         self.encoding.check_range(positions)
         positions = jnp.asarray(positions, jnp.int32)
@@ -200,10 +201,45 @@ class TransformerLM(nnx.Module):
         return self.logits(x), DecodeState(tuple(new))
 
 
+class VectorTransformer(TransformerLM):
+    """The decoder stack of :class:`TransformerLM` between a linear read-in and a scalar
+    read-out (``model.inputs=vectors``); called, and decoded, as the LM is, with vectors
+    ``[batch, seq, input_dim]`` in place of ids, returning float32 ``[batch, seq]``."""
+
+    def __init__(self, arch, *, rngs: nnx.Rngs):
+        cfg = arch.cfg
+        self.cfg, self.arch = cfg, arch
+        self.encoding = arch.stack.encoding
+        self.read_in = dense(cfg, cfg.input_dim, cfg.d_model, cfg.init_std, rngs, bias=True)
+        self.position_embedding = self.encoding.init_params(rngs)
+        blocks = [layer.build(rngs) for layer in arch.stack.layers]
+        self.blocks = stack_layers(blocks) if cfg.scan_layers else nnx.List(blocks)
+        self.final_norm = (arch.norm(cfg.d_model, cfg.norm_eps) if arch.block.final_norm
+                           else None)
+        self.read_out = dense(cfg, cfg.d_model, 1, cfg.init_std, rngs, bias=True)
+        self.logit_scale = None
+
+    def embed(self, inputs: jax.Array, positions: jax.Array) -> jax.Array:
+        """``inputs [batch, seq, input_dim]`` -> ``[batch, seq, d_model]``."""
+        x = self.read_in(jnp.asarray(inputs, compute_dtype(self.cfg)))
+        return self.encoding.embed(x.astype(jnp.float32), positions,
+                                   self.position_embedding).astype(compute_dtype(self.cfg))
+
+    def logits(self, x: jax.Array) -> jax.Array:
+        """``[batch, seq, d_model] -> float32 [batch, seq]``: the read-out."""
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return self.read_out(x)[..., 0].astype(jnp.float32)
+
+
+# The single-stack module of each read-in kind (``model.inputs``, attnlab/model/readin.py).
+INPUT_MODULES = {readin.Tokens: TransformerLM, readin.Vectors: VectorTransformer}
+
+
 def model_class(arch: Architecture) -> type[nnx.Module]:
     """The module ``arch`` builds: the encoder-decoder for an objective that has one, otherwise
-    the single stack (decoder or encoder)."""
-    return EncoderDecoderLM if arch.decoder is not None else TransformerLM
+    the single stack (decoder or encoder) of its read-in kind."""
+    return EncoderDecoderLM if arch.decoder is not None else INPUT_MODULES[type(arch.inputs)]
 
 
 def build_model(cfg: ModelConfig, rngs: nnx.Rngs) -> nnx.Module:

@@ -24,6 +24,7 @@ from attnlab.cli_flags import Flag
 from attnlab.errors import AttnlabError
 from attnlab.scaling.approach2 import DEFAULT_WINDOW, PROFILES
 from attnlab.scaling.approach3 import CHINCHILLA_GRID, InitGrid
+from attnlab.scaling.ladder import isoflop_slices
 from attnlab.scaling.errors import FitInputError, GridEdgeWarning
 from attnlab.scaling.fitting import fit_table
 from attnlab.scaling.grouped import GroupedFits, fit_by, format_grouped
@@ -69,6 +70,9 @@ FIT_FLAGS = INPUT_FLAGS + [
     Flag("bootstrap", "integer", 200, "Bootstrap refits for the intervals (0: none)."),
     Flag("budget", "string", None, "FLOP budget(s), comma-separated: print the compute-optimal "
                                    "N, D and loss there, with intervals."),
+    Flag("overtrain", "string", None, "Token multipliers, comma-separated (e.g. 10,100): with "
+         "--budget, the loss of each budget's compute-optimal model trained on that many times "
+         "its compute-optimal tokens, with intervals (approach 3, Kaplan nd)."),
     Flag("json", "string", None, "Write the fit as JSON to this file."),
     Flag("holdout", "string", None, "Fit without these runs and report how well the law "
          "predicts their loss: largest-budget, budget:C[,C...], or flops>X / params>X / "
@@ -110,6 +114,17 @@ class FitInputs:
                     seed=self.seed, grid=grid, profile=self.profile, window=self.window)
 
 
+def _multipliers(text: str | None) -> list[float]:
+    try:
+        values = [float(v) for v in (text or "").split(",") if v.strip()]
+    except ValueError:
+        raise FitInputError(f"--overtrain: {text!r} is not a comma-separated list of token "
+                            f"multipliers (e.g. 10,100)") from None
+    if not all(v > 0 for v in values):
+        raise FitInputError(f"--overtrain: multipliers must be > 0, got {text!r}")
+    return values
+
+
 def _budgets(text: str | None) -> list[float]:
     if not text:
         return []
@@ -137,8 +152,11 @@ def load_table(inputs: FitInputs, law: str, approach: int | None) -> ScalingTabl
                               columns=columns, runs=runs)
     if not inputs.results:
         raise FitInputError("--results=FILE is required (a sweep directory or a .parquet/.csv)")
-    return prepare_points(read_table(inputs.results), law=law, source=str(inputs.results),
-                          columns=columns)
+    raw = read_table(inputs.results)
+    table = prepare_points(raw, law=law, source=str(inputs.results), columns=columns)
+    if approach == 2 and table.budget is None and "role" in raw.columns:
+        table = isoflop_slices(table)  # a ladder's branches lie on lines of constant N
+    return table
 
 
 def run_fit(inputs: FitInputs, law: str, approach: int | None,
@@ -181,6 +199,34 @@ def _write_json(path: str, payload: dict) -> None:
 
 def _number(value) -> str:
     return "n/a" if value is None else f"{value:.5g}"
+
+
+def format_overtrained(fit: ScalingFit, budgets: list[float], multipliers: list[float]) -> str:
+    """The lines ``--overtrain`` adds: per budget and multiplier M, N_opt(C) trained on
+    M·D_opt(C) tokens, its predicted loss and the change from the compute-optimal loss."""
+    if not multipliers:
+        return ""
+    if not budgets:
+        raise FitInputError("--overtrain needs --budget=C[,C...]: it over-trains each budget's "
+                            "compute-optimal model")
+    if not (fit.has_loss_model and fit.allocation_determined):
+        return (f"\nover-training: {fit.name} predicts no loss at an allocation (use "
+                f"--law=chinchilla --approach=3 or --law=kaplan --form=nd)\n")
+    level = f"{100 * fit.ci_level:g}%"
+    lines = ["", f"over-trained: N_opt(C) on M x D_opt(C) tokens (M x C FLOPs), {level} "
+                 f"intervals at fixed (N, D):",
+             f"  {'C':>10}{'M':>7}{'N':>11}{'D':>11}{'D/N':>9}{'loss':>9}{'low':>9}"
+             f"{'high':>9}{'change':>9}{'low':>9}{'high':>9}"]
+    for budget in budgets:
+        for m in multipliers:
+            p = fit.predict_overtrained(budget, m)
+            lo, hi = p["ci"].get("loss", (None, None))
+            elo, ehi = p["ci"].get("change", (None, None))
+            cells = [f"{v:>9.4f}" if v is not None else f"{'n/a':>9}"
+                     for v in (p["loss"], lo, hi, p["change"], elo, ehi)]
+            lines.append(f"  {budget:>10.3g}{m:>7g}{p['N']:>11.3g}{p['D']:>11.3g}"
+                         f"{p['D'] / p['N']:>9.3g}" + "".join(cells))
+    return "\n".join(lines) + "\n"
 
 
 def format_report(fit: ScalingFit, source: str, budgets: list[float]) -> str:
@@ -240,6 +286,9 @@ def fit_main(argv: list[str]) -> int:
             raise FitInputError("--law is required: kaplan or chinchilla")
         approach = (inputs.approach or 3) if inputs.law == "chinchilla" else None
         budgets = _budgets(values["budget"].value)
+        overtrain = _multipliers(values["overtrain"].value)
+        if overtrain and (inputs.by or values["holdout"].value):
+            raise FitInputError("--overtrain reports on one fit: leave out --by and --holdout")
         n_bootstrap, holdout = values["bootstrap"].value, values["holdout"].value
         if inputs.by and holdout:
             raise FitInputError("--by and --holdout: run one fit per group with --holdout "
@@ -255,8 +304,9 @@ def fit_main(argv: list[str]) -> int:
             payload = held.to_dict()
         else:
             table, fit = run_fit(inputs, inputs.law, approach, n_bootstrap)
-            sys.stdout.write(format_report(fit, table.source, budgets))
-            payload = fit.to_dict(budgets)
+            sys.stdout.write(format_report(fit, table.source, budgets)
+                             + format_overtrained(fit, budgets, overtrain))
+            payload = fit.to_dict(budgets, overtrain)
         if values["json"].value:
             _write_json(values["json"].value, payload)
     except AttnlabError as error:  # also when called directly, not through attnlab.cli

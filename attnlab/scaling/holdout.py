@@ -15,6 +15,8 @@ Which runs are held out (``holdout``):
   budget:C[,C...]       the runs of these budgets
   flops>X, params>X,    runs above (or at, with >=) a threshold of the table's FLOPs, parameter
   tokens>X              or token column
+  tokens_per_param>X    runs trained on more than X tokens per parameter (D / N): e.g. a
+                        ladder's over-trained branches
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from attnlab.scaling.table import ScalingTable
 # Parameters each law fits: a fit needs at least this many points.
 LAW_PARAMETERS = {("kaplan", "nd"): 4, ("kaplan", "n"): 2, ("kaplan", "d"): 2,
                   ("chinchilla", 3): 5}
-_THRESHOLD = re.compile(r"^(flops|params|tokens)\s*(>=|>)\s*([0-9.eE+-]+)$")
+_THRESHOLD = re.compile(r"^(flops|params|tokens_per_param|tokens)\s*(>=|>)\s*([0-9.eE+-]+)$")
 
 
 def holdout_mask(table: ScalingTable, spec: str) -> np.ndarray:
@@ -63,13 +65,14 @@ def holdout_mask(table: ScalingTable, spec: str) -> np.ndarray:
     threshold = _THRESHOLD.match(spec)
     if threshold is None:
         raise FitInputError(f"--holdout: {spec!r} is not one of largest-budget, budget:C[,C...], "
-                            f"flops>X, params>X, tokens>X (or >=)")
+                            f"flops>X, params>X, tokens>X, tokens_per_param>X (or >=)")
     column, operator, value = threshold.groups()
     try:
         value = float(value)
     except ValueError:
         raise FitInputError(f"--holdout: {value!r} in {spec!r} is not a number") from None
-    values = table.array(column)
+    values = (table.array("tokens") / table.array("params") if column == "tokens_per_param"
+              else table.array(column))
     return values >= value if operator == ">=" else values > value
 
 

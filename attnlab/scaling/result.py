@@ -155,7 +155,27 @@ class ScalingFit:
                          for k, v in replicated.items() if v is not None}
         return out
 
-    def to_dict(self, budgets=()) -> dict[str, Any]:
+    def predict_overtrained(self, budget: float, multiplier: float) -> dict[str, Any]:
+        """The compute-optimal model at ``budget`` trained on ``multiplier`` times its
+        compute-optimal tokens (``multiplier`` x the budget's compute): {"C", "multiplier", "N",
+        "D", "loss", "change" (over the compute-optimal loss), "ci": name -> [low, high]}.
+        The intervals hold (N, D) at the point estimate and spread the law over the bootstrap
+        refits; ``change``'s is of each refit's own difference, so the shared uncertainty of E
+        cancels."""
+        point = self.optimal(budget)
+        n, d = float(point["N_opt"]), float(point["D_opt"]) * multiplier
+        loss = float(self.loss(n, d))
+        out: dict[str, Any] = {"C": float(budget), "multiplier": float(multiplier), "N": n,
+                               "D": d, "loss": loss,
+                               "change": loss - float(self.loss(n, point["D_opt"])), "ci": {}}
+        if self.samples:
+            over = np.asarray(self.loss(n, d, self.samples), np.float64)
+            at_opt = np.asarray(self.loss(n, point["D_opt"], self.samples), np.float64)
+            out["ci"] = {"loss": percentile_interval(over, self.ci_level),
+                         "change": percentile_interval(over - at_opt, self.ci_level)}
+        return out
+
+    def to_dict(self, budgets=(), overtrain=()) -> dict[str, Any]:
         """JSON-ready: the approach, every fitted parameter at top level, ``ci`` (name ->
         [low, high]), ``n_points``, the objective, and predictions at the given budgets."""
         out: dict[str, Any] = {"law": self.law, "approach": self.approach,
@@ -171,6 +191,9 @@ class ScalingFit:
         out["details"] = _jsonable(self.details)
         if budgets:
             out["predictions"] = [_jsonable(self.predict_optimal(c)) for c in budgets]
+        if budgets and overtrain and self.has_loss_model and self.allocation_determined:
+            out["overtrained"] = [_jsonable(self.predict_overtrained(c, m))
+                                  for c in budgets for m in overtrain]
         out["degenerate"] = self.degenerate
         out["unpinned"] = list(self.unpinned)
         out["warnings"] = list(self.warnings)

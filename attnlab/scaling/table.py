@@ -165,6 +165,19 @@ def _drop_unfinished(df: pd.DataFrame, notes: list[str], source: str = "results"
     return df[done]
 
 
+def _drop_trunks(df: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
+    """A ladder sweep's trunks trained at a constant learning rate, a schedule cut short: the
+    points of the law are their cooldown branches (``role`` branch)."""
+    if "role" not in df.columns:
+        return df
+    trunk = df["role"].astype(str) == "trunk"
+    if trunk.any():
+        count = df.loc[trunk, "run_id"].nunique() if "run_id" in df.columns else trunk.sum()
+        notes.append(f"dropped {count} ladder trunk(s) (constant learning rate): their "
+                     f"branches are the points")
+    return df[~trunk]
+
+
 def _flops_column(df, law, mapping, source):
     preferred = ("flops_chinchilla", "flops") if law == "chinchilla" else ("flops",)
     return _pick(df, "flops", preferred, mapping, source, "", required=False)
@@ -175,7 +188,7 @@ def prepare_points(df: pd.DataFrame, *, law: str, source: str = "results",
     """Checks a results table (one row per run) and returns its canonical columns."""
     mapping = dict(columns or {})
     notes: list[str] = []
-    df = _drop_unfinished(df, notes, source)
+    df = _drop_trunks(_drop_unfinished(df, notes, source), notes)
     params_candidates = (("non_embedding_params", "params") if law == "kaplan" else ("params",))
     used = {
         "params": _pick(df, "params", params_candidates, mapping, source,
@@ -201,7 +214,7 @@ def prepare_curves(df: pd.DataFrame, *, law: str, source: str = "curves",
     results table) on run_id."""
     mapping = dict(columns or {})
     notes: list[str] = []
-    df = _drop_unfinished(df, notes, source)
+    df = _drop_trunks(_drop_unfinished(df, notes, source), notes)
     run_column = _pick(df, "run_id", ("run_id",), mapping, source, "which run a step belongs to")
     params_candidates = (("non_embedding_params", "params") if law == "kaplan" else ("params",))
     if runs is not None and not any(c in df.columns for c in params_candidates) \
@@ -228,6 +241,14 @@ def prepare_curves(df: pd.DataFrame, *, law: str, source: str = "curves",
     if not logged.all():
         notes.append(f"dropped {int((~logged).sum())} step rows without a logged "
                      f"{used['loss']!r} or with zero tokens")
+    if "role" in df.columns:  # a cooldown's steps before its last are no schedule's end
+        branch = df["role"].astype(str) == "branch"
+        last = df[used["step"]] == df.groupby(run_column)[used["step"]].transform("max") \
+            if step else branch
+        logged &= ~branch | last
+        if branch.any():
+            notes.append("ladder branches: only each branch's last step is a point (its "
+                         "cooldown's earlier steps end no schedule)")
     return _finish(df[logged], used, law, source, notes)
 
 

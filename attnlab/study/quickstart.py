@@ -132,6 +132,7 @@ def run_study(spec: SweepSpec, workdir: str | Path, *, n_bootstrap: int = 200, p
     the report."""
     import numpy as np
 
+    from attnlab.results import describe_seed_spread
     from attnlab.sweep import run_sweep
 
     workdir = Path(workdir)
@@ -145,6 +146,9 @@ def run_study(spec: SweepSpec, workdir: str | Path, *, n_bootstrap: int = 200, p
     counts = results["status"].value_counts().to_dict()
     say(f"sweep done in {(swept - start) / 60:.1f} min: "
         + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    spread = describe_seed_spread(results)
+    if spread:
+        say(spread)
     failed = int(counts.get("failed", 0))
     if failed:
         say(f"warning: {failed} run(s) failed; their errors are in the 'error' column of "

@@ -149,7 +149,9 @@ def start_workers(parallel: int, *, cache_dir: str, logs_dir: Path,
     """Starts ``parallel`` workers for :func:`run_local` (pinned as :func:`cpu_slots` says);
     they import JAX and training while the caller goes on, and write nothing before their
     first run. ``device_per_core``: on CPU a worker sees one XLA device per core it may use,
-    so that an ensemble's member groups run side by side (attnlab.train.sharding.ensemble_mesh)."""
+    so that an ensemble's member groups run side by side (attnlab.train.sharding.ensemble_mesh).
+    Sweeps leave it off: on a 2-core CPU two groups ran no faster than one (0.72-1.00x of a
+    lone run against 0.85-1.18x, docs/benchmarks.md "Ensembles")."""
     return [WorkerProcess(cpus=cpus, cache_dir=cache_dir, log_path=logs_dir / f"worker-{i}.log",
                           device_per_core=device_per_core)
             for i, cpus in enumerate(cpu_slots(parallel))]

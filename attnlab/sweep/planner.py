@@ -14,7 +14,7 @@ import json
 import math
 from typing import Any, Mapping
 
-from attnlab.config import Config, ModelConfig
+from attnlab.config import Config, ModelConfig, wsd_decay_start
 from attnlab.errors import ConfigError
 from attnlab.model import check, flops_per_token, param_counts
 from attnlab.rundir import RESUMABLE_DIFFERENCES
@@ -38,6 +38,8 @@ class PlannedRun:
       budget: the isoflop compute budget C in FLOPs (None in other modes).
       params: {'total', 'non_embedding', 'embedding'} from attnlab.model.param_counts.
       flops_per_token: attnlab.model.flops_per_token at the run's seq_len.
+      role: ladder mode: 'trunk' (the constant-LR phase a size's branches share) or 'branch'
+        (a cooldown from the trunk's checkpoint at ``cfg.train.branch_step``); '' otherwise.
     """
 
     run_id: str
@@ -46,6 +48,7 @@ class PlannedRun:
     budget: float | None
     params: dict[str, int]
     flops_per_token: dict[str, float]
+    role: str = ""
 
     @property
     def steps(self) -> int:
@@ -56,8 +59,18 @@ class PlannedRun:
         """Tokens the run trains on (whole batches)."""
         return self.steps * self.cfg.data.batch_size * self.cfg.data.seq_len
 
+    @property
+    def shared_tokens(self) -> int:
+        """Tokens a branch takes over from its trunk (0 for any other run)."""
+        return self.cfg.train.branch_step * self.cfg.data.batch_size * self.cfg.data.seq_len
+
     def flops(self, convention: str = "chinchilla") -> float:
+        """The compute of the run's result: a branch's counts its trunk's up to the branch."""
         return self.flops_per_token[convention] * self.tokens
+
+    def trained_flops(self, convention: str = "chinchilla") -> float:
+        """The compute the run itself spends: a branch's only its cooldown."""
+        return self.flops_per_token[convention] * (self.tokens - self.shared_tokens)
 
 
 def plan(spec: SweepSpec) -> list[PlannedRun]:
@@ -86,6 +99,12 @@ def expand(spec: SweepSpec) -> tuple[list[PlannedRun], list[str]]:
     budgets: list[float | None] = list(spec.budgets) or [None]
     runs: list[PlannedRun] = []
     notes: list[str] = []
+    if spec.mode == "ladder":
+        budgets = []
+        for shape in shapes:
+            for combo in combos:
+                runs += ladder_runs(spec, _plan_one(spec, shape, dict(zip(axis_keys, combo)),
+                                                    None))
     for budget in budgets:
         kept, off_centre = 0, 0
         for shape in shapes:
@@ -264,6 +283,53 @@ def _plan_one(spec: SweepSpec, shape: Shape | None, axis_values: dict[str, Any],
     rid = run_id(cfg)
     return PlannedRun(rid, dataclasses.replace(cfg, name=rid), swept, budget,
                       {k: counts[k] for k in ("total", "non_embedding", "embedding")}, per_token)
+
+
+def ladder_runs(spec: SweepSpec, template: PlannedRun) -> list[PlannedRun]:
+    """One shape's trunk and branches (ladder mode), from the run planned at that shape.
+
+    Branch ``i`` trains ``D_i`` tokens (whole batches) with a wsd schedule whose last
+    ``fraction`` decays; it starts from the trunk's checkpoint at the step its cooldown starts
+    (:func:`attnlab.config.wsd_decay_start`). The trunk trains the constant-LR phase up to the
+    latest of those steps and keeps a checkpoint at each (``train.keep_steps``, not part of its
+    run id, so adding a branch below the longest keeps the trunk's id).
+    """
+    b = spec.branches
+    cfg = template.cfg
+    batch = cfg.data.batch_size * cfg.data.seq_len
+    n = template.params[b.params]
+    targets = b.tokens or tuple(t * n for t in b.tokens_per_param)
+    steps = [max(1, round(d / batch)) for d in targets]
+    label = f"d{cfg.model.d_model}-l{cfg.model.n_layers}"
+    for i, s in enumerate(steps):
+        if s in steps[:i]:
+            raise SweepSpecError("sweep.branches", f"{label}: two token counts round to the "
+                                 f"same {s} steps of {batch} tokens; spread them further apart")
+    starts = [wsd_decay_start(s, cfg.train.warmup_steps, b.fraction) for s in steps]
+    for s, start in zip(steps, starts):
+        if start < 1:
+            raise SweepSpecError("sweep.branches", f"{label}: a branch of {s} steps has no "
+                                 f"constant-LR step before its cooldown; give it more tokens")
+    trunk = _ladder_run(spec, template, {
+        "train.schedule": "constant", "train.tokens": max(starts) * batch,
+        "train.keep_steps": tuple(sorted(set(starts)))}, "trunk")
+    runs = [trunk]
+    for s, start in zip(steps, starts):
+        runs.append(_ladder_run(spec, template, {
+            "train.schedule": "wsd", "train.tokens": s * batch,
+            "train.decay_fraction": b.fraction, "train.cooldown": b.cooldown,
+            "train.branch_from": trunk.run_id, "train.branch_step": start}, "branch"))
+    return runs
+
+
+def _ladder_run(spec: SweepSpec, template: PlannedRun, values: dict[str, Any],
+                role: str) -> PlannedRun:
+    swept = {**template.axes, **values}
+    cfg = _override(spec, swept)
+    rid = run_id(cfg)
+    axes = {k: v for k, v in swept.items() if k not in ("train.keep_steps", "train.branch_from")}
+    return dataclasses.replace(template, run_id=rid, cfg=dataclasses.replace(cfg, name=rid),
+                               axes=axes, role=role)
 
 
 def with_values(cfg: Config, values: Mapping[str, Any]) -> Config:

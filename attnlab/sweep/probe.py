@@ -94,15 +94,17 @@ def estimate_seconds(run: PlannedRun, points: list[ProbePoint]) -> float:
         rate = math.exp((1 - x) * math.log(lo.flops_per_s) + x * math.log(hi.flops_per_s))
     t = run.cfg.train
     evals = run.steps // t.eval_every + (1 if run.steps % t.eval_every else 0)
+    evals -= t.branch_step // t.eval_every  # a branch evaluates only in its cooldown
     eval_tokens = evals * t.eval_batches * run.cfg.data.batch_size * run.cfg.data.seq_len
-    return (run.tokens + eval_tokens / 3) * per_token / rate
+    return (run.tokens - run.shared_tokens + eval_tokens / 3) * per_token / rate
 
 
 def dry_run(spec: SweepSpec, workdir: str | Path | None = None, *, probe: str = "steps",
             parallel: int = 1, ensemble_max: int = 1) -> tuple[pd.DataFrame, list[str]]:
     """The planned runs as a table (one row per run) and notes to print under it.
 
-    Columns: run_id, [budget], d_model, n_layers, n_heads, other swept values, params,
+    Columns: run_id, [budget], [role, trunk (its id's hash), from_step, trained_flops
+    (chinchilla count, a branch's cooldown only): ladder mode], d_model, n_layers, n_heads, other swept values, params,
     non_emb_params, tokens, steps, lr, warmup, flops_6nd, flops_chinchilla, status (from
     ``workdir``, if it exists), unit (the runs trained together as one ensemble share it; up
     to ``ensemble_max`` runs, as the sweep groups them), est_seconds (with probe='steps').
@@ -115,11 +117,14 @@ def dry_run(spec: SweepSpec, workdir: str | Path | None = None, *, probe: str = 
         row = {"run_id": run.run_id}
         if run.budget is not None:
             row["budget"] = run.budget
+        if run.role:  # ladder mode: which run each branch starts from, and where
+            row.update(role=run.role, trunk=c.train.branch_from.rsplit("-", 1)[-1] or "-",
+                       from_step=c.train.branch_step,
+                       trained_flops=run.trained_flops("chinchilla"))
         row.update(d_model=c.model.d_model, n_layers=c.model.n_layers, n_heads=c.model.n_heads)
         for key, value in run.axes.items():
             short = key.split(".", 1)[-1]  # a variant column has no section
-            if short not in row and key not in ("train.learning_rate", "train.warmup_steps",
-                                                "train.tokens"):
+            if short not in row and key not in _SHOWN_ELSEWHERE:
                 row[short] = value
         row.update(params=run.params["total"], non_emb_params=run.params["non_embedding"],
                    tokens=run.tokens, steps=run.steps, lr=c.train.learning_rate,
@@ -142,8 +147,10 @@ def dry_run(spec: SweepSpec, workdir: str | Path | None = None, *, probe: str = 
                      f"{max(map(len, units))} runs, each unit one compiled program (the time "
                      f"estimates below are for lone runs: an upper bound)")
     notes.append(f"{len(runs)} runs ({len(todo)} to run); total "
-                 f"{sum(r.flops('chinchilla') for r in runs):.3g} FLOPs (chinchilla count); "
-                 f"isoflop budgets use the '{spec.flops_per_token}' count")
+                 f"{sum(r.trained_flops('chinchilla') for r in runs):.3g} FLOPs (chinchilla "
+                 f"count); isoflop budgets use the '{spec.flops_per_token}' count")
+    if spec.mode == "ladder":
+        notes.append(ladder_note(runs))
     notes += check_data(todo)  # a bad data source fails the dry run too, naming its field
     if probe == "steps" and runs:
         cache = workdir / rundir.JAX_CACHE_DIR if workdir and workdir.exists() else None
@@ -174,11 +181,27 @@ def dry_run(spec: SweepSpec, workdir: str | Path | None = None, *, probe: str = 
     return table, notes
 
 
+_SHOWN_ELSEWHERE = ("train.learning_rate", "train.warmup_steps", "train.tokens",
+                    "train.schedule", "train.branch_step", "train.decay_fraction")
+
+
+def ladder_note(runs: list[PlannedRun]) -> str:
+    """What a ladder sweep spends against its branches trained as separate runs from scratch
+    (chinchilla count: each branch's flops are the separate run's)."""
+    branches = [r for r in runs if r.role == "branch"]
+    trunks = [r for r in runs if r.role == "trunk"]
+    separate = sum(r.flops("chinchilla") for r in branches)
+    spent = sum(r.trained_flops("chinchilla") for r in runs if r.role)
+    return (f"ladder: {len(trunks)} trunk(s) and {len(branches)} branches train "
+            f"{spent:.3g} FLOPs; the branches as separate runs would train {separate:.3g}: "
+            f"{1 - spent / separate:.0%} saved ({separate / spent:.2f}x fewer FLOPs)")
+
+
 def format_table(table: pd.DataFrame) -> str:
     """Human-readable numbers: 3 significant digits for the large counts."""
     shown = table.copy()
     for column in ("budget", "params", "non_emb_params", "tokens", "flops_6nd",
-                   "flops_chinchilla"):
+                   "flops_chinchilla", "trained_flops"):
         if column in shown:
             shown[column] = shown[column].map(lambda v: f"{v:.3g}")
     if "est_seconds" in shown:

@@ -130,6 +130,8 @@ def run_record(spec: SweepSpec, run: PlannedRun) -> dict:
         "flops_per_token": run.flops_per_token, "tokens": run.tokens, "steps": run.steps,
         "tokens_per_step": run.cfg.data.batch_size * run.cfg.data.seq_len,
         "config": run.cfg.to_dict(),
+        **({"role": run.role, "trunk": run.cfg.train.branch_from or None,
+            "shared_tokens": run.shared_tokens} if run.role else {}),
     }
 
 
@@ -177,7 +179,7 @@ def longest_first(units: list[list[Path]], runs: list[PlannedRun],
     often ends on its largest run alone while the other workers idle; started first, the long
     runs overlap with the many short ones. ``run_dirs[i]`` belongs to ``runs[i]``.
     """
-    cost = {run_dir: run.flops() for run, run_dir in zip(runs, run_dirs, strict=True)}
+    cost = {run_dir: run.trained_flops() for run, run_dir in zip(runs, run_dirs, strict=True)}
     return sorted(units, key=lambda unit: sum(cost[d] for d in unit), reverse=True)
 
 
@@ -197,6 +199,16 @@ def ensemble_units(runs: list[PlannedRun], run_dirs: list[Path], todo: set[Path]
         cap = max(1, int(memory / 2 // training_bytes(config_of[group[0]])["total"]))
         units += [group[i:i + cap] for i in range(0, len(group), cap)]
     return [unit for unit in units if todo.intersection(unit)]
+
+
+def phases(units: list[list[Path]], runs: list[PlannedRun],
+           run_dirs: list[Path]) -> list[list[list[Path]]]:
+    """The units in the order their inputs exist: every other run first, then the cooldown
+    branches (each starts from its trunk's checkpoint, so it waits for the first phase)."""
+    branch = {d for run, d in zip(runs, run_dirs, strict=True) if run.cfg.train.branch_from}
+    first = [u for u in units if not branch.intersection(u)]
+    second = [u for u in units if branch.intersection(u)]
+    return [phase for phase in (first, second) if phase]
 
 
 def reset_for_retry(workdir: Path, run_dir: Path) -> str | None:
@@ -283,8 +295,7 @@ def run_sweep(spec: SweepSpec, workdir: str | os.PathLike, *, launcher: str = "l
     # overlap them; a worker writes nothing before its first run, and is killed if the checks
     # fail or nothing is left to run.
     workers = (launchers.start_workers(parallel, cache_dir=str(cache_dir),
-                                       logs_dir=workdir / rundir.LOGS_DIR,
-                                       device_per_core=ensemble_max > 1)
+                                       logs_dir=workdir / rundir.LOGS_DIR)
                if launcher == "local" and unfinished else [])
     try:
         if not allow_large:  # every run to do must fit, before anything is written or started
@@ -338,7 +349,7 @@ def _run_sweep(spec: SweepSpec, runs: list[PlannedRun], workdir: Path, budget_no
     # The bar counts planned training FLOPs, not runs: the runs of a sweep differ in cost by
     # orders of magnitude (and with --parallel the largest start first), so the ETA is the
     # FLOPs left over the FLOP rate measured so far, not the runs left times an average run.
-    cost = {run_dir: run.flops() for run, run_dir in zip(runs, run_dirs, strict=True)}
+    cost = {run_dir: run.trained_flops() for run, run_dir in zip(runs, run_dirs, strict=True)}
     bar = tqdm(total=sum(cost[d] for d in todo), unit="FLOP", unit_scale=True, desc=spec.name,
                disable=not progress, dynamic_ncols=True)
     outcomes: collections.Counter = collections.Counter()
@@ -363,13 +374,15 @@ def _run_sweep(spec: SweepSpec, runs: list[PlannedRun], workdir: Path, budget_no
         results.write_table(workdir)
 
     try:
-        if launcher == "local":
-            launchers.run_local(units, on_result, parallel=parallel, cache_dir=str(cache_dir),
-                                logs_dir=workdir / rundir.LOGS_DIR, compile_ahead=compile_ahead,
-                                started=workers, device_per_core=ensemble_max > 1)
-        else:
-            launchers.run_ray(units, on_result, resources=spec.resources,
-                              cache_dir=str(cache_dir), address=ray_address)
+        for phase in phases(units, runs, run_dirs):
+            if launcher == "local":
+                launchers.run_local(phase, on_result, parallel=parallel,
+                                    cache_dir=str(cache_dir), logs_dir=workdir / rundir.LOGS_DIR,
+                                    compile_ahead=compile_ahead, started=workers)
+                workers = []  # run_local closed them: a later phase starts its own
+            else:
+                launchers.run_ray(phase, on_result, resources=spec.resources,
+                                  cache_dir=str(cache_dir), address=ray_address)
     finally:
         bar.close()
         results.write_table(workdir)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from attnlab.config import COOLDOWNS
 from attnlab.errors import ConfigError
 
 LR_RULES = ("fixed", "per_shape", "power_law", "inverse_width")
@@ -64,6 +65,42 @@ class Ladder:
                                  f"has {len(lrs)} values for {len(targets)} targets")
         lrs = tuple(positive_number(v, f"{field}.learning_rates") for v in lrs)
         return dataclasses.replace(self, non_embedding_params=targets, learning_rates=lrs)
+
+
+@dataclasses.dataclass(frozen=True)
+class Branches:
+    """The token counts of a ladder sweep (mode ``ladder``): for every shape one constant-LR
+    trunk and, for each count D, a cooldown branch trained from the trunk's checkpoint at the
+    step its cooldown starts (the last ``fraction`` of D decays with shape ``cooldown``;
+    Hägele et al. 2024: a 1-sqrt cooldown over ~20% of the steps matches a tuned cosine).
+
+    Give D as ``tokens`` (the same for every shape) or as ``tokens_per_param`` (D / N, N the
+    ``params`` count: total or non_embedding).
+    """
+
+    tokens_per_param: tuple[float, ...] = ()
+    tokens: tuple[float, ...] = ()
+    params: str = "total"
+    cooldown: str = "1-sqrt"
+    fraction: float = 0.2
+
+    def checked(self, field: str) -> Branches:
+        if bool(self.tokens) == bool(self.tokens_per_param):
+            raise SweepSpecError(f"{field}.tokens_per_param", "give the branches' token counts "
+                                 "as tokens_per_param or as tokens (one of the two)")
+        name = "tokens" if self.tokens else "tokens_per_param"
+        values = tuple(positive_number(v, f"{field}.{name}") for v in getattr(self, name))
+        if len(set(values)) != len(values):
+            raise SweepSpecError(f"{field}.{name}", "the same token count appears twice")
+        if self.params not in ("total", "non_embedding"):
+            raise SweepSpecError(f"{field}.params", f"unknown count {self.params!r}; valid "
+                                                    f"counts are total, non_embedding")
+        if self.cooldown not in COOLDOWNS:
+            raise SweepSpecError(f"{field}.cooldown", f"unknown shape {self.cooldown!r}; valid "
+                                                      f"shapes are {', '.join(COOLDOWNS)}")
+        if not 0 < self.fraction < 1:
+            raise SweepSpecError(f"{field}.fraction", f"must be in (0, 1), got {self.fraction}")
+        return dataclasses.replace(self, **{name: tuple(sorted(values))})
 
 
 class _Rule:

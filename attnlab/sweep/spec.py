@@ -25,10 +25,11 @@ from attnlab.config import (Config, DataConfig, ModelConfig, TrainConfig, build_
                             from_config_dict)
 from attnlab.errors import ConfigError
 from attnlab.model import check
-from attnlab.sweep.sections import (CentreRule, Ladder, LearningRateRule, Resources, Shape,
-                                    SweepSpecError, WarmupRule, int_at_least, positive_number)
+from attnlab.sweep.sections import (Branches, CentreRule, Ladder, LearningRateRule, Resources,
+                                    Shape, SweepSpecError, WarmupRule, int_at_least,
+                                    positive_number)
 
-MODES = ("grid", "isoflop", "curves")
+MODES = ("grid", "isoflop", "curves", "ladder")
 SCALES = ("cpu", "gpu")
 # Keys of attnlab.model.flops_per_token that may define "FLOPs per token" for isoflop budgets.
 FLOP_CONVENTIONS = ("chinchilla", "kaplan", "kaplan_causal", "kaplan_6n")
@@ -37,7 +38,7 @@ _SECTIONS: dict[str, type] = {"model": ModelConfig, "data": DataConfig, "train":
 _TOP_LEVEL_KEYS = ("scale", "base", "sweep")
 _SWEEP_KEYS = ("name", "mode", "shapes", "ladder", "axes", "learning_rate", "warmup", "budgets",
                "flops_per_token", "min_steps", "curve_points", "resources", "centre", "variants",
-               "variant_column")
+               "variant_column", "branches")
 
 
 _VARIANT_RULES = {"centre": CentreRule, "learning_rate": LearningRateRule, "warmup": WarmupRule}
@@ -81,6 +82,7 @@ class SweepSpec:
     source: str = ""
     variants: tuple[Variant, ...] = ()
     variant_column: str = "variant"
+    branches: Branches | None = None  # mode ladder: the token counts of each shape's branches
 
     def set_keys(self) -> dict[str, str]:
         """Config keys the sweep sets besides its axes, each mapped to the spec field that sets
@@ -96,6 +98,11 @@ class SweepSpec:
             keys["train.warmup_steps"] = "sweep.warmup"
         if self.mode == "isoflop":
             keys["train.tokens"] = keys["train.steps"] = "sweep.budgets"
+        if self.mode == "ladder":
+            for key in ("train.tokens", "train.steps", "train.schedule", "train.decay_fraction",
+                        "train.cooldown", "train.branch_from", "train.branch_step",
+                        "train.keep_steps"):
+                keys[key] = "sweep.branches"
         if self.mode == "curves" and self.curve_points > 0:
             keys["train.eval_every"] = "sweep.curve_points"
         return keys
@@ -174,6 +181,7 @@ def spec_from_config_dict(config: ml_collections.ConfigDict | Mapping[str, Any],
         resources=_resources(sweep.get("resources"), scale),
         source=source,
         variant_column=_variant_column(sweep.get("variant_column", "variant")),
+        branches=_section(Branches, sweep.get("branches"), "sweep.branches"),
     )
     _check_relations(spec)
     variants = _parse_variants(sweep.get("variants"), spec)
@@ -331,7 +339,8 @@ def _parse_budgets(raw: Any) -> tuple[float, ...]:
 
 
 # Columns the results table already has (attnlab.results): a variant column must not shadow one.
-_RESERVED_COLUMNS = ("run_id", "status", "sweep", "mode", "budget", "params",
+_RESERVED_COLUMNS = ("run_id", "status", "sweep", "mode", "budget", "role", "trunk",
+                     "shared_flops", "params",
                      "non_embedding_params", "embedding_params", "tokens", "steps", "total_steps",
                      "flops", "flops_chinchilla", "final_val_loss", "best_val_loss",
                      "final_train_loss", "wall_seconds", "tokens_per_s", "mfu", "error")
@@ -462,6 +471,17 @@ def _check_relations(spec: SweepSpec) -> None:
     elif spec.budgets:
         raise SweepSpecError("sweep.budgets", f"only isoflop mode uses budgets; mode is "
                                               f"{spec.mode!r}")
+    if spec.mode == "ladder":
+        if spec.branches is None:
+            raise SweepSpecError("sweep.branches", "ladder mode needs the branches' token counts"
+                                 ", e.g. sweep.branches.tokens_per_param = (5, 10, 20, 40)")
+        if spec.warmup.rule == "fraction":
+            raise SweepSpecError("sweep.warmup.rule", "a trunk and its branches share their "
+                                 "warmup: use rule fixed or tokens_per_param, not fraction "
+                                 "(of each run's length)")
+    elif spec.branches is not None:
+        raise SweepSpecError("sweep.branches", f"only ladder mode uses branches; mode is "
+                                               f"{spec.mode!r}")
     if spec.mode == "curves" and spec.curve_points <= 0:
         raise SweepSpecError("sweep.curve_points", "curves mode needs curve_points > 0 "
                                                    "(validation points per run)")

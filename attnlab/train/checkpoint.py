@@ -167,12 +167,19 @@ def move_aside(directory: Path, step: int) -> Path:
 
 class Checkpoints:
     """``CheckpointManager`` for one run's ``checkpoints/`` directory. The loop decides when to
-    save (every ``checkpoint_every`` steps and at the end); this keeps the newest ``keep``."""
+    save (every ``checkpoint_every`` steps, at ``keep_steps`` and at the end); this keeps the
+    newest ``keep`` and every step of ``keep_steps``."""
 
-    def __init__(self, directory: str | Path, *, keep: int, read_only: bool = False):
+    def __init__(self, directory: str | Path, *, keep: int, read_only: bool = False,
+                 keep_steps: tuple[int, ...] = ()):
         self.directory = Path(directory).absolute()
+        # keep_steps (a trunk's branch points) are kept besides the newest ``keep``.
+        policy = ({"preservation_policy": ocp.checkpoint_managers.AnyPreservationPolicy([
+            ocp.checkpoint_managers.LatestN(keep),
+            ocp.checkpoint_managers.CustomSteps(list(keep_steps))])}
+            if keep_steps else {"max_to_keep": keep})
         options = ocp.CheckpointManagerOptions(
-            max_to_keep=keep,
+            **policy,
             enable_async_checkpointing=True,  # training continues while arrays are written
             cleanup_tmp_directories=not read_only,
             create=not read_only,

@@ -141,12 +141,12 @@ def forward_loss(cfg: Config) -> float:
     import jax
     import numpy as np
 
-    from attnlab.data import prepare, validation_batches
+    from attnlab.data import prepare
     from attnlab.model import init_model
     from attnlab.train.step import mean_loss
 
     corpus = prepare(cfg.data)
-    batch = np.asarray(validation_batches(corpus, cfg.data.seq_len, cfg.data.batch_size, 1)[0])
+    batch = np.asarray(corpus.validation_set(cfg.data.seq_len, cfg.data.batch_size, 1)[0])
     graphdef, params = init_model(cfg.model, cfg.train.seed)
     loss = jax.jit(lambda p, b: mean_loss(graphdef, p, b))(params, batch)
     return float(loss)
@@ -187,6 +187,9 @@ def generate_main(argv: list[str]) -> int:
     # An imported run (attnlab import-hf) brings its model's tokenizer.
     hub = Path(values.run) / TOKENIZER_FILE
     tokenizer = HubTokenizer(hub) if hub.is_file() else prepare(cfg.data).tokenizer
+    if tokenizer is None:
+        raise AttnlabError(f"--run={values.run} was trained on the token task data.source="
+                           f"{cfg.data.source}, which has no text; use attnlab attention")
     objective = resolve(cfg.model).objective
     if objective.uses_mask:
         return _fill_in(cfg, graphdef, params, tokenizer, objective, values.prompt, max_new)

@@ -26,9 +26,9 @@ import numpy as np
 
 from attnlab import rundir
 from attnlab.config import Config
-from attnlab.data import Batches, validation_batches
 from attnlab.errors import ConfigError
 from attnlab.model import check, flops_per_token, param_counts, resolve
+from attnlab.train.branch import branch_record
 from attnlab.train.checkpoint import Checkpoints
 from attnlab.train.memory import check_training_fits
 from attnlab.train.metrics import MetricsWriter, Throughput
@@ -147,14 +147,16 @@ class _Training:
             "dataset": found.corpus.manifest,
             "warnings": list(found.budget_warnings) + found.notes,
         }
+        if cfg.train.branch_from:
+            self.summary["branch"] = branch_record(cfg, workdir, self.flops)
         accum = cfg.train.grad_accum
-        self.batches = Batches(found.corpus, "train", cfg.data.seq_len, cfg.data.batch_size,
-                               cfg.data.seed, process_index=jax.process_index(),
-                               process_count=jax.process_count())
+        self.batches = found.corpus.train_batches(
+            cfg.data.seq_len, cfg.data.batch_size, cfg.data.seed,
+            process_index=jax.process_index(), process_count=jax.process_count())
         # Evaluated in micro-batches (memory as in training); these are the windows that
         # eval_batches full batches would hold, so the validation set ignores grad_accum.
-        self.val_batches = np.asarray(validation_batches(
-            found.corpus, cfg.data.seq_len, cfg.data.batch_size // accum,
+        self.val_batches = np.asarray(found.corpus.validation_set(
+            cfg.data.seq_len, cfg.data.batch_size // accum,
             cfg.train.eval_batches * accum), np.int32)
 
     def write_summary(self) -> None:
@@ -175,7 +177,8 @@ class _Training:
             rundir.rewind_metrics(self.workdir / rundir.METRICS_FILE, self.start)
         self.write_summary()
         self.checkpoints = Checkpoints(self.workdir / rundir.CHECKPOINT_DIR,
-                                       keep=self.cfg.train.keep_checkpoints)
+                                       keep=self.cfg.train.keep_checkpoints,
+                                       keep_steps=self.cfg.train.keep_steps)
         self.record = _Record(self.found.meta, self.cfg.total_steps, self.tokens_per_step)
         total = self.cfg.total_steps
         self.metrics = MetricsWriter(self.workdir, total_steps=total, start_step=self.start,
@@ -185,7 +188,10 @@ class _Training:
         for text in self.found.notes:  # said even without a progress display
             sys.stderr.write(f"warning: {text}\n")
             sys.stderr.flush()
-        if self.start:
+        if self.found.branched:
+            self.metrics.message(f"branching {self.workdir} from its trunk "
+                                 f"{self.summary['branch']['trunk']} at step {self.start}/{total}")
+        elif self.start:
             self.metrics.message(f"resuming {self.workdir} from step {self.start}/{total}")
 
     def fail(self, error: BaseException) -> None:
@@ -263,7 +269,7 @@ class _Training:
                                          if rate else {})})
         if step % train.eval_every == 0 or step == total:
             self._validate(step, state_fn())
-        if step % train.checkpoint_every == 0 or step == total:
+        if step % train.checkpoint_every == 0 or step == total or step in train.keep_steps:
             self._checkpoint(step, state_fn())
         return None
 

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from attnlab.config import Config, TrainConfig
+from attnlab.config import Config, TrainConfig, wsd_decay_start
 from attnlab.errors import ConfigError
 from attnlab.model import Architecture, resolve
 
@@ -70,20 +70,31 @@ def noam_schedule(learning_rate: float, d_model: int, warmup_steps: int) -> opta
     return schedule
 
 
+# The cooldown's shape g(p): the fraction of the way from the floor to the peak left after a
+# fraction p of the decay (Hägele et al. 2024, sec. 3 and eq. 1: 1 - sqrt(p) is their best).
+COOLDOWN_SHAPES: dict[str, Callable[[jax.Array], jax.Array]] = {
+    "linear": lambda p: 1.0 - p,
+    "1-sqrt": lambda p: 1.0 - jnp.sqrt(p),
+    "cosine": lambda p: 0.5 * (1.0 + jnp.cos(jnp.pi * p)),
+}
+
+
 def wsd_schedule(peak: float, warmup_steps: int, total_steps: int, decay_fraction: float,
-                 min_lr_ratio: float) -> optax.Schedule:
+                 min_lr_ratio: float, cooldown: str = "linear") -> optax.Schedule:
     """Warmup-stable-decay (Hu et al. 2024, MiniCPM; Hägele et al. 2024): linear warmup, constant
-    ``peak``, then a linear decay to ``min_lr_ratio * peak`` over the last ``decay_fraction`` of
-    the steps. A run's stable-phase checkpoints can be decayed separately to get several budgets.
+    ``peak``, then a cooldown to ``min_lr_ratio * peak`` over the last ``decay_fraction`` of the
+    steps, ``lr = floor + (peak - floor) * g(p)`` with ``g`` the ``cooldown`` shape
+    (:data:`COOLDOWN_SHAPES`) and ``p`` the fraction of the cooldown done. A run's stable-phase
+    checkpoints can be cooled down separately to get several budgets (cooldown branches).
     """
     floor = peak * min_lr_ratio
-    decay_steps = max(1, round(decay_fraction * total_steps))
-    decay_start = max(warmup_steps, total_steps - decay_steps)
+    decay_start = wsd_decay_start(total_steps, warmup_steps, decay_fraction)
+    shape = COOLDOWN_SHAPES[cooldown]
 
     def schedule(count):
         t = jnp.asarray(count, jnp.float32)
         p = _decay_progress(t, decay_start, total_steps)
-        decayed = peak + (floor - peak) * p
+        decayed = jnp.where(p > 0, floor + (peak - floor) * shape(p), peak)
         return jnp.where(t < warmup_steps, _warmup(t, peak, warmup_steps), decayed)
 
     return schedule
@@ -112,7 +123,7 @@ def make_schedule(train: TrainConfig, total_steps: int, d_model: int) -> optax.S
         return noam_schedule(train.learning_rate, d_model, train.warmup_steps)
     if train.schedule == "wsd":
         return wsd_schedule(train.learning_rate, train.warmup_steps, total_steps,
-                            train.decay_fraction, train.min_lr_ratio)
+                            train.decay_fraction, train.min_lr_ratio, train.cooldown)
     if train.schedule == "constant":
         return constant_schedule(train.learning_rate, train.warmup_steps)
     raise ConfigError("train.schedule", f"unknown schedule {train.schedule!r}")

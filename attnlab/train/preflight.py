@@ -12,9 +12,10 @@ import jax
 
 from attnlab import rundir
 from attnlab.config import Config
-from attnlab.data import Corpus, check_budget, prepare
+from attnlab.data import Corpus, prepare
 from attnlab.errors import ConfigError
 from attnlab.model import resolve
+from attnlab.train.branch import branch_start
 from attnlab.train.checkpoint import (Checkpoints, CheckpointError, DamagedCheckpointError,
                                      check_compatible, move_aside)
 from attnlab.train.programs import ProgramCache, Programs
@@ -33,6 +34,7 @@ class Preflight:
     meta: dict  # its record ({} for a fresh run)
     state: TrainState | None = None  # restored from it (already verified readable)
     notes: list[str] = dataclasses.field(default_factory=list)  # e.g. damaged steps moved aside
+    branched: bool = False  # ``latest`` is the trunk's checkpoint a cooldown branch starts from
 
     @property
     def mesh(self) -> jax.sharding.Mesh:
@@ -56,7 +58,7 @@ def check_corpus(cfg: Config, corpus) -> list[str]:
     tokens = cfg.total_steps * cfg.data.batch_size * cfg.data.seq_len
     with warnings.catch_warnings():  # the caller reports them (metrics writer, sweep notes)
         warnings.simplefilter("ignore")
-        return check_budget(corpus, tokens, cfg.data.seq_len)
+        return corpus.budget_warnings(tokens, cfg.data.seq_len)
 
 
 def preflight(cfg: Config, workdir: Path, cache: ProgramCache) -> Preflight:
@@ -71,11 +73,16 @@ def preflight(cfg: Config, workdir: Path, cache: ProgramCache) -> Preflight:
 def resume_point(cfg: Config, workdir: Path, corpus: Corpus, budget_warnings: list[str],
                  programs: Programs) -> Preflight:
     """The preflight's last check: the newest intact checkpoint in ``workdir``, read with
-    ``programs``' shapes (an ensemble's members share one set)."""
+    ``programs``' shapes (an ensemble's members share one set); a cooldown branch without one
+    of its own starts from its trunk's (:func:`attnlab.train.branch.branch_start`)."""
     directory = workdir / rundir.CHECKPOINT_DIR
-    if not directory.exists():
-        return Preflight(corpus, budget_warnings, programs, None, {})
-    latest, meta, state, notes = newest_intact_checkpoint(cfg, directory, programs)
+    latest, meta, state, notes = None, {}, None, []
+    if directory.exists():
+        latest, meta, state, notes = newest_intact_checkpoint(cfg, directory, programs)
+    if latest is None and cfg.train.branch_from:  # a cooldown branch starts from its trunk
+        latest, meta, state = branch_start(cfg, workdir, programs)
+        return Preflight(corpus, budget_warnings, programs, latest, meta, state, notes,
+                         branched=True)
     return Preflight(corpus, budget_warnings, programs, latest, meta, state, notes)
 
 

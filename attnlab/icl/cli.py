@@ -1,0 +1,221 @@
+"""``attnlab icl`` (a run on its in-context-learning task, beside the task's optimum) and
+``attnlab attention`` (every softmax head's attention map on one example, and its scores)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+from attnlab.cli_flags import Flag, parse
+from attnlab.errors import AttnlabError
+
+ICL_FLAGS = [
+    Flag("run", "string", "", "Run directory (its latest checkpoint is used)."),
+    Flag("sweep", "string", "", "A sweep directory of task runs: every finished run is "
+         "evaluated; writes icl_table.csv, icl.json and icl_accuracy.png there."),
+    Flag("step", "integer", None, "Checkpoint step (default: the latest)."),
+    Flag("json", "string", "", "Where to write the results (default RUN/icl.json)."),
+    Flag("plot", "string", "", "Where to draw them (default RUN/icl.png)."),
+    Flag("batches", "integer", 8, "Validation batches of data.batch_size windows to evaluate."),
+    Flag("pairs", "string", "", "mqar: numbers of pairs to evaluate, e.g. 1,2,4,8 (default "
+         "powers of two up to the trained number)."),
+]
+
+ATTENTION_FLAGS = [
+    Flag("run", "string", None, "Run directory (its latest checkpoint is used).", required=True),
+    Flag("step", "integer", None, "Checkpoint step (default: the latest)."),
+    Flag("text", "string", "", "Text to look at (runs trained on text)."),
+    Flag("task-example", "bool", False, "Look at one validation window of the run's task."),
+    Flag("example", "integer", 0, "Which validation window (--task-example)."),
+    Flag("out", "string", "", "The PNG grid of maps, layers x heads (default "
+         "RUN/attention.png)."),
+    Flag("json", "string", "", "Head scores as JSON (default RUN/attention.json)."),
+]
+
+
+def _refuse_config(argv: list[str], command: str) -> None:
+    if any(a.startswith("--config") for a in argv):
+        raise AttnlabError(f"{command} uses the run's own config (its config.json): --config "
+                           "and --config.* overrides would not be applied, so they are refused")
+
+
+def _output(values, flag: str, run: str, default: str) -> Path:
+    path = Path(values[flag].value or Path(run) / default)
+    if path.is_dir():
+        raise AttnlabError(f"--{flag}={path} is a directory; give a file name")
+    if not path.parent.is_dir():
+        raise AttnlabError(f"--{flag}={path}: the directory {path.parent} does not exist")
+    return path
+
+
+def icl_main(argv: list[str]) -> int:
+    """``attnlab icl --run=DIR [--json=FILE] [--plot=FILE] [--pairs=1,2,4]``."""
+    _refuse_config(argv, "icl")
+    values = parse(argv, ICL_FLAGS, prog="attnlab icl", takes_config=False)
+    if bool(values.run) == bool(values.sweep):
+        raise AttnlabError("give exactly one of --run=DIR and --sweep=DIR")
+    if values.sweep:
+        return _sweep_main(values)
+    run = values.run
+    if values.batches < 1:
+        raise AttnlabError(f"--batches must be >= 1, got {values.batches}")
+    try:
+        pairs = tuple(int(p) for p in values.pairs.split(",") if p.strip())
+    except ValueError:
+        raise AttnlabError(f"--pairs={values.pairs}: give integers separated by commas") from None
+    json_path = _output(values, "json", run, "icl.json")
+    plot_path = _output(values, "plot", run, "icl.png")
+    from attnlab.train.load import load_config
+
+    cfg = load_config(run)
+    from attnlab.data import icl as icl_data
+    from attnlab.icl.evaluate import evaluate_run
+
+    if cfg.data.source not in icl_data.TOKEN_TASKS:
+        raise AttnlabError(f"--run={run} trained on data.source={cfg.data.source}, not an "
+                           f"in-context learning task ({', '.join(icl_data.TOKEN_TASKS)})")
+    if pairs and cfg.data.source != icl_data.MQARTask.name:
+        raise AttnlabError(f"--pairs applies to mqar runs; --run={run} trained on "
+                           f"{cfg.data.source}")
+    task = icl_data.token_task(cfg.data)
+    for n in pairs:
+        try:
+            dataclasses.replace(task, pairs=n).validate()
+        except AttnlabError as e:
+            raise AttnlabError(f"--pairs={values.pairs}: {n} pairs: {e}") from None
+    from attnlab.train.load import load_params
+
+    cfg, graphdef, params = load_params(run, values.step)
+    extra = {"pairs": pairs} if pairs else {}
+    result = evaluate_run(cfg, graphdef, params, batch_size=cfg.data.batch_size,
+                          n_batches=values.batches, **extra)
+    result["run"], result["config"] = str(run), cfg.to_dict()
+    json_path.write_text(json.dumps(result, indent=2))
+    from attnlab.icl.plots import plot_result
+
+    plot_result(result, plot_path)
+    _print_result(result)
+    print(f"results: {json_path}\nplot: {plot_path}")
+    return 0
+
+
+def _print_result(result: dict) -> None:
+    if result["task"] == "induction":
+        print(f"repeat loss {result['repeat_loss']:.4f} nats/token = "
+              f"{result['repeat_loss_over_ln_vocab']:.3f} ln V (ln V = {result['ln_vocab']:.3f}); "
+              f"mean loss {result['loss']:.4f} (optimum {result['optimal_loss']:.4f})")
+        head = result["best_induction_head"]
+        if head is not None:
+            print(f"best induction head: layer {head[0]} head {head[1]}, score "
+                  f"{result['induction_score']:.3f}")
+    else:
+        for n, acc in zip(result["pairs"], result["accuracy"]):
+            print(f"{n:>4} pairs: accuracy {acc:.4f}")
+    sys.stdout.flush()
+
+
+def attention_main(argv: list[str]) -> int:
+    """``attnlab attention --run=DIR (--task-example | --text=TEXT) [--out=PNG] [--json=FILE]``."""
+    _refuse_config(argv, "attention")
+    values = parse(argv, ATTENTION_FLAGS, prog="attnlab attention", takes_config=False)
+    run, text, example = values.run, values.text, values["task-example"].value
+    if bool(text) == bool(example):
+        raise AttnlabError("give exactly one of --text=TEXT and --task-example")
+    if values.example < 0:
+        raise AttnlabError(f"--example must be >= 0, got {values.example}")
+    out_path = _output(values, "out", run, "attention.png")
+    json_path = _output(values, "json", run, "attention.json")
+    from attnlab.train.load import load_config
+
+    cfg = load_config(run)
+    import numpy as np
+
+    from attnlab.data import icl as icl_data
+    from attnlab.data import prepare
+
+    task = icl_data.token_task(cfg.data) if cfg.data.source in icl_data.TOKEN_TASKS else None
+    if example and task is None:
+        raise AttnlabError(f"--task-example: --run={run} trained on data.source="
+                           f"{cfg.data.source}, not a task; use --text")
+    if text and task is not None:
+        raise AttnlabError(f"--text: --run={run} trained on the token task {cfg.data.source}, "
+                           "which has no text; use --task-example")
+    if task is not None:
+        windows = icl_data.TaskCorpus(task).validation_set(task.seq_len, values.example + 1, 1)
+        tokens = windows[0, values.example : values.example + 1, :-1]
+        labels = [str(t) for t in tokens[0]]
+    else:
+        tokenizer = prepare(cfg.data).tokenizer
+        tokens = np.asarray(tokenizer.encode(text), np.int32)[None]
+        if tokens.shape[1] > cfg.data.seq_len:
+            raise AttnlabError(f"--text is {tokens.shape[1]} tokens, longer than the run's "
+                               f"training context data.seq_len={cfg.data.seq_len}")
+        labels = [tokenizer.decode(np.asarray([t])).decode("utf-8", "replace") for t in tokens[0]]
+    from attnlab.model import inspect, resolve
+    from attnlab.train.load import load_params
+
+    if resolve(cfg.model).decoder is not None:
+        raise AttnlabError(f"model.objective={cfg.model.objective}: attnlab attention draws a "
+                           "single stack's maps, not the encoder-decoder's")
+    cfg, graphdef, params = load_params(run, values.step)
+    maps = inspect.attention_maps(graphdef, params, tokens)
+    if all(m is None for m in maps):
+        raise AttnlabError(f"model.mixer={cfg.model.mixer}: no layer forms attention weights "
+                           "to draw")
+    result = {"run": str(run), "tokens": tokens[0].tolist(),
+              "previous_token": [None if m is None else inspect.previous_token_scores(m).tolist()
+                                 for m in maps]}
+    if isinstance(task, icl_data.InductionTask):
+        result.update(inspect.head_scores(maps, task.prefixes(tokens)))
+    json_path.write_text(json.dumps(result, indent=2))
+    from attnlab.icl.plots import plot_maps
+
+    plot_maps([None if m is None else m[0] for m in maps], labels, out_path)
+    print(f"maps: {out_path}\nscores: {json_path}")
+    return 0
+
+
+def _sweep_main(values) -> int:
+    """Every finished run of a sweep on its task: one row per run (its variant, width, mixer
+    and headline number), the table, the JSON of all results and the plot."""
+    import pandas as pd
+
+    from attnlab.icl.evaluate import evaluate_run
+    from attnlab.icl.plots import plot_sweep
+    from attnlab.train.load import load_params
+
+    sweep = Path(values.sweep)
+    runs = sorted(p.parent for p in sweep.glob("runs/*/run.json"))
+    if not runs:
+        raise AttnlabError(f"--sweep={sweep}: no runs/*/run.json: not a sweep directory")
+    rows, results = [], {}
+    for run in runs:
+        axes = json.loads((run / "run.json").read_text()).get("axes", {})
+        summary = run / "summary.json"
+        if not summary.exists() or json.loads(summary.read_text()).get("status") != "completed":
+            continue
+        cfg, graphdef, params = load_params(run)
+        result = evaluate_run(cfg, graphdef, params, batch_size=cfg.data.batch_size,
+                              n_batches=values.batches)
+        variant = next((str(v) for k, v in axes.items() if "." not in k), cfg.model.mixer)
+        headline = ("accuracy_at_trained_pairs" if "accuracy_at_trained_pairs" in result
+                    else "repeat_loss")
+        rows.append({"run_id": run.name, "variant": variant, "mixer": cfg.model.mixer,
+                     "d_model": cfg.model.d_model, "n_layers": cfg.model.n_layers,
+                     "task": result["task"], headline: result[headline],
+                     **({"accuracy_stderr": result["accuracy_stderr"]}
+                        if "accuracy_stderr" in result else {})})
+        results[run.name] = result
+        print(f"{run.name}: {variant} d_model={cfg.model.d_model} {headline} "
+              f"{result[headline]:.4f}", flush=True)
+    if not rows:
+        raise AttnlabError(f"--sweep={sweep}: no finished run yet")
+    table = pd.DataFrame(rows).sort_values(["variant", "d_model"])
+    table.to_csv(sweep / "icl_table.csv", index=False)
+    (sweep / "icl.json").write_text(json.dumps(results, indent=2))
+    plot_sweep(table, sweep / "icl_accuracy.png")
+    print(table.to_string(index=False))
+    print(f"table: {sweep / 'icl_table.csv'}\nplot: {sweep / 'icl_accuracy.png'}")
+    return 0

@@ -1,0 +1,126 @@
+"""A trained run evaluated on its token task, beside the task's exact optimum.
+
+* induction (Olsson et al. 2022): loss per position (nats), its mean over the repeat (the
+  targets after the repeat's first token, :meth:`InductionTask.repeat_targets`) against
+  ``ln V``, and the induction / previous-token score of every head;
+* mqar (Arora et al. 2023): accuracy of the argmax at every answer (a queried key's value),
+  per query index, and against the number of pairs (windows of the trained length holding
+  fewer pairs).
+
+Every number comes from the task's validation stream (:meth:`TaskCorpus.validation_set`): the
+same windows for every run of a task.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from attnlab.config import Config
+from attnlab.data import icl
+from attnlab.errors import ConfigError
+from attnlab.model import apply, inspect, resolve
+from attnlab.model.objectives import token_losses
+
+
+def _forward(graphdef, params):
+    @jax.jit
+    def run(tokens):
+        logits = apply(graphdef, params, tokens[:, :-1])
+        return token_losses(logits, tokens[:, 1:]), jnp.argmax(logits, axis=-1)
+    return run
+
+
+def _stream(task: icl.TokenTask, batch_size: int, n_batches: int) -> np.ndarray:
+    """[n_batches * batch_size, seq_len + 1] int32: the task's validation windows."""
+    return icl.TaskCorpus(task).validation_set(task.seq_len, batch_size,
+                                               n_batches).reshape(-1, task.seq_len + 1)
+
+
+def _losses_and_predictions(forward, windows: np.ndarray, batch_size: int):
+    losses, predictions = [], []
+    for start in range(0, len(windows), batch_size):
+        loss, prediction = forward(jnp.asarray(windows[start : start + batch_size]))
+        losses.append(np.asarray(loss, np.float64))
+        predictions.append(np.asarray(prediction))
+    return np.concatenate(losses), np.concatenate(predictions)
+
+
+def evaluate_induction(cfg: Config, graphdef, params, task: icl.InductionTask, *,
+                       batch_size: int = 32, n_batches: int = 8, map_rows: int = 16) -> dict:
+    """The repeat's loss, per-position losses and the heads' scores (see the module doc)."""
+    windows = _stream(task, batch_size, n_batches)
+    losses, _ = _losses_and_predictions(_forward(graphdef, params), windows, batch_size)
+    per_position = losses.mean(axis=0)
+    repeat = task.repeat_targets(windows)  # [windows, seq_len]
+    optimal = task.optimal_losses()
+    maps = inspect.attention_maps(graphdef, params, windows[:map_rows, :-1])
+    scores = inspect.head_scores(maps, task.prefixes(windows[:map_rows]))
+    best = scores["best_induction_head"]
+    ln_vocab = math.log(task.vocab)
+    repeat_loss = float(losses[repeat].mean())
+    per_window = (losses * repeat).sum(axis=1) / repeat.sum(axis=1)
+    first = np.arange(1, task.seq_len + 1)[None] < task.prefixes(windows)[:, None]
+    return {
+        "task": task.name, "windows": len(windows),
+        "prefix_range": [task.min_prefix, task.max_prefix], "ln_vocab": ln_vocab,
+        "repeat_loss": repeat_loss, "repeat_loss_over_ln_vocab": repeat_loss / ln_vocab,
+        "repeat_loss_stderr": float(per_window.std(ddof=1) / math.sqrt(len(windows))),
+        "prefix_loss": float(losses[first].mean()),
+        "loss": float(losses.mean()), "optimal_loss": float(optimal.mean()),
+        "loss_per_position": per_position.tolist(),
+        "optimal_loss_per_position": optimal.tolist(),
+        "induction_score": None if best is None else best[2],
+        "best_induction_head": None if best is None else best[:2],
+        "head_scores": scores,
+    }
+
+
+def evaluate_mqar(cfg: Config, graphdef, params, task: icl.MQARTask, *, batch_size: int = 32,
+                  n_batches: int = 8, pairs: tuple[int, ...] = ()) -> dict:
+    """Accuracy per query at the trained number of pairs, and against ``pairs`` (default:
+    1, 2, 4, .. up to the trained number)."""
+    forward = _forward(graphdef, params)
+    trained = task.pairs
+    powers = {2**i for i in range(trained.bit_length()) if 2**i < trained}
+    pairs = tuple(sorted(set(pairs or powers) | {trained}))
+    curve = []
+    for n in pairs:
+        variant = dataclasses.replace(task, pairs=n)
+        variant.validate()
+        windows = _stream(variant, batch_size, n_batches)
+        losses, predictions = _losses_and_predictions(forward, windows, batch_size)
+        answers = variant.answer_targets()
+        correct = predictions[:, answers] == windows[:, 1:][:, answers]  # [windows, n]
+        curve.append(float(correct.mean()))
+        if n == trained:
+            per_query = correct.mean(axis=0).tolist()
+            loss = float(losses.mean())
+            stderr = float(correct.mean(axis=1).std(ddof=1) / math.sqrt(len(windows)))
+    return {
+        "task": task.name, "windows": len(windows), "pairs": list(pairs), "accuracy": curve,
+        "accuracy_at_trained_pairs": curve[pairs.index(trained)], "accuracy_stderr": stderr,
+        "accuracy_per_query": per_query, "trained_pairs": trained,
+        "loss": loss, "optimal_loss": float(task.optimal_losses().mean()),
+        "ln_vocab": math.log(task.vocab),
+    }
+
+
+def evaluate_run(cfg: Config, graphdef, params, **kwargs) -> dict:
+    """The evaluation of ``cfg``'s own task (``data.source``)."""
+    if cfg.data.source not in icl.TOKEN_TASKS:
+        raise ConfigError("data.source", f"{cfg.data.source} is not an in-context learning "
+                          f"task; attnlab icl evaluates runs of {', '.join(icl.TOKEN_TASKS)}")
+    arch = resolve(cfg.model)
+    if not arch.objective.causal or arch.decoder is not None:
+        raise ConfigError("model.objective", f"{cfg.model.objective}: attnlab icl evaluates "
+                          "causal decoders (clm)")
+    task = icl.token_task(cfg.data)
+    return EVALUATORS[type(task)](cfg, graphdef, params, task, **kwargs)
+
+
+EVALUATORS = {icl.InductionTask: evaluate_induction, icl.MQARTask: evaluate_mqar}

@@ -1,0 +1,34 @@
+"""Induction heads (Olsson et al. 2022): a 2-layer attention-only model (no FFN) trained on a
+random sequence of distinct tokens followed by its repeat; ``--config.model.n_layers=1`` is the
+1-layer control, which cannot form an induction head. Evaluate with
+``attnlab icl --run=DIR`` and look with ``attnlab attention --run=DIR --task-example``."""
+
+from attnlab.config import base_config_dict
+
+
+def get_config():
+    config = base_config_dict()
+    config.name = "induction"
+
+    config.model.vocab_size = 64
+    config.model.d_model = 64
+    config.model.n_layers = 2
+    config.model.n_heads = 4
+    config.model.ffn = "none"  # attention-only
+    config.model.pos_encoding = "rope"
+    config.model.max_len = 64
+
+    config.data.source = "induction"
+    config.data.task_vocab = 64
+    config.data.seq_len = 48  # a prefix of 25 distinct tokens, then 24 repeated
+    config.data.batch_size = 32
+
+    config.train.steps = 5000
+    config.train.learning_rate = 3e-3
+    config.train.warmup_steps = 100
+    config.train.weight_decay = 0.0
+    config.train.log_every = 100
+    config.train.eval_every = 1000
+    config.train.eval_batches = 4
+    config.train.checkpoint_every = 1000
+    return config
