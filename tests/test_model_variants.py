@@ -582,5 +582,6 @@ def test_embedding_norm_equals_the_reference_and_decodes_like_the_forward_pass(o
     first, cache = lm.decode_step(graphdef, state, cache, jnp.asarray(tokens[:, :4]), 0)
     rest, _ = lm.decode_step(graphdef, state, cache, jnp.asarray(tokens[:, 4:]), 4)
     np.testing.assert_allclose(jnp.concatenate([first, rest], 1), full, rtol=1e-5, atol=1e-5)
-    with pytest.raises(ConfigError, match="model.embedding_norm"):
-        lm.resolve(ModelConfig(embedding_norm=True, objective="span", vocab_size=300))
+    for refused in (dict(objective="span", vocab_size=300), dict(inputs="vectors", input_dim=4)):
+        with pytest.raises(ConfigError, match="model.embedding_norm"):
+            lm.resolve(ModelConfig(embedding_norm=True, **refused))

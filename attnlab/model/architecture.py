@@ -188,9 +188,11 @@ def _validate(arch: Architecture) -> None:
     if cfg.scan_layers:
         _check_scan(arch)
     arch.objective.validate(arch.stack.layers, arch.mask)  # e.g. mlm with a causal-only mixer
-    if cfg.embedding_norm and (arch.decoder is not None or cfg.ngpt):
-        raise ConfigError("model.embedding_norm", "is built by the decoder and the mlm encoder "
-                          "(pre- or post-LN) only, not by the encoder-decoder or nGPT")
+    if cfg.embedding_norm and (arch.decoder is not None or cfg.ngpt
+                               or type(arch.inputs) is not readin.Tokens):
+        raise ConfigError("model.embedding_norm", "is built by the token decoder and the mlm "
+                          "encoder (pre- or post-LN) only, not by the encoder-decoder, nGPT or "
+                          "a vector read-in")
     arch.inputs.validate(arch.objective)
     arch.stack.encoding.validate()  # T5's encoder buckets
 
