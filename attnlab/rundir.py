@@ -36,6 +36,7 @@ from attnlab.errors import AttnlabError
 
 # -- a run directory ---------------------------------------------------------------------------
 CONFIG_FILE = "config.json"
+TOKENIZER_FILE = "tokenizer.json"  # an imported run's Hugging Face tokenizer (attnlab import-hf)
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
 CHECKPOINT_DIR = "checkpoints"

@@ -52,6 +52,43 @@ def configs(d):
     (d / "adir").mkdir()
 
 
+def hf_checkpoints(d):
+    """Tiny Llama checkpoints (HF layout, NumPy-written): a good one and one broken per way."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    configs(d)
+    config = {"model_type": "llama", "vocab_size": 300, "hidden_size": 16,
+              "intermediate_size": 24, "num_hidden_layers": 1, "num_attention_heads": 2,
+              "max_position_embeddings": 16, "tie_word_embeddings": True}
+    shapes = {"model.embed_tokens.weight": (300, 16), "model.norm.weight": (16,),
+              "model.layers.0.input_layernorm.weight": (16,),
+              "model.layers.0.post_attention_layernorm.weight": (16,),
+              **{f"model.layers.0.self_attn.{p}_proj.weight": (16, 16) for p in "qkvo"},
+              "model.layers.0.mlp.gate_proj.weight": (24, 16),
+              "model.layers.0.mlp.up_proj.weight": (24, 16),
+              "model.layers.0.mlp.down_proj.weight": (16, 24)}
+    good = {k: np.ones(v, np.float32) for k, v in shapes.items()}
+    variants = {
+        "good": (config, good),
+        "missing": (config, {k: v for k, v in good.items() if "up_proj" not in k}),
+        "shape": (config, {**good, "model.norm.weight": np.ones(17, np.float32)}),
+        "falcon": ({**config, "model_type": "falcon"}, good),
+        "unknown": ({**config, "rope_dim_mult": 2}, good),
+        "dynamic": ({**config, "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, good),
+    }
+    for name, (cfg, tensors) in variants.items():
+        (d / name).mkdir()
+        (d / name / "config.json").write_text(json.dumps(cfg))
+        save_file(tensors, str(d / name / "model.safetensors"))
+    (d / "truncated").mkdir()
+    (d / "truncated" / "config.json").write_text(json.dumps(config))
+    data = (d / "good" / "model.safetensors").read_bytes()
+    (d / "truncated" / "model.safetensors").write_bytes(data[:len(data) // 2])
+    (d / "taken").mkdir()
+    (d / "taken" / "file").write_text("x")
+
+
 def train_run(d):
     """A run directory as training leaves it (config.json of configs/tiny.py, no checkpoint)."""
     configs(d)
@@ -369,6 +406,36 @@ CASES = [
     ("plot-out-no-parent", results_file, ["plot", "--results={d}/results.csv",
                                           "--kind=loss-vs-params", "--out={d}/no/x.png"],
      "does not exist"),
+    # --- import-hf / export-hf
+    ("import-hf-no-from", None, ["import-hf", "--workdir={d}/run"], "--from is required"),
+    ("import-hf-not-a-checkpoint", configs, ["import-hf", "--from={d}/adir", "--workdir={d}/run"],
+     "adir/config.json: no such file"),
+    ("import-hf-missing-tensor", hf_checkpoints, ["import-hf", "--from={d}/missing",
+                                                  "--workdir={d}/run"],
+     "missing tensor model.layers.0.mlp.up_proj.weight"),
+    ("import-hf-wrong-shape", hf_checkpoints, ["import-hf", "--from={d}/shape",
+                                               "--workdir={d}/run"],
+     "tensor model.norm.weight has shape [17]"),
+    ("import-hf-model-type", hf_checkpoints, ["import-hf", "--from={d}/falcon",
+                                              "--workdir={d}/run"], "model_type='falcon'"),
+    ("import-hf-unknown-key", hf_checkpoints, ["import-hf", "--from={d}/unknown",
+                                               "--workdir={d}/run"], "rope_dim_mult"),
+    ("import-hf-rope-type", hf_checkpoints, ["import-hf", "--from={d}/dynamic",
+                                             "--workdir={d}/run"],
+     "rope_scaling.rope_type='dynamic'"),
+    ("import-hf-truncated", hf_checkpoints, ["import-hf", "--from={d}/truncated",
+                                             "--workdir={d}/run"],
+     "truncated/model.safetensors: not a readable safetensors file"),
+    ("import-hf-workdir-taken", hf_checkpoints, ["import-hf", "--from={d}/good",
+                                                 "--workdir={d}/taken"], "is not empty"),
+    ("import-hf-model-override", hf_checkpoints, ["import-hf", "--from={d}/good",
+                                                  "--workdir={d}/run", f"--config={TINY}",
+                                                  "--config.model.d_model=64"],
+     "--config.model.* cannot be set"),
+    ("export-hf-unrepresentable", train_run, ["export-hf", "--run={d}/run", "--to={d}/out"],
+     "model.norm='layernorm' has no Llama equivalent"),
+    ("export-hf-not-a-run", configs, ["export-hf", "--run={d}/adir", "--to={d}/out"],
+     "is not a run directory"),
     # --- in-context learning tasks, attnlab icl, attnlab attention
     ("train-mqar-too-many-pairs", None, ["train", "--config=configs/mqar.py",
                                          "--config.data.mqar_pairs=20", "--workdir={d}/w"],

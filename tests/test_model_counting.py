@@ -19,7 +19,9 @@ VARIANTS = [
         ("sinusoidal", "layernorm", "post", "gelu", False, True, None),
         ("none", "rmsnorm", "pre", "relu", True, False, 1),
     ]
-] + [dict(d_ff=24, ffn="swiglu"), dict(d_ff=40, ffn="gelu", n_layers=3)]
+] + [dict(d_ff=24, ffn="swiglu"), dict(d_ff=40, ffn="gelu", n_layers=3), dict(ffn="geglu"),
+     dict(embedding_norm=True, pos_encoding="alibi"),
+     dict(embedding_norm=True, norm="rmsnorm", norm_position="post", pos_encoding="learned")]
 
 
 @pytest.mark.parametrize("overrides", VARIANTS, ids=[str(i) for i in range(len(VARIANTS))])

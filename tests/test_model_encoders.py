@@ -106,10 +106,12 @@ def test_every_bidirectional_encoding_builds_an_encoder(pos):
 # -- cross-attention ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kv_heads", [4, 2])
-def test_cross_attention_equals_float64_reference(kv_heads):
-    cfg = small(n_kv_heads=kv_heads)
-    layer = CrossAttention(cfg, rngs=nnx.Rngs(params=0))
+@pytest.mark.parametrize("kv_heads, scale", [(4, "rsqrt"), (2, "rsqrt"), (4, "none"),
+                                             (2, "mup")])
+def test_cross_attention_equals_float64_reference(kv_heads, scale):
+    """Cross-attention scales its scores as ``model.attention_scale`` says (T5: unscaled)."""
+    cfg = small(n_kv_heads=kv_heads, attention_scale=scale)
+    layer = CrossAttention(cfg, score_scale=resolve(cfg).score_scale, rngs=nnx.Rngs(params=0))
     rng = np.random.default_rng(5)
     x, memory = rng.normal(size=(2, 5, 32)), rng.normal(size=(2, 9, 32))
     out = layer(jnp.asarray(x, jnp.float32),
@@ -120,8 +122,9 @@ def test_cross_attention_equals_float64_reference(kv_heads):
     q = (x @ w["q_proj"]).reshape(2, 5, 4, hd)
     k = np.repeat((memory @ w["k_proj"]).reshape(2, 9, kv_heads, hd), g, axis=2)
     v = np.repeat((memory @ w["v_proj"]).reshape(2, 9, kv_heads, hd), g, axis=2)
-    # out_i = W_o sum_j softmax_j(q_i . k_j / sqrt(hd)) v_j, every memory position j
-    s = np.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(hd)
+    # out_i = W_o sum_j softmax_j(c q_i . k_j) v_j, every memory position j
+    c = {"rsqrt": 1 / math.sqrt(hd), "none": 1.0, "mup": 1 / hd}[scale]
+    s = np.einsum("bqhd,bkhd->bhqk", q, k) * c
     p = np.exp(s - s.max(-1, keepdims=True))
     p /= p.sum(-1, keepdims=True)
     expected = np.einsum("bhqk,bkhd->bqhd", p, v).reshape(2, 5, 32) @ w["o_proj"]
@@ -256,6 +259,11 @@ def test_span_positions_vary_and_are_deterministic():
      "causal-only"),
     (dict(objective="mlm", attention_window=8), "model.objective", "sliding window"),
     (dict(objective="span", norm_position="post"), "model.norm_position", "pre-LN"),
+    (dict(objective="span", attention_scale="learned"), "model.attention_scale",
+     "cross-attention"),
+    (dict(objective="span", attention_scale="cosine"), "model.attention_scale",
+     "cross-attention"),
+    (dict(objective="span", qk_norm=True), "model.qk_norm", "cross-attention"),
     (dict(objective="bert"), "model.objective", "valid values are clm, mlm, span"),
 ])
 def test_bad_combinations_name_the_field(overrides, field, words):

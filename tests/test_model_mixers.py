@@ -237,6 +237,23 @@ def test_mamba_layer_equals_the_float64_sequential_reference():
     np.testing.assert_allclose(a[0], -np.arange(1, cfg.ssm_state + 1), rtol=1e-6)  # S4D-real
 
 
+def test_mamba_initialisation_is_mambas():
+    """Mamba's init (Gu & Dao 2023, sec. 3.6 and its code): W_dt ~ U(-R^-1/2, R^-1/2) (bounded,
+    std R^-1/2 / sqrt 3, not N(0, R^-1)); softplus(b_dt) log-uniform in [1e-3, 1e-1]; D = 1."""
+    cfg = small(mixer="mamba", pos_encoding="none", d_model=256, n_layers=1, n_heads=4)
+    module = mixers_of(cfg)[0].build(nnx.Rngs(params=0))
+    w = np.asarray(module.dt_proj.kernel[...], np.float64)
+    r, e = mamba.dt_rank(cfg), cfg.ssm_expand * cfg.d_model
+    bound = r**-0.5
+    assert w.shape == (r, e) and w.size == 8192
+    assert np.abs(w).max() <= bound and np.abs(w).max() > 0.99 * bound
+    assert w.std() == pytest.approx(bound / math.sqrt(3), rel=0.03)  # ~6 standard errors
+    assert abs(w.mean()) < 0.03 * bound
+    dt = np.log1p(np.exp(np.asarray(module.dt_bias[...], np.float64)))
+    assert dt.min() >= 1e-3 * (1 - 1e-5) and dt.max() <= 1e-1 * (1 + 1e-5)
+    np.testing.assert_array_equal(module.d_skip[...], 1.0)
+
+
 # --------------------------------------------------------------------------------------------
 # Decoding == the full forward pass
 # --------------------------------------------------------------------------------------------

@@ -321,9 +321,10 @@ def test_bad_combinations_are_refused_naming_the_field(overrides, field):
 def test_weight_decay_reaches_expert_matrices_and_router_not_biases():
     from attnlab.train.optimizer import decay_mask
 
-    _, state = init_model(moe_cfg(ffn="swiglu", linear_bias=True), seed=0)
+    cfg = moe_cfg(ffn="swiglu", linear_bias=True)
+    _, state = init_model(cfg, seed=0)
     mask = {"/".join(map(str, k)): bool(getattr(v, "value", v))
-            for k, v in nnx.to_flat_state(decay_mask(state))}
+            for k, v in nnx.to_flat_state(decay_mask(state, resolve(cfg)))}
     ffn = {k.split("ffn/")[1]: v for k, v in mask.items() if k.startswith("blocks/0/ffn/")}
     assert ffn == {"router": True, "w_in": True, "w_gate": True, "w_out": True,
                    "bias_in": False, "bias_gate": False, "bias_out": False}

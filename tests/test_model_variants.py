@@ -129,20 +129,44 @@ def test_relative_biases_depend_only_on_i_minus_j(cfg):
 # --------------------------------------------------------------------------------------------
 
 
-def test_pi_and_yarn_frequencies_equal_the_papers():
-    d, theta, s, L = 32, 10000.0, 4.0, 1024  # r spans 0.03 .. 163: all three parts
-    base = [theta ** (-2 * i / d) for i in range(d // 2)]
-    np.testing.assert_allclose(rope.pi_frequencies(np.array(base), s), [b / s for b in base],
-                               rtol=1e-15)
-    want = []
-    for b in base:
-        r = L / (2 * math.pi / b)  # context / wavelength
-        gamma = 0.0 if r < 1 else 1.0 if r > 32 else (r - 1) / 31
-        want.append((1 - gamma) * b / s + gamma * b)
-    got = rope.yarn_frequencies(np.array(base), s, L)
-    np.testing.assert_allclose(got, want, rtol=1e-15)
-    assert got[0] == base[0] and got[-1] == pytest.approx(base[-1] / s, rel=1e-15)
-    assert rope.yarn_attention_factor(s) == pytest.approx(0.1 * math.log(4.0) + 1, rel=1e-15)
+def yarn_reference(d, theta, s, L, beta_fast=32.0, beta_slow=1.0):
+    """YaRN's frequencies as the authors' code computes them, from its description (Peng et al.
+    2023, eqs. 17-19; Hugging Face's ``rope_type="yarn"``), in float64: the pair index at which
+    a wavelength fits ``beta`` times into ``L`` solves ``L / (2 pi theta^(2i/d)) = beta``; the
+    fast boundary is rounded down, the slow one up, both clipped to ``[0, d - 1]``; the share
+    interpolated by ``s`` rises linearly in the pair index between them."""
+    base = np.array([theta ** (-2.0 * i / d) for i in range(d // 2)], np.float64)
+    fast = (d / 2) * math.log(L / (2 * math.pi * beta_fast)) / math.log(theta)
+    slow = (d / 2) * math.log(L / (2 * math.pi * beta_slow)) / math.log(theta)
+    low, high = max(math.floor(fast), 0), min(math.ceil(slow), d - 1)
+    high = high + 0.001 if high == low else high
+    out = []
+    for i, b in enumerate(base):
+        share = min(1.0, max(0.0, (i - low) / (high - low)))  # of b / s
+        out.append(share * b / s + (1 - share) * b)
+    return base, np.array(out)
+
+
+@pytest.mark.parametrize("d, theta, s, L", [(32, 10000.0, 4.0, 1024), (64, 10000.0, 4.0, 256),
+                                            (128, 500000.0, 8.0, 8192), (16, 10000.0, 2.0, 64)])
+def test_pi_and_yarn_frequencies_equal_the_reference(d, theta, s, L):
+    base, want = yarn_reference(d, theta, s, L)
+    np.testing.assert_allclose(rope.pi_frequencies(base, s), base / s, rtol=1e-15)
+    got = rope.yarn_frequencies(d, theta, s, L)
+    np.testing.assert_allclose(got, want, rtol=1e-14)
+    assert got[0] == base[0] and got[-1] == pytest.approx(base[-1] / s, rel=1e-14)
+    assert rope.yarn_attention_factor(s) == pytest.approx(0.1 * math.log(s) + 1, rel=1e-15)
+
+
+def test_yarn_ramps_in_the_pair_index_not_in_turns():
+    """At head_dim 64, L = 256, s = 4 the reference gives pair 5 the frequency 1.687e-1 (a
+    transformers YaRN model's); the ramp linear in r = L / lambda would give 1.090e-1."""
+    got = rope.yarn_frequencies(64, 10000.0, 4.0, 256)
+    assert got[5] == pytest.approx(1.687e-1, rel=1e-3)
+    base = rope.rope_inverse_frequencies(64)
+    r = 256 * base[5] / (2 * math.pi)
+    paper = (1 - (r - 1) / 31) * base[5] / 4 + (r - 1) / 31 * base[5]
+    assert paper == pytest.approx(1.090e-1, rel=1e-3)
 
 
 def test_rope_rescalings_give_model_configs():
@@ -153,7 +177,7 @@ def test_rope_rescalings_give_model_configs():
     assert (yarn.rope_scaling, yarn.rope_factor, yarn.rope_original_len) == ("yarn", 4.0, 32)
     inv_freq, factor = lm.resolve(yarn).encoding.frequencies()
     np.testing.assert_array_equal(
-        inv_freq, rope.yarn_frequencies(rope.rope_inverse_frequencies(8), 4.0, 32))
+        inv_freq, rope.yarn_frequencies(8, 10000.0, 4.0, 32))
     assert factor == rope.yarn_attention_factor(4.0)
     with pytest.raises(pe.RescalingError, match="yarn needs the training context"):
         lm.rescaled(rope_cfg, "yarn", 4.0)
@@ -198,9 +222,8 @@ def reference_attention(cfg, layer_state, bias_table, x):
         if cfg.rope_scaling == "pi":
             inv_freq = inv_freq / cfg.rope_factor
         elif cfg.rope_scaling == "yarn":
-            r = cfg.rope_original_len * inv_freq / (2 * math.pi)
-            gamma = np.clip((r - 1) / 31, 0, 1)
-            inv_freq = (1 - gamma) * inv_freq / cfg.rope_factor + gamma * inv_freq
+            _, inv_freq = yarn_reference(hd, cfg.rope_theta, cfg.rope_factor,
+                                         cfg.rope_original_len)
             factor = 0.1 * math.log(cfg.rope_factor) + 1
         q = reference_rope(q, positions, inv_freq) * factor
         k = reference_rope(k, positions, inv_freq) * factor
@@ -500,3 +523,65 @@ def test_each_variant_trains_through_attnlab_train(overrides, data_dir, tmp_path
     cfg, graphdef, state = load_params(workdir)
     prompt = jnp.asarray([[100, 101, 102]], jnp.int32)
     assert lm.generate(graphdef, state, cfg.model, prompt, 4).shape == (1, 7)
+
+
+# --------------------------------------------------------------------------------------------
+# Gated FFNs (Shazeer 2020): SwiGLU and T5 v1.1's GELU-gated GeGLU
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["swiglu", "geglu"])
+def test_gated_ffns_equal_the_float64_reference(name):
+    cfg = ModelConfig(d_model=16, n_layers=2, n_heads=2, ffn=name, linear_bias=True)
+    ffn = lm.resolve(cfg).ffn
+    module = ffn.build(nnx.Rngs(params=0))
+    for part in (module.w_in, module.w_gate, module.w_out):  # non-zero biases
+        part.bias[...] = jax.random.normal(jax.random.key(3), part.bias.shape)
+    x = np.random.default_rng(0).standard_normal((2, 3, 16))
+
+    def affine(part, h):
+        return h @ np.float64(part.kernel[...]) + np.float64(part.bias[...])
+
+    gate = affine(module.w_gate, x)
+    if name == "swiglu":
+        act = gate / (1 + np.exp(-gate))
+    else:  # GELU, tanh approximation (Hendrycks & Gimpel 2016)
+        act = 0.5 * gate * (1 + np.tanh(math.sqrt(2 / math.pi) * (gate + 0.044715 * gate**3)))
+    want = affine(module.w_out, act * affine(module.w_in, x))
+    got = module(jnp.asarray(x, jnp.float32))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    assert ffn.width == 48 and count_state_params(nnx.state(module))["total"] == ffn.param_count()
+
+
+# --------------------------------------------------------------------------------------------
+# The embedding norm (BERT, Bloom): Norm(E[x] + P[p]) before the first layer
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("overrides", [dict(pos_encoding="learned"),
+                                       dict(pos_encoding="alibi", norm_position="post")])
+def test_embedding_norm_equals_the_reference_and_decodes_like_the_forward_pass(overrides):
+    cfg = ModelConfig(vocab_size=40, d_model=16, n_layers=2, n_heads=2, max_len=16,
+                      embedding_norm=True, **overrides)
+    graphdef, state = lm.init_model(cfg, 0)
+    model = nnx.merge(graphdef, state)
+    model.embedding_norm.scale[...] = 1 + jax.random.normal(jax.random.key(1), (16,))
+    model.embedding_norm.bias[...] = jax.random.normal(jax.random.key(2), (16,))
+    tokens = np.array([[3, 1, 4, 1, 5, 9]])
+    x = np.float64(model.token_embedding[...])[tokens[0]]
+    if model.position_embedding is not None:
+        x = x + np.float64(model.position_embedding[...])[:6]
+    mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+    want = ((x - mu) / np.sqrt(var + cfg.norm_eps) * np.float64(model.embedding_norm.scale[...])
+            + np.float64(model.embedding_norm.bias[...]))
+    got = model.embed(jnp.asarray(tokens), jnp.arange(6)[None])[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    graphdef, state = nnx.split(model)
+    full = lm.apply(graphdef, state, jnp.asarray(tokens))
+    cache = init_state(cfg, batch=1, max_len=8)
+    first, cache = lm.decode_step(graphdef, state, cache, jnp.asarray(tokens[:, :4]), 0)
+    rest, _ = lm.decode_step(graphdef, state, cache, jnp.asarray(tokens[:, 4:]), 4)
+    np.testing.assert_allclose(jnp.concatenate([first, rest], 1), full, rtol=1e-5, atol=1e-5)
+    for refused in (dict(objective="span", vocab_size=300), dict(inputs="vectors", input_dim=4)):
+        with pytest.raises(ConfigError, match="model.embedding_norm"):
+            lm.resolve(ModelConfig(embedding_norm=True, **refused))

@@ -11,8 +11,9 @@ import pytest
 
 from attnlab.config import Config, DataConfig, ModelConfig, TrainConfig
 from attnlab.errors import ConfigError
+from attnlab import model as lm
 from attnlab.model import init_model
-from attnlab.train.optimizer import decay_mask, make_optimizer, make_schedule
+from attnlab.train.optimizer import decay_mask, make_optimizer, make_schedule, optimizer_for
 from attnlab.train.state import init_train_state
 from attnlab.train.step import make_train_step, mean_loss
 
@@ -90,6 +91,35 @@ def test_decay_mask_skips_norms_biases_embeddings():
             assert not value, key
         if "proj" in key or "w_in" in key or "w_out" in key:
             assert value, key
+
+
+@pytest.mark.parametrize("overrides", [
+    dict(mixer="mamba", pos_encoding="none"),
+    dict(mixer="mamba", attention_every=2),  # a hybrid: layer 1 is softmax attention
+    dict(mixer="mamba", pos_encoding="none", scan_layers=True),  # A_log, D [n_layers, ...]
+])
+def test_mamba_a_log_and_d_are_not_decayed(overrides):
+    """Mamba holds A_log and D out of weight decay (its ``_no_weight_decay``) whatever their
+    rank; the projections are decayed; a scanned stack's norms (``[n_layers, d]``) are not."""
+    cfg = Config(model=tiny_model(**overrides))
+    _, params = init_model(cfg.model, 0)
+    tx, _ = optimizer_for(cfg)
+    mask = decay_mask(params, lm.resolve(cfg.model))
+    flat = {jax.tree_util.keystr(p): bool(m)
+            for p, m in jax.tree_util.tree_leaves_with_path(mask)}
+    a_log = [k for k in flat if "a_log" in k]
+    assert a_log and len([k for k in flat if "d_skip" in k]) == len(a_log)
+    for key, value in flat.items():
+        if "a_log" in key or "d_skip" in key or "norm" in key or "bias" in key:
+            assert not value, key
+        if "proj" in key or "w_in" in key or "w_out" in key or "conv_kernel" in key:
+            assert value, key
+    # The optimizer applies that mask: one update with zero gradients moves only decayed leaves.
+    zeros = jax.tree.map(jnp.zeros_like, params)
+    updates, _ = jax.jit(tx.update)(zeros, tx.init(params), params)
+    for (path, u), (_, m) in zip(jax.tree_util.tree_leaves_with_path(updates),
+                                 jax.tree_util.tree_leaves_with_path(mask)):
+        assert bool(jnp.any(u != 0)) == bool(m), jax.tree_util.keystr(path)
 
 
 def test_adamw_matches_numpy_reference():

@@ -202,3 +202,28 @@ class BpeTokenizer:
             out["file"] = self.path
             out["sha256"] = hashlib.sha256(Path(self.path).read_bytes()).hexdigest()
         return out
+
+
+class HubTokenizer:
+    """A Hugging Face ``tokenizer.json`` as it came with an imported checkpoint (``attnlab
+    import-hf``): text is encoded as that model was trained on it (no special tokens added),
+    ids are decoded to UTF-8 text. Not byte-exact for every input, unlike the two above: that is
+    the imported model's own tokenizer."""
+
+    def __init__(self, path: str | Path):
+        self.path = str(path)
+        try:
+            self._hf = tokenizers.Tokenizer.from_file(self.path)
+        except Exception as e:  # noqa: BLE001 - tokenizers raises its own exception types
+            raise DataError(f"{path}: not a readable tokenizer.json ({e})") from None
+        self.vocab_size = self._hf.get_vocab_size()
+        self.name = f"hf{self.vocab_size}"
+        self.eos_id = -1  # unknown: attnlab's corpora are not tokenized with it
+
+    def encode(self, data: bytes | str) -> np.ndarray:
+        text = data.decode("utf-8") if isinstance(data, bytes) else data
+        return np.asarray(self._hf.encode(text, add_special_tokens=False).ids, np.int32)
+
+    def decode(self, ids) -> bytes:
+        ids = [i for i in np.asarray(ids).tolist() if 0 <= i < self.vocab_size]
+        return self._hf.decode(ids, skip_special_tokens=False).encode("utf-8")

@@ -45,7 +45,7 @@ SCORE_SCALES = {c.name: c for c in (scales.InverseSqrt, scales.MuP, scales.Unsca
                                     scales.LearnedTemperature, scales.Cosine)}
 MASKS = {c.name: c for c in (masks.Causal, masks.SlidingWindow)}
 MIXERS = {c.name: c for c in (mixers.Softmax, mixers.Linear, mixers.Performer, mixers.Mamba)}
-FFNS = {c.name: c for c in (ffn.ReLU, ffn.GELU, ffn.SwiGLU, ffn.NoFFN)}
+FFNS = {c.name: c for c in (ffn.ReLU, ffn.GELU, ffn.SwiGLU, ffn.GeGLU, ffn.NoFFN)}
 ROUTINGS = {c.name: c for c in (moe.Dense, moe.TokenChoice)}
 NORMS = {c.name: c for c in (layers.LayerNorm, layers.RMSNorm)}
 BLOCKS = {c.name: c for c in (blocks.PreNorm, blocks.PostNorm, ngpt.NGPT)}
@@ -62,6 +62,9 @@ SELECTORS = {"pos_encoding": ENCODINGS, "attention_scale": SCORE_SCALES,
              "norm": NORMS, "norm_position": BLOCKS, "objective": OBJECTIVES, "inputs": INPUTS,
              "parameterization": PARAMETERIZATIONS}
 INSIDE_ATTENTION = ("attention_scale", "attention_mask")
+# Where a model keeps its parts: the decoder-only stack (TransformerLM.blocks, stacked under
+# model.scan_layers) and, in each block, the sequence mixer's module.
+STACK_ATTRIBUTE, MIXER_ATTRIBUTE, FFN_ATTRIBUTE = "blocks", "attn", "ffn"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,6 +102,21 @@ class Architecture:
     def block(self) -> blocks.BlockKind:
         """The block kind of the input stack's first layer: the model-wide hooks."""
         return self.stack.layers[0]
+
+    def undecayed(self, path: tuple[str, ...]) -> bool:
+        """Whether the parameter at ``path`` (the names of its state path) is one that its
+        layer's sequence mixer or FFN holds out of weight decay (``SequenceMixer.undecayed``,
+        ``FFN.undecayed``): a parameter of the module a block keeps at ``attn`` or ``ffn``."""
+        held_out = {MIXER_ATTRIBUTE: {name for stack in filter(None, (self.stack, self.decoder))
+                                      for mixer in stack.mixers for name in mixer.undecayed},
+                    FFN_ATTRIBUTE: set(self.ffn.undecayed)}
+        return any(path[i + 1] in held_out[name] for i, name in enumerate(path[:-1])
+                   if name in held_out)
+
+    def stacked_axes(self, path: tuple[str, ...]) -> int:
+        """Leading axes a parameter carries beyond its layer's own shape: 1 for the layers of a
+        scanned stack (``model.scan_layers``: ``[n_layers, ...]``), else 0."""
+        return int(self.cfg.scan_layers and path[:1] == (STACK_ATTRIBUTE,))
 
 
 @functools.lru_cache(maxsize=256)
@@ -181,6 +199,11 @@ def _validate(arch: Architecture) -> None:
     if cfg.scan_layers:
         _check_scan(arch)
     arch.objective.validate(arch.stack.layers, arch.mask)  # e.g. mlm with a causal-only mixer
+    if cfg.embedding_norm and (arch.decoder is not None or cfg.ngpt
+                               or type(arch.inputs) is not readin.Tokens):
+        raise ConfigError("model.embedding_norm", "is built by the token decoder and the mlm "
+                          "encoder (pre- or post-LN) only, not by the encoder-decoder, nGPT or "
+                          "a vector read-in")
     arch.inputs.validate(arch.objective)
     arch.stack.encoding.validate()  # T5's encoder buckets
 

@@ -341,14 +341,18 @@ class CrossAttention(nnx.Module):
     adds its bias to self-attention only)::
 
         q = x W_q [batch, t, heads, hd];  k = m W_k, v = m W_v [batch, s, kv_heads, hd]
-        out = softmax(q k^T / sqrt(hd)) v W_o
+        out = softmax(scale q k^T) v W_o
 
-    The keys and values of the encoder output ``m`` are computed once per sequence
+    ``scale`` is the model's fixed score scale (``model.attention_scale``: ``1/sqrt(hd)``,
+    ``1/hd`` or 1, as in self-attention; T5 itself uses 1, ``none``); the scales with a
+    per-layer temperature are refused for the encoder-decoder by its objective's rules. The
+    keys and values of the encoder output ``m`` are computed once per sequence
     (:meth:`keys_values`) and reused by every decoding step (the cached encoder output).
     """
 
-    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    def __init__(self, cfg: ModelConfig, *, score_scale: ScoreScale, rngs: nnx.Rngs):
         self.cfg = cfg
+        self.score_scale = score_scale
         self.q_proj, self.k_proj, self.v_proj, self.o_proj = projections(cfg, rngs)
 
     def keys_values(self, memory: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -366,6 +370,6 @@ class CrossAttention(nnx.Module):
         batch, t, _ = x.shape
         q = self.q_proj(x).reshape(batch, t, cfg.n_heads, cfg.head_dim)
         k, v = memory_kv
-        out = dot_product_attention(q, k, v, mask=None, impl=cfg.attention_impl,
-                                    chunk=cfg.attention_chunk)
+        out = dot_product_attention(q, k, v, scale=self.score_scale.scale(), mask=None,
+                                    impl=cfg.attention_impl, chunk=cfg.attention_chunk)
         return self.o_proj(out.reshape(batch, t, cfg.n_heads * cfg.head_dim))

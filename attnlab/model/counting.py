@@ -42,7 +42,8 @@ def param_counts(cfg: ModelConfig) -> dict[str, int]:
     learned position table + untied head), and the parts ``token_embedding``,
     ``position_embedding``, ``output_head`` (0 when tied), ``attention`` and ``ffn`` (per layer;
     ``attention`` is the first layer's sequence mixer), ``per_layer`` (the first layer),
-    ``mixers`` (all layers' mixers: a hybrid's differ), ``final_norm``; ``active``,
+    ``mixers`` (all layers' mixers: a hybrid's differ), ``final_norm`` (with
+    ``model.embedding_norm``, that norm too); ``active``,
     ``active_non_embedding`` and ``active_ffn`` (per layer): the parameters one token uses (a
     mixture of experts' router, its ``k`` routed and its shared experts; for a dense model the
     same as ``total``, ``non_embedding`` and ``ffn``). nGPT has no norms: its
@@ -74,6 +75,8 @@ def param_counts(cfg: ModelConfig) -> dict[str, int]:
         mixers = mixers + mixers
         non_embedding = encoder + decoder + final_norm
     else:
+        if cfg.embedding_norm:  # a norm like the others: in N
+            final_norm += arch.norm.param_count(d)
         non_embedding = sum(mixers) + cfg.n_layers * (ffn + norms) + final_norm
     embedding = token_embedding + position_embedding + output_head
     # An MoE layer holds E experts and runs k of them per token: the rest are inactive.

@@ -35,7 +35,7 @@ class DecoderBlock(nnx.Module):
         self.attn_norm = kind.norm(cfg.d_model, cfg.norm_eps)
         self.attn = kind.mixer.build(rngs)
         self.cross_norm = kind.norm(cfg.d_model, cfg.norm_eps)
-        self.cross = CrossAttention(cfg, rngs=rngs)
+        self.cross = CrossAttention(cfg, score_scale=kind.mixer.score_scale, rngs=rngs)
         self.ffn_norm = kind.norm(cfg.d_model, cfg.norm_eps)
         self.ffn = kind.ffn.build(rngs)
 

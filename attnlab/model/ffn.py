@@ -3,6 +3,8 @@ al. 2017, eq. 2), one class per kind:
 
 * ``relu`` / ``gelu``: ``act(x W_in) W_out`` (GELU is the tanh approximation, as in GPT-2);
 * ``swiglu`` (Shazeer 2020): ``(silu(x W_gate) * (x W_in)) W_out``;
+* ``geglu`` (Shazeer 2020; T5 v1.1's "gated-gelu"): ``(gelu(x W_gate) * (x W_in)) W_out``, GELU
+  the tanh approximation as in T5 v1.1.
 * ``none``: no FFN sublayer at all (nor its norm): the attention-only Transformer of Elhage et
   al. 2021 and Olsson et al. 2022, whose layers only mix positions.
 
@@ -47,17 +49,19 @@ class MLP(nnx.Module):
 
 
 class GatedMLP(nnx.Module):
-    """``(silu(x W_gate) * (x W_in)) W_out`` (SwiGLU, Shazeer 2020)."""
+    """``(act(x W_gate) * (x W_in)) W_out`` (GLU variants, Shazeer 2020; act = SiLU: SwiGLU)."""
 
-    def __init__(self, cfg: ModelConfig, width: int, *, rngs: nnx.Rngs):
+    def __init__(self, cfg: ModelConfig, width: int, *, rngs: nnx.Rngs,
+                 activation: Callable = jax.nn.silu):
         d, bias = cfg.d_model, cfg.linear_bias
+        self.activation = activation
         residual_std = cfg.init_std / math.sqrt(2 * cfg.n_layers)
         self.w_in = dense(cfg, d, width, cfg.init_std, rngs, bias=bias)  # drawn first
         self.w_gate = dense(cfg, d, width, cfg.init_std, rngs, bias=bias)
         self.w_out = dense(cfg, width, d, residual_std, rngs, bias=bias)
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return self.w_out(jax.nn.silu(self.w_gate(x)) * self.w_in(x))
+        return self.w_out(self.activation(self.w_gate(x)) * self.w_in(x))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +81,7 @@ class FFN:
     fields = ()
     sublayer = True
     mup_rule = True  # a published muP rule exists (model.parameterization=mup)
+    undecayed = ()  # names of its module's own parameters kept out of weight decay
     activation = None  # a one-input kind's nonlinearity (a staticmethod)
 
     def default_width(self) -> int:
@@ -145,6 +150,15 @@ class SwiGLU(FFN):
 
     def build(self, rngs):
         return GatedMLP(self.cfg, self.width, rngs=rngs)
+
+
+class GeGLU(SwiGLU):
+    """The GELU-gated FFN (Shazeer 2020; T5 v1.1's feed-forward); SwiGLU's default width."""
+
+    name = "geglu"
+
+    def build(self, rngs):
+        return GatedMLP(self.cfg, self.width, rngs=rngs, activation=gelu_tanh)
 
 
 class NoFFN(FFN):

@@ -97,8 +97,9 @@ def _projection_dot_general(x, kernel, dimension_numbers, precision=None,
 
 
 def dense(cfg: ModelConfig, d_in: int, d_out: int, std: float, rngs: nnx.Rngs, *,
-          bias: bool = False) -> nnx.Linear:
-    """``[d_in, d_out]`` projection ``x W (+ b)``, kernel ~ N(0, std^2), float32 params computed
+          bias: bool = False, kernel_init=None) -> nnx.Linear:
+    """``[d_in, d_out]`` projection ``x W (+ b)``, kernel ~ N(0, std^2) (or ``kernel_init``, a
+    ``(key, shape, dtype)`` initialiser, where a paper draws otherwise), float32 params computed
     in ``cfg.dtype``. ``bias``: a ``[d_out]`` bias, zero-initialised (GPT-2, Radford et al.
     2019); callers pass ``cfg.linear_bias`` where the model has one (attention projections,
     FFN), so the bias-free mixers (linear attention, Mamba) keep their parameter counts. The
@@ -108,7 +109,7 @@ def dense(cfg: ModelConfig, d_in: int, d_out: int, std: float, rngs: nnx.Rngs, *
         d_in,
         d_out,
         use_bias=False,
-        kernel_init=nnx.initializers.normal(std),
+        kernel_init=kernel_init or nnx.initializers.normal(std),
         dtype=compute_dtype(cfg),
         param_dtype=jnp.float32,
         dot_general=_projection_dot_general,

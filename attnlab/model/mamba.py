@@ -36,6 +36,16 @@ def dt_rank(cfg: ModelConfig) -> int:
     return -(-cfg.d_model // 16)
 
 
+def symmetric_uniform(bound: float):
+    """An initialiser drawing ``U(-bound, bound)`` (``jax.nn.initializers.uniform`` is
+    ``U(0, scale)``)."""
+
+    def init(key, shape, dtype=jnp.float32):
+        return jax.random.uniform(key, shape, dtype, -bound, bound)
+
+    return init
+
+
 def combine(left, right):
     """The associative operator of the linear recurrence ``h = a h_prev + b``:
     ``(a1, b1) . (a2, b2) = (a1 a2, a2 b1 + b2)`` (apply ``left`` first)."""
@@ -98,7 +108,9 @@ class SelectiveSSM(nnx.Module):
             rngs.params(), (cfg.ssm_conv, e), jnp.float32, -bound, bound))
         self.conv_bias = nnx.Param(jnp.zeros((e,), jnp.float32))
         self.x_proj = dense(cfg, e, r + 2 * n, cfg.init_std, rngs)  # -> [Delta_low, B, C]
-        self.dt_proj = dense(cfg, r, e, r**-0.5, rngs)
+        # W_dt ~ U(-R^-1/2, R^-1/2) (Mamba's dt_init="random" with dt_scale 1): bounded, with
+        # std R^-1/2 / sqrt(3).
+        self.dt_proj = dense(cfg, r, e, r**-0.5, rngs, kernel_init=symmetric_uniform(r**-0.5))
         # b_dt = softplus^-1(dt), dt log-uniform in [DT_MIN, DT_MAX] (Mamba's dt init).
         dt = jnp.exp(jax.random.uniform(rngs.params(), (e,), jnp.float32,
                                         math.log(DT_MIN), math.log(DT_MAX)))

@@ -55,7 +55,9 @@ class SequenceMixer:
     softmax attention scores (so a score scale, a mask and a score bias act on it);
     ``layer_constants``: each layer holds constants drawn for its index (Performer's random
     features), so its layers cannot be stacked into one scanned module; ``fields``: the
-    ``model.*`` fields only this mixer reads.
+    ``model.*`` fields only this mixer reads; ``undecayed``: names of its module's own
+    parameters that weight decay must not touch (Mamba's ``A_log`` and ``D``), whatever their
+    shape; the optimizer asks :meth:`Architecture.undecayed`.
     """
 
     cfg: ModelConfig = dataclasses.field(repr=False)
@@ -70,6 +72,7 @@ class SequenceMixer:
     layer_constants = False
     mup_rule = False  # a published muP rule exists (model.parameterization=mup)
     fields = ()
+    undecayed = ()
 
     def validate(self) -> None:
         """Rules across fields (raises ConfigError naming the field)."""
@@ -239,6 +242,8 @@ class Mamba(SequenceMixer):
 
     name = "mamba"
     fields = ("ssm_state", "ssm_expand", "ssm_conv")
+    # Mamba's _no_weight_decay: decay would pull A = -exp(A_log) towards -1 and D towards 0.
+    undecayed = ("a_log", "d_skip")
 
     def validate(self):
         cfg = self.cfg

@@ -150,7 +150,7 @@ class MoEFFN(nnx.Module):
         self.w_out = _stacked(cfg, n, width, d, residual_std, rngs)
         zeros = nnx.initializers.zeros
         bias = cfg.linear_bias
-        # "bias_*": kept out of weight decay by name (they are 2-D)
+        # biases: kept out of weight decay (TokenChoice.undecayed), though they are 2-D
         self.bias_in = nnx.Param(zeros(rngs.params(), (n, width))) if bias else None
         self.bias_gate = (nnx.Param(zeros(rngs.params(), (n, width))) if bias and self.gated
                           else None)
@@ -305,6 +305,7 @@ class TokenChoice(FFN):
     name = "token_choice"
     title = "token-choice MoE (model.moe=token_choice)"
     mup_rule = False  # stacked [E, ...] experts: muP's fan-in rule is not written for them
+    undecayed = ("bias_in", "bias_gate", "bias_out")  # biases, though [E, width] is 2-D
     fields = ("moe_experts", "moe_top_k", "moe_dispatch", "moe_capacity_factor",
               "moe_shared_experts", "moe_balance_coef", "moe_z_coef")
 

@@ -325,6 +325,15 @@ class SpanCorruption(Objective):
         if not layers[0].pre_norm:
             raise ConfigError("model.norm_position",
                               "model.objective=span builds pre-LN encoder-decoder blocks only")
+        scale = layers[0].mixer.score_scale
+        if scale.param_count():
+            raise ConfigError("model.attention_scale",
+                              f"{scale.name} learns a temperature per self-attention layer, which "
+                              "the encoder-decoder's cross-attention does not have; use rsqrt, "
+                              "mup or none (T5's unscaled scores)")
+        if self.cfg.qk_norm:
+            raise ConfigError("model.qk_norm", "the encoder-decoder's cross-attention has no "
+                                               "QK-norm (model.objective=span)")
 
     def predicted_per_input(self, seq_len):
         return span_lengths(seq_len)[1] / seq_len

@@ -84,23 +84,42 @@ def pi_frequencies(inv_freq: np.ndarray, factor: float) -> np.ndarray:
     return np.asarray(inv_freq, np.float64) / float(factor)
 
 
-YARN_ALPHA, YARN_BETA = 1.0, 32.0  # Peng et al. 2023, section 3.2, for LLaMA
+YARN_BETA_FAST, YARN_BETA_SLOW = 32.0, 1.0  # Peng et al. 2023, sec. 3.2 (beta, alpha), for LLaMA
 
 
-def yarn_frequencies(inv_freq: np.ndarray, factor: float, original_length: int,
-                     alpha: float = YARN_ALPHA, beta: float = YARN_BETA) -> np.ndarray:
-    """YaRN's "NTK-by-parts" frequencies (Peng et al. 2023, eqs. 17-19); float64 ``[head_dim/2]``.
+def yarn_boundary_dimension(turns: float, head_dim: int, theta: float,
+                            original_length: int) -> float:
+    """The (fractional) pair index ``i`` whose wavelength ``2 pi theta^(2i/d)`` fits ``turns``
+    times into ``original_length``: solving ``L / (2 pi theta^(2i/d)) = turns`` for ``i`` gives
+    ``d ln(L / (2 pi turns)) / (2 ln theta)`` (the YaRN authors' ``find_correction_dim``)."""
+    return (head_dim * math.log(original_length / (turns * 2.0 * math.pi))
+            / (2.0 * math.log(theta)))
 
-    With wavelength ``lambda_i = 2 pi / inv_freq_i`` and ``r_i = L / lambda_i`` (``L`` the
-    original context): ``gamma(r) = 0`` for ``r < alpha``, 1 for ``r > beta``, linear between;
-    ``h_i = (1 - gamma_i) inv_freq_i / s + gamma_i inv_freq_i``. Dimensions whose wavelength is
-    longer than the context are interpolated like PI; short wavelengths (more than ``beta``
-    turns within ``L``) are left alone.
+
+def yarn_frequencies(head_dim: int, theta: float, factor: float, original_length: int,
+                     beta_fast: float = YARN_BETA_FAST, beta_slow: float = YARN_BETA_SLOW
+                     ) -> np.ndarray:
+    """YaRN's "NTK-by-parts" frequencies as the YaRN authors' code and Hugging Face compute them
+    (Peng et al. 2023, eqs. 17-19, with the ramp over the pair index); float64 ``[head_dim/2]``.
+
+    The pairs that turn more than ``beta_fast`` times within the original context ``L`` keep
+    their frequency, those that turn fewer than ``beta_slow`` times are interpolated like PI
+    (divided by ``s``). The boundaries are the pair indices :func:`yarn_boundary_dimension` of
+    ``beta_fast`` (low, rounded down) and ``beta_slow`` (high, rounded up), clipped to
+    ``[0, d/2 - 1]``; between them the share of the original frequency falls linearly in the
+    index: with ``ramp_i = clip((i - low) / (high - low), 0, 1)`` (the paper's ``1 - gamma``),
+    ``h_i = ramp_i theta_i / s + (1 - ramp_i) theta_i``. (The paper writes the ramp linear in
+    ``r = L / lambda``, which is exponential in the index; the released code, and with it every
+    deployed YaRN model, ramps in the index.)
     """
-    inv_freq = np.asarray(inv_freq, np.float64)
-    r = original_length * inv_freq / (2.0 * np.pi)
-    gamma = np.clip((r - alpha) / (beta - alpha), 0.0, 1.0)
-    return (1.0 - gamma) * inv_freq / float(factor) + gamma * inv_freq
+    inv_freq = rope_inverse_frequencies(head_dim, theta)
+    low = math.floor(yarn_boundary_dimension(beta_fast, head_dim, theta, original_length))
+    high = math.ceil(yarn_boundary_dimension(beta_slow, head_dim, theta, original_length))
+    low, high = max(low, 0), min(high, head_dim - 1)
+    if low == high:  # one boundary: a step (the reference code's guard against 0/0)
+        high += 0.001
+    ramp = np.clip((np.arange(head_dim // 2, dtype=np.float64) - low) / (high - low), 0.0, 1.0)
+    return ramp * inv_freq / float(factor) + (1.0 - ramp) * inv_freq
 
 
 def yarn_attention_factor(factor: float) -> float:
@@ -137,8 +156,8 @@ def _pi(cfg: ModelConfig) -> tuple[np.ndarray, float]:
 
 
 def _yarn(cfg: ModelConfig) -> tuple[np.ndarray, float]:
-    inv_freq = rope_inverse_frequencies(cfg.head_dim, cfg.rope_theta)
-    return (yarn_frequencies(inv_freq, cfg.rope_factor, cfg.rope_original_len),
+    return (yarn_frequencies(cfg.head_dim, cfg.rope_theta, cfg.rope_factor,
+                             cfg.rope_original_len),
             yarn_attention_factor(cfg.rope_factor))
 
 

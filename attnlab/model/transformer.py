@@ -73,6 +73,9 @@ class TransformerLM(nnx.Module):
         # The encoding's table (learned positions, T5's bias; None for the others) keeps this
         # attribute name: it is the parameter path in checkpoints.
         self.position_embedding = self.encoding.init_params(rngs)
+        # BERT / Bloom: a norm of the summed embeddings (no random draw: the RNG order stays).
+        self.embedding_norm = (arch.norm(cfg.d_model, cfg.norm_eps) if cfg.embedding_norm
+                               else None)
         blocks = [layer.build(rngs) for layer in arch.stack.layers]
         # scan_layers: the same layers (same RNG draws), stacked: parameters [n_layers, ...].
         self.blocks = stack_layers(blocks) if cfg.scan_layers else nnx.List(blocks)
@@ -90,6 +93,8 @@ class TransformerLM(nnx.Module):
         """``tokens [batch, seq]``, ``positions [pbatch, seq]`` -> ``[batch, seq, d_model]``."""
         x = jnp.take(self.token_embedding[...], tokens, axis=0)
         x = self.encoding.embed(x, positions, self.position_embedding)
+        if self.embedding_norm is not None:
+            x = self.embedding_norm(x)
         return x.astype(compute_dtype(self.cfg))
 
     def logits(self, x: jax.Array) -> jax.Array:

@@ -45,13 +45,28 @@ def _config(values) -> Config:
     return cfg
 
 
+def _run_config(workdir: str) -> Config:
+    """Without ``--config``: the config a run directory already holds (a run to resume, or one
+    written by ``attnlab import-hf`` to fine-tune)."""
+    from pathlib import Path
+
+    from attnlab.rundir import CONFIG_FILE
+    from attnlab.train.load import load_config
+
+    if not (Path(workdir) / CONFIG_FILE).is_file():
+        raise AttnlabError(f"--config is required: --workdir={workdir} holds no {CONFIG_FILE} "
+                           "to resume from")
+    return load_config(workdir)
+
+
 def train_main(argv: list[str]) -> int:
-    """``attnlab train --config=configs/x.py [--config.a.b=v ...] --workdir=DIR``."""
+    """``attnlab train --config=configs/x.py [--config.a.b=v ...] --workdir=DIR``, or
+    ``attnlab train --workdir=DIR`` for a run directory that already holds its config."""
     from attnlab.interrupts import EXIT_INTERRUPTED
     from attnlab.train.loop import EXIT_COMPLETED, EXIT_DIVERGED, run
 
-    values = parse(argv, TRAIN_FLAGS, prog="attnlab train")
-    cfg = _config(values)
+    values = parse(argv, TRAIN_FLAGS, prog="attnlab train", config_required=False)
+    cfg = _config(values) if values.config is not None else _run_config(values.workdir)
     try:
         summary = run(cfg, values.workdir, progress=values.progress,
                       allow_large=values["allow-large"].value)
@@ -148,8 +163,11 @@ def generate_main(argv: list[str]) -> int:
     import jax
     import numpy as np
 
+    from pathlib import Path
+
     from attnlab.data import prepare
-    from attnlab.data.tokenizer import MASK_TEXT
+    from attnlab.data.tokenizer import MASK_TEXT, HubTokenizer
+    from attnlab.rundir import TOKENIZER_FILE
     from attnlab.model import generate, resolve
     from attnlab.train.load import load_params
 
@@ -172,7 +190,9 @@ def generate_main(argv: list[str]) -> int:
                            f" predicts masked tokens; write {MASK_TEXT} where they go")
     check_generation_fits(run_model, max_new + 1024, allow_large=values["allow-large"].value)
     cfg, graphdef, params = load_params(values.run, values.step)
-    tokenizer = prepare(cfg.data).tokenizer
+    # An imported run (attnlab import-hf) brings its model's tokenizer.
+    hub = Path(values.run) / TOKENIZER_FILE
+    tokenizer = HubTokenizer(hub) if hub.is_file() else prepare(cfg.data).tokenizer
     if tokenizer is None:
         raise AttnlabError(f"--run={values.run} was trained on the token task data.source="
                            f"{cfg.data.source}, which has no text; use attnlab attention")

@@ -1,0 +1,713 @@
+"""The Hugging Face model families attnlab represents exactly, each as a config map and a
+tensor map.
+
+A family turns an HF ``config.json`` (the documented ``transformers`` schema of its
+``model_type``) into a :class:`ModelConfig` and back, and names every tensor of the HF
+checkpoint with the attnlab parameters it holds:
+
+| HF ``model_type`` | attnlab model |
+|---|---|
+| ``gpt2`` | learned positions, pre-LN LayerNorm, tanh-GELU MLP, biases everywhere, tied head |
+| ``opt`` | the same with ReLU and separate q, k, v projections (position rows offset by 2) |
+| ``llama`` | RoPE (``rope_scaling`` linear -> PI, yarn -> YaRN), RMSNorm, SwiGLU, GQA, no biases |
+| ``mistral`` | Llama with a sliding window (``sliding_window`` -> ``model.attention_window``) |
+| ``qwen3`` | Llama with QK-norm (RMSNorm over each head's q and k before RoPE) |
+| ``bloom`` | ALiBi, an embedding LayerNorm, GPT-2's blocks with q, k, v fused head by head |
+
+Every key of an HF config is either mapped, one of the generic bookkeeping keys
+(:data:`BOOKKEEPING`), or must hold the one value attnlab computes (e.g. ``attention_bias:
+false``); anything else is refused in one line naming the key, never approximated. Tensors:
+HF (PyTorch) linear weights are ``[out, in]``, attnlab kernels ``[in, out]`` (transposed
+exactly); GPT-2's ``Conv1D`` weights are already ``[in, out]`` and its ``c_attn`` holds q, k,
+v side by side. Both layouts rotate q, k as "rotate half" pairs ``(i, i + d/2)``, so RoPE
+weights copy as they are.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from attnlab.config import ModelConfig
+from attnlab.errors import AttnlabError
+
+
+class HFError(AttnlabError):
+    """An HF checkpoint directory or config that attnlab cannot read or represent."""
+
+
+# Keys every transformers PretrainedConfig may carry that do not change the model's function.
+BOOKKEEPING = frozenset({
+    "_name_or_path", "architectures", "model_type", "torch_dtype", "dtype", "transformers_version",
+    "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id",
+    "use_cache", "return_dict", "output_attentions", "output_hidden_states", "torchscript",
+    "is_encoder_decoder", "is_decoder", "add_cross_attention", "tie_encoder_decoder",
+    "chunk_size_feed_forward", "pruned_heads", "id2label", "label2id", "problem_type",
+    "task_specific_params", "finetuning_task", "tokenizer_class", "prefix",
+    "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "temperature",
+    "top_k", "top_p", "repetition_penalty", "length_penalty", "no_repeat_ngram_size",
+    "bad_words_ids", "num_return_sequences", "output_scores", "return_dict_in_generate",
+    "forced_bos_token_id", "forced_eos_token_id", "remove_invalid_values",
+    "initializer_range",  # mapped to model.init_std where the family says so
+    # Dropout rates: training settings, not the function (attnlab's model.dropout is set by the
+    # fine-tuning config; import writes 0).
+    "attention_dropout", "attn_pdrop", "embd_pdrop", "resid_pdrop", "summary_first_dropout",
+    # GPT-2's sequence-summary head (GPT2DoubleHeadsModel only; not in the LM).
+    "summary_activation", "summary_proj_to_labels", "summary_type", "summary_use_proj",
+})
+
+# ModelConfig fields that choose how the function is computed, not which function.
+IMPLEMENTATION_FIELDS = frozenset({"attention_impl", "attention_chunk", "dropout", "dtype",
+                                   "init_std", "scan_layers", "remat"})
+
+
+POSITION_OFFSET = 2  # OPT reads row p + 2 of its position table for position p
+
+
+@dataclasses.dataclass(frozen=True)
+class Tensor:
+    """One HF tensor: its key, the attnlab parameter paths it holds, and how (``layout``):
+
+    * ``same``: one parameter, stored as it is;
+    * ``transposed``: one attnlab kernel ``[in, out]`` as a PyTorch ``nn.Linear`` weight
+      ``[out, in]``;
+    * ``side_by_side``: several parameters concatenated along the last axis (GPT-2's ``c_attn``:
+      q, k, v weights ``[d, 3d]``, biases ``[3d]``);
+    * ``offset_rows``: a table whose first :data:`POSITION_OFFSET` rows no position reaches
+      (OPT's): dropped on import, zeros on export;
+    * ``per_head``: q, k, v interleaved head by head (Bloom's ``query_key_value``: output rows
+      ``[heads, 3, head_dim]``), PyTorch weights ``[3 d, d]`` or biases ``[3 d]``.
+
+    Every map is a copy, transpose or concatenation: exact in both directions (OPT's two
+    unreachable rows aside).
+    """
+
+    key: str
+    paths: tuple[str, ...]
+    layout: str = "same"
+    heads: int = 0  # per_head: the number of heads
+
+    def hf_shape(self, shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
+        """The HF tensor's shape, from its parameters' shapes."""
+        if self.layout == "transposed":
+            return (*shapes[0][:-2], shapes[0][-1], shapes[0][-2])
+        if self.layout == "side_by_side":
+            return (*shapes[0][:-1], sum(s[-1] for s in shapes))
+        if self.layout == "offset_rows":
+            return (shapes[0][0] + POSITION_OFFSET, *shapes[0][1:])
+        if self.layout == "per_head":
+            outputs = sum(s[-1] for s in shapes)
+            return (outputs, shapes[0][0]) if len(shapes[0]) == 2 else (outputs,)
+        return tuple(shapes[0])
+
+    def to_hf(self, *params: np.ndarray) -> np.ndarray:
+        if self.layout == "transposed":
+            return np.ascontiguousarray(np.swapaxes(params[0], -1, -2))
+        if self.layout == "side_by_side":
+            return np.concatenate(params, axis=-1)
+        if self.layout == "per_head":  # [in, h hd] kernels or [h hd] biases -> [h, 3, hd(, in)]
+            rows = [np.swapaxes(p, -1, -2) if p.ndim == 2 else p for p in params]
+            rows = [r.reshape(self.heads, -1, *r.shape[1:]) for r in rows]
+            stacked = np.stack(rows, axis=1)
+            return np.ascontiguousarray(stacked.reshape(-1, *stacked.shape[3:]))
+        if self.layout == "offset_rows":
+            table = params[0]
+            return np.concatenate([np.zeros((POSITION_OFFSET, *table.shape[1:]), table.dtype),
+                                   table])
+        return np.ascontiguousarray(params[0])
+
+    def from_hf(self, tensor: np.ndarray) -> tuple[np.ndarray, ...]:
+        if self.layout == "transposed":
+            return (np.ascontiguousarray(np.swapaxes(tensor, -1, -2)),)
+        if self.layout == "side_by_side":
+            return tuple(np.ascontiguousarray(p)
+                         for p in np.split(tensor, len(self.paths), axis=-1))
+        if self.layout == "offset_rows":
+            return (np.ascontiguousarray(tensor[POSITION_OFFSET:]),)
+        if self.layout == "per_head":
+            parts = tensor.reshape(self.heads, len(self.paths), -1, *tensor.shape[1:])
+            out = [parts[:, i].reshape(-1, *tensor.shape[1:]) for i in range(len(self.paths))]
+            return tuple(np.ascontiguousarray(np.swapaxes(o, -1, -2) if o.ndim == 2 else o)
+                         for o in out)
+        return (np.ascontiguousarray(tensor),)
+
+
+def _one(key: str, path: str, transposed: bool = False) -> Tensor:
+    return Tensor(key, (path,), "transposed" if transposed else "same")
+
+
+def _side_by_side(key: str, paths: tuple[str, ...]) -> Tensor:
+    return Tensor(key, paths, "side_by_side")
+
+
+class Family:
+    """One HF ``model_type``: its config map (:meth:`model_config`, :meth:`hf_config`) and its
+    tensor map (:meth:`tensors`)."""
+
+    model_type = ""
+    architecture = ""  # transformers class written to config.json's "architectures"
+    ignored_tensors: tuple[str, ...] = ()  # suffixes of buffers some checkpoints carry
+    # (prefix, replacement): key spellings of other saves (a base model's vs the LM's)
+    aliases: tuple[tuple[str, str], ...] = ()
+
+    def canonical(self, key: str) -> str:
+        """``key`` as :meth:`tensors` spells it."""
+        for prefix, replacement in self.aliases:
+            if key.startswith(prefix):
+                return replacement + key[len(prefix):]
+        return key
+
+    def model_config(self, hf: dict[str, Any]) -> ModelConfig:
+        raise NotImplementedError
+
+    def hf_config(self, cfg: ModelConfig, context: int) -> dict[str, Any]:
+        """The HF config of ``cfg`` (``context``: the run's ``data.seq_len``, written where the
+        family records its context, e.g. ``max_position_embeddings``)."""
+        raise NotImplementedError
+
+    def represents(self, cfg: ModelConfig) -> bool:
+        """Whether ``cfg`` is this family's kind of model (the choice of family on export);
+        :meth:`hf_config` then checks every other field."""
+        raise NotImplementedError
+
+    def tensors(self, cfg: ModelConfig) -> list[Tensor]:
+        raise NotImplementedError
+
+    def context_length(self, cfg_hf: dict[str, Any]) -> int:
+        """The training context recorded in the imported run's ``data.seq_len``."""
+        raise NotImplementedError
+
+
+class _Reader:
+    """Reads an HF config: each key once, so that whatever is left is unknown to attnlab."""
+
+    def __init__(self, hf: dict[str, Any], family: str):
+        self.hf, self.family, self.read = hf, family, set(BOOKKEEPING)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.read.add(key)
+        return self.hf.get(key, default)
+
+    def need(self, key: str) -> Any:
+        self.read.add(key)
+        if key not in self.hf:
+            raise HFError(f"config.json: {key} is missing (needed by model_type={self.family})")
+        return self.hf[key]
+
+    def expect(self, key: str, allowed: tuple, what: str) -> Any:
+        """``hf[key]`` (absent counts as ``allowed[0]``), refused unless in ``allowed``."""
+        value = self.get(key, allowed[0])
+        if value not in allowed:
+            raise HFError(f"config.json: {key}={value!r} is not representable in attnlab "
+                          f"({what}; accepted: {', '.join(map(repr, allowed))})")
+        return value
+
+    def done(self) -> None:
+        unknown = sorted(set(self.hf) - self.read)
+        if unknown:
+            raise HFError(f"config.json: {unknown[0]}={self.hf[unknown[0]]!r} is a setting "
+                          f"attnlab has no equivalent for (model_type={self.family}); refusing "
+                          "rather than approximating")
+
+
+def _refuse_fields(cfg: ModelConfig, family: str, required: dict[str, Any],
+                   mapped: set[str]) -> None:
+    """Export: every field not mapped to an HF key must hold the value the family computes
+    (``required``) or its default; the first that does not is refused, naming it."""
+    default = ModelConfig()
+    for field in dataclasses.fields(ModelConfig):
+        name = field.name
+        if name in mapped or name in IMPLEMENTATION_FIELDS:
+            continue
+        want = required.get(name, getattr(default, name))
+        if getattr(cfg, name) != want:
+            raise HFError(f"model.{name}={getattr(cfg, name)!r} has no {family} equivalent "
+                          f"(a {family} checkpoint needs {want!r})")
+
+
+class GPT2(Family):
+    """GPT-2 (Radford et al. 2019; transformers ``GPT2Config`` / ``GPT2LMHeadModel``)."""
+
+    model_type = "gpt2"
+    architecture = "GPT2LMHeadModel"
+    ignored_tensors = (".attn.bias", ".attn.masked_bias")  # causal-mask buffers of old saves
+    aliases = (("transformer.", ""),)  # GPT2LMHeadModel's saves prefix the base model
+    ACTIVATIONS = {"gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "relu": "relu"}
+
+    def represents(self, cfg):
+        return cfg.pos_encoding == "learned"
+
+    def model_config(self, hf):
+        r = _Reader(hf, self.model_type)
+        d, n_inner = r.need("n_embd"), r.get("n_inner")
+        activation = r.expect("activation_function", tuple(self.ACTIVATIONS),
+                              "attnlab's GELU is the tanh approximation")
+        r.expect("scale_attn_weights", (True,), "scores are scaled by 1/sqrt(head_dim)")
+        r.expect("scale_attn_by_inverse_layer_idx", (False,), "no per-layer score scale")
+        r.expect("reorder_and_upcast_attn", (False,), "scores are float32 anyway")
+        r.expect("add_cross_attention", (False,), "a decoder-only LM")
+        tie = r.expect("tie_word_embeddings", (True, False), "")
+        r.get("n_ctx")  # an alias of n_positions in old configs
+        cfg = ModelConfig(
+            vocab_size=r.need("vocab_size"), d_model=d, n_layers=r.need("n_layer"),
+            n_heads=r.need("n_head"), d_ff=4 * d if n_inner is None else n_inner,
+            max_len=r.need("n_positions"), pos_encoding="learned", norm="layernorm",
+            norm_position="pre", norm_eps=float(r.get("layer_norm_epsilon", 1e-5)),
+            ffn=self.ACTIVATIONS[activation], tie_embeddings=tie, linear_bias=True,
+            init_std=float(r.get("initializer_range", 0.02)))
+        r.done()
+        return cfg
+
+    def hf_config(self, cfg, context):
+        _refuse_fields(cfg, "GPT-2", dict(pos_encoding="learned", norm="layernorm",
+                                          linear_bias=True),
+                       {"vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_len",
+                        "norm_eps", "ffn", "tie_embeddings"})
+        activation = {"gelu": "gelu_new", "relu": "relu"}.get(cfg.ffn)
+        if activation is None:
+            raise HFError(f"model.ffn={cfg.ffn!r} has no GPT-2 equivalent (gelu or relu)")
+        return {"model_type": "gpt2", "architectures": [self.architecture],
+                "vocab_size": cfg.vocab_size, "n_positions": cfg.max_len, "n_embd": cfg.d_model,
+                "n_layer": cfg.n_layers, "n_head": cfg.n_heads,
+                "n_inner": lm_width(cfg), "activation_function": activation,
+                "layer_norm_epsilon": cfg.norm_eps, "initializer_range": cfg.init_std,
+                "scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False,
+                "reorder_and_upcast_attn": False, "tie_word_embeddings": cfg.tie_embeddings,
+                "resid_pdrop": cfg.dropout, "embd_pdrop": cfg.dropout, "attn_pdrop": 0.0,
+                "torch_dtype": "float32"}
+
+    def context_length(self, hf):
+        return int(hf["n_positions"])
+
+    def tensors(self, cfg):
+        out = [_one("wte.weight", "token_embedding"),
+               _one("wpe.weight", "position_embedding"),
+               _one("ln_f.weight", "final_norm/scale"), _one("ln_f.bias", "final_norm/bias")]
+        for i in range(cfg.n_layers):
+            h, b = f"h.{i}.", f"blocks/{i}/"
+            qkv = tuple(f"{b}attn/{p}_proj" for p in "qkv")
+            out += [
+                _one(f"{h}ln_1.weight", f"{b}attn_norm/scale"),
+                _one(f"{h}ln_1.bias", f"{b}attn_norm/bias"),
+                _side_by_side(f"{h}attn.c_attn.weight", tuple(f"{p}/kernel" for p in qkv)),
+                _side_by_side(f"{h}attn.c_attn.bias", tuple(f"{p}/bias" for p in qkv)),
+                _one(f"{h}attn.c_proj.weight", f"{b}attn/o_proj/kernel"),
+                _one(f"{h}attn.c_proj.bias", f"{b}attn/o_proj/bias"),
+                _one(f"{h}ln_2.weight", f"{b}ffn_norm/scale"),
+                _one(f"{h}ln_2.bias", f"{b}ffn_norm/bias"),
+                _one(f"{h}mlp.c_fc.weight", f"{b}ffn/w_in/kernel"),
+                _one(f"{h}mlp.c_fc.bias", f"{b}ffn/w_in/bias"),
+                _one(f"{h}mlp.c_proj.weight", f"{b}ffn/w_out/kernel"),
+                _one(f"{h}mlp.c_proj.bias", f"{b}ffn/w_out/bias"),
+            ]
+        if not cfg.tie_embeddings:
+            out.append(_one("lm_head.weight", "lm_head", transposed=True))
+        return out
+
+
+class OPT(Family):
+    """OPT (Zhang et al. 2022; transformers ``OPTConfig`` / ``OPTForCausalLM``): GPT-2's block
+    with separate q, k, v, out projections, ReLU, biases everywhere; its learned position table
+    has two leading rows that position ids never reach (OPT offsets every position by 2), so
+    import drops them and export writes zeros there."""
+
+    model_type = "opt"
+    architecture = "OPTForCausalLM"
+    aliases = (("decoder.", "model.decoder."),)  # OPTModel's saves
+
+    def represents(self, cfg):
+        return cfg.pos_encoding == "learned" and cfg.ffn == "relu"
+
+    def model_config(self, hf):
+        r = _Reader(hf, self.model_type)
+        d = r.need("hidden_size")
+        r.expect("activation_function", ("relu",), "OPT's FFN is ReLU")
+        r.expect("do_layer_norm_before", (True,), "OPT-350m's post-LN blocks keep a final "
+                                                  "norm attnlab's post-LN lacks")
+        r.expect("enable_bias", (True,), "biases on every projection")
+        r.expect("layer_norm_elementwise_affine", (True,), "LayerNorm has a scale and a bias")
+        r.expect("_remove_final_layer_norm", (False,), "a final LayerNorm")
+        projection = r.get("word_embed_proj_dim", d)
+        if projection != d:
+            raise HFError(f"config.json: word_embed_proj_dim={projection} is not representable "
+                          f"in attnlab (no projection between the embeddings and hidden_size={d})")
+        for key in ("dropout", "layerdrop", "init_std"):
+            r.get(key)
+        cfg = ModelConfig(
+            vocab_size=r.need("vocab_size"), d_model=d, n_layers=r.need("num_hidden_layers"),
+            n_heads=r.need("num_attention_heads"), d_ff=r.need("ffn_dim"),
+            max_len=r.need("max_position_embeddings"), pos_encoding="learned",
+            norm="layernorm", norm_position="pre", norm_eps=1e-5, ffn="relu",
+            tie_embeddings=r.expect("tie_word_embeddings", (True, False), ""),
+            linear_bias=True, init_std=float(r.get("init_std", 0.02)))
+        r.done()
+        return cfg
+
+    def hf_config(self, cfg, context):
+        _refuse_fields(cfg, "OPT", dict(pos_encoding="learned", norm="layernorm",
+                                        linear_bias=True, ffn="relu"),
+                       {"vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_len",
+                        "tie_embeddings"})
+        return {"model_type": "opt", "architectures": [self.architecture],
+                "vocab_size": cfg.vocab_size, "hidden_size": cfg.d_model,
+                "word_embed_proj_dim": cfg.d_model, "num_hidden_layers": cfg.n_layers,
+                "num_attention_heads": cfg.n_heads, "ffn_dim": lm_width(cfg),
+                "max_position_embeddings": cfg.max_len, "activation_function": "relu",
+                "do_layer_norm_before": True, "enable_bias": True,
+                "layer_norm_elementwise_affine": True, "_remove_final_layer_norm": False,
+                "tie_word_embeddings": cfg.tie_embeddings, "init_std": cfg.init_std,
+                "dropout": cfg.dropout, "attention_dropout": 0.0, "layerdrop": 0.0,
+                "torch_dtype": "float32"}
+
+    def context_length(self, hf):
+        return int(hf["max_position_embeddings"])
+
+    def tensors(self, cfg):
+        top = "model.decoder."
+        out = [_one(f"{top}embed_tokens.weight", "token_embedding"),
+               Tensor(f"{top}embed_positions.weight", ("position_embedding",), "offset_rows"),
+               _one(f"{top}final_layer_norm.weight", "final_norm/scale"),
+               _one(f"{top}final_layer_norm.bias", "final_norm/bias")]
+        for i in range(cfg.n_layers):
+            h, b = f"{top}layers.{i}.", f"blocks/{i}/"
+            for hf_name, ours in (("q_proj", "q_proj"), ("k_proj", "k_proj"),
+                                  ("v_proj", "v_proj"), ("out_proj", "o_proj")):
+                out += [_one(f"{h}self_attn.{hf_name}.weight", f"{b}attn/{ours}/kernel", True),
+                        _one(f"{h}self_attn.{hf_name}.bias", f"{b}attn/{ours}/bias")]
+            out += [_one(f"{h}self_attn_layer_norm.weight", f"{b}attn_norm/scale"),
+                    _one(f"{h}self_attn_layer_norm.bias", f"{b}attn_norm/bias"),
+                    _one(f"{h}fc1.weight", f"{b}ffn/w_in/kernel", True),
+                    _one(f"{h}fc1.bias", f"{b}ffn/w_in/bias"),
+                    _one(f"{h}fc2.weight", f"{b}ffn/w_out/kernel", True),
+                    _one(f"{h}fc2.bias", f"{b}ffn/w_out/bias"),
+                    _one(f"{h}final_layer_norm.weight", f"{b}ffn_norm/scale"),
+                    _one(f"{h}final_layer_norm.bias", f"{b}ffn_norm/bias")]
+        if not cfg.tie_embeddings:
+            out.append(_one("lm_head.weight", "lm_head", transposed=True))
+        return out
+
+
+class Bloom(Family):
+    """BLOOM (BigScience 2022; transformers ``BloomConfig`` / ``BloomForCausalLM``): ALiBi
+    (Press et al.'s slopes, the same for any head count), a LayerNorm of the word embeddings
+    (``model.embedding_norm``), pre-LN LayerNorm blocks, q, k, v fused head by head, tanh-GELU
+    MLP of width 4d, biases everywhere, tied head. Bloom adds ``m_h j`` (the key's position) to
+    row i's scores where attnlab adds ``-m_h (i - j)``: the two differ by ``m_h i``, the same
+    for every key of the row, so the softmax is the same."""
+
+    model_type = "bloom"
+    architecture = "BloomForCausalLM"
+    aliases = (("transformer.", ""),)
+
+    def represents(self, cfg):
+        return cfg.pos_encoding == "alibi"
+
+    def model_config(self, hf):
+        r = _Reader(hf, self.model_type)
+        d = r.get("hidden_size", r.get("n_embed"))
+        if d is None:
+            raise HFError("config.json: hidden_size is missing (needed by model_type=bloom)")
+        r.expect("apply_residual_connection_post_layernorm", (False,),
+                 "the residual is the block's input")
+        r.expect("pretraining_tp", (1,), "")
+        r.expect("slow_but_exact", (False,), "")
+        for key in ("hidden_dropout", "attention_softmax_in_fp32", "masked_softmax_fusion",
+                    "seq_length", "unk_token_id", "offset_alibi", "skip_bias_add",
+                    "skip_bias_add_qkv", "bias_dropout_fusion", "n_inner"):
+            r.get(key)
+        if hf.get("n_inner") not in (None, 4 * d):
+            raise HFError(f"config.json: n_inner={hf['n_inner']} is not representable in "
+                          "attnlab (Bloom's MLP is 4 hidden_size wide)")
+        cfg = ModelConfig(
+            vocab_size=r.need("vocab_size"), d_model=d, n_layers=r.need("n_layer"),
+            n_heads=r.need("n_head"), d_ff=4 * d, pos_encoding="alibi", norm="layernorm",
+            norm_position="pre", norm_eps=float(r.get("layer_norm_epsilon", 1e-5)),
+            ffn="gelu", tie_embeddings=r.expect("tie_word_embeddings", (True, False), ""),
+            linear_bias=True, embedding_norm=True,
+            init_std=float(r.get("initializer_range", 0.02)))
+        r.done()
+        return cfg
+
+    def hf_config(self, cfg, context):
+        _refuse_fields(cfg, "Bloom", dict(pos_encoding="alibi", norm="layernorm",
+                                          linear_bias=True, embedding_norm=True),
+                       {"vocab_size", "d_model", "n_layers", "n_heads", "norm_eps", "d_ff",
+                        "tie_embeddings", "max_len"})
+        if lm_width(cfg) != 4 * cfg.d_model:
+            raise HFError(f"model.d_ff={lm_width(cfg)} has no Bloom equivalent (4 d_model)")
+        return {"model_type": "bloom", "architectures": [self.architecture],
+                "vocab_size": cfg.vocab_size, "hidden_size": cfg.d_model,
+                "n_layer": cfg.n_layers, "n_head": cfg.n_heads,
+                "layer_norm_epsilon": cfg.norm_eps, "initializer_range": cfg.init_std,
+                "apply_residual_connection_post_layernorm": False, "pretraining_tp": 1,
+                "slow_but_exact": False, "tie_word_embeddings": cfg.tie_embeddings,
+                "hidden_dropout": cfg.dropout, "attention_dropout": 0.0,
+                "seq_length": context, "torch_dtype": "float32"}
+
+    def context_length(self, hf):
+        return int(hf.get("seq_length") or 2048)
+
+    def tensors(self, cfg):
+        out = [_one("word_embeddings.weight", "token_embedding"),
+               _one("word_embeddings_layernorm.weight", "embedding_norm/scale"),
+               _one("word_embeddings_layernorm.bias", "embedding_norm/bias"),
+               _one("ln_f.weight", "final_norm/scale"), _one("ln_f.bias", "final_norm/bias")]
+        for i in range(cfg.n_layers):
+            h, b = f"h.{i}.", f"blocks/{i}/"
+            qkv = tuple(f"{b}attn/{p}_proj" for p in "qkv")
+            out += [
+                _one(f"{h}input_layernorm.weight", f"{b}attn_norm/scale"),
+                _one(f"{h}input_layernorm.bias", f"{b}attn_norm/bias"),
+                Tensor(f"{h}self_attention.query_key_value.weight",
+                       tuple(f"{p}/kernel" for p in qkv), "per_head", cfg.n_heads),
+                Tensor(f"{h}self_attention.query_key_value.bias",
+                       tuple(f"{p}/bias" for p in qkv), "per_head", cfg.n_heads),
+                _one(f"{h}self_attention.dense.weight", f"{b}attn/o_proj/kernel", True),
+                _one(f"{h}self_attention.dense.bias", f"{b}attn/o_proj/bias"),
+                _one(f"{h}post_attention_layernorm.weight", f"{b}ffn_norm/scale"),
+                _one(f"{h}post_attention_layernorm.bias", f"{b}ffn_norm/bias"),
+                _one(f"{h}mlp.dense_h_to_4h.weight", f"{b}ffn/w_in/kernel", True),
+                _one(f"{h}mlp.dense_h_to_4h.bias", f"{b}ffn/w_in/bias"),
+                _one(f"{h}mlp.dense_4h_to_h.weight", f"{b}ffn/w_out/kernel", True),
+                _one(f"{h}mlp.dense_4h_to_h.bias", f"{b}ffn/w_out/bias"),
+            ]
+        if not cfg.tie_embeddings:
+            out.append(_one("lm_head.weight", "lm_head", transposed=True))
+        return out
+
+
+def lm_width(cfg: ModelConfig) -> int:
+    """The FFN width a config builds (``model.d_ff`` or the kind's default)."""
+    from attnlab.model import resolve
+
+    return resolve(cfg).ffn.width
+
+
+class Llama(Family):
+    """Llama (Touvron et al. 2023; transformers ``LlamaConfig`` / ``LlamaForCausalLM``): RoPE,
+    RMSNorm, SwiGLU, grouped-query attention, no biases."""
+
+    model_type = "llama"
+    architecture = "LlamaForCausalLM"
+    ignored_tensors = (".rotary_emb.inv_freq",)  # a buffer some old saves carry
+
+    def represents(self, cfg):
+        return cfg.pos_encoding == "rope" and not cfg.qk_norm and not cfg.attention_window
+
+    def _common(self, r: _Reader) -> dict[str, Any]:
+        d, heads = r.need("hidden_size"), r.need("num_attention_heads")
+        head_dim = r.get("head_dim")
+        if head_dim is not None and head_dim * heads != d:
+            raise HFError(f"config.json: head_dim={head_dim} is not representable in attnlab "
+                          f"(head_dim is hidden_size / num_attention_heads = {d // heads})")
+        r.expect("hidden_act", ("silu",), "the FFN is SwiGLU")
+        r.expect("attention_bias", (False,), "attention projections have no biases here")
+        r.expect("mlp_bias", (False,), "FFN projections have no biases here")
+        r.expect("pretraining_tp", (1,), "")
+        r.expect("partial_rotary_factor", (1.0, 1), "RoPE rotates every pair")
+        r.get("max_position_embeddings")
+        fields = dict(
+            vocab_size=r.need("vocab_size"), d_model=d, n_layers=r.need("num_hidden_layers"),
+            n_heads=heads, n_kv_heads=r.get("num_key_value_heads", heads),
+            d_ff=r.need("intermediate_size"), pos_encoding="rope", norm="rmsnorm",
+            norm_position="pre", norm_eps=float(r.get("rms_norm_eps", 1e-6)), ffn="swiglu",
+            tie_embeddings=r.expect("tie_word_embeddings", (False, True), ""),
+            init_std=float(r.get("initializer_range", 0.02)))
+        fields.update(self._rope(r))
+        if fields["n_kv_heads"] == heads:
+            fields["n_kv_heads"] = None
+        return fields
+
+    def _rope(self, r: _Reader) -> dict[str, Any]:
+        """``rope_theta`` and ``rope_scaling`` (or the newer ``rope_parameters``) -> the RoPE
+        fields; a rope type attnlab lacks (dynamic, longrope, llama3) is refused."""
+        params = r.get("rope_parameters")
+        scaling = r.get("rope_scaling")
+        theta = r.get("rope_theta", 10000.0)
+        if isinstance(params, dict):
+            theta = params.get("rope_theta", theta)
+            scaling = params if params.get("rope_type", "default") != "default" else scaling
+        out = dict(rope_theta=float(theta))
+        if not scaling:
+            return out
+        kind = scaling.get("rope_type", scaling.get("type"))
+        known = {"rope_type", "type", "factor", "rope_theta"}
+        if kind == "linear":
+            out.update(rope_scaling="pi", rope_factor=float(scaling["factor"]))
+        elif kind == "yarn":
+            original = scaling.get("original_max_position_embeddings",
+                                   r.hf.get("max_position_embeddings"))
+            out.update(rope_scaling="yarn", rope_factor=float(scaling["factor"]),
+                       rope_original_len=int(original))
+            known |= {"original_max_position_embeddings"}
+            for key, value in (("beta_fast", 32.0), ("beta_slow", 1.0), ("truncate", True)):
+                known.add(key)
+                if scaling.get(key) is not None and scaling[key] != value:
+                    raise HFError(f"config.json: rope_scaling.{key}={scaling[key]!r} is not "
+                                  f"representable in attnlab (its YaRN uses {value!r})")
+            # transformers multiplies q, k by 0.1 ln s + 1 unless attention_factor is given or
+            # both mscale and mscale_all_dim are (DeepSeek's ratio of two such factors).
+            known |= {"attention_factor", "mscale", "mscale_all_dim"}
+            if scaling.get("attention_factor") is not None:
+                raise HFError("config.json: rope_scaling.attention_factor is not representable "
+                              "in attnlab (its YaRN multiplies q and k by 0.1 ln s + 1)")
+            if scaling.get("mscale") and scaling.get("mscale_all_dim"):
+                raise HFError("config.json: rope_scaling.mscale_all_dim is not representable in "
+                              "attnlab (its YaRN multiplies q and k by 0.1 ln s + 1)")
+        else:
+            raise HFError(f"config.json: rope_scaling.rope_type={kind!r} is not representable in "
+                          "attnlab (its RoPE scalings are linear (PI) and yarn)")
+        extra = sorted(set(scaling) - known)
+        if extra:
+            raise HFError(f"config.json: rope_scaling.{extra[0]} is a setting attnlab has no "
+                          "equivalent for")
+        return out
+
+    def model_config(self, hf):
+        r = _Reader(hf, self.model_type)
+        fields = self._common(r)
+        self._extra(r, fields)
+        r.done()
+        return ModelConfig(**fields)
+
+    def _extra(self, r: _Reader, fields: dict[str, Any]) -> None:
+        """Family-specific keys (Mistral's window, Qwen3's QK-norm)."""
+
+    REQUIRED = dict(pos_encoding="rope", norm="rmsnorm", ffn="swiglu")
+    MAPPED = {"vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff",
+              "max_len",  # the learned table's rows: unused with RoPE
+              "rope_theta", "norm_eps", "tie_embeddings", "rope_scaling", "rope_factor",
+              "rope_original_len"}
+
+    def hf_config(self, cfg, context):
+        _refuse_fields(cfg, self.title(), self.REQUIRED, self.MAPPED)
+        out = {"model_type": self.model_type, "architectures": [self.architecture],
+               "vocab_size": cfg.vocab_size, "hidden_size": cfg.d_model,
+               "intermediate_size": lm_width(cfg), "num_hidden_layers": cfg.n_layers,
+               "num_attention_heads": cfg.n_heads, "num_key_value_heads": cfg.kv_heads,
+               "head_dim": cfg.head_dim, "hidden_act": "silu",
+               "max_position_embeddings": context, "rms_norm_eps": cfg.norm_eps,
+               "rope_theta": cfg.rope_theta, "rope_scaling": None, "attention_bias": False,
+               "mlp_bias": False, "pretraining_tp": 1, "tie_word_embeddings": cfg.tie_embeddings,
+               "initializer_range": cfg.init_std, "attention_dropout": 0.0,
+               "torch_dtype": "float32"}
+        if cfg.rope_scaling == "pi":
+            out["rope_scaling"] = {"rope_type": "linear", "factor": cfg.rope_factor}
+        elif cfg.rope_scaling == "yarn":
+            out["rope_scaling"] = {"rope_type": "yarn", "factor": cfg.rope_factor,
+                                   "original_max_position_embeddings": cfg.rope_original_len}
+        return out
+
+    def title(self) -> str:
+        return type(self).__name__
+
+    def context_length(self, hf):
+        return int(hf.get("max_position_embeddings", 2048))
+
+    def tensors(self, cfg):
+        out = [_one("model.embed_tokens.weight", "token_embedding"),
+               _one("model.norm.weight", "final_norm/scale")]
+        for i in range(cfg.n_layers):
+            h, b = f"model.layers.{i}.", f"blocks/{i}/"
+            out += [
+                _one(f"{h}input_layernorm.weight", f"{b}attn_norm/scale"),
+                _one(f"{h}self_attn.q_proj.weight", f"{b}attn/q_proj/kernel", True),
+                _one(f"{h}self_attn.k_proj.weight", f"{b}attn/k_proj/kernel", True),
+                _one(f"{h}self_attn.v_proj.weight", f"{b}attn/v_proj/kernel", True),
+                _one(f"{h}self_attn.o_proj.weight", f"{b}attn/o_proj/kernel", True),
+                _one(f"{h}post_attention_layernorm.weight", f"{b}ffn_norm/scale"),
+                _one(f"{h}mlp.gate_proj.weight", f"{b}ffn/w_gate/kernel", True),
+                _one(f"{h}mlp.up_proj.weight", f"{b}ffn/w_in/kernel", True),
+                _one(f"{h}mlp.down_proj.weight", f"{b}ffn/w_out/kernel", True),
+            ]
+            out += self._layer_extra(h, b)
+        if not cfg.tie_embeddings:
+            out.append(_one("lm_head.weight", "lm_head", transposed=True))
+        return out
+
+    def _layer_extra(self, h: str, b: str) -> list[Tensor]:
+        return []
+
+
+class Mistral(Llama):
+    """Mistral (Jiang et al. 2023): Llama with sliding-window attention of ``sliding_window``
+    keys (query i sees keys i - w + 1 .. i; ``null``: full attention)."""
+
+    model_type = "mistral"
+    architecture = "MistralForCausalLM"
+    MAPPED = Llama.MAPPED | {"attention_window"}
+
+    def represents(self, cfg):
+        return cfg.pos_encoding == "rope" and not cfg.qk_norm and cfg.attention_window > 0
+
+    def _extra(self, r, fields):
+        fields["attention_window"] = int(r.get("sliding_window") or 0)
+
+    def hf_config(self, cfg, context):
+        return {**super().hf_config(cfg, context), "sliding_window": cfg.attention_window}
+
+
+class Qwen3(Llama):
+    """Qwen3 (Qwen team 2025): Llama with QK-norm, an RMSNorm of each head's q and k before
+    RoPE (``self_attn.q_norm`` / ``k_norm``, ``[head_dim]``)."""
+
+    model_type = "qwen3"
+    architecture = "Qwen3ForCausalLM"
+    REQUIRED = {**Llama.REQUIRED, "qk_norm": True}
+
+    def represents(self, cfg):
+        return cfg.pos_encoding == "rope" and cfg.qk_norm and not cfg.attention_window
+
+    def _extra(self, r, fields):
+        fields["qk_norm"] = True
+        r.expect("use_sliding_window", (False,), "Qwen3's windowed layers are not represented")
+        r.get("sliding_window")  # read only with use_sliding_window
+        r.get("max_window_layers")
+        r.get("layer_types")  # all "full_attention" without a window
+
+    def hf_config(self, cfg, context):
+        return {**super().hf_config(cfg, context), "use_sliding_window": False,
+                "sliding_window": None}
+
+    def _layer_extra(self, h, b):
+        return [_one(f"{h}self_attn.q_norm.weight", f"{b}attn/q_norm/scale"),
+                _one(f"{h}self_attn.k_norm.weight", f"{b}attn/k_norm/scale")]
+
+
+FAMILIES: dict[str, Family] = {f.model_type: f for f in (OPT(), GPT2(), Llama(), Mistral(),
+                                                          Qwen3(), Bloom())}
+
+
+# Families attnlab has a kindred model of, and why it is not the same function.
+NOT_THE_SAME = {
+    "mamba": "attnlab's Mamba layers (model.mixer=mamba) carry an FFN and the block's norms "
+             "(Jamba-style); a Hugging Face Mamba block is the mixer alone (docs/attention.md)",
+    "bert": "attnlab's mlm encoder has no token-type embeddings, MLM head transform or output "
+            "bias, and uses the tanh GELU (docs/encoders.md)",
+    "t5": "attnlab's encoder-decoder has one [MASK] id for every sentinel and no d_model^-0.5 "
+          "rescale of the tied head (docs/encoders.md)",
+    "qwen2": "Qwen2 has biases on q, k, v but not on the output projection; attnlab's "
+             "model.linear_bias puts them on every projection",
+}
+
+
+def family_of_config(hf: dict[str, Any]) -> Family:
+    model_type = hf.get("model_type")
+    if model_type in NOT_THE_SAME:
+        raise HFError(f"config.json: model_type={model_type!r} is not supported: "
+                      f"{NOT_THE_SAME[model_type]}")
+    if model_type not in FAMILIES:
+        raise HFError(f"config.json: model_type={model_type!r} is not supported; attnlab reads "
+                      f"{', '.join(FAMILIES)}")
+    return FAMILIES[model_type]
+
+
+def family_of_model(cfg: ModelConfig) -> Family:
+    for family in FAMILIES.values():
+        if family.represents(cfg):
+            return family
+    raise HFError(f"model.pos_encoding={cfg.pos_encoding!r} (qk_norm={cfg.qk_norm}, "
+                  f"attention_window={cfg.attention_window}) matches no exported family "
+                  f"({', '.join(FAMILIES)})")

@@ -1,0 +1,557 @@
+"""``attnlab import-hf`` / ``export-hf``: tiny Hugging Face checkpoints built here with NumPy and
+``safetensors.numpy`` from the documented transformers schemas (no downloads, no torch), their
+logits against float64 NumPy forward passes written from each family's equations, bitwise
+round trips, and the one-line refusals (nothing written)."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file, save_file
+
+from attnlab import cli
+from attnlab.model import apply
+from attnlab.train.load import load_params
+
+V, D, LAYERS, HEADS, FF, CTX = 300, 32, 2, 4, 40, 16  # V >= 256: the byte data section
+
+
+# --------------------------------------------------------------------------------------------
+# Tiny checkpoints from the HF schemas
+# --------------------------------------------------------------------------------------------
+
+
+def gpt2_config(**overrides):
+    return {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "vocab_size": V,
+            "n_positions": CTX, "n_embd": D, "n_layer": LAYERS, "n_head": HEADS, "n_inner": FF,
+            "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5,
+            "resid_pdrop": 0.1, "embd_pdrop": 0.1, "attn_pdrop": 0.1,
+            "initializer_range": 0.02, "bos_token_id": 0, "eos_token_id": 0,
+            "torch_dtype": "float32", "transformers_version": "4.46.0", **overrides}
+
+
+def gpt2_tensors(rng, cfg):
+    d, ff = cfg["n_embd"], cfg["n_inner"]
+    t = {"wte.weight": (cfg["vocab_size"], d), "wpe.weight": (cfg["n_positions"], d),
+         "ln_f.weight": (d,), "ln_f.bias": (d,)}
+    for i in range(cfg["n_layer"]):
+        t.update({f"h.{i}.ln_1.weight": (d,), f"h.{i}.ln_1.bias": (d,),
+                  f"h.{i}.attn.c_attn.weight": (d, 3 * d), f"h.{i}.attn.c_attn.bias": (3 * d,),
+                  f"h.{i}.attn.c_proj.weight": (d, d), f"h.{i}.attn.c_proj.bias": (d,),
+                  f"h.{i}.ln_2.weight": (d,), f"h.{i}.ln_2.bias": (d,),
+                  f"h.{i}.mlp.c_fc.weight": (d, ff), f"h.{i}.mlp.c_fc.bias": (ff,),
+                  f"h.{i}.mlp.c_proj.weight": (ff, d), f"h.{i}.mlp.c_proj.bias": (d,)})
+    return {k: random(rng, k, s) for k, s in t.items()}
+
+
+def opt_config(**overrides):
+    return {"model_type": "opt", "architectures": ["OPTForCausalLM"], "vocab_size": V,
+            "hidden_size": D, "word_embed_proj_dim": D, "num_hidden_layers": LAYERS,
+            "num_attention_heads": HEADS, "ffn_dim": FF, "max_position_embeddings": CTX,
+            "activation_function": "relu", "do_layer_norm_before": True, "enable_bias": True,
+            "layer_norm_elementwise_affine": True, "_remove_final_layer_norm": False,
+            "dropout": 0.1, "attention_dropout": 0.0, "layerdrop": 0.0, "init_std": 0.02,
+            "pad_token_id": 1, "bos_token_id": 2, "eos_token_id": 2, **overrides}
+
+
+def opt_tensors(rng, cfg):
+    """OPTModel's spelling (``decoder.*``, as facebook/opt-* saves it)."""
+    d, ff = cfg["hidden_size"], cfg["ffn_dim"]
+    t = {"decoder.embed_tokens.weight": (cfg["vocab_size"], d),
+         "decoder.embed_positions.weight": (cfg["max_position_embeddings"] + 2, d),
+         "decoder.final_layer_norm.weight": (d,), "decoder.final_layer_norm.bias": (d,)}
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"decoder.layers.{i}."
+        for name in ("q_proj", "k_proj", "v_proj", "out_proj"):
+            t.update({f"{p}self_attn.{name}.weight": (d, d), f"{p}self_attn.{name}.bias": (d,)})
+        t.update({p + "self_attn_layer_norm.weight": (d,), p + "self_attn_layer_norm.bias": (d,),
+                  p + "fc1.weight": (ff, d), p + "fc1.bias": (ff,), p + "fc2.weight": (d, ff),
+                  p + "fc2.bias": (d,), p + "final_layer_norm.weight": (d,),
+                  p + "final_layer_norm.bias": (d,)})
+    return {k: random(rng, k, s) for k, s in t.items()}
+
+
+def opt_reference(w, cfg, tokens):
+    """Zhang et al. 2022: pre-LN, ReLU, biases, position p reads row p + 2; weights [out, in]."""
+    w = {k: v.astype(np.float64) for k, v in w.items()}
+    t, d, h = len(tokens), cfg["hidden_size"], cfg["num_attention_heads"]
+
+    def ln(x, p):
+        mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+        return (x - mu) / np.sqrt(var + 1e-5) * w[p + ".weight"] + w[p + ".bias"]
+
+    def linear(x, p):
+        return x @ w[p + ".weight"].T + w[p + ".bias"]
+
+    x = w["decoder.embed_tokens.weight"][tokens] + w["decoder.embed_positions.weight"][2:t + 2]
+    causal = np.tril(np.ones((t, t), bool))
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"decoder.layers.{i}."
+        a = ln(x, p + "self_attn_layer_norm")
+        q, k, v = (linear(a, f"{p}self_attn.{n}_proj").reshape(t, h, d // h) for n in "qkv")
+        x = x + linear(attend(q, k, v, causal).reshape(t, d), p + "self_attn.out_proj")
+        m = np.maximum(linear(ln(x, p + "final_layer_norm"), p + "fc1"), 0)
+        x = x + linear(m, p + "fc2")
+    return ln(x, "decoder.final_layer_norm") @ w["decoder.embed_tokens.weight"].T
+
+
+def bloom_config(**overrides):
+    return {"model_type": "bloom", "architectures": ["BloomForCausalLM"], "vocab_size": V,
+            "hidden_size": D, "n_layer": LAYERS, "n_head": 4, "layer_norm_epsilon": 1e-5,
+            "initializer_range": 0.02, "apply_residual_connection_post_layernorm": False,
+            "hidden_dropout": 0.0, "attention_dropout": 0.0, "pretraining_tp": 1,
+            "slow_but_exact": False, "use_cache": True, "seq_length": CTX, **overrides}
+
+
+def bloom_tensors(rng, cfg):
+    """BloomForCausalLM's spelling (``transformer.*``)."""
+    d = cfg["hidden_size"]
+    t = {"transformer.word_embeddings.weight": (cfg["vocab_size"], d),
+         "transformer.word_embeddings_layernorm.weight": (d,),
+         "transformer.word_embeddings_layernorm.bias": (d,),
+         "transformer.ln_f.weight": (d,), "transformer.ln_f.bias": (d,)}
+    for i in range(cfg["n_layer"]):
+        p = f"transformer.h.{i}."
+        t.update({p + "input_layernorm.weight": (d,), p + "input_layernorm.bias": (d,),
+                  p + "self_attention.query_key_value.weight": (3 * d, d),
+                  p + "self_attention.query_key_value.bias": (3 * d,),
+                  p + "self_attention.dense.weight": (d, d),
+                  p + "self_attention.dense.bias": (d,),
+                  p + "post_attention_layernorm.weight": (d,),
+                  p + "post_attention_layernorm.bias": (d,),
+                  p + "mlp.dense_h_to_4h.weight": (4 * d, d), p + "mlp.dense_h_to_4h.bias": (4 * d,),
+                  p + "mlp.dense_4h_to_h.weight": (d, 4 * d), p + "mlp.dense_4h_to_h.bias": (d,)})
+    return {k: random(rng, k, s) for k, s in t.items()}
+
+
+def bloom_slopes(n):
+    """BLOOM's build_alibi_tensor slopes: base 2^(-8/c) for the largest power of two c <= n,
+    powers 1..c; then base 2^(-8/(2c)) at the odd powers 1, 3, ... for the remaining heads."""
+    c = 2 ** int(math.floor(math.log2(n)))
+    slopes = [(2 ** (-8 / c)) ** p for p in range(1, c + 1)]
+    slopes += [(2 ** (-8 / (2 * c))) ** p for p in range(1, 2 * (n - c), 2)]
+    return np.array(slopes)
+
+
+def bloom_reference(w, cfg, tokens):
+    """BigScience 2022: embedding LayerNorm, ALiBi as m_h * (key position), q/k/v interleaved per
+    head in query_key_value ([heads, 3, head_dim] output rows), tanh GELU, weights [out, in]."""
+    w = {k.removeprefix("transformer."): v.astype(np.float64) for k, v in w.items()}
+    t, d, h = len(tokens), cfg["hidden_size"], cfg["n_head"]
+    hd = d // h
+
+    def ln(x, p):
+        mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+        return (x - mu) / np.sqrt(var + cfg["layer_norm_epsilon"]) * w[p + ".weight"] + w[p + ".bias"]
+
+    def linear(x, p):
+        return x @ w[p + ".weight"].T + w[p + ".bias"]
+
+    def gelu(x):
+        return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+
+    slopes = bloom_slopes(h)
+    x = ln(w["word_embeddings.weight"][tokens], "word_embeddings_layernorm")
+    causal = np.tril(np.ones((t, t), bool))
+    for i in range(cfg["n_layer"]):
+        p = f"h.{i}."
+        fused = linear(ln(x, p + "input_layernorm"), p + "self_attention.query_key_value")
+        fused = fused.reshape(t, h, 3, hd)
+        q, k, v = fused[:, :, 0], fused[:, :, 1], fused[:, :, 2]
+        s = np.einsum("qhd,khd->hqk", q, k) / math.sqrt(hd)
+        s = s + slopes[:, None, None] * np.arange(t)[None, None, :]
+        s = np.where(causal[None], s, -np.inf)
+        a = np.einsum("hqk,khd->qhd", softmax(s), v).reshape(t, d)
+        x = x + linear(a, p + "self_attention.dense")
+        m = gelu(linear(ln(x, p + "post_attention_layernorm"), p + "mlp.dense_h_to_4h"))
+        x = x + linear(m, p + "mlp.dense_4h_to_h")
+    return ln(x, "ln_f") @ w["word_embeddings.weight"].T
+
+
+def llama_config(model_type="llama", **overrides):
+    out = {"model_type": model_type, "architectures": ["LlamaForCausalLM"], "vocab_size": V,
+           "hidden_size": D, "intermediate_size": FF, "num_hidden_layers": LAYERS,
+           "num_attention_heads": HEADS, "num_key_value_heads": 2, "hidden_act": "silu",
+           "max_position_embeddings": CTX, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+           "rope_scaling": None, "attention_bias": False, "mlp_bias": False,
+           "tie_word_embeddings": False, "pretraining_tp": 1, "attention_dropout": 0.0,
+           "initializer_range": 0.02, "use_cache": True, "torch_dtype": "bfloat16"}
+    if model_type == "mistral":
+        out["sliding_window"] = 4
+    if model_type == "qwen3":
+        out.update(head_dim=D // HEADS, use_sliding_window=False, sliding_window=None,
+                   max_window_layers=LAYERS, tie_word_embeddings=True)
+    return {**out, **overrides}
+
+
+def llama_tensors(rng, cfg):
+    d, ff = cfg["hidden_size"], cfg["intermediate_size"]
+    hd = d // cfg["num_attention_heads"]
+    kv = cfg["num_key_value_heads"] * hd
+    t = {"model.embed_tokens.weight": (cfg["vocab_size"], d), "model.norm.weight": (d,)}
+    if not cfg["tie_word_embeddings"]:
+        t["lm_head.weight"] = (cfg["vocab_size"], d)
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        t.update({p + "input_layernorm.weight": (d,), p + "self_attn.q_proj.weight": (d, d),
+                  p + "self_attn.k_proj.weight": (kv, d), p + "self_attn.v_proj.weight": (kv, d),
+                  p + "self_attn.o_proj.weight": (d, d), p + "post_attention_layernorm.weight":
+                  (d,), p + "mlp.gate_proj.weight": (ff, d), p + "mlp.up_proj.weight": (ff, d),
+                  p + "mlp.down_proj.weight": (d, ff)})
+        if cfg["model_type"] == "qwen3":
+            t.update({p + "self_attn.q_norm.weight": (hd,), p + "self_attn.k_norm.weight": (hd,)})
+    return {k: random(rng, k, s) for k, s in t.items()}
+
+
+def random(rng, key, shape):
+    """Norm weights around 1, everything else ~ N(0, 0.3^2) (large enough that a swapped or
+    mis-transposed tensor changes the logits far beyond rounding)."""
+    if "norm" in key or "ln_" in key:
+        if key.endswith("bias"):
+            return (0.1 * rng.standard_normal(shape)).astype(np.float32)
+        return (1 + 0.2 * rng.standard_normal(shape)).astype(np.float32)
+    return (0.3 * rng.standard_normal(shape)).astype(np.float32)
+
+
+def write_hf(directory, config, tensors, shards=1, tokenizer=False):
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "config.json").write_text(json.dumps(config))
+    if shards == 1:
+        save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
+    else:
+        keys, weight_map = sorted(tensors), {}
+        for s in range(shards):
+            name = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
+            part = {k: tensors[k] for k in keys[s::shards]}
+            save_file(part, str(directory / name), metadata={"format": "pt"})
+            weight_map.update({k: name for k in part})
+        (directory / "model.safetensors.index.json").write_text(
+            json.dumps({"metadata": {"total_size": 0}, "weight_map": weight_map}))
+    if tokenizer:
+        from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+        vocab = {chr(ord("a") + i): i for i in range(26)}
+        tok = Tokenizer(models.WordLevel(vocab, unk_token="a"))
+        tok.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
+        tok.decoder = decoders.Fuse()
+        tok.save(str(directory / "tokenizer.json"))
+    return directory
+
+
+# --------------------------------------------------------------------------------------------
+# float64 forward passes of the HF models, from their equations
+# --------------------------------------------------------------------------------------------
+
+
+def softmax(s):
+    e = np.exp(s - s.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def attend(q, k, v, allowed):
+    """q [t, h, hd], k/v [t, kv, hd] (GQA: head h reads kv head h // (h / kv))."""
+    g = q.shape[1] // k.shape[1]
+    k, v = np.repeat(k, g, axis=1), np.repeat(v, g, axis=1)
+    s = np.einsum("qhd,khd->hqk", q, k) / math.sqrt(q.shape[-1])
+    s = np.where(allowed[None], s, -np.inf)
+    return np.einsum("hqk,khd->qhd", softmax(s), v)
+
+
+def gpt2_reference(w, cfg, tokens):
+    """Radford et al. 2019: pre-LN, learned positions, tanh-GELU MLP, Conv1D weights [in, out]."""
+    w = {k: v.astype(np.float64) for k, v in w.items()}
+    t, d, h = len(tokens), cfg["n_embd"], cfg["n_head"]
+
+    def ln(x, p):
+        mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+        return (x - mu) / np.sqrt(var + cfg["layer_norm_epsilon"]) * w[p + ".weight"] + w[p + ".bias"]
+
+    def gelu(x):
+        return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+
+    x = w["wte.weight"][tokens] + w["wpe.weight"][:t]
+    causal = np.tril(np.ones((t, t), bool))
+    for i in range(cfg["n_layer"]):
+        p = f"h.{i}."
+        qkv = ln(x, p + "ln_1") @ w[p + "attn.c_attn.weight"] + w[p + "attn.c_attn.bias"]
+        q, k, v = (a.reshape(t, h, d // h) for a in np.split(qkv, 3, axis=-1))
+        a = attend(q, k, v, causal).reshape(t, d)
+        x = x + a @ w[p + "attn.c_proj.weight"] + w[p + "attn.c_proj.bias"]
+        m = gelu(ln(x, p + "ln_2") @ w[p + "mlp.c_fc.weight"] + w[p + "mlp.c_fc.bias"])
+        x = x + m @ w[p + "mlp.c_proj.weight"] + w[p + "mlp.c_proj.bias"]
+    return ln(x, "ln_f") @ w["wte.weight"].T
+
+
+def llama_reference(w, cfg, tokens):
+    """Touvron et al. 2023 (and Mistral's window, Qwen3's QK-norm): RMSNorm, RoPE on rotate-half
+    pairs (i, i + hd/2) with theta^(-2i/hd), GQA, SwiGLU; PyTorch weights [out, in]."""
+    w = {k: v.astype(np.float64) for k, v in w.items()}
+    t, d, h = len(tokens), cfg["hidden_size"], cfg["num_attention_heads"]
+    hd, kv, eps = d // h, cfg["num_key_value_heads"], cfg["rms_norm_eps"]
+
+    def rms(x, weight):
+        return x / np.sqrt((x**2).mean(-1, keepdims=True) + eps) * weight
+
+    inv_freq = cfg["rope_theta"] ** (-np.arange(0, hd, 2) / hd)
+    angle = np.arange(t)[:, None, None] * inv_freq  # [t, 1, hd/2]
+
+    def rope(x):
+        x1, x2 = x[..., :hd // 2], x[..., hd // 2:]
+        return np.concatenate([x1 * np.cos(angle) - x2 * np.sin(angle),
+                               x1 * np.sin(angle) + x2 * np.cos(angle)], -1)
+
+    i_, j_ = np.arange(t)[:, None], np.arange(t)[None]
+    allowed = j_ <= i_
+    if cfg.get("sliding_window") and cfg["model_type"] == "mistral":
+        allowed &= i_ - j_ < cfg["sliding_window"]
+    x = w["model.embed_tokens.weight"][tokens]
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        a = rms(x, w[p + "input_layernorm.weight"])
+        q = (a @ w[p + "self_attn.q_proj.weight"].T).reshape(t, h, hd)
+        k = (a @ w[p + "self_attn.k_proj.weight"].T).reshape(t, kv, hd)
+        v = (a @ w[p + "self_attn.v_proj.weight"].T).reshape(t, kv, hd)
+        if cfg["model_type"] == "qwen3":
+            q, k = rms(q, w[p + "self_attn.q_norm.weight"]), rms(k, w[p + "self_attn.k_norm.weight"])
+        out = attend(rope(q), rope(k), v, allowed).reshape(t, d)
+        x = x + out @ w[p + "self_attn.o_proj.weight"].T
+        m = rms(x, w[p + "post_attention_layernorm.weight"])
+        gate, up = m @ w[p + "mlp.gate_proj.weight"].T, m @ w[p + "mlp.up_proj.weight"].T
+        x = x + (gate / (1 + np.exp(-gate)) * up) @ w[p + "mlp.down_proj.weight"].T
+    head = w["model.embed_tokens.weight" if cfg["tie_word_embeddings"] else "lm_head.weight"]
+    return rms(x, w["model.norm.weight"]) @ head.T
+
+
+FAMILIES = {
+    "gpt2": (gpt2_config, gpt2_tensors, gpt2_reference),
+    "opt": (opt_config, opt_tensors, opt_reference),
+    "bloom": (bloom_config, bloom_tensors, bloom_reference),
+    "bloom6": (lambda **o: bloom_config(n_head=6, hidden_size=36, **o), bloom_tensors,
+               bloom_reference),  # slopes of a head count that is not a power of two
+    "llama": (llama_config, llama_tensors, llama_reference),
+    "mistral": (lambda **o: llama_config("mistral", **o), llama_tensors, llama_reference),
+    "qwen3": (lambda **o: llama_config("qwen3", **o), llama_tensors, llama_reference),
+}
+
+
+def checkpoint(tmp_path, family, name="hf", **kw):
+    make_config, make_tensors, _ = FAMILIES[family]
+    config = make_config()
+    tensors = make_tensors(np.random.default_rng(0), config)
+    return write_hf(tmp_path / name, config, tensors, **kw), config, tensors
+
+
+def run_cli(*argv, capsys=None):
+    code = cli.main(list(argv))
+    return code, (capsys.readouterr() if capsys else None)
+
+
+def logits_of(run, tokens):
+    cfg, graphdef, params = load_params(run)
+    return cfg, params, np.asarray(apply(graphdef, params, np.asarray(tokens, np.int32)[None]))[0]
+
+
+# --------------------------------------------------------------------------------------------
+# Import: the imported run computes the HF model's function
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_import_equals_the_float64_reference_and_round_trips_bitwise(tmp_path, family, capsys):
+    source, config, tensors = checkpoint(tmp_path, family, shards=2 if family == "llama" else 1)
+    code, out = run_cli("import-hf", f"--from={source}", f"--workdir={tmp_path / 'run'}",
+                        capsys=capsys)
+    assert code == 0, out.err
+    tokens = np.random.default_rng(1).integers(0, V, CTX)
+    cfg, params, logits = logits_of(tmp_path / "run", tokens)
+    want = FAMILIES[family][2](tensors, config, tokens)
+    np.testing.assert_allclose(logits, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    assert cfg.data.seq_len == CTX
+    # Export, then import again: the same tensors bit for bit, the same parameters and logits.
+    code, out = run_cli("export-hf", f"--run={tmp_path / 'run'}", f"--to={tmp_path / 'out'}",
+                        capsys=capsys)
+    assert code == 0, out.err
+    exported = load_file(str(tmp_path / "out" / "model.safetensors"))
+    if family.startswith("bloom"):  # written in BloomModel's spelling
+        exported = {"transformer." + k if k != "lm_head.weight" else k: v
+                    for k, v in exported.items()}
+    if family == "opt":  # written in OPTForCausalLM's spelling; rows 0-1 are never read
+        exported = {k.removeprefix("model."): v for k, v in exported.items()}
+        exported["decoder.embed_positions.weight"][:2] = \
+            tensors["decoder.embed_positions.weight"][:2]
+    assert set(exported) == set(tensors)
+    for key, value in tensors.items():
+        assert exported[key].dtype == np.float32
+        np.testing.assert_array_equal(exported[key], value, err_msg=key)
+    written = json.loads((tmp_path / "out" / "config.json").read_text())
+    for key, value in config.items():
+        if key not in ("torch_dtype", "transformers_version", "resid_pdrop", "embd_pdrop",
+                       "attn_pdrop", "architectures", "bos_token_id", "eos_token_id",
+                       "use_cache", "max_window_layers", "pad_token_id", "dropout"):
+            assert written[key] == value, key
+    assert run_cli("import-hf", f"--from={tmp_path / 'out'}", f"--workdir={tmp_path / 'again'}",
+                   capsys=capsys)[0] == 0
+    cfg2, params2, logits2 = logits_of(tmp_path / "again", tokens)
+    assert cfg2.model == cfg.model
+    import jax
+    for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(params2)):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(logits, logits2)
+
+
+def test_bfloat16_tensors_and_the_tokenizer_come_in(tmp_path, capsys):
+    import ml_dtypes
+
+    config = llama_config()
+    tensors = llama_tensors(np.random.default_rng(0), config)
+    halves = {k: v.astype(ml_dtypes.bfloat16) for k, v in tensors.items()}
+    source = write_hf(tmp_path / "hf", config, halves, tokenizer=True)
+    assert run_cli("import-hf", f"--from={source}", f"--workdir={tmp_path / 'run'}",
+                   capsys=capsys)[0] == 0
+    _, params, _ = logits_of(tmp_path / "run", [1, 2])
+    cfg, _, params = load_params(tmp_path / "run")
+    from attnlab.train.checkpoint import path_name
+    import jax
+    flat = {path_name(p): np.asarray(x) for p, x in jax.tree_util.tree_leaves_with_path(params)}
+    np.testing.assert_array_equal(flat["token_embedding"],
+                                  halves["model.embed_tokens.weight"].astype(np.float32))
+    assert (tmp_path / "run" / "tokenizer.json").read_bytes() == \
+        (source / "tokenizer.json").read_bytes()
+
+
+def test_rope_scaling_maps_to_attnlabs_and_unknown_types_are_refused(tmp_path, capsys):
+    from attnlab.hf.families import FAMILIES as F, HFError
+
+    llama = F["llama"]
+    yarn = llama.model_config(llama_config(rope_scaling={
+        "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8}))
+    assert (yarn.rope_scaling, yarn.rope_factor, yarn.rope_original_len) == ("yarn", 4.0, 8)
+    linear = llama.model_config(llama_config(rope_scaling={"type": "linear", "factor": 2.0}))
+    assert (linear.rope_scaling, linear.rope_factor) == ("pi", 2.0)
+    assert llama.hf_config(yarn, CTX)["rope_scaling"] == {
+        "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8}
+    for scaling, key in [({"rope_type": "dynamic", "factor": 2.0}, "rope_type"),
+                         ({"rope_type": "llama3", "factor": 8.0}, "rope_type"),
+                         ({"rope_type": "yarn", "factor": 4.0, "beta_fast": 16}, "beta_fast"),
+                         ({"rope_type": "yarn", "factor": 4.0, "attention_factor": 1.0},
+                          "attention_factor")]:
+        with pytest.raises(HFError, match=f"rope_scaling.{key}"):
+            llama.model_config(llama_config(rope_scaling=scaling))
+
+
+# --------------------------------------------------------------------------------------------
+# Refusals: one line naming the file or key, nothing written
+# --------------------------------------------------------------------------------------------
+
+
+def _drop(tensors, key):
+    return {k: v for k, v in tensors.items() if k != key}
+
+
+REFUSALS = {
+    "unknown model_type": (lambda c, t: ({**c, "model_type": "falcon"}, t),
+                           "config.json: model_type='falcon' is not supported"),
+    "mamba": (lambda c, t: ({**c, "model_type": "mamba"}, t),
+              "model_type='mamba' is not supported: attnlab's Mamba layers"),
+    "unknown key": (lambda c, t: ({**c, "rope_dim_mult": 2}, t), "config.json: rope_dim_mult"),
+    "unrepresentable value": (lambda c, t: ({**c, "attention_bias": True}, t),
+                              "config.json: attention_bias=True"),
+    "head_dim": (lambda c, t: ({**c, "head_dim": 16}, t), "config.json: head_dim=16"),
+    "missing tensor": (lambda c, t: (c, _drop(t, "model.layers.1.mlp.up_proj.weight")),
+                       "missing tensor model.layers.1.mlp.up_proj.weight"),
+    "wrong shape": (lambda c, t: (c, {**t, "model.norm.weight": np.ones(D + 1, np.float32)}),
+                    "tensor model.norm.weight has shape [33]"),
+    "extra tensor": (lambda c, t: (c, {**t, "model.layers.0.self_attn.q_proj.bias":
+                                       np.zeros(D, np.float32)}),
+                     "model.layers.0.self_attn.q_proj.bias has no place"),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSALS))
+def test_bad_checkpoints_are_refused_in_one_line(tmp_path, case, capsys):
+    change, words = REFUSALS[case]
+    config = llama_config()
+    config, tensors = change(config, llama_tensors(np.random.default_rng(0), config))
+    source = write_hf(tmp_path / "hf", config, tensors)
+    code, out = run_cli("import-hf", f"--from={source}", f"--workdir={tmp_path / 'run'}",
+                        capsys=capsys)
+    assert code == 2
+    assert out.err.count("\n") == 1 and words in out.err, out.err
+    assert not (tmp_path / "run").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["hf"]  # no staging directory left either
+
+
+def test_truncated_and_missing_files_are_refused(tmp_path, capsys):
+    source, _, _ = checkpoint(tmp_path, "gpt2")
+    weights = source / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-100])
+    code, out = run_cli("import-hf", f"--from={source}", f"--workdir={tmp_path / 'run'}",
+                        capsys=capsys)
+    assert code == 2 and f"{weights}: not a readable safetensors file" in out.err, out.err
+    weights.unlink()
+    code, out = run_cli("import-hf", f"--from={source}", f"--workdir={tmp_path / 'run'}",
+                        capsys=capsys)
+    assert code == 2 and "holds neither model.safetensors" in out.err
+    assert not (tmp_path / "run").exists()
+
+
+def test_export_refuses_what_no_family_holds(tmp_path, capsys):
+    from attnlab.config import ModelConfig
+    from attnlab.hf.families import FAMILIES as F, HFError, family_of_model
+
+    with pytest.raises(HFError, match="model.pos_encoding='sinusoidal'"):
+        family_of_model(ModelConfig(pos_encoding="sinusoidal"))
+    with pytest.raises(HFError, match="model.embedding_norm=False has no Bloom equivalent"):
+        F["bloom"].hf_config(ModelConfig(pos_encoding="alibi", linear_bias=True), CTX)
+    with pytest.raises(HFError, match="model.norm='layernorm' has no Llama equivalent"):
+        F["llama"].hf_config(ModelConfig(ffn="swiglu"), CTX)
+    with pytest.raises(HFError, match="model.attention_scale='mup' has no Llama"):
+        F["llama"].hf_config(ModelConfig(ffn="swiglu", norm="rmsnorm", attention_scale="mup"),
+                             CTX)
+
+
+# --------------------------------------------------------------------------------------------
+# An imported run is a normal run: fine-tuned by `attnlab train`, generated from, exported
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow  # ~25 s each: two training steps, generation, export and import
+@pytest.mark.parametrize("family", ["gpt2", "opt", "bloom", "llama", "mistral", "qwen3"])
+def test_an_imported_run_fine_tunes_generates_and_round_trips_bitwise(tmp_path, family, capsys):
+    import jax
+
+    source, config, tensors = checkpoint(tmp_path, family, tokenizer=True)
+    run = tmp_path / "run"
+    settings = ["--config=configs/tiny.py", "--config.data.source=markov",
+                "--config.data.markov_tokens=20000", f"--config.data.cache_dir={tmp_path}/data",
+                "--config.data.seq_len=16", "--config.data.batch_size=4",
+                "--config.train.steps=2", "--config.train.warmup_steps=1",
+                "--config.train.eval_every=2", "--config.train.eval_batches=1",
+                "--config.train.checkpoint_every=2", "--config.train.log_every=1"]
+    code, out = run_cli("import-hf", f"--from={source}", f"--workdir={run}", *settings,
+                        capsys=capsys)
+    assert code == 0, out.err
+    _, imported, _ = logits_of(run, [1])
+    code, out = run_cli("train", f"--workdir={run}", "--noprogress", capsys=capsys)
+    assert code == 0, out.err
+    cfg, trained, _ = logits_of(run, [1])
+    assert cfg.train.steps == 2 and cfg.data.source == "markov"
+    changed = [not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(imported),
+                                                        jax.tree.leaves(trained))]
+    assert all(changed)  # every parameter moved in fine-tuning
+    # Greedy generation with the imported tokenizer (letters a-z, ids 0-25).
+    code, out = run_cli("generate", f"--run={run}", "--prompt=abc", "--temperature=0",
+                        "--max-new-tokens=4", capsys=capsys)
+    assert code == 0 and out.out.startswith("abc"), out
+    # The trained run, exported and imported again: identical parameters and logits.
+    assert run_cli("export-hf", f"--run={run}", f"--to={tmp_path / 'out'}", capsys=capsys)[0] == 0
+    assert (tmp_path / "out" / "tokenizer.json").is_file()
+    assert run_cli("import-hf", f"--from={tmp_path / 'out'}", f"--workdir={tmp_path / 'again'}",
+                   capsys=capsys)[0] == 0
+    tokens = np.arange(CTX) % V
+    _, params, logits = logits_of(run, tokens)
+    _, params2, logits2 = logits_of(tmp_path / "again", tokens)
+    for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(params2)):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(logits, logits2)
