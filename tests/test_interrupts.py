@@ -276,13 +276,14 @@ def test_quickstart_interrupted_then_rerun_completes_every_run(tmp_path, cache_d
 
 @pytest.mark.slow
 def test_ctrl_c_while_building_an_enormous_model_exits_promptly(tmp_path):
-    """3000 layers fit in memory but take minutes to trace and compile; Ctrl-C must still stop
-    the command with one line and 130 (at the latest HARD_EXIT_SECONDS after it), not hang."""
+    """3000 layers (past the depth check, with --allow-large) fit in memory but take minutes to
+    build, trace and compile; Ctrl-C must still stop the command with one line and 130 (at the
+    latest HARD_EXIT_SECONDS after it), not hang."""
     from attnlab.interrupts import HARD_EXIT_SECONDS
 
     workdir, log = tmp_path / "deep", tmp_path / "deep.log"
     proc = _start(["train", "--config=configs/tiny.py", "--config.model.n_layers=3000",
-                   f"--workdir={workdir}", "--noprogress"], log)
+                   "--allow-large", f"--workdir={workdir}", "--noprogress"], log)
     # Tracing 3000 layers takes minutes (the workdir appears only after it): 20 s in, the
     # command is inside JAX, where a Ctrl-C can land in a garbage-collector callback.
     deadline = time.time() + 20
