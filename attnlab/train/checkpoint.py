@@ -145,7 +145,7 @@ CORRUPT_PREFIX = "corrupt-"  # checkpoints/corrupt-<step>/: a damaged step, move
 # every driver involved, the chain of drivers opened, the files (the step is named already) and,
 # in some orbax versions, the repr of a bound method ("See full TensorStore details: <bound
 # method pybind11_detail_function_...>").
-_ERROR_NOISE = (re.compile(r"\s*See full TensorStore details:.*", re.S),
+_ERROR_NOISE = (re.compile(r"[.\s]*See full TensorStore details:.*", re.S),
                 re.compile(r"\s*\[tensorstore_spec(\[\d+\])?='[^']*'\]"),
                 re.compile(r"\s*<bound method [^>]*>"),
                 re.compile(r'Error opening "\w+" driver: '),
