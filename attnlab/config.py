@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from typing import Any, Mapping
 
 import ml_collections
@@ -278,6 +279,8 @@ def coerce(value: Any, field: dataclasses.Field, path: str, *, error=ConfigError
     if annotation.startswith("float"):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise error(path, f"expected a number, got {value!r}")
+        if not math.isfinite(value):  # NaN passes every range check (nan <= 0 is False)
+            raise error(path, f"must be a finite number, got {value!r}")
         return float(value)
     if annotation.startswith("str"):
         if not isinstance(value, str):
