@@ -319,7 +319,7 @@ def check_choice(path: str, value: str, valid: tuple[str, ...]) -> None:
 
 
 def check_positive(path: str, value: float) -> None:
-    if value <= 0:
+    if not value > 0:  # also NaN
         raise ConfigError(path, f"must be positive, got {value}")
 
 
