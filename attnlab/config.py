@@ -410,6 +410,15 @@ def validate_sections(cfg: Config) -> None:
         raise ConfigError("model.vocab_size", f"the byte tokenizer needs >= 256, got {cfg.model.vocab_size}")
 
 
+def check_warmup(train: TrainConfig, total_steps: int) -> None:
+    """A warmup longer than the run never reaches the peak learning rate (the schedules other
+    than noam, whose warmup is its shape). Checked with the rules between sections, so that a
+    sweep refuses such a run before it starts rather than recording it as failed."""
+    if train.warmup_steps > total_steps and train.schedule != "noam":
+        raise ConfigError("train.warmup_steps",
+                          f"{train.warmup_steps} is longer than the run ({total_steps} steps)")
+
+
 def base_config_dict() -> ml_collections.ConfigDict:
     """A ConfigDict holding every field at its default, for configs/*.py to start from.
 

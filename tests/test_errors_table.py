@@ -288,6 +288,12 @@ CASES = [
     ("sweep-budget-too-small", None, ["sweep", f"--config={ISOFLOP}",
                                       "--config.sweep.budgets=(1e3,)", "--workdir={d}/sw"],
      "budget"),
+    ("sweep-warmup-longer-than-runs", None, [*SWEEP, "--config.base.train.warmup_steps=100",
+                                             "--workdir={d}/sw"],
+     "train.warmup_steps: 100 is longer than the run (24 steps)"),
+    ("model-info-warmup-longer-than-run", None, ["model-info", f"--config={TINY}",
+                                                 "--config.train.warmup_steps=50"],
+     "config.train.warmup_steps: 50 is longer than the run (20 steps)"),
     ("sweep-scale-without-config", None, ["sweep", "--config.scale=gpu", "--workdir={d}/sw"],
      "--config.scale=gpu"),
     # --- quickstart

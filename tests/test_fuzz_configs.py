@@ -304,3 +304,18 @@ def test_regression_non_finite_floats_are_refused(value):
             with pytest.raises(ConfigError) as e:
                 from_config_dict(raw)
             assert e.value.field == f"{section}.{f.name}", (f.name, e.value)
+
+
+def test_regression_warmup_longer_than_the_run_is_refused_by_check():
+    """Found by the long traced profile (train.warmup_steps=5 with train.steps=4): ``check``
+    accepted it and only building the optimizer refused it, after the corpus was prepared; a
+    sweep planned such runs (it validates with ``check``) and they failed in their workers.
+    ``check`` now refuses it, and so does the sweep's plan (tests/test_errors_table.py,
+    sweep-warmup-longer-than-runs)."""
+    raw = {k: dict(v) for k, v in BASE.items()}
+    raw["train"].update(steps=4, warmup_steps=5)
+    with pytest.raises(ConfigError) as e:
+        check(from_config_dict(raw))
+    assert e.value.field == "train.warmup_steps"
+    raw["train"]["schedule"] = "noam"  # its warmup is the schedule's shape, not a phase
+    check(from_config_dict(raw))
