@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from attnlab.config import (DATA_SOURCES, DTYPES, SCHEDULES, TOKENIZERS, Config, DataConfig,
-                            ModelConfig, TrainConfig, from_config_dict)
+                            ModelConfig, TrainConfig, check_warmup, from_config_dict)
 from attnlab.errors import ConfigError
 from attnlab.model import apply, check, decode_step, init_model, init_state, resolve
 from attnlab.model.architecture import REMATS, SELECTORS
@@ -234,7 +234,8 @@ def check_one(raw: dict, go) -> None:
     its contracts."""
     try:
         cfg = from_config_dict(raw)
-        check(cfg)
+        check(cfg)  # what every entry point checks before anything is built
+        check_warmup(cfg.train, cfg.total_steps)
     except ConfigError as e:
         assert _field_exists(e.field), f"ConfigError names no field: {e.field!r} ({e})"
         assert "\n" not in str(e), str(e)
@@ -306,16 +307,26 @@ def test_regression_non_finite_floats_are_refused(value):
             assert e.value.field == f"{section}.{f.name}", (f.name, e.value)
 
 
-def test_regression_warmup_longer_than_the_run_is_refused_by_check():
-    """Found by the long traced profile (train.warmup_steps=5 with train.steps=4): ``check``
-    accepted it and only building the optimizer refused it, after the corpus was prepared; a
-    sweep planned such runs (it validates with ``check``) and they failed in their workers.
-    ``check`` now refuses it, and so does the sweep's plan (tests/test_errors_table.py,
-    sweep-warmup-longer-than-runs)."""
+def test_regression_warmup_longer_than_the_run_is_refused_up_front():
+    """Found by the long traced profile (train.warmup_steps=5 with train.steps=4): only building
+    the optimizer refused it, after the corpus was prepared, and a sweep planned such runs,
+    which then failed in their workers. The entry points now check it with the config
+    (``check_warmup``: train, model-info, the sweep's plan; tests/test_errors_table.py,
+    sweep-warmup-longer-than-runs and model-info-warmup-longer-than-run)."""
+    from attnlab.sweep import load_spec, plan
+    from attnlab.sweep.sections import SweepSpecError
+
     raw = {k: dict(v) for k, v in BASE.items()}
     raw["train"].update(steps=4, warmup_steps=5)
     with pytest.raises(ConfigError) as e:
-        check(from_config_dict(raw))
+        cfg = from_config_dict(raw)
+        check_warmup(cfg.train, cfg.total_steps)
     assert e.value.field == "train.warmup_steps"
     raw["train"]["schedule"] = "noam"  # its warmup is the schedule's shape, not a phase
-    check(from_config_dict(raw))
+    cfg = from_config_dict(raw)
+    check_warmup(cfg.train, cfg.total_steps)
+    spec = load_spec("experiments/tiny_grid.py")
+    base = dataclasses.replace(spec.base, train=dataclasses.replace(spec.base.train,
+                                                                    warmup_steps=100))
+    with pytest.raises(SweepSpecError, match="base.train.warmup_steps: 100 is longer"):
+        plan(dataclasses.replace(spec, base=base))

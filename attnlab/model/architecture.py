@@ -31,7 +31,7 @@ import dataclasses
 import functools
 from typing import Any
 
-from attnlab.config import Config, ModelConfig, check_warmup
+from attnlab.config import Config, ModelConfig
 from attnlab.errors import ConfigError
 from attnlab.model import attention, blocks, ffn, layers, masks, mixers, ngpt, objectives
 from attnlab.model import positions, relative, rope, scales
@@ -242,7 +242,6 @@ def check(cfg: Config) -> Architecture:
             f"{cfg.data.seq_len}: it would train full attention (0 = full causal attention)",
         )
     arch.block.check_train(cfg.train)
-    check_warmup(cfg.train, cfg.total_steps)
     if arch.objective.uses_mask:
         # [MASK] is the model's last id (model.vocab_size - 1): it must lie past every token id.
         ids = 256 if cfg.data.tokenizer == "byte" else cfg.data.bpe_vocab_size

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 
 from attnlab.cli_flags import Flag, parse
-from attnlab.config import Config, from_config_dict
+from attnlab.config import Config, check_warmup, from_config_dict
 from attnlab.errors import AttnlabError
 
 TRAIN_FLAGS = [
@@ -44,6 +44,7 @@ def _config(values) -> Config:
 
     cfg = from_config_dict(values.config)
     check(cfg)
+    check_warmup(cfg.train, cfg.total_steps)
     return cfg
 
 

@@ -25,7 +25,7 @@ import jax
 import numpy as np
 
 from attnlab import rundir
-from attnlab.config import Config
+from attnlab.config import Config, check_warmup
 from attnlab.data import Batches, validation_batches
 from attnlab.errors import ConfigError
 from attnlab.model import check, flops_per_token, param_counts, resolve
@@ -352,6 +352,7 @@ def run(cfg: Config, workdir: str | Path, *, progress: bool = True, allow_large:
     """
     workdir = Path(workdir).absolute()
     check(cfg)  # the rules between parts; a config built in code has not met them yet
+    check_warmup(cfg.train, cfg.total_steps)
     initialize_distributed(cfg)
     previous = check_workdir(workdir, cfg, allow_nonempty=allow_nonempty)
     if previous and previous.get("status") in (rundir.COMPLETED, rundir.DIVERGED):
