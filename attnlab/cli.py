@@ -14,6 +14,7 @@ import sys
 from attnlab.cli_flags import HelpRequested
 from attnlab.errors import AttnlabError
 from attnlab.interrupts import EXIT_INTERRUPTED, ignore_from_now_on, watchdog
+from attnlab.rundir import check_can_write_file
 
 
 # name -> (module, function, one-line help)
@@ -82,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def check_output_paths(name: str, argv: list[str]) -> None:
     """Refuses an output file that cannot be written (a directory, a missing or read-only parent
-    directory), naming the flag, before the command does any work."""
+    directory, a file system that takes no files), naming the flag, before the command does any
+    work."""
     for flag in OUTPUT_FLAGS.get(name, ()):
         for i, arg in enumerate(argv):
             if arg.startswith(f"--{flag}="):
@@ -93,14 +95,7 @@ def check_output_paths(name: str, argv: list[str]) -> None:
                 continue
             if not path:
                 continue
-            parent = os.path.dirname(os.path.abspath(path))
-            if os.path.isdir(path):
-                raise AttnlabError(f"--{flag}={path} is a directory; give a file name")
-            if not os.path.isdir(parent):
-                raise AttnlabError(f"--{flag}={path}: the directory {parent} does not exist")
-            if not os.access(parent, os.W_OK) or (os.path.exists(path)
-                                                  and not os.access(path, os.W_OK)):
-                raise AttnlabError(f"--{flag}={path}: not writable")
+            check_can_write_file(path, f"--{flag}")
 
 
 def _quiet_from_now_on() -> None:

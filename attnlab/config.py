@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from typing import Any, Mapping
 
 import ml_collections
@@ -314,6 +315,8 @@ def coerce(value: Any, field: dataclasses.Field, path: str, *, error=ConfigError
     if annotation.startswith("float"):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise error(path, f"expected a number, got {value!r}")
+        if not math.isfinite(value):  # NaN passes every range check (nan <= 0 is False)
+            raise error(path, f"must be a finite number, got {value!r}")
         return float(value)
     if annotation.startswith("str"):
         if not isinstance(value, str):
@@ -352,7 +355,7 @@ def check_choice(path: str, value: str, valid: tuple[str, ...]) -> None:
 
 
 def check_positive(path: str, value: float) -> None:
-    if value <= 0:
+    if not value > 0:  # also NaN
         raise ConfigError(path, f"must be positive, got {value}")
 
 
@@ -486,6 +489,15 @@ def wsd_decay_start(total_steps: int, warmup_steps: int, decay_fraction: float) 
     ``round(decay_fraction * total_steps)`` updates decay (at least one), never the warmup's."""
     decay_steps = max(1, round(decay_fraction * total_steps))
     return max(warmup_steps, total_steps - decay_steps)
+
+
+def check_warmup(train: TrainConfig, total_steps: int) -> None:
+    """A warmup longer than the run never reaches the peak learning rate (the schedules other
+    than noam, whose warmup is its shape). Checked with the rules between sections, so that a
+    sweep refuses such a run before it starts rather than recording it as failed."""
+    if train.warmup_steps > total_steps and train.schedule != "noam":
+        raise ConfigError("train.warmup_steps",
+                          f"{train.warmup_steps} is longer than the run ({total_steps} steps)")
 
 
 def base_config_dict() -> ml_collections.ConfigDict:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import tempfile
 import uuid
 from pathlib import Path
 from typing import Any, Iterator
@@ -56,6 +57,13 @@ JAX_CACHE_DIR = "jax_cache"
 LOGS_DIR = "logs"
 RETIRED_DIR = "retired"
 SWEEP_LOCK_FILE = ".sweep.lock"  # held (flock) by the sweep writing the directory; names its pid
+
+# What marks a directory as attnlab's: a command refuses to write into an existing, non-empty
+# directory holding none of these (someone else's files) unless asked to (--allow-nonempty).
+RUN_DIR_NAMES = frozenset({CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, CHECKPOINT_DIR,
+                           TENSORBOARD_DIR, RUN_FILE, FAILURE_FILE, LOG_FILE, LOCK_FILE})
+SWEEP_DIR_NAMES = frozenset({RUNS_DIR, SWEEP_FILE, TABLE_FILE, CSV_FILE, JAX_CACHE_DIR, LOGS_DIR,
+                             RETIRED_DIR, SWEEP_LOCK_FILE})
 
 # -- statuses ----------------------------------------------------------------------------------
 # What summary.json says (training) ...
@@ -114,6 +122,76 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
 def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
     """``obj`` as indented, key-sorted JSON (NaN allowed: losses can be NaN), atomically."""
     write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True, allow_nan=True) + "\n")
+
+
+# -- can it be written? ------------------------------------------------------------------------
+#
+# Asked by trying, not by ``os.access``: root passes every permission check, and a directory on a
+# read-only or pseudo file system (/proc, /sys) or a full disk refuses a write that the modes
+# allow. Each probe removes what it made, so a refused command leaves nothing behind.
+
+
+def existing_ancestor(path: Path) -> Path:
+    """``path`` itself or its nearest ancestor that exists."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def check_can_create_dir(path: str | os.PathLike, flag: str = "--workdir") -> None:
+    """Raises WorkdirError (``flag`` and the path named) unless ``path`` is a directory this
+    process can write into, or can be created: its nearest existing ancestor is a directory in
+    which a directory can be made. Nothing is left behind."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise WorkdirError(f"{flag} {path} exists and is not a directory")
+    ancestor = existing_ancestor(path)
+    if not ancestor.is_dir():
+        raise WorkdirError(f"{flag} {path}: {ancestor} is not a directory")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".attnlab-probe-", dir=ancestor))
+    except OSError as e:
+        what = "write into it" if ancestor == path else f"create it in {ancestor}"
+        raise WorkdirError(f"{flag} {path}: cannot {what} ({e.strerror or e})") from None
+
+
+def check_not_foreign(path: Path, ours: frozenset[str], what: str, *,
+                      allow_nonempty: bool = False) -> None:
+    """Raises WorkdirError unless ``path`` is missing, empty, or holds one of the names ``ours``
+    (an attnlab ``what``, e.g. "run"): as ``git clone`` does, a directory full of someone else's
+    files is not written into unless ``allow_nonempty``."""
+    if allow_nonempty or not path.is_dir():
+        return
+    names = {entry.name for entry in os.scandir(path)}
+    if names and not names & ours:
+        shown = ", ".join(sorted(names)[:3]) + (", ..." if len(names) > 3 else "")
+        raise WorkdirError(f"--workdir {path} is not empty ({len(names)} entries: {shown}) and "
+                           f"holds no attnlab {what}; pass an empty or new directory, or "
+                           f"--allow-nonempty to write into it anyway")
+
+
+def check_can_write_file(path: str | os.PathLike, flag: str) -> None:
+    """Raises WorkdirError (``flag`` and the path named) unless the file ``path`` can be written:
+    not a directory, in an existing directory where a file can be created, itself writable if it
+    exists. An existing file is opened for appending, which changes nothing in it."""
+    path = Path(path)
+    parent = path.absolute().parent
+    if path.is_dir():
+        raise WorkdirError(f"{flag}={path} is a directory; give a file name")
+    if not parent.is_dir():
+        raise WorkdirError(f"{flag}={path}: the directory {parent} does not exist")
+    try:
+        with tempfile.NamedTemporaryFile(prefix=".attnlab-probe-", dir=parent):
+            pass
+    except OSError as e:
+        raise WorkdirError(f"{flag}={path}: cannot write a file in {parent} "
+                           f"({e.strerror or e})") from None
+    try:
+        if path.exists():
+            with open(path, "a"):
+                pass
+    except OSError as e:
+        raise WorkdirError(f"{flag}={path}: not writable ({e.strerror or e})") from None
 
 
 # -- reading -----------------------------------------------------------------------------------

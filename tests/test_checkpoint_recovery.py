@@ -159,6 +159,8 @@ def test_generate_and_extrapolate_on_a_damaged_checkpoint_say_one_line(trained, 
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: "), (argv, result.stderr)
         assert "checkpoints/20" in lines[0] and "--step=10" in lines[0]
+        assert not any(noise in lines[0] for noise in ("tensorstore_spec", "TensorStore details",
+                                                       "bound method", "local file")), lines[0]
     assert _tree_hash(workdir) == before  # reading never moves or rewrites anything
     ok = _cli("generate", f"--run={workdir}", "--prompt=def ", "--max-new-tokens=4", "--step=10")
     assert ok.returncode == 0, ok.stderr[-3000:]

@@ -165,6 +165,12 @@ def locked_sweep(d):
 _HOLDERS: list[subprocess.Popen] = []
 
 
+def foreign_dir(d):
+    """An existing directory of someone else's files (no run, no sweep)."""
+    _file(d, "mine/notes.txt", "my notes\n")
+    _file(d, "mine/data.csv", "a,b\n1,2\n")
+
+
 def degenerate_results(d):
     _file(d, "header.csv", "params,tokens,loss\n")
     _file(d, "same.csv", "params,tokens,loss\n" + "1e5,1e7,3.0\n" * 8)
@@ -278,6 +284,16 @@ CASES = [
      "afile exists and is not a directory"),
     ("train-workdir-under-file", configs, ["train", f"--config={TINY}",
                                            "--workdir={d}/afile/run"], "is not a directory"),
+    ("train-workdir-uncreatable", None, ["train", f"--config={TINY}", "--workdir=/proc/attnlab"],
+     "--workdir /proc/attnlab: cannot create it in /proc"),
+    ("train-workdir-foreign", foreign_dir, ["train", f"--config={TINY}", "--workdir={d}/mine"],
+     "--workdir {d}/mine is not empty (2 entries: data.csv, notes.txt) and holds no attnlab "
+     "run; pass an empty or new directory, or --allow-nonempty"),
+    ("train-too-deep", None, ["train", f"--config={TINY}", "--config.model.n_layers=10000",
+                              "--workdir={d}/w"], "config.model.n_layers=10000: building"),
+    ("train-too-deep-unrolled", None, ["train", f"--config={TINY}", "--config.model.n_layers=200",
+                                       "--workdir={d}/w"],
+     "config.model.n_layers=200: unrolled, XLA compiles each layer apart"),
     ("train-workdir-sweep", other_sweep, ["train", f"--config={TINY}", "--workdir={d}/sw"],
      "is a sweep directory"),
     ("train-workdir-other-config", train_run, ["train", f"--config={TINY}",
@@ -352,6 +368,10 @@ CASES = [
     ("sweep-workdir-file", configs, [*SWEEP, "--workdir={d}/afile"], "not a directory"),
     ("sweep-workdir-under-file", configs, [*SWEEP, "--workdir={d}/afile/sw"],
      "is not a directory"),
+    ("sweep-workdir-uncreatable", None, [*SWEEP, "--workdir=/proc/attnlab"],
+     "--workdir /proc/attnlab: cannot create it in /proc"),
+    ("sweep-workdir-foreign", foreign_dir, [*SWEEP, "--workdir={d}/mine"],
+     "holds no attnlab sweep; pass an empty or new directory, or --allow-nonempty"),
     ("sweep-other-sweep", other_sweep, [*SWEEP, "--workdir={d}/sw"],
      "holds sweep 'someone_elses', not 'tiny_grid'"),
     ("sweep-train-run-dir", train_run, [*SWEEP, "--workdir={d}/run"], "holds a training run"),
@@ -374,10 +394,20 @@ CASES = [
     ("sweep-budget-too-small", None, ["sweep", f"--config={ISOFLOP}",
                                       "--config.sweep.budgets=(1e3,)", "--workdir={d}/sw"],
      "budget"),
+    ("sweep-warmup-longer-than-runs", None, [*SWEEP, "--config.base.train.warmup_steps=100",
+                                             "--workdir={d}/sw"],
+     "train.warmup_steps: 100 is longer than the run (24 steps)"),
+    ("model-info-warmup-longer-than-run", None, ["model-info", f"--config={TINY}",
+                                                 "--config.train.warmup_steps=50"],
+     "config.train.warmup_steps: 50 is longer than the run (20 steps)"),
     ("sweep-scale-without-config", None, ["sweep", "--config.scale=gpu", "--workdir={d}/sw"],
      "--config.scale=gpu"),
     # --- quickstart
     ("quickstart-workdir-file", configs, [*QUICK, "--workdir={d}/afile"], "not a directory"),
+    ("quickstart-workdir-uncreatable", None, [*QUICK, "--workdir=/proc/attnlab"],
+     "--workdir /proc/attnlab: cannot create it in /proc"),
+    ("quickstart-workdir-foreign", foreign_dir, [*QUICK, "--workdir={d}/mine"],
+     "holds no attnlab sweep"),
     ("quickstart-bootstrap", None, [*QUICK, "--bootstrap=-1", "--workdir={d}/q"], "--bootstrap"),
     ("quickstart-other-sweep", other_sweep, [*QUICK, "--workdir={d}/sw"], "holds sweep"),
     ("quickstart-config-raises", configs, ["quickstart", "--config={d}/sweep_raises.py",
@@ -392,6 +422,9 @@ CASES = [
                                           "--json={d}/nowhere/fit.json"], "does not exist"),
     ("fit-json-under-file", results_file, ["fit", "--results={d}/results.csv",
                                            "--json={d}/afile/fit.json"], "does not exist"),
+    ("fit-json-uncreatable", results_file, ["fit", "--results={d}/results.csv",
+                                            "--json=/proc/fit.json"],
+     "--json=/proc/fit.json: cannot write a file in /proc"),
     ("fit-no-results", None, ["fit", "--results={d}/nope.csv", "--law=chinchilla"], "nope.csv"),
     ("fit-header-only", degenerate_results, ["fit", "--results={d}/header.csv", "--law=kaplan"],
      "header.csv: the table has no rows"),
@@ -475,6 +508,9 @@ CASES = [
      "not a task; use --text"),
     ("attention-out-no-parent", task_run, ["attention", "--run={d}/run", "--task-example",
                                            "--out={d}/no/x.png"], "does not exist"),
+    ("plot-out-uncreatable", results_file, ["plot", "--results={d}/results.csv",
+                                            "--kind=loss-vs-params", "--out=/proc/x.png"],
+     "--out=/proc/x.png: cannot write a file in /proc"),
     # --- extrapolate
     ("extrapolate-not-a-run", configs, ["extrapolate", "--run={d}/adir"], "adir"),
     ("extrapolate-missing-run", None, ["extrapolate", "--run={d}/nope"], "nope"),

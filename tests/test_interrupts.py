@@ -276,13 +276,14 @@ def test_quickstart_interrupted_then_rerun_completes_every_run(tmp_path, cache_d
 
 @pytest.mark.slow
 def test_ctrl_c_while_building_an_enormous_model_exits_promptly(tmp_path):
-    """3000 layers fit in memory but take minutes to trace and compile; Ctrl-C must still stop
-    the command with one line and 130 (at the latest HARD_EXIT_SECONDS after it), not hang."""
+    """3000 layers (past the depth check, with --allow-large) fit in memory but take minutes to
+    build, trace and compile; Ctrl-C must still stop the command with one line and 130 (at the
+    latest HARD_EXIT_SECONDS after it), not hang."""
     from attnlab.interrupts import HARD_EXIT_SECONDS
 
     workdir, log = tmp_path / "deep", tmp_path / "deep.log"
     proc = _start(["train", "--config=configs/tiny.py", "--config.model.n_layers=3000",
-                   f"--workdir={workdir}", "--noprogress"], log)
+                   "--allow-large", f"--workdir={workdir}", "--noprogress"], log)
     # Tracing 3000 layers takes minutes (the workdir appears only after it): 20 s in, the
     # command is inside JAX, where a Ctrl-C can land in a garbage-collector callback.
     deadline = time.time() + 20
@@ -295,3 +296,90 @@ def test_ctrl_c_while_building_an_enormous_model_exits_promptly(tmp_path):
     assert time.time() - sent < HARD_EXIT_SECONDS + 10
     assert "Traceback" not in log.read_text(errors="replace"), _tail(log)
     assert results.run_status(workdir) in ("partial", "pending")
+
+
+# -- killed at random until it finishes ----------------------------------------------------------
+
+# tiny_grid with two seeds: 2 shapes x 2 encodings x 2 seeds = 8 runs, the seeds of one shape and
+# encoding trained together as an ensemble (--ensemble=auto).
+KILL_SWEEP = ["--config.sweep.axes.train.seed=(0,1)"]
+KILL_SIGNALS = (signal.SIGKILL, signal.SIGINT, signal.SIGTERM)
+MIN_KILLS = 10
+
+
+def _stray_files(workdir: pathlib.Path) -> list[str]:
+    """Entries of a sweep directory and of its runs that no documented name accounts for
+    (``attnlab.rundir``): e.g. an atomic write's temporary left by a kill."""
+    from attnlab import rundir
+
+    stray = [p.name for p in workdir.iterdir() if p.name not in rundir.SWEEP_DIR_NAMES]
+    for run in (workdir / rundir.RUNS_DIR).iterdir():
+        stray += [f"{run.name}/{p.name}" for p in run.iterdir()
+                  if p.name not in rundir.RUN_DIR_NAMES]
+    return stray
+
+
+@pytest.mark.slow
+def test_sweep_killed_at_random_until_it_finishes_equals_an_uninterrupted_one(tmp_path,
+                                                                              cache_dir):
+    """SIGKILL, SIGINT or SIGTERM (to the sweep, or SIGINT to its whole group as a terminal's
+    Ctrl-C) at a random moment (during start-up, compilation, training or checkpointing: a
+    random delay, or a random number of new training lines), then the same command again, at
+    least MIN_KILLS times and until a run of the command completes. The results table then
+    equals an uninterrupted sweep's: the same runs, all completed, losses to float rounding,
+    no duplicate rows or steps, no failure records, no stray files."""
+    reference_dir, ref_log = tmp_path / "reference", tmp_path / "reference.log"
+    argv = lambda d: _sweep_argv(d, cache_dir, 1) + KILL_SWEEP  # noqa: E731
+    assert _start(argv(reference_dir), ref_log).wait(timeout=900) == 0, _tail(ref_log)
+    reference = results.load(reference_dir)
+
+    rng = random.Random(SEED)
+    workdir = tmp_path / "sweep"
+    kills, history = 0, []
+    for attempt in range(200):
+        log = tmp_path / f"attempt{attempt}.log"
+        proc = _start(argv(workdir), log)
+        if kills >= MIN_KILLS:  # enough: let this one finish
+            assert proc.wait(timeout=900) == 0, f"seed {SEED}: {history}\n{_tail(log)}"
+            break
+        sig, to_group = rng.choice(KILL_SIGNALS), rng.random() < 0.3
+        lines = _logged_steps(workdir)
+        if rng.random() < 0.5:
+            moment = f"{rng.uniform(0.2, 8.0):.1f} s"
+            deadline = time.time() + float(moment.split()[0])
+            while proc.poll() is None and time.time() < deadline:
+                time.sleep(0.02)
+        else:
+            more = rng.randint(1, 12)
+            moment = f"{more} more lines"
+            deadline = time.time() + 300
+            while (proc.poll() is None and _logged_steps(workdir) < lines + more
+                   and time.time() < deadline):
+                time.sleep(0.02)
+        workers = psutil.Process(proc.pid).children(recursive=True) if proc.poll() is None else []
+        if proc.poll() is not None:  # finished (or failed) before the signal
+            history.append(f"exit {proc.returncode} before {sig.name} at {moment}")
+            assert proc.returncode == 0, f"seed {SEED}: {history}\n{_tail(log)}"
+            continue
+        group = to_group and sig == signal.SIGINT  # a terminal's Ctrl-C
+        (os.killpg if group else os.kill)(proc.pid, sig)
+        code = proc.wait(timeout=180)
+        _, alive = psutil.wait_procs(workers, timeout=30)
+        assert not alive, f"seed {SEED}: a worker outlived the sweep ({history})"
+        kills += 1
+        history.append(f"{sig.name}{' (group)' if group else ''} at {moment}: exit {code}")
+        # 130 once the command handles signals; a SIGTERM during the interpreter's start-up,
+        # before that, ends it as the default action does (nothing written yet); 0 if it ended
+        # just as the signal came
+        allowed = {0, 130, -signal.SIGKILL if sig == signal.SIGKILL else 130,
+                   -signal.SIGTERM if sig == signal.SIGTERM else 130}
+        assert code in allowed, f"seed {SEED}: {history}\n{_tail(log)}"
+        if code == 130:
+            assert "Traceback" not in log.read_text(errors="replace"), _tail(log)
+        statuses = [results.run_status(d) for d in results.run_dirs(workdir)]
+        assert "failed" not in statuses, f"seed {SEED}: {history}: {statuses}"
+    context = f"seed {SEED}: {kills} kills: {'; '.join(history)}"
+    print(f"\n{context}")
+    assert kills >= MIN_KILLS, context
+    _assert_same_results(workdir, reference, context)
+    assert not _stray_files(workdir), f"{context}: {_stray_files(workdir)}"

@@ -180,13 +180,18 @@ def test_tokens_per_param_warmup_and_curves_mode():
     config = experiment("tiny_grid")
     config.sweep.mode = "curves"
     config.sweep.curve_points = 6
-    config.sweep.warmup = {"rule": "tokens_per_param", "tokens_per_param": 2.0}
-    config.sweep.axes.train.steps = (24, 48)
+    config.sweep.warmup = {"rule": "tokens_per_param", "tokens_per_param": 0.25}
+    config.sweep.axes.train.steps = (48, 96)
     for run in plan(spec_from_config_dict(config)):
         assert run.cfg.train.eval_every == run.steps // 6
         assert run.cfg.train.log_every <= run.cfg.train.eval_every
-        assert run.cfg.train.warmup_steps == math.ceil(2.0 * run.params["total"] / (8 * 32))
+        assert run.cfg.train.warmup_steps == math.ceil(0.25 * run.params["total"] / (8 * 32))
         assert "train.eval_every" not in run.axes
+    # a rule that gives a run a warmup longer than the run is refused by the plan (the run
+    # could not train: its schedule would never reach the peak)
+    config.sweep.warmup = {"rule": "tokens_per_param", "tokens_per_param": 2.0}
+    error = spec_error(config)
+    assert error.field == "sweep.warmup" and "longer than the run" in str(error)
 
 
 # -- bad input: one clear error each, naming the field -------------------------------------------

@@ -261,8 +261,35 @@ def model_class(arch: Architecture) -> type[nnx.Module]:
     return EncoderDecoderLM if arch.decoder is not None else INPUT_MODULES[type(arch.inputs)]
 
 
-def build_model(cfg: ModelConfig, rngs: nnx.Rngs) -> nnx.Module:
-    """The model of ``cfg`` (resolved once), parameters drawn from ``rngs``."""
+class ParamKeys:
+    """The parameters' keys of one model build, drawn as ``nnx.Rngs(params=seed)`` draws them:
+    the ``i``-th call of ``params()`` is ``fold_in(key, i)`` (the same numbers, so the same
+    model), with ``i`` counted in Python.
+
+    Why not ``nnx.Rngs``: it keeps its count as a JAX value, and under a trace (``eval_shape``,
+    the init program's ``jit``) every draw updates that traced count, for which flax asks the
+    tracer for its sharding; JAX answers with an error message that walks the whole trace so
+    far. Building a model was then quadratic in the number of draws (a 400-layer model took
+    minutes of CPU before anything was checked); a Python count keeps it linear.
+    """
+
+    def __init__(self, seed):
+        """``seed``: an int, a typed PRNG key or raw ``uint32`` key data (as ``nnx.Rngs``)."""
+        if isinstance(seed, (int, np.integer)):
+            seed = jax.random.key(int(seed))
+        elif not jnp.issubdtype(seed.dtype, jax.dtypes.prng_key):
+            seed = jax.random.wrap_key_data(seed)
+        self.key, self.count = seed, 0
+
+    def params(self) -> jax.Array:
+        key = jax.random.fold_in(self.key, self.count)
+        self.count += 1
+        return key
+
+
+def build_model(cfg: ModelConfig, rngs: nnx.Rngs | ParamKeys) -> nnx.Module:
+    """The model of ``cfg`` (resolved once), parameters drawn from ``rngs`` (its ``params``
+    stream is the only one used)."""
     arch = resolve(cfg)
     return model_class(arch)(arch, rngs=rngs)
 
@@ -270,7 +297,7 @@ def build_model(cfg: ModelConfig, rngs: nnx.Rngs) -> nnx.Module:
 def init_model(cfg: ModelConfig, seed) -> tuple[nnx.GraphDef, nnx.State]:
     """Builds the model and splits it once into ``(graphdef, state)``; ``state`` holds only the
     float32 ``nnx.Param`` leaves. ``seed``: an int or a PRNG key."""
-    return nnx.split(build_model(cfg, nnx.Rngs(params=seed)))
+    return nnx.split(build_model(cfg, ParamKeys(seed)))
 
 
 def apply(graphdef: nnx.GraphDef, state: nnx.State, tokens, positions=None, *, dropout_rng=None):

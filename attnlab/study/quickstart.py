@@ -28,6 +28,8 @@ FLAGS = [
     Flag("progress", "bool", True, "Show the sweep's progress bar and one line per run."),
     Flag("allow-large", "bool", False, "Run even if a run's estimated memory exceeds the "
                                         "machine's."),
+    Flag("allow-nonempty", "bool", False, "Use an existing --workdir that holds other files "
+                                           "(not a study)."),
 ]
 # Printed above the flags by --help.
 SUMMARY = ("attnlab quickstart: the sweep of experiments/quickstart.py (or of --config), "
@@ -127,7 +129,8 @@ def headline(fit3: ScalingFit) -> str:
 
 
 def run_study(spec: SweepSpec, workdir: str | Path, *, n_bootstrap: int = 200, parallel: int = 1,
-              progress: bool = True, out=None, allow_large: bool = False) -> StudyResult:
+              progress: bool = True, out=None, allow_large: bool = False,
+              allow_nonempty: bool = False) -> StudyResult:
     """Sweep, fit, print and plot (see the module docstring); ``out`` (default stdout) receives
     the report."""
     import numpy as np
@@ -141,7 +144,7 @@ def run_study(spec: SweepSpec, workdir: str | Path, *, n_bootstrap: int = 200, p
     start = time.time()
     say(f"attnlab quickstart: sweep {spec.name!r} ({spec.mode}, scale {spec.scale}) in {workdir}")
     results = run_sweep(spec, workdir, parallel=parallel, progress=progress,
-                        allow_large=allow_large)
+                        allow_large=allow_large, allow_nonempty=allow_nonempty)
     swept = time.time()
     counts = results["status"].value_counts().to_dict()
     say(f"sweep done in {(swept - start) / 60:.1f} min: "
@@ -223,7 +226,8 @@ def quickstart_main(argv: list[str]) -> int:
     try:
         result = run_study(spec, workdir, n_bootstrap=values["bootstrap"].value,
                            parallel=values["parallel"].value, progress=values["progress"].value,
-                           allow_large=values["allow-large"].value)
+                           allow_large=values["allow-large"].value,
+                           allow_nonempty=values["allow-nonempty"].value)
     except (KeyboardInterrupt, SweepInterrupted):
         sys.stderr.write(f"\ninterrupted; rerun the same command to resume ({workdir})\n")
         return 130

@@ -45,6 +45,8 @@ FLAGS = [
     Flag("progress", "bool", True, "Show a progress bar and one line per finished run."),
     Flag("allow-large", "bool", False, "Run even if a run's estimated memory exceeds the "
                                         "machine's."),
+    Flag("allow-nonempty", "bool", False, "Use an existing --workdir that holds other files "
+                                           "(not a sweep)."),
 ]
 
 
@@ -73,7 +75,8 @@ def sweep_main(argv: list[str]) -> int:
                           cache_dir=values["cache-dir"].value or None,
                           allow_large=values["allow-large"].value,
                           compile_ahead=values["compile-ahead"].value,
-                          ensemble_max=ensemble_max)
+                          ensemble_max=ensemble_max,
+                          allow_nonempty=values["allow-nonempty"].value)
     except (KeyboardInterrupt, SweepInterrupted):
         sys.stderr.write(f"\ninterrupted; rerun the same command to resume ({workdir})\n")
         return 130

@@ -14,7 +14,7 @@ import json
 import math
 from typing import Any, Mapping
 
-from attnlab.config import Config, ModelConfig, wsd_decay_start
+from attnlab.config import Config, ModelConfig, check_warmup, wsd_decay_start
 from attnlab.errors import ConfigError
 from attnlab.model import check, flops_per_token, param_counts, recorded_counts
 from attnlab.rundir import RESUMABLE_DIFFERENCES
@@ -282,6 +282,12 @@ def _plan_one(spec: SweepSpec, shape: Shape | None, axis_values: dict[str, Any],
                                "train.eval_every": every})
     else:
         cfg = _override(spec, swept)
+    try:  # checked on the final config: a warmup rule is applied after the first override
+        check_warmup(cfg.train, cfg.total_steps)
+    except ConfigError as e:
+        origin = "sweep.warmup" if "train.warmup_steps" in swept else "base.train.warmup_steps"
+        raise SweepSpecError(origin, f"{e.reason} (with sweep values "
+                             f"{', '.join(f'{k}={v}' for k, v in swept.items())})") from None
     rid = run_id(cfg)
     return PlannedRun(rid, dataclasses.replace(cfg, name=rid), swept, budget,
                       recorded_counts(counts), per_token)

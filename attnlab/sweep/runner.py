@@ -45,33 +45,29 @@ class SweepDirError(rundir.WorkdirError):
     training run's directory, or in use by another sweep)."""
 
 
-def _existing_ancestor(path: Path) -> Path:
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path
-
-
-def check_sweep_dir(workdir: Path, name: str) -> None:
+def check_sweep_dir(workdir: Path, name: str, *, allow_nonempty: bool = False) -> None:
     """Refuses, before anything is written, a directory this sweep must not write into.
 
     Raises SweepDirError naming the directory: a file; not writable; a training run's directory
     (``attnlab train --workdir``); the directory of another sweep (``sweep.json`` names another
     spec: its rows would be merged into this sweep's results table); in use by another sweep
-    (its lock is held).
+    (its lock is held); a directory of someone else's files (unless ``allow_nonempty``).
     """
-    if workdir.exists() and not workdir.is_dir():
-        raise SweepDirError(f"--workdir {workdir} exists and is not a directory")
-    ancestor = _existing_ancestor(workdir)
-    if not ancestor.is_dir():
-        raise SweepDirError(f"--workdir {workdir}: {ancestor} is not a directory")
-    if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise SweepDirError(f"--workdir {workdir}: {ancestor} is not writable")
+    try:
+        rundir.check_can_create_dir(workdir)
+    except rundir.WorkdirError as e:
+        raise SweepDirError(str(e)) from None
     if not workdir.exists():
         return
     if any((workdir / f).exists() for f in (rundir.CONFIG_FILE, rundir.SUMMARY_FILE,
                                             rundir.CHECKPOINT_DIR)):
         raise SweepDirError(f"--workdir {workdir} holds a training run ({rundir.CONFIG_FILE}), "
                             f"not a sweep: pass another --workdir")
+    try:
+        rundir.check_not_foreign(workdir, rundir.SWEEP_DIR_NAMES, "sweep",
+                                 allow_nonempty=allow_nonempty)
+    except rundir.WorkdirError as e:
+        raise SweepDirError(str(e)) from None
     previous = rundir.read_json_or_none(workdir / rundir.SWEEP_FILE)
     if isinstance(previous, dict) and previous.get("name") not in (None, name):
         raise SweepDirError(f"--workdir {workdir} holds sweep {previous['name']!r}, not "
@@ -245,7 +241,7 @@ def run_sweep(spec: SweepSpec, workdir: str | os.PathLike, *, launcher: str = "l
               parallel: int = 1, retry_failed: bool = False, progress: bool = True,
               ray_address: str | None = None, cache_dir: str | os.PathLike | None = None,
               allow_large: bool = False, compile_ahead: bool = False,
-              ensemble_max: int = ENSEMBLE_MAX) -> pd.DataFrame:
+              ensemble_max: int = ENSEMBLE_MAX, allow_nonempty: bool = False) -> pd.DataFrame:
     """Runs every run of ``spec`` that is not finished yet and returns the results table.
 
     Args:
@@ -268,13 +264,15 @@ def run_sweep(spec: SweepSpec, workdir: str | os.PathLike, *, launcher: str = "l
         decay (:data:`attnlab.ensembles.MAY_DIFFER`) train together as one ensemble, up to
         this many at a time and as many as half the machine's memory holds
         (:func:`ensemble_units`); 1 trains every run alone (``--ensemble=off``).
+      allow_nonempty: write into an existing directory that holds other files and no sweep.
 
     Raises:
       SweepSpecError / ConfigError: a bad spec, before anything is written or started.
       DataError: a bad data source (see :func:`check_data`), likewise before anything starts.
       LauncherError: bad launcher settings, or Ray missing.
-      SweepDirError: ``workdir`` is a file, not writable, another sweep's or a training run's
-        directory, or in use by another sweep (its lock names the pid).
+      SweepDirError: ``workdir`` is a file, cannot be created or written, is another sweep's or
+        a training run's directory, holds someone else's files (unless ``allow_nonempty``), or
+        is in use by another sweep (its lock names the pid).
     """
     if launcher not in LAUNCHERS:
         raise launchers.LauncherError(f"--launcher={launcher!r}: valid launchers are "
@@ -287,7 +285,7 @@ def run_sweep(spec: SweepSpec, workdir: str | os.PathLike, *, launcher: str = "l
     if launcher == "ray":
         launchers.import_ray()
     workdir = Path(workdir).absolute()
-    check_sweep_dir(workdir, spec.name)
+    check_sweep_dir(workdir, spec.name, allow_nonempty=allow_nonempty)
     unfinished = [run for run in runs if rundir.run_status(
         workdir / rundir.RUNS_DIR / run.run_id) != rundir.COMPLETED]
     cache_dir = Path(cache_dir).absolute() if cache_dir else workdir / rundir.JAX_CACHE_DIR

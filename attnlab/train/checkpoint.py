@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import re
 import sys
 import tempfile
 import time
@@ -140,9 +141,24 @@ _DRAIN_SECONDS = 2.0
 CORRUPT_PREFIX = "corrupt-"  # checkpoints/corrupt-<step>/: a damaged step, moved aside
 
 
+# What TensorStore and orbax add to a read error that says nothing to a user: the JSON specs of
+# every driver involved, the chain of drivers opened, the files (the step is named already) and,
+# in some orbax versions, the repr of a bound method ("See full TensorStore details: <bound
+# method pybind11_detail_function_...>").
+_ERROR_NOISE = (re.compile(r"[.\s]*See full TensorStore details:.*", re.S),
+                re.compile(r"\s*\[tensorstore_spec(\[\d+\])?='[^']*'\]"),
+                re.compile(r"\s*<bound method [^>]*>"),
+                re.compile(r'Error opening "\w+" driver: '),
+                re.compile(r' (in OCDBT database at|of) local file "[^"]*"'))
+
+
 def describe_error(error: BaseException, limit: int = 160) -> str:
-    """``'ValueError: first line of the message'``, short enough for a one-line report."""
-    text = str(error).strip().splitlines()
+    """``'ValueError: first line of the message'``, short enough for a one-line report
+    (TensorStore's driver specs and reprs left out)."""
+    message = str(error)
+    for noise in _ERROR_NOISE:
+        message = noise.sub("", message)
+    text = message.strip().splitlines()
     first = text[0] if text else ""
     if len(first) > limit:
         first = first[:limit - 3] + "..."

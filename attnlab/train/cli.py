@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 
 from attnlab.cli_flags import Flag, parse
-from attnlab.config import Config, from_config_dict
+from attnlab.config import Config, check_warmup, from_config_dict
 from attnlab.errors import AttnlabError
 
 TRAIN_FLAGS = [
@@ -18,6 +18,8 @@ TRAIN_FLAGS = [
     Flag("progress", "bool", True, "Progress bar on a terminal, plain lines otherwise."),
     Flag("allow-large", "bool", False, "Train even if the estimated memory exceeds the "
                                         "machine's."),
+    Flag("allow-nonempty", "bool", False, "Train in an existing directory that holds other "
+                                           "files (not a run)."),
 ]
 MODEL_INFO_FLAGS = [
     Flag("forward", "bool", False, "Also build the model and print the loss of one forward "
@@ -42,6 +44,7 @@ def _config(values) -> Config:
 
     cfg = from_config_dict(values.config)
     check(cfg)
+    check_warmup(cfg.train, cfg.total_steps)
     return cfg
 
 
@@ -69,7 +72,8 @@ def train_main(argv: list[str]) -> int:
     cfg = _config(values) if values.config is not None else _run_config(values.workdir)
     try:
         summary = run(cfg, values.workdir, progress=values.progress,
-                      allow_large=values["allow-large"].value)
+                      allow_large=values["allow-large"].value,
+                      allow_nonempty=values["allow-nonempty"].value)
     except KeyboardInterrupt:
         sys.stderr.write(f"\ninterrupted; rerun the same command to resume from the latest "
                          f"checkpoint in {values.workdir}\n")

@@ -25,7 +25,7 @@ import jax
 import numpy as np
 
 from attnlab import rundir
-from attnlab.config import Config
+from attnlab.config import Config, check_warmup
 from attnlab.errors import ConfigError
 from attnlab.model import check, flops_per_token, param_counts, recorded_counts, resolve
 from attnlab.train.branch import branch_record
@@ -344,9 +344,10 @@ class _Training:
 
 
 def run(cfg: Config, workdir: str | Path, *, progress: bool = True, allow_large: bool = False,
-        programs: ProgramCache | None = None) -> dict:
+        allow_nonempty: bool = False, programs: ProgramCache | None = None) -> dict:
     """Trains ``cfg`` in ``workdir`` (resuming if it holds this run) and returns the summary.
 
+    ``allow_nonempty``: train in an existing directory that holds other files and no run.
     ``programs``: a cache of compiled programs to take them from and leave them in (a sweep
     worker passes one to every run); without one the run compiles its own.
 
@@ -361,8 +362,9 @@ def run(cfg: Config, workdir: str | Path, *, progress: bool = True, allow_large:
     """
     workdir = Path(workdir).absolute()
     check(cfg)  # the rules between parts; a config built in code has not met them yet
+    check_warmup(cfg.train, cfg.total_steps)
     initialize_distributed(cfg)
-    previous = check_workdir(workdir, cfg)
+    previous = check_workdir(workdir, cfg, allow_nonempty=allow_nonempty)
     if previous and previous.get("status") in (rundir.COMPLETED, rundir.DIVERGED):
         return previous  # a finished result: rerunning is a no-op
     check_training_fits(cfg, allow_large=allow_large)  # before anything is allocated

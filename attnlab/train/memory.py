@@ -82,11 +82,38 @@ def generation_bytes(model: ModelConfig, length: int) -> dict[str, float]:
             "total": params * FLOAT + cache + logits_and_tokens}
 
 
+# Depth, besides memory: each unrolled layer is its own code for XLA, and compiling grows faster
+# than linearly with it (configs/tiny.py, 2 shared CPU cores: 128 layers compiled in ~40 s and
+# 0.7 GB; 256 layers were still compiling after 3 min in 8.5 GB, where the memory estimate says
+# 0.2 GB). A scanned stack (model.scan_layers) compiles one layer, but building the model still
+# costs ~30 ms a layer in flax, three times over (shapes, state, init): minutes past ~1000.
+MAX_UNROLLED_LAYERS = 128
+MAX_LAYERS = 1024
+
+
+def check_depth(cfg: Config, where: str = "") -> None:
+    """Raises TooLargeError naming ``model.n_layers`` for a stack too deep to build and compile
+    in reasonable time (see :data:`MAX_UNROLLED_LAYERS`)."""
+    m = cfg.model
+    if m.n_layers > MAX_LAYERS:
+        raise TooLargeError(
+            f"{where}config.model.n_layers={m.n_layers}: building a model this deep takes "
+            f"minutes (~30 ms a layer, three times) before anything runs; at most {MAX_LAYERS}, "
+            f"or pass --allow-large to try anyway")
+    if m.n_layers > MAX_UNROLLED_LAYERS and not m.scan_layers:
+        raise TooLargeError(
+            f"{where}config.model.n_layers={m.n_layers}: unrolled, XLA compiles each layer "
+            f"apart (minutes and GBs past {MAX_UNROLLED_LAYERS} layers); set "
+            f"--config.model.scan_layers=True (one layer compiled, the same model), or pass "
+            f"--allow-large to try anyway")
+
+
 def check_training_fits(cfg: Config, *, allow_large: bool = False, where: str = "") -> None:
-    """Raises TooLargeError (one line: the estimate and the machine's memory) unless
-    ``allow_large`` or ``$ATTNLAB_ALLOW_LARGE`` is set."""
+    """Raises TooLargeError (one line: the estimate and the machine's memory, or the depth)
+    unless ``allow_large`` or ``$ATTNLAB_ALLOW_LARGE`` is set."""
     if allow_large or os.environ.get("ATTNLAB_ALLOW_LARGE"):
         return
+    check_depth(cfg, where)
     need = training_bytes(cfg)
     have, described = machine_memory()
     if need["total"] > have:

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from attnlab.config import Config, TrainConfig, wsd_decay_start
+from attnlab.config import Config, TrainConfig, check_warmup, wsd_decay_start
 from attnlab.errors import ConfigError
 from attnlab.model import Architecture, param_shapes, resolve
 
@@ -112,11 +112,7 @@ def constant_schedule(peak: float, warmup_steps: int) -> optax.Schedule:
 
 def make_schedule(train: TrainConfig, total_steps: int, d_model: int) -> optax.Schedule:
     """The schedule named by ``train.schedule``; raises ConfigError for impossible settings."""
-    if train.warmup_steps > total_steps and train.schedule != "noam":
-        raise ConfigError(
-            "train.warmup_steps",
-            f"{train.warmup_steps} is longer than the run ({total_steps} steps)",
-        )
+    check_warmup(train, total_steps)
     if train.schedule == "cosine":
         return cosine_schedule(train.learning_rate, train.warmup_steps, total_steps,
                                train.min_lr_ratio)

@@ -12,6 +12,7 @@ from flax import nnx
 
 from attnlab.config import Config
 from attnlab.model import build_model, init_model
+from attnlab.model.transformer import ParamKeys
 
 
 @flax.struct.dataclass
@@ -30,7 +31,7 @@ class TrainState:
 
 def abstract_model(cfg: Config) -> tuple[nnx.GraphDef, nnx.State]:
     """``(graphdef, params as ShapeDtypeStructs)`` without allocating or computing anything."""
-    model = nnx.eval_shape(lambda: build_model(cfg.model, nnx.Rngs(params=cfg.train.seed)))
+    model = nnx.eval_shape(lambda: build_model(cfg.model, ParamKeys(cfg.train.seed)))
     return nnx.split(model)
 
 

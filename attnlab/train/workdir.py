@@ -5,13 +5,13 @@ The file names, atomic writes and reads are :mod:`attnlab.rundir`'s.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 from attnlab.config import Config, without_new_defaults
-from attnlab.rundir import (CHECKPOINT_DIR, CONFIG_FILE, RESUMABLE_DIFFERENCES, RUNS_DIR,
-                            SUMMARY_FILE, SWEEP_FILE, WorkdirError, read_json)
+from attnlab.rundir import (CHECKPOINT_DIR, CONFIG_FILE, RESUMABLE_DIFFERENCES, RUN_DIR_NAMES,
+                            RUNS_DIR, SUMMARY_FILE, SWEEP_FILE, WorkdirError,
+                            check_can_create_dir, check_not_foreign, read_json)
 
 
 def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
@@ -33,25 +33,19 @@ def config_differences(saved: dict, current: dict) -> list[str]:
             if k not in RESUMABLE_DIFFERENCES and a.get(k) != b.get(k)]
 
 
-def check_workdir(workdir: Path, cfg: Config) -> dict | None:
+def check_workdir(workdir: Path, cfg: Config, *, allow_nonempty: bool = False) -> dict | None:
     """Refuses a directory that holds another run; returns its summary if it holds this one.
 
     Raises:
-      WorkdirError: the directory is a file or not writable, is a sweep directory, holds a
+      WorkdirError: the directory is a file or cannot be created or written, is a sweep
+        directory, holds someone else's files and no run (unless ``allow_nonempty``), holds a
         run with another config, or holds checkpoints without a config. Nothing is written.
     """
-    if workdir.exists() and not workdir.is_dir():
-        raise WorkdirError(f"--workdir {workdir} exists and is not a directory")
-    ancestor = workdir
-    while not ancestor.exists() and ancestor != ancestor.parent:
-        ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        raise WorkdirError(f"--workdir {workdir}: {ancestor} is not a directory")
-    if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise WorkdirError(f"--workdir {workdir}: {ancestor} is not writable")
+    check_can_create_dir(workdir)
     if (workdir / SWEEP_FILE).exists() or (workdir / RUNS_DIR).is_dir():
         raise WorkdirError(f"--workdir {workdir} is a sweep directory ({SWEEP_FILE}, {RUNS_DIR}/), "
                            f"not a training run: pass another --workdir")
+    check_not_foreign(workdir, RUN_DIR_NAMES, "run", allow_nonempty=allow_nonempty)
     config_path = workdir / CONFIG_FILE
     if not config_path.exists():
         if (workdir / CHECKPOINT_DIR).exists():

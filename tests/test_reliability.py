@@ -1,0 +1,103 @@
+"""Reliability regressions outside the errors table: a model's build is linear in its depth (and
+draws the same parameters as ``nnx.Rngs``), damaged-checkpoint messages carry no TensorStore
+internals, the workdir probes leave nothing behind and ``allow_nonempty`` lets a directory of
+someone else's files be used."""
+
+import time
+
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+
+from attnlab.cli_flags import parse
+from attnlab.config import from_config_dict
+from attnlab.model import build_model, init_model
+from attnlab.rundir import WorkdirError, check_can_create_dir, check_can_write_file
+from attnlab.train.checkpoint import describe_error
+from attnlab.train.state import abstract_model
+
+TINY = "configs/tiny.py"
+
+
+def _cfg(*overrides):
+    return from_config_dict(parse([f"--config={TINY}", *overrides]).config)
+
+
+@pytest.mark.parametrize("seed", [0, 7])
+def test_param_keys_draw_what_nnx_rngs_draws(seed):
+    """init_model's Python-counted keys give the model nnx.Rngs(params=seed) gives, bit for bit
+    (checkpoints and seeds written before keep their meaning); a typed key works as well."""
+    cfg = _cfg("--config.model.linear_bias=True").model  # biases draw keys too
+    _, ours = init_model(cfg, seed)
+    _, theirs = nnx.split(build_model(cfg, nnx.Rngs(params=seed)))
+    _, keyed = init_model(cfg, jax.random.key(seed))
+    for a, b, c in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs), jax.tree.leaves(keyed)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(c))
+
+
+def test_building_the_abstract_model_is_linear_in_depth():
+    """Was quadratic or worse (every draw of nnx.Rngs under eval_shape walked the whole trace):
+    100 layers took 4 s, 200 layers 29 s, 400 layers 290 s. Eight times the depth must cost well
+    under the 64x of a quadratic build (a ratio, not a time, so a loaded machine does not fail
+    it; the quadratic build gave 25 -> 200 layers: see docs/design.md)."""
+    def seconds(n_layers):
+        cfg = _cfg(f"--config.model.n_layers={n_layers}")
+        start = time.perf_counter()
+        abstract_model(cfg)
+        return time.perf_counter() - start
+
+    seconds(4)  # imports and caches warmed
+    shallow, deep = seconds(25), seconds(200)
+    assert deep / shallow < 20, (shallow, deep)
+
+
+def test_damaged_checkpoint_messages_drop_tensorstore_internals():
+    """The shape of TensorStore's read errors (driver chain, JSON specs, file names) and of
+    orbax's appended repr; what is left names the array and the fault."""
+    spec = "'{\\\"driver\\\":\\\"zarr\\\",\\\"kvstore\\\":{\\\"path\\\":\\\"/r/c/20/params/\\\"}}'"
+    error = ValueError(
+        'OUT_OF_RANGE: Error opening "cast" driver: Error opening "zarr" driver: Error reading '
+        '"token_embedding.value/.zarray" in OCDBT database at local file "/r/c/20/params/": '
+        'Requested byte range [0, 1839) is not valid for value of size 100 '
+        f"[tensorstore_spec={spec}] [tensorstore_spec[1]={spec}]. See full TensorStore details: "
+        "<bound method pybind11_detail_function_record_v1_system_libstdcpp_gxx_abi_1xxx."
+        "__repr__ of <tensorstore.TensorStore object at 0x7f>>")
+    text = describe_error(error)
+    assert text == ('ValueError: OUT_OF_RANGE: Error reading "token_embedding.value/.zarray": '
+                    "Requested byte range [0, 1839) is not valid for value of size 100"), text
+    assert describe_error(KeyError()) == "KeyError"
+
+
+def test_probes_leave_nothing_behind(tmp_path):
+    (tmp_path / "existing").mkdir()
+    (tmp_path / "file.json").write_text("{}")
+    check_can_create_dir(tmp_path / "new" / "deeper")
+    check_can_create_dir(tmp_path / "existing")
+    check_can_write_file(tmp_path / "out.png", "--out")
+    check_can_write_file(tmp_path / "file.json", "--json")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["existing", "file.json"]
+    assert not any((tmp_path / "existing").iterdir())
+    assert (tmp_path / "file.json").read_text() == "{}"
+    with pytest.raises(WorkdirError, match="exists and is not a directory"):
+        check_can_create_dir(tmp_path / "file.json")
+
+
+def test_allow_nonempty_uses_a_directory_of_other_files(tmp_path):
+    from attnlab.sweep.runner import SweepDirError, check_sweep_dir
+    from attnlab.train.workdir import check_workdir
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("x")
+    cfg = _cfg()
+    with pytest.raises(WorkdirError, match="--allow-nonempty"):
+        check_workdir(mine, cfg)
+    assert check_workdir(mine, cfg, allow_nonempty=True) is None
+    with pytest.raises(SweepDirError, match="--allow-nonempty"):
+        check_sweep_dir(mine, "tiny_grid")
+    check_sweep_dir(mine, "tiny_grid", allow_nonempty=True)
+    # a run's own files mark it as attnlab's: resuming needs no flag
+    (mine / "train.log").write_text("")
+    assert check_workdir(mine, cfg) is None
