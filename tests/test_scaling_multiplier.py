@@ -146,3 +146,29 @@ def test_fit_command_reports_and_writes_the_multipliers(tmp_path, capsys):
     assert "approach 3" in capsys.readouterr().err
     assert fit_main(argv[:2] + ["--multiplier-against=gpt"]) == 2
     assert "--by" in capsys.readouterr().err
+
+
+def test_study_report_prints_and_writes_the_multipliers(tmp_path):
+    """The architecture study's report (finish_grouped_study with ``sweep.baseline``) on a
+    synthetic sweep directory: the multipliers are printed and written beside ranking.csv."""
+    from attnlab.results import TABLE_FILE
+    from attnlab.study import MULTIPLIERS_FILE, MULTIPLIERS_JSON_FILE, finish_grouped_study
+
+    results = _results({"gpt": BASE, "smaller_a": LAWS["smaller_a"]}, seeds=2)
+    results["run_id"] = [f"run{i:03d}" for i in range(len(results))]
+    results["flops_chinchilla"] = results["flops"]
+    results.to_parquet(tmp_path / TABLE_FILE)
+    lines = []
+    result = finish_grouped_study(tmp_path, "architecture", n_bootstrap=8, say=lines.append,
+                                  baseline="gpt")
+    text = "\n".join(lines)
+    assert "effective compute multiplier against architecture=gpt" in text
+    written = pd.read_csv(tmp_path / MULTIPLIERS_FILE)
+    assert list(written["architecture"]) == ["smaller_a"]
+    assert written["C_ref"].iloc[0] == pytest.approx(results["flops"].max(), rel=1e-2)
+    assert written["multiplier"].iloc[0] == pytest.approx(
+        analytic_multiplier(BASE, LAWS["smaller_a"], written["C_ref"].iloc[0]), rel=0.2)
+    payload = json.loads((tmp_path / MULTIPLIERS_JSON_FILE).read_text())
+    assert payload["base"] == "gpt" and payload["rows"][0]["architecture"] == "smaller_a"
+    assert result.grouped.multipliers is not None
+    assert tmp_path / MULTIPLIERS_FILE in result.json_paths
