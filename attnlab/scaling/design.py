@@ -49,9 +49,9 @@ class DesignCheck:
         level = f"{100 * self.level:g}%"
         if self.sizes < 2 or not math.isfinite(self.widths["a"]):
             return [f"the plan's {self.points} points ({self.sizes} size(s)) cannot separate "
-                    f"A/N^alpha from B/D^beta (J^T J singular, condition "
-                    f"{self.condition:.3g}): approach 3's law will not be pinned; vary the "
-                    f"tokens per parameter of each size"]
+                    f"the law's terms E, A/N^alpha, B/D^beta (J^T J singular, condition "
+                    f"{self.condition:.3g}): approach 3's law will not be pinned; plan >= 3 "
+                    f"sizes, each at >= 3 token counts"]
         short = [f"{name} {self.widths[name]:.2g} (target <= {target:g})"
                  for name, target in targets.items() if self.widths[name] > target]
         if not short:
