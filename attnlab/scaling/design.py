@@ -10,8 +10,11 @@ ill-conditioned and the expected intervals are wide, whatever the training. So a
 by the expected 95% interval widths of the allocation exponent a = beta / (alpha + beta) and of
 the floor E (delta method), and by the condition number of J with unit-norm columns.
 
-The prior is the quickstart's own approach-3 law (byte-level pystdlib, CPU scale,
-docs/results.md); at another scale pass your own (``check_design(..., prior=...)``).
+The prior is the approach-3 law of the byte-level IsoFLOP study (experiments/chinchilla_isoflop.py,
+pystdlib, CPU scale, docs/results.md); at another scale or on other data pass your own
+(``check_design(..., prior=...)``). The widths are first-order: a fit whose law is far from the
+prior, or noise beyond the linear regime, gives wider intervals, so a warning is a reliable "this
+plan cannot conclude", and its absence is no promise.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import math
 import numpy as np
 from scipy import stats
 
-# The quickstart's approach-3 fit (docs/results.md, "Approach 3": 1,000 bootstrap refits).
+# experiments/chinchilla_isoflop.py's approach-3 fit (docs/results.md: 1,000 bootstrap refits).
 DESIGN_PRIOR = {"E": 1.031, "A": 741.9, "B": 2438.0, "alpha": 0.752, "beta": 0.595}
 # Seed-to-seed spread of a final loss at small scale: 0.5-2% (docs/scaling.md); 1% in log L.
 SEED_NOISE = 0.01
