@@ -40,7 +40,10 @@ def analytic_multiplier(base: dict, other: dict, reference: float) -> float:
     """The C at which base's compute-optimal loss equals other's at ``reference``, / reference:
     a root of L*_base(C) - L*_other(C_ref) in log C (float64, Brent's method)."""
     target = laws.chinchilla_optimal(other, reference)["loss"]
-    gap = lambda log_c: laws.chinchilla_optimal(base, math.exp(log_c))["loss"] - target  # noqa: E731
+
+    def gap(log_c):
+        return laws.chinchilla_optimal(base, math.exp(log_c))["loss"] - target
+
     log_c = optimize.brentq(gap, math.log(reference) - 30, math.log(reference) + 30,
                             xtol=1e-14, rtol=1e-14)
     return math.exp(log_c) / reference

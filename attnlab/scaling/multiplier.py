@@ -87,9 +87,10 @@ def effective_multiplier(base: ScalingFit, other: ScalingFit, reference: float) 
                        f"E = {base.params['E']:.4g}: the baseline never reaches it")
     replicates = min(base.n_bootstrap, other.n_bootstrap)
     if replicates:
-        pick = lambda fit: {n: np.asarray(v)[:replicates] for n, v in fit.samples.items()}  # noqa: E731
-        losses = other.optimal(reference, pick(other))["loss"]
-        samples = compute_to_reach(pick(base), losses, k) / reference
+        base_samples, other_samples = (
+            {n: np.asarray(v)[:replicates] for n, v in fit.samples.items()} for fit in (base, other))
+        losses = other.optimal(reference, other_samples)["loss"]
+        samples = compute_to_reach(base_samples, losses, k) / reference
         out["ci"] = _multiplier_interval(np.asarray(samples, np.float64), base.ci_level)
     return out
 
