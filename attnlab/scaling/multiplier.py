@@ -11,8 +11,9 @@ D_opt = (C/k)^b / G) both reducible terms fall as (C/k)^-gamma with gamma = alph
     C_B(L)  = k ((L - E) / K)^(-1/gamma)              for L > E, infinite otherwise
     multiplier = C_B(L*_X(C_ref)) / C_ref = ((L*_X(C_ref) - E) / (L*_B(C_ref) - E))^(-1/gamma)
 
-The interval pairs bootstrap replicate i of B's fit with replicate i of X's: each group's runs are
-resampled on their own, so the pairs are draws of the joint bootstrap over both groups' runs.
+The interval pairs each bootstrap replicate of X's fit with a replicate of B's drawn at random
+(without replacement): each group's runs are resampled on their own, so the pairs are draws of
+the bootstrap over both groups' runs (and seeds, which are runs).
 
 The loss difference needs no law: at the largest budget both groups ran, each group's best size
 (the lowest mean final loss over that size's seeds) minus the baseline's, with an interval from
@@ -63,7 +64,8 @@ def _multiplier_interval(samples: np.ndarray, level: float) -> tuple[float, floa
     return (float(low), float(high))
 
 
-def effective_multiplier(base: ScalingFit, other: ScalingFit, reference: float) -> dict:
+def effective_multiplier(base: ScalingFit, other: ScalingFit, reference: float, *,
+                         seed: int = 0) -> dict:
     """{"multiplier", "ci": (low, high) or NaNs, "loss", "loss_base", "note"} of ``other``
     against ``base`` at ``reference`` FLOPs. Both must be approach-3 fits that determine the
     allocation; otherwise the multiplier is NaN and ``note`` says why in one line."""
@@ -87,8 +89,11 @@ def effective_multiplier(base: ScalingFit, other: ScalingFit, reference: float) 
                        f"E = {base.params['E']:.4g}: the baseline never reaches it")
     replicates = min(base.n_bootstrap, other.n_bootstrap)
     if replicates:
-        base_samples, other_samples = (
-            {n: np.asarray(v)[:replicates] for n, v in fit.samples.items()} for fit in (base, other))
+        # fit_by seeds every group's bootstrap alike, so replicate i of two groups resampled the
+        # same row positions; a random pairing makes the pairs independent draws.
+        order = np.random.default_rng(seed).permutation(replicates)
+        base_samples = {n: np.asarray(v)[:replicates][order] for n, v in base.samples.items()}
+        other_samples = {n: np.asarray(v)[:replicates] for n, v in other.samples.items()}
         losses = other.optimal(reference, other_samples)["loss"]
         samples = compute_to_reach(base_samples, losses, k) / reference
         out["ci"] = _multiplier_interval(np.asarray(samples, np.float64), base.ci_level)
@@ -160,7 +165,7 @@ def multipliers_against(grouped, base: str, reference: float, *, n_bootstrap: in
             row.update(multiplier=math.nan, note=f"not fitted: {grouped.skipped[group]}")
             rows.append(row)
             continue
-        m = effective_multiplier(base_fit, grouped.fits[group], reference)
+        m = effective_multiplier(base_fit, grouped.fits[group], reference, seed=seed)
         d = loss_difference(grouped.tables[base].frame, grouped.tables[group].frame,
                             n_bootstrap=n_bootstrap, level=level, seed=seed)
         row.update(multiplier=m["multiplier"], multiplier_low=m["ci"][0],
