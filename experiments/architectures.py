@@ -9,8 +9,10 @@ list, data order (one data seed, one corpus), learning-rate rule and schedule ru
 variant's config overrides on the base. The results table names it in the ``architecture``
 column, so ``attnlab fit --by=architecture`` fits one law per architecture, and the quickstart
 (which sees ``sweep.variant_column``) prints per-architecture approach-3 and approach-2 fits with
-95% bootstrap intervals, a ranking at a reference compute, the frontiers in one plot and the
-r(4x) extrapolation ratio of each architecture's largest run.
+95% bootstrap intervals, a ranking at a reference compute, each architecture's effective compute
+multiplier against the baseline (``sweep.baseline``: gpt) at that compute and its loss difference
+at the largest budget (multipliers.csv / .json), the frontiers in one plot and the r(4x)
+extrapolation ratio of each architecture's largest run.
 
 Architectures (papers in docs/attention.md and docs/design.md):
 
@@ -98,6 +100,7 @@ def get_config(scale: str = "cpu") -> ConfigDict:
     sweep.warmup = ConfigDict({"rule": "fraction", "fraction": 0.05})
     sweep.min_steps = 50
     sweep.variant_column = "architecture"
+    sweep.baseline = "gpt"  # the report's effective compute multipliers are against it
     sweep.variants = ConfigDict(architectures(scale))
 
     if scale == "gpu":

@@ -152,6 +152,7 @@ def test_variant_rules_override_the_sweeps_own():
     (lambda s: setattr(s.variants.mamba, "centre", {"n_opt": 1e4}),
      "sweep.variants.mamba.centre.budget"),
     (lambda s: setattr(s, "variant_column", "params"), "sweep.variant_column"),
+    (lambda s: setattr(s, "baseline", "transformer"), "sweep.baseline"),
     # nGPT without its own warmup rule: its warmup_steps = 0 collides with the sweep's rule.
     (lambda s: s.variants.ngpt.__delattr__("warmup"), "sweep.variants.ngpt.train.warmup_steps"),
 ])
@@ -288,6 +289,14 @@ def test_tiny_study_fits_ranks_and_plots_each_architecture(straight_study, capsy
     assert (workdir / study.FIT_FILE).exists()
     assert (workdir / study.FIT_APPROACH2_FILE).exists() == (grouped.fits2 is not None)
     assert "ranking by approach 3's compute-optimal loss" in out and "r(4x)" in out
+    # Every other architecture's compute multiplier against gpt (sweep.baseline): a value with
+    # its interval, or a one-line note saying why not.
+    multipliers = pd.read_csv(workdir / study.MULTIPLIERS_FILE)
+    multipliers["note"] = multipliers["note"].fillna("")
+    assert set(multipliers["architecture"]) == set(TINY_ARCHITECTURES) - {"gpt"}
+    for _, row in multipliers.iterrows():
+        assert np.isfinite(row["multiplier"]) or row["note"], row
+    assert "effective compute multiplier against architecture=gpt" in out
 
     # The same fits from `attnlab fit --by=architecture`.
     assert cli.main(["fit", f"--results={workdir}", "--law=chinchilla", "--approach=3",

@@ -29,7 +29,8 @@ from attnlab.scaling.errors import FitInputError, GridEdgeWarning
 from attnlab.scaling.fitting import fit_table
 from attnlab.scaling.grouped import GroupedFits, fit_by, format_grouped
 from attnlab.scaling.holdout import HoldoutResult, format_holdout, holdout_prediction
-from attnlab.scaling.result import ScalingFit
+from attnlab.scaling.multiplier import format_multipliers, multipliers_against
+from attnlab.scaling.result import ScalingFit, jsonable
 from attnlab.scaling.table import (ScalingTable, parse_columns, prepare_curves, prepare_points,
                                    read_curves, read_table)
 
@@ -39,7 +40,9 @@ Fit Kaplan or Chinchilla scaling laws to a sweep's results, with bootstrap inter
     attnlab fit --results=sweeps/isoflop --law=chinchilla --approach=3 --bootstrap=1000 \\
         --budget=1e18 --json=fit.json
     attnlab fit --results=sweeps/isoflop --law=chinchilla --holdout=largest-budget
-    attnlab fit --results=sweeps/pe --law=chinchilla --approach=2 --by=model.pos_encoding"""
+    attnlab fit --results=sweeps/pe --law=chinchilla --approach=2 --by=model.pos_encoding
+    attnlab fit --results=runs/architectures --law=chinchilla --by=architecture \\
+        --multiplier-against=gpt --budget=1e15"""
 
 # Where the table comes from and how to fit it: the flags of both `fit` and `plot`.
 INPUT_FLAGS = [
@@ -73,6 +76,9 @@ FIT_FLAGS = INPUT_FLAGS + [
     Flag("overtrain", "string", None, "Token multipliers, comma-separated (e.g. 10,100): with "
          "--budget, the loss of each budget's compute-optimal model trained on that many times "
          "its compute-optimal tokens, with intervals (approach 3, Kaplan nd)."),
+    Flag("multiplier-against", "string", None, "With --by (approach 3): each group's effective "
+         "compute multiplier against this group at each --budget (default: the largest run's "
+         "compute), and the loss difference at the largest budget both ran, with intervals."),
     Flag("json", "string", None, "Write the fit as JSON to this file."),
     Flag("holdout", "string", None, "Fit without these runs and report how well the law "
          "predicts their loss: largest-budget, budget:C[,C...], or flops>X / params>X / "
@@ -191,6 +197,20 @@ def run_holdout(inputs: FitInputs, law: str, approach: int | None, n_bootstrap: 
                                   **inputs.fit_options(n_bootstrap))
 
 
+def grouped_multipliers(grouped: GroupedFits, base: str, budgets: list[float]):
+    """The multipliers of every group against ``base`` at each budget (default: the largest
+    fitted run's compute, to 3 digits: inside every group's data), one table."""
+    import pandas as pd
+
+    if not budgets:
+        largest = max(t.frame["flops"].max() for t in grouped.tables.values())
+        budgets = [float(f"{largest:.3g}")]
+    frames = [multipliers_against(grouped, base, c) for c in budgets]
+    frame = pd.concat(frames, ignore_index=True)
+    frame.attrs.update(frames[0].attrs)
+    return frame
+
+
 def _write_json(path: str, payload: dict) -> None:
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -290,6 +310,12 @@ def fit_main(argv: list[str]) -> int:
         if overtrain and (inputs.by or values["holdout"].value):
             raise FitInputError("--overtrain reports on one fit: leave out --by and --holdout")
         n_bootstrap, holdout = values["bootstrap"].value, values["holdout"].value
+        against = values["multiplier-against"].value
+        if against and not inputs.by:
+            raise FitInputError("--multiplier-against compares groups: add --by=COLUMN")
+        if against and (inputs.law, approach) != ("chinchilla", 3):
+            raise FitInputError("--multiplier-against needs approach 3's law: --law=chinchilla "
+                                "--approach=3")
         if inputs.by and holdout:
             raise FitInputError("--by and --holdout: run one fit per group with --holdout "
                                 "on each group's own table; together they are not supported")
@@ -297,6 +323,10 @@ def fit_main(argv: list[str]) -> int:
             grouped = run_grouped(inputs, inputs.law, approach, n_bootstrap)
             sys.stdout.write(format_grouped(grouped, budgets))
             payload = grouped.to_dict(budgets)
+            if against:
+                frame = grouped_multipliers(grouped, against, budgets)
+                sys.stdout.write("\n" + format_multipliers(frame))
+                payload["multipliers"] = jsonable(frame.to_dict(orient="records"))
         elif holdout:
             held = run_holdout(inputs, inputs.law, approach, n_bootstrap, holdout)
             sys.stdout.write(format_report(held.fit, inputs.results or "", budgets) + "\n"

@@ -188,11 +188,11 @@ class ScalingFit:
                     "n_bootstrap": self.n_bootstrap,
                     "n_bootstrap_requested": self.n_bootstrap_requested,
                     "flops_per_param_token": self.flops_per_param_token})
-        out["details"] = _jsonable(self.details)
+        out["details"] = jsonable(self.details)
         if budgets:
-            out["predictions"] = [_jsonable(self.predict_optimal(c)) for c in budgets]
+            out["predictions"] = [jsonable(self.predict_optimal(c)) for c in budgets]
         if budgets and overtrain and self.has_loss_model and self.allocation_determined:
-            out["overtrained"] = [_jsonable(self.predict_overtrained(c, m))
+            out["overtrained"] = [jsonable(self.predict_overtrained(c, m))
                                   for c in budgets for m in overtrain]
         out["degenerate"] = self.degenerate
         out["unpinned"] = list(self.unpinned)
@@ -206,13 +206,13 @@ def _json_float(value):
     return value if math.isfinite(value) else None
 
 
-def _jsonable(value):
+def jsonable(value):
     """Plain JSON types; numpy arrays and tables (plot data) are dropped."""
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()
+        return {str(k): jsonable(v) for k, v in value.items()
                 if not isinstance(v, (np.ndarray, pd.DataFrame))}
     if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     if isinstance(value, (np.floating, float)):
         return _json_float(value)
     if isinstance(value, np.integer):

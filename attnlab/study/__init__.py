@@ -23,8 +23,8 @@ Everything here is orchestration: the sweep, the fits and the figures come from
 """
 
 from attnlab.study.common import (DEFAULT_EXPERIMENT, DEFAULT_WORKDIR, FIT_APPROACH2_FILE,
-                                  FIT_FILE, PLOTS_DIR, RANKING_FILE, RANKING_TEXT_FILE,
-                                  GroupedStudy, StudyError, StudyResult)
+                                  FIT_FILE, MULTIPLIERS_FILE, MULTIPLIERS_JSON_FILE, PLOTS_DIR,
+                                  RANKING_FILE, RANKING_TEXT_FILE, GroupedStudy, StudyError, StudyResult)
 from attnlab.study.grouped import (extrapolation_ratios, finish_grouped_study, fit_grouped_study,
                                    largest_runs)
 from attnlab.study.quickstart import (default_argv, draw_plots, fit_study, headline,
@@ -33,7 +33,7 @@ from attnlab.study.quickstart import (default_argv, draw_plots, fit_study, headl
 
 __all__ = [
     "DEFAULT_EXPERIMENT", "DEFAULT_WORKDIR", "FIT_APPROACH2_FILE", "FIT_FILE", "GroupedStudy",
-    "PLOTS_DIR", "RANKING_FILE", "RANKING_TEXT_FILE", "StudyError", "StudyResult",
+    "MULTIPLIERS_FILE", "MULTIPLIERS_JSON_FILE", "PLOTS_DIR", "RANKING_FILE", "RANKING_TEXT_FILE", "StudyError", "StudyResult",
     "default_argv", "draw_plots", "extrapolation_ratios", "finish_grouped_study", "fit_grouped_study",
     "fit_study", "headline", "largest_runs", "prediction_budgets", "quickstart_main", "report",
     "run_study", "write_fits",

@@ -23,6 +23,8 @@ FIT_APPROACH2_FILE = "fit_approach2.json"
 PLOTS_DIR = "plots"
 RANKING_FILE = "ranking.csv"
 RANKING_TEXT_FILE = "ranking.txt"
+MULTIPLIERS_FILE = "multipliers.csv"  # each variant against sweep.baseline
+MULTIPLIERS_JSON_FILE = "multipliers.json"
 # r(k) of each variant's largest run; ppl at 4x the training length (Press et al. 2022 compare
 # orderings at >= 4x: seed noise at 1x is ~1-2% of ppl).
 EXTRAPOLATION_MULTIPLIER = 4
@@ -61,13 +63,16 @@ class GroupedStudy:
     """The per-variant part of a study of ``sweep.variants``: ``by`` the variant column; ``fits3``
     / ``fits2`` the grouped fits (``attnlab.scaling.grouped.GroupedFits``, None when no group
     could be fitted); ``ranking`` the table of :func:`attnlab.scaling.grouped.rank_at` with an
-    ``r(4x)`` column; ``ratios`` variant -> (r(4x) or None, run id or None, note)."""
+    ``r(4x)`` column; ``ratios`` variant -> (r(4x) or None, run id or None, note);
+    ``multipliers`` the table of :func:`attnlab.scaling.multiplier.multipliers_against` against
+    the baseline variant (None without one, or when no law was fitted)."""
 
     by: str
     fits3: object | None
     fits2: object | None
     ranking: object
     ratios: dict
+    multipliers: object | None = None
 
 
 def save_figures(figures: dict, out_dir: Path) -> tuple[dict, list[str]]:

@@ -1,7 +1,9 @@
 """A study of named variants (``sweep.variants``, e.g. experiments/architectures.py): one
 approach-3 and one approach-2 fit per variant (``attnlab fit --by``, with bootstrap intervals), a
 table ranking the variants by their compute-optimal loss at a reference compute (the largest
-budget) with intervals (``ranking.csv``), every variant's compute-optimal frontier in one
+budget) with intervals (``ranking.csv``), each variant's effective compute multiplier against
+the baseline (``sweep.baseline``) at that compute and its loss difference at the largest budget
+(``multipliers.csv`` / ``multipliers.json``), every variant's compute-optimal frontier in one
 figure, and the extrapolation ratio r(4x) = ppl(4L) / ppl(L) of each variant's largest run
 (``attnlab extrapolate``, nonoverlapping windows)."""
 
@@ -10,7 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from attnlab.errors import AttnlabError
-from attnlab.study.common import (EXTRAPOLATION_MAX_TOKENS, EXTRAPOLATION_MULTIPLIER, PLOTS_DIR,
+from attnlab.study.common import (EXTRAPOLATION_MAX_TOKENS, EXTRAPOLATION_MULTIPLIER,
+                                  MULTIPLIERS_FILE, MULTIPLIERS_JSON_FILE, PLOTS_DIR,
                                   RANKING_FILE, RANKING_TEXT_FILE, GroupedStudy, StudyResult,
                                   save_figures, write_fits)
 
@@ -73,14 +76,16 @@ def extrapolation_ratios(workdir: str | Path, results, by: str,
 
 
 def finish_grouped_study(workdir: str | Path, by: str, *, n_bootstrap: int = 200,
-                         say=print, failed: int = 0) -> StudyResult:
+                         say=print, failed: int = 0, baseline: str | None = None) -> StudyResult:
     """Fits, ranks, evaluates and plots a finished sweep of variants (see the module docstring);
-    writes fit.json / fit_approach2.json (``attnlab fit --by --json``'s format), ranking.csv and
-    ranking.txt into ``workdir`` and the figures into ``workdir/plots``."""
+    writes fit.json / fit_approach2.json (``attnlab fit --by --json``'s format), ranking.csv,
+    ranking.txt and (given a ``baseline`` variant) multipliers.csv / multipliers.json into
+    ``workdir`` and the figures into ``workdir/plots``."""
     import pandas as pd
 
-    from attnlab.scaling import prepare_points
+    from attnlab.scaling import FitInputError, prepare_points
     from attnlab.scaling.grouped import format_grouped, format_ranking, rank_at
+    from attnlab.scaling.multiplier import format_multipliers, multipliers_against
 
     workdir = Path(workdir)
     results, fits3, fits2, messages = fit_grouped_study(workdir, by, n_bootstrap=n_bootstrap)
@@ -108,6 +113,15 @@ def finish_grouped_study(workdir: str | Path, by: str, *, n_bootstrap: int = 200
     for group, (_, run_id, note) in ratios.items():
         if note:
             messages.append(f"{column} of {group} ({run_id}): {note}")
+    multipliers, multiplier_paths = None, []
+    if baseline is not None and fits3 is not None:
+        try:
+            multipliers = multipliers_against(fits3, baseline, reference)
+        except FitInputError as error:
+            messages.append(f"no multipliers: {error}")
+        else:
+            say("\n" + format_multipliers(multipliers).rstrip())
+            multiplier_paths = write_multipliers(workdir, multipliers)
     for message in messages:
         say(f"note: {message}")
 
@@ -116,7 +130,7 @@ def finish_grouped_study(workdir: str | Path, by: str, *, n_bootstrap: int = 200
     ranking.to_csv(ranking_path, index=False)
     (workdir / RANKING_TEXT_FILE).write_text(format_ranking(ranking) if len(ranking.columns) > 1
                                              else "")
-    json_paths.append(ranking_path)
+    json_paths += [ranking_path, *multiplier_paths]
     plots, plot_messages = draw_grouped_plots(fits3, fits2, workdir / PLOTS_DIR)
     for message in plot_messages:
         say(f"warning: {message}")
@@ -127,7 +141,23 @@ def finish_grouped_study(workdir: str | Path, by: str, *, n_bootstrap: int = 200
                        json_paths=tuple(json_paths), failed_runs=failed,
                        messages=tuple(messages),
                        grouped=GroupedStudy(by=by, fits3=fits3, fits2=fits2, ranking=ranking,
-                                            ratios=ratios))
+                                            ratios=ratios, multipliers=multipliers))
+
+
+def write_multipliers(workdir: Path, multipliers) -> list[Path]:
+    """The multipliers table as CSV and as JSON records (NaN and inf as null, ``base`` and ``by``
+    beside them)."""
+    import json
+
+    from attnlab.scaling.result import jsonable
+
+    csv_path, json_path = workdir / MULTIPLIERS_FILE, workdir / MULTIPLIERS_JSON_FILE
+    multipliers.to_csv(csv_path, index=False)
+    payload = {"by": multipliers.attrs["by"], "base": multipliers.attrs["base"],
+               "ci_level": multipliers.attrs["level"],
+               "rows": jsonable(multipliers.to_dict(orient="records"))}
+    json_path.write_text(json.dumps(payload, indent=2) + "\n")
+    return [csv_path, json_path]
 
 
 def draw_grouped_plots(fits3, fits2, out_dir: str | Path) -> tuple[dict[str, Path], list[str]]:

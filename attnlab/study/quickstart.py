@@ -159,7 +159,7 @@ def run_study(spec: SweepSpec, workdir: str | Path, *, n_bootstrap: int = 200, p
     if spec.variants:
         with np.errstate(all="ignore"):
             result = finish_grouped_study(workdir, spec.variant_column, n_bootstrap=n_bootstrap,
-                                          say=say, failed=failed)
+                                          say=say, failed=failed, baseline=spec.baseline)
         say(f"\ndone in {(time.time() - start) / 60:.1f} min (sweep {(swept - start) / 60:.1f} "
             f"min, fits, extrapolation and plots {(time.time() - swept) / 60:.1f} min); rerun "
             f"to reuse the finished runs")

@@ -151,6 +151,8 @@ def dry_run(spec: SweepSpec, workdir: str | Path | None = None, *, probe: str = 
                  f"count); isoflop budgets use the '{spec.flops_per_token}' count")
     if spec.mode == "ladder":
         notes.append(ladder_note(runs))
+    if spec.mode in ("isoflop", "ladder"):  # the modes planned for Chinchilla fits
+        notes += design_notes(runs, spec.variant_column if spec.variants else None)
     notes += check_data(todo)  # a bad data source fails the dry run too, naming its field
     if probe == "steps" and runs:
         cache = workdir / rundir.JAX_CACHE_DIR if workdir and workdir.exists() else None
@@ -183,6 +185,26 @@ def dry_run(spec: SweepSpec, workdir: str | Path | None = None, *, probe: str = 
 
 _SHOWN_ELSEWHERE = ("train.learning_rate", "train.warmup_steps", "train.tokens",
                     "train.schedule", "train.branch_step", "train.decay_fraction")
+
+
+def design_notes(runs: list[PlannedRun], column: str | None = None) -> list[str]:
+    """Whether the planned (params, tokens) points can pin approach 3's law
+    (``attnlab.scaling.design``): a line per variant (``column``: the variant column) with the
+    expected interval widths, and a warning where they miss the targets. A ladder's trunks are
+    left out: its points are the branches."""
+    from attnlab.scaling.design import check_design
+
+    groups: dict = {}
+    for run in runs:
+        if run.role != "trunk":
+            groups.setdefault(run.axes[column] if column else None, []).append(run)
+    notes = []
+    for group, members in groups.items():
+        check = check_design([r.params["total"] for r in members], [r.tokens for r in members])
+        where = f"[{group}] " if group is not None else ""
+        notes.append(where + check.describe())
+        notes += [f"warning: {where}{w}" for w in check.warnings()]
+    return notes
 
 
 def ladder_note(runs: list[PlannedRun]) -> str:

@@ -38,7 +38,7 @@ _SECTIONS: dict[str, type] = {"model": ModelConfig, "data": DataConfig, "train":
 _TOP_LEVEL_KEYS = ("scale", "base", "sweep")
 _SWEEP_KEYS = ("name", "mode", "shapes", "ladder", "axes", "learning_rate", "warmup", "budgets",
                "flops_per_token", "min_steps", "curve_points", "resources", "centre", "variants",
-               "variant_column", "branches")
+               "variant_column", "baseline", "branches")
 
 
 _VARIANT_RULES = {"centre": CentreRule, "learning_rate": LearningRateRule, "warmup": WarmupRule}
@@ -82,6 +82,7 @@ class SweepSpec:
     source: str = ""
     variants: tuple[Variant, ...] = ()
     variant_column: str = "variant"
+    baseline: str | None = None  # the variant others' compute multipliers are measured against
     branches: Branches | None = None  # mode ladder: the token counts of each shape's branches
 
     def set_keys(self) -> dict[str, str]:
@@ -186,7 +187,11 @@ def spec_from_config_dict(config: ml_collections.ConfigDict | Mapping[str, Any],
     _check_relations(spec)
     variants = _parse_variants(sweep.get("variants"), spec)
     if variants:
-        spec = dataclasses.replace(spec, variants=variants)
+        spec = dataclasses.replace(spec, variants=variants,
+                                   baseline=_baseline(sweep.get("baseline"), variants))
+    elif sweep.get("baseline") is not None:
+        raise SweepSpecError("sweep.baseline", "names the variant others are compared with, but "
+                                               "the sweep has no sweep.variants")
         for variant in variants:  # each variant's own sweep must be valid too
             _check_relations(variant_spec(spec, variant))
     return spec
@@ -353,6 +358,15 @@ def _variant_column(raw: Any) -> str:
     if raw in _RESERVED_COLUMNS:
         raise SweepSpecError("sweep.variant_column", f"{raw!r} is already a column of the "
                                                      f"results table; pick another name")
+    return raw
+
+
+def _baseline(raw: Any, variants: tuple[Variant, ...]) -> str | None:
+    """``sweep.baseline``: the name of one of the variants (or unset)."""
+    names = [v.name for v in variants]
+    if raw is not None and raw not in names:
+        raise SweepSpecError("sweep.baseline", f"expected one of the variants "
+                                               f"({', '.join(names)}), got {raw!r}")
     return raw
 
 
