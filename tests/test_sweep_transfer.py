@@ -149,3 +149,20 @@ def test_a_report_without_the_base_widths_row_or_malformed_is_refused(tmp_path):
     bad.write_text(json.dumps({"best_learning_rates": [{"parameterization": "mup"}]}))
     error = _refusal(study({"rule": "transfer", "report": str(bad)}))
     assert error.field == "sweep.learning_rate.report" and "not a transfer report" in error.reason
+
+
+def test_the_shipped_tuned_study_reuses_the_transfer_sweeps_configs():
+    from attnlab.sweep import load_spec
+
+    tuned = plan(load_spec("experiments/mup_tuned.py"))
+    best = json.loads((ROOT / "docs/results/mup_transfer_cpu.json").read_text())
+    at_base = [r["learning_rate"] for r in best["best_learning_rates"]
+               if (r["parameterization"], r["d_model"]) == ("mup", 16)]
+    assert {run.cfg.train.learning_rate for run in tuned} == set(at_base)
+    transfer = {run.run_id for run in plan(load_spec("experiments/mup_transfer.py"))}
+    shared = {run.run_id for run in tuned if run.cfg.model.d_model <= 128}
+    assert len(shared) == 8 and shared <= transfer
+    # Its gpu scale needs a report that no run has written yet.
+    with pytest.raises(SweepSpecError) as info:
+        load_spec("experiments/mup_tuned.py:gpu")
+    assert info.value.field == "sweep.learning_rate.report" and "not found" in info.value.reason
