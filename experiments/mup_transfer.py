@@ -4,7 +4,11 @@ muP (base width 16), two seeds each; the report plots loss against learning rate
 prints each width's best learning rate with a bootstrap interval over seeds.
 
     attnlab sweep --config=experiments/mup_transfer.py --workdir=sweeps/mup_transfer
-    python experiments/mup_transfer.py sweeps/mup_transfer [--plot=docs/mup_transfer.png]
+    python experiments/mup_transfer.py sweeps/mup_transfer [--plot=docs/mup_transfer.png] \
+        [--json=mup_lr.json]
+
+``--json`` writes the best learning rates for a study's ``sweep.learning_rate.rule = 'transfer'``
+(``sweep.learning_rate.report = 'mup_lr.json'``; docs/sweeps.md).
 
 Under muP the best learning rate should stay put as the width grows; under SP (one Adam learning
 rate, every matrix drawn at init_std) it should fall with width.
@@ -93,6 +97,21 @@ def best_learning_rates(frame, *, resamples: int = 2000, seed: int = 0):
     return rows
 
 
+def report(frame, **kw) -> dict:
+    """The JSON a study's learning-rate rule ``transfer`` reads (attnlab.sweep.spec):
+    ``{"best_learning_rates": [{parameterization, d_model, mup_base_d_model, learning_rate,
+    interval: [lo, hi]}, ...]}``; ``mup_base_d_model`` is the width a mup row's learning rate
+    is relative to (0 for sp; a frame without the column reads as 0)."""
+    base = (frame.groupby(["parameterization", "d_model"])["mup_base_d_model"].first()
+            if "mup_base_d_model" in frame else {})
+    rows = []
+    for p, d, best, lo, hi in best_learning_rates(frame, **kw):
+        rows.append({"parameterization": p, "d_model": d,
+                     "mup_base_d_model": int(base.get((p, d), 0)) if p == "mup" else 0,
+                     "learning_rate": best, "interval": [lo, hi]})
+    return {"best_learning_rates": rows}
+
+
 def plot(frame):
     """Yang et al. Fig. 1: final loss against learning rate, one line per width, a panel per
     parameterisation (seed means; the seeds as points)."""
@@ -123,14 +142,17 @@ def plot(frame):
 
 
 def main(argv: list[str]) -> int:
-    """``python experiments/mup_transfer.py SWEEP_DIR [--plot=FILE]``."""
+    """``python experiments/mup_transfer.py SWEEP_DIR [--plot=FILE] [--json=FILE]``."""
+    import json
+
     from attnlab.results import load
 
     if not argv or argv[0].startswith("-"):
         print(main.__doc__)
         return 2
     frame = load(argv[0]).rename(columns={"model.d_model": "d_model", "train.seed": "seed",
-                                          "train.learning_rate": "learning_rate"})
+                                          "train.learning_rate": "learning_rate",
+                                          "model.mup_base_d_model": "mup_base_d_model"})
     frame = frame[frame["status"] == "completed"]
     print(f"{'param':<6}{'d_model':>8}{'best lr':>10}{'90% interval':>22}")
     for p, d, best, lo, hi in best_learning_rates(frame):
@@ -138,6 +160,9 @@ def main(argv: list[str]) -> int:
     for arg in argv[1:]:
         if arg.startswith("--plot="):
             plot(frame).savefig(arg.partition("=")[2], dpi=120)
+        if arg.startswith("--json="):
+            with open(arg.partition("=")[2], "w") as f:
+                json.dump(report(frame), f, indent=1)
     return 0
 
 

@@ -383,6 +383,8 @@ CASES = [
      "sweep.mode"),
     ("sweep-ladder-no-branches", None, [*SWEEP, "--config.sweep.mode=ladder",
                                         "--workdir={d}/sw"], "sweep.branches"),
+    ("sweep-transfer-no-lr", None, [*SWEEP, "--config.sweep.learning_rate.rule=transfer",
+                                    "--workdir={d}/sw"], "sweep.learning_rate.base_lr"),
     ("sweep-empty-axis", None, [*SWEEP, "--config.sweep.axes.train.seed=()", "--workdir={d}/sw"],
      "seed"),
     ("sweep-parallel-zero", None, [*SWEEP, "--parallel=0", "--workdir={d}/sw"], "--parallel"),

@@ -16,7 +16,7 @@ from attnlab.sweep import load_spec, plan
 
 EXPERIMENTS = ("tiny_isoflop", "quickstart", "tiny_grid", "tiny_pe", "kaplan",
                "chinchilla_isoflop", "pe_extrapolation", "markov_floor", "tiny_mixers", "architectures",
-               "gpt_vs_bert", "icl", "tiny_ladder", "moe", "mup_transfer")
+               "gpt_vs_bert", "icl", "tiny_ladder", "moe", "mup_transfer", "mup_tuned")
 
 TINY_ISOFLOP_CPU = [
     "d16-l1-rope-t13.6k-s0-f45cac28", "d32-l2-rope-t3.58k-s0-dd589dd0",
@@ -86,6 +86,9 @@ PLAN_DIGESTS = {
     # muP learning-rate transfer (new; model.parameterization per variant).
     "mup_transfer:cpu": ("188cb432baafcf7c", "796be722d2253fd8"),
     "mup_transfer:gpu": ("17011a202feb0879", "2291a871c415a34d"),
+    # A tuned muP width study (new): the learning rate read from the cpu transfer report
+    # (docs/results/mup_transfer_cpu.json); its gpu scale needs the gpu report, not made yet.
+    "mup_tuned:cpu": ("734434c0df30872e", "112246bcff503f49"),
 }
 
 

@@ -33,6 +33,9 @@ VARIANTS = {
     "span": dict(objective="span", vocab_size=257),
     "dropout": dict(dropout=0.1),
     "ngpt": dict(ngpt=True, ffn="swiglu"),
+    # muP at twice its base width: the optimizer scales each parameter's update by its own
+    # learning-rate multiplier (1/m on hidden matrices), a step the lone run has too.
+    "mup": dict(parameterization="mup", mup_base_d_model=16, attention_scale="mup"),
 }
 
 
@@ -91,7 +94,8 @@ def assert_close(a, b, rtol, atol=1e-7):
                                    rtol=rtol, atol=atol)
 
 
-FAST = {("softmax", "vmap"), ("softmax", "map"), ("mlm", "vmap"), ("mamba", "map")}
+FAST = {("softmax", "vmap"), ("softmax", "map"), ("mlm", "vmap"), ("mamba", "map"),
+        ("mup", "vmap")}
 
 
 @pytest.mark.parametrize("name, members", [

@@ -380,6 +380,17 @@ def _learning_rate(spec: SweepSpec, shape: Shape | None, cfg: Config,
     base = rule.base or cfg.train.learning_rate
     if rule.rule == "fixed":
         return None
+    if rule.rule == "transfer":
+        # The tuned value itself (no arithmetic to round): under muP it is the base model's
+        # learning rate, so every run must be muP at the base width it was tuned at.
+        tuned_at = spec.base.model.mup_base_d_model
+        if (cfg.model.parameterization, cfg.model.mup_base_d_model) != ("mup", tuned_at):
+            raise SweepSpecError("sweep.learning_rate.rule", f"'transfer' applies a learning "
+                                 f"rate tuned under muP at base width {tuned_at}, but a run has "
+                                 f"model.parameterization = {cfg.model.parameterization!r}, "
+                                 f"model.mup_base_d_model = {cfg.model.mup_base_d_model} (set "
+                                 f"by an axis?)")
+        return rule.base_lr
     if rule.rule == "per_shape":
         lr = shape.learning_rate
     elif rule.rule == "power_law":

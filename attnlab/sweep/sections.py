@@ -11,7 +11,7 @@ from typing import Any
 from attnlab.config import COOLDOWNS
 from attnlab.errors import ConfigError
 
-LR_RULES = ("fixed", "per_shape", "power_law", "inverse_width")
+LR_RULES = ("fixed", "per_shape", "power_law", "inverse_width", "transfer")
 WARMUP_RULES = ("fixed", "fraction", "tokens_per_param")
 
 
@@ -111,7 +111,8 @@ class _Rule:
             raise SweepSpecError(f"{field}.rule", f"unknown rule {self.rule!r}; valid rules are "
                                                   f"{', '.join(self.rules)}")
         for f in dataclasses.fields(self)[1:]:
-            number_at_least_zero(getattr(self, f.name), f"{field}.{f.name}")
+            if not isinstance(getattr(self, f.name), str):
+                number_at_least_zero(getattr(self, f.name), f"{field}.{f.name}")
         return self
 
 
@@ -126,6 +127,11 @@ class LearningRateRule(_Rule):
     inverse_width:  lr = base * ref_d_model / d_model ("muP-lite": under muP the Adam learning
                     rate of hidden matrices scales as 1/width, Yang et al. 2022; here on every
                     parameter: the full muP is model.parameterization=mup, docs/mup.md)
+    transfer:       lr = base_lr for every width (muTransfer, Yang et al. 2022 sec. 5: under
+                    model.parameterization=mup the optimum tuned at the base width holds at every
+                    width); base_lr given here, or read from ``report``, the JSON that
+                    experiments/mup_transfer.py writes (its mup row at width ``tuned_d_model``,
+                    0 -> the study's model.mup_base_d_model, tuned at the same base width)
     """
 
     rule: str = "fixed"
@@ -133,7 +139,29 @@ class LearningRateRule(_Rule):
     ref_params: float = 0.0
     exponent: float = 0.0
     ref_d_model: int = 0
+    base_lr: float = 0.0
+    report: str = ""
+    tuned_d_model: int = 0
     rules = LR_RULES
+
+    def checked(self, field: str) -> LearningRateRule:
+        super().checked(field)
+        if self.rule != "transfer":
+            for name in ("base_lr", "report", "tuned_d_model"):
+                if getattr(self, name):
+                    raise SweepSpecError(f"{field}.{name}", f"only rule 'transfer' reads it; the "
+                                                            f"rule is {self.rule!r}")
+        elif self.base_lr and self.report:
+            raise SweepSpecError(f"{field}.report", "give the tuned learning rate as base_lr or "
+                                                    "as a report, not both")
+        elif not (self.base_lr or self.report):
+            raise SweepSpecError(f"{field}.base_lr", "missing: rule 'transfer' needs the learning "
+                                 "rate tuned at the base width: base_lr, or report (the JSON of "
+                                 "experiments/mup_transfer.py --json)")
+        elif self.tuned_d_model and not self.report:
+            raise SweepSpecError(f"{field}.tuned_d_model", "picks a row of the report; without "
+                                                           "a report base_lr is the rate")
+        return self
 
 
 @dataclasses.dataclass(frozen=True)

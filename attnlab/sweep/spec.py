@@ -15,6 +15,7 @@ disk besides reading the files. Turning a spec into concrete runs is :mod:`attnl
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from typing import Any, Mapping
 
@@ -184,9 +185,13 @@ def spec_from_config_dict(config: ml_collections.ConfigDict | Mapping[str, Any],
         variant_column=_variant_column(sweep.get("variant_column", "variant")),
         branches=_section(Branches, sweep.get("branches"), "sweep.branches"),
     )
+    if not sweep.get("variants"):
+        spec = _with_tuned_learning_rate(spec, "sweep.learning_rate")
     _check_relations(spec)
     variants = _parse_variants(sweep.get("variants"), spec)
     if variants:
+        # Each variant reads the tuned learning rate for its own model (base width).
+        variants = tuple(_variant_with_tuned_learning_rate(spec, v) for v in variants)
         spec = dataclasses.replace(spec, variants=variants,
                                    baseline=_baseline(sweep.get("baseline"), variants))
     elif sweep.get("baseline") is not None:
@@ -246,6 +251,13 @@ def _load_base(base: Any, source: str) -> Config:
 
 
 def _read_config_file(path: str, source: str) -> dict[str, Any]:
+    candidate = _find_file(path, source, "base", "config file")
+    return cli_flags.parse([f"--config={candidate}"], prog="attnlab sweep").config.to_dict()
+
+
+def _find_file(path: str, source: str, field: str, what: str) -> str:
+    """A file named by the spec: an absolute path, or relative to the experiment file's folder,
+    its parent (the repository root) or the cwd, in that order."""
     candidates = [path] if os.path.isabs(path) else [
         os.path.join(os.path.dirname(os.path.abspath(source)), path) if source else path,
         os.path.join(os.path.dirname(os.path.abspath(source)), os.pardir, path) if source else path,
@@ -253,10 +265,78 @@ def _read_config_file(path: str, source: str) -> dict[str, Any]:
     ]
     for candidate in candidates:
         if os.path.isfile(candidate):
-            config = cli_flags.parse([f"--config={candidate}"], prog="attnlab sweep").config
-            return config.to_dict()
-    raise SweepSpecError("base", f"config file {path!r} not found (looked in "
-                                 f"{', '.join(sorted(set(map(os.path.normpath, candidates))))})")
+            return candidate
+    raise SweepSpecError(field, f"{what} {path!r} not found (looked in "
+                                f"{', '.join(sorted(set(map(os.path.normpath, candidates))))})")
+
+
+# The rows of a learning-rate transfer report (experiments/mup_transfer.py --json): each
+# (parameterization, width) with the best learning rate of its grid.
+_REPORT_KEYS = {"parameterization": str, "d_model": int, "mup_base_d_model": int,
+                "learning_rate": float}
+
+
+def read_transfer_report(path: str, field: str) -> list[dict[str, Any]]:
+    """The ``best_learning_rates`` rows of a transfer report, each checked for
+    :data:`_REPORT_KEYS`; anything else is a SweepSpecError naming ``field``."""
+    try:
+        with open(path) as f:
+            rows = json.load(f)["best_learning_rates"]
+        checked = []
+        for row in rows:
+            checked.append({key: kind(row[key]) for key, kind in _REPORT_KEYS.items()})
+            if isinstance(row["learning_rate"], bool) or not row["learning_rate"] > 0:
+                raise ValueError(f"learning rate {row['learning_rate']!r}")
+        return checked
+    except (OSError, ValueError, TypeError, KeyError) as e:
+        raise SweepSpecError(field, f"{path!r} is not a transfer report (the JSON of "
+                                    f"experiments/mup_transfer.py --json: best_learning_rates "
+                                    f"rows with {', '.join(_REPORT_KEYS)}): "
+                                    f"{type(e).__name__} {e}") from None
+
+
+def _with_tuned_learning_rate(spec: SweepSpec, field: str) -> SweepSpec:
+    """``spec`` whose rule ``transfer`` has its learning rate: refused unless the base model is
+    muP (only there does the optimum hold across width); a report's row is the mup one at
+    ``tuned_d_model`` (default the base width) tuned with the same base width, since under muP a
+    learning rate means the one of the base model (hidden matrices get ``lr * base / d``)."""
+    rule, model = spec.learning_rate, spec.base.model
+    if rule.rule != "transfer":
+        return spec
+    if model.parameterization != "mup":
+        raise SweepSpecError(f"{field}.rule", f"'transfer' applies the learning rate tuned at "
+                             f"the base width to every width, which holds only under muP: set "
+                             f"model.parameterization = 'mup' and model.mup_base_d_model (the "
+                             f"base model's is {model.parameterization!r})")
+    if not rule.report:
+        return spec
+    rows = read_transfer_report(_find_file(rule.report, spec.source, f"{field}.report",
+                                           "transfer report"), f"{field}.report")
+    width = rule.tuned_d_model or model.mup_base_d_model
+    for row in rows:
+        if (row["parameterization"], row["d_model"], row["mup_base_d_model"]) == (
+                "mup", width, model.mup_base_d_model):
+            lr = dataclasses.replace(rule, base_lr=row["learning_rate"])
+            return dataclasses.replace(spec, learning_rate=lr)
+    found = ", ".join(f"d_model {r['d_model']} (base {r['mup_base_d_model']})" for r in rows
+                      if r["parameterization"] == "mup") or "none"
+    raise SweepSpecError(f"{field}.report", f"{rule.report!r} has no mup row at d_model {width} "
+                         f"tuned with model.mup_base_d_model = {model.mup_base_d_model} (its mup "
+                         f"rows: {found})")
+
+
+def _variant_with_tuned_learning_rate(spec: SweepSpec, variant: Variant) -> Variant:
+    field = (f"sweep.variants.{variant.name}.learning_rate" if variant.learning_rate
+             else "sweep.learning_rate")
+    try:
+        tuned = _with_tuned_learning_rate(variant_spec(spec, variant), field).learning_rate
+    except SweepSpecError as e:
+        if e.field.startswith("sweep.variants."):
+            raise
+        raise SweepSpecError(e.field, f"{e.reason} (variant {variant.name!r})") from None
+    if tuned.rule != "transfer":
+        return variant
+    return dataclasses.replace(variant, learning_rate=tuned)
 
 
 def _section(cls, raw: Any, field: str, default=None):
