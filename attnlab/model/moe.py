@@ -28,6 +28,10 @@ Dispatch (``model.moe_dispatch``):
   With dropping, a token's output depends on the other tokens of the batch (also later ones):
   decoding equals the full forward only while nothing is dropped.
 
+Expert parallelism (``train.mesh_expert > 1``, :func:`expert_parallel`): the experts' stacked
+tensors split over the mesh's ``expert`` axis, capacity buffers filled per device and exchanged
+by all-to-all (GShard); the capacity then covers each device's tokens.
+
 ``E`` experts are ``E`` stacked parameter sets, ``[E, d_model, width]`` and ``[E, width,
 d_model]``. Routing statistics leave the module as an ``nnx.Intermediate`` (``routing``) when the
 model records them (:func:`record_routing`), which the training step pops and turns into the
@@ -297,9 +301,11 @@ def expert_parallel(mesh, tokens, experts, weights, params, activation, gated,
 
 def expert_mesh():
     """The mesh the program is traced on (``jax.sharding.use_abstract_mesh``) when it splits
-    the experts (an ``expert`` axis longer than one), else None."""
+    the experts (an ``expert`` axis longer than one), else None. Inside a ``shard_map`` already
+    manual over ``expert`` (an ensemble's members) each device holds whole experts: None."""
     mesh = jax.sharding.get_abstract_mesh()
-    if mesh.empty or EXPERT_AXIS not in mesh.axis_names or mesh.shape[EXPERT_AXIS] == 1:
+    if (mesh.empty or EXPERT_AXIS not in mesh.axis_names or mesh.shape[EXPERT_AXIS] == 1
+            or EXPERT_AXIS in mesh.manual_axes):
         return None
     return mesh
 

@@ -70,8 +70,8 @@ def check_batch_divides(cfg: Config, n_devices: int, process_count: int) -> None
 
 
 def make_mesh(cfg: Config, devices=None) -> Mesh:
-    """A ``('data', 'fsdp', 'expert')`` mesh over ``devices`` (default: all, in process order, so that each
-    process's rows of the batch land on its own devices)."""
+    """A ``('data', 'fsdp', 'expert')`` mesh over ``devices`` (default: all, in process order,
+    so that each process's rows of the batch land on its own devices)."""
     devices = list(devices if devices is not None else jax.devices())
     devices.sort(key=lambda d: (d.process_index, d.id))
     return Mesh(np.array(devices).reshape(mesh_shape(cfg, len(devices))), MESH_AXES)
@@ -81,8 +81,8 @@ def ensemble_mesh(cfg: Config, k: int, devices=None) -> Mesh:
     """An ``('ensemble', 'data', 'fsdp', 'expert')`` mesh for ``k`` members of ``cfg``'s shape:
     the members are split over as many device groups as divide both ``k`` and the devices (after
     each member's own ``mesh_fsdp``, ``mesh_expert`` and, when set, ``mesh_data``), each group a
-    lone run's mesh whose micro-batch still divides over it. One group is a lone run's mesh with a member axis of size
-    one."""
+    lone run's mesh whose micro-batch still divides over it. One group is a lone run's mesh
+    with a member axis of size one."""
     devices = list(devices if devices is not None else jax.devices())
     devices.sort(key=lambda d: (d.process_index, d.id))
     n = len(devices)
