@@ -131,10 +131,46 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def run_script(tmp_path, *args):
+# An ensemble's members step inside a shard_map over the member axis; there the MoE takes the
+# unsplit dispatch (attnlab.model.moe.expert_mesh) on the experts laid out split.
+ENSEMBLE = textwrap.dedent("""
+    import jax, jax.numpy as jnp, numpy as np
+    from jax.sharding import NamedSharding, PartitionSpec as P
+    from attnlab.config import Config, DataConfig, ModelConfig, TrainConfig
+    from attnlab.model import init_model
+    from attnlab.train.ensemble import make_ensemble_step, stack
+    from attnlab.train.optimizer import optimizer_for
+    from attnlab.train.sharding import ensemble_mesh
+    from attnlab.train.state import init_train_state
+
+    model = ModelConfig(vocab_size=256, d_model=32, n_layers=1, n_heads=2, moe="token_choice",
+                        moe_experts=4, moe_top_k=2, moe_capacity_factor=1.0)
+    cfgs = [Config(model=model, data=DataConfig(seq_len=16, batch_size=8),
+                   train=TrainConfig(steps=10, warmup_steps=1, seed=s, mesh_expert=2))
+            for s in range(2)]
+    graphdef, _ = init_model(model, 0)
+    initial = stack([init_train_state(c, optimizer_for(c)[0], jax.random.key(s))
+                     for s, c in enumerate(cfgs)])
+    batches = jnp.asarray(np.random.default_rng(0).integers(0, 256, (2, 1, 8, 17), np.int32))
+    mesh = ensemble_mesh(cfgs[0], 2)
+    assert dict(mesh.shape) == {"ensemble": 2, "data": 2, "fsdp": 1, "expert": 2}
+    want = jax.jit(make_ensemble_step(cfgs, graphdef, members="map"))(
+        initial, batches, jnp.ones(2, bool))
+    on = lambda *spec: NamedSharding(mesh, P(*spec))
+    got = jax.jit(make_ensemble_step(cfgs, graphdef, members="map", mesh=mesh))(
+        jax.device_put(initial, on("ensemble")),
+        jax.device_put(batches, on("ensemble", None, ("data", "fsdp", "expert"))),
+        jnp.ones(2, bool))
+    for w, g in zip(jax.tree.leaves(want), jax.tree.leaves(got)):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+    print("OK")
+""")
+
+
+def run_script(tmp_path, *args, script=SCRIPT):
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
                JAX_PLATFORMS="cpu", ATTNLAB_CACHE_DIR=str(tmp_path / "cache"))
-    done = subprocess.run([sys.executable, "-c", SCRIPT, *args], cwd=ROOT, env=env,
+    done = subprocess.run([sys.executable, "-c", script, *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
     assert done.stdout.strip().endswith("OK")
@@ -149,3 +185,8 @@ def test_expert_parallel_equals_one_device(tmp_path):
 @pytest.mark.parametrize("layers", ["unrolled", "scan"])
 def test_expert_parallel_train_steps_equal_one_device(tmp_path, layers):
     run_script(tmp_path, layers, "steps")
+
+
+@pytest.mark.slow
+def test_an_ensemble_of_moe_members_with_an_expert_axis_equals_one_device(tmp_path):
+    run_script(tmp_path, script=ENSEMBLE)

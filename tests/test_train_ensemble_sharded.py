@@ -1,4 +1,5 @@
-"""Ensembles split over devices: the member axis of an ``('ensemble', 'data', 'fsdp', 'expert')`` mesh.
+"""Ensembles split over devices: the member axis of an
+``('ensemble', 'data', 'fsdp', 'expert')`` mesh.
 
 The invariant: sharded = unsharded. On 8 simulated CPU devices (a subprocess: XLA_FLAGS must be
 set before JAX starts) 4 members are split into 4 groups of 2 devices (each group a lone run's

@@ -301,11 +301,12 @@ def expert_parallel(mesh, tokens, experts, weights, params, activation, gated,
 
 def expert_mesh():
     """The mesh the program is traced on (``jax.sharding.use_abstract_mesh``) when it splits
-    the experts (an ``expert`` axis longer than one), else None. Inside a ``shard_map`` already
-    manual over ``expert`` (an ensemble's members) each device holds whole experts: None."""
+    the experts (an ``expert`` axis longer than one), else None. None too inside a
+    ``shard_map`` (an ensemble's members: Shardy refuses the nested one's layout), where XLA
+    shards the unsplit dispatch."""
     mesh = jax.sharding.get_abstract_mesh()
     if (mesh.empty or EXPERT_AXIS not in mesh.axis_names or mesh.shape[EXPERT_AXIS] == 1
-            or EXPERT_AXIS in mesh.manual_axes):
+            or mesh.manual_axes):
         return None
     return mesh
 
