@@ -278,16 +278,17 @@ def expert_parallel(mesh, tokens, experts, weights, params, activation, gated,
     from its own ``T / devices`` tokens (``C`` by :func:`capacity` of those tokens: the
     capacity applies per device, as in GShard's groups), then an all-to-all over ``expert``
     hands each device the buffers of its ``E / n_expert`` experts from its ``n_expert`` peers
-    (``[E / n, n C, d]``), which it runs; a second all-to-all returns the outputs to the tokens'
+    (``[E / n_expert, n_expert C, d]``), which it runs; a second all-to-all returns the outputs to the tokens'
     devices. Other mesh axes (data, fsdp) see the experts replicated: XLA gathers an
     FSDP-split expert tensor before the call and reduces its gradient after it.
     """
     batch = P(tuple(mesh.axis_names))
-    n = params["w_in"].shape[0]
+    n_experts = params["w_in"].shape[0]  # E: the global (unsplit) expert count
 
     def local(tokens, experts, weights, params):
         t, k = experts.shape
-        buffers, slot = to_buffers(tokens, experts, n, capacity(t, k, n, capacity_factor))
+        c = capacity(t, k, n_experts, capacity_factor)
+        buffers, slot = to_buffers(tokens, experts, n_experts, c)
         # [E, C, d] -> [E / n_expert, n_expert C, d]: this device's experts, every peer's slots
         buffers = jax.lax.all_to_all(buffers, EXPERT_AXIS, 0, 1, tiled=True)
         out = expert_ffn(buffers, params, activation, gated, batched_matmul)
