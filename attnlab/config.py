@@ -182,6 +182,8 @@ class TrainConfig:
     keep_steps: tuple[int, ...] = ()  # also kept for ever (a trunk's branch points)
     mesh_data: int = -1  # devices on the data-parallel axis; -1 -> all left over
     mesh_fsdp: int = 1  # devices over which parameters and optimizer state are sharded
+    # devices over which a mixture of experts' experts are split (expert parallelism)
+    mesh_expert: int = 1
     distributed: bool = False  # call jax.distributed.initialize (multi-host)
     coordinator_address: str = ""
     num_processes: int = 1
@@ -457,6 +459,8 @@ def validate_train(t: TrainConfig) -> None:
     if t.branch_from and t.schedule != "wsd":
         raise ConfigError("train.schedule", f"a cooldown branch (train.branch_from) decays "
                                             f"with schedule wsd, got {t.schedule!r}")
+    if t.mesh_expert < 1:
+        raise ConfigError("train.mesh_expert", f"must be >= 1, got {t.mesh_expert}")
     if t.mesh_fsdp < 1 or (t.mesh_data < 1 and t.mesh_data != -1):
         raise ConfigError("train.mesh_data", "mesh sizes must be >= 1 (mesh_data may be -1 = rest)")
 

@@ -301,7 +301,7 @@ def test_a_scanned_run_on_8_devices_with_fsdp_matches_one_device(scanned_run, tm
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     summary = json.loads((workdir / "summary.json").read_text())
-    assert summary["device"]["mesh"] == {"data": 2, "fsdp": 4}
+    assert summary["device"]["mesh"] == {"data": 2, "fsdp": 4, "expert": 1}
     _, _, want = load_params(reference)
     _, _, got = load_params(workdir)
     worst = max(float(np.abs(np.asarray(a) - np.asarray(b)).max())

@@ -1,4 +1,5 @@
-"""Ensembles split over devices: the member axis of an ``('ensemble', 'data', 'fsdp')`` mesh.
+"""Ensembles split over devices: the member axis of an
+``('ensemble', 'data', 'fsdp', 'expert')`` mesh.
 
 The invariant: sharded = unsharded. On 8 simulated CPU devices (a subprocess: XLA_FLAGS must be
 set before JAX starts) 4 members are split into 4 groups of 2 devices (each group a lone run's
@@ -79,7 +80,7 @@ def sharded(tmp_path_factory):
 
 def test_the_members_are_split_over_device_groups(sharded):
     layout, _ = sharded
-    assert layout["mesh"] == {"ensemble": 4, "data": 2, "fsdp": 1}
+    assert layout["mesh"] == {"ensemble": 4, "data": 2, "fsdp": 1, "expert": 1}
     # Each device holds one member's parameters ([4, ...] split 4 ways), for either member loop;
     # both steps equal the unsharded ensemble's (asserted in the script).
     assert layout["vmap"] == [4, 1] and layout["map"] == [4, 1]

@@ -122,9 +122,10 @@ def test_sharded_step_matches_single_device(reference, data_dir, tmp_path):
     args = ["-c", SHARDING_CHECK, *train_args(data_dir, tmp_path / "run",
                                               "--config.train.mesh_fsdp=4")[2:]]
     out = finish(start(args, env_with_devices(8, tmp_path), tmp_path / "log"))
-    assert "MESH {'data': 2, 'fsdp': 4} TABLE (256, 32) SHARD (64, 32)" in out
+    assert "MESH {'data': 2, 'fsdp': 4, 'expert': 1} TABLE (256, 32) SHARD (64, 32)" in out
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["device"]["count"] == 8 and summary["device"]["mesh"] == {"data": 2, "fsdp": 4}
+    assert summary["device"]["count"] == 8
+    assert summary["device"]["mesh"] == {"data": 2, "fsdp": 4, "expert": 1}
     assert_same_run(reference, tmp_path / "run")
 
 

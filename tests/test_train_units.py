@@ -51,14 +51,26 @@ def test_param_spec(shape, fsdp, spec):
     assert param_spec(shape, fsdp) == spec
 
 
+def test_param_spec_of_experts_splits_the_expert_axis_and_fsdp_the_rest():
+    assert param_spec((8, 32, 64), 2, experts=True) == P("expert", None, "fsdp")
+    assert param_spec((8, 6, 10), 4, experts=True) == P("expert", None, None)
+    assert param_spec((8, 64), 4, experts=True) == P("expert", "fsdp")  # a bias [E, width]
+    # stacked layers [L, E, d, width]: the layer axis stays whole
+    assert param_spec((2, 8, 32, 64), 2, stacked=True, experts=True) == P(None, "expert", None,
+                                                                          "fsdp")
+
+
 def test_mesh_shape():
-    assert mesh_shape(make_config(), 8) == (8, 1)
-    assert mesh_shape(make_config(mesh_fsdp=4), 8) == (2, 4)
-    assert mesh_shape(make_config(mesh_data=2, mesh_fsdp=4), 8) == (2, 4)
+    assert mesh_shape(make_config(), 8) == (8, 1, 1)
+    assert mesh_shape(make_config(mesh_fsdp=4), 8) == (2, 4, 1)
+    assert mesh_shape(make_config(mesh_data=2, mesh_fsdp=4), 8) == (2, 4, 1)
+    assert mesh_shape(make_config(mesh_fsdp=2, mesh_expert=2), 8) == (2, 2, 2)
     with pytest.raises(ConfigError, match="train.mesh_fsdp"):
         mesh_shape(make_config(mesh_fsdp=3), 8)
     with pytest.raises(ConfigError, match="train.mesh_data"):
         mesh_shape(make_config(mesh_data=4, mesh_fsdp=4), 8)
+    with pytest.raises(ConfigError, match="train.mesh_expert"):
+        mesh_shape(make_config(mesh_fsdp=2, mesh_expert=3), 8)
 
 
 def test_batch_must_divide_over_devices_and_processes():

@@ -283,6 +283,7 @@ def check(cfg: Config) -> Architecture:
             f"{cfg.data.seq_len}: it would train full attention (0 = full causal attention)",
         )
     arch.block.check_train(cfg.train)
+    arch.ffn.check_train(cfg.train)
     if arch.objective.uses_mask:
         # [MASK] is the model's last id (model.vocab_size - 1): it must lie past every token id.
         ids = 256 if cfg.data.tokenizer == "byte" else cfg.data.bpe_vocab_size

@@ -26,7 +26,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attnlab.config import ModelConfig
+from attnlab.config import ModelConfig, TrainConfig
+from attnlab.errors import ConfigError
 from attnlab.model.layers import dense
 
 
@@ -109,6 +110,12 @@ class FFN:
 
     def validate(self) -> None:
         """Rules across fields of the model section (raises ConfigError naming the field)."""
+
+    def check_train(self, train: TrainConfig) -> None:
+        """Rules between the FFN and the train section: a dense FFN has no experts to split."""
+        if train.mesh_expert > 1:
+            raise ConfigError("train.mesh_expert", f"{train.mesh_expert} splits a mixture of "
+                              f"experts' experts, and this model has none (model.moe=none)")
 
     def active_param_count(self) -> int:
         """Parameters one token uses (all of them, for a dense FFN)."""

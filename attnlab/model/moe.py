@@ -28,6 +28,10 @@ Dispatch (``model.moe_dispatch``):
   With dropping, a token's output depends on the other tokens of the batch (also later ones):
   decoding equals the full forward only while nothing is dropped.
 
+Expert parallelism (``train.mesh_expert > 1``, :func:`expert_parallel`): the experts' stacked
+tensors split over the mesh's ``expert`` axis, capacity buffers filled per device and exchanged
+by all-to-all (GShard); the capacity then covers each device's tokens.
+
 ``E`` experts are ``E`` stacked parameter sets, ``[E, d_model, width]`` and ``[E, width,
 d_model]``. Routing statistics leave the module as an ``nnx.Intermediate`` (``routing``) when the
 model records them (:func:`record_routing`), which the training step pops and turns into the
@@ -37,16 +41,21 @@ auxiliary loss and metrics (:meth:`TokenChoice.losses`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from jax.sharding import PartitionSpec as P
 
 from attnlab.config import ModelConfig
 from attnlab.errors import ConfigError
 from attnlab.model.ffn import FFN
 
+EXPERT_AXIS = "expert"  # the mesh axis that splits the experts (attnlab.train.sharding)
+# The experts' stacked [E, ...] parameters, split over EXPERT_AXIS by their leading axis.
+EXPERT_PARAMS = ("w_in", "w_gate", "w_out", "bias_in", "bias_gate", "bias_out")
 RECORD = "record_routing"  # the MoE modules' static switch (see record_routing)
 STATS = "routing"  # the nnx.Intermediate attribute holding one call's routing statistics
 
@@ -160,8 +169,7 @@ class MoEFFN(nnx.Module):
 
     def experts_params(self) -> dict[str, jax.Array]:
         """The experts' parameters in the compute dtype (absent ones left out)."""
-        names = ("w_in", "w_gate", "w_out", "bias_in", "bias_gate", "bias_out")
-        return {n: getattr(self, n)[...].astype(self.dtype) for n in names
+        return {n: getattr(self, n)[...].astype(self.dtype) for n in EXPERT_PARAMS
                 if getattr(self, n) is not None}
 
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -169,8 +177,11 @@ class MoEFFN(nnx.Module):
         tokens = x.reshape(batch * seq, d)
         logits = jnp.einsum("td,de->te", tokens.astype(jnp.float32), self.router[...])
         probs, experts, weights = route(logits, self.k)
-        y, kept = self.dispatch(tokens, experts, weights.astype(x.dtype), self.experts_params(),
-                      self.activation, self.gated, self.capacity_factor)
+        dispatch, mesh = self.dispatch, expert_mesh()
+        if mesh is not None:  # the experts split over the mesh (capacity dispatch only)
+            dispatch = functools.partial(expert_parallel, mesh)
+        y, kept = dispatch(tokens, experts, weights.astype(x.dtype), self.experts_params(),
+                           self.activation, self.gated, self.capacity_factor)
         y = y.reshape(batch, seq, d)
         if self.shared is not None:
             y = y + self.shared(x)
@@ -218,6 +229,32 @@ def dropless(tokens, experts, weights, params, activation, gated, capacity_facto
     return y, jnp.ones((t, k), jnp.float32)
 
 
+def to_buffers(tokens, experts, n_experts, slots_per_expert):
+    """``tokens [T, d]`` scattered into ``[E, C, d]`` expert buffers (:func:`slots`; overflow
+    dropped): ``(buffers [E, C, d], slot int32 [T, k])``."""
+    t, k = experts.shape
+    slot = slots(experts, n_experts, slots_per_expert)  # C = dropped (scatter drops it)
+    buffers = jnp.zeros((n_experts, slots_per_expert, tokens.shape[-1]), tokens.dtype)
+    rows = jnp.broadcast_to(tokens[:, None], (t, k, tokens.shape[-1]))
+    return buffers.at[experts, slot].set(rows, mode="drop"), slot
+
+
+def from_buffers(out, experts, slot, weights):
+    """``y [T, d] = sum_k g_tk out[e_tk, slot_tk]`` over the kept assignments, and ``kept
+    [T, k]``; ``out [E, C, d]``."""
+    kept = (slot < out.shape[1]).astype(jnp.float32)
+    gathered = out.at[experts, slot].get(mode="fill", fill_value=0)  # [T, k, d]
+    y = jnp.einsum("tkd,tk->td", gathered, weights * kept.astype(weights.dtype))
+    return y, kept
+
+
+def batched_matmul(h, w, b):
+    """Each expert's rows times its matrix: ``h [E, C, d_in], w [E, d_in, d_out] -> [E, C,
+    d_out]`` (plus ``b [E, d_out]``)."""
+    out = jnp.einsum("ecd,edf->ecf", h, w)
+    return out if b is None else out + b[:, None]
+
+
 def with_capacity(tokens, experts, weights, params, activation, gated, capacity_factor):
     """At most ``C`` tokens per expert (:func:`capacity`, :func:`slots`), the rest dropped:
     buffers ``[E, C, d]``, one batched matmul per matrix.
@@ -226,21 +263,53 @@ def with_capacity(tokens, experts, weights, params, activation, gated, capacity_
     """
     t, k = experts.shape
     n = params["w_in"].shape[0]
-    c = capacity(t, k, n, capacity_factor)
-    slot = slots(experts, n, c)  # [T, k]; c = dropped (out of range: scatter drops it)
-    buffers = jnp.zeros((n, c, tokens.shape[-1]), tokens.dtype)
-    rows = jnp.broadcast_to(tokens[:, None], (t, k, tokens.shape[-1]))
-    buffers = buffers.at[experts, slot].set(rows, mode="drop")
+    buffers, slot = to_buffers(tokens, experts, n, capacity(t, k, n, capacity_factor))
+    out = expert_ffn(buffers, params, activation, gated, batched_matmul)  # [E, C, d]
+    return from_buffers(out, experts, slot, weights)
 
-    def matmul(h, w, b):
-        out = jnp.einsum("ecd,edf->ecf", h, w)
-        return out if b is None else out + b[:, None]
 
-    out = expert_ffn(buffers, params, activation, gated, matmul)  # [E, C, d]
-    kept = (slot < c).astype(jnp.float32)
-    gathered = out.at[experts, slot].get(mode="fill", fill_value=0)  # [T, k, d]
-    y = jnp.einsum("tkd,tk->td", gathered, weights * kept.astype(weights.dtype))
-    return y, kept
+def expert_parallel(mesh, tokens, experts, weights, params, activation, gated,
+                    capacity_factor):
+    """:func:`with_capacity` with the experts split over the mesh's ``expert`` axis (GShard's
+    expert parallelism, Lepikhin et al. 2020 sec. 2.2).
+
+    ``tokens [T, d]``, ``experts, weights [T, k]`` are split over every mesh axis (the batch);
+    the experts' ``[E, ...]`` tensors over ``expert``. Each device fills ``[E, C, d]`` buffers
+    from its own ``T / devices`` tokens (``C`` by :func:`capacity` of those tokens: the
+    capacity applies per device, as in GShard's groups), then an all-to-all over ``expert``
+    hands each device the buffers of its ``E / n_expert`` experts from its ``n_expert`` peers
+    (``[E / n_expert, n_expert C, d]``), which it runs; a second all-to-all returns the outputs to the tokens'
+    devices. Other mesh axes (data, fsdp) see the experts replicated: XLA gathers an
+    FSDP-split expert tensor before the call and reduces its gradient after it.
+    """
+    batch = P(tuple(mesh.axis_names))
+    n_experts = params["w_in"].shape[0]  # E: the global (unsplit) expert count
+
+    def local(tokens, experts, weights, params):
+        t, k = experts.shape
+        c = capacity(t, k, n_experts, capacity_factor)
+        buffers, slot = to_buffers(tokens, experts, n_experts, c)
+        # [E, C, d] -> [E / n_expert, n_expert C, d]: this device's experts, every peer's slots
+        buffers = jax.lax.all_to_all(buffers, EXPERT_AXIS, 0, 1, tiled=True)
+        out = expert_ffn(buffers, params, activation, gated, batched_matmul)
+        out = jax.lax.all_to_all(out, EXPERT_AXIS, 1, 0, tiled=True)  # back: [E, C, d]
+        return from_buffers(out, experts, slot, weights)
+
+    experts_spec = {name: P(EXPERT_AXIS) for name in params}
+    return jax.shard_map(local, mesh=mesh, in_specs=(batch, batch, batch, experts_spec),
+                         out_specs=(batch, batch))(tokens, experts, weights, params)
+
+
+def expert_mesh():
+    """The mesh the program is traced on (``jax.sharding.use_abstract_mesh``) when it splits
+    the experts (an ``expert`` axis longer than one), else None. None too inside a
+    ``shard_map`` (an ensemble's members: Shardy refuses the nested one's layout), where XLA
+    shards the unsplit dispatch."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if (mesh.empty or EXPERT_AXIS not in mesh.axis_names or mesh.shape[EXPERT_AXIS] == 1
+            or mesh.manual_axes):
+        return None
+    return mesh
 
 
 class Capacity:
@@ -249,6 +318,7 @@ class Capacity:
     name = "capacity"
     run = staticmethod(with_capacity)
     reads_capacity = True
+    splits = True  # fixed-size buffers: expert parallelism's all-to-all (expert_parallel)
 
     @staticmethod
     def slots_per_token(cfg: ModelConfig) -> float:
@@ -262,6 +332,7 @@ class Dropless:
     name = "dropless"
     run = staticmethod(dropless)
     reads_capacity = False
+    splits = False  # ragged groups: an all-to-all of fixed shape would pad them back to E T k
 
     @staticmethod
     def slots_per_token(cfg: ModelConfig) -> float:
@@ -341,6 +412,18 @@ class TokenChoice(FFN):
         if m.ngpt:
             raise ConfigError("model.moe", "token_choice is not implemented for nGPT blocks "
                               "(model.ngpt=true, whose MLP keeps unit-norm rows)")
+
+    def check_train(self, train) -> None:
+        """The expert axis must split the experts evenly, and only capacity buffers (fixed
+        shapes) cross it."""
+        m, split = self.cfg, train.mesh_expert
+        if m.moe_experts % split:
+            raise ConfigError("train.mesh_expert", f"{split} does not divide the "
+                              f"model.moe_experts={m.moe_experts} experts")
+        if split > 1 and not DISPATCHES[m.moe_dispatch].splits:
+            raise ConfigError("model.moe_dispatch", f"{m.moe_dispatch} is not implemented "
+                              f"with the experts split (train.mesh_expert={split}); use "
+                              f"capacity")
 
     def build(self, rngs: nnx.Rngs) -> nnx.Module:
         return MoEFFN(self, rngs=rngs)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import dataclasses
+import functools
 import json
 import threading
 from typing import Callable
@@ -62,6 +63,17 @@ def programs_key(cfg: Config) -> str:
     return json.dumps(raw, sort_keys=True, default=str)
 
 
+def traced_on(mesh: jax.sharding.Mesh, fn: Callable) -> Callable:
+    """``fn`` traced with ``mesh`` as the abstract mesh in context: the model reads from it
+    whether its experts are split (attnlab.model.moe.expert_mesh)."""
+    @functools.wraps(fn)
+    def traced(*args):
+        with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
+            return fn(*args)
+
+    return traced
+
+
 def jit_steps(cfg: Config, mesh: jax.sharding.Mesh, shardings: TrainState,
               graphdef: nnx.GraphDef, optimizer: optax.GradientTransformation,
               schedule: optax.Schedule) -> tuple[Callable, Callable]:
@@ -69,12 +81,13 @@ def jit_steps(cfg: Config, mesh: jax.sharding.Mesh, shardings: TrainState,
     (updated in place: no second copy of parameters and optimizer state)."""
     on_mesh = lambda spec: jax.sharding.NamedSharding(mesh, spec)  # noqa: E731
     train_step = jax.jit(
-        make_train_step(cfg, graphdef, optimizer, schedule),
+        traced_on(mesh, make_train_step(cfg, graphdef, optimizer, schedule)),
         in_shardings=(shardings, on_mesh(TRAIN_BATCH_SPEC)),
         out_shardings=(shardings, on_mesh(REPLICATED)),
         donate_argnums=0,
     )
-    eval_step = jax.jit(make_eval_step(graphdef, masked_spans=cfg.train.eval_masked_spans),
+    eval_step = jax.jit(traced_on(mesh, make_eval_step(graphdef,
+                                                       masked_spans=cfg.train.eval_masked_spans)),
                         in_shardings=(shardings.params, on_mesh(EVAL_BATCH_SPEC),
                                       on_mesh(REPLICATED)),
                         out_shardings=on_mesh(REPLICATED))
