@@ -2,6 +2,7 @@
 
 import os
 import pathlib
+import signal
 
 import pytest
 
@@ -11,6 +12,18 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 @pytest.fixture(autouse=True)
 def _run_from_repo_root(monkeypatch):
     monkeypatch.chdir(ROOT)
+
+
+@pytest.fixture(autouse=True)
+def _restore_signal_handlers():
+    """A command run in-process may ignore SIGINT/SIGTERM on its way out
+    (attnlab.interrupts.ignore_from_now_on): the next test, and its child processes, must not
+    inherit that."""
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for s, handler in saved.items():
+        if handler is not None:
+            signal.signal(s, handler)
 
 
 @pytest.fixture

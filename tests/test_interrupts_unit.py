@@ -50,9 +50,16 @@ def test_console_main_turns_a_late_interrupt_into_130_and_ignores_later_ones(mon
             signal.signal(s, handler)
 
 
+def _default_signals() -> None:
+    # A child inherits an ignored SIGINT (pytest-xdist's workers ignore it), and the watchdog
+    # rightly leaves an inherited SIG_IGN alone; these tests are about a terminal's Ctrl-C.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _python(code: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60,
+                          preexec_fn=_default_signals)
 
 
 def test_an_interrupt_swallowed_by_a_gc_callback_exits_130_in_one_line():
