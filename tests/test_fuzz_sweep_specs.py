@@ -7,7 +7,8 @@ range, of the wrong type, NaN and infinite. Each generated spec either
   :class:`SweepSpecError`) in one line whose ``field`` names a real field of the spec (a key
   the spec format has, or one the experiment gave), and nothing else is raised; or
 * plans runs whose configs all pass what training checks before it builds anything
-  (``attnlab.model.check`` and ``check_warmup``), with distinct run ids.
+  (``attnlab.model.check`` and ``check_warmup``) and read back from their saved JSON as the
+  same valid config (every number finite), with distinct run ids.
 
 Planning only (no JAX program is traced or compiled), so the default lane runs a fixed,
 derandomized sample in seconds and the slow lane many more. Numbers per profile are in
@@ -24,7 +25,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from attnlab.config import COOLDOWNS, DataConfig, ModelConfig, TrainConfig, check_warmup
+from attnlab.config import (COOLDOWNS, DataConfig, ModelConfig, TrainConfig, check_warmup,
+                            from_config_dict)
 from attnlab.errors import ConfigError
 from attnlab.model import check
 from attnlab.sweep import plan, spec_from_config_dict
@@ -51,7 +53,7 @@ BASE_CHOICES = {
     "model.pos_encoding": ["rope", "alibi", "learned", "none", "nosuch"],
     "model.parameterization": ["sp", "mup", "nosuch"],
     "model.mup_base_d_model": [0, 8, 16, -8],
-    "model.mixer": ["attention", "mamba", "nosuch"],
+    "model.mixer": ["softmax", "mamba", "linear", "nosuch"],
     "model.attention_window": [0, 4, -1],
     "data.seq_len": [4, 8, 16, 32, 0],
     "data.batch_size": [1, 2, 4, 0],
@@ -68,7 +70,7 @@ AXES = {
     "model.d_model": [(16, 32), (8,), (15,)],
     "model.n_layers": [(1, 2), (0,)],
     "model.n_heads": [(1, 4), (3,)],
-    "model.mixer": [("attention", "mamba"), ("nosuch",)],
+    "model.mixer": [("softmax", "mamba"), ("nosuch",)],
     "model.parameterization": [("sp", "mup")],
     "model.nosuch": [(1, 2)],
     "data.seq_len": [(8, 16), (4,), (64,)],
@@ -85,7 +87,7 @@ AXES = {
 # What a variant may override, with values.
 VARIANT_OVERRIDES = {
     "model.pos_encoding": ["alibi", "learned", "nosuch", 3],
-    "model.mixer": ["mamba", "attention", "nosuch"],
+    "model.mixer": ["mamba", "softmax", "nosuch"],
     "model.parameterization": ["mup", "sp"],
     "model.mup_base_d_model": [16, 8, -1],
     "model.d_model": [32, 15],
@@ -114,8 +116,8 @@ def shapes(draw, n_min: int, with_lr: bool):
     n = draw(st.integers(n_min, 4))
     out = []
     for _ in range(n):
-        entry = [draw(maybe([8, 16, 24, 32], 20)), draw(maybe([1, 2, 3], 20)),
-                 draw(maybe([1, 2, 4], 20))]
+        entry = [draw(maybe([8, 16, 24, 32], 40)), draw(maybe([1, 2, 3], 40)),
+                 draw(maybe([1, 2, 4], 40))]
         if with_lr:
             entry.append(draw(maybe([1e-3, 3e-3, 1e-2], 15)))
         out.append(tuple(entry))
@@ -142,8 +144,8 @@ def lr_rule(draw, rule: str):
     if draw(present(0.3)):
         out["base"] = draw(maybe([1e-3, 1e-2], 8))
     if rule == "power_law":
-        out["ref_params"] = draw(maybe([1e3, 1e4], 8))
-        out["exponent"] = draw(maybe([0.3, 0.5], 8))
+        out["ref_params"] = draw(maybe([1e3, 1e4, 1e6], 8))
+        out["exponent"] = draw(maybe([0.3, 0.5], 8, [*BAD, 2000.0]))  # 2000: overflows
     elif rule == "inverse_width":
         out["ref_d_model"] = draw(maybe([16, 64], 8))
     elif rule == "transfer":
@@ -237,14 +239,15 @@ def experiments(draw):
     mostly present and valid, anything else optional."""
     base = {k: dict(v) for k, v in BASE.items()}
     for key, values in BASE_CHOICES.items():
-        if draw(st.integers(0, 9)) == 0:
+        if draw(st.integers(0, 24)) == 0:
             section, name = key.split(".")
             base[section][name] = draw(st.sampled_from(values))
     mode = draw(maybe(list(MODES), 30, ["nosuch", 3]))
     sweep: dict = {"mode": mode}
     lr = draw(maybe(list(LR_RULES), 20, ["nosuch"]))
-    if lr == "transfer" and draw(present(0.8)):  # mostly where it applies
-        base["model"].update(parameterization="mup", mup_base_d_model=16)
+    mup = base["model"].get("parameterization") == "mup" or lr == "transfer"
+    if mup and draw(present(0.8)):  # mostly a valid muP model (transfer applies only there)
+        base["model"].update(parameterization="mup", mup_base_d_model=16, attention_scale="mup")
     use_ladder = draw(present(0.3))
     n_min = 2 if mode == "isoflop" else 1
     if use_ladder:
@@ -359,7 +362,8 @@ def check_one(raw: dict) -> None:
         assert real_field(e.field, raw), f"names no field of the spec: {e.field!r} ({e})"
         assert "\n" not in str(e), str(e)
         # the field as the user knows it, without list indices
-        OUTCOMES[f"refused: {re.sub(r'\[\d+\]', '[i]', e.field)}"] += 1
+        field = re.sub(r"\[\d+\]", "[i]", e.field)
+        OUTCOMES[f"refused: {field}"] += 1
         return
     assert runs, "a spec that plans no runs is refused"
     assert len({r.run_id for r in runs}) == len(runs)
@@ -367,6 +371,8 @@ def check_one(raw: dict) -> None:
         check(run.cfg)
         check_warmup(run.cfg.train, run.cfg.total_steps)
         assert run.cfg.total_steps >= 1 and run.cfg.name == run.run_id
+        # what the worker reads back from the run's config.json: the same, valid config
+        assert from_config_dict(run.cfg.to_dict()) == run.cfg
     OUTCOMES[f"planned: {spec.mode}"] += 1
 
 
@@ -400,3 +406,95 @@ def test_sweep_spec_fuzz(capsys):
 @pytest.mark.slow
 def test_sweep_spec_fuzz_long(capsys):
     _report(capsys, "sweep specs (long)", _fuzz(SLOW_EXAMPLES))
+
+
+# -- what the fuzz found, as named regressions
+
+
+def _spec(mode: str = "grid", **sweep) -> dict:
+    """A valid experiment of ``mode`` on the tiny base, with ``sweep`` keys replaced."""
+    parts = {"grid": {"shapes": ((16, 1, 2), (32, 2, 2))},
+             "isoflop": {"shapes": ((16, 1, 2), (32, 2, 2)), "budgets": (3e7, 1e8)},
+             "curves": {"shapes": ((16, 1, 2),), "curve_points": 2},
+             "ladder": {"shapes": ((16, 1, 2),), "branches": {"tokens": (160, 320)}}}[mode]
+    return {"base": {k: dict(v) for k, v in BASE.items()},
+            "sweep": {"mode": mode, **parts, **sweep}}
+
+
+def _refused(raw: dict) -> ConfigError:
+    with pytest.raises(ConfigError) as e:
+        plan(spec_from_config_dict(raw))
+    assert real_field(e.value.field, raw) and "\n" not in str(e.value), e.value
+    return e.value
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_regression_the_tiny_specs_of_the_regressions_plan(mode):
+    check_one(_spec(mode))  # so that each refusal below is the change's doing
+
+
+@pytest.mark.parametrize("rules, field", [
+    ({"learning_rate": {"rule": "power_law", "ref_params": 0.0, "exponent": 0.5}},
+     "sweep.variants.b.learning_rate.ref_params"),  # was ZeroDivisionError in plan
+    ({"learning_rate": {"rule": "per_shape"}},
+     "sweep.variants.b.learning_rate.rule"),  # was TypeError: shapes carry no rates
+    ({"learning_rate": {"rule": "inverse_width"}},
+     "sweep.variants.b.learning_rate.ref_d_model"),  # was named after the sweep's rule
+    ({"warmup": {"rule": "fraction", "fraction": 0.0}},
+     "sweep.variants.b.warmup.fraction"),  # was planned (warmup 1 step), fraction unchecked
+])
+def test_regression_a_variants_own_rules_are_checked_as_the_sweeps_are(rules, field):
+    """Found by the fuzz: the check of each variant's sweep (its own learning-rate, warmup and
+    centre rules with the sweep's shapes and mode) sat after a ``raise``, so it never ran; a
+    variant's rule reached the planner unchecked. The variant's field is now named."""
+    raw = _spec(variants={"a": {"train": {"seed": 1}}, "b": {"train": {"seed": 2}, **rules}})
+    assert _refused(raw).field == field
+
+
+@pytest.mark.parametrize("where, value, field", [
+    ("budgets", (math.inf,), "sweep.budgets"),  # was OverflowError (round(inf))
+    ("ladder", {"non_embedding_params": (math.inf,), "aspect_ratio": 8, "head_dim": 8},
+     "sweep.ladder.non_embedding_params"),  # was ValueError (log of 0)
+    ("branches", {"tokens": (160, math.inf)}, "sweep.branches.tokens"),  # was OverflowError
+    ("shapes", ((16, 1, 2, math.inf),), "sweep.shapes[0].learning_rate"),  # ran with lr inf
+])
+def test_regression_infinite_numbers_of_a_spec_are_refused(where, value, field):
+    """Found by the fuzz: the spec's own number checks (``x > 0``) let infinity through, so an
+    infinite budget or token count crashed the planner and an infinite per-shape learning rate
+    was planned (a config the run's own config.json then refuses). Now refused, named."""
+    mode = {"budgets": "isoflop", "branches": "ladder"}.get(where, "grid")
+    raw = _spec(mode, **{where: value})
+    if where == "ladder":
+        del raw["sweep"]["shapes"]
+    elif where == "shapes":
+        raw["sweep"]["learning_rate"] = {"rule": "per_shape"}
+    assert _refused(raw).field == field
+
+
+def test_regression_a_learning_rate_rule_that_overflows_is_refused():
+    """Found by the fuzz: power_law with a large exponent overflowed Python's float power
+    (OverflowError from the planner). Now one line naming sweep.learning_rate, as a rate that
+    underflows to 0 is."""
+    for ref_params, exponent in ((1e6, 2000.0), (1.0, 2000.0)):
+        raw = _spec(learning_rate={"rule": "power_law", "ref_params": ref_params,
+                                   "exponent": exponent})
+        assert _refused(raw).field == "sweep.learning_rate"
+
+
+def test_regression_a_ladder_skips_depths_the_base_model_refuses():
+    """Found by the default profile (shrunk to a one-target ladder, head_dim 4, on a muP base
+    model of base width 16): the ladder's search tried d_model 12 with 3 heads, whose muP base
+    width 16 does not divide by the heads, and the model's ConfigError escaped the planner
+    naming ``model.mup_base_d_model`` (no field of the spec). Such depths are now skipped; a
+    ladder with no depth the model takes is refused naming sweep.ladder."""
+    base = {k: dict(v) for k, v in BASE.items()}
+    base["model"].update(parameterization="mup", mup_base_d_model=16, attention_scale="mup")
+    raw = {"base": base, "sweep": {"mode": "grid", "ladder": {
+        "non_embedding_params": (1000.0,), "aspect_ratio": 4.0, "head_dim": 4}}}
+    check_one(raw)
+    (run,) = plan(spec_from_config_dict(raw))
+    assert run.cfg.model.mup_base_d_model % run.cfg.model.n_heads == 0
+    # head_dim 2 at aspect ratio 4: 2 * depth heads, an even count, which 15 never divides
+    base["model"].update(mup_base_d_model=15, n_heads=1)
+    raw["sweep"]["ladder"]["head_dim"] = 2
+    assert _refused(raw).field == "sweep.ladder"
