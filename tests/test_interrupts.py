@@ -237,6 +237,55 @@ def test_sweep_sigkilled_with_two_workers_resumes_its_runs(sweep_reference, tmp_
     _assert_same_results(workdir, sweep_reference[2], context)
 
 
+RAY_CASES = [  # (signals, to the whole process group as a terminal's Ctrl-C does)
+    pytest.param([signal.SIGINT], False, id="sigint"),
+    pytest.param([signal.SIGINT], True, id="ctrl-c"),
+    pytest.param([signal.SIGTERM], False, id="sigterm"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signals, to_group", RAY_CASES)
+def test_ray_sweep_interrupted_then_rerun_equals_uninterrupted(sweep_reference, tmp_path,
+                                                              cache_dir, signals, to_group):
+    """--launcher=ray on a local Ray the sweep starts: interrupted at a random moment, it exits
+    130 in one line, cancels its tasks (the runs they trained stay partial, never failed),
+    shuts its Ray down (no process it started outlives it), and the rerun's table equals an
+    uninterrupted local sweep's."""
+    pytest.importorskip("ray")
+    at = random.Random(SEED + 100 + 10 * to_group + signals[0]).randint(1, 25)
+    context = (f"seed {SEED}: {signals[0].name} {'to the group' if to_group else 'to the sweep'}"
+               f" after {at} lines, --launcher=ray")
+    workdir, log = tmp_path / "sweep", tmp_path / "sweep.log"
+    argv = [*_sweep_argv(workdir, cache_dir, 1), "--launcher=ray"]
+    proc = _start(argv, log)
+    started = []  # Ray's daemons and workers: children of the sweep's process
+    deadline = time.time() + 400
+    while _logged_steps(workdir) < at and proc.poll() is None and time.time() < deadline:
+        try:
+            started = psutil.Process(proc.pid).children(recursive=True) or started
+        except psutil.NoSuchProcess:
+            break
+        time.sleep(0.05)
+    returncode = _signal_at(proc, workdir, at, signals, to_group=to_group, context=context)
+    if returncode == 0:
+        pytest.skip(f"{context}: the sweep finished before the signal landed")
+    assert returncode == 130, f"{context}: {_tail(log)}"
+    _assert_one_interrupt_line(log, context)
+    statuses = [results.run_status(d) for d in results.run_dirs(workdir)]
+    assert "failed" not in statuses, f"{context}: {statuses}\n{_tail(log)}"
+    assert "partial" in statuses or "pending" in statuses, f"{context}: {statuses}"
+    assert not list(workdir.glob("runs/*/failure*.json")), context
+    assert started, f"{context}: Ray started no process"
+    _, alive = psutil.wait_procs(started, timeout=30)
+    assert not alive, f"{context}: {[p.name() for p in alive]} outlived the interrupted sweep"
+
+    rerun_log = tmp_path / "rerun.log"
+    rerun = _start(argv, rerun_log)
+    assert rerun.wait(timeout=900) == 0, f"{context}: {_tail(rerun_log)}"
+    _assert_same_results(workdir, sweep_reference[1], context)
+
+
 # -- quickstart ----------------------------------------------------------------------------------
 
 QUICKSTART = ["quickstart", f"--config={ISOFLOP}", "--config.sweep.budgets=(1e9,)",

@@ -284,12 +284,20 @@ def run_ray(units: list[list[Path]], on_result: OnResult, *, resources: Resource
     ray = import_ray()
     started_here = False
     if not ray.is_initialized():
+        # ray.init replaces the driver's SIGTERM handler with sys.exit(15): put the command's
+        # back, so that SIGTERM stops the sweep as Ctrl-C does (exit 130, runs resumable)
+        main = threading.current_thread() is threading.main_thread()
+        handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
             ray.init(address=address or None, include_dashboard=False,
                      log_to_driver=False, configure_logging=False)
         except (ConnectionError, RuntimeError, ValueError) as e:
             raise LauncherError(f"--ray-address={address!r}: cannot start or reach a Ray "
                                 f"cluster: {e}") from None
+        finally:
+            for sig, handler in handlers.items():
+                if main and handler is not None:
+                    signal.signal(sig, handler)
         started_here = True
     pending = {}
     try:

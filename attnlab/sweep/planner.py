@@ -183,10 +183,15 @@ def ladder_shapes(ladder: Ladder, base_model: ModelConfig) -> tuple[Shape, ...]:
     """For each target non-embedding count, the depth L (d_model = aspect_ratio * L rounded to a
     multiple of head_dim, n_heads = d_model / head_dim) whose exact count is nearest in log space.
 
+    Depths whose shape the base model refuses (e.g. muP's base width not divisible by the
+    heads) are skipped.
+
     Raises:
-      SweepSpecError: two targets give the same shape (spread them further apart).
+      SweepSpecError: two targets give the same shape (spread them further apart), or no depth
+        gives a shape the base model takes.
     """
     shapes = []
+    refusal: ConfigError | None = None
     for i, target in enumerate(ladder.non_embedding_params):
         best: tuple[float, Shape] | None = None
         for n_layers in range(1, _MAX_LADDER_LAYERS + 1):
@@ -194,7 +199,11 @@ def ladder_shapes(ladder: Ladder, base_model: ModelConfig) -> tuple[Shape, ...]:
             n_heads = d_model // ladder.head_dim
             model = dataclasses.replace(base_model, d_model=d_model, n_layers=n_layers,
                                         n_heads=n_heads)
-            count = param_counts(model)["non_embedding"]
+            try:
+                count = param_counts(model)["non_embedding"]
+            except ConfigError as e:  # a shape this model cannot take (muP's base width...)
+                refusal = e
+                continue
             error = abs(math.log(count / target))
             if best is None or error < best[0]:
                 lr = ladder.learning_rates[i] if ladder.learning_rates else None
@@ -202,6 +211,9 @@ def ladder_shapes(ladder: Ladder, base_model: ModelConfig) -> tuple[Shape, ...]:
                                      target_params=target))
             if count > 4 * target:  # counts grow with depth: nothing closer beyond here
                 break
+        if best is None:
+            raise SweepSpecError("sweep.ladder", f"no depth up to {_MAX_LADDER_LAYERS} gives a "
+                                 f"shape the base model takes: {refusal}")
         shapes.append(best[1])
     labels = [s.label for s in shapes]
     for i, label in enumerate(labels):
@@ -394,9 +406,16 @@ def _learning_rate(spec: SweepSpec, shape: Shape | None, cfg: Config,
     if rule.rule == "per_shape":
         lr = shape.learning_rate
     elif rule.rule == "power_law":
-        lr = base * (non_embedding / rule.ref_params) ** -rule.exponent
+        try:
+            lr = base * (non_embedding / rule.ref_params) ** -rule.exponent
+        except OverflowError:  # a float power past 1.8e308 raises rather than give inf
+            lr = math.inf
     else:  # inverse_width
         lr = base * rule.ref_d_model / cfg.model.d_model
+    if not 0 < lr < math.inf:  # 0 after an underflow; the config checks no upper bound
+        raise SweepSpecError("sweep.learning_rate", f"rule {rule.rule!r} gives learning rate "
+                             f"{lr:g} at d_model {cfg.model.d_model}, {non_embedding:,} "
+                             f"non-embedding parameters")
     # Six significant digits: readable, and the same bits on every platform (stable run ids).
     return float(f"{lr:.6g}")
 

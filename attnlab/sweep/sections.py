@@ -6,6 +6,7 @@ checked by its own ``checked(field)``, which raises :class:`SweepSpecError` nami
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 from attnlab.config import COOLDOWNS
@@ -229,14 +230,17 @@ class CentreRule:
 
 
 def positive_number(value: Any, field: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise SweepSpecError(field, f"must be a positive number, got {value!r}")
+    # finite too: an infinite budget or token count has no whole number of steps
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0
+            or not math.isfinite(value)):
+        raise SweepSpecError(field, f"must be a positive finite number, got {value!r}")
     return float(value)
 
 
 def number_at_least_zero(value: Any, field: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise SweepSpecError(field, f"must be a number >= 0, got {value!r}")
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0
+            or not math.isfinite(value)):
+        raise SweepSpecError(field, f"must be a finite number >= 0, got {value!r}")
     return float(value)
 
 

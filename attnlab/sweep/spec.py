@@ -190,6 +190,8 @@ def spec_from_config_dict(config: ml_collections.ConfigDict | Mapping[str, Any],
     _check_relations(spec)
     variants = _parse_variants(sweep.get("variants"), spec)
     if variants:
+        for variant in variants:  # each variant's own sweep must be valid too
+            _check_variant_relations(spec, variant)
         # Each variant reads the tuned learning rate for its own model (base width).
         variants = tuple(_variant_with_tuned_learning_rate(spec, v) for v in variants)
         spec = dataclasses.replace(spec, variants=variants,
@@ -197,9 +199,20 @@ def spec_from_config_dict(config: ml_collections.ConfigDict | Mapping[str, Any],
     elif sweep.get("baseline") is not None:
         raise SweepSpecError("sweep.baseline", "names the variant others are compared with, but "
                                                "the sweep has no sweep.variants")
-        for variant in variants:  # each variant's own sweep must be valid too
-            _check_relations(variant_spec(spec, variant))
     return spec
+
+
+def _check_variant_relations(spec: SweepSpec, variant: Variant) -> None:
+    """The rules between fields (:func:`_check_relations`) on one variant's sweep: a rule the
+    variant gives is named under it (``sweep.variants.<name>.learning_rate.ref_params``)."""
+    try:
+        _check_relations(variant_spec(spec, variant))
+    except SweepSpecError as e:
+        section, _, rest = e.field.removeprefix("sweep.").partition(".")
+        if section in _VARIANT_RULES and getattr(variant, section) is not None:
+            raise SweepSpecError(f"sweep.variants.{variant.name}.{section}"
+                                 f"{'.' if rest else ''}{rest}", e.reason) from None
+        raise SweepSpecError(e.field, f"{e.reason} (variant {variant.name!r})") from None
 
 
 def variant_spec(spec: SweepSpec, variant: Variant) -> SweepSpec:
