@@ -11,14 +11,12 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import pytest
-from flax import nnx
 
 from attnlab.cli_flags import parse
 from attnlab.config import from_config_dict
-from attnlab.model import build_model
 from attnlab.train.ensemble import make_ensemble_step, stack
 from attnlab.train.optimizer import optimizer_for
-from attnlab.train.state import init_train_state
+from attnlab.train.state import abstract_model, abstract_train_state
 from attnlab.train.step import make_train_step
 
 PLATFORMS = ("cuda", "tpu")
@@ -26,9 +24,9 @@ PLATFORMS = ("cuda", "tpu")
 
 def abstract(cfg):
     """``(graphdef, abstract train state, optimizer, schedule)`` of ``cfg``, nothing allocated."""
-    graphdef, _ = nnx.split(nnx.eval_shape(lambda: build_model(cfg.model, nnx.Rngs(params=0))))
+    graphdef, _ = abstract_model(cfg)
     tx, schedule = optimizer_for(cfg)
-    state = jax.eval_shape(lambda: init_train_state(cfg, tx, jax.random.key(0)))
+    state = abstract_train_state(cfg, tx)
     return graphdef, state, tx, schedule
 
 

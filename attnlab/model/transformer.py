@@ -314,6 +314,6 @@ def apply(graphdef: nnx.GraphDef, state: nnx.State, tokens, positions=None, *, d
 def param_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     """``{path: shape}`` of every parameter of the model ``cfg`` builds (traced, nothing
     allocated); paths as :func:`attnlab.model.parameterization.path_name` writes them."""
-    model = nnx.eval_shape(lambda: build_model(cfg, nnx.Rngs(params=0)))
+    model = nnx.eval_shape(lambda: build_model(cfg, ParamKeys(0)))
     state = nnx.state(model, nnx.Param)
     return {path_name(p): tuple(x.shape) for p, x in jax.tree_util.tree_leaves_with_path(state)}
