@@ -57,13 +57,15 @@ JAX_CACHE_DIR = "jax_cache"
 LOGS_DIR = "logs"
 RETIRED_DIR = "retired"
 SWEEP_LOCK_FILE = ".sweep.lock"  # held (flock) by the sweep writing the directory; names its pid
+TUNE_DIR = "tune"  # a tuned sweep's tuning stage: a sweep directory of its own (sweep.tune)
+TUNING_FILE = "tuning.json"  # the tuning stage's table of best learning rates and each arm's pick
 
 # What marks a directory as attnlab's: a command refuses to write into an existing, non-empty
 # directory holding none of these (someone else's files) unless asked to (--allow-nonempty).
 RUN_DIR_NAMES = frozenset({CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, CHECKPOINT_DIR,
                            TENSORBOARD_DIR, RUN_FILE, FAILURE_FILE, LOG_FILE, LOCK_FILE})
 SWEEP_DIR_NAMES = frozenset({RUNS_DIR, SWEEP_FILE, TABLE_FILE, CSV_FILE, JAX_CACHE_DIR, LOGS_DIR,
-                             RETIRED_DIR, SWEEP_LOCK_FILE})
+                             RETIRED_DIR, SWEEP_LOCK_FILE, TUNE_DIR, TUNING_FILE})
 
 # -- statuses ----------------------------------------------------------------------------------
 # What summary.json says (training) ...

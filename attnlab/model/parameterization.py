@@ -60,7 +60,8 @@ class Parameterization:
     """One choice of ``model.parameterization`` for a model built from ``cfg`` (immutable).
 
     Class attributes: ``name`` (the config value), ``title`` (for messages), ``fields`` (the
-    ``model.*`` fields only this choice reads).
+    ``model.*`` fields only this choice reads), ``transfers_learning_rate`` (the best learning
+    rate, tuned at one width, holds at every width: what a sweep's ``transfer`` rule needs).
     """
 
     cfg: ModelConfig = dataclasses.field(repr=False)
@@ -68,6 +69,7 @@ class Parameterization:
     name = ""
     title = ""
     fields = ()
+    transfers_learning_rate = False
 
     def validate(self, arch) -> None:
         """Rules between this choice and the model's parts (raises ConfigError)."""
@@ -105,6 +107,7 @@ class MuP(Parameterization):
     name = "mup"
     title = "muP"
     fields = ("mup_base_d_model",)
+    transfers_learning_rate = True  # muTransfer (Tensor Programs V, sec. 5)
 
     @property
     def width_multiplier(self) -> float:

@@ -60,11 +60,20 @@ def sweep_main(argv: list[str]) -> int:
                                    f"{values['ensemble-max'].value}")
     ensemble_max = values["ensemble-max"].value if values["ensemble"].value == "auto" else 1
     if values["dry-run"].value:
-        table, notes = dry_run(spec, workdir, probe=values["probe"].value,
-                               parallel=values["parallel"].value, ensemble_max=ensemble_max)
-        print(format_table(table))
-        for note in notes:
-            print(f"# {note}")
+        options = dict(probe=values["probe"].value, parallel=values["parallel"].value,
+                       ensemble_max=ensemble_max)
+        if spec.tune is not None:  # the tuning stage, then the study at its learning rates
+            from attnlab.sweep.tuning import dry_run_stages
+
+            stages = dry_run_stages(spec, workdir, **options)
+        else:
+            stages = [(None, *dry_run(spec, workdir, **options))]
+        for title, table, notes in stages:
+            if title:
+                print(f"## {title}")
+            print(format_table(table))
+            for note in notes:
+                print(f"# {note}")
         return 0
     try:
         table = run_sweep(spec, workdir, launcher=values["launcher"].value,

@@ -17,6 +17,7 @@ from typing import Any, Mapping
 from attnlab.config import Config, ModelConfig, check_warmup, wsd_decay_start
 from attnlab.errors import ConfigError
 from attnlab.model import check, flops_per_token, param_counts, recorded_counts
+from attnlab.model.architecture import PARAMETERIZATIONS
 from attnlab.rundir import RESUMABLE_DIFFERENCES
 from attnlab.sweep.spec import Ladder, Shape, SweepSpec, SweepSpecError, variant_spec
 
@@ -396,14 +397,22 @@ def _learning_rate(spec: SweepSpec, shape: Shape | None, cfg: Config,
         # The tuned value itself (no arithmetic to round): under muP it is the base model's
         # learning rate, so every run must be muP at the base width it was tuned at.
         tuned_at = spec.base.model.mup_base_d_model
-        if (cfg.model.parameterization, cfg.model.mup_base_d_model) != ("mup", tuned_at):
+        transfers = PARAMETERIZATIONS[cfg.model.parameterization].transfers_learning_rate
+        if not transfers or cfg.model.mup_base_d_model != tuned_at:
             raise SweepSpecError("sweep.learning_rate.rule", f"'transfer' applies a learning "
                                  f"rate tuned under muP at base width {tuned_at}, but a run has "
                                  f"model.parameterization = {cfg.model.parameterization!r}, "
                                  f"model.mup_base_d_model = {cfg.model.mup_base_d_model} (set "
                                  f"by an axis?)")
         return rule.base_lr
-    if rule.rule == "per_shape":
+    if rule.rule == "tuned":
+        if not rule.base:
+            raise SweepSpecError("sweep.learning_rate.rule", "'tuned' learning rates come from "
+                                 "the sweep's tuning stage (sweep.tune): attnlab sweep runs it "
+                                 "before it plans the study (in Python: "
+                                 "attnlab.sweep.tuning.resolve(spec, picks))")
+        lr = rule.base * (cfg.model.d_model / rule.ref_d_model) ** -rule.exponent
+    elif rule.rule == "per_shape":
         lr = shape.learning_rate
     elif rule.rule == "power_law":
         try:

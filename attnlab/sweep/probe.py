@@ -229,5 +229,5 @@ def format_table(table: pd.DataFrame) -> str:
     if "est_seconds" in shown:
         shown["est_seconds"] = shown["est_seconds"].map(lambda v: f"{v:.1f}")
     if "lr" in shown:
-        shown["lr"] = shown["lr"].map(lambda v: f"{v:.3g}")
+        shown["lr"] = shown["lr"].map(lambda v: v if isinstance(v, str) else f"{v:.3g}")
     return shown.to_string(index=False)

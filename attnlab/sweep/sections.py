@@ -12,7 +12,7 @@ from typing import Any
 from attnlab.config import COOLDOWNS
 from attnlab.errors import ConfigError
 
-LR_RULES = ("fixed", "per_shape", "power_law", "inverse_width", "transfer")
+LR_RULES = ("fixed", "per_shape", "power_law", "inverse_width", "transfer", "tuned")
 WARMUP_RULES = ("fixed", "fraction", "tokens_per_param")
 
 
@@ -133,6 +133,10 @@ class LearningRateRule(_Rule):
                     width); base_lr given here, or read from ``report``, the JSON that
                     experiments/mup_transfer.py writes (its mup row at width ``tuned_d_model``,
                     0 -> the study's model.mup_base_d_model, tuned at the same base width)
+    tuned:          from the sweep's own tuning stage (``sweep.tune``, attnlab.sweep.tuning): a
+                    muP arm gets ``transfer`` at its best rate; any other arm
+                    lr = base * (d_model / ref_d_model) ** -exponent, a power law fitted to its
+                    best rates at the tuning widths. Given with no fields: the stage sets them.
     """
 
     rule: str = "fixed"
@@ -147,6 +151,12 @@ class LearningRateRule(_Rule):
 
     def checked(self, field: str) -> LearningRateRule:
         super().checked(field)
+        if self.rule == "tuned":
+            for f in dataclasses.fields(self)[1:]:
+                if getattr(self, f.name):
+                    raise SweepSpecError(f"{field}.{f.name}", "rule 'tuned' takes no fields: the "
+                                         "tuning stage (sweep.tune) picks the learning rates")
+            return self
         if self.rule != "transfer":
             for name in ("base_lr", "report", "tuned_d_model"):
                 if getattr(self, name):
@@ -163,6 +173,52 @@ class LearningRateRule(_Rule):
             raise SweepSpecError(f"{field}.tuned_d_model", "picks a row of the report; without "
                                                            "a report base_lr is the rate")
         return self
+
+
+@dataclasses.dataclass(frozen=True)
+class Tune:
+    """A sweep's tuning stage (``sweep.tune``): before the study, every arm whose learning-rate
+    rule is ``tuned`` trains small proxies of itself at each shape of ``shapes`` and each rate
+    of ``learning_rates`` (a factor-2 grid), for ``steps`` steps, once per seed of ``seeds``
+    (attnlab.sweep.tuning picks each arm's rate from their final validation losses).
+
+    shapes: ``((d_model, n_layers, n_heads), ...)``, the proxies, one per width; an arm that is
+      not muP needs at least two (its rate is extrapolated in width by a fitted power law)
+    learning_rates: at least three, increasing
+    """
+
+    shapes: tuple = ()
+    learning_rates: tuple[float, ...] = ()
+    seeds: tuple[int, ...] = (0,)
+    steps: int = 0
+
+    def checked(self, field: str) -> Tune:
+        shapes = []
+        for i, entry in enumerate(self.shapes):
+            if (not isinstance(entry, (tuple, list)) or len(entry) != 3
+                    or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0
+                               for v in entry)):
+                raise SweepSpecError(f"{field}.shapes[{i}]", f"expected (d_model, n_layers, "
+                                                             f"n_heads), positive integers, "
+                                                             f"got {entry!r}")
+            shapes.append(Shape(*entry))
+        if not shapes:
+            raise SweepSpecError(f"{field}.shapes", "empty: give the proxies' shapes, e.g. "
+                                                    "((32, 2, 2), (64, 2, 2))")
+        if len({s.d_model for s in shapes}) != len(shapes):
+            raise SweepSpecError(f"{field}.shapes", "two shapes of the same width: the proxies "
+                                                    "are a series in width, one shape each")
+        lrs = tuple(positive_number(v, f"{field}.learning_rates") for v in self.learning_rates)
+        if len(lrs) < 3 or any(b <= a for a, b in zip(lrs, lrs[1:])):
+            raise SweepSpecError(f"{field}.learning_rates", f"expected at least three increasing "
+                                 f"learning rates (a factor-2 grid), got {self.learning_rates!r}")
+        seeds = tuple(self.seeds)
+        if not seeds or any(isinstance(v, bool) or not isinstance(v, int) or v < 0
+                            for v in seeds) or len(set(seeds)) != len(seeds):
+            raise SweepSpecError(f"{field}.seeds", f"expected distinct integers >= 0, got "
+                                                   f"{self.seeds!r}")
+        int_at_least(self.steps, 1, f"{field}.steps")
+        return dataclasses.replace(self, shapes=tuple(shapes), learning_rates=lrs, seeds=seeds)
 
 
 @dataclasses.dataclass(frozen=True)

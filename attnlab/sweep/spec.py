@@ -26,8 +26,9 @@ from attnlab.config import (Config, DataConfig, ModelConfig, TrainConfig, build_
                             from_config_dict)
 from attnlab.errors import ConfigError
 from attnlab.model import check
+from attnlab.model.architecture import PARAMETERIZATIONS
 from attnlab.sweep.sections import (Branches, CentreRule, Ladder, LearningRateRule, Resources,
-                                    Shape, SweepSpecError, WarmupRule, int_at_least,
+                                    Shape, SweepSpecError, Tune, WarmupRule, int_at_least,
                                     positive_number)
 
 MODES = ("grid", "isoflop", "curves", "ladder")
@@ -39,7 +40,7 @@ _SECTIONS: dict[str, type] = {"model": ModelConfig, "data": DataConfig, "train":
 _TOP_LEVEL_KEYS = ("scale", "base", "sweep")
 _SWEEP_KEYS = ("name", "mode", "shapes", "ladder", "axes", "learning_rate", "warmup", "budgets",
                "flops_per_token", "min_steps", "curve_points", "resources", "centre", "variants",
-               "variant_column", "baseline", "branches")
+               "variant_column", "baseline", "branches", "tune")
 
 
 _VARIANT_RULES = {"centre": CentreRule, "learning_rate": LearningRateRule, "warmup": WarmupRule}
@@ -85,6 +86,7 @@ class SweepSpec:
     variant_column: str = "variant"
     baseline: str | None = None  # the variant others' compute multipliers are measured against
     branches: Branches | None = None  # mode ladder: the token counts of each shape's branches
+    tune: Tune | None = None  # the tuning stage of learning-rate rule 'tuned' (sweep/tuning.py)
 
     def set_keys(self) -> dict[str, str]:
         """Config keys the sweep sets besides its axes, each mapped to the spec field that sets
@@ -184,6 +186,7 @@ def spec_from_config_dict(config: ml_collections.ConfigDict | Mapping[str, Any],
         source=source,
         variant_column=_variant_column(sweep.get("variant_column", "variant")),
         branches=_section(Branches, sweep.get("branches"), "sweep.branches"),
+        tune=_section(Tune, sweep.get("tune"), "sweep.tune"),
     )
     if not sweep.get("variants"):
         spec = _with_tuned_learning_rate(spec, "sweep.learning_rate")
@@ -199,6 +202,9 @@ def spec_from_config_dict(config: ml_collections.ConfigDict | Mapping[str, Any],
     elif sweep.get("baseline") is not None:
         raise SweepSpecError("sweep.baseline", "names the variant others are compared with, but "
                                                "the sweep has no sweep.variants")
+    from attnlab.sweep import tuning  # it plans sweeps: imported here, not in a cycle
+
+    tuning.check(spec)
     return spec
 
 
@@ -316,7 +322,7 @@ def _with_tuned_learning_rate(spec: SweepSpec, field: str) -> SweepSpec:
     rule, model = spec.learning_rate, spec.base.model
     if rule.rule != "transfer":
         return spec
-    if model.parameterization != "mup":
+    if not PARAMETERIZATIONS[model.parameterization].transfers_learning_rate:
         raise SweepSpecError(f"{field}.rule", f"'transfer' applies the learning rate tuned at "
                              f"the base width to every width, which holds only under muP: set "
                              f"model.parameterization = 'mup' and model.mup_base_d_model (the "
@@ -326,13 +332,13 @@ def _with_tuned_learning_rate(spec: SweepSpec, field: str) -> SweepSpec:
     rows = read_transfer_report(_find_file(rule.report, spec.source, f"{field}.report",
                                            "transfer report"), f"{field}.report")
     width = rule.tuned_d_model or model.mup_base_d_model
-    for row in rows:
-        if (row["parameterization"], row["d_model"], row["mup_base_d_model"]) == (
-                "mup", width, model.mup_base_d_model):
+    mup_rows = [r for r in rows if r["parameterization"] == model.parameterization]
+    for row in mup_rows:
+        if (row["d_model"], row["mup_base_d_model"]) == (width, model.mup_base_d_model):
             lr = dataclasses.replace(rule, base_lr=row["learning_rate"])
             return dataclasses.replace(spec, learning_rate=lr)
-    found = ", ".join(f"d_model {r['d_model']} (base {r['mup_base_d_model']})" for r in rows
-                      if r["parameterization"] == "mup") or "none"
+    found = ", ".join(f"d_model {r['d_model']} (base {r['mup_base_d_model']})"
+                      for r in mup_rows) or "none"
     raise SweepSpecError(f"{field}.report", f"{rule.report!r} has no mup row at d_model {width} "
                          f"tuned with model.mup_base_d_model = {model.mup_base_d_model} (its mup "
                          f"rows: {found})")
