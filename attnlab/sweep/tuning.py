@@ -147,6 +147,21 @@ def _sig(x: float) -> float:
     return float(f"{x:.6g}")
 
 
+def _rounded(x) -> float:
+    """An exponent to 4 decimals (a fit's float noise is not a measurement), never -0.0."""
+    return float(round(float(x), 4)) + 0.0
+
+
+def _fit(x: np.ndarray, y: np.ndarray) -> tuple[Any, Any]:
+    """Least-squares line ``y = slope x + c`` through ``x`` ([W]) and ``y`` ([W] or [W, R]);
+    returns the slope and the line's value at ``x[0]`` (each a float, or [R]). Closed form, so
+    that best rates on a factor-2 grid with no trend give a slope of exactly 0."""
+    dx = x - x.mean()
+    y_mean = y.mean(axis=0)
+    slope = np.tensordot(dx, y - y_mean, axes=(0, 0)) / (dx @ dx)
+    return slope, y_mean + slope * (x[0] - x.mean())
+
+
 def _loss(row: dict[str, Any]) -> float:
     """A tuning run's score: its final validation loss; a diverged run's is +inf."""
     value = row.get("final_val_loss")
@@ -209,12 +224,11 @@ def choose(spec: SweepSpec, runs: list[PlannedRun], rows: dict[str, dict[str, An
                         tuned_d_model=widths[-1], interval=table[-1]["interval"])
         else:
             x = np.log2(widths)
-            slope, intercept = np.polyfit(x, np.log2(grid[best]), 1)
-            boot_slopes = np.polyfit(x, np.log2(grid[boot]), 1)[0]  # [R]
-            lo, hi = np.quantile(-boot_slopes, [0.05, 0.95])
-            pick.update(rule="tuned", ref_d_model=widths[0],
-                        base=_sig(2.0 ** (intercept + slope * x[0])), exponent=_sig(-slope),
-                        exponent_interval=[float(lo), float(hi)])
+            slope, at_ref = _fit(x, np.log2(grid[best]))
+            lo, hi = np.quantile(-_fit(x, np.log2(grid[boot]))[0], [0.05, 0.95])
+            pick.update(rule="tuned", ref_d_model=widths[0], base=_sig(2.0 ** at_ref),
+                        exponent=_rounded(-slope),
+                        exponent_interval=[_rounded(lo), _rounded(hi)])
         pick["warnings"] = warnings
         out[name] = pick
     return {"sweep": spec.name, "learning_rates": list(tune.learning_rates),
