@@ -12,11 +12,12 @@ import pathlib
 
 import pytest
 
-from attnlab.sweep import load_spec, plan
+from attnlab.sweep import load_spec, plan, tuning
 
 EXPERIMENTS = ("tiny_isoflop", "quickstart", "tiny_grid", "tiny_pe", "kaplan",
                "chinchilla_isoflop", "pe_extrapolation", "markov_floor", "tiny_mixers", "architectures",
-               "gpt_vs_bert", "icl", "tiny_ladder", "moe", "mup_transfer", "mup_tuned")
+               "gpt_vs_bert", "icl", "tiny_ladder", "moe", "mup_transfer", "mup_tuned",
+               "architectures_tuned")
 
 TINY_ISOFLOP_CPU = [
     "d16-l1-rope-t13.6k-s0-f45cac28", "d32-l2-rope-t3.58k-s0-dd589dd0",
@@ -89,11 +90,20 @@ PLAN_DIGESTS = {
     # A tuned muP width study (new): the learning rate read from the cpu transfer report
     # (docs/results/mup_transfer_cpu.json); its gpu scale needs the gpu report, not made yet.
     "mup_tuned:cpu": ("734434c0df30872e", "112246bcff503f49"),
+    # The architecture study's arms, each tuned by the sweep's own tuning stage (new): its
+    # proxies, then the study at the placeholder rates (its real ids follow from the picks).
+    "architectures_tuned:cpu": ("c76c2a60abb79110", "4da50bdbbcac8d1b"),
+    "architectures_tuned:gpu": ("d20e0cd76117d8e5", "7eb2692c4b4aa01a"),
 }
 
 
 def planned(name: str, scale: str):
-    return plan(load_spec(f"experiments/{name}.py:{scale}"))
+    """The experiment's runs; a sweep with a tuning stage (sweep.tune): the tuning runs, then
+    the study planned at placeholder rates (its shapes, tokens and counts are the real ones)."""
+    spec = load_spec(f"experiments/{name}.py:{scale}")
+    if spec.tune is None:
+        return plan(spec)
+    return tuning.tuning_plan(spec) + plan(tuning.resolve(spec, tuning.placeholder(spec)))
 
 
 def sha256(obj) -> str:
