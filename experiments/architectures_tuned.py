@@ -17,8 +17,11 @@ at the three proxy widths. Rerunning the command trains nothing; an interrupted 
 Scale ``cpu``: the study is a width series (not an IsoFLOP ladder, to keep it small): widths
 16-128 (2 layers, 2 heads), 300 steps of 8 x 64 pystdlib bytes, seed 0, 32 runs; the tuning stage
 trains 3 widths x 7 learning rates (2^-10..2^-4) x 2 seeds x 8 arms = 336 proxy runs of 100 steps
-(as ensembles of up to 8: one per arm, width and seed... see --dry-run). Scale ``gpu``: widths
-64-512 (4 layers, 4 heads), the hybrid arm added; not run.
+(48 ensembles). ``small`` (``--config=experiments/architectures_tuned.py:small``, the cpu scale
+on a CPU) keeps five arms (gpt and alibi under muP; cosine, linear and ngpt under sp; Mamba's scan
+and the mixture of experts are the slow ones on a CPU) and the grid 2^-10..2^-5: 180 proxy runs
+and 20 study runs of 200 steps (docs/mup.md has its picks). Scale ``gpu``: widths 64-512 (4 layers, 4 heads),
+the hybrid arm added; not run.
 """
 
 from ml_collections import ConfigDict
@@ -51,7 +54,13 @@ def architectures(scale: str) -> dict:
     return variants
 
 
+SMALL_ARMS = ("gpt", "alibi", "cosine", "linear", "ngpt")
+
+
 def get_config(scale: str = "cpu") -> ConfigDict:
+    """``scale``: cpu, gpu, or small (the cpu scale with five arms and a shorter grid)."""
+    small = scale == "small"
+    scale = "cpu" if small else scale
     config = ConfigDict()
     config.scale = scale
     gpu = scale == "gpu"
@@ -65,7 +74,7 @@ def get_config(scale: str = "cpu") -> ConfigDict:
     base.model.max_len = base.data.seq_len
     if gpu:
         base.model.dtype = "bfloat16"
-    base.train.steps = 2000 if gpu else 300
+    base.train.steps = 2000 if gpu else 200 if small else 300
     base.train.b2 = 0.99  # Porian et al. 2024: beta2 = 0.95 is too low for small batches
     base.train.eval_every = 1_000_000  # scored once, at the end
     base.train.eval_batches = 16
@@ -73,7 +82,7 @@ def get_config(scale: str = "cpu") -> ConfigDict:
     base.train.checkpoint_every = 100
 
     config.sweep = sweep = ConfigDict()
-    sweep.name = "architectures_tuned"
+    sweep.name = "architectures_tuned_small" if small else "architectures_tuned"
     sweep.mode = "grid"
     widths = (64, 128, 256, 512) if gpu else (16, 32, 64, 128)
     sweep.shapes = tuple((d, layers, heads) for d in widths)
@@ -82,15 +91,18 @@ def get_config(scale: str = "cpu") -> ConfigDict:
     sweep.learning_rate = ConfigDict({"rule": "tuned"})
     sweep.tune = ConfigDict({
         "shapes": tuple((d, layers, heads) for d in widths[:3]),
-        "learning_rates": tuple(2.0 ** e for e in (range(-12, -5) if gpu else range(-10, -3))),
+        "learning_rates": tuple(2.0 ** e for e in (range(-12, -5) if gpu else
+                                                   range(-10, -4) if small else range(-10, -3))),
         "seeds": (0, 1),
         "steps": 500 if gpu else 100,
     })
     sweep.variant_column = "architecture"
     sweep.baseline = "gpt"
     variants = architectures(scale)
+    if small:
+        variants = {name: variants[name] for name in SMALL_ARMS}
     mup = {"parameterization": "mup", "mup_base_d_model": base_width, "attention_scale": "mup"}
-    for name in MUP_ARMS:
+    for name in set(MUP_ARMS) & set(variants):
         variants[name] = {**variants[name],
                           "model": {**variants[name].get("model", {}), **mup}}
     sweep.variants = ConfigDict(variants)
