@@ -279,6 +279,11 @@ def run_tuned(spec: SweepSpec, workdir: str | Path, *, progress: bool = True,
 
     workdir = Path(workdir).absolute()
     check_sweep_dir(workdir, spec.name, allow_nonempty=allow_nonempty)
+    if not kw.get("allow_large"):  # a study too large for the machine: refused before tuning
+        from attnlab.train.memory import check_training_fits
+
+        for run in plan(resolve(spec, placeholder(spec))):
+            check_training_fits(run.cfg, where=f"study run {run.run_id.rsplit('-', 1)[0]}: ")
     tune = tuning_spec(spec)
     runs = tuning_plan(spec)
     table = run_sweep(tune, workdir / rundir.TUNE_DIR, progress=progress, **kw)
