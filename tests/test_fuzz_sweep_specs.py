@@ -29,16 +29,17 @@ from attnlab.config import (COOLDOWNS, DataConfig, ModelConfig, TrainConfig, che
                             from_config_dict)
 from attnlab.errors import ConfigError
 from attnlab.model import check
-from attnlab.sweep import plan, spec_from_config_dict
+from attnlab.sweep import plan, spec_from_config_dict, tuning
 from attnlab.sweep.sections import (LR_RULES, WARMUP_RULES, Branches, CentreRule, Ladder,
-                                    LearningRateRule, Resources, WarmupRule)
+                                    LearningRateRule, Resources, Tune, WarmupRule)
 from attnlab.sweep.spec import _SWEEP_KEYS, _TOP_LEVEL_KEYS, FLOP_CONVENTIONS, MODES
 
 EXAMPLES, SLOW_EXAMPLES = 300, 5000
 
 CONFIG_SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
 SPEC_SECTIONS = {"ladder": Ladder, "learning_rate": LearningRateRule, "warmup": WarmupRule,
-                 "centre": CentreRule, "resources": Resources, "branches": Branches}
+                 "centre": CentreRule, "resources": Resources, "branches": Branches,
+                 "tune": Tune}
 VARIANT_RULES = ("centre", "learning_rate", "warmup")
 
 # Values that are wrong for most fields: out of range, non-finite, of another type.
@@ -141,7 +142,7 @@ def ladder(draw, with_lr: bool):
 @st.composite
 def lr_rule(draw, rule: str):
     out: dict = {"rule": rule}
-    if draw(present(0.3)):
+    if draw(present(0.3 if rule != "tuned" else 0.03)):  # 'tuned' takes no fields
         out["base"] = draw(maybe([1e-3, 1e-2], 8))
     if rule == "power_law":
         out["ref_params"] = draw(maybe([1e3, 1e4, 1e6], 8))
@@ -234,6 +235,26 @@ def variants(draw):
 
 
 @st.composite
+def tune(draw):
+    """``sweep.tune``: proxies, a learning-rate grid, seeds, steps; valid, or one field bad."""
+    widths = draw(st.lists(st.sampled_from([8, 16, 32]), min_size=1, max_size=3, unique=True))
+    out: dict = {"shapes": tuple((w, draw(st.sampled_from([1, 2])), draw(st.sampled_from([1, 2])))
+                                 for w in widths),
+                 "learning_rates": draw(st.sampled_from([(1e-3, 2e-3, 4e-3),
+                                                         (2e-3, 4e-3, 8e-3, 1.6e-2)])),
+                 "steps": draw(st.sampled_from([2, 4, 10]))}
+    if draw(present(0.5)):
+        out["seeds"] = draw(st.sampled_from([(0,), (0, 1)]))
+    if draw(present(0.2)):
+        key, bad = draw(st.sampled_from([
+            ("shapes", ((8, 0, 2),)), ("shapes", ()), ("shapes", ((8, 1, 1), (8, 2, 2))),
+            ("learning_rates", (1e-3, 2e-3)), ("learning_rates", (4e-3, 2e-3, 1e-3)),
+            ("seeds", (0, 0)), ("seeds", (-1,)), ("steps", 0), ("nosuch", 1)]))
+        out[key] = bad
+    return out
+
+
+@st.composite
 def experiments(draw):
     """An experiment's ConfigDict (as a plain dict): a sweep of one mode, its mode's parts
     mostly present and valid, anything else optional."""
@@ -271,6 +292,8 @@ def experiments(draw):
             sweep["flops_per_token"] = draw(maybe(list(FLOP_CONVENTIONS), 8, ["nosuch", 1]))
     if mode == "ladder" or draw(present(0.03)):
         sweep["branches"] = draw(branches())
+    if lr == "tuned" and draw(present(0.9)) or draw(present(0.02)):
+        sweep["tune"] = draw(tune())
     if mode == "curves" or draw(present(0.03)):
         sweep["curve_points"] = draw(maybe([1, 2, 5], 10, [*BAD, 1000]))
     if draw(present(0.6)):
@@ -357,7 +380,9 @@ def check_one(raw: dict) -> None:
     whose configs training accepts."""
     try:
         spec = spec_from_config_dict(raw)
-        runs = plan(spec)
+        # A tuned sweep: its tuning runs, then its study at placeholder rates.
+        runs = (tuning.tuning_plan(spec) + plan(tuning.resolve(spec, tuning.placeholder(spec)))
+                if spec.tune else plan(spec))
     except ConfigError as e:
         assert real_field(e.field, raw), f"names no field of the spec: {e.field!r} ({e})"
         assert "\n" not in str(e), str(e)
@@ -498,3 +523,37 @@ def test_regression_a_ladder_skips_depths_the_base_model_refuses():
     base["model"].update(mup_base_d_model=15, n_heads=1)
     raw["sweep"]["ladder"]["head_dim"] = 2
     assert _refused(raw).field == "sweep.ladder"
+
+
+@st.composite
+def tuned_experiments(draw):
+    """A sweep with a tuning stage: a valid base, muP or not, maybe variants, a drawn tune."""
+    base = {k: dict(v) for k, v in BASE.items()}
+    if draw(present(0.5)):
+        base["model"].update(parameterization="mup", mup_base_d_model=16, attention_scale="mup")
+    mode = draw(st.sampled_from(["grid", "isoflop", "curves"]))
+    sweep: dict = {"mode": mode, "shapes": draw(shapes(2 if mode == "isoflop" else 1, False)),
+                   "learning_rate": {"rule": "tuned"}, "tune": draw(tune())}
+    if mode == "isoflop":
+        sweep["budgets"] = (3e7, 1e8)
+    if mode == "curves":
+        sweep["curve_points"] = 2
+    if draw(present(0.4)):
+        sweep["variants"] = draw(variants())
+    return {"scale": "cpu", "base": base, "sweep": sweep}
+
+
+def test_tuned_sweep_spec_fuzz(capsys):
+    """The property of check_one for sweeps with a tuning stage (sweep.tune), some planned."""
+    @settings(max_examples=EXAMPLES // 3, deadline=None, derandomize=True, database=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(tuned_experiments())
+    def fuzz(raw):
+        check_one(raw)
+
+    OUTCOMES.clear()
+    fuzz()
+    with capsys.disabled():
+        print(f"\ntuned sweep specs: {dict(OUTCOMES.most_common())}")
+    assert sum(n for k, n in OUTCOMES.items() if k.startswith("planned")) >= 10, OUTCOMES
+    assert any(k.startswith("refused: sweep.tune") for k in OUTCOMES), OUTCOMES

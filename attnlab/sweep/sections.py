@@ -198,9 +198,9 @@ class Tune:
             if (not isinstance(entry, (tuple, list)) or len(entry) != 3
                     or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0
                                for v in entry)):
-                raise SweepSpecError(f"{field}.shapes[{i}]", f"expected (d_model, n_layers, "
-                                                             f"n_heads), positive integers, "
-                                                             f"got {entry!r}")
+                raise SweepSpecError(f"{field}.shapes", f"entry {i}: expected (d_model, "
+                                                        f"n_layers, n_heads), positive integers, "
+                                                        f"got {entry!r}")
             shapes.append(Shape(*entry))
         if not shapes:
             raise SweepSpecError(f"{field}.shapes", "empty: give the proxies' shapes, e.g. "
