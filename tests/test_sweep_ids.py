@@ -94,6 +94,7 @@ PLAN_DIGESTS = {
     # proxies, then the study at the placeholder rates (its real ids follow from the picks).
     "architectures_tuned:cpu": ("c76c2a60abb79110", "4da50bdbbcac8d1b"),
     "architectures_tuned:gpu": ("d20e0cd76117d8e5", "7eb2692c4b4aa01a"),
+    "architectures_tuned:small": ("68a33acf2b8c876a", "e9cd340204c26e2b"),  # docs/mup.md's run
 }
 
 
