@@ -92,9 +92,9 @@ PLAN_DIGESTS = {
     "mup_tuned:cpu": ("734434c0df30872e", "112246bcff503f49"),
     # The architecture study's arms, each tuned by the sweep's own tuning stage (new): its
     # proxies, then the study at the placeholder rates (its real ids follow from the picks).
-    "architectures_tuned:cpu": ("c76c2a60abb79110", "4da50bdbbcac8d1b"),
-    "architectures_tuned:gpu": ("d20e0cd76117d8e5", "7eb2692c4b4aa01a"),
-    "architectures_tuned:small": ("68a33acf2b8c876a", "e9cd340204c26e2b"),  # docs/mup.md's run
+    "architectures_tuned:cpu": ("9577d8af5cec2012", "a4a7c7c92387bff2"),
+    "architectures_tuned:gpu": ("bf412dbb6a23ea30", "1e8885d53ec6260e"),
+    "architectures_tuned:small": ("44594cdb4d09c7d1", "012ca33933736cbe"),  # docs/mup.md's run
 }
 
 
