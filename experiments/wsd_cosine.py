@@ -12,12 +12,12 @@ the peak; the cooldown to zero). A ladder sweep's branches are exactly such runs
 check that a branch's loss is the loss a fixed-length study would have measured.
 
 Two arms (``sweep.variants``, named in the ``schedule`` column) of the same shapes, tokens,
-peak learning rate (1/width, the quickstart's rule), warmup and data order; three training seeds
+peak learning rate (7.5e-3 x 32 / d_model, the quickstart's rule), warmup and data order; three training seeds
 each (the seeds of one shape and arm train as one ensemble). `attnlab compare` pairs each
 wsd point with the cosine point of the same size and tokens: the mean difference over seeds with a
 bootstrap interval, per size and pooled.
 
-Scale ``cpu``: 3 sizes (7k, 33k, 68k parameters) x 2 schedules x 3 seeds at 0.5M tokens
+Scale ``cpu``: 3 sizes (10k, 33k, 68k parameters, 2 layers) x 2 schedules x 3 seeds at 0.5M tokens
 (490 steps of 8 x 128 bytes of ``pystdlib``): 18 runs, 3.2e12 FLOPs.
 """
 
@@ -42,7 +42,7 @@ def get_config(scale: str = "cpu") -> ConfigDict:
     base.data.source = "pystdlib"
     base.data.seq_len = 128
     base.data.batch_size = 8
-    base.train.learning_rate = 1e-2  # at d_model = ref_d_model below
+    base.train.learning_rate = 7.5e-3  # at d_model = ref_d_model below
     base.train.b2 = 0.99
     base.train.eval_every = 1_000_000  # scored once, at the end
     base.train.eval_batches = 16
@@ -59,7 +59,7 @@ def get_config(scale: str = "cpu") -> ConfigDict:
     sweep.variants = ConfigDict(SCHEDULES)
     sweep.axes = ConfigDict({"train": ConfigDict({"tokens": (500_000,), "seed": (0, 1, 2)})})
     # (d_model, n_layers, n_heads)
-    sweep.shapes = ((16, 1, 1), (32, 2, 2), (48, 2, 3))
+    sweep.shapes = ((16, 2, 2), (32, 2, 2), (48, 2, 2))
     if scale == "gpu":
         base.data.seq_len = 256
         base.data.batch_size = 32
