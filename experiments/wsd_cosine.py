@@ -28,6 +28,8 @@ from attnlab.config import base_config_dict
 SCHEDULES = {
     # Cosine to 10% of the peak, as Hägele et al.'s baseline.
     "cosine": {"train": {"schedule": "cosine", "min_lr_ratio": 0.1}},
+    # Cosine to zero: separates the schedule's shape from its final learning rate.
+    "cosine0": {"train": {"schedule": "cosine", "min_lr_ratio": 0.0}},
     # Constant after warmup, then (1 - sqrt) to zero over the last 20% of the steps.
     "wsd": {"train": {"schedule": "wsd", "cooldown": "1-sqrt", "decay_fraction": 0.2,
                       "min_lr_ratio": 0.0}},

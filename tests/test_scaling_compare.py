@@ -1,5 +1,5 @@
-"""``attnlab compare``: per-point and pooled differences of a sweep's arms, Welch intervals
-checked against the formula in float64 and for coverage, the report and its JSON."""
+"""``attnlab compare``: per-point and pooled differences of a sweep's arms, Welch and paired t
+intervals checked against the formulas in float64 and for coverage, the report and its JSON."""
 
 import json
 
@@ -17,7 +17,7 @@ def _table(rng, shifts=(0.0, -0.02), seeds=(3, 4), sizes=(1000, 2000), noise=0.0
     for params in sizes:
         for arm, shift, n in zip(("cosine", "wsd"), shifts, seeds):
             rows += [dict(run_id=f"{params}-{arm}-{s}", status="completed", schedule=arm,
-                          params=params, tokens=5e5,
+                          params=params, tokens=5e5, seed=s,
                           final_val_loss=2.0 + shift + noise * rng.standard_normal())
                      for s in range(n)]
     rows.append(dict(run_id="failed", status="failed", schedule="wsd", params=1000,
@@ -100,6 +100,7 @@ def test_compare_command_prints_and_writes_json(tmp_path, capsys):
     (["--by=schedule"], "--baseline is required"),
     (["--by=schedule", "--baseline=cosine", "--match="], "--match"),
     (["--by=schedule", "--baseline=cosine", "--metric=nope"], "column 'nope'"),
+    (["--by=schedule", "--baseline=cosine", "--pair=params"], "--pair=params: two finished runs"),
 ])
 def test_bad_input_is_one_line(tmp_path, capsys, argv, words):
     path = tmp_path / "results.csv"
@@ -107,3 +108,40 @@ def test_bad_input_is_one_line(tmp_path, capsys, argv, words):
     assert compare_main([f"--results={path}", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and words in err
+
+
+def test_paired_intervals_are_the_t_interval_of_the_per_seed_differences():
+    rng = np.random.default_rng(5)
+    df = _table(rng, seeds=(4, 3))  # cosine ran seeds 0-3, wsd 0-2: seed 3 has no pair
+    frame = paired_differences(df, by="schedule", baseline="cosine", pair="seed", level=0.95)
+    done = df[df.status == "completed"]
+    terms = []
+    for params in (1000, 2000):
+        cell = done[done.params == params].pivot_table(index="seed", columns="schedule",
+                                                       values="final_val_loss").dropna()
+        d = (cell["wsd"] - cell["cosine"]).to_numpy()
+        half = stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
+        row = frame[frame.params == params].iloc[0]
+        assert (row.n_base, row.n_arm) == (3, 3)
+        np.testing.assert_allclose([row["diff"], row.lo, row.hi],
+                                   [d.mean(), d.mean() - half, d.mean() + half], rtol=1e-12)
+        terms.append(d)
+    var = [d.var(ddof=1) / len(d) / 4 for d in terms]
+    dof = sum(var) ** 2 / sum(v**2 / (len(d) - 1) for v, d in zip(var, terms))
+    mean = np.mean([d.mean() for d in terms])
+    half = stats.t.ppf(0.975, dof) * np.sqrt(sum(var))
+    pooled = frame[frame.params == POOLED].iloc[0]
+    np.testing.assert_allclose([pooled["diff"], pooled.lo, pooled.hi],
+                               [mean, mean - half, mean + half], rtol=1e-12)
+
+
+def test_a_shared_seed_noise_cancels_in_the_paired_interval():
+    """Each seed moves both arms alike (the same initialisation and data): pairing removes that
+    spread, so its interval is far narrower than Welch's and still covers the truth."""
+    rng = np.random.default_rng(6)
+    df = _table(rng, seeds=(5, 5), noise=0.001)
+    df["final_val_loss"] += df["seed"].map(dict(enumerate(0.05 * rng.standard_normal(5))))
+    welch = paired_differences(df, by="schedule", baseline="cosine").iloc[-1]
+    paired = paired_differences(df, by="schedule", baseline="cosine", pair="seed").iloc[-1]
+    assert paired.hi - paired.lo < 0.2 * (welch.hi - welch.lo)
+    assert paired.lo <= -0.02 <= paired.hi

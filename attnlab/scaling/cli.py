@@ -350,7 +350,8 @@ COMPARE_HELP = """\
 Compare the arms of a sweep at matched points: each value of --by minus --baseline, mean over
 seeds, with Welch's t interval over seeds, per point and pooled.
 
-    attnlab compare --results=sweeps/wsd_cosine --by=schedule --baseline=cosine
+    attnlab compare --results=sweeps/wsd_cosine --by=schedule --baseline=cosine \\
+        --pair=train.seed
     attnlab compare --results=sweeps/pe --by=model.pos_encoding --baseline=rope \\
         --match=params,tokens --json=compare.json"""
 
@@ -361,6 +362,9 @@ COMPARE_FLAGS = [
     Flag("match", "string", ",".join(DEFAULT_MATCH), "Columns that must be equal for two runs "
                                                      "to be compared (comma-separated)."),
     Flag("metric", "string", "final_val_loss", "The column compared."),
+    Flag("pair", "string", None, "Pair the runs of two arms by this column (e.g. train.seed: "
+                                 "the same seed, the same initialisation and data order) and "
+                                 "compare per-pair differences."),
     Flag("ci-level", "float", 0.95, "Coverage of the intervals."),
     Flag("json", "string", None, "Write the table as JSON to this file."),
 ]
@@ -382,14 +386,15 @@ def compare_main(argv: list[str]) -> int:
         by, baseline, metric = (values[n].value for n in ("by", "baseline", "metric"))
         frame = paired_differences(read_table(values["results"].value), by=by,
                                    baseline=baseline, match=match, metric=metric,
-                                   level=level)
+                                   level=level, pair=values["pair"].value)
     except AttnlabError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     sys.stdout.write(format_differences(frame, by=by, baseline=baseline, metric=metric,
-                                        match=match, level=level))
+                                        match=match, level=level, pair=values["pair"].value))
     if values["json"].value:
         payload = {"by": by, "baseline": baseline, "metric": metric, "match": list(match),
+                   "pair": values["pair"].value,
                    "ci_level": level, "rows": jsonable(frame.to_dict(orient="records"))}
         Path(values["json"].value).write_text(json.dumps(payload, indent=1) + "\n")
     return 0
