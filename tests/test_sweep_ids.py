@@ -17,7 +17,7 @@ from attnlab.sweep import load_spec, plan
 EXPERIMENTS = ("tiny_isoflop", "quickstart", "tiny_grid", "tiny_pe", "kaplan",
                "chinchilla_isoflop", "pe_extrapolation", "markov_floor", "tiny_mixers", "architectures",
                "gpt_vs_bert", "icl", "tiny_ladder", "moe", "mup_transfer", "mup_tuned",
-               "quickstart_ladder", "wsd_cosine")
+               "quickstart_ladder", "wsd_cosine", "markov_ladder")
 
 TINY_ISOFLOP_CPU = [
     "d16-l1-rope-t13.6k-s0-f45cac28", "d32-l2-rope-t3.58k-s0-dd589dd0",
@@ -93,8 +93,10 @@ PLAN_DIGESTS = {
     # The quickstart's question on a token ladder, and WSD + cooldown against cosine (new).
     "quickstart_ladder:cpu": ("5619ec9ea0449101", "fec7086b47e79670"),
     "quickstart_ladder:gpu": ("bc98a3c8e798b4d3", "981a900893e2c6cf"),
-    "wsd_cosine:cpu": ("2e440a842394215e", "74ef02bfcd377fcb"),
-    "wsd_cosine:gpu": ("4d3d200249150678", "51e983d00c39bd60"),
+    "wsd_cosine:cpu": ("166d1d024f063469", "b0a2affeede37634"),
+    "markov_ladder:cpu": ("15c5ac88dce5c03a", "bfc77885a8e98b3e"),
+    "markov_ladder:gpu": ("15c5ac88dce5c03a", "bfc77885a8e98b3e"),
+    "wsd_cosine:gpu": ("aaadd495a75cccf3", "1f84a891fa64a9a8"),
 }
 
 
