@@ -17,7 +17,8 @@ from attnlab.sweep import load_spec, plan
 EXPERIMENTS = ("tiny_isoflop", "quickstart", "tiny_grid", "tiny_pe", "kaplan",
                "chinchilla_isoflop", "pe_extrapolation", "markov_floor", "tiny_mixers", "architectures",
                "gpt_vs_bert", "icl", "tiny_ladder", "moe", "mup_transfer", "mup_tuned",
-               "quickstart_ladder", "wsd_cosine", "markov_ladder")
+               "quickstart_ladder", "wsd_cosine", "markov_ladder",
+               "moe_dense")
 
 TINY_ISOFLOP_CPU = [
     "d16-l1-rope-t13.6k-s0-f45cac28", "d32-l2-rope-t3.58k-s0-dd589dd0",
@@ -96,6 +97,9 @@ PLAN_DIGESTS = {
     "wsd_cosine:cpu": ("166d1d024f063469", "b0a2affeede37634"),
     "markov_ladder:cpu": ("15c5ac88dce5c03a", "bfc77885a8e98b3e"),
     "markov_ladder:gpu": ("15c5ac88dce5c03a", "bfc77885a8e98b3e"),
+    # MoE (8 experts, top-1) against dense on the quickstart's plan, two seeds (new).
+    "moe_dense:cpu": ("10acd0e48b41c531", "f4d521b9a62ceb9a"),
+    "moe_dense:gpu": ("10acd0e48b41c531", "f4d521b9a62ceb9a"),
     "wsd_cosine:gpu": ("aaadd495a75cccf3", "1f84a891fa64a9a8"),
 }
 
