@@ -25,6 +25,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "generate": ("attnlab.train.cli", "generate_main", "sample text from a trained run"),
     "sweep": ("attnlab.sweep.cli", "sweep_main", "run a grid / isoflop / curves sweep"),
     "fit": ("attnlab.scaling.cli", "fit_main", "fit Kaplan or Chinchilla scaling laws"),
+    "compare": ("attnlab.scaling.cli", "compare_main",
+                "compare a sweep's arms at matched points, with intervals over seeds"),
     "plot": ("attnlab.plots.cli", "plot_main", "draw the standard scaling plots"),
     "extrapolate": ("attnlab.extrapolation.cli", "extrapolate_main",
                     "evaluate a run at longer context lengths"),
@@ -43,8 +45,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 }
 
 # Flags naming a file a command writes: checked here, before the command loads or fits anything.
-OUTPUT_FLAGS: dict[str, tuple[str, ...]] = {"fit": ("json",), "plot": ("out",),
-                                            "icl": ("json", "plot"),
+OUTPUT_FLAGS: dict[str, tuple[str, ...]] = {"fit": ("json",), "compare": ("json",),
+                                            "plot": ("out",), "icl": ("json", "plot"),
                                             "attention": ("out", "json"),
                                             "coord-check": ("json", "plot")}
 

@@ -149,3 +149,29 @@ def test_curves_of_a_ladder_keep_each_branch_s_last_step_and_no_trunk():
     kept = table.frame.sort_values("step")
     assert list(kept["run_id"]) == ["b6", "b10"] and list(kept["step"]) == [6, 10]
     assert any("trunk" in note for note in table.notes)
+
+
+def test_grouped_fits_slice_each_group_s_ladder_for_approach_2():
+    from attnlab.scaling.grouped import fit_by
+
+    sizes = np.geomspace(1e5, 1e8, 16)
+    frames = [ladder_table(sizes, (5, 10, 20, 40, 80, 160)).assign(arm=name)
+              for name in ("x", "y")]
+    grouped = fit_by(pd.concat(frames, ignore_index=True), "arm", law="chinchilla", approach=2,
+                     n_bootstrap=0)
+    a = BETA / (ALPHA + BETA)
+    assert set(grouped.fits) == {"x", "y"}
+    for fit in grouped.fits.values():
+        assert fit.params["a"] == pytest.approx(a, abs=0.03)
+
+
+@pytest.mark.slow  # approach 3's 4,500-start grid
+def test_the_quickstart_fits_approach_2_on_a_ladder_sweep(tmp_path):
+    from attnlab.study.quickstart import fit_study
+
+    ladder_table(np.geomspace(1e5, 1e8, 16), (5, 10, 20, 40, 80, 160)).to_csv(
+        tmp_path / "results.csv", index=False)
+    _, fit3, fit2, messages = fit_study(tmp_path / "results.csv", n_bootstrap=0)
+    assert fit2 is not None, messages
+    assert fit2.params["a"] == pytest.approx(BETA / (ALPHA + BETA), abs=0.03)
+    assert fit3 is not None and fit3.params["alpha"] == pytest.approx(ALPHA, abs=0.02)

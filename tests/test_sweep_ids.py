@@ -17,7 +17,8 @@ from attnlab.sweep import load_spec, plan, tuning
 EXPERIMENTS = ("tiny_isoflop", "quickstart", "tiny_grid", "tiny_pe", "kaplan",
                "chinchilla_isoflop", "pe_extrapolation", "markov_floor", "tiny_mixers", "architectures",
                "gpt_vs_bert", "icl", "tiny_ladder", "moe", "mup_transfer", "mup_tuned",
-               "architectures_tuned")
+               "quickstart_ladder", "wsd_cosine", "markov_ladder",
+               "moe_dense", "architectures_tuned")
 
 TINY_ISOFLOP_CPU = [
     "d16-l1-rope-t13.6k-s0-f45cac28", "d32-l2-rope-t3.58k-s0-dd589dd0",
@@ -90,6 +91,16 @@ PLAN_DIGESTS = {
     # A tuned muP width study (new): the learning rate read from the cpu transfer report
     # (docs/results/mup_transfer_cpu.json); its gpu scale needs the gpu report, not made yet.
     "mup_tuned:cpu": ("734434c0df30872e", "112246bcff503f49"),
+    # The quickstart's question on a token ladder, and WSD + cooldown against cosine (new).
+    "quickstart_ladder:cpu": ("5619ec9ea0449101", "fec7086b47e79670"),
+    "quickstart_ladder:gpu": ("bc98a3c8e798b4d3", "981a900893e2c6cf"),
+    "wsd_cosine:cpu": ("166d1d024f063469", "b0a2affeede37634"),
+    "markov_ladder:cpu": ("15c5ac88dce5c03a", "bfc77885a8e98b3e"),
+    "markov_ladder:gpu": ("15c5ac88dce5c03a", "bfc77885a8e98b3e"),
+    # MoE (8 experts, top-1) against dense on the quickstart's plan, two seeds (new).
+    "moe_dense:cpu": ("10acd0e48b41c531", "f4d521b9a62ceb9a"),
+    "moe_dense:gpu": ("10acd0e48b41c531", "f4d521b9a62ceb9a"),
+    "wsd_cosine:gpu": ("aaadd495a75cccf3", "1f84a891fa64a9a8"),
     # The architecture study's arms, each tuned by the sweep's own tuning stage (new): its
     # proxies, then the study at the placeholder rates (its real ids follow from the picks).
     "architectures_tuned:cpu": ("9577d8af5cec2012", "a4a7c7c92387bff2"),

@@ -22,6 +22,7 @@ import pandas as pd
 
 from attnlab.scaling.errors import FitError, FitInputError, GridEdgeWarning
 from attnlab.scaling.fitting import fit_table
+from attnlab.scaling.ladder import isoflop_slices
 from attnlab.scaling.result import ScalingFit
 from attnlab.scaling.table import ScalingTable, prepare_curves, prepare_points
 
@@ -73,6 +74,8 @@ def fit_by(results: pd.DataFrame, by: str, *, law: str, approach: int | None = N
                                        runs=runs)
             else:
                 table = prepare_points(runs, law=law, source=where, columns=columns)
+                if approach == 2 and table.budget is None and "role" in runs.columns:
+                    table = isoflop_slices(table)  # a ladder's branches: lines of constant N
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", GridEdgeWarning)  # kept in fit.warnings
                 fits[label] = fit_table(table, law=law, approach=approach, form=form,

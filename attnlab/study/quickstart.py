@@ -62,6 +62,7 @@ def fit_study(workdir: str | Path, *, n_bootstrap: int = 200, seed: int = 0):
     message, so the study still reports and plots what it has."""
     from attnlab.scaling import FitError, FitInputError, GridEdgeWarning, fit_table
     from attnlab.scaling import prepare_points, read_table
+    from attnlab.scaling.ladder import isoflop_slices
 
     results = read_table(workdir)
     table = prepare_points(results, law="chinchilla", source=str(workdir))
@@ -74,13 +75,16 @@ def fit_study(workdir: str | Path, *, n_bootstrap: int = 200, seed: int = 0):
                              seed=seed)
         except (FitInputError, FitError) as error:
             messages.append(f"approach 3 skipped: {error}")
-        if table.budget is None:
+        profiles = table
+        if table.budget is None and "role" in results.columns:
+            profiles = isoflop_slices(table)  # a ladder's branches lie on lines of constant N
+        if profiles.budget is None:
             messages.append("approach 2 skipped: the sweep has no compute budgets (only isoflop "
-                            "sweeps have them)")
+                            "and ladder sweeps have them)")
         else:
             try:
-                fit2 = fit_table(table, law="chinchilla", approach=2, n_bootstrap=n_bootstrap,
-                                 seed=seed)
+                fit2 = fit_table(profiles, law="chinchilla", approach=2,
+                                 n_bootstrap=n_bootstrap, seed=seed)
             except (FitInputError, FitError) as error:
                 messages.append(f"approach 2 skipped: {error}")
     return table, fit3, fit2, messages

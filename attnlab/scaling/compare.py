@@ -1,0 +1,132 @@
+"""Comparisons of the arms of a sweep at matched points, with intervals over seeds.
+
+A fixed-length A/B question (does a WSD cooldown reach a cosine schedule's loss? does an option
+help at every size?) needs no law: at each point (by default the same parameter count and
+tokens) the arms' mean losses over seeds are compared. With the few seeds a sweep affords (2-5),
+a percentile bootstrap of a mean undercovers badly, so the intervals are Student t intervals:
+
+- unpaired: Welch's interval for a difference of means with unequal variances (Welch 1947;
+  ``scipy.stats.ttest_ind(equal_var=False)``);
+- paired (``pair``, e.g. ``train.seed``): when both arms ran the same seeds, each seed's
+  difference shares its initialisation and data order (common random numbers), and the interval
+  is the one-sample t interval of the per-seed differences (``scipy.stats.ttest_1samp``).
+
+The pooled row averages the per-point differences: its variance is the sum of the points'
+variance terms over P^2, its degrees of freedom the Welch-Satterthwaite sum.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from attnlab.scaling.errors import FitInputError
+
+DEFAULT_MATCH = ("params", "tokens")
+POOLED = "all"
+
+
+def _cells(df: pd.DataFrame, by: str, match: tuple[str, ...], metric: str,
+           pair: str | None) -> dict:
+    """{(point, arm): ``metric`` over the cell's finished runs, a float64 Series indexed by the
+    ``pair`` column's values (or by position)}."""
+    for column in (by, *match, metric, *([pair] if pair else [])):
+        if column not in df.columns:
+            raise FitInputError(f"column {column!r} is not in the results table (columns: "
+                                f"{', '.join(map(str, df.columns))})")
+    done = df[df["status"] == "completed"] if "status" in df.columns else df
+    done = done[np.isfinite(pd.to_numeric(done[metric], errors="coerce"))]
+    cells = {}
+    for (arm, *point), group in done.groupby([by, *match], dropna=False):
+        values = group.set_index(pair)[metric] if pair else group[metric].reset_index(drop=True)
+        if pair and values.index.duplicated().any():
+            raise FitInputError(f"--pair={pair}: two finished runs of {by}={arm} at "
+                                f"{dict(zip(match, point))} share a {pair} value; pair by a "
+                                f"column that tells them apart")
+        cells[tuple(point), str(arm)] = values.astype(np.float64)
+    return cells
+
+
+def paired_differences(df: pd.DataFrame, *, by: str, baseline: str,
+                       match: tuple[str, ...] = DEFAULT_MATCH, metric: str = "final_val_loss",
+                       level: float = 0.95, pair: str | None = None) -> pd.DataFrame:
+    """One row per matched point and arm other than ``baseline`` (then one pooled row per arm):
+    the match columns, ``arm``, runs compared per arm (``n_base``, ``n_arm``; with ``pair``, the
+    pairs), mean metric of each, ``diff`` = arm - baseline (< 0: the arm is lower), ``rel`` =
+    diff / baseline mean, and the interval ``lo``, ``hi`` (NaN with fewer than two runs or
+    pairs: no seed noise to estimate)."""
+    cells = _cells(df, by, match, metric, pair)
+    arms = sorted({arm for _, arm in cells})
+    if baseline not in arms:
+        raise FitInputError(f"--baseline: {baseline!r} is not a value of column {by!r} among "
+                            f"the finished runs (values: {', '.join(arms) or 'none'})")
+    rows = []
+    for arm in (a for a in arms if a != baseline):
+        terms = []
+        for point in (p for p, a in cells if a == arm and (p, baseline) in cells):
+            base, other = cells[point, baseline], cells[point, arm]
+            if pair:
+                shared = base.index.intersection(other.index)
+                base, other = base[shared], other[shared]
+            if len(base) == 0:
+                continue
+            term = _term(base.to_numpy(), other.to_numpy(), paired=bool(pair))
+            terms.append(term)
+            rows.append({**dict(zip(match, point)), **_row(arm, term, level)})
+        if terms:
+            rows.append({**{c: POOLED for c in match}, **_row(arm, _pooled(terms), level)})
+    if not rows:
+        raise FitInputError(f"no point ({', '.join(match)}) has finished runs of both "
+                            f"{baseline!r} and another value of {by!r}"
+                            + (f" with a shared {pair}" if pair else ""))
+    return pd.DataFrame(rows)
+
+
+def _term(base: np.ndarray, other: np.ndarray, *, paired: bool) -> dict:
+    """One point's difference of means with its variance and degrees of freedom (NaN when a
+    side has a single run)."""
+    diff = other.mean() - base.mean()
+    nan = {"var": np.nan, "dof": np.nan}
+    if paired:
+        d = other - base
+        spread = {"var": d.var(ddof=1) / len(d), "dof": len(d) - 1} if len(d) > 1 else nan
+    elif len(base) > 1 and len(other) > 1:
+        spread = {"var": other.var(ddof=1) / len(other) + base.var(ddof=1) / len(base),
+                  "dof": stats.ttest_ind(other, base, equal_var=False).df}
+    else:
+        spread = nan
+    return {"n_base": len(base), "n_arm": len(other), "base": base.mean(),
+            "arm_mean": other.mean(), "diff": diff, **spread}
+
+
+def _pooled(terms: list[dict]) -> dict:
+    """The mean of P points' differences: var = sum(var_p) / P^2, and Welch-Satterthwaite
+    degrees of freedom sum(v)^2 / sum(v^2 / dof) over the points' variance terms."""
+    n_points = len(terms)
+    var = np.array([t["var"] for t in terms]) / n_points**2
+    dof = np.array([t["dof"] for t in terms], dtype=np.float64)
+    return {"n_base": sum(t["n_base"] for t in terms), "n_arm": sum(t["n_arm"] for t in terms),
+            "base": np.mean([t["base"] for t in terms]),
+            "arm_mean": np.mean([t["arm_mean"] for t in terms]),
+            "diff": np.mean([t["diff"] for t in terms]),
+            "var": var.sum(), "dof": var.sum() ** 2 / np.sum(var**2 / dof)}
+
+
+def _row(arm: str, term: dict, level: float) -> dict:
+    half = stats.t.ppf(0.5 + level / 2, term["dof"]) * np.sqrt(term["var"])
+    return {"arm": arm, "n_base": term["n_base"], "n_arm": term["n_arm"],
+            "base": float(term["base"]), "arm_mean": float(term["arm_mean"]),
+            "diff": float(term["diff"]), "rel": float(term["diff"] / term["base"]),
+            "lo": float(term["diff"] - half), "hi": float(term["diff"] + half)}
+
+
+def format_differences(frame: pd.DataFrame, *, by: str, baseline: str, metric: str,
+                       match: tuple[str, ...], level: float, pair: str | None = None) -> str:
+    """The table as text, with a line saying how to read it."""
+    shown = frame.rename(columns={"base": baseline, "arm_mean": "arm mean"})
+    text = shown.to_string(index=False, float_format=lambda v: f"{v:.4g}")
+    how = f"paired by {pair}, t interval" if pair else "Welch interval"
+    return (f"{metric}: each {by} value minus {baseline!r} at the same {', '.join(match)}, mean "
+            f"over seeds, {level:.0%} {how} [lo, hi] (< 0: lower than {baseline!r}; "
+            f"'{POOLED}': the mean over the points)\n{text}\n")

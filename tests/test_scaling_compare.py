@@ -1,0 +1,147 @@
+"""``attnlab compare``: per-point and pooled differences of a sweep's arms, Welch and paired t
+intervals checked against the formulas in float64 and for coverage, the report and its JSON."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from attnlab.scaling.cli import compare_main
+from attnlab.scaling.compare import POOLED, paired_differences
+
+
+def _table(rng, shifts=(0.0, -0.02), seeds=(3, 4), sizes=(1000, 2000), noise=0.01):
+    rows = []
+    for params in sizes:
+        for arm, shift, n in zip(("cosine", "wsd"), shifts, seeds):
+            rows += [dict(run_id=f"{params}-{arm}-{s}", status="completed", schedule=arm,
+                          params=params, tokens=5e5, seed=s,
+                          final_val_loss=2.0 + shift + noise * rng.standard_normal())
+                     for s in range(n)]
+    rows.append(dict(run_id="failed", status="failed", schedule="wsd", params=1000,
+                     tokens=5e5, final_val_loss=np.nan))
+    return pd.DataFrame(rows)
+
+
+def _welch_reference(a, b, level):
+    """mean(a) - mean(b) +- t_{dof} * se, Welch (1947), written out in float64."""
+    va, vb = np.var(a, ddof=1) / len(a), np.var(b, ddof=1) / len(b)
+    dof = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    half = stats.t.ppf(0.5 + level / 2, dof) * np.sqrt(va + vb)
+    d = np.mean(a) - np.mean(b)
+    return d, d - half, d + half
+
+
+def test_points_and_pool_match_the_welch_formula():
+    df = _table(np.random.default_rng(0))
+    frame = paired_differences(df, by="schedule", baseline="cosine", level=0.9)
+    assert list(frame["params"]) == [1000, 2000, POOLED]
+    done = df[df.status == "completed"]
+    cells = {}
+    for params in (1000, 2000):
+        base = done[(done.params == params) & (done.schedule == "cosine")].final_val_loss
+        arm = done[(done.params == params) & (done.schedule == "wsd")].final_val_loss
+        cells[params] = (base.to_numpy(), arm.to_numpy())
+        row = frame[frame.params == params].iloc[0]
+        d, lo, hi = _welch_reference(arm.to_numpy(), base.to_numpy(), 0.9)
+        assert (row.n_base, row.n_arm) == (3, 4)  # the failed run is left out
+        np.testing.assert_allclose([row["diff"], row.lo, row.hi], [d, lo, hi], rtol=1e-12)
+    # Pooled: the mean of the two differences; its variance the sum of the four terms / 4.
+    terms = [np.var(c, ddof=1) / len(c) / 4 for pair in cells.values() for c in pair]
+    dof = sum(terms) ** 2 / sum(t**2 / (len(c) - 1) for t, c in
+                                zip(terms, [c for pair in cells.values() for c in pair]))
+    d = np.mean([a.mean() - b.mean() for b, a in cells.values()])
+    half = stats.t.ppf(0.95, dof) * np.sqrt(sum(terms))
+    pooled = frame[frame.params == POOLED].iloc[0]
+    np.testing.assert_allclose([pooled["diff"], pooled.lo, pooled.hi], [d, d - half, d + half],
+                               rtol=1e-12)
+    assert (pooled.n_base, pooled.n_arm) == (6, 8)
+
+
+def test_the_interval_covers_the_true_difference_at_its_level():
+    rng = np.random.default_rng(1)
+    covered = [[], []]
+    for _ in range(200):
+        frame = paired_differences(_table(rng, seeds=(3, 3)), by="schedule",
+                                   baseline="cosine", level=0.9)
+        for i, row in enumerate(frame.itertuples()):
+            if i < 2:
+                covered[0].append(row.lo <= -0.02 <= row.hi)
+            else:
+                covered[1].append(row.lo <= -0.02 <= row.hi)
+    # 400 per-point and 200 pooled intervals at 90%: binomial 3-sigma bands.
+    assert 0.855 <= np.mean(covered[0]) <= 0.945
+    assert 0.835 <= np.mean(covered[1]) <= 0.965
+
+
+def test_a_single_run_has_no_interval():
+    frame = paired_differences(_table(np.random.default_rng(2), seeds=(1, 3)),
+                               by="schedule", baseline="cosine")
+    assert frame["lo"].isna().all() and frame["hi"].isna().all()
+    assert np.isfinite(frame["diff"]).all()
+
+
+def test_compare_command_prints_and_writes_json(tmp_path, capsys):
+    path = tmp_path / "results.csv"
+    _table(np.random.default_rng(3)).to_csv(path, index=False)
+    out = tmp_path / "compare.json"
+    assert compare_main([f"--results={path}", "--by=schedule", "--baseline=cosine",
+                         f"--json={out}"]) == 0
+    text = capsys.readouterr().out
+    assert "minus 'cosine' at the same params, tokens" in text and POOLED in text
+    payload = json.loads(out.read_text())
+    assert payload["baseline"] == "cosine" and len(payload["rows"]) == 3
+    assert payload["rows"][2]["params"] == POOLED
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--by=schedule"], "--baseline is required"),
+    (["--by=schedule", "--baseline=cosine", "--match="], "--match"),
+    (["--by=schedule", "--baseline=cosine", "--metric=nope"], "column 'nope'"),
+    (["--by=schedule", "--baseline=cosine", "--pair=params"], "--pair=params: two finished runs"),
+])
+def test_bad_input_is_one_line(tmp_path, capsys, argv, words):
+    path = tmp_path / "results.csv"
+    _table(np.random.default_rng(4)).to_csv(path, index=False)
+    assert compare_main([f"--results={path}", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and words in err
+
+
+def test_paired_intervals_are_the_t_interval_of_the_per_seed_differences():
+    rng = np.random.default_rng(5)
+    df = _table(rng, seeds=(4, 3))  # cosine ran seeds 0-3, wsd 0-2: seed 3 has no pair
+    frame = paired_differences(df, by="schedule", baseline="cosine", pair="seed", level=0.95)
+    done = df[df.status == "completed"]
+    terms = []
+    for params in (1000, 2000):
+        cell = done[done.params == params].pivot_table(index="seed", columns="schedule",
+                                                       values="final_val_loss").dropna()
+        d = (cell["wsd"] - cell["cosine"]).to_numpy()
+        half = stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
+        row = frame[frame.params == params].iloc[0]
+        assert (row.n_base, row.n_arm) == (3, 3)
+        np.testing.assert_allclose([row["diff"], row.lo, row.hi],
+                                   [d.mean(), d.mean() - half, d.mean() + half], rtol=1e-12)
+        terms.append(d)
+    var = [d.var(ddof=1) / len(d) / 4 for d in terms]
+    dof = sum(var) ** 2 / sum(v**2 / (len(d) - 1) for v, d in zip(var, terms))
+    mean = np.mean([d.mean() for d in terms])
+    half = stats.t.ppf(0.975, dof) * np.sqrt(sum(var))
+    pooled = frame[frame.params == POOLED].iloc[0]
+    np.testing.assert_allclose([pooled["diff"], pooled.lo, pooled.hi],
+                               [mean, mean - half, mean + half], rtol=1e-12)
+
+
+def test_a_shared_seed_noise_cancels_in_the_paired_interval():
+    """Each seed moves both arms alike (the same initialisation and data): pairing removes that
+    spread, so its interval is far narrower than Welch's and still covers the truth."""
+    rng = np.random.default_rng(6)
+    df = _table(rng, seeds=(5, 5), noise=0.001)
+    df["final_val_loss"] += df["seed"].map(dict(enumerate(0.05 * rng.standard_normal(5))))
+    welch = paired_differences(df, by="schedule", baseline="cosine").iloc[-1]
+    paired = paired_differences(df, by="schedule", baseline="cosine", pair="seed").iloc[-1]
+    assert paired.hi - paired.lo < 0.2 * (welch.hi - welch.lo)
+    assert paired.lo <= -0.02 <= paired.hi
