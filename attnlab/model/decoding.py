@@ -26,9 +26,13 @@ from attnlab.model.objectives import MASK_TEXT, mask_id
 class DecodeState(NamedTuple):
     """Every layer's decode state, in order: each what its mixer's ``init_state`` gives (softmax
     attention: keys and values, each ``[batch, cache_len, kv_heads, head_dim]`` in the compute
-    dtype). A pytree: pass it through ``jit`` and ``scan`` freely."""
+    dtype). ``segment`` and ``document_start``, int32 ``[batch]``: the segment id and the
+    document's first index of the last token fed (document masks; zeros before the first
+    step). A pytree: pass it through ``jit`` and ``scan`` freely."""
 
     layers: tuple
+    segment: jax.Array | None = None
+    document_start: jax.Array | None = None
 
 
 def init_state(cfg: ModelConfig, batch: int, max_len: int) -> DecodeState:
@@ -36,7 +40,9 @@ def init_state(cfg: ModelConfig, batch: int, max_len: int) -> DecodeState:
     tokens (prompt + generated)."""
     arch = resolve(cfg)
     stack = arch.decoder or arch.stack
-    return DecodeState(tuple(mixer.init_state(batch, max_len) for mixer in stack.mixers))
+    zeros = jnp.zeros((batch,), jnp.int32)
+    return DecodeState(tuple(mixer.init_state(batch, max_len) for mixer in stack.mixers),
+                       zeros, zeros)
 
 
 def decode_step(graphdef: nnx.GraphDef, state: nnx.State, cache: DecodeState, tokens, start):
