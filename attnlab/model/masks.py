@@ -78,6 +78,25 @@ def documents_from_segments(segments: jax.Array) -> Documents:
     return Documents(start.astype(jnp.int32), end.astype(jnp.int32))
 
 
+@dataclasses.dataclass(frozen=True)
+class Packing:
+    """How the documents of packed windows are kept apart (``data.document_mask``): they end
+    with ``separator``; ``reset_positions`` (``data.reset_positions``) restarts positions at
+    each document's first token."""
+
+    separator: int
+    reset_positions: bool = False
+
+    def inputs(self, tokens: jax.Array) -> tuple[jax.Array, jax.Array | None]:
+        """``(segments int32 [batch, t], positions int32 [batch, t] or None)`` of model inputs
+        ``tokens [batch, t]`` (None: the default ``arange``)."""
+        segments = segment_ids(tokens, self.separator)
+        if not self.reset_positions:
+            return segments, None
+        index = jnp.arange(tokens.shape[1], dtype=jnp.int32)[None, :]
+        return segments, index - documents_from_segments(segments).start
+
+
 def continued_documents(segments: jax.Array, start, last_segment: jax.Array,
                         last_start: jax.Array) -> Documents:
     """The spans of a decode step's ``t`` tokens at indices ``start .. start + t - 1`` with

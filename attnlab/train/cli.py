@@ -153,12 +153,13 @@ def forward_loss(cfg: Config) -> float:
 
     from attnlab.data import prepare
     from attnlab.model import init_model
-    from attnlab.train.step import mean_loss
+    from attnlab.train.step import mean_loss, packing_for
 
     corpus = prepare(cfg.data)
     batch = np.asarray(corpus.validation_set(cfg.data.seq_len, cfg.data.batch_size, 1)[0])
     graphdef, params = init_model(cfg.model, cfg.train.seed)
-    loss = jax.jit(lambda p, b: mean_loss(graphdef, p, b))(params, batch)
+    packing = packing_for(cfg)
+    loss = jax.jit(lambda p, b: mean_loss(graphdef, p, b, packing=packing))(params, batch)
     return float(loss)
 
 
