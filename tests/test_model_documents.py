@@ -82,6 +82,12 @@ VARIANTS = {
     "mlm-encoder": dict(objective="mlm"),
 }
 NOT_ALONE = {"global-tokens"}
+# The default lane runs one case of each implementation path; the rest run with the slow lane.
+DEFAULT_LANE = {"einsum", "xla", "sliding-window-blocks", "linear", "mamba", "mlm-encoder"}
+
+
+def lanes(names):
+    return [pytest.param(n, marks=() if n in DEFAULT_LANE else pytest.mark.slow) for n in names]
 
 
 def forward(cfg, params, tokens, packing=PACKING):
@@ -101,7 +107,7 @@ def perturbed(tokens):
 UNTOUCHED = ((0, 0, 5), (0, 10, 16), (1, 10, 16))  # (row, first, stop) of the other documents
 
 
-@pytest.mark.parametrize("name", list(VARIANTS))
+@pytest.mark.parametrize("name", lanes(VARIANTS))
 def test_no_token_sees_another_document(name):
     cfg = tiny(**VARIANTS[name])
     params = init_model(cfg, 0)
@@ -138,8 +144,8 @@ def test_without_the_mask_the_perturbation_reaches_the_other_documents(name):
         assert np.abs(moved[row, first:stop] - plain[row, first:stop]).max() > 1e-3
 
 
-@pytest.mark.parametrize("name", ["einsum", "sliding-window", "gqa-alibi", "t5", "linear",
-                                  "performer", "mamba", "hybrid", "ngpt"])
+@pytest.mark.parametrize("name", lanes(["sliding-window-blocks", "einsum", "gqa-alibi", "t5",
+                                        "linear", "performer", "mamba", "hybrid", "ngpt"]))
 def test_decoding_with_documents_equals_the_full_forward_pass(name):
     """Prefill with a separator inside, a step that crosses a document start, then one token
     at a time: every logit equals the masked full forward pass. Positions restart, so the
@@ -148,7 +154,7 @@ def test_decoding_with_documents_equals_the_full_forward_pass(name):
     check_decoding(cfg)
 
 
-@pytest.mark.parametrize("reset", [True, False])
+@pytest.mark.parametrize("reset", [True, pytest.param(False, marks=pytest.mark.slow)])
 def test_decoding_restarts_learned_positions(reset):
     check_decoding(tiny(pos_encoding="learned"), Packing(SEP, reset))
 
@@ -218,7 +224,8 @@ def reference_linear_attention(phi_q, phi_k, v, segments):
     return np.einsum("bhij,bjhd->bihd", a, v) / a.sum(-1).transpose(0, 2, 1)[..., None]
 
 
-@pytest.mark.parametrize("chunk", [1, 3, 5, 16])
+@pytest.mark.parametrize("chunk", [3] + [pytest.param(c, marks=pytest.mark.slow)
+                                         for c in (1, 5, 16)])
 def test_linear_attention_restarts_at_each_document(chunk):
     rng = np.random.default_rng(3)
     phi_q, phi_k = rng.uniform(0.1, 2.0, (2, 2, T, 3, 6)).astype(np.float32)
@@ -291,7 +298,8 @@ def test_segment_ids_and_spans():
     assert separator_id(DataConfig(source="markov")) is None
 
 
-@pytest.mark.parametrize("name", ["einsum", "xla", "linear", "mamba", "learned", "mlm-encoder"])
+@pytest.mark.parametrize("name", lanes(["einsum", "xla", "linear", "mamba", "learned",
+                                        "mlm-encoder"]))
 def test_a_window_of_one_document_has_the_same_loss_with_the_mask(name):
     cfg = tiny(**VARIANTS[name])
     graphdef, state = init_model(cfg, 0)

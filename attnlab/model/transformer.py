@@ -177,7 +177,7 @@ class TransformerLM(nnx.Module):
         return list(self.blocks)
 
     def decode(self, tokens, start, state: DecodeState, *, segments=None,
-               reset_positions: bool = False, check_range: bool = True):
+               reset_positions: bool = False, offsets=None, check_range: bool = True):
         """Decoding step: ``t`` new tokens at sequence indices ``start .. start + t - 1``.
 
         Args:
@@ -188,8 +188,10 @@ class TransformerLM(nnx.Module):
             earlier steps' (:func:`~attnlab.model.masks.segment_ids` of the whole sequence), or
             None (no document mask). A token whose id differs from the one before starts a
             document: it and later tokens see nothing before it.
-          reset_positions: positions restart at each document (``data.reset_positions``;
-            left padding: at each row's first real token); else positions are the indices.
+          reset_positions: positions restart at each document (``data.reset_positions``);
+            else positions are the indices minus ``offsets``.
+          offsets: int ``[batch]``, each row's first real index (left padding: its pad
+            length), or None (0); positions before it (the pads') are clamped to 0.
           check_range: verify that ``start + t`` fits the state and the encoding (callers
             that have checked the whole generation statically pass False).
 
@@ -212,6 +214,8 @@ class TransformerLM(nnx.Module):
         positions = indices
         if reset_positions and documents is not None:
             positions = indices - documents.start
+        elif offsets is not None:
+            positions = jnp.maximum(indices - jnp.asarray(offsets, jnp.int32)[:, None], 0)
         if check_range:
             # Attention layers hold their cache's indices; recurrent states any.
             lengths = [mixer.state_length(layer_state) for mixer, layer_state
