@@ -20,7 +20,7 @@ from flax import nnx
 from attnlab.config import ModelConfig
 from attnlab.errors import AttnlabError
 from attnlab.model.architecture import resolve
-from attnlab.model.masks import Packing
+from attnlab.model.masks import Packing, left_pad, prompt_segments
 from attnlab.model.objectives import MASK_TEXT, mask_id
 
 
@@ -105,31 +105,6 @@ def _generate(graphdef, state, prompt, pads, rng, *, max_new_tokens: int, temper
     steps = (jnp.arange(max_new_tokens - 1), keys[1:])
     _, rest = jax.lax.scan(step, (cache, first), steps)  # [max_new_tokens - 1, batch]
     return jnp.concatenate([prompt, first[:, None], rest.T], axis=1)
-
-
-def prompt_segments(prompt: jax.Array, pads: jax.Array, separator: int | None) -> jax.Array:
-    """int32 ``[batch, t]``: 0 for the left padding (``pads [batch]`` ids per row), the
-    document index + 1 for the real tokens (:func:`~attnlab.model.masks.segment_ids`; one
-    document without a ``separator``)."""
-    real = jnp.arange(prompt.shape[1])[None, :] >= pads[:, None]
-    ends = real & (prompt == separator) if separator is not None else jnp.zeros_like(real)
-    ends = ends.astype(jnp.int32)
-    return jnp.where(real, 1 + jnp.cumsum(ends, axis=1) - ends, 0).astype(jnp.int32)
-
-
-def left_pad(prompts, pad_id: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Prompts of different lengths (1-D int sequences) -> ``(int32 [batch, longest], pads
-    int32 [batch])``, each row right-aligned after ``pads[i]`` copies of ``pad_id`` (never
-    attended to: the pads form a document of their own)."""
-    prompts = [np.asarray(p, np.int32).reshape(-1) for p in prompts]
-    if not prompts or min(len(p) for p in prompts) == 0:
-        raise ValueError("every prompt needs at least one token")
-    longest = max(len(p) for p in prompts)
-    pads = np.asarray([longest - len(p) for p in prompts], np.int32)
-    out = np.full((len(prompts), longest), pad_id, np.int32)
-    for row, (p, pad) in enumerate(zip(prompts, pads)):
-        out[row, pad:] = p
-    return out, pads
 
 
 def generate(

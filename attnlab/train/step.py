@@ -12,12 +12,14 @@ from typing import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import nnx
 
 from attnlab.config import Config
 from attnlab.data.tokenizer import separator_id
-from attnlab.model.masks import Packing
+from attnlab.model.masks import Packing, documents_from_segments, left_pad, prompt_segments
+from attnlab.model.objectives import Scores, token_losses
 from attnlab.model.moe import record_routing
 from attnlab.model.objectives import masking_key
 from attnlab.train.state import TrainState
@@ -52,6 +54,36 @@ def mean_loss(graphdef: nnx.GraphDef, params: nnx.State, tokens: jax.Array,
     the selected tokens / the spans (corrupted with ``key``)."""
     scores = batch_scores(graphdef, params, tokens, key, dropout_rng, packing=packing)
     return scores.loss / jnp.maximum(scores.count, 1.0)
+
+
+def example_scores(graphdef: nnx.GraphDef, params: nnx.State, examples, *,
+                   packing: Packing | None = None) -> Scores:
+    """Next-token scores of examples of different lengths (1-D int sequences of >= 2 tokens),
+    in one left-padded batch (:func:`~attnlab.model.masks.left_pad`): the pads form a document
+    of their own, which no real token sees and whose positions are never scored; each example's
+    positions start at its first token. Returns :class:`Scores` of arrays ``[n_examples]`` (the
+    sums over each example alone: ``loss / count`` is its mean loss). A causal objective only.
+    """
+    model = nnx.merge(graphdef, params)
+    if not model.arch.objective.causal:
+        raise ValueError(f"model.objective={model.cfg.objective}: padded evaluation scores "
+                         "next-token predictions (clm) only")
+    if min(len(np.asarray(e).reshape(-1)) for e in examples) < 2:
+        raise ValueError("every example needs at least 2 tokens (an input and its target)")
+    tokens, pads = left_pad(examples)
+    tokens, pads = jnp.asarray(tokens), jnp.asarray(pads)
+    segments = prompt_segments(tokens, pads, None if packing is None else packing.separator)
+    index = jnp.arange(tokens.shape[1], dtype=jnp.int32)[None, :]
+    if packing is not None and packing.reset_positions:
+        positions = index - documents_from_segments(segments).start
+    else:
+        positions = jnp.maximum(index - pads[:, None], 0)
+    logits = model(tokens[:, :-1], positions[:, :-1], segments=segments[:, :-1])
+    weights = (index[:, :-1] >= pads[:, None]).astype(jnp.float32)  # a real input
+    targets = tokens[:, 1:]
+    hits = (jnp.argmax(logits, axis=-1) == targets).astype(jnp.float32)
+    return Scores((token_losses(logits, targets) * weights).sum(1), (hits * weights).sum(1),
+                  weights.sum(1))
 
 
 def training_loss(graphdef: nnx.GraphDef, params: nnx.State, tokens: jax.Array,
