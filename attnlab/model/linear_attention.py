@@ -104,15 +104,19 @@ def causal_linear_attention(phi_q, phi_k, v, state=None, *, chunk: int, document
         return a.reshape(batch, n_chunks, chunk, heads, a.shape[-1]).swapaxes(0, 1)
 
     mask = jnp.tril(jnp.ones((chunk, chunk), jnp.float32))  # [C_query, C_key]
-    index = jnp.asarray(start, jnp.int32) + jnp.arange(n_chunks * chunk, dtype=jnp.int32)
-    index = index.reshape(n_chunks, chunk)
-    if documents is None:  # one document: every token sees the carried state
-        starts = jnp.full((n_chunks, batch, chunk), -1, jnp.int32)
-    else:  # padded queries repeat the last token's start: the state keeps its document
-        starts = jnp.pad(documents.start, ((0, 0), (0, pad)), mode="edge")
-        starts = starts.reshape(batch, n_chunks, chunk).swapaxes(0, 1)
 
     def step(carry, inputs):
+        s, z = carry  # [b, h, m, d], [b, h, m]
+        q_c, k_c, v_c = inputs  # [b, C, h, m], [b, C, h, m], [b, C, h, d]
+        scores = jnp.einsum("bqhm,bkhm->bhqk", q_c, k_c) * mask  # intra-chunk, causal
+        numerator = (jnp.einsum("bqhm,bhmd->bqhd", q_c, s)
+                     + jnp.einsum("bhqk,bkhd->bqhd", scores, v_c))
+        denominator = jnp.einsum("bqhm,bhm->bqh", q_c, z) + jnp.einsum("bhqk->bqh", scores)
+        s = s + jnp.einsum("bkhm,bkhd->bhmd", k_c, v_c)
+        z = z + jnp.einsum("bkhm->bhm", k_c)
+        return (s, z), numerator / (denominator[..., None] + EPS)
+
+    def step_in_documents(carry, inputs):
         s, z = carry  # [b, h, m, d], [b, h, m]
         q_c, k_c, v_c, start_c, index_c = inputs  # [b, C, h, m] x2, [b, C, h, d], [b, C], [C]
         # key j of the chunk counts for query i iff j <= i and j lies in i's document
@@ -123,7 +127,7 @@ def causal_linear_attention(phi_q, phi_k, v, state=None, *, chunk: int, document
                      + jnp.einsum("bhqk,bkhd->bqhd", scores, v_c))
         denominator = (jnp.einsum("bqhm,bhm,bq->bqh", q_c, z, carried)
                        + jnp.einsum("bhqk->bqh", scores))
-        # the state after the chunk: the last token's document only
+        # the state after the chunk: its last token's document only
         last = start_c[:, -1]  # [b]
         keep = (last < index_c[0]).astype(jnp.float32)  # [b]
         written = (index_c[None, :] >= last[:, None]).astype(jnp.float32)  # [b, C_key]
@@ -131,8 +135,15 @@ def causal_linear_attention(phi_q, phi_k, v, state=None, *, chunk: int, document
         z = keep[:, None, None] * z + jnp.einsum("bkhm,bk->bhm", k_c, written)
         return (s, z), numerator / (denominator[..., None] + EPS)
 
-    state, out = jax.lax.scan(
-        step, state, (blocks(phi_q), blocks(phi_k), blocks(v), starts, index))
+    chunks = (blocks(phi_q), blocks(phi_k), blocks(v))
+    if documents is None:
+        state, out = jax.lax.scan(step, state, chunks)
+    else:  # padded queries repeat the last token's start: the state keeps its document
+        starts = jnp.pad(documents.start, ((0, 0), (0, pad)), mode="edge")
+        starts = starts.reshape(batch, n_chunks, chunk).swapaxes(0, 1)  # [n_chunks, b, C]
+        index = jnp.asarray(start, jnp.int32) + jnp.arange(n_chunks * chunk, dtype=jnp.int32)
+        state, out = jax.lax.scan(step_in_documents, state,
+                                  (*chunks, starts, index.reshape(n_chunks, chunk)))
     out = out.swapaxes(0, 1).reshape(batch, n_chunks * chunk, heads, d)[:, :t]
     return out, state
 
