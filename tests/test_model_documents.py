@@ -20,7 +20,7 @@ from attnlab.config import DataConfig, ModelConfig
 from attnlab.data.tokenizer import ByteTokenizer, separator_id
 from attnlab.errors import ConfigError
 from attnlab.model import resolve
-from attnlab.model.attention import dot_product_attention
+from attnlab.model.attention import CAUSAL_HALVES_MIN_LEN, dot_product_attention
 from attnlab.model.decoding import init_state
 from attnlab.model.linear_attention import causal_linear_attention
 from attnlab.model.masks import (Causal, Packing, SlidingWindow, continued_documents,
@@ -209,6 +209,22 @@ def test_attention_with_documents_equals_the_float64_reference(impl, chunk, mask
     allowed = allowed[None] & (segments[:, :, None] == segments[:, None, :])
     out = dot_product_attention(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), scale=0.3,
                                 mask=mask_part, impl=impl, chunk=chunk,
+                                documents=documents_from_segments(jnp.asarray(segments)))
+    np.testing.assert_allclose(out, reference_attention(q, k, v, 0.3, allowed), rtol=1e-5,
+                               atol=1e-6)
+
+
+def test_long_causal_attention_in_halves_keeps_documents():
+    """From CAUSAL_HALVES_MIN_LEN queries the einsum path computes causal attention in two
+    halves; with documents too."""
+    length = CAUSAL_HALVES_MIN_LEN
+    rng = np.random.default_rng(7)
+    q, k, v = rng.standard_normal((3, 2, length, 2, 8)).astype(np.float32)
+    tokens = jnp.asarray(rng.integers(0, 12, (2, length)), jnp.int32)  # ~1 in 12 separators
+    segments = np.asarray(segment_ids(tokens, SEP))
+    i, j = np.arange(length)[:, None], np.arange(length)[None, :]
+    allowed = (j <= i)[None] & (segments[:, :, None] == segments[:, None, :])
+    out = dot_product_attention(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), scale=0.3,
                                 documents=documents_from_segments(jnp.asarray(segments)))
     np.testing.assert_allclose(out, reference_attention(q, k, v, 0.3, allowed), rtol=1e-5,
                                atol=1e-6)

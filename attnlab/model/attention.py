@@ -164,8 +164,10 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, scale: fl
     q_positions = (q_offset + jnp.arange(q_len))[None] if q_positions is None else q_positions
     k_positions = jnp.arange(k_len)[None] if k_positions is None else k_positions
     chunked = 0 < chunk < q_len
-    is_causal = (mask is not None and mask.is_causal and isinstance(q_offset, int)
-                 and q_offset == 0 and q_len == k_len and not chunked and documents is None)
+    # a square causal score matrix: its upper quarter is never needed (documents keep that)
+    causal_square = (mask is not None and mask.is_causal and isinstance(q_offset, int)
+                     and q_offset == 0 and q_len == k_len and not chunked)
+    is_causal = causal_square and documents is None  # the plain triangle, no mask array
 
     def block(q_block, q_positions_block, offset, documents_block):
         """Queries ``offset .. offset + len - 1`` against every key."""
@@ -174,7 +176,7 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, scale: fl
         block_mask = None if mask is None else mask(offset + jnp.arange(q_block.shape[1]),
                                                     k_index)
         block_mask = in_documents(block_mask, documents_block, mask, k_index)
-        if (attend is einsum_attention and is_causal and q_len >= CAUSAL_HALVES_MIN_LEN
+        if (attend is einsum_attention and causal_square and q_len >= CAUSAL_HALVES_MIN_LEN
                 and q_len % 2 == 0):
             return _causal_halves(q_block, k, v, scale=scale, bias=block_bias, mask=block_mask)
         return attend(q_block, k, v, scale=scale, bias=block_bias, mask=block_mask,
