@@ -80,7 +80,7 @@ VARIANTS = {
 }
 NOT_ALONE = {"global-tokens"}
 # The default lane runs one case of each implementation path; the rest run with the slow lane.
-DEFAULT_LANE = {"einsum", "xla", "sliding-window-blocks", "linear", "mamba", "mlm-encoder"}
+DEFAULT_LANE = {"einsum", "sliding-window-blocks", "linear", "mamba", "mlm-encoder"}
 
 
 def lanes(names, default_lane=DEFAULT_LANE):
