@@ -145,6 +145,11 @@ class DataConfig:
     # In-context learning tasks (attnlab/data/icl.py): induction, mqar.
     task_vocab: int = 64  # the task's ids: 0 .. task_vocab - 1
     mqar_pairs: int = 8  # mqar: key-value pairs per window (and as many queries)
+    # Packed windows keep their documents apart: attention and recurrent states stop at the
+    # end-of-document separator (attnlab/model/masks.py); reset_positions also restarts
+    # positions at each document's first token.
+    document_mask: bool = False
+    reset_positions: bool = False
 
     def __post_init__(self):
         validate_data(self)
@@ -425,6 +430,12 @@ def validate_data(d: DataConfig) -> None:
         check_positive(f"data.{name}", getattr(d, name))
     if d.max_bytes < 0:
         raise ConfigError("data.max_bytes", f"must be >= 0 (0 = whole corpus), got {d.max_bytes}")
+    if d.document_mask and (d.source == "markov" or d.source in TASK_SOURCES):
+        raise ConfigError("data.document_mask", f"data.source={d.source} is one stream without "
+                          "documents (no end-of-document separator)")
+    if d.reset_positions and not d.document_mask:
+        raise ConfigError("data.reset_positions", "restarts positions at each document: it needs "
+                          "data.document_mask=true")
     defaults = DataConfig.__dataclass_fields__
     for name, sources in TASK_FIELDS.items():
         check_positive(f"data.{name}", getattr(d, name))

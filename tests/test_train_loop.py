@@ -219,3 +219,24 @@ def test_library_errors_are_attnlab_errors(data_dir, tmp_path):
                                      "train.mesh_fsdp": 2}), tmp_path / "x", progress=False)
     assert isinstance(info.value, AttnlabError)
     assert not (tmp_path / "x").exists()
+
+
+def test_a_document_masked_run_trains_and_continues_a_batch_of_prompts(data_dir, tmp_path,
+                                                                      capsys):
+    """data.document_mask + data.reset_positions end to end: the run trains (the preflight
+    checks the corpus's separator), and ``generate --prompts-file`` continues prompts of
+    different lengths as one padded batch, each as ``--prompt`` continues it alone."""
+    cfg = tiny_config(data_dir, **{"data.document_mask": True, "data.reset_positions": True,
+                                   "train.steps": 4, "train.eval_every": 4,
+                                   "train.checkpoint_every": 4})
+    summary = run(cfg, tmp_path / "run", progress=False)
+    assert summary["status"] == "completed" and math.isfinite(summary["final_val_loss"])
+    prompts = ["def f(x):", "import os", "class A:"]
+    (tmp_path / "prompts.txt").write_text("\n".join(prompts) + "\n")
+    flags = [f"--run={tmp_path / 'run'}", "--max-new-tokens=8", "--temperature=0"]
+    assert cli.main(["generate", *flags, f"--prompts-file={tmp_path / 'prompts.txt'}"]) == 0
+    batch = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [b["prompt"] for b in batch] == prompts
+    for prompt, out in zip(prompts, batch):
+        assert cli.main(["generate", *flags, f"--prompt={prompt}"]) == 0
+        assert capsys.readouterr().out == out["text"] + "\n"

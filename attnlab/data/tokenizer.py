@@ -22,6 +22,7 @@ import tokenizers
 from tokenizers import Regex, models, pre_tokenizers, trainers
 
 from attnlab.data.errors import DataError
+from attnlab.config import TASK_SOURCES
 from attnlab.errors import ConfigError
 
 EOS_BYTE = 0
@@ -227,3 +228,16 @@ class HubTokenizer:
     def decode(self, ids) -> bytes:
         ids = [i for i in np.asarray(ids).tolist() if 0 <= i < self.vocab_size]
         return self._hf.decode(ids, skip_special_tokens=False).encode("utf-8")
+
+
+def separator_id(cfg) -> int | None:
+    """The end-of-document id of the corpus ``cfg`` (a ``DataConfig``) prepares, known before
+    it is built: the byte tokenizer's 0, or the BPE's id of the byte 0x00 (its alphabet's
+    characters take the first ids in code-point order, and 0x00 is never merged); None for the
+    sources without documents (markov, the ICL tasks)."""
+    if cfg.source == "markov" or cfg.source in TASK_SOURCES:
+        return None
+    if cfg.tokenizer == "byte":
+        return ByteTokenizer.eos_id
+    return sorted(_ALPHABET).index(_ALPHABET[EOS_BYTE])
+

@@ -282,6 +282,12 @@ def check(cfg: Config) -> Architecture:
             f"{cfg.model.attention_window} is longer than the training context data.seq_len="
             f"{cfg.data.seq_len}: it would train full attention (0 = full causal attention)",
         )
+    if cfg.data.document_mask and (arch.decoder is not None
+                                   or type(arch.inputs) is not readin.Tokens):
+        raise ConfigError("data.document_mask", (
+            f"is built for one stack reading tokens, not model.objective={cfg.model.objective} "
+            f"with model.inputs={cfg.model.inputs} (span corruption draws its spans across the "
+            "whole window)"))
     arch.block.check_train(cfg.train)
     arch.ffn.check_train(cfg.train)
     if arch.objective.uses_mask:

@@ -30,7 +30,7 @@ from flax import nnx
 
 from attnlab.config import ModelConfig
 from attnlab.model.layers import dense
-from attnlab.model.masks import Causal, Mask
+from attnlab.model.masks import Causal, Documents, Mask
 from attnlab.model.positions import Bias, PositionalEncoding
 from attnlab.model.scales import ScoreScale
 
@@ -51,7 +51,7 @@ def attention_scores(q: jax.Array, k: jax.Array, *, scale: float, bias: jax.Arra
       q: ``[batch, q_len, heads, head_dim]``; k: ``[batch, k_len, kv_heads, head_dim]``.
       scale: multiplies ``Q K^T`` (not the bias).
       bias: float32, broadcastable to ``[batch, heads, q_len, k_len]``, or None.
-      mask: bool ``[q_len, k_len]`` (True = may attend), or None.
+      mask: bool ``[q_len, k_len]`` or ``[batch, q_len, k_len]`` (True = may attend), or None.
 
     Returns:
       float32 ``[batch, heads, q_len, k_len]`` (accumulated in float32 for bf16 inputs too).
@@ -65,8 +65,13 @@ def attention_scores(q: jax.Array, k: jax.Array, *, scale: float, bias: jax.Arra
     if bias is not None:
         scores = scores + bias
     if mask is not None:
-        scores = jnp.where(mask, scores, -jnp.inf)
+        scores = jnp.where(_per_head(mask), scores, -jnp.inf)
     return scores
+
+
+def _per_head(mask: jax.Array) -> jax.Array:
+    """A mask ``[q, k]`` or ``[batch, q, k]`` as ``[1 or batch, 1, q, k]`` (shared by heads)."""
+    return mask[None, None] if mask.ndim == 2 else mask[:, None]
 
 
 def attention_weights(q: jax.Array, k: jax.Array, *, scale: float | None = None,
@@ -105,7 +110,7 @@ def xla_attention(q, k, v, *, scale, bias, mask, is_causal):
     if is_causal:
         mask = None  # the kernel applies the same lower triangle itself
     elif mask is not None:
-        mask = mask[None, None]  # [1, 1, q_len, k_len]
+        mask = _per_head(mask)  # [1 or batch, 1, q_len, k_len]
     if (is_causal and bias is None and jax.default_backend() == "gpu"
             and q.dtype in (jnp.bfloat16, jnp.float16)):
         try:
@@ -129,7 +134,7 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, scale: fl
                           bias: Bias | None = None, mask: Mask | None = CAUSAL,
                           q_offset: int | jax.Array = 0, q_positions: jax.Array | None = None,
                           k_positions: jax.Array | None = None, impl: str = "einsum",
-                          chunk: int = 0) -> jax.Array:
+                          chunk: int = 0, documents: Documents | None = None) -> jax.Array:
     """``softmax(attention_scores) V`` per head, optionally in query blocks.
 
     Args:
@@ -144,6 +149,9 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, scale: fl
       chunk: if > 0 and ``q_len > chunk``, queries in blocks of ``chunk`` (rematerialised in the
         backward pass): at most ``[batch, heads, chunk, k_len]`` scores exist at once, or with a
         banded mask (a sliding window) only the ``chunk + band - 1`` keys in reach.
+      documents: each query's document span (:class:`~attnlab.model.masks.Documents`,
+        ``[batch, q_len]``), or None: keys outside it are hidden too, whatever the mask (the
+        mask then becomes ``[batch, q_len, k_len]``, so the fused causal kernels are not used).
 
     Returns:
       ``[batch, q_len, heads, head_dim]`` in ``q.dtype``.
@@ -156,27 +164,42 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, scale: fl
     q_positions = (q_offset + jnp.arange(q_len))[None] if q_positions is None else q_positions
     k_positions = jnp.arange(k_len)[None] if k_positions is None else k_positions
     chunked = 0 < chunk < q_len
-    is_causal = (mask is not None and mask.is_causal and isinstance(q_offset, int)
-                 and q_offset == 0 and q_len == k_len and not chunked)
+    # a square causal score matrix: its upper quarter is never needed (documents keep that)
+    causal_square = (mask is not None and mask.is_causal and isinstance(q_offset, int)
+                     and q_offset == 0 and q_len == k_len and not chunked)
+    is_causal = causal_square and documents is None  # the plain triangle, no mask array
 
-    def block(q_block, q_positions_block, offset):
+    def block(q_block, q_positions_block, offset, documents_block):
         """Queries ``offset .. offset + len - 1`` against every key."""
         block_bias = None if bias is None else bias(q_positions_block, k_positions)
-        block_mask = None
-        if mask is not None:
-            block_mask = mask(offset + jnp.arange(q_block.shape[1]), jnp.arange(k_len))
-        if (attend is einsum_attention and is_causal and q_len >= CAUSAL_HALVES_MIN_LEN
+        k_index = jnp.arange(k_len)
+        block_mask = None if mask is None else mask(offset + jnp.arange(q_block.shape[1]),
+                                                    k_index)
+        block_mask = in_documents(block_mask, documents_block, mask, k_index)
+        if (attend is einsum_attention and causal_square and q_len >= CAUSAL_HALVES_MIN_LEN
                 and q_len % 2 == 0):
             return _causal_halves(q_block, k, v, scale=scale, bias=block_bias, mask=block_mask)
         return attend(q_block, k, v, scale=scale, bias=block_bias, mask=block_mask,
                       is_causal=is_causal)
 
     if not chunked:
-        return block(q, q_positions, q_offset)
+        return block(q, q_positions, q_offset, documents)
     if mask is not None and mask.band > 0 and chunk + mask.band - 1 < k_len:
-        return _query_blocks(q, q_positions, q_offset, chunk, _banded(
+        return _query_blocks(q, q_positions, q_offset, chunk, documents, _banded(
             attend, k, v, k_positions, scale=scale, bias=bias, mask=mask, chunk=chunk))
-    return _query_blocks(q, q_positions, q_offset, chunk, block)
+    return _query_blocks(q, q_positions, q_offset, chunk, documents, block)
+
+
+def in_documents(mask_array: jax.Array | None, documents: Documents | None, mask: Mask | None,
+                 k_index: jax.Array) -> jax.Array | None:
+    """``mask_array`` (``[q, k]`` or None) AND each query's document span over the keys at
+    ``k_index`` (read as sequence indices through ``mask``: a rolling cache's slots):
+    ``[batch, q, k]``; unchanged without ``documents``."""
+    if documents is None:
+        return mask_array
+    key_index = k_index if mask is None else mask.key_index(k_index)
+    allowed = documents.allows(key_index)
+    return allowed if mask_array is None else allowed & mask_array
 
 
 def _causal_halves(q, k, v, *, scale, bias, mask):
@@ -193,10 +216,10 @@ def _causal_halves(q, k, v, *, scale, bias, mask):
         return x if x is None or x.shape[-1] == 1 else x[..., :stop]
 
     first = einsum_attention(q[:, :half], k[:, :half], v[:, :half], scale=scale,
-                             bias=cols(rows(bias, 0, half), half), mask=mask[:half, :half],
+                             bias=cols(rows(bias, 0, half), half), mask=mask[..., :half, :half],
                              is_causal=True)
     second = einsum_attention(q[:, half:], k, v, scale=scale, bias=rows(bias, half, q_len),
-                              mask=mask[half:], is_causal=True)
+                              mask=mask[..., half:, :], is_causal=True)
     return jnp.concatenate([first, second], axis=1)
 
 
@@ -208,21 +231,22 @@ def _banded(attend, k, v, k_positions, *, scale, bias, mask, chunk):
     band, n_global = mask.band, min(mask.global_keys, k_len)
     span = min(k_len, chunk + band - 1)
 
-    def banded_block(q_block, q_positions_block, offset):
+    def banded_block(q_block, q_positions_block, offset, documents_block):
         first = jnp.clip(offset - band + 1, 0, k_len - span)
         k_index = first + jnp.arange(span)
         keys = jax.lax.dynamic_slice_in_dim(k, first, span, axis=1)
         values = jax.lax.dynamic_slice_in_dim(v, first, span, axis=1)
         positions = jnp.take(k_positions, k_index, axis=1)
         q_index = offset + jnp.arange(q_block.shape[1])
-        block_mask = mask(q_index, k_index)
+        block_mask = in_documents(mask(q_index, k_index), documents_block, mask, k_index)
         if n_global:
             g_index = jnp.arange(n_global)
             keys = jnp.concatenate([k[:, :n_global], keys], axis=1)
             values = jnp.concatenate([v[:, :n_global], values], axis=1)
             positions = jnp.concatenate([k_positions[:, :n_global], positions], axis=1)
-            block_mask = jnp.concatenate(
-                [mask(q_index, g_index) & (g_index < first)[None, :], block_mask], axis=1)
+            global_mask = in_documents(mask(q_index, g_index) & (g_index < first)[None, :],
+                                       documents_block, mask, g_index)
+            block_mask = jnp.concatenate([global_mask, block_mask], axis=-1)
         block_bias = None if bias is None else bias(q_positions_block, positions)
         return attend(q_block, keys, values, scale=scale, bias=block_bias, mask=block_mask,
                       is_causal=False)
@@ -230,19 +254,25 @@ def _banded(attend, k, v, k_positions, *, scale, bias, mask, chunk):
     return banded_block
 
 
-def _query_blocks(q, q_positions, q_offset, chunk: int, block) -> jax.Array:
-    """``block(q_block, q_positions_block, offset)`` over query blocks of ``chunk`` (the queries
-    padded to whole blocks), mapped by ``jax.lax.map`` with a rematerialised body."""
+def _query_blocks(q, q_positions, q_offset, chunk: int, documents, block) -> jax.Array:
+    """``block(q_block, q_positions_block, offset, documents_block)`` over query blocks of
+    ``chunk`` (the queries padded to whole blocks), mapped by ``jax.lax.map`` with a
+    rematerialised body."""
     batch, q_len, heads, head_dim = q.shape
     n_blocks = -(-q_len // chunk)
     pad = n_blocks * chunk - q_len
     q_blocks = jnp.pad(q, ((0, 0), (0, pad), (0, 0), (0, 0)))
     q_blocks = q_blocks.reshape(batch, n_blocks, chunk, heads, head_dim).swapaxes(0, 1)
     offsets = q_offset + chunk * jnp.arange(n_blocks)
-    padded = jnp.pad(q_positions, ((0, 0), (0, pad)), mode="edge")
-    position_blocks = padded.reshape(padded.shape[0], n_blocks, chunk).swapaxes(0, 1)
+
+    def per_query(a):  # [pbatch, q_len] -> [n_blocks, pbatch, chunk], padding repeats the last
+        padded = jnp.pad(a, ((0, 0), (0, pad)), mode="edge")
+        return padded.reshape(padded.shape[0], n_blocks, chunk).swapaxes(0, 1)
+
+    document_blocks = None if documents is None else jax.tree.map(per_query, documents)
     out = jax.lax.map(
-        jax.checkpoint(lambda args: block(*args)), (q_blocks, position_blocks, offsets)
+        jax.checkpoint(lambda args: block(*args)),
+        (q_blocks, per_query(q_positions), offsets, document_blocks),
     )  # [n_blocks, batch, chunk, heads, head_dim]
     out = out.swapaxes(0, 1).reshape(batch, n_blocks * chunk, heads, head_dim)
     return out[:, :q_len]
@@ -302,36 +332,42 @@ class SelfAttention(nnx.Module):
         q, k = self.encoding.transform_qk(q, k, positions)
         return q, k, scale
 
-    def weights(self, x: jax.Array, positions: jax.Array, *, bias: Bias | None = None
-                ) -> jax.Array:
+    def weights(self, x: jax.Array, positions: jax.Array, *, bias: Bias | None = None,
+                documents: Documents | None = None) -> jax.Array:
         """The attention pattern of every head over ``x [batch, t, d_model]`` (no cache):
         float32 ``[batch, heads, t, t]``, rows summing to 1 (the mixer's own mask and bias)."""
         q, k, scale = self.queries_keys(x, positions)
         t = x.shape[1]
         bias = None if bias is None else bias(positions, positions)
-        mask = self.mask(jnp.arange(t), jnp.arange(t))
+        index = jnp.arange(t)
+        mask = in_documents(self.mask(index, index), documents, self.mask, index)
         return jax.nn.softmax(attention_scores(q, k, scale=scale, bias=bias, mask=mask), axis=-1)
 
     def __call__(self, x: jax.Array, positions: jax.Array, *, bias: Bias | None = None,
-                 state=None, start=0):
+                 documents: Documents | None = None, state=None, start=0):
         """``x [batch, t, d_model]`` at ``positions [pbatch, t]`` -> ``([batch, t, d_model],
-        state)``.
+        state)``; ``documents``: each token's document span (keys outside it are hidden).
 
         ``state``: None, or this layer's KV cache ``(keys, values)``, each ``[batch, cache_len,
         kv_heads, head_dim]``: the step writes this call's keys and values at ``start``
-        (``positions`` must equal ``start + arange(t)``; ``start`` may be traced) the way the
-        mask keeps its cache (:meth:`Mask.cache_step`), and attends over it.
+        (``start`` may be traced) the way the mask keeps its cache (:meth:`Mask.cache_step`),
+        and attends over it. ``positions`` are ``start + arange(t)``, or with documents whose
+        positions restart (``data.reset_positions``) the distance to each document's start;
+        the score bias reads indices either way (it depends on distances only, which are the
+        same within a document, and other documents are hidden).
         """
         cfg = self.cfg
         batch, t, _ = x.shape
         q, k, scale = self.queries_keys(x, positions)
         v = self.v_proj(x).reshape(batch, t, cfg.kv_heads, cfg.head_dim)
-        mask, q_offset, k_positions = self.mask, 0, positions
+        mask, q_offset, q_positions, k_positions = self.mask, 0, positions, positions
         if state is not None:
             k, v, state, mask, q_offset, k_positions = self.mask.cache_step(state, k, v, start)
+            q_positions = (q_offset + jnp.arange(t, dtype=jnp.int32))[None]
         out = dot_product_attention(q, k, v, scale=scale, bias=bias, mask=mask, q_offset=q_offset,
-                                    q_positions=positions, k_positions=k_positions,
-                                    impl=cfg.attention_impl, chunk=cfg.attention_chunk)
+                                    q_positions=q_positions, k_positions=k_positions,
+                                    impl=cfg.attention_impl, chunk=cfg.attention_chunk,
+                                    documents=documents)
         return self.o_proj(out.reshape(batch, t, cfg.n_heads * cfg.head_dim)), state
 
 

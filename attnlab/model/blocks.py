@@ -5,9 +5,10 @@ stack of layers (rematerialised, or stacked for a scan).
     pre-LN:  x = x + Mixer(Norm(x));  x = x + FFN(Norm(x))          (the stack ends with a norm)
     post-LN: x = Norm(x + Mixer(x));  x = Norm(x + FFN(x))          (Vaswani et al. 2017)
 
-Every block module takes ``(x [batch, seq, d_model], positions [pbatch, seq], *, bias, state,
-start, dropout_key) -> (x, state)``: ``bias`` the layer's score bias, ``state`` the mixer's decode
-state (None in training). Dropout (``model.dropout``) acts on both residual branches.
+Every block module takes ``(x [batch, seq, d_model], positions [pbatch, seq], *, bias, documents,
+state, start, dropout_key) -> (x, state)``: ``bias`` the layer's score bias, ``documents`` each
+token's document span (:class:`~attnlab.model.masks.Documents`, or None), ``state`` the mixer's
+decode state (None in training). Dropout (``model.dropout``) acts on both residual branches.
 
 Adding a block kind is one subclass of :class:`BlockKind` (its module beside it) and one line in
 ``architecture.BLOCKS``.
@@ -103,10 +104,11 @@ class PreNormBlock(nnx.Module):
         """What the mixer reads from the residual stream ``x`` (pre-LN: ``Norm(x)``)."""
         return self.attn_norm(x)
 
-    def __call__(self, x, positions, *, bias=None, state=None, start=0, dropout_key=None):
+    def __call__(self, x, positions, *, bias=None, documents=None, state=None, start=0,
+                 dropout_key=None):
         attn_key, ffn_key = _branch_keys(dropout_key)
-        update, state = self.attn(self.attn_norm(x), positions, bias=bias, state=state,
-                                  start=start)
+        update, state = self.attn(self.attn_norm(x), positions, bias=bias, documents=documents,
+                                  state=state, start=start)
         x = x + dropout(update, self.dropout_rate, attn_key)
         if self.ffn is not None:
             x = x + dropout(self.ffn(self.ffn_norm(x)), self.dropout_rate, ffn_key)
@@ -116,9 +118,11 @@ class PreNormBlock(nnx.Module):
 class PostNormBlock(PreNormBlock):
     """``x = Norm(x + Mixer(x)); x = Norm(x + FFN(x))`` (Vaswani et al. 2017)."""
 
-    def __call__(self, x, positions, *, bias=None, state=None, start=0, dropout_key=None):
+    def __call__(self, x, positions, *, bias=None, documents=None, state=None, start=0,
+                 dropout_key=None):
         attn_key, ffn_key = _branch_keys(dropout_key)
-        update, state = self.attn(x, positions, bias=bias, state=state, start=start)
+        update, state = self.attn(x, positions, bias=bias, documents=documents, state=state,
+                                  start=start)
         x = self.attn_norm(x + dropout(update, self.dropout_rate, attn_key))
         if self.ffn is not None:
             x = self.ffn_norm(x + dropout(self.ffn(x), self.dropout_rate, ffn_key))

@@ -20,15 +20,20 @@ from flax import nnx
 from attnlab.config import ModelConfig
 from attnlab.errors import AttnlabError
 from attnlab.model.architecture import resolve
+from attnlab.model.masks import Packing, left_pad, prompt_segments
 from attnlab.model.objectives import MASK_TEXT, mask_id
 
 
 class DecodeState(NamedTuple):
     """Every layer's decode state, in order: each what its mixer's ``init_state`` gives (softmax
     attention: keys and values, each ``[batch, cache_len, kv_heads, head_dim]`` in the compute
-    dtype). A pytree: pass it through ``jit`` and ``scan`` freely."""
+    dtype). ``segment`` and ``document_start``, int32 ``[batch]``: the segment id and the
+    document's first index of the last token fed (document masks; zeros before the first
+    step). A pytree: pass it through ``jit`` and ``scan`` freely."""
 
     layers: tuple
+    segment: jax.Array | None = None
+    document_start: jax.Array | None = None
 
 
 def init_state(cfg: ModelConfig, batch: int, max_len: int) -> DecodeState:
@@ -36,7 +41,9 @@ def init_state(cfg: ModelConfig, batch: int, max_len: int) -> DecodeState:
     tokens (prompt + generated)."""
     arch = resolve(cfg)
     stack = arch.decoder or arch.stack
-    return DecodeState(tuple(mixer.init_state(batch, max_len) for mixer in stack.mixers))
+    zeros = jnp.zeros((batch,), jnp.int32)
+    return DecodeState(tuple(mixer.init_state(batch, max_len) for mixer in stack.mixers),
+                       zeros, zeros)
 
 
 def decode_step(graphdef: nnx.GraphDef, state: nnx.State, cache: DecodeState, tokens, start):
@@ -58,20 +65,41 @@ def _next_token(logits, key, temperature: float):
     return jax.random.categorical(key, logits / temperature, axis=-1).astype(jnp.int32)
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "max_new_tokens", "temperature"))
-def _generate(graphdef, state, prompt, rng, *, max_new_tokens: int, temperature: float):
+def _sample(logits, keys, temperature: float):
+    """``logits [batch, vocab]`` -> int32 ``[batch]`` with one key for the batch, or each row
+    with its own key (``keys [batch]``: a row's draw does not depend on the other rows)."""
+    if temperature == 0.0 or keys.ndim == 0:
+        return _next_token(logits, keys, temperature)
+    return jax.vmap(lambda row, key: _next_token(row[None], key, temperature)[0])(logits, keys)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "max_new_tokens", "temperature",
+                                             "separator", "reset_positions", "padded"))
+def _generate(graphdef, state, prompt, pads, rng, *, max_new_tokens: int, temperature: float,
+              separator: int | None, reset_positions: bool, padded: bool):
     model = nnx.merge(graphdef, state)
     batch, prompt_len = prompt.shape
     cache = init_state(model.cfg, batch, prompt_len + max_new_tokens)
-    logits, cache = model.decode(prompt, 0, cache, check_range=False)
-    keys = jax.random.split(rng, max_new_tokens)
-    first = _next_token(logits[:, -1], keys[0], temperature)
+    documents = separator is not None or padded
+    segments = prompt_segments(prompt, pads, separator) if documents else None
+    options = dict(reset_positions=reset_positions, offsets=pads if padded else None,
+                   check_range=False)
+    logits, cache = model.decode(prompt, 0, cache, segments=segments, **options)
+    # keys [max_new_tokens] (one per step) or [max_new_tokens, batch] (per row, then per step)
+    keys = (jax.random.split(rng, max_new_tokens) if rng.ndim == 0
+            else jax.vmap(lambda key: jax.random.split(key, max_new_tokens), out_axes=1)(rng))
+    first = _sample(logits[:, -1], keys[0], temperature)
 
     def step(carry, inputs):
         cache, token = carry
         index, key = inputs
-        logits, cache = model.decode(token[:, None], prompt_len + index, cache, check_range=False)
-        token = _next_token(logits[:, -1], key, temperature)
+        segment = None
+        if documents:  # a token after a separator starts the next document
+            ended = (token == separator) if separator is not None else False
+            segment = (cache.segment + ended)[:, None]
+        logits, cache = model.decode(token[:, None], prompt_len + index, cache, segments=segment,
+                                     **options)
+        token = _sample(logits[:, -1], key, temperature)
         return (cache, token), token
 
     steps = (jnp.arange(max_new_tokens - 1), keys[1:])
@@ -88,33 +116,63 @@ def generate(
     *,
     rng: jax.Array | None = None,
     temperature: float = 0.0,
-) -> jax.Array:
-    """Extends ``prompt [batch, t0]`` by ``max_new_tokens`` tokens.
+    packing: Packing | None = None,
+):
+    """Extends ``prompt`` by ``max_new_tokens`` tokens.
+
+    ``prompt``: int ``[batch, t0]``, or a list of prompts of different lengths, generated as
+    one left-padded batch (:func:`left_pad`): the pads are a document of their own that no real
+    token sees, each row's positions start at its first real token, and its recurrent states
+    start there (so each row equals its prompt generated alone). ``packing``: the run's
+    document mask (:func:`attnlab.train.step.packing_for`): a prompt holding the separator
+    keeps its documents apart, as in training.
 
     ``temperature == 0`` is greedy (argmax); otherwise tokens are sampled from
-    ``softmax(logits / temperature)`` with ``rng`` (required).
+    ``softmax(logits / temperature)`` with ``rng`` (required): one key for the whole batch, or
+    ``[batch]`` keys, one per row (then a row's tokens do not depend on the other rows).
 
     Returns:
-      int32 ``[batch, t0 + max_new_tokens]`` (the prompt followed by the new tokens).
+      int32 ``[batch, t0 + max_new_tokens]`` (the prompt followed by the new tokens); for a list
+      of prompts, a list of int32 ``[len_i + max_new_tokens]``.
     """
+    as_list = isinstance(prompt, (list, tuple))
+    if as_list:
+        prompt, pads = left_pad(prompt)
     prompt = jnp.asarray(prompt, jnp.int32)
     if prompt.ndim != 2 or prompt.shape[1] == 0:
         raise ValueError(f"prompt must be [batch, t0] with t0 >= 1, got shape {prompt.shape}")
+    pads = np.asarray(pads) if as_list else np.zeros(prompt.shape[0], np.int32)
     if max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
     if temperature < 0:
         raise ValueError(f"temperature must be >= 0, got {temperature}")
     if temperature > 0 and rng is None:
         raise ValueError("sampling (temperature > 0) needs rng")
+    if rng is not None and not jnp.issubdtype(rng.dtype, jax.dtypes.prng_key):
+        rng = jax.random.wrap_key_data(rng)  # raw uint32 key data: [2] or [batch, 2]
+    if rng is not None and rng.shape not in ((), (prompt.shape[0],)):
+        raise ValueError(f"rng must be one key or one key per row ({prompt.shape[0]}), got "
+                         f"shape {rng.shape}")
+    padded = bool(pads.any())
+    if padded and resolve(cfg).mask.global_keys:
+        raise ValueError("model.attention_global_tokens: the global keys are the first indices, "
+                         "which left padding fills with pads; generate these prompts one by one")
     if max_new_tokens == 0:
-        return prompt
-    total = prompt.shape[1] + max_new_tokens
-    # Checked here once, statically (learned table); the jitted loop then runs without callbacks.
-    resolve(cfg).encoding.check_range(np.array([0, total - 1]))
-    rng = jax.random.key(0) if rng is None else rng
-    return _generate(
-        graphdef, state, prompt, rng, max_new_tokens=max_new_tokens, temperature=float(temperature)
-    )
+        out = prompt
+    else:
+        total = prompt.shape[1] + max_new_tokens
+        # Checked here once, statically (learned table); the jitted loop then runs without
+        # callbacks.
+        resolve(cfg).encoding.check_range(np.array([0, total - 1 - pads.min()]))
+        rng = jax.random.key(0) if rng is None else rng
+        out = _generate(graphdef, state, prompt, jnp.asarray(pads), rng,
+                        max_new_tokens=max_new_tokens, temperature=float(temperature),
+                        separator=None if packing is None else packing.separator,
+                        reset_positions=packing is not None and packing.reset_positions,
+                        padded=padded)
+    if as_list:
+        return [out[row, pad:] for row, pad in enumerate(pads)]
+    return out
 
 
 # --------------------------------------------------------------------------------------------

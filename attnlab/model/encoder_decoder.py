@@ -158,4 +158,4 @@ class EncoderDecoderLM(nnx.Module):
         positions = (start + jnp.arange(t, dtype=jnp.int32))[None]
         logits, new = self._decoder(tokens, positions, state.cross,
                                     states=list(state.decoder.layers), start=start)
-        return logits, EncDecState(DecodeState(tuple(new)), state.cross)
+        return logits, EncDecState(state.decoder._replace(layers=tuple(new)), state.cross)

@@ -72,7 +72,8 @@ def favor_features(x: jax.Array, w: jax.Array) -> jax.Array:
         w.shape[0])
 
 
-def causal_linear_attention(phi_q, phi_k, v, state=None, *, chunk: int):
+def causal_linear_attention(phi_q, phi_k, v, state=None, *, chunk: int, documents=None,
+                            start=0):
     """The causal linear-attention output by chunks, from an optional carried state.
 
     Args:
@@ -81,6 +82,10 @@ def causal_linear_attention(phi_q, phi_k, v, state=None, *, chunk: int):
       state: ``(S [batch, heads, m, d], z [batch, heads, m])`` of the tokens before this call,
         or None (zeros).
       chunk: tokens per chunk ``C`` (the last chunk is zero-padded; padded keys add nothing).
+      documents: each token's document span (:class:`~attnlab.model.masks.Documents`,
+        ``[batch, t]``), or None. With spans the sums run over ``start_i <= j <= i`` only:
+        ``S`` and ``z`` restart at each document's first token.
+      start: the sequence index of the first token (a decode step's), for ``documents``.
 
     Returns:
       ``(out [batch, t, heads, d] float32, (S, z) after the last token)``.
@@ -111,7 +116,34 @@ def causal_linear_attention(phi_q, phi_k, v, state=None, *, chunk: int):
         z = z + jnp.einsum("bkhm->bhm", k_c)
         return (s, z), numerator / (denominator[..., None] + EPS)
 
-    state, out = jax.lax.scan(step, state, (blocks(phi_q), blocks(phi_k), blocks(v)))
+    def step_in_documents(carry, inputs):
+        s, z = carry  # [b, h, m, d], [b, h, m]
+        q_c, k_c, v_c, start_c, index_c = inputs  # [b, C, h, m] x2, [b, C, h, d], [b, C], [C]
+        # key j of the chunk counts for query i iff j <= i and j lies in i's document
+        in_document = index_c[None, None, :] >= start_c[:, :, None]  # [b, C_query, C_key]
+        scores = jnp.einsum("bqhm,bkhm->bhqk", q_c, k_c) * (mask * in_document)[:, None]
+        carried = (start_c < index_c[0]).astype(jnp.float32)  # [b, C]: doc began before
+        numerator = (jnp.einsum("bqhm,bhmd,bq->bqhd", q_c, s, carried)
+                     + jnp.einsum("bhqk,bkhd->bqhd", scores, v_c))
+        denominator = (jnp.einsum("bqhm,bhm,bq->bqh", q_c, z, carried)
+                       + jnp.einsum("bhqk->bqh", scores))
+        # the state after the chunk: its last token's document only
+        last = start_c[:, -1]  # [b]
+        keep = (last < index_c[0]).astype(jnp.float32)  # [b]
+        written = (index_c[None, :] >= last[:, None]).astype(jnp.float32)  # [b, C_key]
+        s = keep[:, None, None, None] * s + jnp.einsum("bkhm,bkhd,bk->bhmd", k_c, v_c, written)
+        z = keep[:, None, None] * z + jnp.einsum("bkhm,bk->bhm", k_c, written)
+        return (s, z), numerator / (denominator[..., None] + EPS)
+
+    chunks = (blocks(phi_q), blocks(phi_k), blocks(v))
+    if documents is None:
+        state, out = jax.lax.scan(step, state, chunks)
+    else:  # padded queries repeat the last token's start: the state keeps its document
+        starts = jnp.pad(documents.start, ((0, 0), (0, pad)), mode="edge")
+        starts = starts.reshape(batch, n_chunks, chunk).swapaxes(0, 1)  # [n_chunks, b, C]
+        index = jnp.asarray(start, jnp.int32) + jnp.arange(n_chunks * chunk, dtype=jnp.int32)
+        state, out = jax.lax.scan(step_in_documents, state,
+                                  (*chunks, starts, index.reshape(n_chunks, chunk)))
     out = out.swapaxes(0, 1).reshape(batch, n_chunks * chunk, heads, d)[:, :t]
     return out, state
 
@@ -149,8 +181,9 @@ class LinearAttention(nnx.Module):
         w = orthogonal_features(self.features, self.cfg.head_dim, (FEATURE_SEED, self.layer))
         return favor_features(x.astype(jnp.float32) * self.cfg.head_dim**-0.25, jnp.asarray(w))
 
-    def __call__(self, x, positions, *, bias=None, state=None, start=0):
-        """``x [batch, t, d_model]`` -> ``([batch, t, d_model], state)`` (None without one)."""
+    def __call__(self, x, positions, *, bias=None, documents=None, state=None, start=0):
+        """``x [batch, t, d_model]`` -> ``([batch, t, d_model], state)`` (None without one);
+        ``documents``: each token's document span (the state restarts at each document)."""
         cfg = self.cfg
         batch, t, _ = x.shape
         q = self.q_proj(x).reshape(batch, t, cfg.n_heads, cfg.head_dim)
@@ -158,6 +191,7 @@ class LinearAttention(nnx.Module):
         v = self.v_proj(x).reshape(batch, t, cfg.n_heads, cfg.head_dim)
         q, k = self.encoding.transform_qk(q, k, positions)
         out, new_state = causal_linear_attention(
-            self.feature_map(q), self.feature_map(k), v, state, chunk=cfg.mixer_chunk)
+            self.feature_map(q), self.feature_map(k), v, state, chunk=cfg.mixer_chunk,
+            documents=documents, start=start)
         out = out.astype(x.dtype).reshape(batch, t, cfg.n_heads * cfg.head_dim)
         return self.o_proj(out), (None if state is None else new_state)

@@ -70,7 +70,7 @@ def selective_scan(a_bar, bu, h0=None):
     return h
 
 
-def causal_conv(u, kernel, bias, history):
+def causal_conv(u, kernel, bias, history, *, documents=None, start=0):
     """Causal depthwise convolution along time.
 
     Args:
@@ -78,13 +78,26 @@ def causal_conv(u, kernel, bias, history):
       kernel: ``[K, E]`` (tap ``K - 1`` multiplies the current input).
       bias: ``[E]``.
       history: ``[batch, K - 1, E]``, the inputs before ``u`` (zeros at the start).
+      documents: each token's document span (:class:`~attnlab.model.masks.Documents`,
+        ``[batch, t]``), or None: a tap reading an input before its token's document start
+        reads zero (as at the sequence start).
+      start: the sequence index of ``u``'s first token, for ``documents``.
 
     Returns:
       ``(out [batch, t, E], the last K - 1 inputs [batch, K - 1, E])``.
     """
     taps, t = kernel.shape[0], u.shape[1]
     padded = jnp.concatenate([history.astype(u.dtype), u], axis=1)  # [b, K - 1 + t, E]
-    out = sum(padded[:, i:i + t] * kernel[i] for i in range(taps)) + bias
+    index = jnp.asarray(start, jnp.int32) + jnp.arange(t, dtype=jnp.int32)
+
+    def tap(i):  # tap i reads the input K - 1 - i steps back
+        inputs = padded[:, i:i + t]
+        if documents is not None:
+            inside = index[None, :] - (taps - 1 - i) >= documents.start  # [b, t]
+            inputs = inputs * inside[..., None].astype(inputs.dtype)
+        return inputs * kernel[i]
+
+    out = sum(tap(i) for i in range(taps)) + bias
     return out, padded[:, t:]
 
 
@@ -120,8 +133,10 @@ class SelectiveSSM(nnx.Module):
         self.d_skip = nnx.Param(jnp.ones((e,), jnp.float32))
         self.out_proj = dense(cfg, e, d, residual_std, rngs)
 
-    def __call__(self, x, positions, *, bias=None, state=None, start=0):
-        """``x [batch, t, d_model]`` -> ``([batch, t, d_model], state)`` (None without one)."""
+    def __call__(self, x, positions, *, bias=None, documents=None, state=None, start=0):
+        """``x [batch, t, d_model]`` -> ``([batch, t, d_model], state)`` (None without one).
+        ``documents``: each token's document span; at a document's first token ``A_bar = 0``
+        (``h`` restarts from ``B_bar u``) and the conv reads no earlier input."""
         cfg = self.cfg
         batch, t, _ = x.shape
         e, n, r = cfg.ssm_expand * cfg.d_model, cfg.ssm_state, dt_rank(cfg)
@@ -129,13 +144,17 @@ class SelectiveSSM(nnx.Module):
         history, h0 = state if state is not None else (jnp.zeros((batch, cfg.ssm_conv - 1, e)),
                                                         None)
         u, history = causal_conv(u, self.conv_kernel[...].astype(u.dtype),
-                                 self.conv_bias[...].astype(u.dtype), history)
+                                 self.conv_bias[...].astype(u.dtype), history,
+                                 documents=documents, start=start)
         u = jax.nn.silu(u)
         dt_low, b, c = jnp.split(self.x_proj(u).astype(jnp.float32), [r, r + n], axis=-1)
         delta = jax.nn.softplus(
             jnp.einsum("btr,re->bte", dt_low, self.dt_proj.kernel[...]) + self.dt_bias[...])
         a = -jnp.exp(self.a_log[...])  # [E, N]
         a_bar = jnp.exp(jnp.einsum("bte,en->bten", delta, a))  # zero-order hold
+        if documents is not None:  # a document's first token forgets everything before it
+            index = jnp.asarray(start, jnp.int32) + jnp.arange(t, dtype=jnp.int32)
+            a_bar = jnp.where(documents.first(index)[..., None, None], 0.0, a_bar)
         bu = jnp.einsum("bte,btn,bte->bten", delta, b, u.astype(jnp.float32))  # Euler: Delta B u
         h = selective_scan(a_bar, bu, h0)  # [b, t, E, N]
         y = jnp.einsum("bten,btn->bte", h, c) + self.d_skip[...] * u.astype(jnp.float32)

@@ -14,19 +14,126 @@ A mask is called on indices, not positions: ``mask(q_index [q_len], k_index [k_l
 ``model.attention_mask`` names the decoder's mask (``architecture.MASKS``); a positive
 ``model.attention_window`` selects ``sliding_window`` (its field predates the registry). Adding a
 mask is one subclass of :class:`Mask` and one registry line.
+
+Document masks (``data.document_mask``) are not a mask kind: they compose with every mask above.
+A packed window's segment ids (:func:`segment_ids`, the document index of each token) become
+each token's document span ``[start, end)`` in key indices (:func:`documents_from_segments`,
+:class:`Documents`); query ``i`` then sees key ``j`` iff the mask allows it AND ``start_i <= j <
+end_i``. Spans, not segment ids, reach the layers because a KV cache (and the rolling buffer)
+knows each key's index but not its segment: a decode step needs only its queries' spans.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from attnlab.config import ModelConfig
 from attnlab.errors import ConfigError
 
 NOT_WRITTEN = 2**30  # position of an empty rolling-cache slot: after every query, so masked
+OPEN_END = 2**31 - 1  # a decoding query's document end: every later key is hidden by causality
+
+
+def segment_ids(tokens: jax.Array, separator: int) -> jax.Array:
+    """The document index of each token of packed windows ``tokens int [batch, t]`` whose
+    documents end with ``separator`` (the separator belongs to the document it ends): int32
+    ``[batch, t]``, non-decreasing along each row, 0 for the row's first document."""
+    is_separator = (tokens == separator).astype(jnp.int32)
+    return jnp.cumsum(is_separator, axis=1) - is_separator
+
+
+class Documents(NamedTuple):
+    """Each query's document as a span of key indices: query ``i`` (of a call, in order) may
+    see key ``j`` only if ``start[b, i] <= j < end[b, i]``; int32 ``[batch, q_len]`` each. A
+    recurrent mixer resets its state at a token whose index equals its ``start``."""
+
+    start: jax.Array
+    end: jax.Array
+
+    def allows(self, key_index: jax.Array) -> jax.Array:
+        """bool ``[batch, q_len, k_len]`` for keys at indices ``key_index int [k_len]``."""
+        key_index = key_index[None, None, :]
+        return (key_index >= self.start[..., None]) & (key_index < self.end[..., None])
+
+    def first(self, index: jax.Array) -> jax.Array:
+        """bool ``[batch, t]``: the tokens at ``index int [t]`` that start their document."""
+        return self.start == index[None, :]
+
+
+def documents_from_segments(segments: jax.Array) -> Documents:
+    """The spans of the runs of equal ``segments int [batch, t]`` (each document one run of
+    consecutive tokens, as :func:`segment_ids` and left padding make them)."""
+    t = segments.shape[1]
+    index = jnp.arange(t, dtype=jnp.int32)[None, :]
+    begins = jnp.concatenate([jnp.ones_like(segments[:, :1], bool),
+                              segments[:, 1:] != segments[:, :-1]], axis=1)
+    ends = jnp.concatenate([segments[:, 1:] != segments[:, :-1],
+                            jnp.ones_like(segments[:, :1], bool)], axis=1)
+    start = jax.lax.cummax(jnp.where(begins, index, 0), axis=1)
+    end = jax.lax.cummin(jnp.where(ends, index + 1, t), axis=1, reverse=True)
+    return Documents(start.astype(jnp.int32), end.astype(jnp.int32))
+
+
+@dataclasses.dataclass(frozen=True)
+class Packing:
+    """How the documents of packed windows are kept apart (``data.document_mask``): they end
+    with ``separator``; ``reset_positions`` (``data.reset_positions``) restarts positions at
+    each document's first token."""
+
+    separator: int
+    reset_positions: bool = False
+
+    def inputs(self, tokens: jax.Array) -> tuple[jax.Array, jax.Array | None]:
+        """``(segments int32 [batch, t], positions int32 [batch, t] or None)`` of model inputs
+        ``tokens [batch, t]`` (None: the default ``arange``)."""
+        segments = segment_ids(tokens, self.separator)
+        if not self.reset_positions:
+            return segments, None
+        index = jnp.arange(tokens.shape[1], dtype=jnp.int32)[None, :]
+        return segments, index - documents_from_segments(segments).start
+
+
+def prompt_segments(prompt: jax.Array, pads: jax.Array, separator: int | None) -> jax.Array:
+    """int32 ``[batch, t]``: 0 for the left padding (``pads [batch]`` ids per row), the
+    document index + 1 for the real tokens (:func:`~attnlab.model.masks.segment_ids`; one
+    document without a ``separator``)."""
+    real = jnp.arange(prompt.shape[1])[None, :] >= pads[:, None]
+    ends = real & (prompt == separator) if separator is not None else jnp.zeros_like(real)
+    ends = ends.astype(jnp.int32)
+    return jnp.where(real, 1 + jnp.cumsum(ends, axis=1) - ends, 0).astype(jnp.int32)
+
+
+def left_pad(prompts, pad_id: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Sequences of different lengths (1-D int sequences) -> ``(int32 [batch, longest], pads
+    int32 [batch])``, each row right-aligned after ``pads[i]`` copies of ``pad_id`` (never
+    attended to: the pads form a document of their own)."""
+    prompts = [np.asarray(p, np.int32).reshape(-1) for p in prompts]
+    if not prompts or min(len(p) for p in prompts) == 0:
+        raise ValueError("every prompt needs at least one token")
+    longest = max(len(p) for p in prompts)
+    pads = np.asarray([longest - len(p) for p in prompts], np.int32)
+    out = np.full((len(prompts), longest), pad_id, np.int32)
+    for row, (p, pad) in enumerate(zip(prompts, pads)):
+        out[row, pad:] = p
+    return out, pads
+
+
+def continued_documents(segments: jax.Array, start, last_segment: jax.Array,
+                        last_start: jax.Array) -> Documents:
+    """The spans of a decode step's ``t`` tokens at indices ``start .. start + t - 1`` with
+    segment ids ``segments int [batch, t]``, after tokens whose last one had segment
+    ``last_segment [batch]`` and document start ``last_start [batch]``; ends are open (causal
+    decoding never sees a later key)."""
+    index = jnp.asarray(start, jnp.int32) + jnp.arange(segments.shape[1], dtype=jnp.int32)
+    previous = jnp.concatenate([last_segment[:, None], segments[:, :-1]], axis=1)
+    begins = jnp.where(segments != previous, index[None, :], last_start[:, None])
+    first = jax.lax.cummax(begins, axis=1).astype(jnp.int32)
+    return Documents(first, jnp.full_like(first, OPEN_END))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +165,10 @@ class Mask:
 
     def validate(self) -> None:
         """Rules across fields (raises ConfigError naming the field)."""
+
+    def key_index(self, k_index: jax.Array) -> jax.Array:
+        """The sequence index of the keys at ``k_index`` (a rolling cache's slots hold others)."""
+        return k_index
 
     @property
     def band(self) -> int:
@@ -199,6 +310,9 @@ class BySlot(Mask):
 
     def __call__(self, q_index, k_index):
         return self.mask(q_index, self.positions[k_index])
+
+    def key_index(self, k_index):
+        return self.positions[k_index]
 
 
 def rolling_slot_positions(start: jax.Array | int, window: int, n_global: int) -> jax.Array:

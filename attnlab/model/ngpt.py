@@ -119,7 +119,7 @@ class NGPTAttention(nnx.Module):
         self.o_proj = dense(cfg, cfg.n_heads * hd, d, cfg.init_std, rngs)
         self.s_qk = Scale(hd, 1.0, 1.0 / math.sqrt(d))
 
-    def __call__(self, x, positions, *, bias=None, state=None, start=0):
+    def __call__(self, x, positions, *, bias=None, documents=None, state=None, start=0):
         cfg = self.cfg
         batch, t, _ = x.shape
         q = self.q_proj(x).reshape(batch, t, cfg.n_heads, cfg.head_dim)
@@ -128,13 +128,14 @@ class NGPTAttention(nnx.Module):
         q, k = self.encoding.transform_qk(q, k, positions)
         s_qk = self.s_qk().astype(q.dtype)
         q, k = s_qk * unit(q), s_qk * unit(k)  # unit q, k per head, then s_qk
-        mask, q_offset, k_positions = self.mask, 0, positions
-        if state is not None:
+        mask, q_offset, q_positions, k_positions = self.mask, 0, positions, positions
+        if state is not None:  # the bias reads indices, as SelfAttention's
             k, v, state, mask, q_offset, k_positions = self.mask.cache_step(state, k, v, start)
+            q_positions = (q_offset + jnp.arange(t, dtype=jnp.int32))[None]
         out = dot_product_attention(
             q, k, v, scale=math.sqrt(cfg.head_dim), bias=bias, mask=mask,
-            q_offset=q_offset, q_positions=positions, k_positions=k_positions,
-            impl=cfg.attention_impl, chunk=cfg.attention_chunk)
+            q_offset=q_offset, q_positions=q_positions, k_positions=k_positions,
+            impl=cfg.attention_impl, chunk=cfg.attention_chunk, documents=documents)
         return self.o_proj(out.reshape(batch, t, cfg.n_heads * cfg.head_dim)), state
 
 
@@ -169,9 +170,11 @@ class NGPTBlock(nnx.Module):
         self.alpha_attn = Scale(d, ALPHA_INIT, 1.0 / math.sqrt(d))
         self.alpha_mlp = Scale(d, ALPHA_INIT, 1.0 / math.sqrt(d))
 
-    def __call__(self, x, positions, *, bias=None, state=None, start=0, dropout_key=None):
+    def __call__(self, x, positions, *, bias=None, documents=None, state=None, start=0,
+                 dropout_key=None):
         """``x [batch, seq, d_model]`` (unit rows) -> ``(x, state)`` (unit rows); no dropout."""
-        update, state = self.attn(x, positions, bias=bias, state=state, start=start)
+        update, state = self.attn(x, positions, bias=bias, documents=documents, state=state,
+                                  start=start)
         x = unit(x + self.alpha_attn().astype(x.dtype) * (unit(update) - x))
         x = unit(x + self.alpha_mlp().astype(x.dtype) * (unit(self.ffn(x)) - x))
         return x, state

@@ -32,6 +32,7 @@ import jax.numpy as jnp
 
 from attnlab.config import ModelConfig
 from attnlab.errors import ConfigError
+from attnlab.model.masks import Packing
 
 MASK_TEXT = "[MASK]"  # how prompts and outputs write the [MASK] id
 SELECT_RATE = 0.15  # BERT: positions selected for prediction (Devlin et al. 2019, 3.1)
@@ -235,12 +236,15 @@ class Objective:
         """Predicted (scored) tokens per input token, in expectation."""
         return 1.0
 
-    def scores(self, model, tokens: jax.Array, key: jax.Array, *, dropout_rng=None) -> Scores:
+    def scores(self, model, tokens: jax.Array, key: jax.Array, *, dropout_rng=None,
+               packing: Packing | None = None) -> Scores:
         """Scores of ``model`` on windows ``tokens int32 [batch, seq_len + 1]``, corrupted with
-        ``key``; dropout iff ``dropout_rng``."""
+        ``key``; dropout iff ``dropout_rng``; with ``packing`` (``data.document_mask``) each
+        token sees only its own document."""
         raise NotImplementedError
 
-    def span_scores(self, model, tokens: jax.Array, key: jax.Array) -> Scores:
+    def span_scores(self, model, tokens: jax.Array, key: jax.Array, *,
+                    packing: Packing | None = None) -> Scores:
         """The common measure of the objectives (``train.eval_masked_spans``): the tokens
         ``x = tokens[:, 1:]`` that T5's span corruption with ``key`` hides (:func:`span_noise`)
         scored by the model in its own way: the decoder from their left context, the encoder
@@ -255,13 +259,24 @@ class CausalLM(Objective):
     name = "clm"
     title = "causal LM (decoder)"
 
-    def scores(self, model, tokens, key, *, dropout_rng=None):
-        logits = model(tokens[:, :-1], deterministic=dropout_rng is None, dropout_rng=dropout_rng)
+    def scores(self, model, tokens, key, *, dropout_rng=None, packing=None):
+        inputs = tokens[:, :-1]
+        logits = model(inputs, **_packed(inputs, packing), deterministic=dropout_rng is None,
+                       dropout_rng=dropout_rng)
         return _scores(logits, tokens[:, 1:], jnp.ones(tokens[:, 1:].shape))
 
-    def span_scores(self, model, tokens, key):
-        x = tokens[:, 1:]
-        return _scores(model(tokens[:, :-1]), x, span_noise(x, key))
+    def span_scores(self, model, tokens, key, *, packing=None):
+        x, inputs = tokens[:, 1:], tokens[:, :-1]
+        return _scores(model(inputs, **_packed(inputs, packing)), x, span_noise(x, key))
+
+
+def _packed(tokens: jax.Array, packing: Packing | None) -> dict:
+    """The ``positions`` and ``segments`` to call a model on ``tokens`` with (the separators
+    read from the uncorrupted tokens); none without ``packing``."""
+    if packing is None:
+        return {}
+    segments, positions = packing.inputs(tokens)
+    return {"positions": positions, "segments": segments}
 
 
 def _needs_bidirectional(objective: str, layers, mask) -> None:
@@ -296,17 +311,18 @@ class MaskedLM(Objective):
     def predicted_per_input(self, seq_len):
         return SELECT_RATE
 
-    def scores(self, model, tokens, key, *, dropout_rng=None):
+    def scores(self, model, tokens, key, *, dropout_rng=None, packing=None):
         targets = tokens[:, :-1]
         inputs, selected = bert_mask(targets, key, mask_id(self.cfg.vocab_size))
-        logits = model(inputs, deterministic=dropout_rng is None, dropout_rng=dropout_rng)
+        logits = model(inputs, **_packed(targets, packing), deterministic=dropout_rng is None,
+                       dropout_rng=dropout_rng)
         return _scores(logits, targets, selected)
 
-    def span_scores(self, model, tokens, key):
+    def span_scores(self, model, tokens, key, *, packing=None):
         x = tokens[:, 1:]
         noise = span_noise(x, key)
         inputs = jnp.where(noise, mask_id(self.cfg.vocab_size), x)
-        return _scores(model(inputs), x, noise)
+        return _scores(model(inputs, **_packed(x, packing)), x, noise)
 
 
 class SpanCorruption(Objective):
@@ -338,14 +354,14 @@ class SpanCorruption(Objective):
     def predicted_per_input(self, seq_len):
         return span_lengths(seq_len)[1] / seq_len
 
-    def scores(self, model, tokens, key, *, dropout_rng=None):
+    def scores(self, model, tokens, key, *, dropout_rng=None, packing=None):
         mask = mask_id(self.cfg.vocab_size)
         encoder, target = corrupt_spans(tokens[:, :-1], key, mask)
         logits = model(encoder, decoder_inputs(target, mask),
                        deterministic=dropout_rng is None, dropout_rng=dropout_rng)
         return _scores(logits, target, jnp.ones(target.shape))
 
-    def span_scores(self, model, tokens, key):
+    def span_scores(self, model, tokens, key, *, packing=None):
         mask = mask_id(self.cfg.vocab_size)
         encoder, target = corrupt_spans(tokens[:, 1:], key, mask)
         return _scores(model(encoder, decoder_inputs(target, mask)), target, target != mask)

@@ -36,6 +36,7 @@ from attnlab.model.blocks import dropout_keys, layer_slice, run_layer, stack_lay
 from attnlab.model.decoding import DecodeState
 from attnlab.model.encoder_decoder import EncoderDecoderLM
 from attnlab.model.layers import compute_dtype, dense, dropout, project
+from attnlab.model.masks import continued_documents, documents_from_segments
 from attnlab.model import readin
 from attnlab.model.parameterization import path_name
 from attnlab.model.positions import check_positions
@@ -112,12 +113,16 @@ class TransformerLM(nnx.Module):
         """Layer ``layer``'s score bias (the encoding's, bound to its table), or None."""
         return self.encoding.layer_bias(self.position_embedding, layer)
 
-    def __call__(self, tokens, positions=None, *, deterministic: bool = True, dropout_rng=None):
+    def __call__(self, tokens, positions=None, *, segments=None, deterministic: bool = True,
+                 dropout_rng=None):
         """Logits of every position.
 
         Args:
           tokens: int32 ``[batch, seq]``.
           positions: int32 ``[seq]`` or ``[batch, seq]``; default ``arange(seq)``.
+          segments: int ``[batch, seq]``, each token's document (runs of equal ids,
+            :func:`~attnlab.model.masks.segment_ids`), or None: a token attends to (and a
+            recurrent state carries) only tokens of its own document.
           deterministic: no dropout. When False and ``model.dropout > 0``, ``dropout_rng`` is
             required.
 
@@ -125,6 +130,7 @@ class TransformerLM(nnx.Module):
           float32 ``[batch, seq, vocab]``.
         """
         batch, seq = tokens.shape[:2]  # [batch, seq] ids ([batch, seq, dim] vectors)
+        documents = None if segments is None else documents_from_segments(segments)
         positions = positions_for(positions, batch, seq)
         self.encoding.check_range(positions)
         positions = jnp.asarray(positions, jnp.int32)
@@ -137,13 +143,13 @@ class TransformerLM(nnx.Module):
         x = dropout(self.embed(tokens, positions), self.cfg.dropout, keys[-1])
         if self.cfg.scan_layers:  # layer i draws keys[i], as unrolled
             layer_keys = jax.random.split(dropout_rng, n_layers + 1)[:-1] if use_dropout else None
-            return self.logits(self._scan_layers(x, positions, layer_keys))
+            return self.logits(self._scan_layers(x, positions, layer_keys, documents))
         for layer, (block, key) in enumerate(zip(self.blocks, keys)):
             x, _ = run_layer(block, self.cfg.remat, x, positions, bias=self.bias(layer),
-                             dropout_key=key)
+                             documents=documents, dropout_key=key)
         return self.logits(x)
 
-    def _scan_layers(self, x, positions, keys):
+    def _scan_layers(self, x, positions, keys, documents=None):
         """The stacked layers over ``x [batch, seq, d_model]`` by one ``jax.lax.scan``;
         ``keys``: the layers' dropout keys ``[n_layers]`` or None. The encoding's bias is bound
         per layer by a traced index (T5's per-layer table is sliced)."""
@@ -155,7 +161,7 @@ class TransformerLM(nnx.Module):
             state, key, layer = inputs
             block = nnx.merge(graphdef, state)
             x, _ = run_layer(block, remat, x, positions, bias=encoding.layer_bias(table, layer),
-                             dropout_key=key)
+                             documents=documents, dropout_key=key)
             return x, nnx.pop(block, nnx.Intermediate)  # what the layer recorded leaves too
 
         layers = jnp.arange(self.cfg.n_layers, dtype=jnp.int32)
@@ -170,13 +176,22 @@ class TransformerLM(nnx.Module):
             return [layer_slice(self.blocks, i) for i in range(self.cfg.n_layers)]
         return list(self.blocks)
 
-    def decode(self, tokens, start, state: DecodeState, *, check_range: bool = True):
-        """Decoding step: ``t`` new tokens at positions ``start .. start + t - 1``.
+    def decode(self, tokens, start, state: DecodeState, *, segments=None,
+               reset_positions: bool = False, offsets=None, check_range: bool = True):
+        """Decoding step: ``t`` new tokens at sequence indices ``start .. start + t - 1``.
 
         Args:
           tokens: int32 ``[batch, t]``.
           start: int or traced int: how many tokens the decode state already holds.
           state: :class:`~attnlab.model.decoding.DecodeState`.
+          segments: int ``[batch, t]``, the new tokens' document ids, numbered on from the
+            earlier steps' (:func:`~attnlab.model.masks.segment_ids` of the whole sequence), or
+            None (no document mask). A token whose id differs from the one before starts a
+            document: it and later tokens see nothing before it.
+          reset_positions: positions restart at each document (``data.reset_positions``);
+            else positions are the indices minus ``offsets``.
+          offsets: int ``[batch]``, each row's first real index (left padding: its pad
+            length), or None (0); positions before it (the pads') are clamped to 0.
           check_range: verify that ``start + t`` fits the state and the encoding (callers
             that have checked the whole generation statically pass False).
 
@@ -187,17 +202,27 @@ class TransformerLM(nnx.Module):
             raise ValueError(f"model.objective={self.cfg.objective} is a bidirectional encoder: "
                              "it has no KV-cache decoding (fill masks instead)")
         t = tokens.shape[1]
+        documents = None
+        if segments is not None:
+            segments = jnp.asarray(segments, jnp.int32)
+            documents = continued_documents(segments, start, state.segment, state.document_start)
+            state = state._replace(segment=segments[:, -1], document_start=documents.start[:, -1])
         if isinstance(start, jax.core.Tracer):
-            positions = (start + jnp.arange(t, dtype=jnp.int32))[None]
+            indices = (start + jnp.arange(t, dtype=jnp.int32))[None]
         else:
-            positions = (int(start) + np.arange(t, dtype=np.int32))[None]
+            indices = (int(start) + np.arange(t, dtype=np.int32))[None]
+        positions = indices
+        if reset_positions and documents is not None:
+            positions = indices - documents.start
+        elif offsets is not None:
+            positions = jnp.maximum(indices - jnp.asarray(offsets, jnp.int32)[:, None], 0)
         if check_range:
-            # Attention layers hold their cache's positions; recurrent states any.
+            # Attention layers hold their cache's indices; recurrent states any.
             lengths = [mixer.state_length(layer_state) for mixer, layer_state
                        in zip(self.arch.stack.mixers, state.layers)]
             lengths = [n for n in lengths if n is not None]
             if lengths:
-                check_positions(positions, min(lengths), DECODE_STATE)
+                check_positions(indices, min(lengths), DECODE_STATE)
             self.encoding.check_range(positions)
         positions = jnp.asarray(positions, jnp.int32)
         x = self.embed(tokens, positions)
@@ -205,10 +230,10 @@ class TransformerLM(nnx.Module):
         # not differentiated, and the per-layer states stay where they are.
         new = []
         for layer, (block, layer_state) in enumerate(zip(self.layers(), state.layers)):
-            x, layer_state = block(x, positions, bias=self.bias(layer), state=layer_state,
-                                   start=start)
+            x, layer_state = block(x, positions, bias=self.bias(layer), documents=documents,
+                                   state=layer_state, start=start)
             new.append(layer_state)
-        return self.logits(x), DecodeState(tuple(new))
+        return self.logits(x), state._replace(layers=tuple(new))
 
 
 class VectorTransformer(TransformerLM):

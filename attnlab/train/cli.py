@@ -6,7 +6,9 @@ Each is ``main(argv) -> exit code``; :mod:`attnlab.cli` dispatches to them and t
 
 from __future__ import annotations
 
+import json
 import sys
+from pathlib import Path
 
 from attnlab.cli_flags import Flag, parse
 from attnlab.config import Config, check_warmup, from_config_dict
@@ -28,7 +30,11 @@ MODEL_INFO_FLAGS = [
 GENERATE_FLAGS = [
     Flag("run", "string", None, "Run directory (its latest checkpoint is used).", required=True),
     Flag("prompt", "string", "", "Text to continue; for masked-objective runs (model.objective "
-         "mlm / span) text with [MASK] where tokens are to be filled in.", required=True),
+         "mlm / span) text with [MASK] where tokens are to be filled in. Give it or "
+         "--prompts-file."),
+    Flag("prompts-file", "string", "", "A text file of prompts, one per line, continued as one "
+         "left-padded batch (a causal LM run); prints one JSON line {\"prompt\", \"text\"} "
+         "per prompt."),
     Flag("max-new-tokens", "integer", 200, "Tokens to generate."),
     Flag("temperature", "float", 0.8, "Sampling temperature; 0 is greedy."),
     Flag("seed", "integer", 0, "Sampling seed."),
@@ -153,12 +159,13 @@ def forward_loss(cfg: Config) -> float:
 
     from attnlab.data import prepare
     from attnlab.model import init_model
-    from attnlab.train.step import mean_loss
+    from attnlab.train.step import mean_loss, packing_for
 
     corpus = prepare(cfg.data)
     batch = np.asarray(corpus.validation_set(cfg.data.seq_len, cfg.data.batch_size, 1)[0])
     graphdef, params = init_model(cfg.model, cfg.train.seed)
-    loss = jax.jit(lambda p, b: mean_loss(graphdef, p, b))(params, batch)
+    packing = packing_for(cfg)
+    loss = jax.jit(lambda p, b: mean_loss(graphdef, p, b, packing=packing))(params, batch)
     return float(loss)
 
 
@@ -174,11 +181,17 @@ def generate_main(argv: list[str]) -> int:
     from attnlab.rundir import TOKENIZER_FILE
     from attnlab.model import generate, resolve
     from attnlab.train.load import load_params
+    from attnlab.train.step import packing_for
 
     if any(a.startswith("--config") for a in argv):
         raise AttnlabError("generate uses the run's own config (its config.json): --config and "
                            "--config.* overrides would not be applied, so they are refused")
     values = parse(argv, GENERATE_FLAGS, prog="attnlab generate", config_required=False)
+    if bool(values.prompt) == bool(values["prompts-file"].value):
+        raise AttnlabError("give exactly one of --prompt and --prompts-file")
+    texts = None
+    if values["prompts-file"].value:
+        texts = _read_prompts(values["prompts-file"].value)
     max_new = values["max-new-tokens"].value
     temperature = values.temperature
     if max_new < 0:
@@ -189,6 +202,9 @@ def generate_main(argv: list[str]) -> int:
     from attnlab.train.memory import check_generation_fits
 
     run_model = load_config(values.run).model
+    if texts is not None and not resolve(run_model).objective.causal:
+        raise AttnlabError(f"--prompts-file continues prompts with a causal LM; "
+                           f"model.objective={run_model.objective} fills masks: use --prompt")
     if resolve(run_model).objective.uses_mask and MASK_TEXT not in values.prompt:
         raise AttnlabError(f"--prompt holds no {MASK_TEXT}: model.objective={run_model.objective}"
                            f" predicts masked tokens; write {MASK_TEXT} where they go")
@@ -203,20 +219,48 @@ def generate_main(argv: list[str]) -> int:
     objective = resolve(cfg.model).objective
     if objective.uses_mask:
         return _fill_in(cfg, graphdef, params, tokenizer, objective, values.prompt, max_new)
-    prompt = np.asarray(tokenizer.encode(values.prompt), np.int32)[None]
-    if prompt.shape[1] == 0:
-        raise AttnlabError("--prompt encodes to no tokens; give some text to continue")
+    where = "--prompt" if texts is None else "--prompts-file"
+    prompts = [np.asarray(tokenizer.encode(text), np.int32)
+               for text in ([values.prompt] if texts is None else texts)]
+    if min(len(p) for p in prompts) == 0:
+        raise AttnlabError(f"{where}: a prompt encodes to no tokens; give some text to continue")
     encoding = resolve(cfg.model).encoding
     limit = encoding.max_positions()
-    if limit is not None and prompt.shape[1] + max_new > limit:
+    longest = max(len(p) for p in prompts)
+    if limit is not None and longest + max_new > limit:
         raise AttnlabError(
-            f"prompt ({prompt.shape[1]} tokens) + --max-new-tokens ({max_new}) exceeds the "
+            f"prompt ({longest} tokens) + --max-new-tokens ({max_new}) exceeds the "
             f"{limit} positions of the {encoding.range_name}")
-    out = generate(graphdef, params, cfg.model, prompt, max_new,
-                   rng=jax.random.key(values.seed), temperature=temperature)
+    if len({len(p) for p in prompts}) > 1 and resolve(cfg.model).mask.global_keys:
+        raise AttnlabError(f"--prompts-file: model.attention_global_tokens="
+                           f"{cfg.model.attention_global_tokens} makes the first indices global, "
+                           "which left padding fills; give prompts of one length")
+    # A batch samples each row with its own key: a prompt's text does not depend on the others.
+    keys = jax.random.key(values.seed)
+    if texts is not None:
+        keys = jax.random.split(keys, len(prompts))
+    outs = generate(graphdef, params, cfg.model, prompts, max_new, rng=keys,
+                    temperature=temperature, packing=packing_for(cfg))
     # Bytes that are not valid UTF-8 (a cut multi-byte character) print as U+FFFD.
-    sys.stdout.write(tokenizer.decode(np.asarray(out[0])).decode("utf-8", "replace") + "\n")
+    decoded = [tokenizer.decode(np.asarray(out)).decode("utf-8", "replace") for out in outs]
+    if texts is None:
+        sys.stdout.write(decoded[0] + "\n")
+    else:
+        for text, out in zip(texts, decoded):
+            sys.stdout.write(json.dumps({"prompt": text, "text": out}) + "\n")
     return 0
+
+
+def _read_prompts(path: str) -> list[str]:
+    """The non-empty lines of ``path`` (a prompt each); raises AttnlabError naming the flag."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise AttnlabError(f"--prompts-file={path}: cannot read it ({e})") from None
+    prompts = [line for line in lines if line.strip()]
+    if not prompts:
+        raise AttnlabError(f"--prompts-file={path} holds no prompt (one per line)")
+    return prompts
 
 
 def _fill_in(cfg: Config, graphdef, params, tokenizer, objective, text: str, max_new: int) -> int:

@@ -45,7 +45,7 @@ from attnlab.train.programs import ProgramCache, Programs, compile_programs
 from attnlab.train.sharding import (ENSEMBLE_AXIS, REPLICATED, TRAIN_BATCH_SPEC,
                                     check_batch_divides, ensemble_mesh, member_mesh)
 from attnlab.train.state import TrainState
-from attnlab.train.step import accumulated_grads, loss_grad_fn
+from attnlab.train.step import accumulated_grads, loss_grad_fn, packing_for
 from attnlab.train.workdir import check_workdir
 
 def stack(trees: list):
@@ -66,7 +66,7 @@ def make_ensemble_step(cfgs: list[Config], graphdef: nnx.GraphDef, *,
     ``vmap`` (k-fold larger ops) or ``map`` (one member after another inside the program:
     a lone run's working set, one dispatch for all). ``mesh``: an :func:`ensemble_mesh`; with
     more than one member group each group of devices runs its own members' gradients."""
-    grad_fn = loss_grad_fn(graphdef)
+    grad_fn = loss_grad_fn(graphdef, packing_for(cfgs[0]))  # one data section for all
     use_dropout = cfgs[0].model.dropout > 0
     optimizers = [optimizer_for(cfg) for cfg in cfgs]
     shared = len({optimizer_key(cfg) for cfg in cfgs}) == 1

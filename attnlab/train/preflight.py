@@ -13,6 +13,7 @@ import jax
 from attnlab import rundir
 from attnlab.config import Config
 from attnlab.data import Corpus, prepare
+from attnlab.data.tokenizer import separator_id
 from attnlab.errors import ConfigError
 from attnlab.model import resolve
 from attnlab.train.branch import branch_start
@@ -55,6 +56,10 @@ def check_corpus(cfg: Config, corpus) -> list[str]:
         raise ConfigError("model.vocab_size", f"model.objective={cfg.model.objective} needs a "
                           f"[MASK] id after the tokenizer's {corpus.vocab_size} ids: set "
                           f"model.vocab_size >= {corpus.vocab_size + 1}")
+    if cfg.data.document_mask and corpus.tokenizer.eos_id != separator_id(cfg.data):
+        raise ConfigError("data.document_mask", f"the corpus at {corpus.directory} ends its "
+                          f"documents with id {corpus.tokenizer.eos_id}, not the expected "
+                          f"{separator_id(cfg.data)}; rebuild it")
     tokens = cfg.total_steps * cfg.data.batch_size * cfg.data.seq_len
     with warnings.catch_warnings():  # the caller reports them (metrics writer, sweep notes)
         warnings.simplefilter("ignore")

@@ -30,7 +30,7 @@ from attnlab.train.optimizer import optimizer_for
 from attnlab.train.sharding import (EVAL_BATCH_SPEC, REPLICATED, TRAIN_BATCH_SPEC, make_mesh,
                                     state_shardings)
 from attnlab.train.state import TrainState, abstract_model, abstract_train_state, init_train_state
-from attnlab.train.step import make_eval_step, make_train_step
+from attnlab.train.step import make_eval_step, make_train_step, packing_for
 
 
 @dataclasses.dataclass
@@ -87,7 +87,8 @@ def jit_steps(cfg: Config, mesh: jax.sharding.Mesh, shardings: TrainState,
         donate_argnums=0,
     )
     eval_step = jax.jit(traced_on(mesh, make_eval_step(graphdef,
-                                                       masked_spans=cfg.train.eval_masked_spans)),
+                                                       masked_spans=cfg.train.eval_masked_spans,
+                                                       packing=packing_for(cfg))),
                         in_shardings=(shardings.params, on_mesh(EVAL_BATCH_SPEC),
                                       on_mesh(REPLICATED)),
                         out_shardings=on_mesh(REPLICATED))

@@ -12,10 +12,14 @@ from typing import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import nnx
 
 from attnlab.config import Config
+from attnlab.data.tokenizer import separator_id
+from attnlab.model.masks import Packing, documents_from_segments, left_pad, prompt_segments
+from attnlab.model.objectives import Scores, token_losses
 from attnlab.model.moe import record_routing
 from attnlab.model.objectives import masking_key
 from attnlab.train.state import TrainState
@@ -23,27 +27,68 @@ from attnlab.train.state import TrainState
 EVAL_SEED = 2**31 - 1  # validation masks: fixed, apart from every training seed's
 
 
+def packing_for(cfg: Config) -> Packing | None:
+    """How ``cfg``'s packed windows keep documents apart (``data.document_mask``), or None."""
+    if not cfg.data.document_mask:
+        return None
+    return Packing(separator_id(cfg.data), cfg.data.reset_positions)
+
+
 def batch_scores(graphdef: nnx.GraphDef, params: nnx.State, tokens: jax.Array,
-                 key: jax.Array | None = None, dropout_rng: jax.Array | None = None):
+                 key: jax.Array | None = None, dropout_rng: jax.Array | None = None, *,
+                 packing: Packing | None = None):
     """The objective's :class:`~attnlab.model.objectives.Scores` (sums of loss, hits and
     scored positions) of windows ``tokens [batch, seq_len + 1]``, corrupted with ``key``
-    (default: the key of batch 0)."""
+    (default: the key of batch 0); ``packing``: documents kept apart (:func:`packing_for`)."""
     model = nnx.merge(graphdef, params)
     key = masking_key(0, 0) if key is None else key
-    return model.arch.objective.scores(model, tokens, key, dropout_rng=dropout_rng)
+    return model.arch.objective.scores(model, tokens, key, dropout_rng=dropout_rng,
+                                       packing=packing)
 
 
 def mean_loss(graphdef: nnx.GraphDef, params: nnx.State, tokens: jax.Array,
-              dropout_rng: jax.Array | None = None, key: jax.Array | None = None) -> jax.Array:
+              dropout_rng: jax.Array | None = None, key: jax.Array | None = None, *,
+              packing: Packing | None = None) -> jax.Array:
     """Mean cross-entropy (nats) over the predicted positions of ``tokens [batch, seq_len +
     1]``: for the decoder, position ``j`` predicts token ``j + 1``; for the masked objectives,
     the selected tokens / the spans (corrupted with ``key``)."""
-    scores = batch_scores(graphdef, params, tokens, key, dropout_rng)
+    scores = batch_scores(graphdef, params, tokens, key, dropout_rng, packing=packing)
     return scores.loss / jnp.maximum(scores.count, 1.0)
 
 
+def example_scores(graphdef: nnx.GraphDef, params: nnx.State, examples, *,
+                   packing: Packing | None = None) -> Scores:
+    """Next-token scores of examples of different lengths (1-D int sequences of >= 2 tokens),
+    in one left-padded batch (:func:`~attnlab.model.masks.left_pad`): the pads form a document
+    of their own, which no real token sees and whose positions are never scored; each example's
+    positions start at its first token. Returns :class:`Scores` of arrays ``[n_examples]`` (the
+    sums over each example alone: ``loss / count`` is its mean loss). A causal objective only.
+    """
+    model = nnx.merge(graphdef, params)
+    if not model.arch.objective.causal:
+        raise ValueError(f"model.objective={model.cfg.objective}: padded evaluation scores "
+                         "next-token predictions (clm) only")
+    if min(len(np.asarray(e).reshape(-1)) for e in examples) < 2:
+        raise ValueError("every example needs at least 2 tokens (an input and its target)")
+    tokens, pads = left_pad(examples)
+    tokens, pads = jnp.asarray(tokens), jnp.asarray(pads)
+    segments = prompt_segments(tokens, pads, None if packing is None else packing.separator)
+    index = jnp.arange(tokens.shape[1], dtype=jnp.int32)[None, :]
+    if packing is not None and packing.reset_positions:
+        positions = index - documents_from_segments(segments).start
+    else:
+        positions = jnp.maximum(index - pads[:, None], 0)
+    logits = model(tokens[:, :-1], positions[:, :-1], segments=segments[:, :-1])
+    weights = (index[:, :-1] >= pads[:, None]).astype(jnp.float32)  # a real input
+    targets = tokens[:, 1:]
+    hits = (jnp.argmax(logits, axis=-1) == targets).astype(jnp.float32)
+    return Scores((token_losses(logits, targets) * weights).sum(1), (hits * weights).sum(1),
+                  weights.sum(1))
+
+
 def training_loss(graphdef: nnx.GraphDef, params: nnx.State, tokens: jax.Array,
-                  dropout_rng: jax.Array | None = None, key: jax.Array | None = None):
+                  dropout_rng: jax.Array | None = None, key: jax.Array | None = None, *,
+                  packing: Packing | None = None):
     """``(objective, metrics)``: :func:`mean_loss` plus the FFN's auxiliary loss (an MoE's
     load-balancing and router z-losses, from the statistics its layers recorded during this
     forward pass); ``metrics`` holds ``loss`` (the cross-entropy alone, comparable with a dense
@@ -51,7 +96,8 @@ def training_loss(graphdef: nnx.GraphDef, params: nnx.State, tokens: jax.Array,
     model = nnx.merge(graphdef, params)
     record_routing(model)
     key = masking_key(0, 0) if key is None else key
-    scores = model.arch.objective.scores(model, tokens, key, dropout_rng=dropout_rng)
+    scores = model.arch.objective.scores(model, tokens, key, dropout_rng=dropout_rng,
+                                         packing=packing)
     loss = scores.loss / jnp.maximum(scores.count, 1.0)
     aux, metrics = model.arch.ffn.losses(nnx.pop(model, nnx.Intermediate))
     return loss + aux, {"loss": loss, **metrics}
@@ -87,11 +133,12 @@ def accumulated_grads(grad_fn: Callable, params, batch: jax.Array, step, *, seed
     return jax.tree.map(lambda total: total / accum, sums)
 
 
-def loss_grad_fn(graphdef: nnx.GraphDef) -> Callable:
+def loss_grad_fn(graphdef: nnx.GraphDef, packing: Packing | None = None) -> Callable:
     """``(params, tokens, dropout_rng, masking_key) -> (metrics, grads)``: the gradient of
     :func:`training_loss`; ``metrics["loss"]`` is the mean cross-entropy."""
     grad = jax.value_and_grad(
-        lambda p, tokens, rng, key: training_loss(graphdef, p, tokens, rng, key), has_aux=True)
+        lambda p, tokens, rng, key: training_loss(graphdef, p, tokens, rng, key,
+                                                  packing=packing), has_aux=True)
 
     def loss_and_grads(params, tokens, rng, key):
         (_, metrics), grads = grad(params, tokens, rng, key)
@@ -110,7 +157,7 @@ def make_train_step(cfg: Config, graphdef: nnx.GraphDef, optimizer: optax.Gradie
     clipping), ``lr`` (of this update), and an MoE's ``moe_*`` (mean over the micro-batches;
     :meth:`attnlab.model.moe.TokenChoice.losses`).
     """
-    grad_fn = loss_grad_fn(graphdef)
+    grad_fn = loss_grad_fn(graphdef, packing_for(cfg))
 
     def train_step(state: TrainState, batch: jax.Array) -> tuple[TrainState, dict]:
         metrics, grads = accumulated_grads(grad_fn, state.params, batch, state.step,
@@ -125,7 +172,8 @@ def make_train_step(cfg: Config, graphdef: nnx.GraphDef, optimizer: optax.Gradie
     return train_step
 
 
-def make_eval_step(graphdef: nnx.GraphDef, *, masked_spans: bool = False) -> Callable:
+def make_eval_step(graphdef: nnx.GraphDef, *, masked_spans: bool = False,
+                   packing: Packing | None = None) -> Callable:
     """Returns ``eval_step(params, batch [batch, seq_len + 1], index) -> {"loss", "accuracy"}``
     over the predicted positions (no dropout); validation batch ``index`` is corrupted with the
     same key at every evaluation. ``masked_spans`` (``train.eval_masked_spans``) adds
@@ -134,12 +182,12 @@ def make_eval_step(graphdef: nnx.GraphDef, *, masked_spans: bool = False) -> Cal
 
     def eval_step(params: nnx.State, batch: jax.Array, index=0) -> dict:
         key = masking_key(EVAL_SEED, index)
-        scores = batch_scores(graphdef, params, batch, key)
+        scores = batch_scores(graphdef, params, batch, key, packing=packing)
         count = jnp.maximum(scores.count, 1.0)
         out = {"loss": scores.loss / count, "accuracy": scores.correct / count}
         if masked_spans:
             model = nnx.merge(graphdef, params)
-            spans = model.arch.objective.span_scores(model, batch, key)
+            spans = model.arch.objective.span_scores(model, batch, key, packing=packing)
             out.update(span_nats=spans.loss, span_count=spans.count)
         return out
 
