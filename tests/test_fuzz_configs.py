@@ -376,8 +376,8 @@ def _report(capsys, name: str, outcomes, least: int) -> None:
 
 
 def _compatible(objective: str) -> list[tuple[str, str]]:
-    """The registry choices that some config with ``objective`` accepts (Mamba, nGPT, vectors
-    and sliding windows are decoder-only)."""
+    """The registry choices that some config with ``objective`` accepts (Mamba, nGPT and
+    sliding windows are decoder-only)."""
     def accepted(selector, choice):
         raw = {k: dict(v) for k, v in base_for(objective, selector, choice).items()}
         raw["model"].update(chosen_by(selector, choice), objective=objective)
@@ -405,7 +405,10 @@ def test_config_fuzz_traced_long(capsys):
     strata = [(objective, focus) for objective in OBJECTIVES for focus in FOCUS]
     _report(capsys, "traced (long)", _fuzz(SLOW_TRACED_EXAMPLES, trace_tiny, strata),
             SLOW_TRACED_EXAMPLES // 6)
-    assert all(ACCEPTED_CHOICES[focus] >= 3 for focus in FOCUS), ACCEPTED_CHOICES
+    trainable = {focus for objective in OBJECTIVES for focus in _compatible(objective)}
+    assert all(ACCEPTED_CHOICES[focus] >= 3 for focus in trainable), ACCEPTED_CHOICES
+    # the choices no trained config can have (vector models: not on token corpora)
+    assert set(FOCUS) - trainable == {("inputs", "vectors")}
 
 
 @pytest.mark.slow
@@ -437,6 +440,19 @@ def test_regression_non_finite_floats_are_refused(value):
             with pytest.raises(ConfigError) as e:
                 from_config_dict(raw)
             assert e.value.field == f"{section}.{f.name}", (f.name, e.value)
+
+
+def test_regression_a_vector_model_is_refused_for_training_on_tokens():
+    """Found by the long traced profile once it was stratified by registry choice
+    (model.inputs=vectors, model.input_dim=1, data.source=pystdlib): the config was accepted and
+    the train step fed token ids to the vector read-in (a TypeError from dot_general; `attnlab
+    train` wrote its run files first). Every corpus yields token ids, so `check` refuses a model
+    that reads vectors, naming model.inputs (errors-table row train-vector-model-on-tokens)."""
+    raw = {k: dict(v) for k, v in BASE.items()}
+    raw["model"].update(inputs="vectors", input_dim=1)
+    with pytest.raises(ConfigError) as e:
+        check(from_config_dict(raw))
+    assert e.value.field == "model.inputs" and "token ids" in str(e.value)
 
 
 def test_regression_warmup_longer_than_the_run_is_refused_up_front():
