@@ -7,6 +7,7 @@ step; and once space is freed (the tmpfs grown), the same command resumes and fi
 uninterrupted run's result. Needs root and a kernel that lets this process mount a tmpfs;
 skipped otherwise."""
 
+import errno
 import json
 import os
 import pathlib
@@ -106,3 +107,32 @@ def test_a_full_disk_stops_train_in_one_line_and_the_rerun_finishes(tiny_disk, t
     assert _steps(workdir) == _steps(reference)
     assert sorted(p.name for p in (workdir / rundir.CHECKPOINT_DIR).iterdir()) == [
         str(s) for s in _steps(reference)]
+
+
+def test_write_failure_names_the_path_and_the_reason():
+    """What the full-disk test relies on, without a disk to fill: an OS write error, or
+    tensorstore's report of one from inside orbax (a checkpoint named by its step's directory),
+    becomes one WriteError line; anything else is not one."""
+    enospc = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "/runs/a/metrics.jsonl")
+    assert str(rundir.write_failure(enospc)) == (
+        "cannot write /runs/a/metrics.jsonl: No space left on device")
+    unnamed = OSError(errno.EROFS, os.strerror(errno.EROFS))
+    assert str(rundir.write_failure(unnamed, "/runs/a")) == (
+        "cannot write /runs/a: Read-only file system")
+    orbax = ValueError(
+        'RESOURCE_EXHAUSTED: Error writing "opt_state.1.0.mu.kernel/0.0" in OCDBT database at '
+        'local file "/runs/a/checkpoints/30.orbax-checkpoint-tmp/opt_state.orbax-checkpoint-tmp'
+        '/ocdbt.process_0/": Failed writing: "/runs/a/checkpoints/30.orbax-checkpoint-tmp/d/'
+        'de6e": Failed to write 69320 bytes to file 14: No space left on device '
+        "[os_error_code='28']")
+    try:
+        try:
+            raise orbax
+        except ValueError as e:
+            raise RuntimeError("a save failed") from e
+    except RuntimeError as wrapped:
+        assert str(rundir.write_failure(wrapped)) == (
+            "cannot write /runs/a/checkpoints/30: No space left on device")
+    assert rundir.write_failure(OSError(errno.ENOENT, "No such file or directory")) is None
+    assert rundir.write_failure(ValueError("OUT_OF_RANGE: [os_error_code='2']")) is None
+    assert rundir.write_failure(KeyboardInterrupt()) is None
