@@ -7,6 +7,10 @@
   must not be cut (orbax committing a checkpoint: interrupted inside its finalize-thread join it
   logs a traceback) and raises it right after.
 - :func:`watchdog` makes sure the process cannot hang on an interrupt (see its docstring).
+- Outside the command's watchdog the ``attnlab`` process installs no handler that raises
+  (:func:`exit_at_once_on_interrupt` before it, signals ignored after it): a
+  ``KeyboardInterrupt`` raised on the way out, in an ``except`` or ``finally`` clause, would
+  reach the interpreter (a traceback, then a death by SIGINT, exit -2).
 """
 
 from __future__ import annotations
