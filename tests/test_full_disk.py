@@ -136,3 +136,40 @@ def test_write_failure_names_the_path_and_the_reason():
     assert rundir.write_failure(OSError(errno.ENOENT, "No such file or directory")) is None
     assert rundir.write_failure(ValueError("OUT_OF_RANGE: [os_error_code='2']")) is None
     assert rundir.write_failure(KeyboardInterrupt()) is None
+
+
+def _sweep(workdir, cache_dir) -> subprocess.CompletedProcess:
+    return _attnlab("sweep", "--config=experiments/tiny_grid.py", f"--workdir={workdir}",
+                    f"--cache-dir={cache_dir}", "--parallel=1", "--noprogress")
+
+
+@pytest.mark.slow
+def test_a_full_disk_stops_a_sweep_in_one_line_and_the_rerun_completes_it(tiny_disk, tmp_path):
+    """tiny_grid (4 runs, ~3.5 MB) into the 1.4 MB disk: it stops at the first write refused,
+    in one line, with no run marked failed; grown, the same command completes every run with an
+    uninterrupted sweep's results."""
+    mount, grow = tiny_disk
+    cache_dir = tmp_path / "jax_cache"  # off the tiny disk, as a shared cache would be
+    reference = tmp_path / "reference"
+    assert _sweep(reference, cache_dir).returncode == 0
+
+    workdir = mount / "sweep"
+    full = _sweep(workdir, cache_dir)
+    lines = full.stderr.strip().splitlines()
+    assert full.returncode == 2, full.stderr
+    assert "Traceback" not in full.stderr and "ERROR" not in full.stderr, full.stderr
+    assert len(lines) == 1 and lines[0].startswith(f"error: cannot write {mount}/"), lines
+    assert lines[0].endswith(": No space left on device"), lines
+    statuses = [rundir.run_status(d) for d in (workdir / rundir.RUNS_DIR).iterdir()]
+    assert rundir.FAILED not in statuses and "partial" in statuses, statuses
+
+    grow()
+    rerun = _sweep(workdir, cache_dir)
+    assert rerun.returncode == 0, rerun.stderr
+    table, want = results.load(workdir), results.load(reference)
+    assert set(table["status"]) == {"completed"} and len(table) == len(want) == 4
+    assert not list(workdir.glob("runs/*/failure*.json"))
+    merged = table.merge(want, on="run_id", suffixes=("", "_ref"))
+    for column in ("final_val_loss", "tokens", "steps"):
+        np.testing.assert_allclose(merged[column].astype(float),
+                                   merged[f"{column}_ref"].astype(float), rtol=1e-6)
