@@ -13,7 +13,8 @@ import sys
 
 from attnlab.cli_flags import HelpRequested
 from attnlab.errors import AttnlabError
-from attnlab.interrupts import EXIT_INTERRUPTED, ignore_from_now_on, watchdog
+from attnlab.interrupts import (EXIT_INTERRUPTED, exit_at_once_on_interrupt,
+                                 ignore_from_now_on, watchdog)
 from attnlab.rundir import check_can_write_file
 
 
@@ -55,7 +56,9 @@ USAGE = "usage: attnlab <command> [flags]\n\ncommands:\n" + "\n".join(
 ) + "\n\n`attnlab <command> --help` shows a command's flags.\n"
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, exiting: bool = False) -> int:
+    """Runs one command; ``exiting``: the process exits right after (the console script), so
+    Ctrl-C and SIGTERM are left ignored once the command is over."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
         sys.stdout.write(USAGE)
@@ -66,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
                          f"{', '.join(COMMANDS)} (attnlab --help)\n")
         return 2
     module_name, function_name, _ = COMMANDS[name]
-    with watchdog():
+    with watchdog(leave_ignored=exiting):
         try:
             check_output_paths(name, rest)
             command = getattr(importlib.import_module(module_name), function_name)
@@ -114,10 +117,16 @@ def _quiet_from_now_on() -> None:
 
 def console_main() -> int:
     """The ``attnlab`` console script: :func:`main`, then an exit that a late Ctrl-C (a second one
-    while the command was already winding down) cannot turn into a death by SIGINT."""
+    while the command was already winding down) cannot turn into a death by SIGINT.
+
+    No handler that raises ``KeyboardInterrupt`` is installed here outside the command's
+    watchdog: raised in the ``except`` or ``finally`` below it would reach the interpreter (a
+    traceback, then exit -2). Before the command an interrupt exits 130 at once; after it the
+    watchdog leaves the signals ignored."""
+    exit_at_once_on_interrupt()
     try:
-        code = main()
-    except KeyboardInterrupt:
+        code = main(exiting=True)
+    except KeyboardInterrupt:  # one that arrived as the command's watchdog was ending
         code = EXIT_INTERRUPTED
     finally:
         ignore_from_now_on()

@@ -31,11 +31,13 @@ import numpy as np
 import optax
 from flax import nnx
 
-from attnlab.config import Config
+from attnlab.config import Config, ModelConfig
 from attnlab.errors import ConfigError
+from attnlab.model.architecture import PARAMETERIZATIONS as _KINDS
+from attnlab.model.architecture import SCORE_SCALES
 
 LAYER_TYPES = ("embedding", "attention_output", "ffn_hidden", "block_output", "logits")
-PARAMETERIZATIONS = ("sp", "mup")
+PARAMETERIZATIONS = tuple(_KINDS)  # the arms: every model.parameterization
 # Where each layer type's outputs are in ``nnx.capture(..., method_outputs=...)``: the module
 # path (its attribute names, which are also its checkpoint path; None: any layer index) and the
 # index of the array in the captured output.
@@ -53,11 +55,15 @@ def arm(cfg: Config, parameterization: str, width: int, base: int, lr: float,
     """``cfg`` at ``d_model = width`` under ``parameterization`` (mup: relative to ``base``,
     attention scaled ``1/d_k``; sp: ``1/sqrt(d_k)``), trained ``steps`` steps at a constant
     ``lr`` without warmup, layers unrolled (the check reads every layer's outputs)."""
-    mup = parameterization == "mup"
+    # A parameterization defined relative to a base width (muP) takes the score scale muP's
+    # rule is written for; the others the default one.
+    relative = "mup_base_d_model" in _KINDS[parameterization].fields
+    scale = (next(name for name, kind in SCORE_SCALES.items() if kind.mup_rule) if relative
+             else ModelConfig().attention_scale)
     d_ff = None if cfg.model.d_ff is None else cfg.model.d_ff * width // cfg.model.d_model
     model = dataclasses.replace(
         cfg.model, d_model=width, d_ff=d_ff, parameterization=parameterization,
-        mup_base_d_model=base if mup else 0, attention_scale="mup" if mup else "rsqrt",
+        mup_base_d_model=base if relative else 0, attention_scale=scale,
         scan_layers=False, remat="none")
     train = dataclasses.replace(cfg.train, learning_rate=lr, schedule="constant",
                                 warmup_steps=0, steps=max(1, steps))

@@ -12,3 +12,10 @@ class ConfigError(AttnlabError):
         self.field = field
         self.reason = reason
         super().__init__(f"config.{field}: {reason}")
+
+
+class WriteError(AttnlabError):
+    """A file could not be written while a command ran (a full disk, a quota, a file system gone
+    read-only). What was written before is intact: every file is written atomically and a
+    checkpoint is committed by a rename, so rerunning the command once the cause is gone resumes
+    from the latest complete checkpoint."""

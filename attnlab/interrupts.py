@@ -7,6 +7,10 @@
   must not be cut (orbax committing a checkpoint: interrupted inside its finalize-thread join it
   logs a traceback) and raises it right after.
 - :func:`watchdog` makes sure the process cannot hang on an interrupt (see its docstring).
+- Outside the command's watchdog the ``attnlab`` process installs no handler that raises
+  (:func:`exit_at_once_on_interrupt` before it, signals ignored after it): a
+  ``KeyboardInterrupt`` raised on the way out, in an ``except`` or ``finally`` clause, would
+  reach the interpreter (a traceback, then a death by SIGINT, exit -2).
 """
 
 from __future__ import annotations
@@ -38,6 +42,21 @@ def _in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
+def _install(handlers: dict) -> KeyboardInterrupt | None:
+    """Installs every handler of ``{signal: handler}``, even when a signal arrives between two
+    installs and a handler already installed raises (Python runs pending handlers inside
+    ``signal.signal`` and between bytecodes): that interrupt is returned, for the caller to raise
+    once everything is in place, instead of leaving the other signals with stale handlers."""
+    interrupted = None
+    while True:
+        try:
+            for s, handler in handlers.items():
+                signal.signal(s, handler)
+            return interrupted
+        except KeyboardInterrupt as e:
+            interrupted = e
+
+
 @contextlib.contextmanager
 def deferred() -> Iterator[None]:
     """Ctrl-C / SIGTERM arriving inside the block are remembered and raised as
@@ -48,13 +67,17 @@ def deferred() -> Iterator[None]:
         yield
         return
     pending: list[int] = []
-    previous = {s: signal.signal(s, lambda signum, frame: pending.append(signum))
-                for s in SIGNALS}
+    previous = {s: signal.getsignal(s) for s in SIGNALS}
     try:
+        # Inside the try: an interrupt that arrives while the holders go in is still raised with
+        # every handler put back.
+        interrupted = _install({s: lambda signum, frame: pending.append(signum)
+                                for s in SIGNALS})
+        if interrupted is not None:
+            raise interrupted
         yield
     finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+        interrupted = _install(previous)
         if pending:
             # Replayed through the handler the block displaced, so a watchdog counts it (a
             # second interrupt exits there); raised here with the signal's name.
@@ -63,25 +86,47 @@ def deferred() -> Iterator[None]:
                 if callable(handler):
                     handler(pending[0], None)
             raise KeyboardInterrupt(signal.Signals(pending[0]).name)
+        if interrupted is not None:
+            raise interrupted
 
 
 def ignore_from_now_on() -> None:
     """For a process about to exit: a late Ctrl-C must not turn its exit status into a death by
     SIGINT (the status 130 or 2 it already decided is the one the caller should see)."""
     if _in_main_thread():
-        for s in SIGNALS:
-            signal.signal(s, signal.SIG_IGN)
+        _install({s: signal.SIG_IGN for s in SIGNALS})
+
+
+def exit_at_once_on_interrupt() -> None:
+    """For the ``attnlab`` process before its command starts (and after it ends, unless the
+    command's :func:`watchdog` left the signals ignored): Ctrl-C / SIGTERM exit with 130 at once,
+    in one line. A handler that raises ``KeyboardInterrupt`` there could not be caught
+    everywhere: raised in an ``except`` or ``finally`` clause on the way out, it reaches the
+    interpreter, which prints a traceback and kills itself with SIGINT (exit -2)."""
+    if _in_main_thread():
+        _install({s: _exit_interrupted for s in SIGNALS
+                  if signal.getsignal(s) is not signal.SIG_IGN})
+
+
+def _exit_interrupted(signum, frame) -> None:
+    os.write(2, b"\ninterrupted\n")
+    os._exit(EXIT_INTERRUPTED)
 
 
 @contextlib.contextmanager
-def watchdog(hard_exit_seconds: float = HARD_EXIT_SECONDS) -> Iterator[None]:
+def watchdog(hard_exit_seconds: float = HARD_EXIT_SECONDS, *,
+             leave_ignored: bool = False) -> Iterator[None]:
     """SIGTERM behaves as Ctrl-C inside the block, and the process cannot hang on an interrupt.
 
     Python runs signal handlers in the main thread between bytecodes, so while it sits in one
     long C call (compiling an enormous model) Ctrl-C does nothing. A watchdog thread sees each
     signal through ``signal.set_wakeup_fd`` the moment it arrives: on a second Ctrl-C/SIGTERM,
     or ``hard_exit_seconds`` after the first, it prints one line and exits with 130 at once.
-    Only in the main thread (the ``attnlab`` process); everything is restored on the way out.
+    Only in the main thread (the ``attnlab`` process); everything is restored on the way out,
+    or, with ``leave_ignored`` (a process that exits right after the block), Ctrl-C and SIGTERM
+    are left ignored. Once the block is over an interrupt no longer raises: the command's outcome
+    is decided, and a ``KeyboardInterrupt`` raised on the way out (in a ``finally`` clause, the
+    caller's ``except``) could escape every handler and kill the process by SIGINT (exit -2).
 
     A ``KeyboardInterrupt`` raised while Python runs a garbage-collector callback (JAX registers
     one; tracing a large model collects often) is printed as "Exception ignored" and lost, so
@@ -98,6 +143,7 @@ def watchdog(hard_exit_seconds: float = HARD_EXIT_SECONDS) -> Iterator[None]:
         os._exit(EXIT_INTERRUPTED)
 
     handled = 0
+    over = threading.Event()  # the block has ended: interrupts count, but no longer raise
 
     def on_signal(signum, frame):
         # The main thread counts too: on a loaded machine the watcher thread may not run before
@@ -106,12 +152,14 @@ def watchdog(hard_exit_seconds: float = HARD_EXIT_SECONDS) -> Iterator[None]:
         handled += 1
         if handled >= 2:
             hard_exit("interrupted again")
-        raise_keyboard_interrupt(signum, frame)
+        if not over.is_set():
+            raise_keyboard_interrupt(signum, frame)
 
     # A signal the process inherited as ignored stays ignored (a `command &` in a script without
     # job control must not die of the script's Ctrl-C; Python keeps an ignored SIGINT too).
-    previous_handlers = {s: signal.signal(s, on_signal) for s in SIGNALS
+    previous_handlers = {s: signal.getsignal(s) for s in SIGNALS
                          if signal.getsignal(s) is not signal.SIG_IGN}
+    interrupted = _install({s: on_signal for s in previous_handlers})
     previous_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
 
     def watch() -> None:
@@ -147,14 +195,19 @@ def watchdog(hard_exit_seconds: float = HARD_EXIT_SECONDS) -> Iterator[None]:
     watcher = threading.Thread(target=watch, name="attnlab-interrupts", daemon=True)
     watcher.start()
     try:
+        if interrupted is not None:  # arrived while the handlers went in: before the block
+            raise interrupted
         yield
     finally:
+        over.set()  # first: from here on no handler of ours raises
         sys.unraisablehook = previous_unraisable
         signal.set_wakeup_fd(previous_fd)
-        for s, handler in previous_handlers.items():
-            signal.signal(s, handler)
+        interrupted = _install({s: signal.SIG_IGN if leave_ignored else handler
+                                for s, handler in previous_handlers.items()})
         os.write(write_fd, b"\0")
         watcher.join(timeout=1.0)
         os.close(write_fd)
         if not watcher.is_alive():
             os.close(read_fd)
+        if interrupted is not None:  # a restored handler raised (called from Python): pass it on
+            raise interrupted

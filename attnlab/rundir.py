@@ -26,14 +26,16 @@ This is a low layer: it imports nothing of attnlab but :mod:`attnlab.errors`.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import re
 import tempfile
 import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
-from attnlab.errors import AttnlabError
+from attnlab.errors import AttnlabError, WriteError
 
 # -- a run directory ---------------------------------------------------------------------------
 CONFIG_FILE = "config.json"
@@ -271,3 +273,34 @@ def _interrupted(summary: dict) -> bool:
     error = str(summary.get("error", ""))
     return summary.get("status") == FAILED and error.startswith(("KeyboardInterrupt",
                                                                  "SystemExit"))
+
+
+# -- a write that failed -----------------------------------------------------------------------
+
+# The OS errors that say the storage, not the program, refused a write.
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG}
+# How tensorstore (under orbax) reports them: `Failed writing: "PATH": ...: No space left on
+# device [os_error_code='28']`.
+_TENSORSTORE_OS_ERROR = re.compile(r"os_error_code='(\d+)'")
+_TENSORSTORE_PATH = re.compile(r'(?:Failed writing|local file): "([^"]+)"')
+_ORBAX_TMP = re.compile(r"\.orbax-checkpoint-tmp.*$")
+
+
+def write_failure(error: BaseException | None, default_path: str | os.PathLike = ""
+                  ) -> WriteError | None:
+    """The :class:`WriteError` that ``error`` (or an exception it was raised from) amounts to,
+    in one line naming the path and the OS's reason; None for any other error. A checkpoint is
+    named by its step's directory, not by orbax's temporary files inside it."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno in _WRITE_ERRNOS:
+            path = error.filename or default_path
+            return WriteError(f"cannot write {path}: {os.strerror(error.errno)}")
+        code = _TENSORSTORE_OS_ERROR.search(str(error))
+        if code and int(code.group(1)) in _WRITE_ERRNOS:
+            found = _TENSORSTORE_PATH.search(str(error))
+            path = _ORBAX_TMP.sub("", found.group(1)) if found else default_path
+            return WriteError(f"cannot write {path}: {os.strerror(int(code.group(1)))}")
+        error = error.__cause__ or error.__context__
+    return None

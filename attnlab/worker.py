@@ -95,6 +95,11 @@ def write_failure(run_dir: Path, error: str, details: str = "") -> None:
         "status": rundir.FAILED, "error": error, "details": details, "time": time.time()})
 
 
+# In an answer: a write the storage refused (a full disk). The run is left partial, not failed
+# (nothing is recorded: it could not be written anyway), and the sweep stops with the error.
+STOP_ON = "write_failure"
+
+
 def execute_run(run_dir: str | os.PathLike, cache_dir: str | None = None,
                 programs=None) -> dict:
     """Trains (or resumes) the run in ``run_dir`` in this process, taking its compiled programs
@@ -129,6 +134,10 @@ def execute_run(run_dir: str | os.PathLike, cache_dir: str | None = None,
                                     programs=programs)
                 status, error = summary["status"], summary.get("error")
             except Exception as e:  # noqa: BLE001 - any failure is recorded with the run
+                full = rundir.write_failure(e, run_dir)
+                if full is not None:  # the run stays partial; the sweep stops (STOP_ON)
+                    return {"run_id": run_id, "status": rundir.PARTIAL, "error": str(full),
+                            "seconds": time.perf_counter() - start, STOP_ON: True}
                 status, error = rundir.FAILED, f"{type(e).__name__}: {e}"
                 traceback.print_exc()
                 write_failure(run_dir, error, traceback.format_exc())
@@ -187,6 +196,11 @@ def _train_members(members: list[Path], run_ensemble, programs, start: float) ->
                                      programs=programs)
             outcomes = [(s["status"], s.get("error")) for s in summaries]
         except Exception as e:  # noqa: BLE001 - any failure is recorded with every member
+            full = rundir.write_failure(e, members[0])
+            if full is not None:  # the members stay partial; the sweep stops (STOP_ON)
+                seconds = time.perf_counter() - start
+                return {m: {"run_id": m.name, "status": rundir.PARTIAL, "error": str(full),
+                            "seconds": seconds, STOP_ON: True} for m in members}
             traceback.print_exc()
             error = f"{type(e).__name__}: {e}"
             for member in members:

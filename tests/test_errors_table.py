@@ -438,6 +438,10 @@ CASES = [
     ("model-info-warmup-longer-than-run", None, ["model-info", f"--config={TINY}",
                                                  "--config.train.warmup_steps=50"],
      "config.train.warmup_steps: 50 is longer than the run (20 steps)"),
+    ("train-vector-model-on-tokens", None, ["train", f"--config={TINY}",
+                                            "--config.model.inputs=vectors",
+                                            "--config.model.input_dim=4", "--workdir={d}/w"],
+     "config.model.inputs: vectors models cannot be trained on data.source=pystdlib"),
     ("sweep-scale-without-config", None, ["sweep", "--config.scale=gpu", "--workdir={d}/sw"],
      "--config.scale=gpu"),
     # --- quickstart

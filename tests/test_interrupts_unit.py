@@ -4,6 +4,7 @@ script's exit status after a late Ctrl-C, and a Ctrl-C swallowed by a garbage-co
 
 from __future__ import annotations
 
+import ast
 import os
 import signal
 import subprocess
@@ -37,7 +38,7 @@ def test_deferred_without_an_interrupt_changes_nothing():
 
 
 def test_console_main_turns_a_late_interrupt_into_130_and_ignores_later_ones(monkeypatch):
-    def interrupted_while_winding_down(argv=None):
+    def interrupted_while_winding_down(argv=None, *, exiting=False):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(cli, "main", interrupted_while_winding_down)
@@ -51,9 +52,11 @@ def test_console_main_turns_a_late_interrupt_into_130_and_ignores_later_ones(mon
 
 
 def _default_signals() -> None:
-    # A child inherits an ignored SIGINT (pytest-xdist's workers ignore it), and the watchdog
-    # rightly leaves an inherited SIG_IGN alone; these tests are about a terminal's Ctrl-C.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    # A child inherits an ignored SIGINT or SIGTERM (a test run started in the background by a
+    # shell without job control ignores SIGINT), and the watchdog rightly leaves an inherited
+    # SIG_IGN alone; these tests are about a terminal's Ctrl-C and a plain SIGTERM.
+    for s in interrupts.SIGNALS:
+        signal.signal(s, signal.SIG_DFL)
 
 
 def _python(code: str) -> subprocess.CompletedProcess:
@@ -136,3 +139,116 @@ def test_a_second_interrupt_exits_even_when_the_watcher_thread_never_runs(first_
     assert "ran on" not in done.stdout
     assert done.stderr.strip().splitlines() == [
         "interrupted again; exiting now (rerun the same command to resume)"]
+
+
+# Runs the console script once per point, in a forked child: a line-tracer counts the lines it
+# executes in cli.py, interrupts.py and contextlib.py from the moment the command has started,
+# and delivers a Ctrl-C just before line `k` (the handler runs inside the tracer, so whatever it
+# raises is raised at that line). Points are tried until a run ends before reaching its point.
+_EVERY_POINT = """
+    import contextlib, os, signal, sys, tempfile
+    from attnlab import cli, interrupts
+
+    SCENARIO = sys.argv[1]
+    TRACED = {os.path.realpath(m.__file__) for m in (cli, interrupts, contextlib)}
+    armed = False
+
+    def command(argv):
+        global armed
+        armed = True
+        if SCENARIO == "second":
+            os.kill(os.getpid(), signal.SIGINT)  # the first Ctrl-C: KeyboardInterrupt here
+            raise AssertionError("the first Ctrl-C did not interrupt the command")
+        return 0
+
+    cli.COMMANDS["fake"] = ("__main__", "command", "")
+    sys.argv = ["attnlab", "fake"]
+
+    def run_with_an_interrupt_at(k):
+        count = 0
+        def local(frame, event, arg):
+            nonlocal count
+            if armed and event == "line":
+                count += 1
+                if count == k:
+                    os.kill(os.getpid(), signal.SIGINT)
+            return local
+        sys.settrace(lambda frame, event, arg:
+                     local if os.path.realpath(frame.f_code.co_filename) in TRACED else None)
+        code = cli.console_main()
+        sys.settrace(None)
+        print("reached" if count >= k else "ended first", flush=True)
+        return code
+
+    k = 0
+    while True:
+        k += 1
+        with tempfile.TemporaryFile() as err, tempfile.TemporaryFile() as out:
+            pid = os.fork()
+            if pid == 0:
+                os.dup2(err.fileno(), 2)
+                os.dup2(out.fileno(), 1)
+                signal.signal(signal.SIGINT, signal.default_int_handler)  # a fresh interpreter's
+                sys.exit(run_with_an_interrupt_at(k))
+            _, status = os.waitpid(pid, 0)
+            err.seek(0)
+            out.seek(0)
+            stderr, stdout = err.read().decode(), out.read().decode()
+        print(repr((k, os.waitstatus_to_exitcode(status), stderr)))
+        if "ended first" in stdout or k >= 500:
+            break
+"""
+
+
+@pytest.mark.parametrize("scenario", ["second", "late"])
+def test_an_interrupt_at_any_line_of_the_way_out_never_kills_the_console_script(scenario):
+    """"second": the command is interrupted, and a second Ctrl-C comes at any line from there to
+    the exit: always exit 130. "late": the command returns 0 and one Ctrl-C comes at any line
+    after that: 0 or 130. Never a traceback or a death by SIGINT (exit -2): a KeyboardInterrupt
+    raised in console_main's `except`/`finally` (ignore_from_now_on itself included) used to
+    escape to the interpreter."""
+    done = _python(_EVERY_POINT.replace("sys.argv[1]", repr(scenario)))
+    assert done.returncode == 0, done.stderr
+    points = [ast.literal_eval(line) for line in done.stdout.splitlines()]
+    assert len(points) > 20  # every line of console_main, main, the watchdog's way out
+    allowed = {interrupts.EXIT_INTERRUPTED} if scenario == "second" else {
+        0, interrupts.EXIT_INTERRUPTED}
+    for k, code, stderr in points:
+        assert code in allowed, f"a Ctrl-C at point {k}: exit {code}\n{stderr}"
+        assert "Traceback" not in stderr and "Exception ignored" not in stderr, (k, stderr)
+    # Both outcomes happen: an interrupt early in the way out still reports the interruption.
+    assert {code for _, code, _ in points} == allowed
+
+
+def test_deferred_puts_every_handler_back_whatever_line_an_interrupt_arrives_at():
+    """A Ctrl-C arriving while deferred() puts the handlers back, after SIGINT's and before
+    SIGTERM's, used to leave SIGTERM's holder installed for good: every later SIGTERM was
+    swallowed. Here a Ctrl-C is delivered at each line of deferred() in turn."""
+    before = {s: signal.getsignal(s) for s in interrupts.SIGNALS}
+    here = os.path.realpath(interrupts.__file__)
+    k = 0
+    while True:
+        k += 1
+        count = 0
+
+        def local(frame, event, arg):
+            nonlocal count
+            if event == "line":
+                count += 1
+                if count == k:
+                    signal.raise_signal(signal.SIGINT)
+            return local
+
+        sys.settrace(lambda frame, event, arg:
+                     local if os.path.realpath(frame.f_code.co_filename) == here else None)
+        try:
+            with interrupts.deferred():
+                pass
+        except KeyboardInterrupt:
+            pass
+        finally:
+            sys.settrace(None)
+        assert {s: signal.getsignal(s) for s in interrupts.SIGNALS} == before, k
+        if count < k:
+            break
+    assert k > 5

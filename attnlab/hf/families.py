@@ -28,10 +28,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import numpy as np
-
 from attnlab.config import ModelConfig
 from attnlab.errors import AttnlabError
+from attnlab.hf.tensors import OFFSET_ROWS, PerHead, Tensor
+from attnlab.hf.tensors import one as _one
+from attnlab.hf.tensors import side_by_side as _side_by_side
 
 
 class HFError(AttnlabError):
@@ -61,85 +62,6 @@ BOOKKEEPING = frozenset({
 # ModelConfig fields that choose how the function is computed, not which function.
 IMPLEMENTATION_FIELDS = frozenset({"attention_impl", "attention_chunk", "dropout", "dtype",
                                    "init_std", "scan_layers", "remat"})
-
-
-POSITION_OFFSET = 2  # OPT reads row p + 2 of its position table for position p
-
-
-@dataclasses.dataclass(frozen=True)
-class Tensor:
-    """One HF tensor: its key, the attnlab parameter paths it holds, and how (``layout``):
-
-    * ``same``: one parameter, stored as it is;
-    * ``transposed``: one attnlab kernel ``[in, out]`` as a PyTorch ``nn.Linear`` weight
-      ``[out, in]``;
-    * ``side_by_side``: several parameters concatenated along the last axis (GPT-2's ``c_attn``:
-      q, k, v weights ``[d, 3d]``, biases ``[3d]``);
-    * ``offset_rows``: a table whose first :data:`POSITION_OFFSET` rows no position reaches
-      (OPT's): dropped on import, zeros on export;
-    * ``per_head``: q, k, v interleaved head by head (Bloom's ``query_key_value``: output rows
-      ``[heads, 3, head_dim]``), PyTorch weights ``[3 d, d]`` or biases ``[3 d]``.
-
-    Every map is a copy, transpose or concatenation: exact in both directions (OPT's two
-    unreachable rows aside).
-    """
-
-    key: str
-    paths: tuple[str, ...]
-    layout: str = "same"
-    heads: int = 0  # per_head: the number of heads
-
-    def hf_shape(self, shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
-        """The HF tensor's shape, from its parameters' shapes."""
-        if self.layout == "transposed":
-            return (*shapes[0][:-2], shapes[0][-1], shapes[0][-2])
-        if self.layout == "side_by_side":
-            return (*shapes[0][:-1], sum(s[-1] for s in shapes))
-        if self.layout == "offset_rows":
-            return (shapes[0][0] + POSITION_OFFSET, *shapes[0][1:])
-        if self.layout == "per_head":
-            outputs = sum(s[-1] for s in shapes)
-            return (outputs, shapes[0][0]) if len(shapes[0]) == 2 else (outputs,)
-        return tuple(shapes[0])
-
-    def to_hf(self, *params: np.ndarray) -> np.ndarray:
-        if self.layout == "transposed":
-            return np.ascontiguousarray(np.swapaxes(params[0], -1, -2))
-        if self.layout == "side_by_side":
-            return np.concatenate(params, axis=-1)
-        if self.layout == "per_head":  # [in, h hd] kernels or [h hd] biases -> [h, 3, hd(, in)]
-            rows = [np.swapaxes(p, -1, -2) if p.ndim == 2 else p for p in params]
-            rows = [r.reshape(self.heads, -1, *r.shape[1:]) for r in rows]
-            stacked = np.stack(rows, axis=1)
-            return np.ascontiguousarray(stacked.reshape(-1, *stacked.shape[3:]))
-        if self.layout == "offset_rows":
-            table = params[0]
-            return np.concatenate([np.zeros((POSITION_OFFSET, *table.shape[1:]), table.dtype),
-                                   table])
-        return np.ascontiguousarray(params[0])
-
-    def from_hf(self, tensor: np.ndarray) -> tuple[np.ndarray, ...]:
-        if self.layout == "transposed":
-            return (np.ascontiguousarray(np.swapaxes(tensor, -1, -2)),)
-        if self.layout == "side_by_side":
-            return tuple(np.ascontiguousarray(p)
-                         for p in np.split(tensor, len(self.paths), axis=-1))
-        if self.layout == "offset_rows":
-            return (np.ascontiguousarray(tensor[POSITION_OFFSET:]),)
-        if self.layout == "per_head":
-            parts = tensor.reshape(self.heads, len(self.paths), -1, *tensor.shape[1:])
-            out = [parts[:, i].reshape(-1, *tensor.shape[1:]) for i in range(len(self.paths))]
-            return tuple(np.ascontiguousarray(np.swapaxes(o, -1, -2) if o.ndim == 2 else o)
-                         for o in out)
-        return (np.ascontiguousarray(tensor),)
-
-
-def _one(key: str, path: str, transposed: bool = False) -> Tensor:
-    return Tensor(key, (path,), "transposed" if transposed else "same")
-
-
-def _side_by_side(key: str, paths: tuple[str, ...]) -> Tensor:
-    return Tensor(key, paths, "side_by_side")
 
 
 class Family:
@@ -367,7 +289,7 @@ class OPT(Family):
     def tensors(self, cfg):
         top = "model.decoder."
         out = [_one(f"{top}embed_tokens.weight", "token_embedding"),
-               Tensor(f"{top}embed_positions.weight", ("position_embedding",), "offset_rows"),
+               Tensor(f"{top}embed_positions.weight", ("position_embedding",), OFFSET_ROWS),
                _one(f"{top}final_layer_norm.weight", "final_norm/scale"),
                _one(f"{top}final_layer_norm.bias", "final_norm/bias")]
         for i in range(cfg.n_layers):
@@ -461,9 +383,9 @@ class Bloom(Family):
                 _one(f"{h}input_layernorm.weight", f"{b}attn_norm/scale"),
                 _one(f"{h}input_layernorm.bias", f"{b}attn_norm/bias"),
                 Tensor(f"{h}self_attention.query_key_value.weight",
-                       tuple(f"{p}/kernel" for p in qkv), "per_head", cfg.n_heads),
+                       tuple(f"{p}/kernel" for p in qkv), PerHead(cfg.n_heads)),
                 Tensor(f"{h}self_attention.query_key_value.bias",
-                       tuple(f"{p}/bias" for p in qkv), "per_head", cfg.n_heads),
+                       tuple(f"{p}/bias" for p in qkv), PerHead(cfg.n_heads)),
                 _one(f"{h}self_attention.dense.weight", f"{b}attn/o_proj/kernel", True),
                 _one(f"{h}self_attention.dense.bias", f"{b}attn/o_proj/bias"),
                 _one(f"{h}post_attention_layernorm.weight", f"{b}ffn_norm/scale"),

@@ -270,6 +270,11 @@ def check(cfg: Config) -> Architecture:
     """:func:`resolve` of the model section, plus the rules between the model and the data and
     train sections (raises ConfigError naming the field)."""
     arch = resolve(cfg.model)
+    if not arch.inputs.reads_tokens:
+        raise ConfigError("model.inputs",
+                          f"{cfg.model.inputs} models cannot be trained on data.source="
+                          f"{cfg.data.source}, whose batches are token ids; they are trained on "
+                          f"in-context regression prompts (experiments/icl_regression.py)")
     limit = arch.encoding.max_positions()
     if limit is not None and cfg.data.seq_len > limit:
         raise ConfigError(

@@ -25,7 +25,8 @@ class Inputs:
     """The read-in / read-out kind of a model built from ``cfg`` (immutable, hashable).
 
     Class attributes: ``name`` (the ``model.inputs`` value), ``title``, ``fields`` (``model.*``
-    fields only this kind reads)."""
+    fields only this kind reads), ``reads_tokens`` (it reads token ids: what every corpus of
+    ``data.source`` yields, so ``attnlab train`` can train it)."""
 
     cfg: ModelConfig = dataclasses.field(repr=False)
 
@@ -33,6 +34,7 @@ class Inputs:
     title = ""
     fields = ()
     mup_rule = True  # model.parameterization=mup is built for it
+    reads_tokens = True
 
     def validate(self, objective) -> None:
         """Rules against the objective (raises ConfigError naming the field)."""
@@ -74,6 +76,7 @@ class Vectors(Inputs):
     title = "real vectors (model.inputs=vectors)"
     fields = ("input_dim",)
     mup_rule = False  # its read-in and read-out would need muP's input and output rules
+    reads_tokens = False  # trained on in-context regression prompts (attnlab.icl.regression)
 
     def validate(self, objective):
         if self.cfg.input_dim < 1:

@@ -32,10 +32,12 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from attnlab import results, rundir
+from attnlab.errors import WriteError
 from attnlab.ensembles import groups as ensemble_groups
 from attnlab.sweep import launchers
 from attnlab.sweep.planner import PlannedRun, plan
 from attnlab.sweep.spec import SweepSpec
+from attnlab.worker import STOP_ON
 
 LAUNCHERS = ("local", "ray")
 
@@ -321,6 +323,13 @@ def run_sweep(spec: SweepSpec, workdir: str | os.PathLike, *, launcher: str = "l
                               ray_address=ray_address, cache_dir=cache_dir,
                               compile_ahead=compile_ahead, workers=workers,
                               ensemble_max=ensemble_max)
+    except Exception as e:
+        # A full disk (the results table, a run's files): one line naming the path; every run
+        # not finished stays partial and resumes with the next invocation.
+        full = rundir.write_failure(e, workdir)
+        if full is not None:
+            raise full from None
+        raise
     finally:
         for worker in workers:  # run_local closed those it used
             worker.kill()
@@ -370,6 +379,8 @@ def _run_sweep(spec: SweepSpec, runs: list[PlannedRun], workdir: Path, budget_no
         if run_dir not in waiting:  # a finished run that kept its place in an ensemble
             return
         waiting.discard(run_dir)
+        if result.get(STOP_ON):  # a full disk: the other workers finish their runs, then stop
+            raise WriteError(result["error"])
         status = result["status"]
         outcomes[status] += 1
         bar.update(cost.get(run_dir, 0))
@@ -395,5 +406,9 @@ def _run_sweep(spec: SweepSpec, runs: list[PlannedRun], workdir: Path, budget_no
                                   cache_dir=str(cache_dir), address=ray_address)
     finally:
         bar.close()
-        results.write_table(workdir)
+        try:
+            results.write_table(workdir)
+        except OSError as e:  # the disk is full: the error being raised says so
+            if rundir.write_failure(e) is None:
+                raise
     return results.load(workdir)

@@ -26,6 +26,7 @@ import orbax.checkpoint as ocp
 from attnlab.config import ModelConfig
 from attnlab.errors import AttnlabError
 from attnlab.interrupts import deferred as interrupts_deferred
+from attnlab.rundir import write_failure
 from attnlab.train.state import TrainState
 
 FORMAT_VERSION = 1
@@ -112,6 +113,21 @@ class _UnretrievedDamagedReads(logging.Filter):
 
 
 logging.getLogger("asyncio").addFilter(_UnretrievedDamagedReads())
+
+
+class _FailedWrites(logging.Filter):
+    """Drops orbax's reports of a save that failed for want of space (or a read-only disk):
+    several ERROR records with tracebacks, logged from its background threads when the commit
+    fails. The main thread sees the same error at the next save or wait and says it in one line
+    (:func:`attnlab.rundir.write_failure`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return write_failure(error) is None and write_failure(
+            Exception(record.getMessage())) is None
+
+
+logging.getLogger("absl").addFilter(_FailedWrites())
 
 
 @contextlib.contextmanager
@@ -271,9 +287,9 @@ class Checkpoints:
     def close(self) -> None:
         """Waits for pending saves and releases the manager (safe to call twice)."""
         if self.manager is not None:
+            manager, self.manager = self.manager, None  # closed once, even if closing raises
             with interrupts_deferred(), _stderr_captured():  # noise after a failed read
-                self.manager.close()
-            self.manager = None
+                manager.close()
 
     def __enter__(self):
         return self

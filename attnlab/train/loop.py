@@ -201,17 +201,28 @@ class _Training:
         """Records a crash or an interrupt as status ``failed`` (a finished run stays)."""
         if self.summary["status"] == rundir.RUNNING:
             self.summary.update(status=rundir.FAILED, error=f"{type(error).__name__}: {error}")
-            self.write_summary()
+            try:
+                self.write_summary()
+            except OSError as e:  # a full disk: the error being raised is what matters
+                if rundir.write_failure(e) is None:
+                    raise
 
     def close(self) -> None:
-        if self.metrics is not None:
-            self.metrics.close()
-        if self.checkpoints is not None:
-            self.checkpoints.close()
+        metrics, checkpoints, self.metrics, self.checkpoints = (self.metrics, self.checkpoints,
+                                                                None, None)
+        try:
+            if metrics is not None:
+                metrics.close()
+        finally:
+            if checkpoints is not None:
+                checkpoints.close()
 
     def train(self) -> dict:
         """Trains to the end (or to divergence); a crash or an interrupt is recorded as status
-        ``failed`` and raised."""
+        ``failed`` and raised. A write the storage refused (a full disk) raises
+        :class:`~attnlab.errors.WriteError` and leaves the run partial: its summary is not
+        touched (it could not be written anyway), and the next invocation resumes it from its
+        latest complete checkpoint."""
         try:
             self.open()
             found = self.found
@@ -220,12 +231,21 @@ class _Training:
                 state = found.programs.init(jax.random.key(self.cfg.train.seed))
             else:
                 state = found.state  # restored (and so verified) by the preflight
-            return self._loop(state)
+            summary = self._loop(state)
+            self.close()  # the last save's commit can fail too
+            return summary
         except BaseException as e:
-            self.fail(e)
+            failure = rundir.write_failure(e, self.workdir)
+            if failure is None:
+                self.fail(e)
+            try:
+                self.close()
+            except Exception as late:  # noqa: BLE001 - a save it waits for failing again
+                if rundir.write_failure(late) is None:
+                    raise
+            if failure is not None:
+                raise failure from None
             raise
-        finally:
-            self.close()
 
     def host_batch(self, i: int) -> np.ndarray:
         """Batch ``i`` of this process, as micro-batches ``[accum, rows / accum, seq + 1]``."""

@@ -83,7 +83,10 @@ class MetricsWriter:
         """Writes one record (must hold ``step``); scalars also go to TensorBoard."""
         if not self.write_files:
             return
-        self._jsonl.write(json.dumps(record, allow_nan=True) + "\n")
+        try:
+            self._jsonl.write(json.dumps(record, allow_nan=True) + "\n")
+        except OSError as e:  # a full disk: say which file (a write to an open file names none)
+            raise OSError(e.errno, e.strerror, str(self.workdir / "metrics.jsonl")) from None
         for key, value in record.items():
             if (key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool)
                     and math.isfinite(value)):
