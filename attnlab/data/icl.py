@@ -206,6 +206,16 @@ def token_task(cfg) -> TokenTask:
     return task
 
 
+def target_weights(cfg) -> np.ndarray | None:
+    """``[seq_len]`` float32: each next-token target's weight in the loss of a data config,
+    or None (every target, ``data.loss_on=all``). ``answers``: MQAR's answers alone, as Zoology
+    trains (its labels are ignored elsewhere): the random keys and values of the context are
+    noise no model can predict, and they would outweigh the recall 3 to 1 in the loss."""
+    if cfg.loss_on == "all":
+        return None
+    return token_task(cfg).answer_targets().astype(np.float32)
+
+
 class TaskBatches:
     """``batches[i]`` -> [batch_size // process_count, seq_len + 1] int32, this process's rows
     of global batch i; the interface of :class:`attnlab.data.Batches` (an endless stream:

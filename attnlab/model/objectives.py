@@ -235,9 +235,11 @@ class Objective:
         """Predicted (scored) tokens per input token, in expectation."""
         return 1.0
 
-    def scores(self, model, tokens: jax.Array, key: jax.Array, *, dropout_rng=None) -> Scores:
+    def scores(self, model, tokens: jax.Array, key: jax.Array, *, dropout_rng=None,
+               weights=None) -> Scores:
         """Scores of ``model`` on windows ``tokens int32 [batch, seq_len + 1]``, corrupted with
-        ``key``; dropout iff ``dropout_rng``."""
+        ``key``; dropout iff ``dropout_rng``. ``weights [seq_len]`` (the causal objective only):
+        each target's weight, e.g. a task's answers alone (``data.loss_on``); None: all 1."""
         raise NotImplementedError
 
     def span_scores(self, model, tokens: jax.Array, key: jax.Array) -> Scores:
@@ -249,15 +251,23 @@ class Objective:
         raise NotImplementedError
 
 
+def _no_weights(objective: str, weights) -> None:
+    """Per-target weights are defined for next-token targets only (config refuses the rest)."""
+    if weights is not None:
+        raise ValueError(f"model.objective={objective} takes no per-target weights")
+
+
 class CausalLM(Objective):
     """Next-token prediction with a causal decoder: position ``j`` predicts token ``j + 1``."""
 
     name = "clm"
     title = "causal LM (decoder)"
 
-    def scores(self, model, tokens, key, *, dropout_rng=None):
+    def scores(self, model, tokens, key, *, dropout_rng=None, weights=None):
         logits = model(tokens[:, :-1], deterministic=dropout_rng is None, dropout_rng=dropout_rng)
-        return _scores(logits, tokens[:, 1:], jnp.ones(tokens[:, 1:].shape))
+        targets = tokens[:, 1:]
+        weights = jnp.ones(targets.shape[-1]) if weights is None else jnp.asarray(weights)
+        return _scores(logits, targets, jnp.broadcast_to(weights, targets.shape))
 
     def span_scores(self, model, tokens, key):
         x = tokens[:, 1:]
@@ -296,7 +306,8 @@ class MaskedLM(Objective):
     def predicted_per_input(self, seq_len):
         return SELECT_RATE
 
-    def scores(self, model, tokens, key, *, dropout_rng=None):
+    def scores(self, model, tokens, key, *, dropout_rng=None, weights=None):
+        _no_weights(self.name, weights)
         targets = tokens[:, :-1]
         inputs, selected = bert_mask(targets, key, mask_id(self.cfg.vocab_size))
         logits = model(inputs, deterministic=dropout_rng is None, dropout_rng=dropout_rng)
@@ -338,7 +349,8 @@ class SpanCorruption(Objective):
     def predicted_per_input(self, seq_len):
         return span_lengths(seq_len)[1] / seq_len
 
-    def scores(self, model, tokens, key, *, dropout_rng=None):
+    def scores(self, model, tokens, key, *, dropout_rng=None, weights=None):
+        _no_weights(self.name, weights)
         mask = mask_id(self.cfg.vocab_size)
         encoder, target = corrupt_spans(tokens[:, :-1], key, mask)
         logits = model(encoder, decoder_inputs(target, mask),
