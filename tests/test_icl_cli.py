@@ -81,7 +81,7 @@ def test_attention_draws_every_head_and_scores_the_task_example(runs):
 
 
 @pytest.mark.parametrize("scale, mixers, widths", [
-    ("cpu", {"softmax_rope", "linear", "mamba"}, {16, 32}),
+    ("cpu", {"softmax_rope", "linear", "mamba"}, {32, 64}),
     ("gpu", {"softmax_rope", "softmax_nope", "softmax_alibi", "window", "linear", "performer",
              "mamba", "hybrid"}, {64, 128, 256, 512}),
 ])

@@ -76,7 +76,7 @@ def icl_main(argv: list[str]) -> int:
     if cfg.data.source not in icl_data.TOKEN_TASKS:
         raise AttnlabError(f"--run={run} trained on data.source={cfg.data.source}, not an "
                            f"in-context learning task ({', '.join(icl_data.TOKEN_TASKS)})")
-    if pairs and cfg.data.source != icl_data.MQARTask.name:
+    if pairs and not isinstance(icl_data.token_task(cfg.data), icl_data.MQARTask):
         raise AttnlabError(f"--pairs applies to mqar runs; --run={run} trained on "
                            f"{cfg.data.source}")
     task = icl_data.token_task(cfg.data)
@@ -102,18 +102,9 @@ def icl_main(argv: list[str]) -> int:
 
 
 def _print_result(result: dict) -> None:
-    if result["task"] == "induction":
-        print(f"repeat loss {result['repeat_loss']:.4f} nats/token = "
-              f"{result['repeat_loss_over_ln_vocab']:.3f} ln V (ln V = {result['ln_vocab']:.3f}); "
-              f"mean loss {result['loss']:.4f} (optimum {result['optimal_loss']:.4f})")
-        head = result["best_induction_head"]
-        if head is not None:
-            print(f"best induction head: layer {head[0]} head {head[1]}, score "
-                  f"{result['induction_score']:.3f}")
-    else:
-        for n, acc in zip(result["pairs"], result["accuracy"]):
-            print(f"{n:>4} pairs: accuracy {acc:.4f}")
-    sys.stdout.flush()
+    from attnlab.icl.evaluate import report_of
+
+    print("\n".join(report_of(result).lines(result)), flush=True)
 
 
 def attention_main(argv: list[str]) -> int:
@@ -182,7 +173,7 @@ def _sweep_main(values) -> int:
     and headline number), the table, the JSON of all results and the plot."""
     import pandas as pd
 
-    from attnlab.icl.evaluate import evaluate_run
+    from attnlab.icl.evaluate import evaluate_run, report_of
     from attnlab.icl.plots import plot_sweep
     from attnlab.train.load import load_params
 
@@ -200,13 +191,12 @@ def _sweep_main(values) -> int:
         result = evaluate_run(cfg, graphdef, params, batch_size=cfg.data.batch_size,
                               n_batches=values.batches)
         variant = next((str(v) for k, v in axes.items() if "." not in k), cfg.model.mixer)
-        headline = ("accuracy_at_trained_pairs" if "accuracy_at_trained_pairs" in result
-                    else "repeat_loss")
+        report = report_of(result)
+        headline = report.headline
         rows.append({"run_id": run.name, "variant": variant, "mixer": cfg.model.mixer,
                      "d_model": cfg.model.d_model, "n_layers": cfg.model.n_layers,
                      "task": result["task"], headline: result[headline],
-                     **({"accuracy_stderr": result["accuracy_stderr"]}
-                        if "accuracy_stderr" in result else {})})
+                     "stderr": result[report.headline_stderr]})
         results[run.name] = result
         print(f"{run.name}: {variant} d_model={cfg.model.d_model} {headline} "
               f"{result[headline]:.4f}", flush=True)
@@ -215,7 +205,10 @@ def _sweep_main(values) -> int:
     table = pd.DataFrame(rows).sort_values(["variant", "d_model"])
     table.to_csv(sweep / "icl_table.csv", index=False)
     (sweep / "icl.json").write_text(json.dumps(results, indent=2))
-    plot_sweep(table, sweep / "icl_accuracy.png")
+    if table["task"].nunique() > 1:
+        raise AttnlabError(f"--sweep={sweep}: its runs train on different tasks "
+                           f"({', '.join(sorted(table['task'].unique()))}); one table holds one")
+    plot_sweep(table, sweep / "icl_accuracy.png", report.headline, report.headline_label)
     print(table.to_string(index=False))
     print(f"table: {sweep / 'icl_table.csv'}\nplot: {sweep / 'icl_accuracy.png'}")
     return 0

@@ -38,11 +38,13 @@ def batch_scores(graphdef: nnx.GraphDef, params: nnx.State, tokens: jax.Array,
 
 
 def mean_loss(graphdef: nnx.GraphDef, params: nnx.State, tokens: jax.Array,
-              dropout_rng: jax.Array | None = None, key: jax.Array | None = None) -> jax.Array:
+              dropout_rng: jax.Array | None = None, key: jax.Array | None = None,
+              weights=None) -> jax.Array:
     """Mean cross-entropy (nats) over the predicted positions of ``tokens [batch, seq_len +
-    1]``: for the decoder, position ``j`` predicts token ``j + 1``; for the masked objectives,
-    the selected tokens / the spans (corrupted with ``key``)."""
-    scores = batch_scores(graphdef, params, tokens, key, dropout_rng)
+    1]``: for the decoder, position ``j`` predicts token ``j + 1`` (weighted by ``weights
+    [seq_len]``, as :func:`batch_scores`); for the masked objectives, the selected tokens / the
+    spans (corrupted with ``key``)."""
+    scores = batch_scores(graphdef, params, tokens, key, dropout_rng, weights)
     return scores.loss / jnp.maximum(scores.count, 1.0)
 
 
