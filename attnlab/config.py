@@ -86,6 +86,7 @@ class ModelConfig:
     ssm_state: int = 16  # mamba: N, states per channel
     ssm_expand: int = 2  # mamba: E = ssm_expand * d_model channels
     ssm_conv: int = 4  # mamba: causal depthwise conv kernel
+    ssm_scan: str = "associative"  # mamba: associative (O(log T) depth) | sequential (fast on CPU)
     # Mixture of experts (attnlab/model/moe.py); the defaults are a dense FFN.
     moe: str = "none"  # none | token_choice: top-k routed experts, each a model.ffn of d_ff
     moe_experts: int = 8  # E

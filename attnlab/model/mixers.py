@@ -241,7 +241,7 @@ class Mamba(SequenceMixer):
     """The selective SSM of Mamba (Gu & Dao 2023), :class:`attnlab.model.mamba.SelectiveSSM`."""
 
     name = "mamba"
-    fields = ("ssm_state", "ssm_expand", "ssm_conv")
+    fields = ("ssm_state", "ssm_expand", "ssm_conv", "ssm_scan")
     # Mamba's _no_weight_decay: decay would pull A = -exp(A_log) towards -1 and D towards 0.
     undecayed = ("a_log", "d_skip")
 
@@ -257,6 +257,9 @@ class Mamba(SequenceMixer):
         for name in ("ssm_state", "ssm_expand", "ssm_conv"):
             if getattr(cfg, name) <= 0:
                 raise ConfigError(f"model.{name}", f"must be positive, got {getattr(cfg, name)}")
+        if cfg.ssm_scan not in mamba.SCANS:
+            raise ConfigError("model.ssm_scan", f"unknown scan {cfg.ssm_scan!r}; valid scans are "
+                              f"{', '.join(mamba.SCANS)}")
 
     def build(self, rngs):
         return mamba.SelectiveSSM(self.cfg, rngs=rngs)
