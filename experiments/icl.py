@@ -58,6 +58,7 @@ def get_config(scale: str = "cpu") -> ConfigDict:
     base.model.mixer_chunk = 16
     base.model.mixer_features = 32
     base.model.ffn = "none"
+    base.model.ssm_scan = "sequential"  # Mamba's loop over time: 2-3x faster on CPU at T = 32
     base.data.source = "mqar"
     base.data.task_vocab = 64
     base.data.mqar_pairs = 8
@@ -91,6 +92,7 @@ def get_config(scale: str = "cpu") -> ConfigDict:
         base.data.seq_len = 256
         base.data.batch_size = 64
         base.model.dtype = "bfloat16"
+        base.model.ssm_scan = "associative"
         base.train.steps = 20_000
         base.train.checkpoint_every = 5000
         base.train.eval_every = 5000
