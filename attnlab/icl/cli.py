@@ -152,18 +152,21 @@ def attention_main(argv: list[str]) -> int:
                            "single stack's maps, not the encoder-decoder's")
     cfg, graphdef, params = load_params(run, values.step)
     maps = inspect.attention_maps(graphdef, params, tokens)
-    if all(m is None for m in maps):
-        raise AttnlabError(f"model.mixer={cfg.model.mixer}: no layer forms attention weights "
-                           "to draw")
+    kinds = resolve(cfg.model).stack.layers
+    # The scores read a map as where a head attends: Mamba's signed channel maps are drawn only.
+    attending = [m if kind.mixer.map_is_distribution else None for m, kind in zip(maps, kinds)]
     result = {"run": str(run), "tokens": tokens[0].tolist(),
+              "mixers": [kind.mixer.name for kind in kinds],
               "previous_token": [None if m is None else inspect.previous_token_scores(m).tolist()
-                                 for m in maps]}
+                                 for m in attending]}
     if isinstance(task, icl_data.InductionTask):
-        result.update(inspect.head_scores(maps, task.prefixes(tokens)))
+        result.update(inspect.head_scores(attending, task.prefixes(tokens)))
     json_path.write_text(json.dumps(result, indent=2))
     from attnlab.icl.plots import plot_maps
 
-    plot_maps([None if m is None else m[0] for m in maps], labels, out_path)
+    plot_maps([inspect.drawable(m[0]) for m in maps], labels, out_path,
+              titles=[k.mixer.name if k.mixer.map_is_distribution else f"{k.mixer.name} |alpha|"
+                      for k in kinds])
     print(f"maps: {out_path}\nscores: {json_path}")
     return 0
 

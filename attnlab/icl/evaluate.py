@@ -58,7 +58,8 @@ def evaluate_induction(cfg: Config, graphdef, params, task: icl.InductionTask, *
     per_position = losses.mean(axis=0)
     repeat = task.repeat_targets(windows)  # [windows, seq_len]
     optimal = task.optimal_losses()
-    maps = inspect.attention_maps(graphdef, params, windows[:map_rows, :-1])
+    maps = inspect.attention_maps(graphdef, params, windows[:map_rows, :-1],
+                                  distributions_only=True)
     scores = inspect.head_scores(maps, task.prefixes(windows[:map_rows]))
     best = scores["best_induction_head"]
     ln_vocab = math.log(task.vocab)

@@ -46,21 +46,26 @@ def draw_recall(result: dict, ax) -> None:
     ax.set_ylabel("recall accuracy")
 
 
-def plot_maps(maps: list[np.ndarray | None], labels: list[str], path: Path) -> None:
-    """A grid, one row per layer with weights and one column per head, of ``[heads, t, t]``
-    maps (query rows, key columns)."""
-    drawn = [(layer, m) for layer, m in enumerate(maps) if m is not None]
-    heads = max(m.shape[0] for _, m in drawn)
-    t = drawn[0][1].shape[-1]
+def plot_maps(maps: list[np.ndarray], labels: list[str], path: Path,
+              titles: list[str] | None = None) -> None:
+    """A grid, one row per layer and one column per head, of ``[heads, t, t]`` maps in
+    ``[0, 1]`` (query rows, key columns; :func:`attnlab.model.inspect.drawable`); ``titles``:
+    each layer's name (its mixer)."""
+    heads = max(m.shape[0] for m in maps)
+    t = maps[0].shape[-1]
     size = 2.2 if t <= 64 else 3.2
-    fig, axes = plt.subplots(len(drawn), heads, figsize=(size * heads, size * len(drawn)),
+    fig, axes = plt.subplots(len(maps), heads, figsize=(size * heads, size * len(maps)),
                              squeeze=False)
     ticks = np.arange(t) if t <= 24 else np.arange(0, t, max(1, t // 8))
-    for row, (layer, weights) in enumerate(drawn):
+    for layer, weights in enumerate(maps):
         for head in range(heads):
-            ax = axes[row, head]
+            ax = axes[layer, head]
+            if head >= weights.shape[0]:
+                ax.axis("off")
+                continue
             ax.imshow(weights[head], cmap="viridis", vmin=0, vmax=1, interpolation="nearest")
-            ax.set_title(f"layer {layer} head {head}", fontsize=8)
+            name = f"{titles[layer]}: " if titles else ""
+            ax.set_title(f"{name}layer {layer} head {head}", fontsize=7)
             ax.set_xticks(ticks, [labels[i] for i in ticks] if t <= 24 else ticks, fontsize=5,
                           rotation=90)
             ax.set_yticks(ticks, [labels[i] for i in ticks] if t <= 24 else ticks, fontsize=5)

@@ -139,20 +139,47 @@ class SelectiveSSM(nnx.Module):
         self.d_skip = nnx.Param(jnp.ones((e,), jnp.float32))
         self.out_proj = dense(cfg, e, d, residual_std, rngs)
 
-    def __call__(self, x, positions, *, bias=None, state=None, start=0):
-        """``x [batch, t, d_model]`` -> ``([batch, t, d_model], state)`` (None without one)."""
+    def _selective_inputs(self, x, history):
+        """``(u, gate [b, t, E], Delta [b, t, E], B, C [b, t, N], conv history)`` of ``x``."""
         cfg = self.cfg
-        batch, t, _ = x.shape
-        e, n, r = cfg.ssm_expand * cfg.d_model, cfg.ssm_state, dt_rank(cfg)
+        n, r = cfg.ssm_state, dt_rank(cfg)
         u, gate = jnp.split(self.in_proj(x), 2, axis=-1)  # [b, t, E] each
-        history, h0 = state if state is not None else (jnp.zeros((batch, cfg.ssm_conv - 1, e)),
-                                                        None)
         u, history = causal_conv(u, self.conv_kernel[...].astype(u.dtype),
                                  self.conv_bias[...].astype(u.dtype), history)
         u = jax.nn.silu(u)
         dt_low, b, c = jnp.split(self.x_proj(u).astype(jnp.float32), [r, r + n], axis=-1)
         delta = jax.nn.softplus(
             jnp.einsum("btr,re->bte", dt_low, self.dt_proj.kernel[...]) + self.dt_bias[...])
+        return u, gate, delta, b, c, history
+
+    def weights(self, x, positions, *, bias=None) -> jax.Array:
+        """The implicit attention of the selective scan (Ali et al. 2024, "The Hidden Attention
+        of Mamba": the scan unrolled), one ``t x t`` matrix per channel: ``alpha[e, i, j] = sum_n C_i[n]
+        exp(sum_{s=j+1..i} Delta_s[e] A[e, n]) Delta_j[e] B_j[n]`` for ``j <= i`` (0 after),
+        so that the scan's output is ``y_i[e] = sum_j alpha[e, i, j] u_j[e] + D[e] u_i[e]``.
+        Signed, and rows need not sum to 1.
+
+        ``x [batch, t, d_model]`` -> float32 ``[batch, E, t, t]``.
+        """
+        cfg = self.cfg
+        batch, t, _ = x.shape
+        history = jnp.zeros((batch, cfg.ssm_conv - 1, cfg.ssm_expand * cfg.d_model))
+        _, _, delta, b, c, _ = self._selective_inputs(x, history)
+        a = -jnp.exp(self.a_log[...])  # [E, N]
+        log_decay = jnp.cumsum(jnp.einsum("bte,en->bten", delta, a), axis=1)  # L_i
+        causal = jnp.tril(jnp.ones((t, t), bool))[None, :, :, None, None]
+        gap = log_decay[:, :, None] - log_decay[:, None, :]  # [b, i, j, E, N]: L_i - L_j
+        decay = jnp.where(causal, jnp.exp(jnp.where(causal, gap, 0.0)), 0.0)
+        return jnp.einsum("bin,bijen,bje,bjn->beij", c, decay, delta, b)
+
+    def __call__(self, x, positions, *, bias=None, state=None, start=0):
+        """``x [batch, t, d_model]`` -> ``([batch, t, d_model], state)`` (None without one)."""
+        cfg = self.cfg
+        batch, t, _ = x.shape
+        e = cfg.ssm_expand * cfg.d_model
+        history, h0 = state if state is not None else (jnp.zeros((batch, cfg.ssm_conv - 1, e)),
+                                                        None)
+        u, gate, delta, b, c, history = self._selective_inputs(x, history)
         a = -jnp.exp(self.a_log[...])  # [E, N]
         a_bar = jnp.exp(jnp.einsum("bte,en->bten", delta, a))  # zero-order hold
         bu = jnp.einsum("bte,btn,bte->bten", delta, b, u.astype(jnp.float32))  # Euler: Delta B u
