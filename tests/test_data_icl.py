@@ -251,6 +251,9 @@ def test_answer_weights_mark_the_queried_keys_values():
                         for b in range(8)])
     np.testing.assert_array_equal(np.broadcast_to(weights > 0, queried.shape), queried)
     assert icl.target_weights(dataclasses.replace(data, loss_on="all")) is None
+    # The optimum of the reported loss: every answer is determined by its context.
+    assert prepare(data).manifest["optimal_loss_nats"] == 0.0
+    assert prepare(dataclasses.replace(data, loss_on="all")).manifest["optimal_loss_nats"] > 0
 
 
 def test_the_answer_loss_is_the_cross_entropy_at_the_answers_alone():

@@ -249,11 +249,15 @@ class TaskCorpus:
     training stream and fixed validation set (the same methods as
     :class:`attnlab.data.Corpus`)."""
 
-    def __init__(self, task: TokenTask):
+    def __init__(self, task: TokenTask, weights: np.ndarray | None = None):
         self.task = task
         self.name = task.name
         self.vocab_size = task.vocab
         self.manifest = task.summary()
+        if weights is not None:  # the optimum of the loss the run reports: over scored targets
+            optimal = task.optimal_losses()
+            self.manifest.update(loss_on="answers", optimal_loss_nats=float(
+                (optimal * weights).sum() / weights.sum()))
         self.tokenizer = None  # ids are the task's symbols, not text
 
     def train_batches(self, seq_len: int, batch_size: int, seed: int, process_index: int = 0,
