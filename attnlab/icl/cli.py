@@ -1,11 +1,10 @@
 """``attnlab icl`` (a run on its in-context-learning task, beside the task's optimum) and
-``attnlab attention`` (every softmax head's attention map on one example, and its scores)."""
+``attnlab attention`` (every layer's token-mixing map on one example, and its heads' scores)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 from pathlib import Path
 
 from attnlab.cli_flags import Flag, parse
