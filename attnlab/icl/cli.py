@@ -164,8 +164,8 @@ def attention_main(argv: list[str]) -> int:
     from attnlab.icl.plots import plot_maps
 
     plot_maps([inspect.drawable(m[0]) for m in maps], labels, out_path,
-              titles=[k.mixer.name if k.mixer.map_is_distribution else f"{k.mixer.name} |alpha|"
-                      for k in kinds])
+              titles=[(k.mixer.name, "head") if k.mixer.map_is_distribution
+                      else (f"{k.mixer.name} |alpha|", "channels") for k in kinds])
     print(f"maps: {out_path}\nscores: {json_path}")
     return 0
 

@@ -50,7 +50,7 @@ def plot_maps(maps: list[np.ndarray], labels: list[str], path: Path,
               titles: list[str] | None = None) -> None:
     """A grid, one row per layer and one column per head, of ``[heads, t, t]`` maps in
     ``[0, 1]`` (query rows, key columns; :func:`attnlab.model.inspect.drawable`); ``titles``:
-    each layer's name (its mixer)."""
+    each layer's ``(name, column)``, e.g. ``("softmax", "head")`` (default: no name, heads)."""
     heads = max(m.shape[0] for m in maps)
     t = maps[0].shape[-1]
     size = 2.2 if t <= 64 else 3.2
@@ -64,8 +64,8 @@ def plot_maps(maps: list[np.ndarray], labels: list[str], path: Path,
                 ax.axis("off")
                 continue
             ax.imshow(weights[head], cmap="viridis", vmin=0, vmax=1, interpolation="nearest")
-            name = f"{titles[layer]}: " if titles else ""
-            ax.set_title(f"{name}layer {layer} head {head}", fontsize=7)
+            name, column = titles[layer] if titles else ("", "head")
+            ax.set_title(f"{name + ' ' if name else ''}L{layer} {column} {head}", fontsize=7)
             ax.set_xticks(ticks, [labels[i] for i in ticks] if t <= 24 else ticks, fontsize=5,
                           rotation=90)
             ax.set_yticks(ticks, [labels[i] for i in ticks] if t <= 24 else ticks, fontsize=5)
