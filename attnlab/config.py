@@ -36,6 +36,7 @@ DATA_SOURCES = ("pystdlib", "text_files", "markov", "induction", "mqar")  # plus
 # Synthetic in-context-learning token tasks (attnlab/data/icl.py): no text, no tokenizer.
 TASK_SOURCES = ("induction", "mqar")
 TASK_FIELDS = {"task_vocab": TASK_SOURCES, "mqar_pairs": ("mqar",)}
+LOSS_ON = ("all", "answers")  # data.loss_on: the targets a task's loss is taken on
 MOE_DISPATCHES = ("capacity", "dropless")
 
 
@@ -85,6 +86,7 @@ class ModelConfig:
     ssm_state: int = 16  # mamba: N, states per channel
     ssm_expand: int = 2  # mamba: E = ssm_expand * d_model channels
     ssm_conv: int = 4  # mamba: causal depthwise conv kernel
+    ssm_scan: str = "associative"  # mamba: associative (O(log T) depth) | sequential (fast on CPU)
     # Mixture of experts (attnlab/model/moe.py); the defaults are a dense FFN.
     moe: str = "none"  # none | token_choice: top-k routed experts, each a model.ffn of d_ff
     moe_experts: int = 8  # E
@@ -145,6 +147,7 @@ class DataConfig:
     # In-context learning tasks (attnlab/data/icl.py): induction, mqar.
     task_vocab: int = 64  # the task's ids: 0 .. task_vocab - 1
     mqar_pairs: int = 8  # mqar: key-value pairs per window (and as many queries)
+    loss_on: str = "all"  # mqar: "answers" scores only the queried keys' values (as Zoology)
     # Packed windows keep their documents apart: attention and recurrent states stop at the
     # end-of-document separator (attnlab/model/masks.py); reset_positions also restarts
     # positions at each document's first token.
@@ -442,6 +445,10 @@ def validate_data(d: DataConfig) -> None:
         if d.source not in sources and getattr(d, name) != defaults[name].default:
             raise ConfigError(f"data.{name}", f"is read only by data.source "
                               f"{' or '.join(sources)}; data.source={d.source} does not use it")
+    check_choice("data.loss_on", d.loss_on, LOSS_ON)
+    if d.loss_on == "answers" and d.source != "mqar":
+        raise ConfigError("data.loss_on", f"answers are mqar's (data.source=mqar); "
+                          f"data.source={d.source} is scored on every target (all)")
 
 
 def validate_train(t: TrainConfig) -> None:
@@ -491,6 +498,9 @@ def validate_sections(cfg: Config) -> None:
             raise ConfigError("train.branch_step", f"{cfg.train.branch_step} is past the start "
                               f"of this run's cooldown (step {start} of {cfg.total_steps}): a "
                               f"branch starts from the trunk's constant-LR phase")
+    if cfg.data.loss_on != "all" and cfg.model.objective != "clm":
+        raise ConfigError("data.loss_on", f"{cfg.data.loss_on} weights next-token targets; "
+                          f"model.objective={cfg.model.objective} chooses its own")
     if cfg.data.source in TASK_SOURCES:
         if cfg.model.vocab_size < cfg.data.task_vocab:
             raise ConfigError("model.vocab_size", f"{cfg.model.vocab_size} is smaller than the "

@@ -2,6 +2,7 @@
 exact optimal losses against brute-force enumeration / sampling, and the regression baselines
 against their closed-form expected errors (independent float64 references)."""
 
+import dataclasses
 import itertools
 import math
 
@@ -232,3 +233,69 @@ def test_a_task_run_resumed_from_a_checkpoint_ends_where_an_uninterrupted_one_do
     _, _, again = load_params(tmp_path / "crashed")
     for a, b in zip(jax.tree.leaves(finished), jax.tree.leaves(again), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+# ------------------------------------------------------------------------------------------
+# The loss on MQAR's answers (data.loss_on=answers, as Zoology trains)
+# ------------------------------------------------------------------------------------------
+
+
+def test_answer_weights_mark_the_queried_keys_values():
+    data = DataConfig(source="mqar", task_vocab=32, mqar_pairs=4, seq_len=20, loss_on="answers")
+    weights = icl.target_weights(data)
+    assert weights.shape == (20,) and set(np.unique(weights)) == {0.0, 1.0}
+    windows = prepare(data).train_batches(20, 8, seed=0)[0]
+    keys = (windows >= 1) & (windows <= icl.MQARTask(20, 32, 4).keys)
+    # Target t (window token t + 1) is an answer iff its input is a key seen before: a query.
+    queried = np.array([[keys[b, t] and windows[b, t] in windows[b, :t] for t in range(20)]
+                        for b in range(8)])
+    np.testing.assert_array_equal(np.broadcast_to(weights > 0, queried.shape), queried)
+    assert icl.target_weights(dataclasses.replace(data, loss_on="all")) is None
+    # The optimum of the reported loss: every answer is determined by its context.
+    assert prepare(data).manifest["optimal_loss_nats"] == 0.0
+    assert prepare(dataclasses.replace(data, loss_on="all")).manifest["optimal_loss_nats"] > 0
+
+
+def test_the_answer_loss_is_the_cross_entropy_at_the_answers_alone():
+    """Against a float64 log-softmax of the model's logits at the answers; the targets outside
+    the answers (here the padding) do not move the training loss or its gradient."""
+    import jax
+
+    from attnlab.model import apply, init_model
+    from attnlab.train.step import loss_grad_fn, make_eval_step, mean_loss
+
+    data = DataConfig(source="mqar", task_vocab=32, mqar_pairs=3, seq_len=16, loss_on="answers")
+    cfg = Config(model=ModelConfig(vocab_size=32, d_model=16, n_layers=1, n_heads=2, max_len=32,
+                                   ffn="none"), data=data)
+    graphdef, params = init_model(cfg.model, seed=0)
+    windows = prepare(data).train_batches(16, 4, seed=0)[0]
+    weights = icl.target_weights(data)
+    logits = np.asarray(apply(graphdef, params, windows[:, :-1]), np.float64)
+    shifted = logits - logits.max(-1, keepdims=True)
+    logp = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+    nll = -np.take_along_axis(logp, windows[:, 1:, None], axis=-1)[..., 0]
+    expected = nll[:, weights > 0].mean()
+    assert float(mean_loss(graphdef, params, windows, weights=weights)) == pytest.approx(
+        expected, rel=1e-5)
+    assert float(make_eval_step(graphdef, weights=weights)(params, windows)["loss"]) == \
+        pytest.approx(expected, rel=1e-5)
+    assert float(mean_loss(graphdef, params, windows)) == pytest.approx(nll.mean(), rel=1e-5)
+    # Padding targets (after the last answer) changed: same loss, same gradient.
+    changed = windows.copy()
+    changed[:, 4 * 3 + 1:] = 5
+    grad_fn = jax.jit(loss_grad_fn(graphdef, weights))
+    (m1, g1), (m2, g2) = grad_fn(params, windows, None, None), grad_fn(params, changed, None, None)
+    assert float(m1["loss"]) == float(m2["loss"])
+    for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+@pytest.mark.parametrize("data, model", [
+    (dict(source="induction", loss_on="answers"), {}),
+    (dict(source="pystdlib", loss_on="answers"), {}),
+    (dict(source="mqar", loss_on="queries"), {}),
+    (dict(source="mqar", loss_on="answers"), dict(objective="mlm")),
+])
+def test_the_answer_loss_is_refused_where_there_are_no_answers(data, model):
+    with pytest.raises(ConfigError, match="^config.data.loss_on"):
+        Config(model=ModelConfig(vocab_size=512, **model), data=DataConfig(**data))

@@ -13,11 +13,11 @@ from attnlab.config import Config, DataConfig, ModelConfig, TrainConfig
 from attnlab.data import icl
 
 
-def _train(tmp_path, data: DataConfig, name: str):
+def _train(tmp_path, data: DataConfig, name: str, **model):
     from attnlab.train import run
 
     cfg = Config(model=ModelConfig(vocab_size=32, d_model=16, n_layers=2, n_heads=2, max_len=32,
-                                   ffn="none"),
+                                   ffn="none", **model),
                  data=data,
                  train=TrainConfig(steps=4, warmup_steps=1, eval_every=4, eval_batches=1,
                                    log_every=2, checkpoint_every=4))
@@ -80,8 +80,24 @@ def test_attention_draws_every_head_and_scores_the_task_example(runs):
     assert np.shape(result["induction"]) == (2, 2)
 
 
+def test_attention_draws_a_hybrids_mamba_and_softmax_layers(tmp_path):
+    """Every mixer has a map; the heads' scores are kept for the maps that are distributions
+    (softmax), not for Mamba's signed per-channel maps."""
+    run = _train(tmp_path, DataConfig(source="induction", task_vocab=32, seq_len=20,
+                                      batch_size=4), "hybrid", mixer="mamba", attention_every=2,
+                 pos_encoding="none", ssm_scan="sequential")
+    out, scores = run / "maps.png", run / "maps.json"
+    assert cli.main(["attention", f"--run={run}", "--task-example", f"--out={out}",
+                     f"--json={scores}"]) == 0
+    assert matplotlib.image.imread(out).shape[1] > 8 * 100  # 8 columns: Mamba's channel groups
+    result = json.loads(scores.read_text())
+    assert result["mixers"] == ["mamba", "softmax"]
+    assert result["previous_token"][0] is None and len(result["previous_token"][1]) == 2
+    assert result["induction"][0] is None and result["best_induction_head"][0] == 1
+
+
 @pytest.mark.parametrize("scale, mixers, widths", [
-    ("cpu", {"softmax_rope", "linear", "mamba"}, {16, 32}),
+    ("cpu", {"softmax_rope", "linear", "mamba"}, {32, 64}),
     ("gpu", {"softmax_rope", "softmax_nope", "softmax_alibi", "window", "linear", "performer",
              "mamba", "hybrid"}, {64, 128, 256, 512}),
 ])

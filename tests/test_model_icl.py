@@ -123,11 +123,122 @@ def test_maps_reproduce_each_layers_output(overrides):
     np.testing.assert_allclose(np.asarray(out), np.asarray(expected), atol=1e-5)
 
 
-def test_layers_without_scores_have_no_map():
-    cfg = tiny(mixer="linear", attention_every=2, pos_encoding="none")
+def _block_input(graphdef, state, tokens):
+    """``(model, block 0, its stream x, what its mixer reads, positions)`` of ``tokens``."""
+    model = nnx.merge(graphdef, state)
+    positions = jnp.arange(tokens.shape[1])[None]
+    x = model.embed(tokens, positions)
+    block = model.layers()[0]
+    return model, block, x, block.mixer_input(x), positions
+
+
+def _elu1(x):
+    return np.where(x > 0, x + 1.0, np.exp(x))
+
+
+@pytest.mark.parametrize("overrides", [dict(mixer="linear", pos_encoding="none"),
+                                       dict(mixer="linear", pos_encoding="rope"),
+                                       dict(mixer="performer", pos_encoding="none")])
+def test_linear_attention_maps_reproduce_the_layers_output(overrides):
+    """Katharopoulos et al. 2020, eq. 6: ``out_i = sum_j A_ij v_j`` with ``A_ij = phi(q_i).
+    phi(k_j) / sum_{j' <= i} phi(q_i).phi(k_j')``; against float64 for elu+1 without RoPE."""
+    cfg = tiny(n_layers=1, **overrides)
+    graphdef, state = lm.init_model(cfg, seed=5)
+    tokens = jnp.asarray(np.random.default_rng(5).integers(0, 32, (2, 7)), jnp.int32)
+    (weights,) = inspect.attention_maps(graphdef, state, tokens)
+    assert weights.shape == (2, 2, 7, 7)
+    np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-5)
+    assert np.all(np.triu(weights, 1) == 0) and weights.min() >= 0
+    model, block, x, h, positions = _block_input(graphdef, state, tokens)
+    v = block.attn.v_proj(h).reshape(2, 7, cfg.n_heads, cfg.head_dim)
+    mixed = jnp.einsum("bhqk,bkhd->bqhd", weights, v).reshape(2, 7, cfg.d_model)
+    out, _ = block(x, positions, bias=model.bias(0))
+    np.testing.assert_allclose(np.asarray(out), np.asarray(x + block.attn.o_proj(mixed)),
+                               atol=2e-5)
+    if overrides == dict(mixer="linear", pos_encoding="none"):
+        h64 = np.asarray(h, np.float64)
+        q, k = (h64 @ _f64(getattr(block.attn, n).kernel) for n in ("q_proj", "k_proj"))
+        q, k = (a.reshape(2, 7, cfg.n_heads, cfg.head_dim) for a in (q, k))
+        scores = np.einsum("bqhd,bkhd->bhqk", _elu1(q), _elu1(k)) * np.tril(np.ones((7, 7)))
+        np.testing.assert_allclose(weights, scores / scores.sum(-1, keepdims=True), atol=1e-5)
+
+
+def _softplus(x):
+    return np.log1p(np.exp(x))
+
+
+def _silu(x):
+    return x / (1 + np.exp(-x))
+
+
+def test_mambas_hidden_attention_equals_the_float64_scan_and_reproduces_the_layer():
+    """Ali et al. 2024: unrolling ``h_i = A_bar_i h_{i-1} + B_bar_i u_i``, ``y_i = C_i h_i``
+    gives ``y_i = sum_{j <= i} C_i (prod_{s=j+1..i} A_bar_s) B_bar_j u_j``: the map, per
+    channel, against float64 products of the discretised parameters, and the layer's output
+    rebuilt from it (``(alpha u + D u) * SiLU(gate)``, then ``W_out``)."""
+    cfg = tiny(n_layers=1, mixer="mamba", pos_encoding="none", ssm_state=4)
+    graphdef, state = lm.init_model(cfg, seed=6)
+    tokens = jnp.asarray(np.random.default_rng(6).integers(0, 32, (2, 6)), jnp.int32)
+    (alpha,) = inspect.attention_maps(graphdef, state, tokens)
+    e, t, n = cfg.ssm_expand * cfg.d_model, 6, cfg.ssm_state
+    assert alpha.shape == (2, e, t, t) and np.all(np.triu(alpha, 1) == 0)
+    assert inspect.attention_maps(graphdef, state, tokens, distributions_only=True) == [None]
+    model, block, x, h, positions = _block_input(graphdef, state, tokens)
+    ssm = block.attn
+    p = {k: _f64(v) for k, v in nnx.to_pure_dict(nnx.state(ssm, nnx.Param)).items()
+         if not isinstance(v, dict)}
+    dense = {k: _f64(getattr(ssm, k).kernel) for k in ("in_proj", "x_proj", "dt_proj",
+                                                        "out_proj")}
+    r = -(-cfg.d_model // 16)
+    ug = np.asarray(h, np.float64) @ dense["in_proj"]
+    u, gate = ug[..., :e], ug[..., e:]
+    taps = p["conv_kernel"].shape[0]
+    padded = np.concatenate([np.zeros((2, taps - 1, e)), u], axis=1)
+    u = _silu(np.stack([(padded[:, i:i + taps] * p["conv_kernel"]).sum(1) for i in range(t)], 1)
+              + p["conv_bias"])
+    dbc = u @ dense["x_proj"]
+    delta = _softplus(dbc[..., :r] @ dense["dt_proj"] + p["dt_bias"])  # [b, t, E]
+    bmat, cmat = dbc[..., r:r + n], dbc[..., r + n:]
+    a_bar = np.exp(delta[..., None] * -np.exp(p["a_log"]))  # [b, t, E, N]
+    want = np.zeros((2, e, t, t))
+    for i in range(t):
+        for j in range(i + 1):
+            decay = np.prod(a_bar[:, j + 1:i + 1], axis=1)  # [b, E, N]
+            b_bar = delta[:, j, :, None] * bmat[:, j, None, :]
+            want[:, :, i, j] = (cmat[:, i, None, :] * decay * b_bar).sum(-1)
+    np.testing.assert_allclose(alpha, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
+    y = np.einsum("beij,bje->bie", want, u) + p["d_skip"] * u
+    rebuilt = np.asarray(x, np.float64) + (y * _silu(gate)) @ dense["out_proj"]
+    out, _ = block(x, positions, bias=model.bias(0))
+    np.testing.assert_allclose(np.asarray(out), rebuilt, rtol=1e-4, atol=1e-4)
+
+
+def test_ngpt_maps_reproduce_its_attention():
+    cfg = tiny(n_layers=1, ngpt=True, pos_encoding="rope", ffn="swiglu")
+    graphdef, state = lm.init_model(cfg, seed=7)
+    tokens = jnp.asarray(np.random.default_rng(7).integers(0, 32, (2, 7)), jnp.int32)
+    (weights,) = inspect.attention_maps(graphdef, state, tokens)
+    np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-5)
+    assert np.all(np.triu(weights, 1) == 0)
+    model, block, x, h, positions = _block_input(graphdef, state, tokens)
+    v = block.attn.v_proj(h).reshape(2, 7, cfg.n_heads, cfg.head_dim)
+    mixed = jnp.einsum("bhqk,bkhd->bqhd", weights, v).reshape(2, 7, cfg.d_model)
+    update, _ = block.attn(h, positions, bias=model.bias(0))
+    np.testing.assert_allclose(np.asarray(update), np.asarray(block.attn.o_proj(mixed)),
+                               atol=2e-5)
+
+
+def test_a_hybrids_maps_are_per_layer():
+    cfg = tiny(mixer="mamba", attention_every=2, pos_encoding="none")
     graphdef, state = lm.init_model(cfg, seed=0)
     maps = inspect.attention_maps(graphdef, state, np.zeros((1, 5), np.int32))
-    assert maps[0] is None and maps[1].shape == (1, 2, 5, 5)
+    assert maps[0].shape == (1, cfg.ssm_expand * cfg.d_model, 5, 5)
+    assert maps[1].shape == (1, 2, 5, 5)
+    only = inspect.attention_maps(graphdef, state, np.zeros((1, 5), np.int32),
+                                  distributions_only=True)
+    assert only[0] is None and only[1].shape == (1, 2, 5, 5)
+    drawn = inspect.drawable(maps[0][0])
+    assert drawn.shape == (8, 5, 5) and drawn.min() >= 0 and np.allclose(drawn.max(-1), 1)
 
 
 def test_vector_read_in_and_read_out_equal_the_float64_reference():

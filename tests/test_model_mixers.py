@@ -27,7 +27,7 @@ from attnlab.model.linear_attention import (
     orthogonal_features,
 )
 from attnlab.model import attention, mamba
-from attnlab.model.mamba import causal_conv, selective_scan
+from attnlab.model.mamba import causal_conv
 from attnlab.model import MIXERS, resolve
 
 MIXER_CONFIGS = {
@@ -201,13 +201,14 @@ def test_performer_estimate_of_softmax_attention_improves_with_more_features():
 # --------------------------------------------------------------------------------------------
 
 
-def test_associative_scan_equals_the_sequential_recurrence():
+@pytest.mark.parametrize("scan", ["associative", "sequential"])
+def test_both_scans_equal_the_sequential_recurrence(scan):
     rng = np.random.default_rng(0)
     a = rng.uniform(0.5, 1.0, (2, 17, 3, 4))
     bu = rng.standard_normal((2, 17, 3, 4))
     h0 = rng.standard_normal((2, 3, 4))
-    h = selective_scan(jnp.asarray(a, jnp.float32), jnp.asarray(bu, jnp.float32),
-                       jnp.asarray(h0, jnp.float32))
+    h = mamba.SCANS[scan](jnp.asarray(a, jnp.float32), jnp.asarray(bu, jnp.float32),
+                          jnp.asarray(h0, jnp.float32))
     state, expected = h0, []
     for t in range(17):
         state = a[:, t] * state + bu[:, t]
@@ -225,8 +226,9 @@ def test_causal_conv_carries_its_window():
     np.testing.assert_allclose(np.concatenate([first, second], 1), whole, rtol=1e-6)
 
 
-def test_mamba_layer_equals_the_float64_sequential_reference():
-    cfg = small(mixer="mamba", pos_encoding="none")
+@pytest.mark.parametrize("scan", ["associative", "sequential"])
+def test_mamba_layer_equals_the_float64_sequential_reference(scan):
+    cfg = small(mixer="mamba", pos_encoding="none", ssm_scan=scan)
     module = mixers_of(cfg)[0].build(nnx.Rngs(params=0))
     p = layer_params(module)
     x = np.random.default_rng(1).standard_normal((2, 10, cfg.d_model))
@@ -360,7 +362,7 @@ def test_mixer_flops_match_xlas_cost_analysis(name, monkeypatch):
     if name == "mamba":
         # The scan's XLA cost: the same program with the scan swapped for one add (1 FLOP per
         # state element, taken back out).
-        monkeypatch.setattr(mamba, "selective_scan", lambda a_bar, bu, h0=None: a_bar + bu)
+        monkeypatch.setitem(mamba.SCANS, cfg.ssm_scan, lambda a_bar, bu, h0=None: a_bar + bu)
         state_elements = cfg.ssm_expand * cfg.d_model * cfg.ssm_state
         xla_scan = xla - (xla_flops_per_token(module, SEQ) - state_elements)
         ours_scan = mamba.forward_flops(cfg)["scan"]
@@ -401,6 +403,7 @@ def test_flops_per_token_sums_the_layers_mixers():
     (dict(mixer="performer", mixer_features=0), "model.mixer_features"),
     (dict(mixer="linear", mixer_chunk=0), "model.mixer_chunk"),
     (dict(mixer="mamba", pos_encoding="none", ssm_state=0), "model.ssm_state"),
+    (dict(mixer="mamba", pos_encoding="none", ssm_scan="parallel"), "model.ssm_scan"),
     (dict(mixer="transformer-xl"), "model.mixer"),
 ])
 def test_bad_combinations_are_refused_at_config_time(overrides, field):

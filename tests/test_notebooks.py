@@ -89,3 +89,22 @@ def test_pe_extrapolation_notebook_runs_on_a_tiny_study(tmp_path, monkeypatch):
     for name in ("ratio_nonoverlapping", "positions"):
         assert (figures / f"{name}.png").read_bytes().startswith(PNG_MAGIC), name
     assert images(notebook) == 2
+
+
+@pytest.mark.slow
+def test_icl_notebook_runs_on_a_tiny_mqar_run(tmp_path, monkeypatch):
+    from attnlab.config import Config, DataConfig, ModelConfig, TrainConfig
+    from attnlab.train import run
+
+    cfg = Config(model=ModelConfig(vocab_size=32, d_model=16, n_layers=2, n_heads=2, max_len=32,
+                                   ffn="none", mixer="mamba", attention_every=2,
+                                   pos_encoding="none", ssm_scan="sequential"),
+                 data=DataConfig(source="mqar", task_vocab=32, mqar_pairs=4, seq_len=16,
+                                 batch_size=4, loss_on="answers"),
+                 train=TrainConfig(steps=2, warmup_steps=1, eval_every=2, eval_batches=1,
+                                   log_every=1, checkpoint_every=2))
+    assert run(cfg, tmp_path / "run", progress=False)["status"] == "completed"
+    monkeypatch.setenv("ATTNLAB_ICL_RUN", str(tmp_path / "run"))
+    notebook = execute("icl.ipynb")
+    assert "pairs: accuracy" in printed(notebook)
+    assert images(notebook) == 3  # the recall curve, then one row of maps per layer

@@ -126,7 +126,7 @@ def prepare(cfg: DataConfig) -> Corpus | icl.TaskCorpus:
     """
     validate_data(cfg)
     if cfg.source in TASK_SOURCES:
-        return icl.TaskCorpus(icl.token_task(cfg))
+        return icl.TaskCorpus(icl.token_task(cfg), icl.target_weights(cfg))
     if cfg.tokenizer == "bpe" and cfg.bpe_vocab_size <= 256:
         raise ConfigError(
             "data.bpe_vocab_size", f"must exceed the 256 byte tokens, got {cfg.bpe_vocab_size}"

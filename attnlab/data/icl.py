@@ -206,6 +206,16 @@ def token_task(cfg) -> TokenTask:
     return task
 
 
+def target_weights(cfg) -> np.ndarray | None:
+    """``[seq_len]`` float32: each next-token target's weight in the loss of a data config,
+    or None (every target, ``data.loss_on=all``). ``answers``: MQAR's answers alone, as Zoology
+    trains (its labels are ignored elsewhere): the random keys and values of the context are
+    noise no model can predict, and they would outweigh the recall 3 to 1 in the loss."""
+    if cfg.loss_on == "all":
+        return None
+    return token_task(cfg).answer_targets().astype(np.float32)
+
+
 class TaskBatches:
     """``batches[i]`` -> [batch_size // process_count, seq_len + 1] int32, this process's rows
     of global batch i; the interface of :class:`attnlab.data.Batches` (an endless stream:
@@ -239,11 +249,15 @@ class TaskCorpus:
     training stream and fixed validation set (the same methods as
     :class:`attnlab.data.Corpus`)."""
 
-    def __init__(self, task: TokenTask):
+    def __init__(self, task: TokenTask, weights: np.ndarray | None = None):
         self.task = task
         self.name = task.name
         self.vocab_size = task.vocab
         self.manifest = task.summary()
+        if weights is not None:  # the optimum of the loss the run reports: over scored targets
+            optimal = task.optimal_losses()
+            self.manifest.update(loss_on="answers", optimal_loss_nats=float(
+                (optimal * weights).sum() / weights.sum()))
         self.tokenizer = None  # ids are the task's symbols, not text
 
     def train_batches(self, seq_len: int, batch_size: int, seed: int, process_index: int = 0,

@@ -1,11 +1,10 @@
 """``attnlab icl`` (a run on its in-context-learning task, beside the task's optimum) and
-``attnlab attention`` (every softmax head's attention map on one example, and its scores)."""
+``attnlab attention`` (every layer's token-mixing map on one example, and its heads' scores)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 from pathlib import Path
 
 from attnlab.cli_flags import Flag, parse
@@ -76,7 +75,7 @@ def icl_main(argv: list[str]) -> int:
     if cfg.data.source not in icl_data.TOKEN_TASKS:
         raise AttnlabError(f"--run={run} trained on data.source={cfg.data.source}, not an "
                            f"in-context learning task ({', '.join(icl_data.TOKEN_TASKS)})")
-    if pairs and cfg.data.source != icl_data.MQARTask.name:
+    if pairs and not isinstance(icl_data.token_task(cfg.data), icl_data.MQARTask):
         raise AttnlabError(f"--pairs applies to mqar runs; --run={run} trained on "
                            f"{cfg.data.source}")
     task = icl_data.token_task(cfg.data)
@@ -102,18 +101,9 @@ def icl_main(argv: list[str]) -> int:
 
 
 def _print_result(result: dict) -> None:
-    if result["task"] == "induction":
-        print(f"repeat loss {result['repeat_loss']:.4f} nats/token = "
-              f"{result['repeat_loss_over_ln_vocab']:.3f} ln V (ln V = {result['ln_vocab']:.3f}); "
-              f"mean loss {result['loss']:.4f} (optimum {result['optimal_loss']:.4f})")
-        head = result["best_induction_head"]
-        if head is not None:
-            print(f"best induction head: layer {head[0]} head {head[1]}, score "
-                  f"{result['induction_score']:.3f}")
-    else:
-        for n, acc in zip(result["pairs"], result["accuracy"]):
-            print(f"{n:>4} pairs: accuracy {acc:.4f}")
-    sys.stdout.flush()
+    from attnlab.icl.evaluate import report_of
+
+    print("\n".join(report_of(result).lines(result)), flush=True)
 
 
 def attention_main(argv: list[str]) -> int:
@@ -161,18 +151,21 @@ def attention_main(argv: list[str]) -> int:
                            "single stack's maps, not the encoder-decoder's")
     cfg, graphdef, params = load_params(run, values.step)
     maps = inspect.attention_maps(graphdef, params, tokens)
-    if all(m is None for m in maps):
-        raise AttnlabError(f"model.mixer={cfg.model.mixer}: no layer forms attention weights "
-                           "to draw")
+    kinds = resolve(cfg.model).stack.layers
+    # The scores read a map as where a head attends: Mamba's signed channel maps are drawn only.
+    attending = [m if kind.mixer.map_is_distribution else None for m, kind in zip(maps, kinds)]
     result = {"run": str(run), "tokens": tokens[0].tolist(),
+              "mixers": [kind.mixer.name for kind in kinds],
               "previous_token": [None if m is None else inspect.previous_token_scores(m).tolist()
-                                 for m in maps]}
+                                 for m in attending]}
     if isinstance(task, icl_data.InductionTask):
-        result.update(inspect.head_scores(maps, task.prefixes(tokens)))
+        result.update(inspect.head_scores(attending, task.prefixes(tokens)))
     json_path.write_text(json.dumps(result, indent=2))
     from attnlab.icl.plots import plot_maps
 
-    plot_maps([None if m is None else m[0] for m in maps], labels, out_path)
+    plot_maps([inspect.drawable(m[0]) for m in maps], labels, out_path,
+              titles=[(k.mixer.name, "head") if k.mixer.map_is_distribution
+                      else (f"{k.mixer.name} |alpha|", "channels") for k in kinds])
     print(f"maps: {out_path}\nscores: {json_path}")
     return 0
 
@@ -182,7 +175,7 @@ def _sweep_main(values) -> int:
     and headline number), the table, the JSON of all results and the plot."""
     import pandas as pd
 
-    from attnlab.icl.evaluate import evaluate_run
+    from attnlab.icl.evaluate import evaluate_run, report_of
     from attnlab.icl.plots import plot_sweep
     from attnlab.train.load import load_params
 
@@ -200,13 +193,12 @@ def _sweep_main(values) -> int:
         result = evaluate_run(cfg, graphdef, params, batch_size=cfg.data.batch_size,
                               n_batches=values.batches)
         variant = next((str(v) for k, v in axes.items() if "." not in k), cfg.model.mixer)
-        headline = ("accuracy_at_trained_pairs" if "accuracy_at_trained_pairs" in result
-                    else "repeat_loss")
+        report = report_of(result)
+        headline = report.headline
         rows.append({"run_id": run.name, "variant": variant, "mixer": cfg.model.mixer,
                      "d_model": cfg.model.d_model, "n_layers": cfg.model.n_layers,
                      "task": result["task"], headline: result[headline],
-                     **({"accuracy_stderr": result["accuracy_stderr"]}
-                        if "accuracy_stderr" in result else {})})
+                     "stderr": result[report.headline_stderr]})
         results[run.name] = result
         print(f"{run.name}: {variant} d_model={cfg.model.d_model} {headline} "
               f"{result[headline]:.4f}", flush=True)
@@ -215,7 +207,10 @@ def _sweep_main(values) -> int:
     table = pd.DataFrame(rows).sort_values(["variant", "d_model"])
     table.to_csv(sweep / "icl_table.csv", index=False)
     (sweep / "icl.json").write_text(json.dumps(results, indent=2))
-    plot_sweep(table, sweep / "icl_accuracy.png")
+    if table["task"].nunique() > 1:
+        raise AttnlabError(f"--sweep={sweep}: its runs train on different tasks "
+                           f"({', '.join(sorted(table['task'].unique()))}); one table holds one")
+    plot_sweep(table, sweep / "icl_accuracy.png", report.headline, report.headline_label)
     print(table.to_string(index=False))
     print(f"table: {sweep / 'icl_table.csv'}\nplot: {sweep / 'icl_accuracy.png'}")
     return 0

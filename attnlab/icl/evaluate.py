@@ -58,7 +58,8 @@ def evaluate_induction(cfg: Config, graphdef, params, task: icl.InductionTask, *
     per_position = losses.mean(axis=0)
     repeat = task.repeat_targets(windows)  # [windows, seq_len]
     optimal = task.optimal_losses()
-    maps = inspect.attention_maps(graphdef, params, windows[:map_rows, :-1])
+    maps = inspect.attention_maps(graphdef, params, windows[:map_rows, :-1],
+                                  distributions_only=True)
     scores = inspect.head_scores(maps, task.prefixes(windows[:map_rows]))
     best = scores["best_induction_head"]
     ln_vocab = math.log(task.vocab)
@@ -110,17 +111,87 @@ def evaluate_mqar(cfg: Config, graphdef, params, task: icl.MQARTask, *, batch_si
     }
 
 
+class TaskReport:
+    """What ``attnlab icl`` does with one task's runs: evaluate them, the headline number a sweep
+    tabulates per run (``headline``, a key of the result, drawn against width with
+    ``headline_label``), the lines it prints and the picture of one result.
+
+    Adding a task is one subclass and one line in :data:`REPORTS`."""
+
+    task: type = icl.TokenTask
+    headline = ""
+    headline_stderr = ""  # the headline's standard error in the result ("" if none)
+    headline_label = ""
+
+    def evaluate(self, cfg: Config, graphdef, params, task, **kwargs) -> dict:
+        raise NotImplementedError
+
+    def lines(self, result: dict) -> list[str]:
+        raise NotImplementedError
+
+    def plot(self, result: dict, ax) -> None:
+        raise NotImplementedError
+
+
+class InductionReport(TaskReport):
+    task = icl.InductionTask
+    headline = "repeat_loss"
+    headline_stderr = "repeat_loss_stderr"
+    headline_label = "repeat loss (nats)"
+
+    def evaluate(self, cfg, graphdef, params, task, **kwargs):
+        return evaluate_induction(cfg, graphdef, params, task, **kwargs)
+
+    def lines(self, result):
+        out = [f"repeat loss {result['repeat_loss']:.4f} nats/token = "
+               f"{result['repeat_loss_over_ln_vocab']:.3f} ln V (ln V = "
+               f"{result['ln_vocab']:.3f}); mean loss {result['loss']:.4f} (optimum "
+               f"{result['optimal_loss']:.4f})"]
+        head = result["best_induction_head"]
+        if head is not None:
+            out.append(f"best induction head: layer {head[0]} head {head[1]}, score "
+                       f"{result['induction_score']:.3f}")
+        return out
+
+    def plot(self, result, ax):
+        from attnlab.icl.plots import draw_repeat_loss
+        draw_repeat_loss(result, ax)
+
+
+class MQARReport(TaskReport):
+    task = icl.MQARTask
+    headline = "accuracy_at_trained_pairs"
+    headline_stderr = "accuracy_stderr"
+    headline_label = "recall accuracy"
+
+    def evaluate(self, cfg, graphdef, params, task, **kwargs):
+        return evaluate_mqar(cfg, graphdef, params, task, **kwargs)
+
+    def lines(self, result):
+        return [f"{n:>4} pairs: accuracy {acc:.4f}"
+                for n, acc in zip(result["pairs"], result["accuracy"])]
+
+    def plot(self, result, ax):
+        from attnlab.icl.plots import draw_recall
+        draw_recall(result, ax)
+
+
+REPORTS = {r.task.name: r for r in (InductionReport(), MQARReport())}
+
+
+def report_of(result: dict) -> TaskReport:
+    """The report of an evaluation's task (``result["task"]``)."""
+    return REPORTS[result["task"]]
+
+
 def evaluate_run(cfg: Config, graphdef, params, **kwargs) -> dict:
     """The evaluation of ``cfg``'s own task (``data.source``)."""
-    if cfg.data.source not in icl.TOKEN_TASKS:
+    if cfg.data.source not in REPORTS:
         raise ConfigError("data.source", f"{cfg.data.source} is not an in-context learning "
-                          f"task; attnlab icl evaluates runs of {', '.join(icl.TOKEN_TASKS)}")
+                          f"task; attnlab icl evaluates runs of {', '.join(REPORTS)}")
     arch = resolve(cfg.model)
     if not arch.objective.causal or arch.decoder is not None:
         raise ConfigError("model.objective", f"{cfg.model.objective}: attnlab icl evaluates "
                           "causal decoders (clm)")
     task = icl.token_task(cfg.data)
-    return EVALUATORS[type(task)](cfg, graphdef, params, task, **kwargs)
-
-
-EVALUATORS = {icl.InductionTask: evaluate_induction, icl.MQARTask: evaluate_mqar}
+    return REPORTS[task.name].evaluate(cfg, graphdef, params, task, **kwargs)

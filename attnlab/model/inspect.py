@@ -23,11 +23,19 @@ from flax import nnx
 from attnlab.model.transformer import positions_for
 
 
-def attention_maps(graphdef: nnx.GraphDef, state: nnx.State, tokens) -> list[np.ndarray | None]:
-    """Each layer's attention weights on ``tokens`` (int32 ``[batch, t]``): float32
-    ``[batch, heads, t, t]`` for a softmax-attention layer, None for a mixer that forms no
-    scores (linear attention, Performer, Mamba) and for nGPT's attention. The layers run as in
-    the forward pass."""
+def attention_maps(graphdef: nnx.GraphDef, state: nnx.State, tokens,
+                   distributions_only: bool = False) -> list[np.ndarray | None]:
+    """Each layer's token-mixing map on ``tokens`` (int32 ``[batch, t]``), float32 ``[batch,
+    heads, t, t]`` (query rows, key columns), as the mixer's ``weights`` forms it:
+
+    * softmax attention (nGPT's too): the attention weights;
+    * linear attention and Performer: ``phi(q).phi(k)`` normalised over the keys
+      (:func:`attnlab.model.linear_attention.linear_attention_weights`);
+    * Mamba: the implicit attention of the selective scan, one signed map per channel
+      (``heads`` = E; :meth:`attnlab.model.mamba.SelectiveSSM.weights`).
+
+    ``distributions_only``: None for the layers whose maps are not distributions over the keys
+    (Mamba's; ``map_is_distribution``). The layers run as in the forward pass."""
     model = nnx.merge(graphdef, state)
     tokens = jnp.asarray(tokens, jnp.int32)
     batch, t = tokens.shape
@@ -36,13 +44,26 @@ def attention_maps(graphdef: nnx.GraphDef, state: nnx.State, tokens) -> list[np.
     maps = []
     for layer, (block, kind) in enumerate(zip(model.layers(), model.arch.stack.layers)):
         bias = model.bias(layer)
-        if kind.mixer.forms_scores and hasattr(block.attn, "weights"):  # nGPT's has none yet
+        if kind.mixer.map_is_distribution or not distributions_only:
             weights = block.attn.weights(block.mixer_input(x), positions, bias=bias)
             maps.append(np.asarray(weights, np.float32))
         else:
             maps.append(None)
         x, _ = block(x, positions, bias=bias)
     return maps
+
+
+def drawable(weights: np.ndarray, columns: int = 8) -> np.ndarray:
+    """One window's maps ``[heads, t, t]`` as at most ``columns`` pictures in ``[0, 1]``: as
+    they are when they fit and are distributions; otherwise (Mamba's ``E`` signed channel maps)
+    the mean ``|alpha|`` of ``columns`` equal groups of channels, each row scaled by its
+    largest entry."""
+    heads = weights.shape[0]
+    if heads <= columns and weights.min() >= 0 and weights.max() <= 1 + 1e-5:
+        return weights
+    groups = np.array_split(np.abs(weights), min(columns, heads), axis=0)
+    out = np.stack([g.mean(axis=0) for g in groups])
+    return out / np.maximum(out.max(axis=-1, keepdims=True), 1e-30)
 
 
 def previous_token_scores(weights: np.ndarray) -> np.ndarray:

@@ -148,6 +148,24 @@ def causal_linear_attention(phi_q, phi_k, v, state=None, *, chunk: int, document
     return out, state
 
 
+def linear_attention_weights(phi_q, phi_k) -> jax.Array:
+    """The token-mixing matrix of causal linear attention (Katharopoulos et al. 2020, eq. 6):
+    ``A[i, j] = phi(q_i).phi(k_j) / (sum_{j' <= i} phi(q_i).phi(k_j') + EPS)`` for ``j <= i``,
+    0 after, so that ``out_i = sum_j A[i, j] v_j`` (:func:`causal_linear_attention`'s output);
+    rows are non-negative and sum to 1 (to ``EPS``).
+
+    Args:
+      phi_q, phi_k: features ``[batch, t, heads, m]`` (positive).
+
+    Returns:
+      float32 ``[batch, heads, t, t]``.
+    """
+    t = phi_q.shape[1]
+    scores = jnp.einsum("bqhm,bkhm->bhqk", phi_q.astype(jnp.float32), phi_k.astype(jnp.float32))
+    scores = scores * jnp.tril(jnp.ones((t, t), jnp.float32))
+    return scores / (scores.sum(axis=-1, keepdims=True) + EPS)
+
+
 class LinearAttention(nnx.Module):
     """Causal linear attention with ``phi`` = elu+1 (``features=None``) or FAVOR+ (``features=m``).
 
@@ -181,17 +199,29 @@ class LinearAttention(nnx.Module):
         w = orthogonal_features(self.features, self.cfg.head_dim, (FEATURE_SEED, self.layer))
         return favor_features(x.astype(jnp.float32) * self.cfg.head_dim**-0.25, jnp.asarray(w))
 
-    def __call__(self, x, positions, *, bias=None, documents=None, state=None, start=0):
-        """``x [batch, t, d_model]`` -> ``([batch, t, d_model], state)`` (None without one);
-        ``documents``: each token's document span (the state restarts at each document)."""
+    def _features(self, x, positions):
+        """``(phi(q), phi(k), v)`` of ``x [batch, t, d_model]``, each ``[batch, t, heads, .]``."""
         cfg = self.cfg
         batch, t, _ = x.shape
         q = self.q_proj(x).reshape(batch, t, cfg.n_heads, cfg.head_dim)
         k = self.k_proj(x).reshape(batch, t, cfg.n_heads, cfg.head_dim)
         v = self.v_proj(x).reshape(batch, t, cfg.n_heads, cfg.head_dim)
         q, k = self.encoding.transform_qk(q, k, positions)
-        out, new_state = causal_linear_attention(
-            self.feature_map(q), self.feature_map(k), v, state, chunk=cfg.mixer_chunk,
-            documents=documents, start=start)
+        return self.feature_map(q), self.feature_map(k), v
+
+    def weights(self, x, positions, *, bias=None) -> jax.Array:
+        """Every head's normalised ``phi(q).phi(k)`` map over ``x [batch, t, d_model]``
+        (:func:`linear_attention_weights`): float32 ``[batch, heads, t, t]``."""
+        phi_q, phi_k, _ = self._features(x, positions)
+        return linear_attention_weights(phi_q, phi_k)
+
+    def __call__(self, x, positions, *, bias=None, documents=None, state=None, start=0):
+        """``x [batch, t, d_model]`` -> ``([batch, t, d_model], state)`` (None without one);
+        ``documents``: each token's document span (the state restarts at each document)."""
+        cfg = self.cfg
+        batch, t, _ = x.shape
+        phi_q, phi_k, v = self._features(x, positions)
+        out, new_state = causal_linear_attention(phi_q, phi_k, v, state, chunk=cfg.mixer_chunk,
+                                                 documents=documents, start=start)
         out = out.astype(x.dtype).reshape(batch, t, cfg.n_heads * cfg.head_dim)
         return self.o_proj(out), (None if state is None else new_state)

@@ -57,7 +57,10 @@ class SequenceMixer:
     features), so its layers cannot be stacked into one scanned module; ``fields``: the
     ``model.*`` fields only this mixer reads; ``undecayed``: names of its module's own
     parameters that weight decay must not touch (Mamba's ``A_log`` and ``D``), whatever their
-    shape; the optimizer asks :meth:`Architecture.undecayed`.
+    shape; the optimizer asks :meth:`Architecture.undecayed`; ``map_is_distribution``: the rows
+    of its module's token-mixing map (``module.weights(x, positions, bias=)``, drawn by
+    ``attnlab attention``) are non-negative and sum to 1, so a head's map is where it attends
+    and the induction / previous-token scores apply.
     """
 
     cfg: ModelConfig = dataclasses.field(repr=False)
@@ -69,6 +72,7 @@ class SequenceMixer:
 
     name = ""
     forms_scores = False
+    map_is_distribution = True
     layer_constants = False
     mup_rule = False  # a published muP rule exists (model.parameterization=mup)
     fields = ()
@@ -241,9 +245,10 @@ class Mamba(SequenceMixer):
     """The selective SSM of Mamba (Gu & Dao 2023), :class:`attnlab.model.mamba.SelectiveSSM`."""
 
     name = "mamba"
-    fields = ("ssm_state", "ssm_expand", "ssm_conv")
+    fields = ("ssm_state", "ssm_expand", "ssm_conv", "ssm_scan")
     # Mamba's _no_weight_decay: decay would pull A = -exp(A_log) towards -1 and D towards 0.
     undecayed = ("a_log", "d_skip")
+    map_is_distribution = False  # the hidden attention is signed: one map per channel
 
     def validate(self):
         cfg = self.cfg
@@ -257,6 +262,9 @@ class Mamba(SequenceMixer):
         for name in ("ssm_state", "ssm_expand", "ssm_conv"):
             if getattr(cfg, name) <= 0:
                 raise ConfigError(f"model.{name}", f"must be positive, got {getattr(cfg, name)}")
+        if cfg.ssm_scan not in mamba.SCANS:
+            raise ConfigError("model.ssm_scan", f"unknown scan {cfg.ssm_scan!r}; valid scans are "
+                              f"{', '.join(mamba.SCANS)}")
 
     def build(self, rngs):
         return mamba.SelectiveSSM(self.cfg, rngs=rngs)

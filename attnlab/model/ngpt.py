@@ -33,7 +33,7 @@ from flax import nnx
 
 from attnlab.config import ModelConfig, TrainConfig
 from attnlab.errors import ConfigError
-from attnlab.model.attention import dot_product_attention
+from attnlab.model.attention import attention_scores, dot_product_attention
 from attnlab.model.blocks import BlockKind
 from attnlab.model.ffn import SwiGLU
 from attnlab.model.layers import dense
@@ -119,15 +119,31 @@ class NGPTAttention(nnx.Module):
         self.o_proj = dense(cfg, cfg.n_heads * hd, d, cfg.init_std, rngs)
         self.s_qk = Scale(hd, 1.0, 1.0 / math.sqrt(d))
 
-    def __call__(self, x, positions, *, bias=None, documents=None, state=None, start=0):
+    def _queries_keys(self, x, positions):
+        """``(q [b, t, heads, hd], k [b, t, kv_heads, hd])``: unit per head, then ``s_qk``."""
         cfg = self.cfg
         batch, t, _ = x.shape
         q = self.q_proj(x).reshape(batch, t, cfg.n_heads, cfg.head_dim)
         k = self.k_proj(x).reshape(batch, t, cfg.kv_heads, cfg.head_dim)
-        v = self.v_proj(x).reshape(batch, t, cfg.kv_heads, cfg.head_dim)
         q, k = self.encoding.transform_qk(q, k, positions)
         s_qk = self.s_qk().astype(q.dtype)
-        q, k = s_qk * unit(q), s_qk * unit(k)  # unit q, k per head, then s_qk
+        return s_qk * unit(q), s_qk * unit(k)
+
+    def weights(self, x, positions, *, bias=None) -> jax.Array:
+        """Every head's attention pattern over ``x [batch, t, d_model]`` (no cache): float32
+        ``[batch, heads, t, t]``, ``softmax(sqrt(d_k) q.k + bias)`` under the layer's mask."""
+        q, k = self._queries_keys(x, positions)
+        t = x.shape[1]
+        bias = None if bias is None else bias(positions, positions)
+        mask = self.mask(jnp.arange(t), jnp.arange(t))
+        scores = attention_scores(q, k, scale=math.sqrt(self.cfg.head_dim), bias=bias, mask=mask)
+        return jax.nn.softmax(scores, axis=-1)
+
+    def __call__(self, x, positions, *, bias=None, documents=None, state=None, start=0):
+        cfg = self.cfg
+        batch, t, _ = x.shape
+        q, k = self._queries_keys(x, positions)
+        v = self.v_proj(x).reshape(batch, t, cfg.kv_heads, cfg.head_dim)
         mask, q_offset, q_positions, k_positions = self.mask, 0, positions, positions
         if state is not None:  # the bias reads indices, as SelfAttention's
             k, v, state, mask, q_offset, k_positions = self.mask.cache_step(state, k, v, start)
@@ -169,6 +185,10 @@ class NGPTBlock(nnx.Module):
         self.ffn = NGPTMLP(cfg, kind.ffn.width, rngs=rngs)
         self.alpha_attn = Scale(d, ALPHA_INIT, 1.0 / math.sqrt(d))
         self.alpha_mlp = Scale(d, ALPHA_INIT, 1.0 / math.sqrt(d))
+
+    def mixer_input(self, x: jax.Array) -> jax.Array:
+        """What the attention reads: the stream itself (no norm layers)."""
+        return x
 
     def __call__(self, x, positions, *, bias=None, documents=None, state=None, start=0,
                  dropout_key=None):

@@ -237,10 +237,11 @@ class Objective:
         return 1.0
 
     def scores(self, model, tokens: jax.Array, key: jax.Array, *, dropout_rng=None,
-               packing: Packing | None = None) -> Scores:
+               packing: Packing | None = None, weights=None) -> Scores:
         """Scores of ``model`` on windows ``tokens int32 [batch, seq_len + 1]``, corrupted with
         ``key``; dropout iff ``dropout_rng``; with ``packing`` (``data.document_mask``) each
-        token sees only its own document."""
+        token sees only its own document. ``weights [seq_len]`` (the causal objective only):
+        each target's weight, e.g. a task's answers alone (``data.loss_on``); None: all 1."""
         raise NotImplementedError
 
     def span_scores(self, model, tokens: jax.Array, key: jax.Array, *,
@@ -253,17 +254,24 @@ class Objective:
         raise NotImplementedError
 
 
+def _no_weights(objective: str, weights) -> None:
+    """Per-target weights are defined for next-token targets only (config refuses the rest)."""
+    if weights is not None:
+        raise ValueError(f"model.objective={objective} takes no per-target weights")
+
+
 class CausalLM(Objective):
     """Next-token prediction with a causal decoder: position ``j`` predicts token ``j + 1``."""
 
     name = "clm"
     title = "causal LM (decoder)"
 
-    def scores(self, model, tokens, key, *, dropout_rng=None, packing=None):
-        inputs = tokens[:, :-1]
+    def scores(self, model, tokens, key, *, dropout_rng=None, packing=None, weights=None):
+        inputs, targets = tokens[:, :-1], tokens[:, 1:]
         logits = model(inputs, **_packed(inputs, packing), deterministic=dropout_rng is None,
                        dropout_rng=dropout_rng)
-        return _scores(logits, tokens[:, 1:], jnp.ones(tokens[:, 1:].shape))
+        weights = jnp.ones(targets.shape[-1]) if weights is None else jnp.asarray(weights)
+        return _scores(logits, targets, jnp.broadcast_to(weights, targets.shape))
 
     def span_scores(self, model, tokens, key, *, packing=None):
         x, inputs = tokens[:, 1:], tokens[:, :-1]
@@ -311,7 +319,8 @@ class MaskedLM(Objective):
     def predicted_per_input(self, seq_len):
         return SELECT_RATE
 
-    def scores(self, model, tokens, key, *, dropout_rng=None, packing=None):
+    def scores(self, model, tokens, key, *, dropout_rng=None, packing=None, weights=None):
+        _no_weights(self.name, weights)
         targets = tokens[:, :-1]
         inputs, selected = bert_mask(targets, key, mask_id(self.cfg.vocab_size))
         logits = model(inputs, **_packed(targets, packing), deterministic=dropout_rng is None,
@@ -354,7 +363,8 @@ class SpanCorruption(Objective):
     def predicted_per_input(self, seq_len):
         return span_lengths(seq_len)[1] / seq_len
 
-    def scores(self, model, tokens, key, *, dropout_rng=None, packing=None):
+    def scores(self, model, tokens, key, *, dropout_rng=None, packing=None, weights=None):
+        _no_weights(self.name, weights)
         mask = mask_id(self.cfg.vocab_size)
         encoder, target = corrupt_spans(tokens[:, :-1], key, mask)
         logits = model(encoder, decoder_inputs(target, mask),

@@ -35,6 +35,7 @@ from jax.sharding import PartitionSpec as P
 from attnlab import rundir
 from attnlab.config import Config
 from attnlab.data import prepare
+from attnlab.data.icl import target_weights
 from attnlab.ensembles import check_members, optimizer_key
 from attnlab.model import check
 from attnlab.train.loop import _Training
@@ -66,7 +67,8 @@ def make_ensemble_step(cfgs: list[Config], graphdef: nnx.GraphDef, *,
     ``vmap`` (k-fold larger ops) or ``map`` (one member after another inside the program:
     a lone run's working set, one dispatch for all). ``mesh``: an :func:`ensemble_mesh`; with
     more than one member group each group of devices runs its own members' gradients."""
-    grad_fn = loss_grad_fn(graphdef, packing_for(cfgs[0]))  # one data section for all
+    # One data section for all members (they share a corpus).
+    grad_fn = loss_grad_fn(graphdef, packing_for(cfgs[0]), target_weights(cfgs[0].data))
     use_dropout = cfgs[0].model.dropout > 0
     optimizers = [optimizer_for(cfg) for cfg in cfgs]
     shared = len({optimizer_key(cfg) for cfg in cfgs}) == 1

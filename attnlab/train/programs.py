@@ -25,6 +25,7 @@ import optax
 from flax import nnx
 
 from attnlab.config import Config
+from attnlab.data.icl import target_weights
 from attnlab.train.checkpoint import param_shapes, with_shardings
 from attnlab.train.optimizer import optimizer_for
 from attnlab.train.sharding import (EVAL_BATCH_SPEC, REPLICATED, TRAIN_BATCH_SPEC, make_mesh,
@@ -88,7 +89,8 @@ def jit_steps(cfg: Config, mesh: jax.sharding.Mesh, shardings: TrainState,
     )
     eval_step = jax.jit(traced_on(mesh, make_eval_step(graphdef,
                                                        masked_spans=cfg.train.eval_masked_spans,
-                                                       packing=packing_for(cfg))),
+                                                       packing=packing_for(cfg),
+                                                       weights=target_weights(cfg.data))),
                         in_shardings=(shardings.params, on_mesh(EVAL_BATCH_SPEC),
                                       on_mesh(REPLICATED)),
                         out_shardings=on_mesh(REPLICATED))

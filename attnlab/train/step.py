@@ -17,6 +17,7 @@ import optax
 from flax import nnx
 
 from attnlab.config import Config
+from attnlab.data.icl import target_weights
 from attnlab.data.tokenizer import separator_id
 from attnlab.model.masks import Packing, documents_from_segments, left_pad, prompt_segments
 from attnlab.model.objectives import Scores, token_losses
@@ -36,23 +37,27 @@ def packing_for(cfg: Config) -> Packing | None:
 
 def batch_scores(graphdef: nnx.GraphDef, params: nnx.State, tokens: jax.Array,
                  key: jax.Array | None = None, dropout_rng: jax.Array | None = None, *,
-                 packing: Packing | None = None):
+                 packing: Packing | None = None, weights=None):
     """The objective's :class:`~attnlab.model.objectives.Scores` (sums of loss, hits and
     scored positions) of windows ``tokens [batch, seq_len + 1]``, corrupted with ``key``
-    (default: the key of batch 0); ``packing``: documents kept apart (:func:`packing_for`)."""
+    (default: the key of batch 0); ``packing``: documents kept apart (:func:`packing_for`);
+    ``weights [seq_len]``: each target's weight (:func:`attnlab.data.icl.target_weights`), None
+    for all."""
     model = nnx.merge(graphdef, params)
     key = masking_key(0, 0) if key is None else key
     return model.arch.objective.scores(model, tokens, key, dropout_rng=dropout_rng,
-                                       packing=packing)
+                                       packing=packing, weights=weights)
 
 
 def mean_loss(graphdef: nnx.GraphDef, params: nnx.State, tokens: jax.Array,
               dropout_rng: jax.Array | None = None, key: jax.Array | None = None, *,
-              packing: Packing | None = None) -> jax.Array:
+              packing: Packing | None = None, weights=None) -> jax.Array:
     """Mean cross-entropy (nats) over the predicted positions of ``tokens [batch, seq_len +
-    1]``: for the decoder, position ``j`` predicts token ``j + 1``; for the masked objectives,
-    the selected tokens / the spans (corrupted with ``key``)."""
-    scores = batch_scores(graphdef, params, tokens, key, dropout_rng, packing=packing)
+    1]``: for the decoder, position ``j`` predicts token ``j + 1`` (weighted by ``weights
+    [seq_len]``, as :func:`batch_scores`); for the masked objectives, the selected tokens / the
+    spans (corrupted with ``key``)."""
+    scores = batch_scores(graphdef, params, tokens, key, dropout_rng, packing=packing,
+                          weights=weights)
     return scores.loss / jnp.maximum(scores.count, 1.0)
 
 
@@ -88,16 +93,17 @@ def example_scores(graphdef: nnx.GraphDef, params: nnx.State, examples, *,
 
 def training_loss(graphdef: nnx.GraphDef, params: nnx.State, tokens: jax.Array,
                   dropout_rng: jax.Array | None = None, key: jax.Array | None = None, *,
-                  packing: Packing | None = None):
+                  packing: Packing | None = None, weights=None):
     """``(objective, metrics)``: :func:`mean_loss` plus the FFN's auxiliary loss (an MoE's
     load-balancing and router z-losses, from the statistics its layers recorded during this
     forward pass); ``metrics`` holds ``loss`` (the cross-entropy alone, comparable with a dense
-    model's) and the FFN's own (:meth:`~attnlab.model.ffn.FFN.losses`)."""
+    model's) and the FFN's own (:meth:`~attnlab.model.ffn.FFN.losses`). ``weights``: as
+    :func:`batch_scores`."""
     model = nnx.merge(graphdef, params)
     record_routing(model)
     key = masking_key(0, 0) if key is None else key
     scores = model.arch.objective.scores(model, tokens, key, dropout_rng=dropout_rng,
-                                         packing=packing)
+                                         packing=packing, weights=weights)
     loss = scores.loss / jnp.maximum(scores.count, 1.0)
     aux, metrics = model.arch.ffn.losses(nnx.pop(model, nnx.Intermediate))
     return loss + aux, {"loss": loss, **metrics}
@@ -133,12 +139,15 @@ def accumulated_grads(grad_fn: Callable, params, batch: jax.Array, step, *, seed
     return jax.tree.map(lambda total: total / accum, sums)
 
 
-def loss_grad_fn(graphdef: nnx.GraphDef, packing: Packing | None = None) -> Callable:
+def loss_grad_fn(graphdef: nnx.GraphDef, packing: Packing | None = None,
+                 weights=None) -> Callable:
     """``(params, tokens, dropout_rng, masking_key) -> (metrics, grads)``: the gradient of
-    :func:`training_loss`; ``metrics["loss"]`` is the mean cross-entropy."""
+    :func:`training_loss` (targets weighted by ``weights [seq_len]``, None for all);
+    ``metrics["loss"]`` is the mean cross-entropy over the weighted targets."""
     grad = jax.value_and_grad(
         lambda p, tokens, rng, key: training_loss(graphdef, p, tokens, rng, key,
-                                                  packing=packing), has_aux=True)
+                                                  packing=packing, weights=weights),
+        has_aux=True)
 
     def loss_and_grads(params, tokens, rng, key):
         (_, metrics), grads = grad(params, tokens, rng, key)
@@ -157,7 +166,7 @@ def make_train_step(cfg: Config, graphdef: nnx.GraphDef, optimizer: optax.Gradie
     clipping), ``lr`` (of this update), and an MoE's ``moe_*`` (mean over the micro-batches;
     :meth:`attnlab.model.moe.TokenChoice.losses`).
     """
-    grad_fn = loss_grad_fn(graphdef, packing_for(cfg))
+    grad_fn = loss_grad_fn(graphdef, packing_for(cfg), target_weights(cfg.data))
 
     def train_step(state: TrainState, batch: jax.Array) -> tuple[TrainState, dict]:
         metrics, grads = accumulated_grads(grad_fn, state.params, batch, state.step,
@@ -173,16 +182,17 @@ def make_train_step(cfg: Config, graphdef: nnx.GraphDef, optimizer: optax.Gradie
 
 
 def make_eval_step(graphdef: nnx.GraphDef, *, masked_spans: bool = False,
-                   packing: Packing | None = None) -> Callable:
+                   packing: Packing | None = None, weights=None) -> Callable:
     """Returns ``eval_step(params, batch [batch, seq_len + 1], index) -> {"loss", "accuracy"}``
     over the predicted positions (no dropout); validation batch ``index`` is corrupted with the
     same key at every evaluation. ``masked_spans`` (``train.eval_masked_spans``) adds
     ``span_nats`` and ``span_count``, the sums of the objectives' common measure
-    (:meth:`~attnlab.model.objectives.Objective.span_scores`)."""
+    (:meth:`~attnlab.model.objectives.Objective.span_scores`). ``weights [seq_len]``: the
+    targets scored, as in training (:func:`attnlab.data.icl.target_weights`)."""
 
     def eval_step(params: nnx.State, batch: jax.Array, index=0) -> dict:
         key = masking_key(EVAL_SEED, index)
-        scores = batch_scores(graphdef, params, batch, key, packing=packing)
+        scores = batch_scores(graphdef, params, batch, key, packing=packing, weights=weights)
         count = jnp.maximum(scores.count, 1.0)
         out = {"loss": scores.loss / count, "accuracy": scores.correct / count}
         if masked_spans:
