@@ -283,7 +283,7 @@ def test_the_answer_loss_is_the_cross_entropy_at_the_answers_alone():
     # Padding targets (after the last answer) changed: same loss, same gradient.
     changed = windows.copy()
     changed[:, 4 * 3 + 1:] = 5
-    grad_fn = jax.jit(loss_grad_fn(graphdef, weights))
+    grad_fn = jax.jit(loss_grad_fn(graphdef, weights=weights))
     (m1, g1), (m2, g2) = grad_fn(params, windows, None, None), grad_fn(params, changed, None, None)
     assert float(m1["loss"]) == float(m2["loss"])
     for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2), strict=True):

@@ -404,7 +404,7 @@ def _compatible(objective: str) -> list[tuple[str, str]]:
 
 
 def test_config_fuzz_traced(capsys):
-    outcomes = _fuzz(TRACED_EXAMPLES, trace_tiny)
+    outcomes = _fuzz(TRACED_EXAMPLES, trace_tiny, [(o, None) for o in OBJECTIVES])
     _report(capsys, "traced", outcomes, TRACED_EXAMPLES // 6)
     # every kind of model is traced (the objective is drawn uniformly)
     assert {k for k in outcomes if k.startswith("ran")} == {f"ran: {o}" for o in OBJECTIVES}

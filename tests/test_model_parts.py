@@ -76,9 +76,12 @@ class TokenShiftLayer(nnx.Module):
         self.now = dense(cfg, d, d, cfg.init_std, rngs)
         self.before = dense(cfg, d, d, cfg.init_std, rngs)
 
-    def __call__(self, x, positions, *, bias=None, state=None, start=0):
+    def __call__(self, x, positions, *, bias=None, documents=None, state=None, start=0):
         previous = jnp.zeros_like(x[:, :1]) if state is None else state[:, None].astype(x.dtype)
         shifted = jnp.concatenate([previous, x[:, :-1]], axis=1)
+        if documents is not None:  # a document's first token sees no earlier one
+            index = jnp.asarray(start, jnp.int32) + jnp.arange(x.shape[1], dtype=jnp.int32)
+            shifted = jnp.where(documents.first(index)[..., None], 0.0, shifted)
         new_state = None if state is None else x[:, -1].astype(state.dtype)
         return self.now(x) + self.before(shifted), new_state
 
@@ -146,10 +149,11 @@ class SandwichBlock(PreNormBlock):
         self.attn_out_norm = kind.norm(kind.cfg.d_model, kind.cfg.norm_eps)
         self.ffn_out_norm = kind.norm(kind.cfg.d_model, kind.cfg.norm_eps)
 
-    def __call__(self, x, positions, *, bias=None, state=None, start=0, dropout_key=None):
+    def __call__(self, x, positions, *, bias=None, documents=None, state=None, start=0,
+                 dropout_key=None):
         keys = (None, None) if dropout_key is None else jax.random.split(dropout_key)
-        update, state = self.attn(self.attn_norm(x), positions, bias=bias, state=state,
-                                  start=start)
+        update, state = self.attn(self.attn_norm(x), positions, bias=bias, documents=documents,
+                                  state=state, start=start)
         x = x + dropout(self.attn_out_norm(update), self.dropout_rate, keys[0])
         x = x + dropout(self.ffn_out_norm(self.ffn(self.ffn_norm(x))), self.dropout_rate, keys[1])
         return x, state

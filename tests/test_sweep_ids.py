@@ -80,8 +80,9 @@ PLAN_DIGESTS = {
     # Issue #16: decoder vs encoder vs encoder-decoder (new; model.objective per variant).
     "gpt_vs_bert:cpu": ("24f1affb1fb24896", "34ed1d16a2ccf3a9"),
     "gpt_vs_bert:gpu": ("da50a16ebf9e4b45", "0f4deae85b21fe89"),
-    "icl:cpu": ("fa9ed1bdf107b555", "5281d68dec7ebd3a"),
-    "icl:gpu": ("c96936e5df527edc", "e76c001d5c62a7cd"),
+    # ICL across mixers re-planned on purpose: MQAR at Zoology's setup (no FFN, loss on the answers).
+    "icl:cpu": ("0b758315b400f57a", "65c383935834a5d3"),
+    "icl:gpu": ("0929f6a5195cef97", "247305586a916dbe"),
     # A ladder sweep (new): per shape a constant-LR trunk and its cooldown branches.
     "tiny_ladder:cpu": ("a0ed108157a3c4ad", "45d4832a57ad4df7"),
     "tiny_ladder:gpu": ("a0ed108157a3c4ad", "45d4832a57ad4df7"),

@@ -25,7 +25,7 @@ from attnlab.config import base_config_dict
 from attnlab.errors import ConfigError
 from attnlab.model import check
 from attnlab.sweep import SweepSpecError, load_spec, plan, spec_from_config_dict
-from attnlab.sweep import tuning
+from attnlab.sweep import stages, tuning
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 MUP = {"parameterization": "mup", "mup_base_d_model": 16, "attention_scale": "mup"}
@@ -232,7 +232,7 @@ def test_dry_run_shows_both_stages_and_the_recorded_picks(tmp_path):
     spec = spec_from_config_dict(study(tune={"shapes": ((16, 2, 2), (32, 2, 2)),
                                              "learning_rates": GRID[:3], "seeds": (0,),
                                              "steps": 20}))
-    (tune_title, tune_table, _), (_, table, notes) = tuning.dry_run_stages(spec, tmp_path,
+    (tune_title, tune_table, _), (_, table, notes) = stages.dry_run_stages(spec, tmp_path,
                                                                            probe="none")
     assert tune_title.startswith("tuning") and len(tune_table) == 2 * 2 * 3
     assert set(table["lr"]) == {"tuned"} and len(table) == 8 and "tuned" in notes[0]
@@ -240,7 +240,7 @@ def test_dry_run_shows_both_stages_and_the_recorded_picks(tmp_path):
     rows = synthetic_rows(spec, optimum, noise=0.0)
     recorded = tuning.choose(spec, tuning.tuning_plan(spec), rows, resamples=20)
     rundir.write_json_atomic(tmp_path / rundir.TUNING_FILE, recorded)
-    _, (_, table, notes) = tuning.dry_run_stages(spec, tmp_path, probe="none")
+    _, (_, table, notes) = stages.dry_run_stages(spec, tmp_path, probe="none")
     study_runs = plan(tuning.resolve(spec, recorded["arms"]))
     assert list(table["run_id"]) == [r.run_id for r in study_runs]
     assert list(table["lr"]) == [r.cfg.train.learning_rate for r in study_runs]

@@ -92,9 +92,10 @@ def icl_main(argv: list[str]) -> int:
                           n_batches=values.batches, **extra)
     result["run"], result["config"] = str(run), cfg.to_dict()
     json_path.write_text(json.dumps(result, indent=2))
+    from attnlab.icl.evaluate import report_of
     from attnlab.icl.plots import plot_result
 
-    plot_result(result, plot_path)
+    plot_result(result, report_of(result), plot_path)
     _print_result(result)
     print(f"results: {json_path}\nplot: {plot_path}")
     return 0

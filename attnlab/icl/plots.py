@@ -11,12 +11,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 
-def plot_result(result: dict, path: Path) -> None:
-    """One evaluation drawn as its task's report draws it (:data:`attnlab.icl.evaluate.REPORTS`)."""
-    from attnlab.icl.evaluate import report_of
-
+def plot_result(result: dict, report, path: Path) -> None:
+    """One evaluation drawn as its task's ``report`` draws it (a
+    :class:`~attnlab.icl.evaluate.TaskReport`)."""
     fig, ax = plt.subplots(figsize=(6, 4))
-    report_of(result).plot(result, ax)
+    report.plot(result, ax)
     ax.set_title(f"{result['task']}: {Path(result.get('run', '')).name}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

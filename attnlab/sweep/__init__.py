@@ -10,7 +10,7 @@ The spec format is documented in docs/sweeps.md; the results table in attnlab/re
 from attnlab.sweep.launchers import LauncherError, SweepInterrupted
 from attnlab.sweep.planner import PlannedRun, expand, ladder_shapes, plan, run_id
 from attnlab.sweep.probe import dry_run, format_table
-from attnlab.sweep.runner import run_sweep
+from attnlab.sweep.stages import run_sweep
 from attnlab.sweep.spec import (
     Ladder,
     LearningRateRule,

@@ -15,7 +15,7 @@ from attnlab.cli_flags import Flag
 from attnlab.rundir import FAILED, TABLE_FILE
 from attnlab.sweep.launchers import SweepInterrupted
 from attnlab.sweep.probe import dry_run, format_table
-from attnlab.sweep.runner import run_sweep
+from attnlab.sweep.stages import dry_run_stages, run_sweep
 from attnlab.sweep.spec import config_source, spec_from_config_dict
 
 FLAGS = [
@@ -63,8 +63,6 @@ def sweep_main(argv: list[str]) -> int:
         options = dict(probe=values["probe"].value, parallel=values["parallel"].value,
                        ensemble_max=ensemble_max)
         if spec.tune is not None:  # the tuning stage, then the study at its learning rates
-            from attnlab.sweep.tuning import dry_run_stages
-
             stages = dry_run_stages(spec, workdir, **options)
         else:
             stages = [(None, *dry_run(spec, workdir, **options))]

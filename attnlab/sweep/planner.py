@@ -19,7 +19,8 @@ from attnlab.errors import ConfigError
 from attnlab.model import check, flops_per_token, param_counts, recorded_counts
 from attnlab.model.architecture import PARAMETERIZATIONS
 from attnlab.rundir import RESUMABLE_DIFFERENCES
-from attnlab.sweep.spec import Ladder, Shape, SweepSpec, SweepSpecError, variant_spec
+from attnlab.sweep.definition import SweepSpec, variant_spec
+from attnlab.sweep.sections import Ladder, Shape, SweepSpecError
 
 # Fields that say how a run is launched, not what it computes (training accepts them changed on
 # resume): they do not enter the run id, so e.g. another mesh keeps finished runs valid.

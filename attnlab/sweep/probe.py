@@ -24,7 +24,7 @@ from attnlab import rundir
 from attnlab.sweep.launchers import WorkerProcess
 from attnlab.sweep.planner import PlannedRun, expand
 from attnlab.sweep.runner import check_data, run_record
-from attnlab.sweep.spec import SweepSpec
+from attnlab.sweep.definition import SweepSpec
 
 
 @dataclasses.dataclass(frozen=True)

@@ -268,9 +268,9 @@ def run_sweep(spec: SweepSpec, workdir: str | os.PathLike, *, launcher: str = "l
         (:func:`ensemble_units`); 1 trains every run alone (``--ensemble=off``).
       allow_nonempty: write into an existing directory that holds other files and no sweep.
 
-    A spec with a tuning stage (``sweep.tune``, learning-rate rule ``tuned``) first runs it in
-    ``DIR/tune`` and picks each arm's learning rate (``DIR/tuning.json``), then runs the study
-    at those rates (:mod:`attnlab.sweep.tuning`).
+    A spec with a tuning stage (``sweep.tune``) is refused by the planner here: run it with
+    :func:`attnlab.sweep.stages.run_sweep` (the package's ``run_sweep``), which runs the tuning
+    stage, picks each arm's learning rate and then runs the study through this function.
 
     Raises:
       SweepSpecError / ConfigError: a bad spec, before anything is written or started.
@@ -287,14 +287,6 @@ def run_sweep(spec: SweepSpec, workdir: str | os.PathLike, *, launcher: str = "l
         raise launchers.LauncherError(f"--parallel={parallel!r}: must be an integer >= 1")
     if isinstance(ensemble_max, bool) or not isinstance(ensemble_max, int) or ensemble_max < 1:
         raise launchers.LauncherError(f"--ensemble-max={ensemble_max!r}: must be an integer >= 1")
-    if spec.tune is not None:
-        from attnlab.sweep.tuning import run_tuned
-
-        return run_tuned(spec, workdir, launcher=launcher, parallel=parallel,
-                         retry_failed=retry_failed, progress=progress, ray_address=ray_address,
-                         cache_dir=cache_dir, allow_large=allow_large,
-                         compile_ahead=compile_ahead, ensemble_max=ensemble_max,
-                         allow_nonempty=allow_nonempty)
     runs = plan(spec)  # every run's config is validated before anything starts
     if launcher == "ray":
         launchers.import_ray()

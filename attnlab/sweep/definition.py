@@ -1,0 +1,109 @@
+"""What a sweep is, once parsed: :class:`SweepSpec` (mode, shapes or a size ladder, axes,
+rules, budgets, variants, the tuning stage) and :class:`Variant`, and :func:`variant_spec` (one
+variant's own sweep). Parsing and validating a spec file lives in :mod:`attnlab.sweep.spec`;
+planning, tuning and running read these classes from here, below all of them."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from attnlab.config import Config
+from attnlab.errors import ConfigError
+from attnlab.model import check
+from attnlab.sweep.sections import (Branches, CentreRule, Ladder, LearningRateRule, Resources,
+                                    Shape, SweepSpecError, Tune, WarmupRule)
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """A named variant of the whole sweep (``sweep.variants.<name>``): config overrides (dotted
+    keys, e.g. ``model.mixer``) applied to the base config, and optionally its own centre,
+    learning-rate and warmup rules. Every variant gets the sweep's full plan (each budget's
+    ladder, each axis value), so e.g. one IsoFLOP ladder per architecture, each centred on that
+    architecture's prior optimum; the results table names the variant in the column
+    ``sweep.variant_column``."""
+
+    name: str
+    overrides: tuple[tuple[str, Any], ...] = ()
+    centre: CentreRule | None = None
+    learning_rate: LearningRateRule | None = None
+    warmup: WarmupRule | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepSpec:
+    """A validated sweep. ``axes`` keeps the file's order: ((dotted_key, values), ...)."""
+
+    name: str
+    mode: str
+    scale: str
+    base: Config  # the train config every run starts from, validated
+    shapes: tuple[Shape, ...] = ()
+    ladder: Ladder | None = None
+    axes: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+    learning_rate: LearningRateRule = LearningRateRule()
+    warmup: WarmupRule = WarmupRule()
+    budgets: tuple[float, ...] = ()
+    centre: CentreRule | None = None
+    flops_per_token: str = "chinchilla"
+    min_steps: int = 1
+    curve_points: int = 0
+    resources: Resources = Resources()
+    source: str = ""
+    variants: tuple[Variant, ...] = ()
+    variant_column: str = "variant"
+    baseline: str | None = None  # the variant others' compute multipliers are measured against
+    branches: Branches | None = None  # mode ladder: the token counts of each shape's branches
+    tune: Tune | None = None  # the tuning stage of learning-rate rule 'tuned' (sweep/tuning.py)
+
+    def set_keys(self) -> dict[str, str]:
+        """Config keys the sweep sets besides its axes, each mapped to the spec field that sets
+        it (used to reject an axis that sets the same key)."""
+        keys: dict[str, str] = {}
+        if self.shapes or self.ladder:
+            origin = "sweep.shapes" if self.shapes else "sweep.ladder"
+            for key in ("model.d_model", "model.n_layers", "model.n_heads"):
+                keys[key] = origin
+        if self.learning_rate.rule != "fixed":
+            keys["train.learning_rate"] = "sweep.learning_rate"
+        if self.warmup.rule != "fixed":
+            keys["train.warmup_steps"] = "sweep.warmup"
+        if self.mode == "isoflop":
+            keys["train.tokens"] = keys["train.steps"] = "sweep.budgets"
+        if self.mode == "ladder":
+            for key in ("train.tokens", "train.steps", "train.schedule", "train.decay_fraction",
+                        "train.cooldown", "train.branch_from", "train.branch_step",
+                        "train.keep_steps"):
+                keys[key] = "sweep.branches"
+        if self.mode == "curves" and self.curve_points > 0:
+            keys["train.eval_every"] = "sweep.curve_points"
+        return keys
+
+
+def variant_spec(spec: SweepSpec, variant: Variant) -> SweepSpec:
+    """The sweep of one variant: the base config with its overrides (validated), its own rules
+    where it gives them, and no variants.
+
+    Raises:
+      SweepSpecError: an override is not a valid config value (naming
+        ``sweep.variants.<name>.<section>.<key>``).
+    """
+    base = spec.base
+    if variant.overrides:
+        sections: dict[str, dict[str, Any]] = {}
+        for dotted, value in variant.overrides:
+            section, key = dotted.split(".")
+            sections.setdefault(section, {})[key] = value
+        try:
+            base = dataclasses.replace(base, **{
+                section: dataclasses.replace(getattr(base, section), **changes)
+                for section, changes in sections.items()})
+            check(base)
+        except ConfigError as e:
+            raise SweepSpecError(f"sweep.variants.{variant.name}.{e.field}", e.reason) from None
+    return dataclasses.replace(
+        spec, base=base, variants=(),
+        centre=variant.centre or spec.centre,
+        learning_rate=variant.learning_rate or spec.learning_rate,
+        warmup=variant.warmup or spec.warmup)

@@ -1,0 +1,86 @@
+"""A sweep with a tuning stage, run and dry-run: the tuning sweep in ``DIR/tune``, the picks
+in ``DIR/tuning.json``, then the study at those rates (:mod:`attnlab.sweep.tuning` plans and
+picks; :mod:`attnlab.sweep.runner` runs each stage). :func:`run_sweep` is the package's entry
+point: a spec without a tuning stage goes straight to the runner."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from attnlab import rundir
+from attnlab.sweep import runner
+from attnlab.sweep.definition import SweepSpec
+from attnlab.sweep.planner import plan
+from attnlab.sweep.probe import dry_run
+from attnlab.sweep.runner import check_sweep_dir
+from attnlab.sweep.tuning import (choose, describe, placeholder, recorded, resolve, tuning_plan,
+                                  tuning_spec)
+
+
+def run_sweep(spec: SweepSpec, workdir: str | Path, **kw):
+    """:func:`attnlab.sweep.runner.run_sweep`, or with ``sweep.tune`` the tuning stage first
+    (:func:`run_tuned`); the same keyword arguments."""
+    if spec.tune is not None:
+        return run_tuned(spec, workdir, **kw)
+    return runner.run_sweep(spec, workdir, **kw)
+
+
+# -- the two stages ---------------------------------------------------------------------------
+
+
+def run_tuned(spec: SweepSpec, workdir: str | Path, *, progress: bool = True,
+              allow_nonempty: bool = False, **kw):
+    """:func:`attnlab.sweep.run_sweep` of a spec with a tuning stage: the tuning sweep in
+    ``DIR/tune``, the picks in ``DIR/tuning.json``, then the study in ``DIR``. Returns the
+    study's results table, or the tuning stage's while some tuning run failed (the study waits
+    for every tuning run to be final: rerun with ``retry_failed``)."""
+    workdir = Path(workdir).absolute()
+    check_sweep_dir(workdir, spec.name, allow_nonempty=allow_nonempty)
+    if not kw.get("allow_large"):  # a study too large for the machine: refused before tuning
+        from attnlab.train.memory import check_training_fits
+
+        for run in plan(resolve(spec, placeholder(spec))):
+            check_training_fits(run.cfg, where=f"study run {run.run_id.rsplit('-', 1)[0]}: ")
+    tune = tuning_spec(spec)
+    runs = tuning_plan(spec)
+    table = runner.run_sweep(tune, workdir / rundir.TUNE_DIR, progress=progress, **kw)
+    rows = {row["run_id"]: row for row in table.to_dict("records")}
+    say = tqdm.write if progress else (lambda _: None)
+    unfinished = [r.run_id for r in runs
+                  if rows.get(r.run_id, {}).get("status") not in rundir.FINAL_STATUSES
+                  or rows[r.run_id]["status"] == rundir.FAILED]
+    if unfinished:
+        say(f"tuning stage: {len(unfinished)} run(s) not finished ({unfinished[0]}, ...); the "
+            f"study waits for them (rerun with --retry-failed)")
+        return table
+    tuning = choose(spec, runs, rows)
+    if rundir.read_json_or_none(workdir / rundir.TUNING_FILE) != tuning:
+        rundir.write_json_atomic(workdir / rundir.TUNING_FILE, tuning)
+    for line in describe(tuning):
+        say(line)
+    return runner.run_sweep(resolve(spec, tuning["arms"]), workdir, progress=progress,
+                     allow_nonempty=allow_nonempty, **kw)
+
+
+def dry_run_stages(spec: SweepSpec, workdir: str | Path | None = None, **kw):
+    """``--dry-run`` of both stages: ``[(title, table, notes), ...]`` (each
+    :func:`attnlab.sweep.probe.dry_run`'s). Before the tuning has run, the study's rows show
+    ``lr`` = ``tuned`` and no run id (both follow from the picks)."""
+    workdir = Path(workdir) if workdir else None
+    tune = tuning_spec(spec)
+    tune_table, tune_notes = dry_run(tune, workdir / rundir.TUNE_DIR if workdir else None, **kw)
+    tuning = recorded(workdir, tuning_plan(spec))
+    study = resolve(spec, tuning["arms"] if tuning else placeholder(spec))
+    table, notes = dry_run(study, workdir, **kw)
+    if tuning:
+        notes = describe(tuning) + notes
+    else:
+        table["run_id"] = "(after tuning)"
+        table["lr"] = "tuned"
+        table["status"] = rundir.PENDING
+        notes = ["learning rates 'tuned': picked by the tuning stage above (run ids follow "
+                 "from them; the estimates hold)"] + notes
+    return [(f"tuning stage ({rundir.TUNE_DIR}/)", tune_table, tune_notes),
+            ("study", table, notes)]
