@@ -14,7 +14,8 @@ learning rate 7.5e-3 x 32 / d_model, from a probe of 4 rates x 5 widths at 0.5M 
 width's best within a factor 2 of this rule; the quickstart's 1e-2 x 32 / d_model sits at the high
 edge); a fixed 25-step warmup (a warmup of 0.5 tokens per parameter, 3-33 steps, cost the small
 models up to 0.1 nats at 0.25M tokens); one depth, so neighbouring sizes differ by width alone
-(mixing 1- and 2-layer shapes put a 21k model above a 13k one at 0.25M tokens).
+(with the quickstart's 1-2 layer shapes, its rate and that short warmup, a 21k model sat above
+a 13k one at 0.25M tokens: 2.516 against 2.383).
 
 Measured (2026-11-25, the 2-core VM shared with four other jobs, load 10-16): 14.9 min of sweep,
 losses regular in N and D (docs/results.md, "The quickstart as a ladder"); approach 3 is still not
