@@ -12,8 +12,8 @@ five branches at 0.25M, 0.5M, 1M, 2M and 4M tokens (the last 20% of each a coold
 Hägele et al. 2024): 30 runs, 6.9e12 FLOPs (the branches as separate runs: 1.1e13). Peak
 learning rate 7.5e-3 x 32 / d_model, from a probe of 4 rates x 5 widths at 0.5M tokens (each
 width's best within a factor 2 of this rule; the quickstart's 1e-2 x 32 / d_model sits at the high
-edge); a fixed 25-step warmup (a warmup of 0.5 tokens per parameter, 3-33 steps, cost the small
-models up to 0.1 nats at 0.25M tokens); one depth, so neighbouring sizes differ by width alone
+edge); a fixed 25-step warmup (a warmup of 0.5 tokens per parameter, 3-33 steps, cost the 10k
+model 0.19 nats at 0.25M tokens); one depth, so neighbouring sizes differ by width alone
 (with the quickstart's 1-2 layer shapes, its rate and that short warmup, a 21k model sat above
 a 13k one at 0.25M tokens: 2.516 against 2.383).
 
