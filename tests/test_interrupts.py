@@ -26,7 +26,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 GRID = str(ROOT / "experiments" / "tiny_grid.py")
 ISOFLOP = str(ROOT / "experiments" / "tiny_isoflop.py")
 ENV = dict(os.environ, JAX_PLATFORMS="cpu")
-SEED = int(os.environ.get("ATTNLAB_INTERRUPT_SEED", time.time()))
+# The moments of the interrupts: fixed by default so that a CI failure can be replayed; set
+# ATTNLAB_INTERRUPT_SEED to explore others (e.g. the time: a seed is printed with each failure).
+SEED = int(os.environ.get("ATTNLAB_INTERRUPT_SEED", 20261125))
 # Ray's fatal check when a task's reply races its cancellation (Ray's core worker aborts).
 RAY_FATAL_CHECK = "You have likely discovered a bug in Ray"
 
