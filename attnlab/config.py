@@ -36,6 +36,8 @@ DATA_SOURCES = ("pystdlib", "text_files", "markov", "induction", "mqar")  # plus
 # Synthetic in-context-learning token tasks (attnlab/data/icl.py): no text, no tokenizer.
 TASK_SOURCES = ("induction", "mqar")
 TASK_FIELDS = {"task_vocab": TASK_SOURCES, "mqar_pairs": ("mqar",)}
+# Sources that are one stream with no end-of-document separator (no documents to mask).
+STREAM_SOURCES = ("markov", *TASK_SOURCES)
 LOSS_ON = ("all", "answers")  # data.loss_on: the targets a task's loss is taken on
 MOE_DISPATCHES = ("capacity", "dropless")
 
@@ -433,7 +435,7 @@ def validate_data(d: DataConfig) -> None:
         check_positive(f"data.{name}", getattr(d, name))
     if d.max_bytes < 0:
         raise ConfigError("data.max_bytes", f"must be >= 0 (0 = whole corpus), got {d.max_bytes}")
-    if d.document_mask and (d.source == "markov" or d.source in TASK_SOURCES):
+    if d.document_mask and d.source in STREAM_SOURCES:
         raise ConfigError("data.document_mask", f"data.source={d.source} is one stream without "
                           "documents (no end-of-document separator)")
     if d.reset_positions and not d.document_mask:

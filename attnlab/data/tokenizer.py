@@ -22,7 +22,7 @@ import tokenizers
 from tokenizers import Regex, models, pre_tokenizers, trainers
 
 from attnlab.data.errors import DataError
-from attnlab.config import TASK_SOURCES
+from attnlab.config import STREAM_SOURCES
 from attnlab.errors import ConfigError
 
 EOS_BYTE = 0
@@ -235,7 +235,7 @@ def separator_id(cfg) -> int | None:
     it is built: the byte tokenizer's 0, or the BPE's id of the byte 0x00 (its alphabet's
     characters take the first ids in code-point order, and 0x00 is never merged); None for the
     sources without documents (markov, the ICL tasks)."""
-    if cfg.source == "markov" or cfg.source in TASK_SOURCES:
+    if cfg.source in STREAM_SOURCES:
         return None
     if cfg.tokenizer == "byte":
         return ByteTokenizer.eos_id
