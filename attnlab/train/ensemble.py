@@ -59,6 +59,13 @@ def member(tree, i: int):
     return jax.tree.map(lambda a: a[i], tree)
 
 
+def _zeros(like: jax.ShapeDtypeStruct, axes: tuple[str, ...]) -> jax.Array:
+    """Zeros of ``like``'s shape and dtype, varying over the device ``axes`` of a ``shard_map``
+    as the member's own results do (``cond``'s branches must agree on that too)."""
+    zeros = jnp.zeros(like.shape, like.dtype)
+    return jax.lax.pcast(zeros, axes, to="varying") if axes else zeros
+
+
 def make_ensemble_step(cfgs: list[Config], graphdef: nnx.GraphDef, *,
                        members: str = "vmap", mesh: jax.sharding.Mesh | None = None) -> Callable:
     """``step(states [k, ...], batches int32 [k, accum, rows, seq + 1], active bool [k]) ->
@@ -85,16 +92,29 @@ def make_ensemble_step(cfgs: list[Config], graphdef: nnx.GraphDef, *,
                           opt_state=opt_state)
 
     def members_grads(*inputs):
-        if members == "vmap":
+        """``inputs``: params, batches, steps, seeds, data seeds and ``active``, each [k, ...]."""
+        *inputs, active = inputs
+        if members == "vmap":  # every member computed; a frozen one's result is discarded
             return jax.vmap(grads_of)(*inputs)
-        return jax.lax.map(lambda args: grads_of(*args), inputs)
+
+        def one(args):
+            # A frozen member (finished, diverged, or ahead of the round) costs nothing: members
+            # of different lengths then share a program without the short ones' idle rounds.
+            *member_inputs, on = args
+            blank = jax.eval_shape(grads_of, *member_inputs)
+            axes = tuple(sorted(jax.typeof(on).manual_axis_type.varying))  # inside shard_map
+            return jax.lax.cond(on, lambda: grads_of(*member_inputs),
+                                lambda: jax.tree.map(lambda a: _zeros(a, axes), blank))
+
+        return jax.lax.map(one, (*inputs, active))
 
     if mesh is not None and mesh.shape[ENSEMBLE_AXIS] > 1:  # each group maps its own members
         members_grads = jax.shard_map(members_grads, mesh=mesh, in_specs=P(ENSEMBLE_AXIS),
                                       out_specs=P(ENSEMBLE_AXIS), axis_names={ENSEMBLE_AXIS})
 
     def step(states: TrainState, batches: jax.Array, active: jax.Array):
-        out, grads = members_grads(states.params, batches, states.step, seeds, data_seeds)
+        out, grads = members_grads(states.params, batches, states.step, seeds, data_seeds,
+                                   active)
         if shared:  # one optimizer: its update vmapped too
             new = jax.vmap(lambda g, s: update(optimizers[0][0], g, s))(grads, states)
         else:  # each member's own transformation (elementwise work: cheap to unroll)
