@@ -110,6 +110,7 @@ class ModelConfig:
     # Implementation choices; the defaults are the models made before them.
     linear_bias: bool = False  # biases on the attention and FFN projections (GPT-2 style)
     embedding_norm: bool = False  # model.norm of the embeddings before the first layer (BERT, Bloom)
+    head: str = "linear"  # the output head: linear | bert (transform + output bias; heads.py)
     scan_layers: bool = False  # layers as one stacked module run by a scan: compile flat in depth
     remat: str = "none"  # rematerialise each layer in the backward pass: none | full | save_dots
     # How init, learning rates and output scales depend on width: sp | mup (Yang et al. 2022);

@@ -207,7 +207,7 @@ def llama_tensors(rng, cfg):
 def random(rng, key, shape):
     """Norm weights around 1, everything else ~ N(0, 0.3^2) (large enough that a swapped or
     mis-transposed tensor changes the logits far beyond rounding)."""
-    if "norm" in key or "ln_" in key:
+    if "norm" in key.lower() or "ln_" in key:
         if key.endswith("bias"):
             return (0.1 * rng.standard_normal(shape)).astype(np.float32)
         return (1 + 0.2 * rng.standard_normal(shape)).astype(np.float32)
@@ -323,6 +323,77 @@ def llama_reference(w, cfg, tokens):
     return rms(x, w["model.norm.weight"]) @ head.T
 
 
+def bert_config(**overrides):
+    return {"model_type": "bert", "architectures": ["BertForMaskedLM"], "vocab_size": V,
+            "hidden_size": D, "num_hidden_layers": LAYERS, "num_attention_heads": HEADS,
+            "intermediate_size": FF, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
+            "attention_probs_dropout_prob": 0.1, "max_position_embeddings": CTX,
+            "type_vocab_size": 2, "initializer_range": 0.02, "layer_norm_eps": 1e-12,
+            "pad_token_id": 0, "position_embedding_type": "absolute", "use_cache": True,
+            "classifier_dropout": None, "torch_dtype": "float32",
+            "transformers_version": "4.46.0", **overrides}
+
+
+def bert_tensors(rng, cfg):
+    """BertForMaskedLM's spelling (``bert.*``, ``cls.predictions.*``), tied decoder."""
+    d, ff, e, c = cfg["hidden_size"], cfg["intermediate_size"], "bert.embeddings.", "cls.predictions."
+    t = {e + "word_embeddings.weight": (cfg["vocab_size"], d),
+         e + "position_embeddings.weight": (cfg["max_position_embeddings"], d),
+         e + "token_type_embeddings.weight": (cfg["type_vocab_size"], d),
+         e + "LayerNorm.weight": (d,), e + "LayerNorm.bias": (d,),
+         c + "transform.dense.weight": (d, d), c + "transform.dense.bias": (d,),
+         c + "transform.LayerNorm.weight": (d,), c + "transform.LayerNorm.bias": (d,),
+         c + "bias": (cfg["vocab_size"],)}
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"bert.encoder.layer.{i}."
+        for name in ("self.query", "self.key", "self.value", "output.dense"):
+            t.update({f"{p}attention.{name}.weight": (d, d), f"{p}attention.{name}.bias": (d,)})
+        t.update({p + "attention.output.LayerNorm.weight": (d,),
+                  p + "attention.output.LayerNorm.bias": (d,),
+                  p + "intermediate.dense.weight": (ff, d), p + "intermediate.dense.bias": (ff,),
+                  p + "output.dense.weight": (d, ff), p + "output.dense.bias": (d,),
+                  p + "output.LayerNorm.weight": (d,), p + "output.LayerNorm.bias": (d,)})
+    return {k: random(rng, k, s) for k, s in t.items()}
+
+
+_erf = np.vectorize(math.erf)
+
+
+def bert_reference(w, cfg, tokens, token_type=0):
+    """Devlin et al. 2019 as BertForMaskedLM computes it: word + token type + position
+    embeddings, LayerNorm; post-LN blocks (x = LN(x + Attn(x)), x = LN(x + FFN(x))) with the
+    exact GELU x Phi(x) (``hidden_act: gelu``); the head LN(GELU(x W_t + b_t)) E^T + b;
+    PyTorch weights [out, in]."""
+    w = {k: v.astype(np.float64) for k, v in w.items()}
+    t, d, h = len(tokens), cfg["hidden_size"], cfg["num_attention_heads"]
+    e, c = "bert.embeddings.", "cls.predictions."
+
+    def ln(x, p):
+        mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+        return (x - mu) / np.sqrt(var + cfg["layer_norm_eps"]) * w[p + ".weight"] + w[p + ".bias"]
+
+    def linear(x, p):
+        return x @ w[p + ".weight"].T + w[p + ".bias"]
+
+    def gelu(x):
+        return 0.5 * x * (1 + _erf(x / math.sqrt(2)))
+
+    x = (w[e + "word_embeddings.weight"][tokens] + w[e + "token_type_embeddings.weight"][token_type]
+         + w[e + "position_embeddings.weight"][:t])
+    x = ln(x, e + "LayerNorm")
+    everything = np.ones((t, t), bool)
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"bert.encoder.layer.{i}.attention."
+        q, k, v = (linear(x, p + f"self.{n}").reshape(t, h, d // h) for n in ("query", "key", "value"))
+        x = ln(x + linear(attend(q, k, v, everything).reshape(t, d), p + "output.dense"),
+               p + "output.LayerNorm")
+        p = f"bert.encoder.layer.{i}."
+        x = ln(x + linear(gelu(linear(x, p + "intermediate.dense")), p + "output.dense"),
+               p + "output.LayerNorm")
+    x = ln(gelu(linear(x, c + "transform.dense")), c + "transform.LayerNorm")
+    return x @ w[e + "word_embeddings.weight"].T + w[c + "bias"]
+
+
 FAMILIES = {
     "gpt2": (gpt2_config, gpt2_tensors, gpt2_reference),
     "opt": (opt_config, opt_tensors, opt_reference),
@@ -332,6 +403,7 @@ FAMILIES = {
     "llama": (llama_config, llama_tensors, llama_reference),
     "mistral": (lambda **o: llama_config("mistral", **o), llama_tensors, llama_reference),
     "qwen3": (lambda **o: llama_config("qwen3", **o), llama_tensors, llama_reference),
+    "bert": (bert_config, bert_tensors, bert_reference),
 }
 
 
@@ -380,6 +452,12 @@ def test_import_equals_the_float64_reference_and_round_trips_bitwise(tmp_path, f
         exported = {k.removeprefix("model."): v for k, v in exported.items()}
         exported["decoder.embed_positions.weight"][:2] = \
             tensors["decoder.embed_positions.weight"][:2]
+    if family == "bert":  # token type 0 folded into the positions; exported types are zeros
+        positions, types = "bert.embeddings.position_embeddings.weight", \
+            "bert.embeddings.token_type_embeddings.weight"
+        np.testing.assert_array_equal(exported[positions], tensors[positions] + tensors[types][0])
+        assert exported[types].shape == (2, D) and not exported[types].any()
+        exported[positions], exported[types] = tensors[positions], tensors[types]
     assert set(exported) == set(tensors)
     for key, value in tensors.items():
         assert exported[key].dtype == np.float32
@@ -388,7 +466,9 @@ def test_import_equals_the_float64_reference_and_round_trips_bitwise(tmp_path, f
     for key, value in config.items():
         if key not in ("torch_dtype", "transformers_version", "resid_pdrop", "embd_pdrop",
                        "attn_pdrop", "architectures", "bos_token_id", "eos_token_id",
-                       "use_cache", "max_window_layers", "pad_token_id", "dropout"):
+                       "use_cache", "max_window_layers", "pad_token_id", "dropout",
+                       "hidden_dropout_prob", "attention_probs_dropout_prob",
+                       "classifier_dropout"):
             assert written[key] == value, key
     assert run_cli("import-hf", f"--from={tmp_path / 'out'}", f"--workdir={tmp_path / 'again'}",
                    capsys=capsys)[0] == 0
@@ -438,6 +518,82 @@ def test_rope_scaling_maps_to_attnlabs_and_unknown_types_are_refused(tmp_path, c
                           "attention_factor")]:
         with pytest.raises(HFError, match=f"rope_scaling.{key}"):
             llama.model_config(llama_config(rope_scaling=scaling))
+
+
+def test_bert_pretraining_saves_come_in_and_the_token_type_fold_is_said(tmp_path, capsys):
+    """A BertForPreTraining-style save: LayerNorm gamma/beta names, the pooler, the NSP head and
+    the position_ids buffer (skipped), the tied decoder written out (accepted as the tied
+    parameters). The run is BERT on inputs of token type 0, and the import says so."""
+    config = bert_config()
+    tensors = bert_tensors(np.random.default_rng(0), config)
+    saved = dict(tensors)
+    for name, new in (("weight", "gamma"), ("bias", "beta")):
+        saved[f"bert.embeddings.LayerNorm.{new}"] = saved.pop(f"bert.embeddings.LayerNorm.{name}")
+    rng = np.random.default_rng(2)
+    saved.update({"bert.pooler.dense.weight": random(rng, "p", (D, D)),
+                  "bert.pooler.dense.bias": random(rng, "p", (D,)),
+                  "cls.seq_relationship.weight": random(rng, "s", (2, D)),
+                  "cls.seq_relationship.bias": random(rng, "s", (2,)),
+                  "bert.embeddings.position_ids": np.arange(CTX, dtype=np.int64)[None],
+                  "cls.predictions.decoder.weight": tensors["bert.embeddings.word_embeddings.weight"],
+                  "cls.predictions.decoder.bias": tensors["cls.predictions.bias"]})
+    source = write_hf(tmp_path / "hf", config, saved)
+    code, out = run_cli("import-hf", f"--from={source}", f"--workdir={tmp_path / 'run'}",
+                        capsys=capsys)
+    assert code == 0, out.err
+    assert "note: token types: row 0 of token_type_embeddings" in out.out
+    tokens = np.random.default_rng(1).integers(0, V, CTX)
+    cfg, _, logits = logits_of(tmp_path / "run", tokens)
+    assert (cfg.model.ffn, cfg.model.head, cfg.model.norm_position) == ("gelu_erf", "bert", "post")
+    want = bert_reference(tensors, config, tokens)
+    np.testing.assert_allclose(logits, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    other = bert_reference(tensors, config, tokens, token_type=1)
+    assert np.abs(other - want).max() > 1e-2  # the fold is what makes type 0 exact
+
+
+BERT_REFUSALS = {
+    "tied bias differs": (lambda c, t: (c, {**t, "cls.predictions.decoder.bias":
+                                            t["cls.predictions.bias"] + 1}),
+                          "tensor cls.predictions.decoder.bias differs from the tensor it is "
+                          "tied to"),
+    "no token types": (lambda c, t: (c, _drop(t, "bert.embeddings.token_type_embeddings.weight")),
+                       "missing tensor bert.embeddings.token_type_embeddings.weight"),
+    "token types misshapen": (lambda c, t: (c, {**t, "bert.embeddings.token_type_embeddings."
+                                                "weight": np.zeros((2, D + 1), np.float32)}),
+                              "tensor bert.embeddings.token_type_embeddings.weight has shape "
+                              "[2, 33]"),
+    "gelu_fast": (lambda c, t: ({**c, "hidden_act": "gelu_fast"}, t),
+                  "config.json: hidden_act='gelu_fast' is not representable"),
+    "relative positions": (lambda c, t: ({**c, "position_embedding_type": "relative_key"}, t),
+                           "config.json: position_embedding_type='relative_key'"),
+    "decoder": (lambda c, t: ({**c, "is_decoder": True}, t), "config.json: is_decoder=True"),
+}
+
+
+@pytest.mark.parametrize("case", list(BERT_REFUSALS))
+def test_bad_bert_checkpoints_are_refused_in_one_line(tmp_path, case, capsys):
+    change, words = BERT_REFUSALS[case]
+    config = bert_config()
+    config, tensors = change(config, bert_tensors(np.random.default_rng(0), config))
+    source = write_hf(tmp_path / "hf", config, tensors)
+    code, out = run_cli("import-hf", f"--from={source}", f"--workdir={tmp_path / 'run'}",
+                        capsys=capsys)
+    assert code == 2
+    assert out.err.count("\n") == 1 and words in out.err, out.err
+    assert [p.name for p in tmp_path.iterdir()] == ["hf"]
+
+
+def test_bert_export_refuses_an_mlm_model_without_berts_parts():
+    from attnlab.config import ModelConfig
+    from attnlab.hf.families import HFError, family_of_model
+
+    base = dict(objective="mlm", pos_encoding="learned", norm_position="post", linear_bias=True,
+                embedding_norm=True, ffn="gelu_erf", vocab_size=V)
+    with pytest.raises(HFError, match="model.head='linear' has no BERT equivalent"):
+        family_of_model(ModelConfig(**base)).hf_config(ModelConfig(**base), CTX)
+    cfg = ModelConfig(**{**base, "head": "bert", "norm_position": "pre"})
+    with pytest.raises(HFError, match="model.norm_position='pre' has no BERT equivalent"):
+        family_of_model(cfg).hf_config(cfg, CTX)
 
 
 # --------------------------------------------------------------------------------------------
@@ -517,7 +673,7 @@ def test_export_refuses_what_no_family_holds(tmp_path, capsys):
 
 
 @pytest.mark.slow  # ~25 s each: two training steps, generation, export and import
-@pytest.mark.parametrize("family", ["gpt2", "opt", "bloom", "llama", "mistral", "qwen3"])
+@pytest.mark.parametrize("family", ["gpt2", "opt", "bloom", "llama", "mistral", "qwen3", "bert"])
 def test_an_imported_run_fine_tunes_generates_and_round_trips_bitwise(tmp_path, family, capsys):
     import jax
 
@@ -541,9 +697,10 @@ def test_an_imported_run_fine_tunes_generates_and_round_trips_bitwise(tmp_path, 
                                                         jax.tree.leaves(trained))]
     assert all(changed)  # every parameter moved in fine-tuning
     # Greedy generation with the imported tokenizer (letters a-z, ids 0-25).
-    code, out = run_cli("generate", f"--run={run}", "--prompt=abc", "--temperature=0",
+    prompt = "ab[MASK]c" if family == "bert" else "abc"  # bert fills the [MASK] in place
+    code, out = run_cli("generate", f"--run={run}", f"--prompt={prompt}", "--temperature=0",
                         "--max-new-tokens=4", capsys=capsys)
-    assert code == 0 and out.out.startswith("abc"), out
+    assert code == 0 and out.out.startswith("ab"), out
     # The trained run, exported and imported again: identical parameters and logits.
     assert run_cli("export-hf", f"--run={run}", f"--to={tmp_path / 'out'}", capsys=capsys)[0] == 0
     assert (tmp_path / "out" / "tokenizer.json").is_file()
