@@ -283,9 +283,14 @@ def gpt2_reference(w, cfg, tokens):
     return ln(x, "ln_f") @ w["wte.weight"].T
 
 
-def llama_reference(w, cfg, tokens):
+def llama_reference(w, cfg, tokens, lengths=None):
     """Touvron et al. 2023 (and Mistral's window, Qwen3's QK-norm): RMSNorm, RoPE on rotate-half
-    pairs (i, i + hd/2) with theta^(-2i/hd), GQA, SwiGLU; PyTorch weights [out, in]."""
+    pairs (i, i + hd/2) with theta^(-2i/hd), GQA, SwiGLU; PyTorch weights [out, in].
+
+    ``rope_scaling`` dynamic (dynamic NTK, transformers' ``_compute_dynamic_ntk_parameters``): a
+    call of length L > L0 = max_position_embeddings rotates with the base
+    theta (s L / L0 - (s - 1))^(hd / (hd - 2)). ``lengths[j]``: the call length token j was
+    rotated in (default: one call of all tokens; token by token decoding: j + 1)."""
     w = {k: v.astype(np.float64) for k, v in w.items()}
     t, d, h = len(tokens), cfg["hidden_size"], cfg["num_attention_heads"]
     hd, kv, eps = d // h, cfg["num_key_value_heads"], cfg["rms_norm_eps"]
@@ -293,8 +298,16 @@ def llama_reference(w, cfg, tokens):
     def rms(x, weight):
         return x / np.sqrt((x**2).mean(-1, keepdims=True) + eps) * weight
 
-    inv_freq = cfg["rope_theta"] ** (-np.arange(0, hd, 2) / hd)
-    angle = np.arange(t)[:, None, None] * inv_freq  # [t, 1, hd/2]
+    def inv_freq(length):
+        theta, scaling = cfg["rope_theta"], cfg.get("rope_scaling") or {}
+        original = cfg["max_position_embeddings"]
+        if scaling.get("rope_type") == "dynamic" and length > original:
+            s = scaling["factor"]
+            theta = theta * (s * length / original - (s - 1)) ** (hd / (hd - 2))
+        return theta ** (-np.arange(0, hd, 2) / hd)
+
+    lengths = [t] * t if lengths is None else lengths
+    angle = np.stack([j * inv_freq(n) for j, n in enumerate(lengths)])[:, None]  # [t, 1, hd/2]
 
     def rope(x):
         x1, x2 = x[..., :hd // 2], x[..., hd // 2:]
@@ -511,13 +524,61 @@ def test_rope_scaling_maps_to_attnlabs_and_unknown_types_are_refused(tmp_path, c
     assert (linear.rope_scaling, linear.rope_factor) == ("pi", 2.0)
     assert llama.hf_config(yarn, CTX)["rope_scaling"] == {
         "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8}
-    for scaling, key in [({"rope_type": "dynamic", "factor": 2.0}, "rope_type"),
+    dynamic = llama.model_config(llama_config(max_position_embeddings=8, rope_scaling={
+        "type": "dynamic", "factor": 2.0}))
+    assert (dynamic.rope_scaling, dynamic.rope_factor, dynamic.rope_original_len) == \
+        ("dynamic", 2.0, 8)
+    written = llama.hf_config(dynamic, CTX)  # the original context is max_position_embeddings
+    assert written["rope_scaling"] == {"rope_type": "dynamic", "factor": 2.0}
+    assert written["max_position_embeddings"] == 8
+    for scaling, key in [({"rope_type": "dynamic", "factor": 2.0, "low_freq_factor": 1},
+                          "low_freq_factor"),
                          ({"rope_type": "llama3", "factor": 8.0}, "rope_type"),
                          ({"rope_type": "yarn", "factor": 4.0, "beta_fast": 16}, "beta_fast"),
                          ({"rope_type": "yarn", "factor": 4.0, "attention_factor": 1.0},
                           "attention_factor")]:
         with pytest.raises(HFError, match=f"rope_scaling.{key}"):
             llama.model_config(llama_config(rope_scaling=scaling))
+
+
+def test_dynamic_ntk_equals_the_formula_in_a_forward_pass_and_in_cached_decoding(tmp_path,
+                                                                                 capsys):
+    """Llama with rope_scaling dynamic (factor 2, original context 8), read at 16 tokens: the
+    full forward grows the base for its length 16; within 8 tokens it is the unscaled RoPE;
+    token-by-token decoding rotates each new token at its own length and keeps the cached keys
+    as they were (transformers' cached generation), so past 8 it differs from the forward."""
+    import jax
+
+    from attnlab import model as lm
+
+    config = llama_config(max_position_embeddings=8,
+                          rope_scaling={"rope_type": "dynamic", "factor": 2.0})
+    tensors = llama_tensors(np.random.default_rng(0), config)
+    source = write_hf(tmp_path / "hf", config, tensors)
+    assert run_cli("import-hf", f"--from={source}", f"--workdir={tmp_path / 'run'}",
+                   capsys=capsys)[0] == 0
+    tokens = np.random.default_rng(1).integers(0, V, CTX)
+    cfg, params, logits = logits_of(tmp_path / "run", tokens)
+    assert (cfg.model.rope_scaling, cfg.data.seq_len) == ("dynamic", 8)
+    want = llama_reference(tensors, config, tokens)
+    np.testing.assert_allclose(logits, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    unscaled = llama_reference(tensors, {**config, "rope_scaling": None}, tokens)
+    assert np.abs(unscaled - want).max() > 1e-2  # the grown base matters at 16 tokens
+    _, _, short = logits_of(tmp_path / "run", tokens[:8])
+    np.testing.assert_allclose(short, unscaled[:8], rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    # Decoding one token at a time: token j rotated at length j + 1.
+    _, graphdef, params = load_params(tmp_path / "run")
+    cache = lm.init_state(cfg.model, 1, CTX)
+    step = jax.jit(lm.decode_step, static_argnums=0)
+    decoded = []
+    for j in range(CTX):
+        out, cache = step(graphdef, params, cache, np.asarray(tokens[None, j:j + 1], np.int32), j)
+        decoded.append(np.asarray(out)[0, 0])
+    decoded = np.stack(decoded)
+    cached = llama_reference(tensors, config, tokens, lengths=range(1, CTX + 1))
+    np.testing.assert_allclose(decoded, cached, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    np.testing.assert_allclose(decoded[:8], short, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    assert np.abs(decoded[8:] - logits[8:]).max() > 1e-2
 
 
 def test_bert_pretraining_saves_come_in_and_the_token_type_fold_is_said(tmp_path, capsys):

@@ -9,10 +9,13 @@ checkpoint with the attnlab parameters it holds:
 |---|---|
 | ``gpt2`` | learned positions, pre-LN LayerNorm, tanh-GELU MLP, biases everywhere, tied head |
 | ``opt`` | the same with ReLU and separate q, k, v projections (position rows offset by 2) |
-| ``llama`` | RoPE (``rope_scaling`` linear -> PI, yarn -> YaRN), RMSNorm, SwiGLU, GQA, no biases |
+| ``llama`` | RoPE (``rope_scaling``: linear -> PI, dynamic -> dynamic NTK, yarn -> YaRN), RMSNorm,
+  SwiGLU, GQA, no biases |
 | ``mistral`` | Llama with a sliding window (``sliding_window`` -> ``model.attention_window``) |
 | ``qwen3`` | Llama with QK-norm (RMSNorm over each head's q and k before RoPE) |
 | ``bloom`` | ALiBi, an embedding LayerNorm, GPT-2's blocks with q, k, v fused head by head |
+| ``bert`` | BertForMaskedLM: learned positions (token type 0 folded in), an embedding LayerNorm,
+  post-LN blocks, erf- or tanh-GELU MLP, biases, ``model.head=bert`` (transform + output bias) |
 
 Every key of an HF config is either mapped, one of the generic bookkeeping keys
 (:data:`BOOKKEEPING`), or must hold the one value attnlab computes (e.g. ``attention_bias:
@@ -484,6 +487,10 @@ class Llama(Family):
         known = {"rope_type", "type", "factor", "rope_theta"}
         if kind == "linear":
             out.update(rope_scaling="pi", rope_factor=float(scaling["factor"]))
+        elif kind == "dynamic":
+            # transformers grows the base past max_position_embeddings (its original context)
+            out.update(rope_scaling="dynamic", rope_factor=float(scaling["factor"]),
+                       rope_original_len=int(r.hf.get("max_position_embeddings", 2048)))
         elif kind == "yarn":
             original = scaling.get("original_max_position_embeddings",
                                    r.hf.get("max_position_embeddings"))
@@ -506,7 +513,7 @@ class Llama(Family):
                               "attnlab (its YaRN multiplies q and k by 0.1 ln s + 1)")
         else:
             raise HFError(f"config.json: rope_scaling.rope_type={kind!r} is not representable in "
-                          "attnlab (its RoPE scalings are linear (PI) and yarn)")
+                          "attnlab (its RoPE scalings are linear (PI), dynamic and yarn)")
         extra = sorted(set(scaling) - known)
         if extra:
             raise HFError(f"config.json: rope_scaling.{extra[0]} is a setting attnlab has no "
@@ -546,6 +553,9 @@ class Llama(Family):
         elif cfg.rope_scaling == "yarn":
             out["rope_scaling"] = {"rope_type": "yarn", "factor": cfg.rope_factor,
                                    "original_max_position_embeddings": cfg.rope_original_len}
+        elif cfg.rope_scaling == "dynamic":  # its original context is max_position_embeddings
+            out["rope_scaling"] = {"rope_type": "dynamic", "factor": cfg.rope_factor}
+            out["max_position_embeddings"] = cfg.rope_original_len
         return out
 
     def title(self) -> str:
