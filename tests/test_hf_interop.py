@@ -349,7 +349,8 @@ def bert_config(**overrides):
 
 def bert_tensors(rng, cfg):
     """BertForMaskedLM's spelling (``bert.*``, ``cls.predictions.*``), tied decoder."""
-    d, ff, e, c = cfg["hidden_size"], cfg["intermediate_size"], "bert.embeddings.", "cls.predictions."
+    d, ff = cfg["hidden_size"], cfg["intermediate_size"]
+    e, c = "bert.embeddings.", "cls.predictions."
     t = {e + "word_embeddings.weight": (cfg["vocab_size"], d),
          e + "position_embeddings.weight": (cfg["max_position_embeddings"], d),
          e + "token_type_embeddings.weight": (cfg["type_vocab_size"], d),
@@ -397,7 +398,8 @@ def bert_reference(w, cfg, tokens, token_type=0):
     everything = np.ones((t, t), bool)
     for i in range(cfg["num_hidden_layers"]):
         p = f"bert.encoder.layer.{i}.attention."
-        q, k, v = (linear(x, p + f"self.{n}").reshape(t, h, d // h) for n in ("query", "key", "value"))
+        q, k, v = (linear(x, p + f"self.{n}").reshape(t, h, d // h)
+                   for n in ("query", "key", "value"))
         x = ln(x + linear(attend(q, k, v, everything).reshape(t, d), p + "output.dense"),
                p + "output.LayerNorm")
         p = f"bert.encoder.layer.{i}."
@@ -405,6 +407,126 @@ def bert_reference(w, cfg, tokens, token_type=0):
                p + "output.LayerNorm")
     x = ln(gelu(linear(x, c + "transform.dense")), c + "transform.LayerNorm")
     return x @ w[e + "word_embeddings.weight"].T + w[c + "bias"]
+
+
+def t5_config(**overrides):
+    """T5 v1.0 (t5-small's keys); 8 buckets up to distance 12, so that 16 tokens reach the
+    log-spaced buckets and the cap."""
+    return {"model_type": "t5", "architectures": ["T5ForConditionalGeneration"], "vocab_size": V,
+            "d_model": D, "d_kv": D // HEADS, "d_ff": FF, "num_layers": LAYERS,
+            "num_decoder_layers": LAYERS, "num_heads": HEADS,
+            "relative_attention_num_buckets": 8, "relative_attention_max_distance": 12,
+            "dropout_rate": 0.1, "layer_norm_epsilon": 1e-6, "initializer_factor": 1.0,
+            "feed_forward_proj": "relu", "is_encoder_decoder": True, "use_cache": True,
+            "pad_token_id": 0, "eos_token_id": 1, "decoder_start_token_id": 0,
+            "n_positions": CTX, "tie_word_embeddings": True, "output_past": True, **overrides}
+
+
+def t5_tensors(rng, cfg):
+    """T5ForConditionalGeneration's spelling; q weights scaled by d_kv^-0.5 (as T5's init
+    folds the score scale into W_q)."""
+    d, ff, nb = cfg["d_model"], cfg["d_ff"], cfg["relative_attention_num_buckets"]
+    gated = cfg["feed_forward_proj"].startswith("gated")
+    t = {"shared.weight": (cfg["vocab_size"], d),
+         "encoder.final_layer_norm.weight": (d,), "decoder.final_layer_norm.weight": (d,)}
+    for stack in ("encoder", "decoder"):
+        t[f"{stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight"] = \
+            (nb, cfg["num_heads"])
+    if not cfg["tie_word_embeddings"]:
+        t["lm_head.weight"] = (cfg["vocab_size"], d)
+    for i in range(cfg["num_layers"]):
+        for stack, attentions in (("encoder", ("SelfAttention",)),
+                                  ("decoder", ("SelfAttention", "EncDecAttention"))):
+            p = f"{stack}.block.{i}.layer."
+            for n, name in enumerate(attentions):
+                t.update({f"{p}{n}.{name}.{w}.weight": (d, d) for w in "qkvo"})
+                t[f"{p}{n}.layer_norm.weight"] = (d,)
+            n = len(attentions)
+            t[f"{p}{n}.layer_norm.weight"] = (d,)
+            t.update({f"{p}{n}.DenseReluDense.{w}.weight": (ff, d)
+                      for w in (("wi_0", "wi_1") if gated else ("wi",))})
+            t[f"{p}{n}.DenseReluDense.wo.weight"] = (d, ff)
+    out = {k: random(rng, k, s) for k, s in t.items()}
+    for k in out:
+        if k.endswith(".q.weight"):
+            out[k] = out[k] / np.float32(math.sqrt(cfg["d_kv"]))
+    return out
+
+
+def t5_bucket(relative, bidirectional, buckets, max_distance):
+    """T5's bucket of ``relative = key - query`` (Raffel et al. 2020; the mesh-tensorflow rule
+    as transformers' ``_relative_position_bucket`` writes it)."""
+    bucket = 0
+    if bidirectional:
+        buckets //= 2
+        bucket += buckets if relative > 0 else 0
+        n = abs(relative)
+    else:
+        n = -min(relative, 0)
+    exact = buckets // 2
+    if n < exact:
+        return bucket + n
+    large = exact + int(math.log(n / exact) / math.log(max_distance / exact) * (buckets - exact))
+    return bucket + min(large, buckets - 1)
+
+
+def t5_reference(w, cfg, tokens):
+    """Raffel et al. 2020 as T5ForConditionalGeneration computes it, with ``tokens`` as both
+    the encoder input and the decoder input: RMSNorm without mean or bias, scores q k^T
+    unscaled plus the relative bias of the stack's first block (bidirectional buckets in the
+    encoder, causal in the decoder; none in cross-attention), ReLU or gated tanh-GELU FFN, the
+    tied head after multiplying by d_model^-0.5; PyTorch weights [out, in]."""
+    w = {k: v.astype(np.float64) for k, v in w.items()}
+    t, d, h = len(tokens), cfg["d_model"], cfg["num_heads"]
+    nb, dist = cfg["relative_attention_num_buckets"], cfg["relative_attention_max_distance"]
+    gated = cfg["feed_forward_proj"].startswith("gated")
+
+    def rms(x, p):
+        return x / np.sqrt((x**2).mean(-1, keepdims=True) + cfg["layer_norm_epsilon"]) * w[p]
+
+    def gelu_new(x):
+        return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+
+    def relative_bias(stack, bidirectional):
+        table = w[f"{stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight"]
+        buckets = np.array([[t5_bucket(j - i, bidirectional, nb, dist) for j in range(t)]
+                            for i in range(t)])
+        bias = np.moveaxis(table[buckets], -1, 0)  # [h, q, k]
+        return bias if bidirectional else np.where(np.tril(np.ones((t, t), bool)), bias, -np.inf)
+
+    def attention(x, memory, p, bias):
+        q = (x @ w[p + ".q.weight"].T).reshape(len(x), h, d // h)
+        k, v = ((memory @ w[f"{p}.{n}.weight"].T).reshape(len(memory), h, d // h) for n in "kv")
+        s = np.einsum("qhd,khd->hqk", q, k) + bias
+        return np.einsum("hqk,khd->qhd", softmax(s), v).reshape(len(x), d) @ w[p + ".o.weight"].T
+
+    def ffn(x, p):
+        if gated:
+            hidden = gelu_new(x @ w[p + ".wi_0.weight"].T) * (x @ w[p + ".wi_1.weight"].T)
+        else:
+            hidden = np.maximum(x @ w[p + ".wi.weight"].T, 0)
+        return hidden @ w[p + ".wo.weight"].T
+
+    x = w["shared.weight"][tokens]
+    bias = relative_bias("encoder", True)
+    for i in range(cfg["num_layers"]):
+        p = f"encoder.block.{i}.layer."
+        a = rms(x, p + "0.layer_norm.weight")
+        x = x + attention(a, a, p + "0.SelfAttention", bias)
+        x = x + ffn(rms(x, p + "1.layer_norm.weight"), p + "1.DenseReluDense")
+    memory = rms(x, "encoder.final_layer_norm.weight")
+    y = w["shared.weight"][tokens]
+    bias = relative_bias("decoder", False)
+    for i in range(cfg["num_layers"]):
+        p = f"decoder.block.{i}.layer."
+        a = rms(y, p + "0.layer_norm.weight")
+        y = y + attention(a, a, p + "0.SelfAttention", bias)
+        y = y + attention(rms(y, p + "1.layer_norm.weight"), memory, p + "1.EncDecAttention", 0)
+        y = y + ffn(rms(y, p + "2.layer_norm.weight"), p + "2.DenseReluDense")
+    y = rms(y, "decoder.final_layer_norm.weight")
+    if cfg["tie_word_embeddings"]:
+        return (y * d**-0.5) @ w["shared.weight"].T
+    return y @ w["lm_head.weight"].T
 
 
 FAMILIES = {
@@ -417,6 +539,9 @@ FAMILIES = {
     "mistral": (lambda **o: llama_config("mistral", **o), llama_tensors, llama_reference),
     "qwen3": (lambda **o: llama_config("qwen3", **o), llama_tensors, llama_reference),
     "bert": (bert_config, bert_tensors, bert_reference),
+    "t5": (t5_config, t5_tensors, t5_reference),
+    "t5v11": (lambda **o: t5_config(feed_forward_proj="gated-gelu", tie_word_embeddings=False,
+                                    **o), t5_tensors, t5_reference),
 }
 
 
@@ -433,8 +558,15 @@ def run_cli(*argv, capsys=None):
 
 
 def logits_of(run, tokens):
+    """The run's logits of ``tokens`` (an encoder-decoder reads them as its source and as its
+    decoder's input)."""
     cfg, graphdef, params = load_params(run)
-    return cfg, params, np.asarray(apply(graphdef, params, np.asarray(tokens, np.int32)[None]))[0]
+    tokens = np.asarray(tokens, np.int32)[None]
+    if cfg.model.objective == "span":
+        from flax import nnx
+
+        return cfg, params, np.asarray(nnx.merge(graphdef, params)(tokens, tokens))[0]
+    return cfg, params, np.asarray(apply(graphdef, params, tokens))[0]
 
 
 # --------------------------------------------------------------------------------------------
@@ -481,7 +613,8 @@ def test_import_equals_the_float64_reference_and_round_trips_bitwise(tmp_path, f
                        "attn_pdrop", "architectures", "bos_token_id", "eos_token_id",
                        "use_cache", "max_window_layers", "pad_token_id", "dropout",
                        "hidden_dropout_prob", "attention_probs_dropout_prob",
-                       "classifier_dropout"):
+                       "classifier_dropout", "dropout_rate", "decoder_start_token_id",
+                       "output_past"):
             assert written[key] == value, key
     assert run_cli("import-hf", f"--from={tmp_path / 'out'}", f"--workdir={tmp_path / 'again'}",
                    capsys=capsys)[0] == 0
@@ -596,7 +729,8 @@ def test_bert_pretraining_saves_come_in_and_the_token_type_fold_is_said(tmp_path
                   "cls.seq_relationship.weight": random(rng, "s", (2, D)),
                   "cls.seq_relationship.bias": random(rng, "s", (2,)),
                   "bert.embeddings.position_ids": np.arange(CTX, dtype=np.int64)[None],
-                  "cls.predictions.decoder.weight": tensors["bert.embeddings.word_embeddings.weight"],
+                  "cls.predictions.decoder.weight":
+                      tensors["bert.embeddings.word_embeddings.weight"],
                   "cls.predictions.decoder.bias": tensors["cls.predictions.bias"]})
     source = write_hf(tmp_path / "hf", config, saved)
     code, out = run_cli("import-hf", f"--from={source}", f"--workdir={tmp_path / 'run'}",
@@ -631,11 +765,27 @@ BERT_REFUSALS = {
 }
 
 
-@pytest.mark.parametrize("case", list(BERT_REFUSALS))
-def test_bad_bert_checkpoints_are_refused_in_one_line(tmp_path, case, capsys):
-    change, words = BERT_REFUSALS[case]
-    config = bert_config()
-    config, tensors = change(config, bert_tensors(np.random.default_rng(0), config))
+T5_REFUSALS = {
+    "d_kv": (lambda c, t: ({**c, "d_kv": 16}, t), "config.json: d_kv=16 is not representable"),
+    "decoder depth": (lambda c, t: ({**c, "num_decoder_layers": 3}, t),
+                      "config.json: num_decoder_layers=3"),
+    "gated-relu": (lambda c, t: ({**c, "feed_forward_proj": "gated-relu"}, t),
+                   "config.json: feed_forward_proj='gated-relu'"),
+    "tied head differs": (lambda c, t: (c, {**t, "decoder.embed_tokens.weight":
+                                            t["shared.weight"] * 2}),
+                          "tensor decoder.embed_tokens.weight differs from the tensor it is tied"),
+}
+REFUSING_FAMILIES = {"bert": (bert_config, bert_tensors, BERT_REFUSALS),
+                     "t5": (t5_config, t5_tensors, T5_REFUSALS)}
+
+
+@pytest.mark.parametrize("family, case", [(f, c) for f, (_, _, cases) in REFUSING_FAMILIES.items()
+                                          for c in cases])
+def test_bad_bert_and_t5_checkpoints_are_refused_in_one_line(tmp_path, family, case, capsys):
+    make_config, make_tensors, cases = REFUSING_FAMILIES[family]
+    change, words = cases[case]
+    config = make_config()
+    config, tensors = change(config, make_tensors(np.random.default_rng(0), config))
     source = write_hf(tmp_path / "hf", config, tensors)
     code, out = run_cli("import-hf", f"--from={source}", f"--workdir={tmp_path / 'run'}",
                         capsys=capsys)
@@ -644,7 +794,7 @@ def test_bad_bert_checkpoints_are_refused_in_one_line(tmp_path, case, capsys):
     assert [p.name for p in tmp_path.iterdir()] == ["hf"]
 
 
-def test_bert_export_refuses_an_mlm_model_without_berts_parts():
+def test_export_refuses_an_mlm_or_span_model_without_berts_or_t5s_parts():
     from attnlab.config import ModelConfig
     from attnlab.hf.families import HFError, family_of_model
 
@@ -654,6 +804,13 @@ def test_bert_export_refuses_an_mlm_model_without_berts_parts():
         family_of_model(ModelConfig(**base)).hf_config(ModelConfig(**base), CTX)
     cfg = ModelConfig(**{**base, "head": "bert", "norm_position": "pre"})
     with pytest.raises(HFError, match="model.norm_position='pre' has no BERT equivalent"):
+        family_of_model(cfg).hf_config(cfg, CTX)
+    t5 = dict(objective="span", pos_encoding="t5", norm="rmsnorm", ffn="relu", vocab_size=V,
+              head="t5")
+    with pytest.raises(HFError, match="model.attention_scale='rsqrt' has no T5 equivalent"):
+        family_of_model(ModelConfig(**t5)).hf_config(ModelConfig(**t5), CTX)
+    cfg = ModelConfig(**{**t5, "attention_scale": "none", "head": "linear"})
+    with pytest.raises(HFError, match="model.head='linear' has no T5 equivalent"):
         family_of_model(cfg).hf_config(cfg, CTX)
 
 
@@ -734,7 +891,8 @@ def test_export_refuses_what_no_family_holds(tmp_path, capsys):
 
 
 @pytest.mark.slow  # ~25 s each: two training steps, generation, export and import
-@pytest.mark.parametrize("family", ["gpt2", "opt", "bloom", "llama", "mistral", "qwen3", "bert"])
+@pytest.mark.parametrize("family", ["gpt2", "opt", "bloom", "llama", "mistral", "qwen3", "bert",
+                                    "t5"])
 def test_an_imported_run_fine_tunes_generates_and_round_trips_bitwise(tmp_path, family, capsys):
     import jax
 
@@ -758,10 +916,13 @@ def test_an_imported_run_fine_tunes_generates_and_round_trips_bitwise(tmp_path, 
                                                         jax.tree.leaves(trained))]
     assert all(changed)  # every parameter moved in fine-tuning
     # Greedy generation with the imported tokenizer (letters a-z, ids 0-25).
-    prompt = "ab[MASK]c" if family == "bert" else "abc"  # bert fills the [MASK] in place
+    # bert fills the [MASK] in place; t5 writes the span after it
+    prompt = "abc" if family not in ("bert", "t5") else "ab[MASK]c"
     code, out = run_cli("generate", f"--run={run}", f"--prompt={prompt}", "--temperature=0",
                         "--max-new-tokens=4", capsys=capsys)
-    assert code == 0 and out.out.startswith("ab"), out
+    assert code == 0 and out.out.strip(), out
+    if family not in ("bert", "t5"):
+        assert out.out.startswith("abc"), out
     # The trained run, exported and imported again: identical parameters and logits.
     assert run_cli("export-hf", f"--run={run}", f"--to={tmp_path / 'out'}", capsys=capsys)[0] == 0
     assert (tmp_path / "out" / "tokenizer.json").is_file()

@@ -108,3 +108,19 @@ def test_the_bert_head_is_refused_where_it_is_not_built(overrides, field, words)
     with pytest.raises(ConfigError, match=words) as e:
         tiny(**{"head": "bert", **overrides})
     assert e.value.field == field
+
+
+def test_the_t5_head_rescales_the_hidden_state_of_the_tied_head():
+    cfg = tiny(head="t5", norm="rmsnorm", ffn="relu", linear_bias=False)
+    model = lm.build_model(cfg, nnx.Rngs(params=0))
+    rng = np.random.default_rng(2)
+    randomize(model, rng)
+    x = rng.standard_normal((1, 5, 16))
+    logits = np.asarray(model.logits(jnp.asarray(x, jnp.float32)))
+    h = x / np.sqrt((x**2).mean(-1, keepdims=True) + cfg.norm_eps) * f64(model.final_norm.scale)
+    want = (h * 16**-0.5) @ f64(model.token_embedding).T
+    np.testing.assert_allclose(logits, want, rtol=1e-4, atol=1e-5)
+    assert model.head is None  # no parameters
+    with pytest.raises(ConfigError, match="t5 rescales the hidden state") as e:
+        tiny(head="t5", tie_embeddings=False)
+    assert e.value.field == "model.head"

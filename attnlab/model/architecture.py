@@ -49,7 +49,7 @@ MASKS = {c.name: c for c in (masks.Causal, masks.SlidingWindow)}
 MIXERS = {c.name: c for c in (mixers.Softmax, mixers.Linear, mixers.Performer, mixers.Mamba)}
 FFNS = {c.name: c for c in (ffn.ReLU, ffn.GELU, ffn.GELUErf, ffn.SwiGLU, ffn.GeGLU,
                              ffn.NoFFN)}
-HEADS = {c.name: c for c in (heads.Linear, heads.Bert)}
+HEADS = {c.name: c for c in (heads.Linear, heads.Bert, heads.T5)}
 ROUTINGS = {c.name: c for c in (moe.Dense, moe.TokenChoice)}
 NORMS = {c.name: c for c in (layers.LayerNorm, layers.RMSNorm)}
 BLOCKS = {c.name: c for c in (blocks.PreNorm, blocks.PostNorm, ngpt.NGPT)}

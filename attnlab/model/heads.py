@@ -1,7 +1,7 @@
 """Output heads (``model.head``): what the last hidden state passes through on its way to the
-logits, one class per kind.
+logits ``x W_head`` (``W_head = E^T`` when tied), one class per kind.
 
-* ``linear`` (the default): ``logits = x W_head`` (``W_head = E^T`` when tied);
+* ``linear`` (the default): ``logits = x W_head``;
 * ``bert``: BERT's masked-LM head (Devlin et al. 2019; transformers' ``BertLMPredictionHead``),
   a transform before the projection and an output bias after it::
 
@@ -9,11 +9,16 @@ logits, one class per kind.
       logits = h W_head + b_out         b_out [vocab]
 
   ``act`` is the FFN's activation (BERT's ``hidden_act`` serves both) and ``Norm`` is
-  ``model.norm`` with ``model.norm_eps``.
+  ``model.norm`` with ``model.norm_eps``. Its parameters are a module at ``head``
+  (``head/transform/{kernel,bias}``, ``head/norm/*``, ``head/bias``), counted in N
+  (non-embedding) like the norms.
+* ``t5``: T5's tied head (Raffel et al. 2020; transformers' ``T5ForConditionalGeneration`` with
+  ``tie_word_embeddings``): ``logits = (x d_model^-0.5) E^T``, the hidden state rescaled
+  because the head shares the embedding table. No parameters.
 
-Shapes: ``x [batch, seq, d_model] -> logits [batch, seq, vocab]``. The head's parameters are a
-module at ``head`` (``head/transform/{kernel,bias}``, ``head/norm/*``, ``head/bias``), counted
-in N (non-embedding) like the norms.
+Every head acts after the stack's final norm. Shapes: ``x [batch, seq, d_model] -> logits
+[batch, seq, vocab]``; :meth:`Head.hidden` maps ``x`` before the projection, :meth:`Head.output`
+the logits after it, each given the head's module (:meth:`Head.build`, None without one).
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ class Head:
     activation a transform reuses) and norm class (immutable, hashable).
 
     Class attributes: ``name`` (the ``model.head`` value), ``title``, ``fields`` (``model.*``
-    fields only this kind reads), ``mup_rule``.
+    fields only this kind reads).
     """
 
     cfg: ModelConfig = dataclasses.field(repr=False)
@@ -46,7 +51,6 @@ class Head:
     name = ""
     title = ""
     fields = ()
-    mup_rule = True
 
     def validate(self, arch) -> None:
         """Rules against the model's other parts (raises ConfigError naming the field)."""
@@ -54,6 +58,14 @@ class Head:
     def build(self, rngs: nnx.Rngs) -> nnx.Module | None:
         """The head's module, or None (no parameters of its own)."""
         return None
+
+    def hidden(self, module, x: jax.Array) -> jax.Array:
+        """``x [batch, seq, d_model]`` as the projection to the vocabulary reads it."""
+        return x
+
+    def output(self, module, logits: jax.Array) -> jax.Array:
+        """``logits float32 [batch, seq, vocab]`` after the projection."""
+        return logits
 
     def param_count(self) -> int:
         return 0
@@ -69,8 +81,7 @@ class Linear(Head):
 
 
 class BertHeadModule(nnx.Module):
-    """``h = Norm(act(x W_t + b_t))`` (:meth:`transform`), then ``+ b_out`` on the logits
-    (:meth:`add_bias`)."""
+    """BERT's transform ``Norm(act(x W_t + b_t))`` and output bias ``b_out [vocab]``."""
 
     def __init__(self, cfg: ModelConfig, activation, norm: type, *, rngs: nnx.Rngs):
         d = cfg.d_model
@@ -78,14 +89,6 @@ class BertHeadModule(nnx.Module):
         self.transform = dense(cfg, d, d, cfg.init_std, rngs, bias=True)
         self.norm = norm(d, cfg.norm_eps)
         self.bias = nnx.Param(jnp.zeros((cfg.vocab_size,), jnp.float32))
-
-    def transform_hidden(self, x: jax.Array) -> jax.Array:
-        """``[batch, seq, d_model] -> [batch, seq, d_model]``."""
-        return self.norm(self.activation(self.transform(x)))
-
-    def add_bias(self, logits: jax.Array) -> jax.Array:
-        """``[batch, seq, vocab] -> [batch, seq, vocab]``."""
-        return logits + self.bias[...]
 
 
 class Bert(Head):
@@ -107,9 +110,34 @@ class Bert(Head):
     def build(self, rngs):
         return BertHeadModule(self.cfg, self.ffn.activation, self.norm, rngs=rngs)
 
+    def hidden(self, module, x):
+        return module.norm(module.activation(module.transform(x)))
+
+    def output(self, module, logits):
+        return logits + module.bias[...]
+
     def param_count(self):
         d = self.cfg.d_model
         return d * d + d + self.norm.param_count(d) + self.cfg.vocab_size
 
     def flops_per_token(self):
         return 2.0 * self.cfg.d_model ** 2
+
+
+class T5(Head):
+    """T5's tied head: the hidden state times ``d_model^-0.5`` (module docstring)."""
+
+    name = "t5"
+    title = "T5's rescaled tied head (model.head=t5)"
+
+    def validate(self, arch):
+        if not self.cfg.tie_embeddings:
+            raise ConfigError("model.head", "t5 rescales the hidden state for the head tied to "
+                              "the embeddings; model.tie_embeddings=false (T5 v1.1) has no "
+                              "rescale: use linear")
+        if self.cfg.ngpt or not arch.inputs.reads_tokens:
+            raise ConfigError("model.head", "t5 is built for token models without nGPT's "
+                              "logit scale")
+
+    def hidden(self, module, x):
+        return x * jnp.asarray(self.cfg.d_model ** -0.5, x.dtype)
