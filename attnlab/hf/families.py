@@ -16,6 +16,8 @@ checkpoint with the attnlab parameters it holds:
 | ``bloom`` | ALiBi, an embedding LayerNorm, GPT-2's blocks with q, k, v fused head by head |
 | ``bert`` | BertForMaskedLM: learned positions (token type 0 folded in), an embedding LayerNorm,
   post-LN blocks, erf- or tanh-GELU MLP, biases, ``model.head=bert`` (transform + output bias) |
+| ``t5`` | T5 v1.0 / v1.1: the span encoder-decoder, T5 bias, unscaled scores, RMSNorm, ReLU or
+  gated GELU, tied head rescaled by ``d_model^-0.5`` (``model.head=t5``) or untied |
 
 Every key of an HF config is either mapped, one of the generic bookkeeping keys
 (:data:`BOOKKEEPING`), or must hold the one value attnlab computes (e.g. ``attention_bias:
