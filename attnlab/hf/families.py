@@ -823,6 +823,7 @@ class T5(Family):
         r.expect("is_gated_act", (proj.startswith("gated"),), "given by feed_forward_proj")
         r.expect("is_encoder_decoder", (True,), "an encoder-decoder")
         for key in ("dropout_rate", "initializer_factor", "classifier_dropout", "n_positions",
+                    "gradient_checkpointing",
                     "output_past"):
             r.get(key)
         tie = r.expect("tie_word_embeddings", (True, False), "")
