@@ -916,13 +916,14 @@ def test_an_imported_run_fine_tunes_generates_and_round_trips_bitwise(tmp_path, 
                                                         jax.tree.leaves(trained))]
     assert all(changed)  # every parameter moved in fine-tuning
     # Greedy generation with the imported tokenizer (letters a-z, ids 0-25).
-    # bert fills the [MASK] in place; t5 writes the span after it
+    # bert fills the [MASK] in place (the prompt around it kept); t5 decodes spans, whose ids
+    # past the letters the tokenizer does not write
     prompt = "abc" if family not in ("bert", "t5") else "ab[MASK]c"
     code, out = run_cli("generate", f"--run={run}", f"--prompt={prompt}", "--temperature=0",
                         "--max-new-tokens=4", capsys=capsys)
-    assert code == 0 and out.out.strip(), out
-    if family not in ("bert", "t5"):
-        assert out.out.startswith("abc"), out
+    assert code == 0, out
+    if family != "t5":
+        assert out.out.startswith("ab" if family == "bert" else "abc"), out
     # The trained run, exported and imported again: identical parameters and logits.
     assert run_cli("export-hf", f"--run={run}", f"--to={tmp_path / 'out'}", capsys=capsys)[0] == 0
     assert (tmp_path / "out" / "tokenizer.json").is_file()
