@@ -1,9 +1,11 @@
 """Rotary position embedding (Su et al. 2021, RoFormer, eq. 34) and its rescalings for longer
-contexts: position interpolation (Chen et al. 2023), NTK-aware bases (bloc97 2023) and YaRN
+contexts: position interpolation (Chen et al. 2023), NTK-aware bases (bloc97 2023), dynamic NTK
+(emozilla and bloc97 2023) and YaRN
 (Peng et al. 2023).
 
 Shapes: ``positions`` int32 ``[pbatch, seq]``; heads ``[batch, seq, heads, head_dim]``. Phases are
-float32 (bf16 would round position 257 to 256); frequencies float64 on the host.
+float32 (bf16 would round position 257 to 256); frequencies float64 on the host (dynamic NTK's:
+float32 on the device, from each call's positions).
 """
 
 from __future__ import annotations
@@ -206,7 +208,10 @@ class RoPE(PositionalEncoding):
     ``ntk`` raises the base (:func:`ntk_rope_theta`); ``pi`` divides the frequencies by ``s``
     (:func:`pi_frequencies`, Chen et al. 2023); ``yarn`` interpolates by parts and multiplies q
     and k by ``0.1 ln s + 1`` (:func:`yarn_frequencies`, Peng et al. 2023). PI and YaRN are the
-    config fields ``model.rope_scaling`` / ``rope_factor`` / ``rope_original_len``.
+    config fields ``model.rope_scaling`` / ``rope_factor`` / ``rope_original_len``, and so is
+    dynamic NTK (``rope_scaling=dynamic``: the base grows with each call's length past
+    ``rope_original_len``, :func:`dynamic_ntk_frequencies`), which checkpoints bring
+    (``attnlab import-hf``) but ``attnlab extrapolate`` does not offer.
     """
 
     name = "rope"
