@@ -712,6 +712,12 @@ def test_dynamic_ntk_equals_the_formula_in_a_forward_pass_and_in_cached_decoding
     np.testing.assert_allclose(decoded, cached, rtol=1e-4, atol=1e-4 * np.abs(want).max())
     np.testing.assert_allclose(decoded[:8], short, rtol=1e-5, atol=1e-5 * np.abs(want).max())
     assert np.abs(decoded[8:] - logits[8:]).max() > 1e-2
+    # Its growth is relative to the original context, which the config must give.
+    from attnlab.config import ModelConfig
+    from attnlab.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="model.rope_scaling=dynamic needs the original"):
+        lm.resolve(ModelConfig(rope_scaling="dynamic", rope_factor=2.0))
 
 
 def test_bert_pretraining_saves_come_in_and_the_token_type_fold_is_said(tmp_path, capsys):

@@ -1,7 +1,6 @@
 """Rotary position embedding (Su et al. 2021, RoFormer, eq. 34) and its rescalings for longer
 contexts: position interpolation (Chen et al. 2023), NTK-aware bases (bloc97 2023), dynamic NTK
-(emozilla and bloc97 2023) and YaRN
-(Peng et al. 2023).
+(emozilla and bloc97 2023) and YaRN (Peng et al. 2023).
 
 Shapes: ``positions`` int32 ``[pbatch, seq]``; heads ``[batch, seq, heads, head_dim]``. Phases are
 float32 (bf16 would round position 257 to 256); frequencies float64 on the host (dynamic NTK's:
