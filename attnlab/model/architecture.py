@@ -47,8 +47,8 @@ SCORE_SCALES = {c.name: c for c in (scales.InverseSqrt, scales.MuP, scales.Unsca
                                     scales.LearnedTemperature, scales.Cosine)}
 MASKS = {c.name: c for c in (masks.Causal, masks.SlidingWindow)}
 MIXERS = {c.name: c for c in (mixers.Softmax, mixers.Linear, mixers.Performer, mixers.Mamba)}
-FFNS = {c.name: c for c in (ffn.ReLU, ffn.GELU, ffn.GELUErf, ffn.SwiGLU, ffn.GeGLU,
-                             ffn.NoFFN)}
+FFNS = {c.name: c for c in (ffn.ReLU, ffn.GELU, ffn.SwiGLU, ffn.GeGLU, ffn.NoFFN,
+                             ffn.GELUErf)}
 HEADS = {c.name: c for c in (heads.Linear, heads.Bert, heads.T5)}
 ROUTINGS = {c.name: c for c in (moe.Dense, moe.TokenChoice)}
 NORMS = {c.name: c for c in (layers.LayerNorm, layers.RMSNorm)}
