@@ -169,28 +169,28 @@ def _yarn_scaled(cfg: ModelConfig, factor: float, train_length: int = 0) -> Mode
 
 
 # model.rope_scaling -> the frequencies of a RoPE model at factor model.rope_factor, and the
-# factor its q and k are multiplied by (YaRN's temperature; 1 otherwise), for a call whose
-# largest position is ``length - 1`` (only dynamic NTK depends on it; None: not known).
-def _unchanged_frequencies(cfg: ModelConfig, length=None) -> tuple[np.ndarray, float]:
+# factor its q and k are multiplied by (YaRN's temperature; 1 otherwise), for a call at
+# ``positions [pbatch, seq]`` (only dynamic NTK depends on them; None: no call).
+def _unchanged_frequencies(cfg: ModelConfig, positions=None) -> tuple[np.ndarray, float]:
     return rope_inverse_frequencies(cfg.head_dim, cfg.rope_theta), 1.0
 
 
-def _pi(cfg: ModelConfig, length=None) -> tuple[np.ndarray, float]:
+def _pi(cfg: ModelConfig, positions=None) -> tuple[np.ndarray, float]:
     return pi_frequencies(rope_inverse_frequencies(cfg.head_dim, cfg.rope_theta),
                           cfg.rope_factor), 1.0
 
 
-def _yarn(cfg: ModelConfig, length=None) -> tuple[np.ndarray, float]:
+def _yarn(cfg: ModelConfig, positions=None) -> tuple[np.ndarray, float]:
     return (yarn_frequencies(cfg.head_dim, cfg.rope_theta, cfg.rope_factor,
                              cfg.rope_original_len),
             yarn_attention_factor(cfg.rope_factor))
 
 
-def _dynamic(cfg: ModelConfig, length=None) -> tuple[jax.Array | np.ndarray, float]:
-    if length is None:  # no call: the frequencies within the original context
+def _dynamic(cfg: ModelConfig, positions=None) -> tuple[jax.Array | np.ndarray, float]:
+    if positions is None:  # no call: the frequencies within the original context
         return _unchanged_frequencies(cfg)
     return (dynamic_ntk_frequencies(cfg.head_dim, cfg.rope_theta, cfg.rope_factor,
-                                    cfg.rope_original_len, length), 1.0)
+                                    cfg.rope_original_len, jnp.max(positions) + 1), 1.0)
 
 
 ROPE_FREQUENCIES = {UNSCALED: _unchanged_frequencies, "pi": _pi, "yarn": _yarn,
@@ -238,17 +238,17 @@ class RoPE(PositionalEncoding):
                               f"model.rope_scaling={cfg.rope_scaling} needs the original "
                               "(training) context length (>= 1)")
 
-    def frequencies(self, length=None) -> tuple[np.ndarray | jax.Array, float]:
-        """``(inv_freq [head_dim/2], q/k multiplier)`` under ``model.rope_scaling`` for a call
-        whose largest position is ``length - 1`` (float64 NumPy; dynamic NTK: float32, traced
-        when ``length`` is)."""
-        return ROPE_FREQUENCIES[self.cfg.rope_scaling](self.cfg, length)
+    def frequencies(self, positions=None) -> tuple[np.ndarray | jax.Array, float]:
+        """``(inv_freq [head_dim/2], q/k multiplier)`` under ``model.rope_scaling`` for a call at
+        ``positions`` (float64 NumPy; dynamic NTK: float32, from the largest position, traced
+        when they are)."""
+        return ROPE_FREQUENCIES[self.cfg.rope_scaling](self.cfg, positions)
 
     def transform_qk(self, q, k, positions):
         # Dynamic NTK: the call's own length sets the base. A decoding step's new keys are
         # rotated at its length and the cached keys keep the rotation they had (transformers'
         # cached generation), so past the original context decoding is not a full forward.
-        inv_freq, multiplier = self.frequencies(jnp.max(positions) + 1)
+        inv_freq, multiplier = self.frequencies(positions)
         q = apply_rope(q, positions, inv_freq=inv_freq)
         k = apply_rope(k, positions, inv_freq=inv_freq)
         if multiplier != 1.0:
