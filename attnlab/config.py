@@ -72,9 +72,9 @@ class ModelConfig:
     t5_num_buckets: int = 32  # pos_encoding="t5": buckets of the relative bias (Raffel et al.)
     t5_max_distance: int = 128  # distances >= this share the last bucket
     t5_per_layer: bool = False  # False: one bias table shared by all layers (as in T5)
-    rope_scaling: str = "none"  # RoPE frequencies: none | pi | yarn (set by attnlab extrapolate)
+    rope_scaling: str = "none"  # RoPE frequencies: none | pi | yarn (attnlab extrapolate) | dynamic
     rope_factor: float = 1.0  # s of rope_scaling (evaluation length / training length)
-    rope_original_len: int = 0  # YaRN: the training context L its ramp is relative to
+    rope_original_len: int = 0  # YaRN, dynamic: the training context L their scaling is relative to
     attention_scale: str = "rsqrt"  # rsqrt (1/sqrt(d_k)) | mup (1/d_k) | none | learned | cosine
     cosine_tau_init: float = 10.0  # attention_scale="cosine": initial temperature tau
     attention_window: int = 0  # sliding-window attention: keys i-w+1..i; 0 -> full causal
@@ -110,6 +110,7 @@ class ModelConfig:
     # Implementation choices; the defaults are the models made before them.
     linear_bias: bool = False  # biases on the attention and FFN projections (GPT-2 style)
     embedding_norm: bool = False  # model.norm of the embeddings before the first layer (BERT, Bloom)
+    head: str = "linear"  # the output head: linear | bert (transform + output bias; heads.py)
     scan_layers: bool = False  # layers as one stacked module run by a scan: compile flat in depth
     remat: str = "none"  # rematerialise each layer in the backward pass: none | full | save_dots
     # How init, learning rates and output scales depend on width: sp | mup (Yang et al. 2022);

@@ -75,7 +75,7 @@ def hf_checkpoints(d):
         "shape": (config, {**good, "model.norm.weight": np.ones(17, np.float32)}),
         "falcon": ({**config, "model_type": "falcon"}, good),
         "unknown": ({**config, "rope_dim_mult": 2}, good),
-        "dynamic": ({**config, "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, good),
+        "llama3": ({**config, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, good),
     }
     for name, (cfg, tensors) in variants.items():
         (d / name).mkdir()
@@ -519,9 +519,9 @@ CASES = [
                                               "--workdir={d}/run"], "model_type='falcon'"),
     ("import-hf-unknown-key", hf_checkpoints, ["import-hf", "--from={d}/unknown",
                                                "--workdir={d}/run"], "rope_dim_mult"),
-    ("import-hf-rope-type", hf_checkpoints, ["import-hf", "--from={d}/dynamic",
+    ("import-hf-rope-type", hf_checkpoints, ["import-hf", "--from={d}/llama3",
                                              "--workdir={d}/run"],
-     "rope_scaling.rope_type='dynamic'"),
+     "rope_scaling.rope_type='llama3'"),
     ("import-hf-truncated", hf_checkpoints, ["import-hf", "--from={d}/truncated",
                                              "--workdir={d}/run"],
      "truncated/model.safetensors: not a readable safetensors file"),

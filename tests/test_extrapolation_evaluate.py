@@ -281,3 +281,29 @@ def test_bytes_per_token_of_a_bpe_corpus_is_its_decoded_length(tmp_path):
     assert ev.bytes_per_token(corpus.manifest) == pytest.approx(len(decoded) / len(tokens))
     assert ev.bytes_per_token(prepare(DataConfig(max_bytes=200_000, cache_dir=str(tmp_path)))
                               .manifest) == 1.0
+
+
+def test_a_document_masked_run_is_evaluated_with_its_documents_apart(rope):
+    """A run trained with data.document_mask is scored as it was trained: a token's loss does
+    not depend on the tokens of the earlier document in its window (here the byte separator 0
+    ends one at input position 10 of every window), and without the mask it does."""
+    cfg, _, state, _ = rope
+    rng = np.random.default_rng(0)
+    a = rng.integers(1, 256, 4 * TRAIN_LENGTH + 1).astype(np.int32)
+    a[10::TRAIN_LENGTH] = 0  # a separator at input 10 of each 32-token window
+    b = a.copy()
+    for start in range(0, 4 * TRAIN_LENGTH, TRAIN_LENGTH):  # the first document's inputs 1..9
+        b[start + 1:start + 10] = rng.integers(1, 256, 9)
+    settings = EvalSettings(lengths=(TRAIN_LENGTH,), batch_tokens=64)
+
+    def curve(stream, document_mask):
+        data = dataclasses.replace(cfg.data, document_mask=document_mask)
+        report = evaluate_model(dataclasses.replace(cfg, data=data), state, stream, settings)
+        assert report["document_mask"] is document_mask
+        return np.asarray(report["per_position"]["loss"])
+
+    masked_a, masked_b = curve(a, True), curve(b, True)
+    np.testing.assert_allclose(masked_a[11:], masked_b[11:], rtol=1e-6)
+    assert np.abs(masked_a[:9] - masked_b[:9]).max() > 1e-3  # the changed document itself
+    unmasked_a, unmasked_b = curve(a, False), curve(b, False)
+    assert np.abs(unmasked_a[11:] - unmasked_b[11:]).max() > 1e-4

@@ -207,7 +207,7 @@ def llama_tensors(rng, cfg):
 def random(rng, key, shape):
     """Norm weights around 1, everything else ~ N(0, 0.3^2) (large enough that a swapped or
     mis-transposed tensor changes the logits far beyond rounding)."""
-    if "norm" in key or "ln_" in key:
+    if "norm" in key.lower() or "ln_" in key:
         if key.endswith("bias"):
             return (0.1 * rng.standard_normal(shape)).astype(np.float32)
         return (1 + 0.2 * rng.standard_normal(shape)).astype(np.float32)
@@ -283,9 +283,14 @@ def gpt2_reference(w, cfg, tokens):
     return ln(x, "ln_f") @ w["wte.weight"].T
 
 
-def llama_reference(w, cfg, tokens):
+def llama_reference(w, cfg, tokens, lengths=None):
     """Touvron et al. 2023 (and Mistral's window, Qwen3's QK-norm): RMSNorm, RoPE on rotate-half
-    pairs (i, i + hd/2) with theta^(-2i/hd), GQA, SwiGLU; PyTorch weights [out, in]."""
+    pairs (i, i + hd/2) with theta^(-2i/hd), GQA, SwiGLU; PyTorch weights [out, in].
+
+    ``rope_scaling`` dynamic (dynamic NTK, transformers' ``_compute_dynamic_ntk_parameters``): a
+    call of length L > L0 = max_position_embeddings rotates with the base
+    theta (s L / L0 - (s - 1))^(hd / (hd - 2)). ``lengths[j]``: the call length token j was
+    rotated in (default: one call of all tokens; token by token decoding: j + 1)."""
     w = {k: v.astype(np.float64) for k, v in w.items()}
     t, d, h = len(tokens), cfg["hidden_size"], cfg["num_attention_heads"]
     hd, kv, eps = d // h, cfg["num_key_value_heads"], cfg["rms_norm_eps"]
@@ -293,8 +298,16 @@ def llama_reference(w, cfg, tokens):
     def rms(x, weight):
         return x / np.sqrt((x**2).mean(-1, keepdims=True) + eps) * weight
 
-    inv_freq = cfg["rope_theta"] ** (-np.arange(0, hd, 2) / hd)
-    angle = np.arange(t)[:, None, None] * inv_freq  # [t, 1, hd/2]
+    def inv_freq(length):
+        theta, scaling = cfg["rope_theta"], cfg.get("rope_scaling") or {}
+        original = cfg["max_position_embeddings"]
+        if scaling.get("rope_type") == "dynamic" and length > original:
+            s = scaling["factor"]
+            theta = theta * (s * length / original - (s - 1)) ** (hd / (hd - 2))
+        return theta ** (-np.arange(0, hd, 2) / hd)
+
+    lengths = [t] * t if lengths is None else lengths
+    angle = np.stack([j * inv_freq(n) for j, n in enumerate(lengths)])[:, None]  # [t, 1, hd/2]
 
     def rope(x):
         x1, x2 = x[..., :hd // 2], x[..., hd // 2:]
@@ -323,6 +336,199 @@ def llama_reference(w, cfg, tokens):
     return rms(x, w["model.norm.weight"]) @ head.T
 
 
+def bert_config(**overrides):
+    return {"model_type": "bert", "architectures": ["BertForMaskedLM"], "vocab_size": V,
+            "hidden_size": D, "num_hidden_layers": LAYERS, "num_attention_heads": HEADS,
+            "intermediate_size": FF, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
+            "attention_probs_dropout_prob": 0.1, "max_position_embeddings": CTX,
+            "type_vocab_size": 2, "initializer_range": 0.02, "layer_norm_eps": 1e-12,
+            "pad_token_id": 0, "position_embedding_type": "absolute", "use_cache": True,
+            "classifier_dropout": None, "torch_dtype": "float32",
+            "transformers_version": "4.46.0", **overrides}
+
+
+def bert_tensors(rng, cfg):
+    """BertForMaskedLM's spelling (``bert.*``, ``cls.predictions.*``), tied decoder."""
+    d, ff = cfg["hidden_size"], cfg["intermediate_size"]
+    e, c = "bert.embeddings.", "cls.predictions."
+    t = {e + "word_embeddings.weight": (cfg["vocab_size"], d),
+         e + "position_embeddings.weight": (cfg["max_position_embeddings"], d),
+         e + "token_type_embeddings.weight": (cfg["type_vocab_size"], d),
+         e + "LayerNorm.weight": (d,), e + "LayerNorm.bias": (d,),
+         c + "transform.dense.weight": (d, d), c + "transform.dense.bias": (d,),
+         c + "transform.LayerNorm.weight": (d,), c + "transform.LayerNorm.bias": (d,),
+         c + "bias": (cfg["vocab_size"],)}
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"bert.encoder.layer.{i}."
+        for name in ("self.query", "self.key", "self.value", "output.dense"):
+            t.update({f"{p}attention.{name}.weight": (d, d), f"{p}attention.{name}.bias": (d,)})
+        t.update({p + "attention.output.LayerNorm.weight": (d,),
+                  p + "attention.output.LayerNorm.bias": (d,),
+                  p + "intermediate.dense.weight": (ff, d), p + "intermediate.dense.bias": (ff,),
+                  p + "output.dense.weight": (d, ff), p + "output.dense.bias": (d,),
+                  p + "output.LayerNorm.weight": (d,), p + "output.LayerNorm.bias": (d,)})
+    return {k: random(rng, k, s) for k, s in t.items()}
+
+
+_erf = np.vectorize(math.erf)
+
+
+def bert_reference(w, cfg, tokens, token_type=0):
+    """Devlin et al. 2019 as BertForMaskedLM computes it: word + token type + position
+    embeddings, LayerNorm; post-LN blocks (x = LN(x + Attn(x)), x = LN(x + FFN(x))) with the
+    exact GELU x Phi(x) (``hidden_act: gelu``); the head LN(GELU(x W_t + b_t)) E^T + b;
+    PyTorch weights [out, in]."""
+    w = {k: v.astype(np.float64) for k, v in w.items()}
+    t, d, h = len(tokens), cfg["hidden_size"], cfg["num_attention_heads"]
+    e, c = "bert.embeddings.", "cls.predictions."
+
+    def ln(x, p):
+        mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+        return (x - mu) / np.sqrt(var + cfg["layer_norm_eps"]) * w[p + ".weight"] + w[p + ".bias"]
+
+    def linear(x, p):
+        return x @ w[p + ".weight"].T + w[p + ".bias"]
+
+    def gelu(x):
+        return 0.5 * x * (1 + _erf(x / math.sqrt(2)))
+
+    x = (w[e + "word_embeddings.weight"][tokens] + w[e + "token_type_embeddings.weight"][token_type]
+         + w[e + "position_embeddings.weight"][:t])
+    x = ln(x, e + "LayerNorm")
+    everything = np.ones((t, t), bool)
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"bert.encoder.layer.{i}.attention."
+        q, k, v = (linear(x, p + f"self.{n}").reshape(t, h, d // h)
+                   for n in ("query", "key", "value"))
+        x = ln(x + linear(attend(q, k, v, everything).reshape(t, d), p + "output.dense"),
+               p + "output.LayerNorm")
+        p = f"bert.encoder.layer.{i}."
+        x = ln(x + linear(gelu(linear(x, p + "intermediate.dense")), p + "output.dense"),
+               p + "output.LayerNorm")
+    x = ln(gelu(linear(x, c + "transform.dense")), c + "transform.LayerNorm")
+    return x @ w[e + "word_embeddings.weight"].T + w[c + "bias"]
+
+
+def t5_config(**overrides):
+    """T5 v1.0 (t5-small's keys); 8 buckets up to distance 12, so that 16 tokens reach the
+    log-spaced buckets and the cap."""
+    return {"model_type": "t5", "architectures": ["T5ForConditionalGeneration"], "vocab_size": V,
+            "d_model": D, "d_kv": D // HEADS, "d_ff": FF, "num_layers": LAYERS,
+            "num_decoder_layers": LAYERS, "num_heads": HEADS,
+            "relative_attention_num_buckets": 8, "relative_attention_max_distance": 12,
+            "dropout_rate": 0.1, "layer_norm_epsilon": 1e-6, "initializer_factor": 1.0,
+            "feed_forward_proj": "relu", "is_encoder_decoder": True, "use_cache": True,
+            "pad_token_id": 0, "eos_token_id": 1, "decoder_start_token_id": 0,
+            "n_positions": CTX, "tie_word_embeddings": True, "output_past": True, **overrides}
+
+
+def t5_tensors(rng, cfg):
+    """T5ForConditionalGeneration's spelling; q weights scaled by d_kv^-0.5 (as T5's init
+    folds the score scale into W_q)."""
+    d, ff, nb = cfg["d_model"], cfg["d_ff"], cfg["relative_attention_num_buckets"]
+    gated = cfg["feed_forward_proj"].startswith("gated")
+    t = {"shared.weight": (cfg["vocab_size"], d),
+         "encoder.final_layer_norm.weight": (d,), "decoder.final_layer_norm.weight": (d,)}
+    for stack in ("encoder", "decoder"):
+        t[f"{stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight"] = \
+            (nb, cfg["num_heads"])
+    if not cfg["tie_word_embeddings"]:
+        t["lm_head.weight"] = (cfg["vocab_size"], d)
+    for i in range(cfg["num_layers"]):
+        for stack, attentions in (("encoder", ("SelfAttention",)),
+                                  ("decoder", ("SelfAttention", "EncDecAttention"))):
+            p = f"{stack}.block.{i}.layer."
+            for n, name in enumerate(attentions):
+                t.update({f"{p}{n}.{name}.{w}.weight": (d, d) for w in "qkvo"})
+                t[f"{p}{n}.layer_norm.weight"] = (d,)
+            n = len(attentions)
+            t[f"{p}{n}.layer_norm.weight"] = (d,)
+            t.update({f"{p}{n}.DenseReluDense.{w}.weight": (ff, d)
+                      for w in (("wi_0", "wi_1") if gated else ("wi",))})
+            t[f"{p}{n}.DenseReluDense.wo.weight"] = (d, ff)
+    out = {k: random(rng, k, s) for k, s in t.items()}
+    for k in out:
+        if k.endswith(".q.weight"):
+            out[k] = out[k] / np.float32(math.sqrt(cfg["d_kv"]))
+    return out
+
+
+def t5_bucket(relative, bidirectional, buckets, max_distance):
+    """T5's bucket of ``relative = key - query`` (Raffel et al. 2020; the mesh-tensorflow rule
+    as transformers' ``_relative_position_bucket`` writes it)."""
+    bucket = 0
+    if bidirectional:
+        buckets //= 2
+        bucket += buckets if relative > 0 else 0
+        n = abs(relative)
+    else:
+        n = -min(relative, 0)
+    exact = buckets // 2
+    if n < exact:
+        return bucket + n
+    large = exact + int(math.log(n / exact) / math.log(max_distance / exact) * (buckets - exact))
+    return bucket + min(large, buckets - 1)
+
+
+def t5_reference(w, cfg, tokens):
+    """Raffel et al. 2020 as T5ForConditionalGeneration computes it, with ``tokens`` as both
+    the encoder input and the decoder input: RMSNorm without mean or bias, scores q k^T
+    unscaled plus the relative bias of the stack's first block (bidirectional buckets in the
+    encoder, causal in the decoder; none in cross-attention), ReLU or gated tanh-GELU FFN, the
+    tied head after multiplying by d_model^-0.5; PyTorch weights [out, in]."""
+    w = {k: v.astype(np.float64) for k, v in w.items()}
+    t, d, h = len(tokens), cfg["d_model"], cfg["num_heads"]
+    nb, dist = cfg["relative_attention_num_buckets"], cfg["relative_attention_max_distance"]
+    gated = cfg["feed_forward_proj"].startswith("gated")
+
+    def rms(x, p):
+        return x / np.sqrt((x**2).mean(-1, keepdims=True) + cfg["layer_norm_epsilon"]) * w[p]
+
+    def gelu_new(x):
+        return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+
+    def relative_bias(stack, bidirectional):
+        table = w[f"{stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight"]
+        buckets = np.array([[t5_bucket(j - i, bidirectional, nb, dist) for j in range(t)]
+                            for i in range(t)])
+        bias = np.moveaxis(table[buckets], -1, 0)  # [h, q, k]
+        return bias if bidirectional else np.where(np.tril(np.ones((t, t), bool)), bias, -np.inf)
+
+    def attention(x, memory, p, bias):
+        q = (x @ w[p + ".q.weight"].T).reshape(len(x), h, d // h)
+        k, v = ((memory @ w[f"{p}.{n}.weight"].T).reshape(len(memory), h, d // h) for n in "kv")
+        s = np.einsum("qhd,khd->hqk", q, k) + bias
+        return np.einsum("hqk,khd->qhd", softmax(s), v).reshape(len(x), d) @ w[p + ".o.weight"].T
+
+    def ffn(x, p):
+        if gated:
+            hidden = gelu_new(x @ w[p + ".wi_0.weight"].T) * (x @ w[p + ".wi_1.weight"].T)
+        else:
+            hidden = np.maximum(x @ w[p + ".wi.weight"].T, 0)
+        return hidden @ w[p + ".wo.weight"].T
+
+    x = w["shared.weight"][tokens]
+    bias = relative_bias("encoder", True)
+    for i in range(cfg["num_layers"]):
+        p = f"encoder.block.{i}.layer."
+        a = rms(x, p + "0.layer_norm.weight")
+        x = x + attention(a, a, p + "0.SelfAttention", bias)
+        x = x + ffn(rms(x, p + "1.layer_norm.weight"), p + "1.DenseReluDense")
+    memory = rms(x, "encoder.final_layer_norm.weight")
+    y = w["shared.weight"][tokens]
+    bias = relative_bias("decoder", False)
+    for i in range(cfg["num_layers"]):
+        p = f"decoder.block.{i}.layer."
+        a = rms(y, p + "0.layer_norm.weight")
+        y = y + attention(a, a, p + "0.SelfAttention", bias)
+        y = y + attention(rms(y, p + "1.layer_norm.weight"), memory, p + "1.EncDecAttention", 0)
+        y = y + ffn(rms(y, p + "2.layer_norm.weight"), p + "2.DenseReluDense")
+    y = rms(y, "decoder.final_layer_norm.weight")
+    if cfg["tie_word_embeddings"]:
+        return (y * d**-0.5) @ w["shared.weight"].T
+    return y @ w["lm_head.weight"].T
+
+
 FAMILIES = {
     "gpt2": (gpt2_config, gpt2_tensors, gpt2_reference),
     "opt": (opt_config, opt_tensors, opt_reference),
@@ -332,6 +538,10 @@ FAMILIES = {
     "llama": (llama_config, llama_tensors, llama_reference),
     "mistral": (lambda **o: llama_config("mistral", **o), llama_tensors, llama_reference),
     "qwen3": (lambda **o: llama_config("qwen3", **o), llama_tensors, llama_reference),
+    "bert": (bert_config, bert_tensors, bert_reference),
+    "t5": (t5_config, t5_tensors, t5_reference),
+    "t5v11": (lambda **o: t5_config(feed_forward_proj="gated-gelu", tie_word_embeddings=False,
+                                    **o), t5_tensors, t5_reference),
 }
 
 
@@ -348,8 +558,15 @@ def run_cli(*argv, capsys=None):
 
 
 def logits_of(run, tokens):
+    """The run's logits of ``tokens`` (an encoder-decoder reads them as its source and as its
+    decoder's input)."""
     cfg, graphdef, params = load_params(run)
-    return cfg, params, np.asarray(apply(graphdef, params, np.asarray(tokens, np.int32)[None]))[0]
+    tokens = np.asarray(tokens, np.int32)[None]
+    if cfg.model.objective == "span":
+        from flax import nnx
+
+        return cfg, params, np.asarray(nnx.merge(graphdef, params)(tokens, tokens))[0]
+    return cfg, params, np.asarray(apply(graphdef, params, tokens))[0]
 
 
 # --------------------------------------------------------------------------------------------
@@ -380,6 +597,12 @@ def test_import_equals_the_float64_reference_and_round_trips_bitwise(tmp_path, f
         exported = {k.removeprefix("model."): v for k, v in exported.items()}
         exported["decoder.embed_positions.weight"][:2] = \
             tensors["decoder.embed_positions.weight"][:2]
+    if family == "bert":  # token type 0 folded into the positions; exported types are zeros
+        positions, types = "bert.embeddings.position_embeddings.weight", \
+            "bert.embeddings.token_type_embeddings.weight"
+        np.testing.assert_array_equal(exported[positions], tensors[positions] + tensors[types][0])
+        assert exported[types].shape == (2, D) and not exported[types].any()
+        exported[positions], exported[types] = tensors[positions], tensors[types]
     assert set(exported) == set(tensors)
     for key, value in tensors.items():
         assert exported[key].dtype == np.float32
@@ -388,7 +611,10 @@ def test_import_equals_the_float64_reference_and_round_trips_bitwise(tmp_path, f
     for key, value in config.items():
         if key not in ("torch_dtype", "transformers_version", "resid_pdrop", "embd_pdrop",
                        "attn_pdrop", "architectures", "bos_token_id", "eos_token_id",
-                       "use_cache", "max_window_layers", "pad_token_id", "dropout"):
+                       "use_cache", "max_window_layers", "pad_token_id", "dropout",
+                       "hidden_dropout_prob", "attention_probs_dropout_prob",
+                       "classifier_dropout", "dropout_rate", "decoder_start_token_id",
+                       "output_past"):
             assert written[key] == value, key
     assert run_cli("import-hf", f"--from={tmp_path / 'out'}", f"--workdir={tmp_path / 'again'}",
                    capsys=capsys)[0] == 0
@@ -431,13 +657,167 @@ def test_rope_scaling_maps_to_attnlabs_and_unknown_types_are_refused(tmp_path, c
     assert (linear.rope_scaling, linear.rope_factor) == ("pi", 2.0)
     assert llama.hf_config(yarn, CTX)["rope_scaling"] == {
         "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8}
-    for scaling, key in [({"rope_type": "dynamic", "factor": 2.0}, "rope_type"),
+    dynamic = llama.model_config(llama_config(max_position_embeddings=8, rope_scaling={
+        "type": "dynamic", "factor": 2.0}))
+    assert (dynamic.rope_scaling, dynamic.rope_factor, dynamic.rope_original_len) == \
+        ("dynamic", 2.0, 8)
+    written = llama.hf_config(dynamic, CTX)  # the original context is max_position_embeddings
+    assert written["rope_scaling"] == {"rope_type": "dynamic", "factor": 2.0}
+    assert written["max_position_embeddings"] == 8
+    for scaling, key in [({"rope_type": "dynamic", "factor": 2.0, "low_freq_factor": 1},
+                          "low_freq_factor"),
                          ({"rope_type": "llama3", "factor": 8.0}, "rope_type"),
                          ({"rope_type": "yarn", "factor": 4.0, "beta_fast": 16}, "beta_fast"),
                          ({"rope_type": "yarn", "factor": 4.0, "attention_factor": 1.0},
                           "attention_factor")]:
         with pytest.raises(HFError, match=f"rope_scaling.{key}"):
             llama.model_config(llama_config(rope_scaling=scaling))
+
+
+def test_dynamic_ntk_equals_the_formula_in_a_forward_pass_and_in_cached_decoding(tmp_path,
+                                                                                 capsys):
+    """Llama with rope_scaling dynamic (factor 2, original context 8), read at 16 tokens: the
+    full forward grows the base for its length 16; within 8 tokens it is the unscaled RoPE;
+    token-by-token decoding rotates each new token at its own length and keeps the cached keys
+    as they were (transformers' cached generation), so past 8 it differs from the forward."""
+    import jax
+
+    from attnlab import model as lm
+
+    config = llama_config(max_position_embeddings=8,
+                          rope_scaling={"rope_type": "dynamic", "factor": 2.0})
+    tensors = llama_tensors(np.random.default_rng(0), config)
+    source = write_hf(tmp_path / "hf", config, tensors)
+    assert run_cli("import-hf", f"--from={source}", f"--workdir={tmp_path / 'run'}",
+                   capsys=capsys)[0] == 0
+    tokens = np.random.default_rng(1).integers(0, V, CTX)
+    cfg, params, logits = logits_of(tmp_path / "run", tokens)
+    assert (cfg.model.rope_scaling, cfg.data.seq_len) == ("dynamic", 8)
+    want = llama_reference(tensors, config, tokens)
+    np.testing.assert_allclose(logits, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    unscaled = llama_reference(tensors, {**config, "rope_scaling": None}, tokens)
+    assert np.abs(unscaled - want).max() > 1e-2  # the grown base matters at 16 tokens
+    _, _, short = logits_of(tmp_path / "run", tokens[:8])
+    np.testing.assert_allclose(short, unscaled[:8], rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    # Decoding one token at a time: token j rotated at length j + 1.
+    _, graphdef, params = load_params(tmp_path / "run")
+    cache = lm.init_state(cfg.model, 1, CTX)
+    step = jax.jit(lm.decode_step, static_argnums=0)
+    decoded = []
+    for j in range(CTX):
+        out, cache = step(graphdef, params, cache, np.asarray(tokens[None, j:j + 1], np.int32), j)
+        decoded.append(np.asarray(out)[0, 0])
+    decoded = np.stack(decoded)
+    cached = llama_reference(tensors, config, tokens, lengths=range(1, CTX + 1))
+    np.testing.assert_allclose(decoded, cached, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    np.testing.assert_allclose(decoded[:8], short, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    assert np.abs(decoded[8:] - logits[8:]).max() > 1e-2
+    # Its growth is relative to the original context, which the config must give.
+    from attnlab.config import ModelConfig
+    from attnlab.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="model.rope_scaling=dynamic needs the original"):
+        lm.resolve(ModelConfig(rope_scaling="dynamic", rope_factor=2.0))
+
+
+def test_bert_pretraining_saves_come_in_and_the_token_type_fold_is_said(tmp_path, capsys):
+    """A BertForPreTraining-style save: LayerNorm gamma/beta names, the pooler, the NSP head and
+    the position_ids buffer (skipped), the tied decoder written out (accepted as the tied
+    parameters). The run is BERT on inputs of token type 0, and the import says so."""
+    config = bert_config()
+    tensors = bert_tensors(np.random.default_rng(0), config)
+    saved = dict(tensors)
+    for name, new in (("weight", "gamma"), ("bias", "beta")):
+        saved[f"bert.embeddings.LayerNorm.{new}"] = saved.pop(f"bert.embeddings.LayerNorm.{name}")
+    rng = np.random.default_rng(2)
+    saved.update({"bert.pooler.dense.weight": random(rng, "p", (D, D)),
+                  "bert.pooler.dense.bias": random(rng, "p", (D,)),
+                  "cls.seq_relationship.weight": random(rng, "s", (2, D)),
+                  "cls.seq_relationship.bias": random(rng, "s", (2,)),
+                  "bert.embeddings.position_ids": np.arange(CTX, dtype=np.int64)[None],
+                  "cls.predictions.decoder.weight":
+                      tensors["bert.embeddings.word_embeddings.weight"],
+                  "cls.predictions.decoder.bias": tensors["cls.predictions.bias"]})
+    source = write_hf(tmp_path / "hf", config, saved)
+    code, out = run_cli("import-hf", f"--from={source}", f"--workdir={tmp_path / 'run'}",
+                        capsys=capsys)
+    assert code == 0, out.err
+    assert "note: token types: row 0 of token_type_embeddings" in out.out
+    tokens = np.random.default_rng(1).integers(0, V, CTX)
+    cfg, _, logits = logits_of(tmp_path / "run", tokens)
+    assert (cfg.model.ffn, cfg.model.head, cfg.model.norm_position) == ("gelu_erf", "bert", "post")
+    want = bert_reference(tensors, config, tokens)
+    np.testing.assert_allclose(logits, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    other = bert_reference(tensors, config, tokens, token_type=1)
+    assert np.abs(other - want).max() > 1e-2  # the fold is what makes type 0 exact
+
+
+BERT_REFUSALS = {
+    "tied bias differs": (lambda c, t: (c, {**t, "cls.predictions.decoder.bias":
+                                            t["cls.predictions.bias"] + 1}),
+                          "tensor cls.predictions.decoder.bias differs from the tensor it is "
+                          "tied to"),
+    "no token types": (lambda c, t: (c, _drop(t, "bert.embeddings.token_type_embeddings.weight")),
+                       "missing tensor bert.embeddings.token_type_embeddings.weight"),
+    "token types misshapen": (lambda c, t: (c, {**t, "bert.embeddings.token_type_embeddings."
+                                                "weight": np.zeros((2, D + 1), np.float32)}),
+                              "tensor bert.embeddings.token_type_embeddings.weight has shape "
+                              "[2, 33]"),
+    "gelu_fast": (lambda c, t: ({**c, "hidden_act": "gelu_fast"}, t),
+                  "config.json: hidden_act='gelu_fast' is not representable"),
+    "relative positions": (lambda c, t: ({**c, "position_embedding_type": "relative_key"}, t),
+                           "config.json: position_embedding_type='relative_key'"),
+    "decoder": (lambda c, t: ({**c, "is_decoder": True}, t), "config.json: is_decoder=True"),
+}
+
+
+T5_REFUSALS = {
+    "d_kv": (lambda c, t: ({**c, "d_kv": 16}, t), "config.json: d_kv=16 is not representable"),
+    "decoder depth": (lambda c, t: ({**c, "num_decoder_layers": 3}, t),
+                      "config.json: num_decoder_layers=3"),
+    "gated-relu": (lambda c, t: ({**c, "feed_forward_proj": "gated-relu"}, t),
+                   "config.json: feed_forward_proj='gated-relu'"),
+    "tied head differs": (lambda c, t: (c, {**t, "decoder.embed_tokens.weight":
+                                            t["shared.weight"] * 2}),
+                          "tensor decoder.embed_tokens.weight differs from the tensor it is tied"),
+}
+REFUSING_FAMILIES = {"bert": (bert_config, bert_tensors, BERT_REFUSALS),
+                     "t5": (t5_config, t5_tensors, T5_REFUSALS)}
+
+
+@pytest.mark.parametrize("family, case", [(f, c) for f, (_, _, cases) in REFUSING_FAMILIES.items()
+                                          for c in cases])
+def test_bad_bert_and_t5_checkpoints_are_refused_in_one_line(tmp_path, family, case, capsys):
+    make_config, make_tensors, cases = REFUSING_FAMILIES[family]
+    change, words = cases[case]
+    config = make_config()
+    config, tensors = change(config, make_tensors(np.random.default_rng(0), config))
+    source = write_hf(tmp_path / "hf", config, tensors)
+    code, out = run_cli("import-hf", f"--from={source}", f"--workdir={tmp_path / 'run'}",
+                        capsys=capsys)
+    assert code == 2
+    assert out.err.count("\n") == 1 and words in out.err, out.err
+    assert [p.name for p in tmp_path.iterdir()] == ["hf"]
+
+
+def test_export_refuses_an_mlm_or_span_model_without_berts_or_t5s_parts():
+    from attnlab.config import ModelConfig
+    from attnlab.hf.families import HFError, family_of_model
+
+    base = dict(objective="mlm", pos_encoding="learned", norm_position="post", linear_bias=True,
+                embedding_norm=True, ffn="gelu_erf", vocab_size=V)
+    with pytest.raises(HFError, match="model.head='linear' has no BERT equivalent"):
+        family_of_model(ModelConfig(**base)).hf_config(ModelConfig(**base), CTX)
+    cfg = ModelConfig(**{**base, "head": "bert", "norm_position": "pre"})
+    with pytest.raises(HFError, match="model.norm_position='pre' has no BERT equivalent"):
+        family_of_model(cfg).hf_config(cfg, CTX)
+    t5 = dict(objective="span", pos_encoding="t5", norm="rmsnorm", ffn="relu", vocab_size=V,
+              head="t5")
+    with pytest.raises(HFError, match="model.attention_scale='rsqrt' has no T5 equivalent"):
+        family_of_model(ModelConfig(**t5)).hf_config(ModelConfig(**t5), CTX)
+    cfg = ModelConfig(**{**t5, "attention_scale": "none", "head": "linear"})
+    with pytest.raises(HFError, match="model.head='linear' has no T5 equivalent"):
+        family_of_model(cfg).hf_config(cfg, CTX)
 
 
 # --------------------------------------------------------------------------------------------
@@ -517,7 +897,8 @@ def test_export_refuses_what_no_family_holds(tmp_path, capsys):
 
 
 @pytest.mark.slow  # ~25 s each: two training steps, generation, export and import
-@pytest.mark.parametrize("family", ["gpt2", "opt", "bloom", "llama", "mistral", "qwen3"])
+@pytest.mark.parametrize("family", ["gpt2", "opt", "bloom", "llama", "mistral", "qwen3", "bert",
+                                    "t5"])
 def test_an_imported_run_fine_tunes_generates_and_round_trips_bitwise(tmp_path, family, capsys):
     import jax
 
@@ -541,9 +922,14 @@ def test_an_imported_run_fine_tunes_generates_and_round_trips_bitwise(tmp_path, 
                                                         jax.tree.leaves(trained))]
     assert all(changed)  # every parameter moved in fine-tuning
     # Greedy generation with the imported tokenizer (letters a-z, ids 0-25).
-    code, out = run_cli("generate", f"--run={run}", "--prompt=abc", "--temperature=0",
+    # bert fills the [MASK] in place (the prompt around it kept); t5 decodes spans, whose ids
+    # past the letters the tokenizer does not write
+    prompt = "abc" if family not in ("bert", "t5") else "ab[MASK]c"
+    code, out = run_cli("generate", f"--run={run}", f"--prompt={prompt}", "--temperature=0",
                         "--max-new-tokens=4", capsys=capsys)
-    assert code == 0 and out.out.startswith("abc"), out
+    assert code == 0, out
+    if family != "t5":
+        assert out.out.startswith("ab" if family == "bert" else "abc"), out
     # The trained run, exported and imported again: identical parameters and logits.
     assert run_cli("export-hf", f"--run={run}", f"--to={tmp_path / 'out'}", capsys=capsys)[0] == 0
     assert (tmp_path / "out" / "tokenizer.json").is_file()

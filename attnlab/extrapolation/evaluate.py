@@ -34,6 +34,7 @@ from typing import Any, Callable
 
 import jax
 import numpy as np
+from flax import nnx
 from tqdm.auto import tqdm
 
 import attnlab
@@ -187,12 +188,22 @@ class PlanScore:
             return self.position_nats / self.position_counts
 
 
-def loss_function(graphdef) -> Callable:
-    """Jitted ``(state, inputs [b, L], targets [b, L]) -> float32 losses [b, L]`` in nats."""
+def loss_function(graphdef, packing=None) -> Callable:
+    """Jitted ``(state, inputs [b, L], targets [b, L]) -> float32 losses [b, L]`` in nats.
+
+    ``packing`` (the run's ``data.document_mask``, :func:`attnlab.train.step.packing_for`):
+    each token attends only to its own document of the window, with positions restarting at
+    each document under ``data.reset_positions``, as the run was trained; None: every token
+    sees the whole window.
+    """
 
     @jax.jit
     def losses(state, inputs, targets):
-        return lm.token_losses(lm.apply(graphdef, state, inputs), targets)
+        if packing is None:
+            return lm.token_losses(lm.apply(graphdef, state, inputs), targets)
+        segments, positions = packing.inputs(inputs)
+        model = nnx.merge(graphdef, state)
+        return lm.token_losses(model(inputs, positions, segments=segments), targets)
 
     return losses
 
@@ -254,6 +265,8 @@ def evaluate_model(cfg: Config, state, stream: np.ndarray, settings: EvalSetting
       ``{"train_length", "lengths", "stride", "n_targets", "results": [row, ...],
       "per_position": {...}, "warnings": [...]}``; see :func:`evaluate_run` for the fields.
     """
+    from attnlab.train.step import packing_for  # train imports the model: not at module load
+
     settings.validate()
     train_length = cfg.data.seq_len
     lengths = settings.resolve_lengths(train_length)
@@ -275,11 +288,13 @@ def evaluate_model(cfg: Config, state, stream: np.ndarray, settings: EvalSetting
     stride = settings.resolve_stride(lengths) if "sliding" in settings.protocols else None
 
     graphdefs: dict[ModelConfig, Callable] = {}
+    packing = packing_for(cfg)  # data.document_mask: documents kept apart, as in training
 
     def losses_for(length: int) -> Callable:
         model_cfg = eval_model_config(cfg.model, length, settings, rope_factor, train_length)
         if model_cfg not in graphdefs:
-            graphdefs[model_cfg] = loss_function(_graphdef(dataclasses.replace(cfg, model=model_cfg)))
+            graphdefs[model_cfg] = loss_function(
+                _graphdef(dataclasses.replace(cfg, model=model_cfg)), packing)
         return graphdefs[model_cfg]
 
     def run_plan(name: str, length: int) -> PlanScore:
@@ -321,6 +336,7 @@ def evaluate_model(cfg: Config, state, stream: np.ndarray, settings: EvalSetting
         "n_tokens": int(stream.shape[0]), "n_targets": n_targets,
         "bytes_per_token": bytes_per_token,
         "rope_scaling": _rope_record(cfg.model, rescaled, settings, rope_factor),
+        "document_mask": cfg.data.document_mask, "reset_positions": cfg.data.reset_positions,
         "results": rows, "per_position": per_position,
     }
     report["warnings"] = run_warnings(report)

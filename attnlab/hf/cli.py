@@ -34,10 +34,13 @@ def import_main(argv: list[str]) -> int:
         raise AttnlabError("--config.model.* cannot be set: the model section comes from the "
                            "checkpoint's config.json")
     base = None if values.config is None else from_config_dict(values.config)
-    cfg = import_hf(values["from"].value, values.workdir, base)
+    notes: list[str] = []
+    cfg = import_hf(values["from"].value, values.workdir, base, notes)
     m = cfg.model
     print(f"imported {cfg.name} into {values.workdir}: d_model {m.d_model}, {m.n_layers} layers, "
           f"{m.n_heads} heads, vocabulary {m.vocab_size}")
+    for note in notes:
+        print(f"note: {note}")
     return 0
 
 

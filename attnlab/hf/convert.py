@@ -26,10 +26,14 @@ from attnlab.train.optimizer import optimizer_for
 from attnlab.train.state import TrainState, abstract_model
 
 
-def import_hf(source: str | Path, workdir: str | Path, base: Config | None = None) -> Config:
+def import_hf(source: str | Path, workdir: str | Path, base: Config | None = None,
+              notes: list[str] | None = None) -> Config:
     """Reads the HF checkpoint at ``source`` into a new run directory ``workdir``; the run's
     data and train sections and name are ``base``'s (default: ``data.seq_len`` the
     checkpoint's context, everything else attnlab's defaults), its model the checkpoint's.
+
+    ``notes``: a list the import appends what the user should know to (an exact restriction
+    such as BERT's single token type).
 
     Returns the run's config. Raises HFError / ConfigError in one line naming the file, HF key
     or field; ``workdir`` is then left as it was.
@@ -39,6 +43,8 @@ def import_hf(source: str | Path, workdir: str | Path, base: Config | None = Non
     hf = read_config(source)
     family = family_of_config(hf)
     model = family.model_config(hf)
+    if notes is not None:
+        notes.extend(family.notes(hf))
     if base is None:
         cfg = Config(model=model, data=DataConfig(seq_len=family.context_length(hf)),
                      name=f"hf-{family.model_type}")
@@ -71,32 +77,47 @@ def read_params(family: Family, cfg: Config, weights: Weights,
     against the model's shapes; a missing, misshapen or unexpected tensor is refused."""
     tensors = family.tensors(cfg.model)
     weights.rename(family.canonical)
+    folded = family.folded()
     out: dict[str, np.ndarray] = {}
     for tensor in tensors:
         want = tensor.hf_shape([tuple(shapes[p]) for p in tensor.paths])
-        if tensor.key not in weights.shapes:
-            raise HFError(f"{weights.directory}: missing tensor {tensor.key} (shape {list(want)})")
+        _check_present(weights, tensor.key, want)
         got = weights.shapes[tensor.key]
         if tuple(got) != tuple(want):
             raise HFError(f"{weights.files[tensor.key]}: tensor {tensor.key} has shape "
                           f"{list(got)}, the config says {list(want)}")
-        out.update(zip(tensor.paths, tensor.from_hf(weights.read(tensor.key))))
-    known = {t.key for t in tensors}
+        value = family.fold(tensor.key, weights.read(tensor.key),
+                            lambda key: _read_present(weights, key))
+        out.update(zip(tensor.paths, tensor.from_hf(value)))
+    known = {t.key for t in tensors} | set(folded)
+    copies = family.tied_copies(cfg.model)
     for key in sorted(set(weights.shapes) - known):
         if key.endswith(family.ignored_tensors) and family.ignored_tensors:
             continue
-        if key == "lm_head.weight" and cfg.model.tie_embeddings:
-            # Some saves write the tied head too: accepted only as the embedding itself.
-            head = weights.read(key)
-            if head.shape == out["token_embedding"].shape and np.array_equal(
-                    head, out["token_embedding"]):
+        if key in copies:
+            # Some saves write a tied tensor too: accepted only as the parameter itself.
+            value, tied = weights.read(key), out[copies[key]]
+            if value.shape == tied.shape and np.array_equal(value, tied):
                 continue
+            raise HFError(f"{weights.files[key]}: tensor {key} differs from the tensor it is "
+                          "tied to (attnlab holds one parameter for both)")
         raise HFError(f"{weights.files[key]}: tensor {key} has no place in attnlab's "
                       f"{family.model_type} model (a part attnlab lacks)")
     missing = set(shapes) - set(out)
     if missing:  # a family's map that misses a parameter of the model it builds
         raise HFError(f"{family.model_type}: no HF tensor holds {sorted(missing)[0]}")
     return out
+
+
+def _check_present(weights: Weights, key: str, shape=None) -> None:
+    if key not in weights.shapes:
+        where = "" if shape is None else f" (shape {list(shape)})"
+        raise HFError(f"{weights.directory}: missing tensor {key}{where}")
+
+
+def _read_present(weights: Weights, key: str) -> np.ndarray:
+    _check_present(weights, key)
+    return weights.read(key)
 
 
 def export_hf(run: str | Path, target: str | Path, step: int | None = None) -> dict:
@@ -116,5 +137,6 @@ def export_hf(run: str | Path, target: str | Path, step: int | None = None) -> d
     if set(arrays) - used:
         raise HFError(f"model parameter {sorted(set(arrays) - used)[0]} has no place in a "
                       f"{family.model_type} checkpoint")
+    tensors.update(family.unfolded(cfg.model))  # e.g. BERT's token types: zeros
     write_directory(target, hf, tensors, tokenizer_file(run))
     return hf

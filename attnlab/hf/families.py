@@ -9,10 +9,15 @@ checkpoint with the attnlab parameters it holds:
 |---|---|
 | ``gpt2`` | learned positions, pre-LN LayerNorm, tanh-GELU MLP, biases everywhere, tied head |
 | ``opt`` | the same with ReLU and separate q, k, v projections (position rows offset by 2) |
-| ``llama`` | RoPE (``rope_scaling`` linear -> PI, yarn -> YaRN), RMSNorm, SwiGLU, GQA, no biases |
+| ``llama`` | RoPE (``rope_scaling``: linear -> PI, dynamic -> dynamic NTK, yarn -> YaRN), RMSNorm,
+  SwiGLU, GQA, no biases |
 | ``mistral`` | Llama with a sliding window (``sliding_window`` -> ``model.attention_window``) |
 | ``qwen3`` | Llama with QK-norm (RMSNorm over each head's q and k before RoPE) |
 | ``bloom`` | ALiBi, an embedding LayerNorm, GPT-2's blocks with q, k, v fused head by head |
+| ``bert`` | BertForMaskedLM: learned positions (token type 0 folded in), an embedding LayerNorm,
+  post-LN blocks, erf- or tanh-GELU MLP, biases, ``model.head=bert`` (transform + output bias) |
+| ``t5`` | T5 v1.0 / v1.1: the span encoder-decoder, T5 bias, unscaled scores, RMSNorm, ReLU or
+  gated GELU, tied head rescaled by ``d_model^-0.5`` (``model.head=t5``) or untied |
 
 Every key of an HF config is either mapped, one of the generic bookkeeping keys
 (:data:`BOOKKEEPING`), or must hold the one value attnlab computes (e.g. ``attention_bias:
@@ -27,6 +32,8 @@ from __future__ import annotations
 
 import dataclasses
 from typing import Any
+
+import numpy as np
 
 from attnlab.config import ModelConfig
 from attnlab.errors import AttnlabError
@@ -100,6 +107,30 @@ class Family:
     def context_length(self, cfg_hf: dict[str, Any]) -> int:
         """The training context recorded in the imported run's ``data.seq_len``."""
         raise NotImplementedError
+
+    def tied_copies(self, cfg: ModelConfig) -> dict[str, str]:
+        """``{HF key: attnlab path}``: tensors some saves write although they are tied to a
+        parameter (a tied head); accepted on import only when equal to it, never exported."""
+        return {"lm_head.weight": "token_embedding"} if cfg.tie_embeddings else {}
+
+    def folded(self) -> dict[str, str]:
+        """``{HF key: the HF key it is folded into}``: tensors attnlab holds inside another
+        parameter (:meth:`fold` adds them on import, :meth:`unfolded` writes them on export)."""
+        return {}
+
+    def fold(self, key: str, tensor: np.ndarray, read) -> np.ndarray:
+        """Import: the tensor ``key`` with what :meth:`folded` puts into it (``read(key)``
+        reads another tensor of the checkpoint, checked)."""
+        return tensor
+
+    def unfolded(self, cfg: ModelConfig) -> dict[str, np.ndarray]:
+        """Export: the tensors :meth:`folded` names, as attnlab's model has them."""
+        return {}
+
+    def notes(self, hf: dict[str, Any]) -> list[str]:
+        """What an import of ``hf`` should tell the user (an exact restriction, e.g. inputs of
+        one token type)."""
+        return []
 
 
 class _Reader:
@@ -458,6 +489,10 @@ class Llama(Family):
         known = {"rope_type", "type", "factor", "rope_theta"}
         if kind == "linear":
             out.update(rope_scaling="pi", rope_factor=float(scaling["factor"]))
+        elif kind == "dynamic":
+            # transformers grows the base past max_position_embeddings (its original context)
+            out.update(rope_scaling="dynamic", rope_factor=float(scaling["factor"]),
+                       rope_original_len=int(r.hf.get("max_position_embeddings", 2048)))
         elif kind == "yarn":
             original = scaling.get("original_max_position_embeddings",
                                    r.hf.get("max_position_embeddings"))
@@ -480,7 +515,7 @@ class Llama(Family):
                               "attnlab (its YaRN multiplies q and k by 0.1 ln s + 1)")
         else:
             raise HFError(f"config.json: rope_scaling.rope_type={kind!r} is not representable in "
-                          "attnlab (its RoPE scalings are linear (PI) and yarn)")
+                          "attnlab (its RoPE scalings are linear (PI), dynamic and yarn)")
         extra = sorted(set(scaling) - known)
         if extra:
             raise HFError(f"config.json: rope_scaling.{extra[0]} is a setting attnlab has no "
@@ -520,6 +555,9 @@ class Llama(Family):
         elif cfg.rope_scaling == "yarn":
             out["rope_scaling"] = {"rope_type": "yarn", "factor": cfg.rope_factor,
                                    "original_max_position_embeddings": cfg.rope_original_len}
+        elif cfg.rope_scaling == "dynamic":  # its original context is max_position_embeddings
+            out["rope_scaling"] = {"rope_type": "dynamic", "factor": cfg.rope_factor}
+            out["max_position_embeddings"] = cfg.rope_original_len
         return out
 
     def title(self) -> str:
@@ -598,18 +636,298 @@ class Qwen3(Llama):
                 _one(f"{h}self_attn.k_norm.weight", f"{b}attn/k_norm/scale")]
 
 
-FAMILIES: dict[str, Family] = {f.model_type: f for f in (OPT(), GPT2(), Llama(), Mistral(),
-                                                          Qwen3(), Bloom())}
+class Bert(Family):
+    """BERT's masked LM (Devlin et al. 2019; transformers ``BertConfig`` /
+    ``BertForMaskedLM``): learned absolute positions, a LayerNorm of the summed embeddings
+    (``model.embedding_norm``), post-LN blocks with biases on every projection, the GELU MLP
+    (``hidden_act``: ``gelu`` is the exact erf GELU, ``model.ffn=gelu_erf``; ``gelu_new`` the
+    tanh one), and the MLM head's transform and output bias (``model.head=bert``) before the
+    tied (or untied) decoder.
+
+    Token types: attnlab has none, so import adds row 0 of ``token_type_embeddings`` to the
+    position table, exactly the embedding of inputs that are all of type 0 (what an MLM reads
+    unless it is given sentence pairs); the run is BERT on such inputs, and the import says
+    so. Export writes a table of two zero rows, with which the exported model computes
+    attnlab's function for any ``token_type_ids``. The pooler and the next-sentence head that
+    pre-training saves carry are not part of ``BertForMaskedLM`` and are skipped, as
+    transformers skips them."""
+
+    model_type = "bert"
+    architecture = "BertForMaskedLM"
+    ignored_tensors = ("embeddings.position_ids", "pooler.dense.weight", "pooler.dense.bias",
+                       "cls.seq_relationship.weight", "cls.seq_relationship.bias")
+    ACTIVATIONS = {"gelu": "gelu_erf", "gelu_new": "gelu", "gelu_pytorch_tanh": "gelu",
+                   "relu": "relu"}
+    EMBEDDINGS = "bert.embeddings."
+    POSITIONS = EMBEDDINGS + "position_embeddings.weight"
+    TYPES = EMBEDDINGS + "token_type_embeddings.weight"
+    EXPORTED_TYPES = 2  # BERT's type_vocab_size (sentence A and B)
+
+    def canonical(self, key):
+        # TensorFlow-converted saves name the LayerNorm parameters gamma and beta.
+        for old, new in (("LayerNorm.gamma", "LayerNorm.weight"),
+                         ("LayerNorm.beta", "LayerNorm.bias")):
+            if key.endswith(old):
+                return key[:-len(old)] + new
+        return key
+
+    def represents(self, cfg):
+        return cfg.objective == "mlm"
+
+    def model_config(self, hf):
+        r = _Reader(hf, self.model_type)
+        activation = r.expect("hidden_act", tuple(self.ACTIVATIONS),
+                              "the FFN's and the head transform's activation")
+        r.expect("position_embedding_type", ("absolute",), "learned absolute positions")
+        r.expect("is_decoder", (False,), "a bidirectional encoder")
+        r.expect("add_cross_attention", (False,), "an encoder without cross-attention")
+        types = r.get("type_vocab_size", 2)
+        if not isinstance(types, int) or types < 1:
+            raise HFError(f"config.json: type_vocab_size={types!r} is not a positive integer")
+        for key in ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout",
+                    "gradient_checkpointing"):
+            r.get(key)
+        cfg = ModelConfig(
+            vocab_size=r.need("vocab_size"), d_model=r.need("hidden_size"),
+            n_layers=r.need("num_hidden_layers"), n_heads=r.need("num_attention_heads"),
+            d_ff=r.need("intermediate_size"), max_len=r.need("max_position_embeddings"),
+            pos_encoding="learned", norm="layernorm", norm_position="post",
+            norm_eps=float(r.get("layer_norm_eps", 1e-12)), ffn=self.ACTIVATIONS[activation],
+            tie_embeddings=r.expect("tie_word_embeddings", (True, False), ""),
+            linear_bias=True, embedding_norm=True, head="bert", objective="mlm",
+            init_std=float(r.get("initializer_range", 0.02)))
+        r.done()
+        return cfg
+
+    def hf_config(self, cfg, context):
+        _refuse_fields(cfg, "BERT", dict(pos_encoding="learned", norm="layernorm",
+                                         norm_position="post", linear_bias=True,
+                                         embedding_norm=True, head="bert", objective="mlm"),
+                       {"vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_len",
+                        "norm_eps", "ffn", "tie_embeddings"})
+        activation = {"gelu_erf": "gelu", "gelu": "gelu_new", "relu": "relu"}.get(cfg.ffn)
+        if activation is None:
+            raise HFError(f"model.ffn={cfg.ffn!r} has no BERT equivalent (gelu_erf, gelu or "
+                          "relu)")
+        return {"model_type": "bert", "architectures": [self.architecture],
+                "vocab_size": cfg.vocab_size, "hidden_size": cfg.d_model,
+                "num_hidden_layers": cfg.n_layers, "num_attention_heads": cfg.n_heads,
+                "intermediate_size": lm_width(cfg), "hidden_act": activation,
+                "max_position_embeddings": cfg.max_len, "type_vocab_size": self.EXPORTED_TYPES,
+                "layer_norm_eps": cfg.norm_eps, "initializer_range": cfg.init_std,
+                "position_embedding_type": "absolute", "is_decoder": False,
+                "tie_word_embeddings": cfg.tie_embeddings, "hidden_dropout_prob": cfg.dropout,
+                "attention_probs_dropout_prob": 0.0, "torch_dtype": "float32"}
+
+    def context_length(self, hf):
+        return int(hf["max_position_embeddings"])
+
+    def tied_copies(self, cfg):
+        # transformers ties cls.predictions.decoder.bias to cls.predictions.bias
+        out = {"cls.predictions.decoder.bias": "head/bias"}
+        if cfg.tie_embeddings:
+            out["cls.predictions.decoder.weight"] = "token_embedding"
+        return out
+
+    def folded(self):
+        return {self.TYPES: self.POSITIONS}
+
+    def fold(self, key, tensor, read):
+        if key != self.POSITIONS:
+            return tensor
+        types = read(self.TYPES)
+        if types.ndim != 2 or types.shape[1] != tensor.shape[1]:
+            raise HFError(f"tensor {self.TYPES} has shape {list(types.shape)}, the config says "
+                          f"[type_vocab_size, {tensor.shape[1]}]")
+        return tensor + types[0]  # every input of token type 0
+
+    def unfolded(self, cfg):
+        return {self.TYPES: np.zeros((self.EXPORTED_TYPES, cfg.d_model), np.float32)}
+
+    def notes(self, hf):
+        return ["token types: row 0 of token_type_embeddings is added to the position table "
+                "(attnlab has no token types: the run is BertForMaskedLM on inputs of token "
+                "type 0)",
+                "[MASK]: attnlab's mlm objective and fill-mask generation use the last id "
+                f"({hf.get('vocab_size', 0) - 1}), not the tokenizer's [MASK] token"]
+
+    def tensors(self, cfg):
+        e, p = self.EMBEDDINGS, "cls.predictions."
+        out = [_one(e + "word_embeddings.weight", "token_embedding"),
+               _one(self.POSITIONS, "position_embedding"),
+               _one(e + "LayerNorm.weight", "embedding_norm/scale"),
+               _one(e + "LayerNorm.bias", "embedding_norm/bias"),
+               _one(p + "transform.dense.weight", "head/transform/kernel", True),
+               _one(p + "transform.dense.bias", "head/transform/bias"),
+               _one(p + "transform.LayerNorm.weight", "head/norm/scale"),
+               _one(p + "transform.LayerNorm.bias", "head/norm/bias"),
+               _one(p + "bias", "head/bias")]
+        for i in range(cfg.n_layers):
+            h, b = f"bert.encoder.layer.{i}.", f"blocks/{i}/"
+            for hf_name, ours in (("self.query", "attn/q_proj"), ("self.key", "attn/k_proj"),
+                                  ("self.value", "attn/v_proj"), ("output.dense", "attn/o_proj")):
+                out += [_one(f"{h}attention.{hf_name}.weight", f"{b}{ours}/kernel", True),
+                        _one(f"{h}attention.{hf_name}.bias", f"{b}{ours}/bias")]
+            out += [_one(f"{h}attention.output.LayerNorm.weight", f"{b}attn_norm/scale"),
+                    _one(f"{h}attention.output.LayerNorm.bias", f"{b}attn_norm/bias"),
+                    _one(f"{h}intermediate.dense.weight", f"{b}ffn/w_in/kernel", True),
+                    _one(f"{h}intermediate.dense.bias", f"{b}ffn/w_in/bias"),
+                    _one(f"{h}output.dense.weight", f"{b}ffn/w_out/kernel", True),
+                    _one(f"{h}output.dense.bias", f"{b}ffn/w_out/bias"),
+                    _one(f"{h}output.LayerNorm.weight", f"{b}ffn_norm/scale"),
+                    _one(f"{h}output.LayerNorm.bias", f"{b}ffn_norm/bias")]
+        if not cfg.tie_embeddings:
+            out.append(_one(p + "decoder.weight", "lm_head", transposed=True))
+        return out
+
+
+class T5(Family):
+    """T5 (Raffel et al. 2020; transformers ``T5Config`` / ``T5ForConditionalGeneration``),
+    v1.0 and v1.1: the encoder-decoder of ``model.objective=span`` with T5's relative bias
+    (``pos_encoding=t5``; one table per stack, held by the stack's first block and shared by
+    its layers), unscaled scores in self- and cross-attention (``attention_scale=none``),
+    RMSNorm (no bias), no biases, and ``feed_forward_proj`` relu (v1.0), gated-gelu (v1.1;
+    tanh GELU: ``ffn=geglu``), gelu (erf: ``ffn=gelu_erf``) or gated-silu (``ffn=swiglu``).
+    v1.0's head is tied with the hidden state rescaled by ``d_model^-0.5``
+    (``model.head=t5``); v1.1's is untied and not rescaled. Both stacks have ``num_layers``
+    layers, and ``d_kv`` is ``d_model / num_heads``, as attnlab builds them."""
+
+    model_type = "t5"
+    architecture = "T5ForConditionalGeneration"
+    FFNS = {"relu": "relu", "gated-gelu": "geglu", "gelu": "gelu_erf", "gated-silu": "swiglu"}
+    # What T5Config derives from feed_forward_proj (and some saves write out).
+    ACTIVATION_OF = {"relu": "relu", "gated-gelu": "gelu_new", "gelu": "gelu",
+                     "gated-silu": "silu"}
+    BIAS = "SelfAttention.relative_attention_bias.weight"
+
+    def represents(self, cfg):
+        return cfg.objective == "span"
+
+    def model_config(self, hf):
+        r = _Reader(hf, self.model_type)
+        d, heads, layers = r.need("d_model"), r.need("num_heads"), r.need("num_layers")
+        d_kv = r.get("d_kv", d // heads)
+        if d_kv * heads != d:
+            raise HFError(f"config.json: d_kv={d_kv} is not representable in attnlab (a head is "
+                          f"d_model / num_heads = {d // heads} wide)")
+        decoder_layers = r.get("num_decoder_layers", layers)
+        if decoder_layers not in (None, layers):
+            raise HFError(f"config.json: num_decoder_layers={decoder_layers} is not "
+                          f"representable in attnlab (both stacks have num_layers={layers})")
+        proj = r.expect("feed_forward_proj", tuple(self.FFNS),
+                        "attnlab's FFNs relu, geglu (tanh), gelu_erf and swiglu")
+        if r.get("dense_act_fn", self.ACTIVATION_OF[proj]) != self.ACTIVATION_OF[proj]:
+            raise HFError(f"config.json: dense_act_fn={hf['dense_act_fn']!r} is not what "
+                          f"feed_forward_proj={proj!r} computes in attnlab "
+                          f"({self.ACTIVATION_OF[proj]!r})")
+        r.expect("is_gated_act", (proj.startswith("gated"),), "given by feed_forward_proj")
+        r.expect("is_encoder_decoder", (True,), "an encoder-decoder")
+        for key in ("dropout_rate", "initializer_factor", "classifier_dropout", "n_positions",
+                    "gradient_checkpointing",
+                    "output_past"):
+            r.get(key)
+        tie = r.expect("tie_word_embeddings", (True, False), "")
+        cfg = ModelConfig(
+            vocab_size=r.need("vocab_size"), d_model=d, n_layers=layers, n_heads=heads,
+            d_ff=r.need("d_ff"), pos_encoding="t5",
+            t5_num_buckets=r.get("relative_attention_num_buckets", 32),
+            t5_max_distance=r.get("relative_attention_max_distance", 128),
+            norm="rmsnorm", norm_position="pre",
+            norm_eps=float(r.get("layer_norm_epsilon", 1e-6)), ffn=self.FFNS[proj],
+            tie_embeddings=tie, attention_scale="none", objective="span",
+            head="t5" if tie else "linear")
+        r.done()
+        return cfg
+
+    def hf_config(self, cfg, context):
+        head = "t5" if cfg.tie_embeddings else "linear"
+        _refuse_fields(cfg, "T5", dict(pos_encoding="t5", norm="rmsnorm", attention_scale="none",
+                                       objective="span", head=head),
+                       {"vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "norm_eps", "ffn",
+                        "tie_embeddings", "t5_num_buckets", "t5_max_distance",
+                        "max_len"})  # max_len: the learned table's rows, unused with T5's bias
+        proj = {ours: theirs for theirs, ours in self.FFNS.items()}.get(cfg.ffn)
+        if proj is None:
+            raise HFError(f"model.ffn={cfg.ffn!r} has no T5 equivalent "
+                          f"({', '.join(self.FFNS.values())})")
+        return {"model_type": "t5", "architectures": [self.architecture],
+                "vocab_size": cfg.vocab_size, "d_model": cfg.d_model, "d_kv": cfg.head_dim,
+                "d_ff": lm_width(cfg), "num_layers": cfg.n_layers,
+                "num_decoder_layers": cfg.n_layers, "num_heads": cfg.n_heads,
+                "relative_attention_num_buckets": cfg.t5_num_buckets,
+                "relative_attention_max_distance": cfg.t5_max_distance,
+                "layer_norm_epsilon": cfg.norm_eps, "feed_forward_proj": proj,
+                "tie_word_embeddings": cfg.tie_embeddings, "is_encoder_decoder": True,
+                "dropout_rate": cfg.dropout, "initializer_factor": 1.0,
+                # attnlab's span decoder starts from [MASK], its last id
+                "decoder_start_token_id": cfg.vocab_size - 1, "n_positions": context,
+                "torch_dtype": "float32"}
+
+    def context_length(self, hf):
+        return int(hf.get("n_positions") or 512)
+
+    def tied_copies(self, cfg):
+        # T5ForConditionalGeneration ties each stack's embed_tokens to shared
+        out = {"encoder.embed_tokens.weight": "token_embedding",
+               "decoder.embed_tokens.weight": "token_embedding"}
+        return {**out, **super().tied_copies(cfg)}
+
+    def notes(self, hf):
+        return [f"decoder start and sentinels: attnlab's span objective and fill-in decoding "
+                f"start the decoder with its last id ({hf.get('vocab_size', 0) - 1}) and use it "
+                "for every span, not decoder_start_token_id and <extra_id_k>"]
+
+    def _ffn(self, cfg: ModelConfig, h: str, b: str) -> list[Tensor]:
+        gated = {"w_gate": "wi_0", "w_in": "wi_1"} if resolve_inputs(cfg) == 2 else {"w_in": "wi"}
+        out = [_one(f"{h}DenseReluDense.{theirs}.weight", f"{b}ffn/{ours}/kernel", True)
+               for ours, theirs in gated.items()]
+        return out + [_one(f"{h}DenseReluDense.wo.weight", f"{b}ffn/w_out/kernel", True)]
+
+    def tensors(self, cfg):
+        out = [_one("shared.weight", "token_embedding"),
+               _one(f"encoder.block.0.layer.0.{self.BIAS}", "position_embedding"),
+               _one(f"decoder.block.0.layer.0.{self.BIAS}", "decoder_position_embedding"),
+               _one("encoder.final_layer_norm.weight", "encoder_norm/scale"),
+               _one("decoder.final_layer_norm.weight", "final_norm/scale")]
+
+        def attention(hf_prefix, ours):
+            return [_one(f"{hf_prefix}.{p}.weight", f"{ours}/{p}_proj/kernel", True)
+                    for p in "qkvo"]
+
+        for i in range(cfg.n_layers):
+            h, b = f"encoder.block.{i}.layer.", f"encoder/{i}/"
+            out += attention(f"{h}0.SelfAttention", f"{b}attn")
+            out += [_one(f"{h}0.layer_norm.weight", f"{b}attn_norm/scale"),
+                    _one(f"{h}1.layer_norm.weight", f"{b}ffn_norm/scale")]
+            out += self._ffn(cfg, f"{h}1.", b)
+            h, b = f"decoder.block.{i}.layer.", f"decoder/{i}/"
+            out += attention(f"{h}0.SelfAttention", f"{b}attn")
+            out += attention(f"{h}1.EncDecAttention", f"{b}cross")
+            out += [_one(f"{h}0.layer_norm.weight", f"{b}attn_norm/scale"),
+                    _one(f"{h}1.layer_norm.weight", f"{b}cross_norm/scale"),
+                    _one(f"{h}2.layer_norm.weight", f"{b}ffn_norm/scale")]
+            out += self._ffn(cfg, f"{h}2.", b)
+        if not cfg.tie_embeddings:
+            out.append(_one("lm_head.weight", "lm_head", transposed=True))
+        return out
+
+
+def resolve_inputs(cfg: ModelConfig) -> int:
+    """The FFN's input projections (2 for a gated FFN)."""
+    from attnlab.model import resolve
+
+    return resolve(cfg).ffn.inputs
+
+
+# Bert and T5 first: an mlm or span model is theirs, whatever its positions.
+FAMILIES: dict[str, Family] = {f.model_type: f for f in (Bert(), T5(), OPT(), GPT2(), Llama(),
+                                                          Mistral(), Qwen3(), Bloom())}
 
 
 # Families attnlab has a kindred model of, and why it is not the same function.
 NOT_THE_SAME = {
     "mamba": "attnlab's Mamba layers (model.mixer=mamba) carry an FFN and the block's norms "
              "(Jamba-style); a Hugging Face Mamba block is the mixer alone (docs/attention.md)",
-    "bert": "attnlab's mlm encoder has no token-type embeddings, MLM head transform or output "
-            "bias, and uses the tanh GELU (docs/encoders.md)",
-    "t5": "attnlab's encoder-decoder has one [MASK] id for every sentinel and no d_model^-0.5 "
-          "rescale of the tied head (docs/encoders.md)",
     "qwen2": "Qwen2 has biases on q, k, v but not on the output projection; attnlab's "
              "model.linear_bias puts them on every projection",
 }

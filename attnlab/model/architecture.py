@@ -20,6 +20,7 @@ resolved parts; no module looks a part up again.
 | ``attention_mask`` (``attention_window``) | :data:`MASKS` | masks.py |
 | ``mixer`` (``attention_every``) | :data:`MIXERS` | mixers.py |
 | ``ffn`` | :data:`FFNS` | ffn.py |
+| ``head`` | :data:`HEADS` | heads.py |
 | ``moe`` | :data:`ROUTINGS` | moe.py (wraps the ``ffn`` part: its experts) |
 | ``norm`` | :data:`NORMS` | layers.py |
 | ``norm_position`` (``ngpt``) | :data:`BLOCKS` | blocks.py, ngpt.py |
@@ -36,7 +37,8 @@ from typing import Any
 
 from attnlab.config import Config, ModelConfig
 from attnlab.errors import ConfigError
-from attnlab.model import attention, blocks, ffn, layers, masks, mixers, moe, ngpt, objectives
+from attnlab.model import attention, blocks, ffn, heads, layers, masks, mixers, moe, ngpt
+from attnlab.model import objectives
 from attnlab.model import parameterization, positions, readin, relative, rope, scales
 
 ENCODINGS = {c.name: c for c in (positions.NoPE, positions.Sinusoidal, positions.LearnedPositions,
@@ -45,7 +47,9 @@ SCORE_SCALES = {c.name: c for c in (scales.InverseSqrt, scales.MuP, scales.Unsca
                                     scales.LearnedTemperature, scales.Cosine)}
 MASKS = {c.name: c for c in (masks.Causal, masks.SlidingWindow)}
 MIXERS = {c.name: c for c in (mixers.Softmax, mixers.Linear, mixers.Performer, mixers.Mamba)}
-FFNS = {c.name: c for c in (ffn.ReLU, ffn.GELU, ffn.SwiGLU, ffn.GeGLU, ffn.NoFFN)}
+FFNS = {c.name: c for c in (ffn.ReLU, ffn.GELU, ffn.SwiGLU, ffn.GeGLU, ffn.NoFFN,
+                             ffn.GELUErf)}
+HEADS = {c.name: c for c in (heads.Linear, heads.Bert, heads.T5)}
 ROUTINGS = {c.name: c for c in (moe.Dense, moe.TokenChoice)}
 NORMS = {c.name: c for c in (layers.LayerNorm, layers.RMSNorm)}
 BLOCKS = {c.name: c for c in (blocks.PreNorm, blocks.PostNorm, ngpt.NGPT)}
@@ -60,7 +64,7 @@ REMATS = ("none", *layers.REMAT_POLICIES)
 SELECTORS = {"pos_encoding": ENCODINGS, "attention_scale": SCORE_SCALES,
              "attention_mask": MASKS, "mixer": MIXERS, "ffn": FFNS, "moe": ROUTINGS,
              "norm": NORMS, "norm_position": BLOCKS, "objective": OBJECTIVES, "inputs": INPUTS,
-             "parameterization": PARAMETERIZATIONS}
+             "parameterization": PARAMETERIZATIONS, "head": HEADS}
 INSIDE_ATTENTION = ("attention_scale", "attention_mask")
 # Where a model keeps its parts: the decoder-only stack (TransformerLM.blocks, stacked under
 # model.scan_layers) and, in each block, the sequence mixer's module.
@@ -97,6 +101,7 @@ class Architecture:
     parameterization: parameterization.Parameterization
     decoder: Stack | None = None
     inputs: readin.Inputs | None = None  # what the model reads and writes (always set)
+    head: heads.Head | None = None  # what the last hidden state passes through (always set)
 
     @property
     def block(self) -> blocks.BlockKind:
@@ -142,7 +147,8 @@ def resolve(cfg: ModelConfig) -> Architecture:
         stack = _stack(cfg, encoding.for_encoder(), masks.Bidirectional(cfg), **parts)
         decoder = causal if objective.encoder_decoder else None
     arch = Architecture(cfg, encoding, objective, mask=mask, stack=stack, decoder=decoder,
-                        inputs=INPUTS[cfg.inputs](cfg), parameterization=param, **parts)
+                        inputs=INPUTS[cfg.inputs](cfg), parameterization=param,
+                        head=HEADS[cfg.head](cfg, parts["ffn"], parts["norm"]), **parts)
     _validate(arch)
     return arch
 
@@ -205,6 +211,7 @@ def _validate(arch: Architecture) -> None:
                           "encoder (pre- or post-LN) only, not by the encoder-decoder, nGPT or "
                           "a vector read-in")
     arch.inputs.validate(arch.objective)
+    arch.head.validate(arch)
     arch.stack.encoding.validate()  # T5's encoder buckets
 
 
@@ -212,7 +219,7 @@ def _used_parts(arch: Architecture) -> list[tuple[str, Any]]:
     """``(selector field, part)`` of every part the model uses."""
     used = [("pos_encoding", arch.encoding), ("ffn", arch.ffn), ("moe", arch.ffn),
             ("norm", arch.norm), ("objective", arch.objective), ("inputs", arch.inputs),
-            ("parameterization", arch.parameterization)]
+            ("parameterization", arch.parameterization), ("head", arch.head)]
     for stack in filter(None, (arch.stack, arch.decoder)):
         used += [("mixer", layer.mixer) for layer in stack.layers]
         used += [("norm_position", layer) for layer in stack.layers]

@@ -43,7 +43,8 @@ def param_counts(cfg: ModelConfig) -> dict[str, int]:
     ``position_embedding``, ``output_head`` (0 when tied), ``attention`` and ``ffn`` (per layer;
     ``attention`` is the first layer's sequence mixer), ``per_layer`` (the first layer),
     ``mixers`` (all layers' mixers: a hybrid's differ), ``final_norm`` (with
-    ``model.embedding_norm``, that norm too); ``active``,
+    ``model.embedding_norm``, that norm too); ``model.head=bert``'s transform, norm and output
+    bias count in ``non_embedding`` (not in a part); ``active``,
     ``active_non_embedding`` and ``active_ffn`` (per layer): the parameters one token uses (a
     mixture of experts' router, its ``k`` routed and its shared experts; for a dense model the
     same as ``total``, ``non_embedding`` and ``ffn``). nGPT has no norms: its
@@ -77,7 +78,8 @@ def param_counts(cfg: ModelConfig) -> dict[str, int]:
     else:
         if cfg.embedding_norm:  # a norm like the others: in N
             final_norm += arch.norm.param_count(d)
-        non_embedding = sum(mixers) + cfg.n_layers * (ffn + norms) + final_norm
+        head = arch.head.param_count()  # model.head=bert: its transform and output bias
+        non_embedding = sum(mixers) + cfg.n_layers * (ffn + norms) + final_norm + head
     embedding = token_embedding + position_embedding + output_head
     # An MoE layer holds E experts and runs k of them per token: the rest are inactive.
     inactive = arch.ffn.param_count() - arch.ffn.active_param_count()  # per layer
@@ -165,7 +167,8 @@ def flops_per_token(cfg: ModelConfig, seq_len: int) -> dict[str, float]:
     ffn = arch.ffn.flops_per_token()
     encoding = arch.encoding.flops_per_token(seq_len)  # 0 so far: no matrix products
     # The embedding and head (2 V d each; a vector model's read-in and read-out instead).
-    forward = arch.inputs.flops_per_token() + encoding + mixing + L * ffn
+    forward = (arch.inputs.flops_per_token() + encoding + mixing + L * ffn
+               + arch.head.flops_per_token())  # model.head=bert: its transform
     out = {
         "kaplan_6n": 6.0 * n,
         "kaplan_attention": kaplan_attention,

@@ -3,7 +3,7 @@ from its resolved :class:`~attnlab.model.architecture.Architecture` (``model.obj
 
     m = Norm_enc(Encoder(embed(source)))              bidirectional self-attention blocks
     y = y + SelfAttn(Norm(y)) (causal); y = y + CrossAttn(Norm(y), m); y = y + FFN(Norm(y))
-    logits = Norm_dec(y) E^T
+    logits = Norm_dec(y) E^T                           (model.head=t5: Norm_dec(y) d^-0.5 E^T)
 
 One token table is shared by both stacks and the (tied or untied) head. The encoding's
 parameters (learned table, T5 bias) exist once per stack: ``position_embedding`` (encoder, T5's
@@ -83,6 +83,7 @@ class EncoderDecoderLM(nnx.Module):
         self.final_norm = arch.norm(cfg.d_model, cfg.norm_eps)
         self.lm_head = (None if cfg.tie_embeddings
                         else nnx.Param(init(rngs.params(), (cfg.d_model, cfg.vocab_size))))
+        self.head = arch.head.build(rngs)  # None for the linear and T5 heads
 
     def _embed(self, tokens, positions, encoding, table):
         x = jnp.take(self.token_embedding[...], tokens, axis=0)
@@ -105,10 +106,11 @@ class EncoderDecoderLM(nnx.Module):
         return tuple(block.cross.keys_values(memory) for block in self.decoder)
 
     def logits(self, y: jax.Array) -> jax.Array:
-        """``[batch, t, d_model] -> float32 [batch, t, vocab]`` (final norm, then the head)."""
-        y = self.final_norm(y)
+        """``[batch, t, d_model] -> float32 [batch, t, vocab]`` (final norm, then the head;
+        ``model.head=t5`` rescales by ``d_model^-0.5`` first)."""
+        y = self.arch.head.hidden(self.head, self.final_norm(y))
         head = self.token_embedding[...].T if self.lm_head is None else self.lm_head[...]
-        return project(y, head.astype(y.dtype), jnp.float32)  # "btd,dv->btv"
+        return self.arch.head.output(self.head, project(y, head.astype(y.dtype), jnp.float32))
 
     def _decoder(self, targets, positions, cross, *, states=None, start=0, dropout_rng=None):
         keys = dropout_keys(dropout_rng, len(self.decoder) + 1)

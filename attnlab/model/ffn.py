@@ -2,6 +2,7 @@
 al. 2017, eq. 2), one class per kind:
 
 * ``relu`` / ``gelu``: ``act(x W_in) W_out`` (GELU is the tanh approximation, as in GPT-2);
+* ``gelu_erf``: the same with the exact GELU ``x Phi(x)`` (BERT's, transformers' ``"gelu"``);
 * ``swiglu`` (Shazeer 2020): ``(silu(x W_gate) * (x W_in)) W_out``;
 * ``geglu`` (Shazeer 2020; T5 v1.1's "gated-gelu"): ``(gelu(x W_gate) * (x W_in)) W_out``, GELU
   the tanh approximation as in T5 v1.1.
@@ -34,6 +35,12 @@ from attnlab.model.layers import dense
 def gelu_tanh(x: jax.Array) -> jax.Array:
     """GELU, tanh approximation (Hendrycks & Gimpel 2016; GPT-2)."""
     return jax.nn.gelu(x, approximate=True)
+
+
+def gelu_erf(x: jax.Array) -> jax.Array:
+    """GELU, exact: ``x Phi(x) = x (1 + erf(x / sqrt 2)) / 2`` (Hendrycks & Gimpel 2016, eq. 1;
+    BERT)."""
+    return jax.nn.gelu(x, approximate=False)
 
 
 class MLP(nnx.Module):
@@ -145,6 +152,13 @@ class GELU(FFN):
 
     def build(self, rngs):
         return MLP(self.cfg, self.width, self.activation, rngs=rngs)
+
+
+class GELUErf(GELU):
+    """The GELU MLP with the exact (erf) GELU, as BERT's (Devlin et al. 2019)."""
+
+    name = "gelu_erf"
+    activation = staticmethod(gelu_erf)
 
 
 class SwiGLU(FFN):

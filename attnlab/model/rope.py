@@ -1,9 +1,10 @@
 """Rotary position embedding (Su et al. 2021, RoFormer, eq. 34) and its rescalings for longer
-contexts: position interpolation (Chen et al. 2023), NTK-aware bases (bloc97 2023) and YaRN
-(Peng et al. 2023).
+contexts: position interpolation (Chen et al. 2023), NTK-aware bases (bloc97 2023), dynamic NTK
+(emozilla and bloc97 2023) and YaRN (Peng et al. 2023).
 
 Shapes: ``positions`` int32 ``[pbatch, seq]``; heads ``[batch, seq, heads, head_dim]``. Phases are
-float32 (bf16 would round position 257 to 256); frequencies float64 on the host.
+float32 (bf16 would round position 257 to 256); frequencies float64 on the host (dynamic NTK's:
+float32 on the device, from each call's positions).
 """
 
 from __future__ import annotations
@@ -122,6 +123,29 @@ def yarn_frequencies(head_dim: int, theta: float, factor: float, original_length
     return ramp * inv_freq / float(factor) + (1.0 - ramp) * inv_freq
 
 
+def dynamic_ntk_frequencies(head_dim: int, theta: float, factor: float, original_length: int,
+                            length) -> jax.Array:
+    """Dynamic NTK scaling (emozilla and bloc97 2023; transformers'
+    ``_compute_dynamic_ntk_parameters``): a forward call over positions ``0 .. length - 1``
+    past the original context ``L0`` uses the base
+    ``theta' = theta (s L / L0 - (s - 1))^(d / (d - 2))``, ``L = length``, so the base grows
+    with the sequence (the NTK-aware base of factor ``s L / L0 - s + 1``); calls within ``L0``
+    use ``theta`` itself (the frequencies of the unscaled model, exactly).
+
+    Args:
+      length: int, or a traced int32 scalar: one past the call's largest position.
+
+    Returns:
+      float32 ``[head_dim/2]``.
+    """
+    length = jnp.asarray(length, jnp.float32)
+    grown = float(factor) * length / float(original_length) - (float(factor) - 1.0)
+    base = float(theta) * jnp.maximum(grown, 1.0) ** (head_dim / (head_dim - 2))
+    exponents = jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim
+    unscaled = jnp.asarray(rope_inverse_frequencies(head_dim, theta), jnp.float32)
+    return jnp.where(length > original_length, base ** -exponents, unscaled)
+
+
 def yarn_attention_factor(factor: float) -> float:
     """``sqrt(1/t) = 0.1 ln(s) + 1`` (Peng et al. 2023, eq. 22): q and k are both multiplied by
     it, so the logits are multiplied by its square (``1/t``)."""
@@ -145,23 +169,34 @@ def _yarn_scaled(cfg: ModelConfig, factor: float, train_length: int = 0) -> Mode
 
 
 # model.rope_scaling -> the frequencies of a RoPE model at factor model.rope_factor, and the
-# factor its q and k are multiplied by (YaRN's temperature; 1 otherwise).
-def _unchanged_frequencies(cfg: ModelConfig) -> tuple[np.ndarray, float]:
+# factor its q and k are multiplied by (YaRN's temperature; 1 otherwise), for a call at
+# ``positions [pbatch, seq]`` (only dynamic NTK depends on them; None: no call).
+def _unchanged_frequencies(cfg: ModelConfig, positions=None) -> tuple[np.ndarray, float]:
     return rope_inverse_frequencies(cfg.head_dim, cfg.rope_theta), 1.0
 
 
-def _pi(cfg: ModelConfig) -> tuple[np.ndarray, float]:
+def _pi(cfg: ModelConfig, positions=None) -> tuple[np.ndarray, float]:
     return pi_frequencies(rope_inverse_frequencies(cfg.head_dim, cfg.rope_theta),
                           cfg.rope_factor), 1.0
 
 
-def _yarn(cfg: ModelConfig) -> tuple[np.ndarray, float]:
+def _yarn(cfg: ModelConfig, positions=None) -> tuple[np.ndarray, float]:
     return (yarn_frequencies(cfg.head_dim, cfg.rope_theta, cfg.rope_factor,
                              cfg.rope_original_len),
             yarn_attention_factor(cfg.rope_factor))
 
 
-ROPE_FREQUENCIES = {UNSCALED: _unchanged_frequencies, "pi": _pi, "yarn": _yarn}
+def _dynamic(cfg: ModelConfig, positions=None) -> tuple[jax.Array | np.ndarray, float]:
+    if positions is None:  # no call: the frequencies within the original context
+        return _unchanged_frequencies(cfg)
+    return (dynamic_ntk_frequencies(cfg.head_dim, cfg.rope_theta, cfg.rope_factor,
+                                    cfg.rope_original_len, jnp.max(positions) + 1), 1.0)
+
+
+ROPE_FREQUENCIES = {UNSCALED: _unchanged_frequencies, "pi": _pi, "yarn": _yarn,
+                    "dynamic": _dynamic}
+# The scalings whose ramp or growth is relative to the original context model.rope_original_len.
+NEEDS_ORIGINAL_LENGTH = (_yarn, _dynamic)
 
 
 class RoPE(PositionalEncoding):
@@ -172,7 +207,10 @@ class RoPE(PositionalEncoding):
     ``ntk`` raises the base (:func:`ntk_rope_theta`); ``pi`` divides the frequencies by ``s``
     (:func:`pi_frequencies`, Chen et al. 2023); ``yarn`` interpolates by parts and multiplies q
     and k by ``0.1 ln s + 1`` (:func:`yarn_frequencies`, Peng et al. 2023). PI and YaRN are the
-    config fields ``model.rope_scaling`` / ``rope_factor`` / ``rope_original_len``.
+    config fields ``model.rope_scaling`` / ``rope_factor`` / ``rope_original_len``, and so is
+    dynamic NTK (``rope_scaling=dynamic``: the base grows with each call's length past
+    ``rope_original_len``, :func:`dynamic_ntk_frequencies`), which checkpoints bring
+    (``attnlab import-hf``) but ``attnlab extrapolate`` does not offer.
     """
 
     name = "rope"
@@ -194,16 +232,23 @@ class RoPE(PositionalEncoding):
             raise ConfigError("model.rope_factor",
                               f"must be >= 1 with model.rope_scaling={cfg.rope_scaling}, "
                               f"got {cfg.rope_factor}")
-        if ROPE_FREQUENCIES[cfg.rope_scaling] is _yarn and cfg.rope_original_len < 1:
+        if ROPE_FREQUENCIES[cfg.rope_scaling] in NEEDS_ORIGINAL_LENGTH \
+                and cfg.rope_original_len < 1:
             raise ConfigError("model.rope_original_len",
-                              "model.rope_scaling=yarn needs the training context length (>= 1)")
+                              f"model.rope_scaling={cfg.rope_scaling} needs the original "
+                              "(training) context length (>= 1)")
 
-    def frequencies(self) -> tuple[np.ndarray, float]:
-        """``(inv_freq float64 [head_dim/2], q/k multiplier)`` under ``model.rope_scaling``."""
-        return ROPE_FREQUENCIES[self.cfg.rope_scaling](self.cfg)
+    def frequencies(self, positions=None) -> tuple[np.ndarray | jax.Array, float]:
+        """``(inv_freq [head_dim/2], q/k multiplier)`` under ``model.rope_scaling`` for a call at
+        ``positions`` (float64 NumPy; dynamic NTK: float32, from the largest position, traced
+        when they are)."""
+        return ROPE_FREQUENCIES[self.cfg.rope_scaling](self.cfg, positions)
 
     def transform_qk(self, q, k, positions):
-        inv_freq, multiplier = self.frequencies()
+        # Dynamic NTK: the call's own length sets the base. A decoding step's new keys are
+        # rotated at its length and the cached keys keep the rotation they had (transformers'
+        # cached generation), so past the original context decoding is not a full forward.
+        inv_freq, multiplier = self.frequencies(positions)
         q = apply_rope(q, positions, inv_freq=inv_freq)
         k = apply_rope(k, positions, inv_freq=inv_freq)
         if multiplier != 1.0:

@@ -11,6 +11,7 @@ inside jit (dropout takes an explicit key).
     x = encoding.embed(E[tokens], positions)   (adds P[positions] for learned / sinusoidal)
     x = block(x) for each layer                (the block kind: pre-LN, post-LN, nGPT)
     logits = FinalNorm(x) W_head               (pre-LN's final norm), W_head = E^T when tied
+    (model.head: BERT's transform and output bias, T5's d_model^-0.5; heads.py)
     (muP, ``model.parameterization``: hidden weights drawn at std / sqrt(fan_in multiplier) and
     the logits times 1 / width multiplier; attnlab/model/parameterization.py)
 
@@ -85,6 +86,8 @@ class TransformerLM(nnx.Module):
         self.lm_head = (None if cfg.tie_embeddings
                         else nnx.Param(init(rngs.params(), (cfg.d_model, cfg.vocab_size))))
         self.logit_scale = arch.block.head_scale(rngs)  # nGPT's s_z; None for the others
+        # model.head=bert: its transform and output bias (attnlab/model/heads.py); else None.
+        self.head = arch.head.build(rngs)
         constraint = arch.block.param_constraint()
         if constraint is not None:  # nGPT: every matrix starts with unit rows
             nnx.update(self, constraint(nnx.state(self, nnx.Param)))
@@ -102,8 +105,10 @@ class TransformerLM(nnx.Module):
         """``[batch, seq, d_model] -> float32 [batch, seq, vocab]`` (final norm for pre-LN)."""
         if self.final_norm is not None:
             x = self.final_norm(x)
+        x = self.arch.head.hidden(self.head, x)  # BERT's transform, T5's rescale
         head = self.token_embedding[...].T if self.lm_head is None else self.lm_head[...]
         logits = project(x, head.astype(x.dtype), jnp.float32)  # "bsd,dv->bsv"
+        logits = self.arch.head.output(self.head, logits)  # BERT's output bias
         multiplier = self.arch.parameterization.logit_multiplier()
         if multiplier is not None:  # muP: 1 / width multiplier (Tensor Programs V, Table 8)
             logits = logits * multiplier
