@@ -150,8 +150,13 @@ def attention_main(argv: list[str]) -> int:
     if resolve(cfg.model).decoder is not None:
         raise AttnlabError(f"model.objective={cfg.model.objective}: attnlab attention draws a "
                            "single stack's maps, not the encoder-decoder's")
+    from attnlab.train.step import packing_for
+
     cfg, graphdef, params = load_params(run, values.step)
-    maps = inspect.attention_maps(graphdef, params, tokens)
+    packing = packing_for(cfg)  # data.document_mask: documents apart, as the run trained
+    segments, positions = (None, None) if packing is None else packing.inputs(tokens)
+    maps = inspect.attention_maps(graphdef, params, tokens, segments=segments,
+                                  positions=positions)
     kinds = resolve(cfg.model).stack.layers
     # The scores read a map as where a head attends: Mamba's signed channel maps are drawn only.
     attending = [m if kind.mixer.map_is_distribution else None for m, kind in zip(maps, kinds)]

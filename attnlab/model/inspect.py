@@ -20,11 +20,13 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from attnlab.model.masks import documents_from_segments
 from attnlab.model.transformer import positions_for
 
 
 def attention_maps(graphdef: nnx.GraphDef, state: nnx.State, tokens,
-                   distributions_only: bool = False) -> list[np.ndarray | None]:
+                   distributions_only: bool = False, *, segments=None,
+                   positions=None) -> list[np.ndarray | None]:
     """Each layer's token-mixing map on ``tokens`` (int32 ``[batch, t]``), float32 ``[batch,
     heads, t, t]`` (query rows, key columns), as the mixer's ``weights`` forms it:
 
@@ -35,21 +37,26 @@ def attention_maps(graphdef: nnx.GraphDef, state: nnx.State, tokens,
       (``heads`` = E; :meth:`attnlab.model.mamba.SelectiveSSM.weights`).
 
     ``distributions_only``: None for the layers whose maps are not distributions over the keys
-    (Mamba's; ``map_is_distribution``). The layers run as in the forward pass."""
+    (Mamba's; ``map_is_distribution``). ``segments`` (int ``[batch, t]``) and ``positions``: a
+    document-masked run's inputs (:meth:`attnlab.model.masks.Packing.inputs`): each map is 0
+    outside its query's document, as the forward pass sees it. The layers run as in the
+    forward pass."""
     model = nnx.merge(graphdef, state)
     tokens = jnp.asarray(tokens, jnp.int32)
     batch, t = tokens.shape
-    positions = jnp.asarray(positions_for(None, batch, t), jnp.int32)
+    documents = None if segments is None else documents_from_segments(jnp.asarray(segments))
+    positions = jnp.asarray(positions_for(positions, batch, t), jnp.int32)
     x = model.embed(tokens, positions)
     maps = []
     for layer, (block, kind) in enumerate(zip(model.layers(), model.arch.stack.layers)):
         bias = model.bias(layer)
         if kind.mixer.map_is_distribution or not distributions_only:
-            weights = block.attn.weights(block.mixer_input(x), positions, bias=bias)
+            weights = block.attn.weights(block.mixer_input(x), positions, bias=bias,
+                                         documents=documents)
             maps.append(np.asarray(weights, np.float32))
         else:
             maps.append(None)
-        x, _ = block(x, positions, bias=bias)
+        x, _ = block(x, positions, bias=bias, documents=documents)
     return maps
 
 

@@ -148,7 +148,7 @@ def causal_linear_attention(phi_q, phi_k, v, state=None, *, chunk: int, document
     return out, state
 
 
-def linear_attention_weights(phi_q, phi_k) -> jax.Array:
+def linear_attention_weights(phi_q, phi_k, documents=None) -> jax.Array:
     """The token-mixing matrix of causal linear attention (Katharopoulos et al. 2020, eq. 6):
     ``A[i, j] = phi(q_i).phi(k_j) / (sum_{j' <= i} phi(q_i).phi(k_j') + EPS)`` for ``j <= i``,
     0 after, so that ``out_i = sum_j A[i, j] v_j`` (:func:`causal_linear_attention`'s output);
@@ -156,13 +156,19 @@ def linear_attention_weights(phi_q, phi_k) -> jax.Array:
 
     Args:
       phi_q, phi_k: features ``[batch, t, heads, m]`` (positive).
+      documents: each token's document span (:class:`~attnlab.model.masks.Documents`), or
+        None; with it the sums run over ``j`` in query ``i``'s document only (the running
+        state restarts there).
 
     Returns:
       float32 ``[batch, heads, t, t]``.
     """
     t = phi_q.shape[1]
     scores = jnp.einsum("bqhm,bkhm->bhqk", phi_q.astype(jnp.float32), phi_k.astype(jnp.float32))
-    scores = scores * jnp.tril(jnp.ones((t, t), jnp.float32))
+    keep = jnp.tril(jnp.ones((t, t), bool))[None, None]
+    if documents is not None:
+        keep = keep & documents.allows(jnp.arange(t))[:, None]
+    scores = jnp.where(keep, scores, 0.0)
     return scores / (scores.sum(axis=-1, keepdims=True) + EPS)
 
 
@@ -209,11 +215,11 @@ class LinearAttention(nnx.Module):
         q, k = self.encoding.transform_qk(q, k, positions)
         return self.feature_map(q), self.feature_map(k), v
 
-    def weights(self, x, positions, *, bias=None) -> jax.Array:
+    def weights(self, x, positions, *, bias=None, documents=None) -> jax.Array:
         """Every head's normalised ``phi(q).phi(k)`` map over ``x [batch, t, d_model]``
         (:func:`linear_attention_weights`): float32 ``[batch, heads, t, t]``."""
         phi_q, phi_k, _ = self._features(x, positions)
-        return linear_attention_weights(phi_q, phi_k)
+        return linear_attention_weights(phi_q, phi_k, documents)
 
     def __call__(self, x, positions, *, bias=None, documents=None, state=None, start=0):
         """``x [batch, t, d_model]`` -> ``([batch, t, d_model], state)`` (None without one);

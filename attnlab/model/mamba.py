@@ -167,22 +167,27 @@ class SelectiveSSM(nnx.Module):
             jnp.einsum("btr,re->bte", dt_low, self.dt_proj.kernel[...]) + self.dt_bias[...])
         return u, gate, delta, b, c, history
 
-    def weights(self, x, positions, *, bias=None) -> jax.Array:
+    def weights(self, x, positions, *, bias=None, documents=None) -> jax.Array:
         """The implicit attention of the selective scan (Ali et al. 2024, "The Hidden Attention
         of Mamba": the scan unrolled), one ``t x t`` matrix per channel: ``alpha[e, i, j] = sum_n C_i[n]
         exp(sum_{s=j+1..i} Delta_s[e] A[e, n]) Delta_j[e] B_j[n]`` for ``j <= i`` (0 after),
         so that the scan's output is ``y_i[e] = sum_j alpha[e, i, j] u_j[e] + D[e] u_i[e]``.
         Signed, and rows need not sum to 1.
 
-        ``x [batch, t, d_model]`` -> float32 ``[batch, E, t, t]``.
+        ``x [batch, t, d_model]`` -> float32 ``[batch, E, t, t]``; with ``documents``, 0 for
+        every ``j`` before query ``i``'s document (its first token's ``A_bar = 0`` cuts the
+        product, and the conv reads no earlier input).
         """
         cfg = self.cfg
         batch, t, _ = x.shape
         history = jnp.zeros((batch, cfg.ssm_conv - 1, cfg.ssm_expand * cfg.d_model))
-        _, _, delta, b, c, _ = self._selective_inputs(x, history)
+        _, _, delta, b, c, _ = self._selective_inputs(x, history, documents=documents)
         a = -jnp.exp(self.a_log[...])  # [E, N]
         log_decay = jnp.cumsum(jnp.einsum("bte,en->bten", delta, a), axis=1)  # L_i
-        causal = jnp.tril(jnp.ones((t, t), bool))[None, :, :, None, None]
+        causal = jnp.tril(jnp.ones((t, t), bool))[None]
+        if documents is not None:
+            causal = causal & documents.allows(jnp.arange(t))
+        causal = causal[..., None, None]  # [b, i, j, 1, 1]
         gap = log_decay[:, :, None] - log_decay[:, None, :]  # [b, i, j, E, N]: L_i - L_j
         decay = jnp.where(causal, jnp.exp(jnp.where(causal, gap, 0.0)), 0.0)
         return jnp.einsum("bin,bijen,bje,bjn->beij", c, decay, delta, b)

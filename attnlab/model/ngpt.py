@@ -33,7 +33,7 @@ from flax import nnx
 
 from attnlab.config import ModelConfig, TrainConfig
 from attnlab.errors import ConfigError
-from attnlab.model.attention import attention_scores, dot_product_attention
+from attnlab.model.attention import attention_scores, dot_product_attention, in_documents
 from attnlab.model.blocks import BlockKind
 from attnlab.model.ffn import SwiGLU
 from attnlab.model.layers import dense
@@ -129,13 +129,15 @@ class NGPTAttention(nnx.Module):
         s_qk = self.s_qk().astype(q.dtype)
         return s_qk * unit(q), s_qk * unit(k)
 
-    def weights(self, x, positions, *, bias=None) -> jax.Array:
+    def weights(self, x, positions, *, bias=None, documents=None) -> jax.Array:
         """Every head's attention pattern over ``x [batch, t, d_model]`` (no cache): float32
-        ``[batch, heads, t, t]``, ``softmax(sqrt(d_k) q.k + bias)`` under the layer's mask."""
+        ``[batch, heads, t, t]``, ``softmax(sqrt(d_k) q.k + bias)`` under the layer's mask (and
+        ``documents``' spans)."""
         q, k = self._queries_keys(x, positions)
         t = x.shape[1]
         bias = None if bias is None else bias(positions, positions)
-        mask = self.mask(jnp.arange(t), jnp.arange(t))
+        index = jnp.arange(t)
+        mask = in_documents(self.mask(index, index), documents, self.mask, index)
         scores = attention_scores(q, k, scale=math.sqrt(self.cfg.head_dim), bias=bias, mask=mask)
         return jax.nn.softmax(scores, axis=-1)
 
