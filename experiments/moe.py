@@ -17,8 +17,8 @@ model (its router has one logit: every gate is 1, and the capacity of ``1.25 T``
 nothing). The experiment is a grid: shapes x E (the axis ``model.moe_experts``, a numeric
 column of the results, which ``attnlab fit --law=clark`` reads as E), one seed.
 
-Scale ``cpu``: 3 two-layer shapes (6k-98k active non-embedding parameters), E in 1-16, 0.5M
-tokens (488 steps of 8 x 128 bytes of ``pystdlib``): 15 runs; docs/moe.md has the dry run, the
+Scale ``cpu``: 4 two-layer shapes (6k-99k active non-embedding parameters), E in 1-16, 1M
+tokens (976 steps of 8 x 128 bytes of ``pystdlib``): 20 runs; docs/moe.md has the dry run, the
 wall time and the fit. Scale ``gpu``: 4 shapes to d 512, 100M tokens (not run).
 """
 
@@ -53,10 +53,10 @@ def get_config(scale: str = "cpu") -> ConfigDict:
     sweep.warmup = ConfigDict({"rule": "fraction", "fraction": 0.05})
     sweep.axes = ConfigDict({
         "model": ConfigDict({"moe_experts": EXPERTS}),
-        "train": ConfigDict({"tokens": (500_000,), "seed": (0,)}),
+        "train": ConfigDict({"tokens": (1_000_000,), "seed": (0,)}),
     })
     # (d_model, n_layers, n_heads)
-    sweep.shapes = ((16, 2, 2), (32, 2, 2), (64, 2, 4))
+    sweep.shapes = ((16, 2, 2), (32, 2, 2), (48, 2, 3), (64, 2, 4))
     if scale == "gpu":
         base.data.seq_len = 256
         base.data.batch_size = 32
