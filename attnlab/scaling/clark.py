@@ -302,6 +302,14 @@ def _cell(value: float) -> str:
     return f"{value:>12.4g}"
 
 
+def _bootstrap_line(fit: ClarkFit) -> str:
+    if not fit.n_bootstrap_requested:
+        return ""
+    skipped = fit.n_bootstrap_requested - fit.n_bootstrap
+    return (f"; bootstrap over runs: {fit.n_bootstrap} of {fit.n_bootstrap_requested} draws "
+            f"fitted" + (f" ({skipped} drew too few values of E or N)" if skipped else ""))
+
+
 def format_clark(fit: ClarkFit, source: str) -> str:
     """The table printed by ``attnlab fit --law=clark``: the coefficients with their intervals
     next to Clark et al.'s, and the routing slope b + c log10 N at the smallest and largest N."""
@@ -314,9 +322,7 @@ def format_clark(fit: ClarkFit, source: str) -> str:
              f"least squares on log10 L, {saturation}; residual std {fit.residual_std:.3g} "
              f"(log10 L), {fit.dof} degrees of freedom",
              f"intervals: {level} Student t from the least-squares covariance"
-             + (f"; bootstrap over runs: {fit.n_bootstrap} of {fit.n_bootstrap_requested} "
-                f"draws fitted (the others drew too few E or N)"
-                if fit.n_bootstrap_requested else ""), ""]
+             + _bootstrap_line(fit), ""]
     header = f"  {'':<4}{'estimate':>12}{'low':>12}{'high':>12}"
     if fit.bootstrap_ci:
         header += f"{'boot low':>12}{'boot high':>12}"
