@@ -216,3 +216,8 @@ def test_cli_refuses_a_single_expert_count(tmp_path, capsys):
     assert plot_main([f"--results={path}", "--law=clark", "--kind=loss-vs-params",
                       f"--out={tmp_path / 'x.png'}"]) == 2
     assert "attnlab fit --law=clark" in capsys.readouterr().err
+
+
+def test_saturation_is_refused_for_the_other_laws(sweep_csv, capsys):
+    assert fit_main([f"--results={sweep_csv}", "--law=kaplan", "--saturation=2,300"]) == 2
+    assert "--saturation applies to --law=clark only" in capsys.readouterr().err

@@ -349,6 +349,8 @@ def fit_main(argv: list[str]) -> int:
             raise FitInputError("--law is required: kaplan, chinchilla or clark")
         if inputs.law == "clark":
             return _clark_main(values, inputs)
+        if values["saturation"].value is not None:
+            raise FitInputError("--saturation applies to --law=clark only")
         approach = (inputs.approach or 3) if inputs.law == "chinchilla" else None
         budgets = _budgets(values["budget"].value)
         overtrain = _multipliers(values["overtrain"].value)
