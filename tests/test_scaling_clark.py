@@ -221,3 +221,22 @@ def test_cli_refuses_a_single_expert_count(tmp_path, capsys):
 def test_saturation_is_refused_for_the_other_laws(sweep_csv, capsys):
     assert fit_main([f"--results={sweep_csv}", "--law=kaplan", "--saturation=2,300"]) == 2
     assert "--saturation applies to --law=clark only" in capsys.readouterr().err
+
+
+def test_lack_of_fit_with_replicates():
+    """Two seeds per (N, E): the F test's p is uniform when the law holds (its 5% level rejects
+    in 5% of 1,000 simulated sweeps, binomial 3-sigma band) and tiny when the loss bends in
+    log E, as a law linear in log E cannot; without replicates there is no test."""
+    rng = np.random.default_rng(5)
+    n, e = grid([6e3, 2.5e4, 5.6e4, 9.9e4], [1, 2, 4, 8, 16])
+    n, e = np.repeat(n, 2), np.repeat(e, 2)
+    mean = reference_log_loss(n, e, **TRUE)
+    sims, rejected = 1000, 0
+    for _ in range(sims):
+        fit = fit_clark(n, e, 10 ** (mean + 0.01 * rng.standard_normal(len(n))))
+        assert (fit.lack_of_fit["df_lack_of_fit"], fit.lack_of_fit["df_pure_error"]) == (16, 20)
+        rejected += fit.lack_of_fit["p"] < 0.05
+    assert abs(rejected / sims - 0.05) < 3 * math.sqrt(0.05 * 0.95 / sims)
+    bent = mean + 0.2 * np.log10(e) ** 2 + 0.01 * rng.standard_normal(len(n))
+    assert fit_clark(n, e, 10 ** bent).lack_of_fit["p"] < 1e-6
+    assert fit_clark(n[::2], e[::2], 10 ** mean[::2]).lack_of_fit is None

@@ -104,6 +104,7 @@ class ClarkFit:
     bootstrap_ci: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
     n_bootstrap: int = 0
     n_bootstrap_requested: int = 0
+    lack_of_fit: dict | None = None
     notes: tuple[str, ...] = ()
 
     @property
@@ -144,6 +145,7 @@ class ClarkFit:
             "ci_level": self.ci_level, "dof": self.dof, "residual_std": self.residual_std,
             "n_points": self.n_points, "experts": list(self.experts), "sizes": list(self.sizes),
             "saturation": list(self.saturation) if self.saturation else None,
+            "lack_of_fit": self.lack_of_fit,
             "expert_slopes": [_listed(self.expert_slope(n)) for n in (min(self.sizes),
                                                                       max(self.sizes))],
             "notes": list(self.notes),
@@ -209,13 +211,36 @@ def fit_clark(n, e, loss, *, ci_level: float = 0.95, saturation: tuple[float, fl
     params = {p: float(v) for p, v in zip(PARAMS, theta)}
     ci = {p: (float(v - h), float(v + h)) for p, v, h in zip(PARAMS, theta, half)}
     boot_ci, usable = _bootstrap(x, y, n_bootstrap, ci_level, seed)
-    return ClarkFit(params=params, covariance=covariance, ci=ci, ci_level=ci_level, dof=dof,
+    return ClarkFit(lack_of_fit=lack_of_fit(n, e, residual),params=params, covariance=covariance, ci=ci, ci_level=ci_level, dof=dof,
                     residual_std=math.sqrt(s2), n_points=len(y),
                     experts=tuple(float(v) for v in np.unique(e)),
                     sizes=tuple(float(v) for v in np.unique(n)),
                     saturation=tuple(saturation) if saturation else None,
                     bootstrap_ci=boot_ci, n_bootstrap=usable, n_bootstrap_requested=n_bootstrap,
                     notes=tuple(notes))
+
+
+def lack_of_fit(n: np.ndarray, e: np.ndarray, residual: np.ndarray) -> dict | None:
+    """The lack-of-fit F test of a least-squares fit with replicates (runs at the same (N, E),
+    e.g. seeds): the residual sum of squares splits into pure error (replicates about their
+    point's mean, ``n - points`` degrees of freedom) and lack of fit (the points' means about
+    the law, ``points - 4``). F = (SS_lof / df_lof) / (SS_pe / df_pe); a small p says the law
+    misses the points by more than the replicates scatter. None without replicates."""
+    _, point = np.unique(np.stack([n, e], axis=1), axis=0, return_inverse=True)
+    point = point.ravel()
+    points = int(point.max()) + 1
+    df_pe, df_lof = len(residual) - points, points - len(PARAMS)
+    if df_pe == 0 or df_lof == 0:
+        return None
+    means = np.bincount(point, weights=residual) / np.bincount(point)
+    ss_pe = float(np.sum((residual - means[point]) ** 2))
+    ss_lof = float(residual @ residual) - ss_pe
+    if ss_pe == 0:
+        return None
+    f = (ss_lof / df_lof) / (ss_pe / df_pe)
+    return {"F": f, "df_lack_of_fit": df_lof, "df_pure_error": df_pe,
+            "p": float(stats.f.sf(f, df_lof, df_pe)),
+            "pure_error_std": math.sqrt(ss_pe / df_pe)}
 
 
 def _bootstrap(x: np.ndarray, y: np.ndarray, n_bootstrap: int, level: float,
@@ -349,5 +374,12 @@ def format_clark(fit: ClarkFit, source: str) -> str:
         if low <= 0 <= high:
             lines.append(f"note: {p}'s interval contains 0: these runs do not determine its sign "
                          f"({meaning})")
+    if fit.lack_of_fit:
+        lof = fit.lack_of_fit
+        lines.append(f"lack of fit (replicates at the same N, E): F = {lof['F']:.3g} on "
+                     f"({lof['df_lack_of_fit']}, {lof['df_pure_error']}) degrees of freedom, "
+                     f"p = {lof['p']:.3g}; replicate std {lof['pure_error_std']:.3g} (log10 L)"
+                     + ("; the law misses the points by more than the replicates scatter "
+                        "(its intervals assume it holds)" if lof["p"] < 0.05 else ""))
     lines += [f"note: {note}" for note in fit.notes]
     return "\n".join(lines) + "\n"
