@@ -25,7 +25,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "train": ("attnlab.train.cli", "train_main", "train one model; resumes in the same workdir"),
     "generate": ("attnlab.train.cli", "generate_main", "sample text from a trained run"),
     "sweep": ("attnlab.sweep.cli", "sweep_main", "run a grid / isoflop / curves sweep"),
-    "fit": ("attnlab.scaling.cli", "fit_main", "fit Kaplan or Chinchilla scaling laws"),
+    "fit": ("attnlab.scaling.cli", "fit_main", "fit Kaplan, Chinchilla or Clark scaling laws"),
     "compare": ("attnlab.scaling.cli", "compare_main",
                 "compare a sweep's arms at matched points, with intervals over seeds"),
     "plot": ("attnlab.plots.cli", "plot_main", "draw the standard scaling plots"),

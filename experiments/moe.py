@@ -1,24 +1,25 @@
-"""Mixture of experts against dense at equal training compute: one IsoFLOP ladder per expert
-count E (Clark et al. 2022, "Unified Scaling Laws for Routed Language Models").
+"""Routed language models over the expert count E at a fixed number of training tokens: the
+points of Clark et al. 2022's law (arXiv 2202.01169, "Unified Scaling Laws for Routed Language
+Models", eq. 1)
+
+    log10 L(N, E) = a log10 N + b log10 E + c log10 N log10 E + d
 
     attnlab sweep --config=experiments/moe.py --workdir=sweeps/moe --dry-run
-    attnlab quickstart --config=experiments/moe.py --workdir=sweeps/moe
+    attnlab sweep --config=experiments/moe.py --workdir=sweeps/moe
+    attnlab fit --results=sweeps/moe --law=clark      # N: active non-embedding parameters
 
-Each E is a named variant of one sweep (``sweep.variants``, column ``experts``): the same
-budgets, shapes, data order and learning-rate rules as the architecture study's cpu scale
-(experiments/architectures.py), the FFN of every layer replaced by E experts of the dense FFN's
-width with Switch's top-1 routing (``model.moe_top_k=1``), so that a shape's *active*
-parameters and FLOPs per token are the dense model's plus the router (``2 d E`` FLOPs): the
-runs at one budget and one shape differ only in how many experts the router chooses from.
-E = 1 is the dense model with a (trivial) router; ``dense`` is the baseline itself.
+As in Clark et al., every model trains on the same tokens (their 130B; here ``train.tokens``)
+and N is the size of the dense model the experts are added to: each shape's FFN of every layer
+is replaced by E experts of the dense FFN's width with Switch's top-1 routing
+(``model.moe_top_k=1``), so a shape's *active* parameters and FLOPs per token are the dense
+model's plus the router's (``d E`` parameters, ``2 d E`` FLOPs), whatever E. E = 1 is the dense
+model (its router has one logit: every gate is 1, and the capacity of ``1.25 T`` slots drops
+nothing). The experiment is a grid: shapes x E (the axis ``model.moe_experts``, a numeric
+column of the results, which ``attnlab fit --law=clark`` reads as E), one seed.
 
-FLOPs are counted per token by ``attnlab.model.flops_per_token`` (Chinchilla's full count with
-the router, the chosen expert and the combine; the capacity buffers' empty slots are not
-training compute of the model and are left out, as in Clark et al.). The fit of Clark et al.'s
-form ``log L = a log N + b log E + c log N log E + d`` (N = active non-embedding parameters) is
-not in attnlab yet; ``attnlab fit --by=experts`` fits one Chinchilla law per E. Not run. Its
-``--dry-run`` on 2026-11-25 (2-core VM shared with other jobs): 70 runs, 1.46e13 FLOPs,
-estimated 32 min of training and 63 min with start-up and compilation.
+Scale ``cpu``: 4 two-layer shapes (6k-99k active non-embedding parameters), E in 1-16, 1M
+tokens (976 steps of 8 x 128 bytes of ``pystdlib``): 20 runs; docs/moe.md has the dry run, the
+wall time and the fit. Scale ``gpu``: 4 shapes to d 512, 100M tokens (not run).
 """
 
 from ml_collections import ConfigDict
@@ -26,14 +27,6 @@ from ml_collections import ConfigDict
 from attnlab.config import base_config_dict
 
 EXPERTS = (1, 2, 4, 8, 16)
-_PRIOR = {"n_opt": 39e3, "budget": 9e11, "exponent": 0.6}  # experiments/architectures.py's
-
-
-def variants() -> dict:
-    out = {"dense": {}}
-    for e in EXPERTS:
-        out[f"E{e}"] = {"model": {"moe": "token_choice", "moe_experts": e, "moe_top_k": 1}}
-    return out
 
 
 def get_config(scale: str = "cpu") -> ConfigDict:
@@ -44,24 +37,29 @@ def get_config(scale: str = "cpu") -> ConfigDict:
     base.data.source = "pystdlib"
     base.data.seq_len = 128
     base.data.batch_size = 8
+    base.model.moe = "token_choice"
+    base.model.moe_top_k = 1
     base.train.learning_rate = 1e-2  # at d_model = ref_d_model below
     base.train.b2 = 0.99
-    base.train.eval_every = 1_000_000  # isoflop runs are scored once, at their end
+    base.train.eval_every = 1_000_000  # scored once, at the end
     base.train.eval_batches = 16
     base.train.log_every = 25
     base.train.checkpoint_every = 1000
 
     config.sweep = sweep = ConfigDict()
     sweep.name = "moe"
-    sweep.mode = "isoflop"
-    sweep.flops_per_token = "chinchilla"
+    sweep.mode = "grid"
     sweep.learning_rate = ConfigDict({"rule": "inverse_width", "ref_d_model": 32})
     sweep.warmup = ConfigDict({"rule": "fraction", "fraction": 0.05})
-    sweep.min_steps = 50
-    sweep.variant_column = "experts"
-    sweep.variants = ConfigDict(variants())
-    sweep.budgets = (6e10, 1.5e11, 3.75e11)
-    sweep.shapes = ((8, 1, 1), (12, 1, 1), (16, 1, 1), (20, 1, 1), (24, 1, 2), (32, 1, 2),
-                    (32, 2, 2), (40, 2, 2), (48, 2, 3), (64, 2, 4))
-    sweep.centre = ConfigDict({**_PRIOR, "span": 2.5})
+    sweep.axes = ConfigDict({
+        "model": ConfigDict({"moe_experts": EXPERTS}),
+        "train": ConfigDict({"tokens": (1_000_000,), "seed": (0,)}),
+    })
+    # (d_model, n_layers, n_heads)
+    sweep.shapes = ((16, 2, 2), (32, 2, 2), (48, 2, 3), (64, 2, 4))
+    if scale == "gpu":
+        base.data.seq_len = 256
+        base.data.batch_size = 32
+        sweep.shapes = ((64, 2, 2), (128, 4, 4), (256, 4, 4), (512, 8, 8))
+        sweep.axes.train.tokens = (100_000_000,)
     return config

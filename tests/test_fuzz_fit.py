@@ -25,7 +25,8 @@ FIT_EXAMPLES, SLOW_FIT_EXAMPLES = 80, 1000
 # optimum.
 SMALL_GRID = "e:0:1:1,a:4:5:1,b:4:5:1,alpha:0:0.5:0.5,beta:0:0.5:0.5"
 LAWS = [["--law=kaplan"], ["--law=kaplan", "--form=n"], ["--law=kaplan", "--form=d"],
-        ["--law=chinchilla", f"--grid={SMALL_GRID}"], ["--law=chinchilla", "--approach=2"]]
+        ["--law=chinchilla", f"--grid={SMALL_GRID}"], ["--law=chinchilla", "--approach=2"],
+        ["--law=clark", "--columns=experts:tokens"]]  # Clark's law: the tokens stand for E
 
 BAD = st.sampled_from([math.nan, math.inf, -math.inf, 0.0, -1.0, 1e300, 1e-300, "abc", ""])
 

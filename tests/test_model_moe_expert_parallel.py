@@ -190,3 +190,64 @@ def test_expert_parallel_train_steps_equal_one_device(tmp_path, layers):
 @pytest.mark.slow
 def test_an_ensemble_of_moe_members_with_an_expert_axis_equals_one_device(tmp_path):
     run_script(tmp_path, script=ENSEMBLE)
+
+
+# Dropless dispatch with the experts split (attnlab.model.moe.dropless_expert_parallel): nothing
+# is dropped, so the sharded layer, loss, statistics and gradients equal one device's on the
+# whole batch, however unevenly the devices route.
+DROPLESS = textwrap.dedent("""
+    import re
+    import jax, jax.numpy as jnp, numpy as np
+    from flax import nnx
+    from jax.sharding import NamedSharding, PartitionSpec as P
+    from attnlab.config import Config, DataConfig, ModelConfig, TrainConfig
+    from attnlab.model import init_model
+    from attnlab.model.architecture import check
+    from attnlab.model.objectives import masking_key
+    from attnlab.train.optimizer import optimizer_for
+    from attnlab.train.programs import traced_on
+    from attnlab.train.sharding import make_mesh, state_shardings
+    from attnlab.train.state import init_train_state
+    from attnlab.train.step import loss_grad_fn
+
+    model = ModelConfig(vocab_size=256, d_model=32, n_layers=2, n_heads=2, ffn="swiglu", d_ff=32,
+                        moe="token_choice", moe_experts=8, moe_top_k=2, moe_shared_experts=1,
+                        moe_dispatch="dropless", linear_bias=True)
+    cfg = Config(model=model, data=DataConfig(seq_len=16, batch_size=16),
+                 train=TrainConfig(steps=10, warmup_steps=1, mesh_expert=4))
+    check(cfg)
+    mesh = make_mesh(cfg)
+    assert dict(mesh.shape) == {"data": 2, "fsdp": 1, "expert": 4}
+    rows = NamedSharding(mesh, P(("data", "fsdp", "expert")))
+
+    # the layer, with devices routing very differently (a shift growing along the batch)
+    graphdef, params = init_model(model, 0)
+    layer = nnx.merge(graphdef, params).blocks[0].ffn
+    x = jax.random.normal(jax.random.key(1), (16, 16, 32))
+    x = x.at[:, :, 0].add(4.0 * jnp.arange(16)[:, None] / 16)
+    run = jax.jit(traced_on(mesh, lambda x: layer(x)), in_shardings=rows)
+    hlo = run.lower(jax.device_put(x, rows)).compile().as_text()
+    assert re.findall(r"all-to-all\\(", hlo), "no all-to-all in the sharded layer"
+    np.testing.assert_allclose(run(jax.device_put(x, rows)), layer(x), rtol=1e-5, atol=1e-6)
+
+    # loss, routing statistics and gradients of the whole model
+    tx, _ = optimizer_for(cfg)
+    state = init_train_state(cfg, tx, jax.random.key(0))
+    shardings = state_shardings(jax.eval_shape(lambda: state), mesh)
+    batch = np.random.default_rng(0).integers(0, 256, (16, 17), dtype=np.int32)
+    grads = loss_grad_fn(graphdef)
+    key = masking_key(0, 0)
+    want_m, want_g = jax.jit(grads)(state.params, jnp.asarray(batch), None, key)
+    sharded = jax.jit(traced_on(mesh, grads), in_shardings=(shardings.params, rows, None, None))
+    got_m, got_g = sharded(jax.device_put(state.params, shardings.params),
+                           jax.device_put(batch, rows), None, key)
+    for k in want_m:
+        np.testing.assert_allclose(got_m[k], want_m[k], rtol=1e-5, atol=1e-6, err_msg=k)
+    for w, g in zip(jax.tree.leaves(want_g), jax.tree.leaves(got_g)):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-6)
+    print("OK")
+""")
+
+
+def test_dropless_expert_parallel_equals_one_device(tmp_path):
+    run_script(tmp_path, script=DROPLESS)

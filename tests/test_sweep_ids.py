@@ -74,9 +74,10 @@ PLAN_DIGESTS = {
     # unchanged (ids, counts, FLOPs; test_architectures_keeps_its_earlier_runs).
     "architectures:cpu": ("4865817b263dee72", "4fcd37ee36b69b07"),
     "architectures:gpu": ("843e7720a9a3e03d", "4fa8a0511bb43ba8"),
-    # Mixture of experts against dense over E (new).
-    "moe:cpu": ("5e5d7062f0fb99e3", "e8d3634ae800d6fc"),
-    "moe:gpu": ("5e5d7062f0fb99e3", "e8d3634ae800d6fc"),
+    # Routed models over E at fixed tokens, for Clark et al.'s law. Changed on purpose from an
+    # IsoFLOP sweep of variants (never run) to a grid at one token count, as Clark et al. train.
+    "moe:cpu": ("3916d890fe455367", "9e5543ca3c8dc33d"),
+    "moe:gpu": ("3185dcae431d3283", "83b82962e1047dda"),
     # Issue #16: decoder vs encoder vs encoder-decoder (new; model.objective per variant).
     "gpt_vs_bert:cpu": ("24f1affb1fb24896", "34ed1d16a2ccf3a9"),
     "gpt_vs_bert:gpu": ("da50a16ebf9e4b45", "0f4deae85b21fe89"),

@@ -28,9 +28,11 @@ Dispatch (``model.moe_dispatch``):
   With dropping, a token's output depends on the other tokens of the batch (also later ones):
   decoding equals the full forward only while nothing is dropped.
 
-Expert parallelism (``train.mesh_expert > 1``, :func:`expert_parallel`): the experts' stacked
-tensors split over the mesh's ``expert`` axis, capacity buffers filled per device and exchanged
-by all-to-all (GShard); the capacity then covers each device's tokens.
+Expert parallelism (``train.mesh_expert > 1``): the experts' stacked tensors split over the
+mesh's ``expert`` axis. Capacity dispatch (:func:`expert_parallel`): buffers filled per device
+and exchanged by all-to-all (GShard); the capacity then covers each device's tokens. Dropless
+(:func:`dropless_expert_parallel`): each device's assignments sent to their experts' devices by
+an all-to-all padded to fixed shapes; the result is the single-device one.
 
 ``E`` experts are ``E`` stacked parameter sets, ``[E, d_model, width]`` and ``[E, width,
 d_model]``. Routing statistics leave the module as an ``nnx.Intermediate`` (``routing``) when the
@@ -148,7 +150,8 @@ class MoEFFN(nnx.Module):
         cfg, expert = part.cfg, part.expert
         d, n, width = cfg.d_model, cfg.moe_experts, part.width
         residual_std = cfg.init_std / math.sqrt(2 * cfg.n_layers)
-        self.k, self.dispatch = cfg.moe_top_k, DISPATCHES[cfg.moe_dispatch].run
+        dispatch = DISPATCHES[cfg.moe_dispatch]
+        self.k, self.dispatch, self.split_dispatch = cfg.moe_top_k, dispatch.run, dispatch.split
         self.capacity_factor = cfg.moe_capacity_factor
         self.gated = expert.inputs == 2
         self.activation = expert.activation
@@ -178,8 +181,8 @@ class MoEFFN(nnx.Module):
         logits = jnp.einsum("td,de->te", tokens.astype(jnp.float32), self.router[...])
         probs, experts, weights = route(logits, self.k)
         dispatch, mesh = self.dispatch, expert_mesh()
-        if mesh is not None:  # the experts split over the mesh (capacity dispatch only)
-            dispatch = functools.partial(expert_parallel, mesh)
+        if mesh is not None:  # the experts split over the mesh
+            dispatch = functools.partial(self.split_dispatch, mesh)
         y, kept = dispatch(tokens, experts, weights.astype(x.dtype), self.experts_params(),
                            self.activation, self.gated, self.capacity_factor)
         y = y.reshape(batch, seq, d)
@@ -300,6 +303,64 @@ def expert_parallel(mesh, tokens, experts, weights, params, activation, gated,
                          out_specs=(batch, batch))(tokens, experts, weights, params)
 
 
+def dropless_expert_parallel(mesh, tokens, experts, weights, params, activation, gated,
+                             capacity_factor=None):
+    """:func:`dropless` with the experts split over the mesh's ``expert`` axis: nothing
+    dropped, so the result is the single-device one whatever the number of devices.
+
+    Each device sorts its ``A = T k / devices`` assignments by expert and sends each peer the
+    rows for that peer's ``E / n_expert`` experts. An all-to-all has fixed shapes, so each
+    device pads what it sends to each peer to ``A`` rows (every one of its assignments might go
+    to one peer), which costs ``n_expert`` times the exchange and the grouped matmul of a ragged
+    exchange (``jax.lax.ragged_all_to_all``, which XLA:CPU does not run). The receiver sorts the
+    ``n_expert A`` rows by its local expert (padding last, in no group), runs them as one grouped
+    matmul per matrix, and a second all-to-all returns the outputs to the tokens' devices.
+    """
+    batch = P(tuple(mesh.axis_names))
+    n_experts, n_split = params["w_in"].shape[0], mesh.shape[EXPERT_AXIS]
+    per_device = n_experts // n_split
+
+    def local(tokens, experts, weights, params):
+        t, k = experts.shape
+        a = t * k
+        flat = experts.reshape(-1)  # [A]: assignment i = token i // k, its choice i % k
+        order = jnp.argsort(flat, stable=True)  # grouped by expert, so by peer too
+        expert_sorted = jnp.take(flat, order)
+        peer = expert_sorted // per_device  # the device holding each sorted assignment's expert
+        per_peer = jnp.zeros((n_split,), jnp.int32).at[peer].add(1)
+        row = jnp.arange(a) - (jnp.cumsum(per_peer) - per_peer)[peer]  # its row in peer's block
+        send = jnp.zeros((n_split, a, tokens.shape[-1]), tokens.dtype)
+        send = send.at[peer, row].set(jnp.take(tokens, order // k, axis=0))
+        # Each row's expert on the receiver; padding gets per_device: after every group.
+        send_expert = jnp.full((n_split, a), per_device, jnp.int32)
+        send_expert = send_expert.at[peer, row].set(expert_sorted % per_device)
+        # [n_split, A, ...]: block j to peer j; received block i came from peer i
+        got = jax.lax.all_to_all(send, EXPERT_AXIS, 0, 0, tiled=True).reshape(n_split * a, -1)
+        got_expert = jax.lax.all_to_all(send_expert, EXPERT_AXIS, 0, 0, tiled=True).reshape(-1)
+        local_order = jnp.argsort(got_expert, stable=True)
+        rows = jnp.take(got, local_order, axis=0)
+        expert_of_row = jnp.take(got_expert, local_order)
+        sizes = jnp.zeros((per_device,), jnp.int32).at[expert_of_row].add(1, mode="drop")
+
+        def matmul(h, w, b):  # "rd,edf->rf" for the rows in groups; padding rows are discarded
+            out = jax.lax.ragged_dot(h, w, sizes)
+            if b is None:
+                return out
+            return out + jnp.take(b, jnp.minimum(expert_of_row, per_device - 1), axis=0)
+
+        out = expert_ffn(rows, params, activation, gated, matmul)
+        out = jnp.zeros_like(out).at[local_order].set(out).reshape(n_split, a, -1)
+        back = jax.lax.all_to_all(out, EXPERT_AXIS, 0, 0, tiled=True)  # [n_split, A, d]
+        mine = back[peer, row]  # [A, d], in sorted order
+        unsorted = jnp.zeros_like(mine).at[order].set(mine).reshape(t, k, -1)
+        y = jnp.einsum("tkd,tk->td", unsorted, weights)
+        return y, jnp.ones((t, k), jnp.float32)
+
+    experts_spec = {name: P(EXPERT_AXIS) for name in params}
+    return jax.shard_map(local, mesh=mesh, in_specs=(batch, batch, batch, experts_spec),
+                         out_specs=(batch, batch))(tokens, experts, weights, params)
+
+
 def expert_mesh():
     """The mesh the program is traced on (``jax.sharding.use_abstract_mesh``) when it splits
     the experts (an ``expert`` axis longer than one), else None. None too inside a
@@ -317,8 +378,8 @@ class Capacity:
 
     name = "capacity"
     run = staticmethod(with_capacity)
+    split = staticmethod(expert_parallel)  # the experts over the mesh's expert axis
     reads_capacity = True
-    splits = True  # fixed-size buffers: expert parallelism's all-to-all (expert_parallel)
 
     @staticmethod
     def slots_per_token(cfg: ModelConfig) -> float:
@@ -331,8 +392,8 @@ class Dropless:
 
     name = "dropless"
     run = staticmethod(dropless)
+    split = staticmethod(dropless_expert_parallel)
     reads_capacity = False
-    splits = False  # ragged groups: an all-to-all of fixed shape would pad them back to E T k
 
     @staticmethod
     def slots_per_token(cfg: ModelConfig) -> float:
@@ -414,16 +475,11 @@ class TokenChoice(FFN):
                               "(model.ngpt=true, whose MLP keeps unit-norm rows)")
 
     def check_train(self, train) -> None:
-        """The expert axis must split the experts evenly, and only capacity buffers (fixed
-        shapes) cross it."""
+        """The expert axis must split the experts evenly."""
         m, split = self.cfg, train.mesh_expert
         if m.moe_experts % split:
             raise ConfigError("train.mesh_expert", f"{split} does not divide the "
                               f"model.moe_experts={m.moe_experts} experts")
-        if split > 1 and not DISPATCHES[m.moe_dispatch].splits:
-            raise ConfigError("model.moe_dispatch", f"{m.moe_dispatch} is not implemented "
-                              f"with the experts split (train.mesh_expert={split}); use "
-                              f"capacity")
 
     def build(self, rngs: nnx.Rngs) -> nnx.Module:
         return MoEFFN(self, rngs=rngs)

@@ -52,6 +52,9 @@ def plot_main(argv: list[str]) -> int:
         n_bootstrap = values["bootstrap"].value
         if n_bootstrap is None:
             n_bootstrap = 200 if kind in ("allocation", "holdout", "frontiers") else 0
+        if inputs.law == "clark":
+            raise FitInputError("--law=clark: attnlab plot draws Kaplan and Chinchilla fits; "
+                                "fit Clark et al.'s law with attnlab fit --law=clark")
         if kind == "holdout" and not values["holdout"].value:
             raise FitInputError("--kind=holdout needs --holdout=... (e.g. largest-budget)")
         if kind == "frontiers" and not inputs.by:

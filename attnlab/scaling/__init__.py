@@ -1,16 +1,19 @@
-"""Scaling-law fits: Kaplan et al. 2020 and Chinchilla (Hoffmann et al. 2022) approaches 1-3.
+"""Scaling-law fits: Kaplan et al. 2020, Chinchilla (Hoffmann et al. 2022) approaches 1-3, and
+Clark et al. 2022's law of routed models (``fit_clark``).
 
     from attnlab.scaling import fit_approach3
     fit = fit_approach3(n, d, loss, n_bootstrap=1000)
     fit.params["alpha"], fit.ci["alpha"], fit.predict_optimal(1e21)
 
-Everything is fitted in float64; intervals are bootstrap percentile intervals. See docs/scaling.md.
+Everything is fitted in float64; intervals are bootstrap percentile intervals (Clark et al.'s law:
+Student t intervals, and a bootstrap as a check). See docs/scaling.md.
 """
 
 from attnlab.scaling.approach1 import fit_approach1, lower_envelope
 from attnlab.scaling.approach2 import (budget_labels, fit_approach2, isoflop_profiles,
                                        parabola_vertex)
 from attnlab.scaling.approach3 import CHINCHILLA_GRID, InitGrid, fit_approach3, huber_objective
+from attnlab.scaling.clark import ClarkFit, fit_clark
 from attnlab.scaling.errors import FitError, FitInputError, GridEdgeWarning
 from attnlab.scaling.fitting import fit_table, flops_per_param_token
 from attnlab.scaling.kaplan import fit_kaplan
@@ -21,10 +24,11 @@ from attnlab.scaling.table import (ScalingTable, parse_columns, prepare_curves, 
                                    read_curves, read_table)
 
 __all__ = [
-    "CHINCHILLA_GRID", "FitError", "FitInputError", "GridEdgeWarning", "InitGrid", "ScalingFit",
-    "ScalingTable", "allocation_coefficient", "allocation_exponents", "budget_labels",
-    "chinchilla_loss", "chinchilla_optimal", "fit_approach1", "fit_approach2", "fit_approach3",
-    "fit_kaplan", "fit_table", "flops_per_param_token", "huber_objective", "isoflop_profiles",
-    "kaplan_loss", "kaplan_optimal", "lower_envelope", "parabola_vertex", "parse_columns",
-    "prepare_curves", "prepare_points", "read_curves", "read_table", "training_flops",
+    "CHINCHILLA_GRID", "ClarkFit", "FitError", "FitInputError", "GridEdgeWarning", "InitGrid",
+    "ScalingFit", "ScalingTable", "allocation_coefficient", "allocation_exponents",
+    "budget_labels", "chinchilla_loss", "chinchilla_optimal", "fit_approach1", "fit_approach2",
+    "fit_approach3", "fit_clark", "fit_kaplan", "fit_table", "flops_per_param_token",
+    "huber_objective", "isoflop_profiles", "kaplan_loss", "kaplan_optimal", "lower_envelope",
+    "parabola_vertex", "parse_columns", "prepare_curves", "prepare_points", "read_curves",
+    "read_table", "training_flops",
 ]

@@ -1,4 +1,5 @@
-"""``attnlab fit``: Kaplan or Chinchilla scaling-law fits of a sweep's results, with intervals.
+"""``attnlab fit``: Kaplan, Chinchilla or Clark et al. scaling-law fits of a sweep's results, with
+intervals.
 
     attnlab fit --results=sweeps/isoflop --law=chinchilla --approach=3 --bootstrap=1000 \
         --budget=1e18 --json=fit.json
@@ -22,6 +23,7 @@ from absl import flags
 from attnlab import cli_flags
 from attnlab.cli_flags import Flag
 from attnlab.errors import AttnlabError
+from attnlab.scaling import clark
 from attnlab.scaling.approach2 import DEFAULT_WINDOW, PROFILES
 from attnlab.scaling.approach3 import CHINCHILLA_GRID, InitGrid
 from attnlab.scaling.compare import DEFAULT_MATCH, format_differences, paired_differences
@@ -36,14 +38,15 @@ from attnlab.scaling.table import (ScalingTable, parse_columns, prepare_curves, 
                                    read_curves, read_table)
 
 FIT_HELP = """\
-Fit Kaplan or Chinchilla scaling laws to a sweep's results, with bootstrap intervals.
+Fit Kaplan, Chinchilla or Clark et al. scaling laws to a sweep's results, with intervals.
 
     attnlab fit --results=sweeps/isoflop --law=chinchilla --approach=3 --bootstrap=1000 \\
         --budget=1e18 --json=fit.json
     attnlab fit --results=sweeps/isoflop --law=chinchilla --holdout=largest-budget
     attnlab fit --results=sweeps/pe --law=chinchilla --approach=2 --by=model.pos_encoding
     attnlab fit --results=runs/architectures --law=chinchilla --by=architecture \\
-        --multiplier-against=gpt --budget=1e15"""
+        --multiplier-against=gpt --budget=1e15
+    attnlab fit --results=sweeps/moe --law=clark    # Clark et al. 2022: log L(N, E)"""
 
 # Where the table comes from and how to fit it: the flags of both `fit` and `plot`.
 INPUT_FLAGS = [
@@ -52,7 +55,9 @@ INPUT_FLAGS = [
     Flag("curves", "string", None, "Learning curves for approach 1: a .parquet/.csv with run_id, "
                                    "step, tokens, params, loss (optional flops), a directory "
                                    "holding curves.parquet, or a sweep directory."),
-    Flag("law", "enum", None, "The law to fit.", enum_values=("kaplan", "chinchilla")),
+    Flag("law", "enum", None, "The law to fit (clark: Clark et al. 2022's log L(N, E) over the "
+                              "number of experts; attnlab fit only).",
+         enum_values=("kaplan", "chinchilla", "clark")),
     Flag("approach", "enum", None, "Chinchilla approach (default 3).",
          enum_values=("1", "2", "3")),
     Flag("form", "enum", "nd", "Kaplan law: L(N, D), L(N) or L(D).", enum_values=("nd", "n", "d")),
@@ -84,6 +89,8 @@ FIT_FLAGS = INPUT_FLAGS + [
     Flag("holdout", "string", None, "Fit without these runs and report how well the law "
          "predicts their loss: largest-budget, budget:C[,C...], or flops>X / params>X / "
          "tokens>X (>= too)."),
+    Flag("saturation", "string", None, "--law=clark: E_START,E_MAX of Clark et al.'s "
+         "saturating transform of E (e.g. 1.847,314.478, their S-BASE fit; default: none)."),
 ]
 
 
@@ -298,13 +305,52 @@ def format_report(fit: ScalingFit, source: str, budgets: list[float]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _saturation(text: str | None) -> tuple[float, float] | None:
+    if not text:
+        return None
+    try:
+        e_start, e_max = (float(v) for v in text.split(","))
+    except ValueError:
+        raise FitInputError(f"--saturation: {text!r} is not E_START,E_MAX (e.g. "
+                            f"1.847,314.478)") from None
+    return e_start, e_max
+
+
+# Flags of the other laws that a Clark fit would silently ignore.
+_NOT_CLARK = ("curves", "approach", "by", "budget", "overtrain", "multiplier-against", "holdout")
+
+
+def _clark_main(values: flags.FlagValues, inputs: FitInputs) -> int:
+    """``attnlab fit --law=clark``: Clark et al.'s log L(N, E) with t and bootstrap intervals."""
+    for name in _NOT_CLARK:
+        if values[name].value is not None:
+            raise FitInputError(f"--{name} does not apply to --law=clark (one fit of "
+                                f"log L(N, E) over a sweep's runs)")
+    if not inputs.results:
+        raise FitInputError("--results=FILE is required (a sweep directory or a .parquet/.csv)")
+    source = str(inputs.results)
+    n, e, loss, notes = clark.table_points(read_table(inputs.results), source=source,
+                                           columns=parse_columns(inputs.columns))
+    fit = clark.fit_clark(n, e, loss, ci_level=inputs.ci_level,
+                          saturation=_saturation(values["saturation"].value),
+                          n_bootstrap=values["bootstrap"].value, seed=inputs.seed, notes=notes)
+    sys.stdout.write(clark.format_clark(fit, source))
+    if values["json"].value:
+        _write_json(values["json"].value, jsonable(fit.to_dict()))
+    return 0
+
+
 def fit_main(argv: list[str]) -> int:
     try:
         values = cli_flags.parse(argv, FIT_FLAGS, prog="attnlab fit", takes_config=False,
                                  description=FIT_HELP)
         inputs = FitInputs.from_flags(values)
         if inputs.law is None:
-            raise FitInputError("--law is required: kaplan or chinchilla")
+            raise FitInputError("--law is required: kaplan, chinchilla or clark")
+        if inputs.law == "clark":
+            return _clark_main(values, inputs)
+        if values["saturation"].value is not None:
+            raise FitInputError("--saturation applies to --law=clark only")
         approach = (inputs.approach or 3) if inputs.law == "chinchilla" else None
         budgets = _budgets(values["budget"].value)
         overtrain = _multipliers(values["overtrain"].value)

@@ -16,6 +16,7 @@ match ``attnlab.results``' sweep tables, and can be renamed with ``--columns=par
           ``flops_chinchilla`` when present, else ``flops``; absent: C = 6·N·D
   budget  optional, ``budget``: the IsoFLOP target of each run (approach 2)
   run_id, step  curves only
+  experts  Clark et al.'s law only (``attnlab.scaling.clark``): ``model.moe_experts``
 
 Rows whose ``status`` is not ``completed`` are dropped with a note. Every used value must be
 finite and positive: one bad value raises FitInputError naming the file, column and rows.
@@ -34,7 +35,7 @@ from attnlab.errors import AttnlabError
 from attnlab.scaling import laws
 from attnlab.scaling.errors import FitInputError
 
-CANONICAL = ("params", "tokens", "loss", "flops", "budget", "run_id", "step")
+CANONICAL = ("params", "tokens", "loss", "flops", "budget", "run_id", "step", "experts")
 # Evaluations a run needs for approach 1 to read its validation curve rather than the training
 # loss (a noisy minibatch estimate that also lags the weights by the averaging of the log).
 MIN_VALIDATION_POINTS = 4
