@@ -227,6 +227,7 @@ class Objective:
     encoder_decoder = False
     uses_mask = False
     reads_vectors = False  # its batches are prompts of real vectors (model.inputs=vectors)
+    loss_unit = "nats/token"  # what its loss measures
     mup_rule = True  # model.parameterization=mup is implemented for it
     fields = ()
 
@@ -390,6 +391,7 @@ class InContextRegression(Objective):
     name = "regression"
     title = "in-context regression (squared error)"
     reads_vectors = True
+    loss_unit = "squared error per y"
     mup_rule = False  # the vector read-in and read-out have no muP rule
 
     def predicted_per_input(self, seq_len):
