@@ -1,6 +1,5 @@
 """In-context linear regression as a data source of ``attnlab train`` (Garg et al. 2022): the
-prompts' layout, determinism and curriculum, the squared-error objective against a float64
-reference, a resumed run ending bitwise where an uninterrupted one does, and ``attnlab icl``'s
+prompts' layout, determinism and curriculum, the squared-error objective recomputed in float64, a resumed run ending bitwise where an uninterrupted one does, and ``attnlab icl``'s
 curve against every baseline on the same prompts."""
 
 import json
@@ -80,7 +79,9 @@ def test_the_curriculum_grows_dimensions_and_scored_examples_then_is_the_full_ta
             np.testing.assert_array_equal(window, full.window(5, "train", i, 4))
 
 
-def test_the_squared_error_objective_equals_the_float64_reference():
+def test_the_squared_error_objective_sums_the_weighted_x_positions_in_float64():
+    """``sum_j m_j (yhat_j - y_j)^2`` recomputed in float64 from the read-out (itself tested
+    against a float64 forward in tests/test_model_icl.py), over the curriculum's scored x_j."""
     cfg = _model()
     graphdef, state = lm.init_model(cfg, seed=1)
     window = icl.regression_task(_data(icl_curriculum_every=1, icl_examples_start=3)
