@@ -50,8 +50,8 @@ def draw_regression(result: dict, ax) -> None:
     baseline's on the same prompts."""
     ax.errorbar(result["k"], result["error"], yerr=result["stderr"], fmt="o-", lw=2, ms=4,
                 capsize=2, label="model", zorder=3)
-    for name, curve in result["baselines"].items():
-        ax.plot(result["k"], curve, "--", lw=1.2, label=name.replace("_", " "))
+    for (name, curve), style in zip(result["baselines"].items(), ["--", ":", "-.", "--", ":"]):
+        ax.plot(result["k"], curve, style, lw=1.4, label=name.replace("_", " "))
     ax.axvline(result["dim"], color="gray", ls=":", lw=0.8)
     ax.set_ylim(-0.02, 1.6)
     ax.set_xlabel(f"in-context examples k (d = {result['dim']}: dotted)")
