@@ -32,12 +32,19 @@ DTYPES = ("float32", "bfloat16")
 SCHEDULES = ("cosine", "noam", "wsd", "constant")
 COOLDOWNS = ("linear", "1-sqrt", "cosine")  # shapes of the wsd decay (Hägele et al. 2024)
 TOKENIZERS = ("byte", "bpe")
-DATA_SOURCES = ("pystdlib", "text_files", "markov", "induction", "mqar")  # plus "tfds:<n>/<f>"
+DATA_SOURCES = ("pystdlib", "text_files", "markov", "induction", "mqar",
+                "regression")  # plus "tfds:<n>/<f>"
 # Synthetic in-context-learning token tasks (attnlab/data/icl.py): no text, no tokenizer.
 TASK_SOURCES = ("induction", "mqar")
-TASK_FIELDS = {"task_vocab": TASK_SOURCES, "mqar_pairs": ("mqar",)}
+# Sources of real-vector prompts (in-context regression), read by model.inputs=vectors models.
+VECTOR_SOURCES = ("regression",)
+TASK_FIELDS = {"task_vocab": TASK_SOURCES, "mqar_pairs": ("mqar",),
+               "icl_dim": VECTOR_SOURCES, "icl_examples": VECTOR_SOURCES}
+# Fields of a task that may be 0 (no noise; no curriculum), set only for the sources named.
+TASK_OPTIONAL_FIELDS = {"icl_noise": VECTOR_SOURCES, "icl_curriculum_every": VECTOR_SOURCES,
+                        "icl_dim_start": VECTOR_SOURCES, "icl_examples_start": VECTOR_SOURCES}
 # Sources that are one stream with no end-of-document separator (no documents to mask).
-STREAM_SOURCES = ("markov", *TASK_SOURCES)
+STREAM_SOURCES = ("markov", *TASK_SOURCES, *VECTOR_SOURCES)
 LOSS_ON = ("all", "answers")  # data.loss_on: the targets a task's loss is taken on
 MOE_DISPATCHES = ("capacity", "dropless")
 
@@ -134,7 +141,8 @@ class ModelConfig:
 class DataConfig:
     """Where tokens come from and how they are cut into batches."""
 
-    source: str = "pystdlib"  # pystdlib | text_files | markov | induction | mqar | tfds:<n>/<f>
+    # pystdlib | text_files | markov | induction | mqar | regression | tfds:<n>/<f>
+    source: str = "pystdlib"
     path: str = ""  # text_files: a directory or a glob
     max_bytes: int = 0  # >0 builds a smaller, separately cached slice of the corpus
     cache_dir: str = ""  # "" -> $ATTNLAB_DATA_DIR or ~/.cache/attnlab
@@ -151,6 +159,18 @@ class DataConfig:
     task_vocab: int = 64  # the task's ids: 0 .. task_vocab - 1
     mqar_pairs: int = 8  # mqar: key-value pairs per window (and as many queries)
     loss_on: str = "all"  # mqar: "answers" scores only the queried keys' values (as Zoology)
+    # In-context linear regression (Garg et al. 2022; data.source=regression): prompts of
+    # icl_examples pairs x_i in R^icl_dim, y_i = w.x_i + icl_noise eps, as 2 icl_examples
+    # vectors (data.seq_len = 2 icl_examples).
+    icl_dim: int = 8
+    icl_examples: int = 16
+    icl_noise: float = 0.0
+    # Garg et al.'s curriculum: training starts at icl_dim_start dimensions (the others zero)
+    # and icl_examples_start scored examples, and every icl_curriculum_every steps adds one
+    # dimension and two examples up to the task's; 0 = no curriculum.
+    icl_curriculum_every: int = 0
+    icl_dim_start: int = 0
+    icl_examples_start: int = 0
     # Packed windows keep their documents apart: attention and recurrent states stop at the
     # end-of-document separator (attnlab/model/masks.py); reset_positions also restarts
     # positions at each document's first token.
@@ -443,15 +463,35 @@ def validate_data(d: DataConfig) -> None:
         raise ConfigError("data.reset_positions", "restarts positions at each document: it needs "
                           "data.document_mask=true")
     defaults = DataConfig.__dataclass_fields__
-    for name, sources in TASK_FIELDS.items():
-        check_positive(f"data.{name}", getattr(d, name))
+    for name, sources in {**TASK_FIELDS, **TASK_OPTIONAL_FIELDS}.items():
+        if name in TASK_FIELDS:
+            check_positive(f"data.{name}", getattr(d, name))
+        elif getattr(d, name) < 0:
+            raise ConfigError(f"data.{name}", f"must be >= 0, got {getattr(d, name)}")
         if d.source not in sources and getattr(d, name) != defaults[name].default:
             raise ConfigError(f"data.{name}", f"is read only by data.source "
                               f"{' or '.join(sources)}; data.source={d.source} does not use it")
+    if d.source in VECTOR_SOURCES:
+        _validate_regression(d)
     check_choice("data.loss_on", d.loss_on, LOSS_ON)
     if d.loss_on == "answers" and d.source != "mqar":
         raise ConfigError("data.loss_on", f"answers are mqar's (data.source=mqar); "
                           f"data.source={d.source} is scored on every target (all)")
+
+
+def _validate_regression(d: DataConfig) -> None:
+    """In-context regression's prompt length and curriculum."""
+    if d.seq_len != 2 * d.icl_examples:
+        raise ConfigError("data.seq_len", f"a regression prompt of data.icl_examples="
+                          f"{d.icl_examples} pairs is {2 * d.icl_examples} vectors, got "
+                          f"{d.seq_len}")
+    for name, full in (("icl_dim_start", d.icl_dim), ("icl_examples_start", d.icl_examples)):
+        if getattr(d, name) > full:
+            raise ConfigError(f"data.{name}", f"{getattr(d, name)} exceeds the task's "
+                              f"{full} (data.{name.removesuffix('_start')})")
+        if getattr(d, name) and not d.icl_curriculum_every:
+            raise ConfigError(f"data.{name}", "starts a curriculum: set "
+                              "data.icl_curriculum_every > 0 (steps per stage)")
 
 
 def validate_train(t: TrainConfig) -> None:
@@ -508,7 +548,8 @@ def validate_sections(cfg: Config) -> None:
         if cfg.model.vocab_size < cfg.data.task_vocab:
             raise ConfigError("model.vocab_size", f"{cfg.model.vocab_size} is smaller than the "
                               f"task's data.task_vocab={cfg.data.task_vocab} ids")
-    elif cfg.data.tokenizer == "byte" and cfg.model.vocab_size < 256:
+    elif (cfg.data.source not in VECTOR_SOURCES  # prompts of vectors: no vocabulary
+          and cfg.data.tokenizer == "byte" and cfg.model.vocab_size < 256):
         raise ConfigError("model.vocab_size", f"the byte tokenizer needs >= 256, got {cfg.model.vocab_size}")
 
 

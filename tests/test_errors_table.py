@@ -24,6 +24,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 GRID = str(ROOT / "experiments" / "tiny_grid.py")
 ISOFLOP = str(ROOT / "experiments" / "tiny_isoflop.py")
 TINY = "configs/tiny.py"
+REGRESSION = "configs/icl_regression.py"
 
 _COMPILES: list[str] = []
 jax.monitoring.register_event_duration_secs_listener(
@@ -117,6 +118,10 @@ def task_run(d, config="configs/induction.py"):
 
 def mqar_run(d):
     task_run(d, "configs/mqar.py")
+
+
+def regression_run(d):
+    task_run(d, REGRESSION)
 
 
 def mlm_run(d):
@@ -562,6 +567,32 @@ CASES = [
                                    "--config.model.objective=span",
                                    "--config.model.vocab_size=257", "--workdir={d}/w"],
      "config.model.ffn: none (attention-only layers)"),
+    ("train-regression-token-model", None, ["train", f"--config={REGRESSION}",
+                                            "--config.model.inputs=tokens",
+                                            "--config.model.input_dim=0", "--workdir={d}/w"],
+     "config.model.inputs: model.objective=regression reads prompts of vectors"),
+    ("train-regression-clm", None, ["train", f"--config={REGRESSION}",
+                                    "--config.model.objective=clm", "--workdir={d}/w"],
+     "config.model.objective: clm cannot be trained on data.source=regression"),
+    ("train-regression-input-dim", None, ["train", f"--config={REGRESSION}",
+                                          "--config.model.input_dim=4", "--workdir={d}/w"],
+     "config.model.input_dim: 4 differs from the regression prompts' data.icl_dim=8"),
+    ("train-regression-seq-len", None, ["train", f"--config={REGRESSION}",
+                                        "--config.data.seq_len=30", "--workdir={d}/w"],
+     "config.data.seq_len: a regression prompt of data.icl_examples=16 pairs is 32 vectors"),
+    ("train-regression-curriculum", None, ["train", f"--config={REGRESSION}",
+                                           "--config.data.icl_dim_start=9", "--workdir={d}/w"],
+     "config.data.icl_dim_start: 9 exceeds the task's 8"),
+    ("train-regression-field-unused", None, ["train", "--config=configs/mqar.py",
+                                             "--config.data.icl_noise=0.5", "--workdir={d}/w"],
+     "config.data.icl_noise: is read only by data.source regression"),
+    ("icl-pairs-on-regression", regression_run, ["icl", "--run={d}/run", "--pairs=1,2"],
+     "--pairs applies to mqar runs"),
+    ("attention-on-regression", regression_run, ["attention", "--run={d}/run",
+                                                 "--task-example"],
+     "attnlab attention draws token models' maps"),
+    ("extrapolate-regression-run", regression_run, ["extrapolate", "--run={d}/run"],
+     "is an in-context learning task"),
     ("icl-run-and-sweep", task_run, ["icl", "--run={d}/run", "--sweep={d}/run"],
      "exactly one of --run=DIR and --sweep=DIR"),
     ("icl-sweep-not-a-sweep", configs, ["icl", "--sweep={d}/adir"], "not a sweep directory"),

@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 
 from attnlab.config import (DATA_SOURCES, DTYPES, SCHEDULES, TOKENIZERS, Config, DataConfig,
                             ModelConfig, TrainConfig, check_warmup, from_config_dict)
+from attnlab.data import icl
 from attnlab.errors import ConfigError
 from attnlab.model import apply, check, decode_step, init_model, init_state, resolve
 from attnlab.model import moe
@@ -109,6 +110,16 @@ for _field, _registry in SELECTORS.items():
 BASE = {"model": dict(vocab_size=257, d_model=16, n_layers=2, n_heads=2, max_len=16),
         "data": dict(seq_len=8, batch_size=2),
         "train": dict(steps=4, warmup_steps=1)}
+# An objective that reads prompts of vectors (in-context regression) starts from its task: a
+# read-in of the prompts' width, 4 examples in 8 vectors.
+VECTOR_BASE = {"model": dict(BASE["model"], inputs="vectors", input_dim=3),
+               "data": dict(source="regression", icl_dim=3, icl_examples=4, seq_len=8,
+                            batch_size=2),
+               "train": dict(BASE["train"])}
+
+
+def _reads_vectors(objective: str) -> bool:
+    return getattr(SELECTORS["objective"].get(objective), "reads_vectors", False)
 
 
 def _by_type(default):
@@ -194,7 +205,8 @@ def base_for(objective: str, selector: str, choice: str) -> dict:
     its base width, Mamba an encoding outside attention, vectors an input size). Parts that
     exclude each other (Mamba and mlm) stay refused. Found by search, so later parts need no
     entry here; the examples of a stratum vary around it."""
-    raw = {k: dict(v) for k, v in BASE.items()}
+    base = VECTOR_BASE if _reads_vectors(objective) else BASE
+    raw = {k: dict(v) for k, v in base.items()}
     raw["model"].update(chosen_by(selector, choice), objective=objective)
     fixed = {"model.objective", *(f"model.{k}" for k in chosen_by(selector, choice))}
     for _ in range(6):
@@ -231,7 +243,9 @@ def _finite(tree) -> bool:
 
 def _tokens(cfg: Config) -> np.ndarray:
     """Windows ``[batch, seq_len + 1]`` of ids below every limit: the byte tokenizer's and the
-    [MASK] id (the model's last)."""
+    [MASK] id (the model's last); regression prompts ``[batch, seq_len, icl_dim + 1]``."""
+    if resolve(cfg.model).objective.reads_vectors:
+        return icl.regression_task(cfg.data).window(0, "train", 0, cfg.data.batch_size)
     high = min(256, cfg.model.vocab_size - 1)
     return np.random.default_rng(0).integers(
         0, high, (cfg.data.batch_size, cfg.data.seq_len + 1)).astype(np.int32)
@@ -261,15 +275,16 @@ def trace_tiny(cfg: Config) -> str:
     _, init, train_step, forward, decode = _programs(cfg)
     seq, batch, accum = cfg.data.seq_len, cfg.data.batch_size, cfg.train.grad_accum
     state = jax.eval_shape(init)
-    tokens = jax.ShapeDtypeStruct((accum, batch // accum, seq + 1), jnp.int32)
+    row, dtype = icl.window_layout(cfg.data)
+    tokens = jax.ShapeDtypeStruct((accum, batch // accum, *row), dtype)
     new_state, out = jax.eval_shape(train_step, state, tokens)
     assert jax.tree.structure(new_state) == jax.tree.structure(state)
     shapes = {k: v.shape for k, v in out.items()}
     # every step reports these scalars; a part may log more (an MoE's routing statistics)
     assert {k: shapes.get(k) for k in ("loss", "grad_norm", "lr")} == {
         "loss": (), "grad_norm": (), "lr": ()}
-    if arch.objective.uses_mask or arch.decoder is not None:
-        return cfg.model.objective
+    if arch.objective.uses_mask or arch.decoder is not None or arch.objective.reads_vectors:
+        return cfg.model.objective  # (vector decoding: tests/test_model_icl.py)
     inputs = jax.ShapeDtypeStruct((batch, seq), jnp.int32)
     logits = jax.eval_shape(forward, state.params, inputs)
     assert logits.shape == (batch, seq, cfg.model.vocab_size) and logits.dtype == jnp.float32
@@ -302,10 +317,11 @@ def run_tiny(cfg: Config) -> str:
     seq, batch, accum = cfg.data.seq_len, cfg.data.batch_size, cfg.train.grad_accum
     tokens = _tokens(cfg)
     state = jax.jit(init)()
-    new_state, out = jax.jit(train_step)(state, tokens.reshape(accum, batch // accum, seq + 1))
+    new_state, out = jax.jit(train_step)(state, tokens.reshape(accum, batch // accum,
+                                                               *tokens.shape[1:]))
     assert _finite(out), out
     assert _finite(new_state.params), "parameters not finite after one step"
-    if arch.objective.uses_mask or arch.decoder is not None:
+    if arch.objective.uses_mask or arch.decoder is not None or arch.objective.reads_vectors:
         return cfg.model.objective
     inputs = jnp.asarray(tokens[:, :seq])
     full = np.asarray(jax.jit(forward)(state.params, inputs))
@@ -425,8 +441,8 @@ def test_config_fuzz_traced_long(capsys):
             SLOW_TRACED_EXAMPLES // 6)
     trainable = {focus for objective in OBJECTIVES for focus in _compatible(objective)}
     assert all(ACCEPTED_CHOICES[focus] >= 1 for focus in trainable), ACCEPTED_CHOICES
-    # the choices no trained config can have (vector models: not on token corpora)
-    assert set(FOCUS) - trainable == {("inputs", "vectors")}
+    # every choice is trainable with some objective (vector models: with regression)
+    assert set(FOCUS) - trainable == set()
 
 
 @pytest.mark.slow

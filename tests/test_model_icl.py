@@ -321,28 +321,6 @@ def test_head_scores_of_known_patterns():
     assert scores["best_induction_head"] == [1, 1, pytest.approx(1.0)]
 
 
-def test_regression_loss_reads_the_x_positions_only():
-    from attnlab.icl import regression
-
-    ys = np.array([[1.0, -2.0, 0.5]])
-    predictions = np.array([[1.0, 9.0, -2.0, 9.0, 0.5, 9.0]])  # the y positions hold junk
-    assert float(regression.prompt_loss(jnp.asarray(predictions), jnp.asarray(ys))) == 0.0
-    predictions[0, 2] = 0.0
-    assert float(regression.prompt_loss(jnp.asarray(predictions), jnp.asarray(ys))) == \
-        pytest.approx(4.0 / 3)
-
-
-def test_regression_refuses_a_model_that_reads_tokens_or_the_wrong_width():
-    from attnlab.data import icl as icl_data
-    from attnlab.icl import regression
-
-    task = icl_data.RegressionTask(dim=4, examples=6)
-    with pytest.raises(ConfigError, match="model.inputs"):
-        regression.check_model(ModelConfig(), task)
-    with pytest.raises(ConfigError, match="model.input_dim"):
-        regression.check_model(ModelConfig(inputs="vectors", input_dim=3), task)
-
-
 def test_regression_evaluation_scores_every_k_on_shared_prompts():
     """A model with a zero read-out predicts 0: its error at every k is E y^2 / d = |w|^2 / d
     on the same prompts, which is the k = 0 error of every baseline."""

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow_datasets as tfds
 
-from attnlab.config import TASK_SOURCES, DataConfig, validate_data
+from attnlab.config import TASK_SOURCES, VECTOR_SOURCES, DataConfig, validate_data
 from attnlab.data import builders, icl
 from attnlab.data.batches import Batches, check_budget, validation_batches
 from attnlab.data.cache import atomic_directory, build_lock, cache_root
@@ -115,8 +115,9 @@ class _Source:
 
 
 def prepare(cfg: DataConfig) -> Corpus | icl.TaskCorpus:
-    """Builds (once, cached) or loads the corpus described by ``cfg``; a token task
-    (:mod:`attnlab.data.icl`) is sampled as it is read, with nothing to build.
+    """Builds (once, cached) or loads the corpus described by ``cfg``; a token task or
+    in-context regression (:mod:`attnlab.data.icl`) is sampled as it is read, with nothing to
+    build.
 
     Raises:
       ConfigError: a bad field of ``cfg``.
@@ -127,6 +128,8 @@ def prepare(cfg: DataConfig) -> Corpus | icl.TaskCorpus:
     validate_data(cfg)
     if cfg.source in TASK_SOURCES:
         return icl.TaskCorpus(icl.token_task(cfg), icl.target_weights(cfg))
+    if cfg.source in VECTOR_SOURCES:
+        return icl.RegressionCorpus(icl.regression_task(cfg))
     if cfg.tokenizer == "bpe" and cfg.bpe_vocab_size <= 256:
         raise ConfigError(
             "data.bpe_vocab_size", f"must exceed the 256 byte tokens, got {cfg.bpe_vocab_size}"

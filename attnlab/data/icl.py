@@ -13,9 +13,10 @@ Token tasks (``data.source``), windows of ``seq_len + 1`` ids as the corpora giv
   ``K`` value ids), then every key once in a random order, each followed by its value, then
   padding (id 0). Ids: 0 pad, keys ``1 .. K``, values ``K + 1 .. 2K``, ``K = (V - 1) // 2``.
 
-Continuous task (:class:`RegressionTask`), Garg et al. 2022: ``w ~ N(0, I_d)``, ``x_i ~ N(0,
-I_d)``, ``y_i = w . x_i + sigma eps_i``; the baselines of :func:`regression_baselines` predict
-each ``y_k`` from the first ``k`` examples in float64.
+Continuous task (:class:`RegressionTask`, ``data.source=regression``), Garg et al. 2022: ``w ~
+N(0, I_d)``, ``x_i ~ N(0, I_d)``, ``y_i = w . x_i + sigma eps_i``, as float prompts of vectors
+(:class:`RegressionCorpus`); the baselines of :func:`regression_baselines` predict each ``y_k``
+from the first ``k`` examples in float64.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import math
 
 import numpy as np
 
+from attnlab.config import VECTOR_SOURCES
 from attnlab.errors import ConfigError
 
 SPLIT_STREAMS = {"train": 0, "validation": 1, "test": 2}
@@ -284,11 +286,29 @@ class TaskCorpus:
 
 @dataclasses.dataclass(frozen=True)
 class RegressionTask:
-    """Prompts ``x_1, y_1, .., x_k, y_k`` of a random linear function (Garg et al. 2022, 3)."""
+    """Prompts ``x_1, y_1, .., x_k, y_k`` of a random linear function (Garg et al. 2022, 3).
+
+    With a curriculum (``curriculum_every > 0``, Garg et al.'s: their reference code starts at
+    5 dimensions and 11 points and adds 1 and 2 every 2000 steps), training batch ``i`` is at
+    stage ``s = i // curriculum_every``: ``min(dim, dim_start + s)`` dimensions (the others of
+    every x zero) and ``min(examples, examples_start + 2 s)`` scored examples. The prompts keep
+    their full length: a causal model's prediction at ``x_j`` sees only the prompt before it,
+    so scoring the first ``k_s`` examples of a full prompt trains what a prompt cut to ``k_s``
+    examples would (at the cost of the positions after it)."""
 
     dim: int = 8
     examples: int = 16
     noise: float = 0.0  # sigma: standard deviation of the label noise
+    curriculum_every: int = 0  # steps per curriculum stage; 0: none
+    dim_start: int = 0  # 0: the full dim from the start
+    examples_start: int = 0  # 0: every example scored from the start
+
+    name = "regression"
+
+    @property
+    def seq_len(self) -> int:
+        """Vectors per prompt: ``x_i`` and ``(y_i, 0..)`` for each example."""
+        return 2 * self.examples
 
     def validate(self) -> None:
         if self.dim < 1:
@@ -298,16 +318,46 @@ class RegressionTask:
         if self.noise < 0:
             raise ConfigError("data.icl_noise", f"must be >= 0, got {self.noise}")
 
-    def sample(self, rng: np.random.Generator, rows: int) -> tuple[np.ndarray, np.ndarray]:
-        """``(xs [rows, k, d], ys [rows, k])`` float64."""
+    def sample(self, rng: np.random.Generator, rows: int, dims: int | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """``(xs [rows, k, d], ys [rows, k])`` float64; ``dims``: only the first ``dims``
+        coordinates of every x are drawn, the rest are 0 (the same draws either way)."""
         w = rng.standard_normal((rows, self.dim))
         xs = rng.standard_normal((rows, self.examples, self.dim))
-        ys = np.einsum("bkd,bd->bk", xs, w) + self.noise * rng.standard_normal((rows,
-                                                                                 self.examples))
-        return xs, ys
+        eps = rng.standard_normal((rows, self.examples))
+        if dims is not None:
+            xs[..., dims:] = 0.0
+        return xs, np.einsum("bkd,bd->bk", xs, w) + self.noise * eps
 
-    def batch(self, seed: int, split: str, i: int, rows: int) -> tuple[np.ndarray, np.ndarray]:
-        return self.sample(_rng(seed, split, i), rows)
+    def batch(self, seed: int, split: str, i: int, rows: int, dims: int | None = None
+              ) -> tuple[np.ndarray, np.ndarray]:
+        return self.sample(_rng(seed, split, i), rows, dims)
+
+    def stage(self, i: int) -> tuple[int, int]:
+        """``(dimensions, scored examples)`` of training batch ``i`` under the curriculum."""
+        if not self.curriculum_every:
+            return self.dim, self.examples
+        s = i // self.curriculum_every
+        dim = min(self.dim, self.dim_start + s) if self.dim_start else self.dim
+        examples = (min(self.examples, self.examples_start + 2 * s) if self.examples_start
+                    else self.examples)
+        return dim, examples
+
+    def window(self, seed: int, split: str, i: int, rows: int) -> np.ndarray:
+        """float32 ``[rows, 2k, d + 1]``: batch ``i`` as the model's windows, the prompt
+        (:func:`interleave`) in channels ``:d`` and each position's weight in the loss in
+        channel ``d`` (1 at a scored ``x_j``; 0 at the ``y`` positions and past the stage's
+        examples). The curriculum applies to the training split only: validation and test
+        prompts are the full task."""
+        dims, examples = self.stage(i) if split == "train" else (self.dim, self.examples)
+        xs, ys = self.batch(seed, split, i, rows, dims)
+        weights = np.zeros((rows, 2 * self.examples, 1))
+        weights[:, 0 : 2 * examples : 2] = 1.0
+        return np.concatenate([interleave(xs, ys), weights], axis=-1).astype(np.float32)
+
+    def summary(self) -> dict:
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {"source": self.name, **fields}
 
 
 def interleave(xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
@@ -420,3 +470,67 @@ def regression_baselines(xs: np.ndarray, ys: np.ndarray, noise: float,
             "one_step_gd": _gd_step(dim, noise)}
     return {name: ((_predict_all(xs, ys, fit) - ys) ** 2).mean(axis=0) / dim
             for name, fit in fits.items()}
+
+
+# --------------------------------------------------------------------------------------------
+# In-context regression as a data source (data.source=regression)
+# --------------------------------------------------------------------------------------------
+
+
+def regression_task(cfg) -> RegressionTask:
+    """The regression task of a data config (``data.source=regression``), checked."""
+    task = RegressionTask(dim=cfg.icl_dim, examples=cfg.icl_examples, noise=cfg.icl_noise,
+                          curriculum_every=cfg.icl_curriculum_every,
+                          dim_start=cfg.icl_dim_start, examples_start=cfg.icl_examples_start)
+    task.validate()
+    return task
+
+
+def task_of(cfg) -> TokenTask | RegressionTask:
+    """The in-context-learning task of a data config (a token task or regression)."""
+    return regression_task(cfg) if cfg.source in VECTOR_SOURCES else token_task(cfg)
+
+
+def window_layout(cfg) -> tuple[tuple[int, ...], type]:
+    """``(shape, dtype)`` of one row of a batch of the data config ``cfg``: token windows
+    ``[seq_len + 1]`` int32, or regression prompts ``[seq_len, icl_dim + 1]`` float32 (the
+    prompt and the loss weights, :meth:`RegressionTask.window`)."""
+    if cfg.source in VECTOR_SOURCES:
+        return (cfg.seq_len, cfg.icl_dim + 1), np.float32
+    return (cfg.seq_len + 1,), np.int32
+
+
+class RegressionBatches(TaskBatches):
+    """``batches[i]`` -> float32 ``[batch_size // process_count, 2k, d + 1]``, this process's
+    rows of global batch ``i`` (:meth:`RegressionTask.window`; the curriculum's stage of step
+    ``i``)."""
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        if i < 0:
+            raise IndexError(f"batch index must be >= 0, got {i}")
+        rows = self.task.window(self.seed, self.split, int(i), self.batch_size)
+        start = self.process_index * self.local_batch_size
+        return rows[start : start + self.local_batch_size]
+
+
+class RegressionCorpus(TaskCorpus):
+    """In-context regression in the place of a corpus (:class:`TaskCorpus`'s methods), with
+    float prompts for batches and no vocabulary."""
+
+    def __init__(self, task: RegressionTask):
+        self.task = task
+        self.name = task.name
+        self.vocab_size = 0  # reads vectors: no ids
+        self.manifest = task.summary()
+        self.tokenizer = None
+
+    def train_batches(self, seq_len: int, batch_size: int, seed: int, process_index: int = 0,
+                      process_count: int = 1) -> RegressionBatches:
+        return RegressionBatches(self.task, "train", batch_size, seed, process_index,
+                                 process_count)
+
+    def validation_set(self, seq_len: int, batch_size: int, n_batches: int) -> np.ndarray:
+        """float32 ``[n_batches, batch_size, 2k, d + 1]``: full-task prompts, the same for every
+        run of this task (seed 0 of the validation stream)."""
+        batches = RegressionBatches(self.task, "validation", batch_size, seed=0)
+        return np.stack([batches[i] for i in range(n_batches)])

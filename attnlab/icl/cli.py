@@ -69,16 +69,18 @@ def icl_main(argv: list[str]) -> int:
     from attnlab.train.load import load_config
 
     cfg = load_config(run)
+    from attnlab.config import VECTOR_SOURCES
     from attnlab.data import icl as icl_data
     from attnlab.icl.evaluate import evaluate_run
 
-    if cfg.data.source not in icl_data.TOKEN_TASKS:
+    tasks = (*icl_data.TOKEN_TASKS, *VECTOR_SOURCES)
+    if cfg.data.source not in tasks:
         raise AttnlabError(f"--run={run} trained on data.source={cfg.data.source}, not an "
-                           f"in-context learning task ({', '.join(icl_data.TOKEN_TASKS)})")
-    if pairs and not isinstance(icl_data.token_task(cfg.data), icl_data.MQARTask):
+                           f"in-context learning task ({', '.join(tasks)})")
+    task = icl_data.task_of(cfg.data)
+    if pairs and not isinstance(task, icl_data.MQARTask):
         raise AttnlabError(f"--pairs applies to mqar runs; --run={run} trained on "
                            f"{cfg.data.source}")
-    task = icl_data.token_task(cfg.data)
     for n in pairs:
         try:
             dataclasses.replace(task, pairs=n).validate()
@@ -125,7 +127,11 @@ def attention_main(argv: list[str]) -> int:
 
     from attnlab.data import icl as icl_data
     from attnlab.data import prepare
+    from attnlab.model import resolve
 
+    if resolve(cfg.model).objective.reads_vectors:
+        raise AttnlabError(f"--run={run} reads prompts of vectors (data.source="
+                           f"{cfg.data.source}); attnlab attention draws token models' maps")
     task = icl_data.token_task(cfg.data) if cfg.data.source in icl_data.TOKEN_TASKS else None
     if example and task is None:
         raise AttnlabError(f"--task-example: --run={run} trained on data.source="
@@ -144,7 +150,7 @@ def attention_main(argv: list[str]) -> int:
             raise AttnlabError(f"--text is {tokens.shape[1]} tokens, longer than the run's "
                                f"training context data.seq_len={cfg.data.seq_len}")
         labels = [tokenizer.decode(np.asarray([t])).decode("utf-8", "replace") for t in tokens[0]]
-    from attnlab.model import inspect, resolve
+    from attnlab.model import inspect
     from attnlab.train.load import load_params
 
     if resolve(cfg.model).decoder is not None:

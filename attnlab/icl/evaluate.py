@@ -5,10 +5,13 @@
   ``ln V``, and the induction / previous-token score of every head;
 * mqar (Arora et al. 2023): accuracy of the argmax at every answer (a queried key's value),
   per query index, and against the number of pairs (windows of the trained length holding
-  fewer pairs).
+  fewer pairs);
+* regression (Garg et al. 2022): the squared error normalised by ``d`` against the number of
+  in-context examples, beside least squares, ridge, 3-NN, averaging and one GD step
+  (:mod:`attnlab.icl.regression`).
 
-Every number comes from the task's validation stream (:meth:`TaskCorpus.validation_set`): the
-same windows for every run of a task.
+The token tasks' numbers come from their validation stream (:meth:`TaskCorpus.validation_set`),
+regression's from its test stream: the same windows for every run of a task.
 """
 
 from __future__ import annotations
@@ -118,7 +121,7 @@ class TaskReport:
 
     Adding a task is one subclass and one line in :data:`REPORTS`."""
 
-    task: type = icl.TokenTask
+    task: type = icl.TokenTask  # or icl.RegressionTask
     headline = ""
     headline_stderr = ""  # the headline's standard error in the result ("" if none)
     headline_label = ""
@@ -176,7 +179,33 @@ class MQARReport(TaskReport):
         draw_recall(result, ax)
 
 
-REPORTS = {r.task.name: r for r in (InductionReport(), MQARReport())}
+class RegressionReport(TaskReport):
+    task = icl.RegressionTask
+    headline = "error_at_largest_k"
+    headline_stderr = "error_at_largest_k_stderr"
+    headline_label = "squared error / d at the largest k"
+
+    def evaluate(self, cfg, graphdef, params, task, *, batch_size=32, n_batches=8):
+        from attnlab.icl import regression
+
+        return regression.evaluate(graphdef, params, task, rows=batch_size * n_batches,
+                                   batch_size=batch_size)
+
+    def lines(self, result):
+        names = list(result["baselines"])
+        out = [f"{'k':>3} {'model':>15} " + " ".join(f"{n[:13]:>13}" for n in names)]
+        for k in result["k"]:
+            out.append(f"{k:>3} {result['error'][k]:8.4f}+-{result['stderr'][k]:.3f} "
+                       + " ".join(f"{result['baselines'][n][k]:13.4f}" for n in names))
+        out += [f"{claim}: {held}" for claim, held in result.get("matches", {}).items()]
+        return out
+
+    def plot(self, result, ax):
+        from attnlab.icl.plots import draw_regression
+        draw_regression(result, ax)
+
+
+REPORTS = {r.task.name: r for r in (InductionReport(), MQARReport(), RegressionReport())}
 
 
 def report_of(result: dict) -> TaskReport:
@@ -192,6 +221,6 @@ def evaluate_run(cfg: Config, graphdef, params, **kwargs) -> dict:
     arch = resolve(cfg.model)
     if not arch.objective.causal or arch.decoder is not None:
         raise ConfigError("model.objective", f"{cfg.model.objective}: attnlab icl evaluates "
-                          "causal decoders (clm)")
-    task = icl.token_task(cfg.data)
+                          "causal decoders (clm, regression)")
+    task = icl.task_of(cfg.data)
     return REPORTS[task.name].evaluate(cfg, graphdef, params, task, **kwargs)

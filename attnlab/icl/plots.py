@@ -45,6 +45,20 @@ def draw_recall(result: dict, ax) -> None:
     ax.set_ylabel("recall accuracy")
 
 
+def draw_regression(result: dict, ax) -> None:
+    """In-context regression: the model's error against k (with its standard error) and every
+    baseline's on the same prompts."""
+    ax.errorbar(result["k"], result["error"], yerr=result["stderr"], fmt="o-", lw=2, ms=4,
+                capsize=2, label="model", zorder=3)
+    for (name, curve), style in zip(result["baselines"].items(), ["--", ":", "-.", "--", ":"]):
+        ax.plot(result["k"], curve, style, lw=1.4, label=name.replace("_", " "))
+    ax.axvline(result["dim"], color="gray", ls=":", lw=0.8)
+    ax.set_ylim(-0.02, 1.6)
+    ax.set_xlabel(f"in-context examples k (d = {result['dim']}: dotted)")
+    ax.set_ylabel("squared error / d")
+    ax.legend(fontsize=7)
+
+
 def plot_maps(maps: list[np.ndarray], labels: list[str], path: Path,
               titles: list[str] | None = None) -> None:
     """A grid, one row per layer and one column per head, of ``[heads, t, t]`` maps in

@@ -35,7 +35,7 @@ import dataclasses
 import functools
 from typing import Any
 
-from attnlab.config import Config, ModelConfig
+from attnlab.config import VECTOR_SOURCES, Config, ModelConfig
 from attnlab.errors import ConfigError
 from attnlab.model import attention, blocks, ffn, heads, layers, masks, mixers, moe, ngpt
 from attnlab.model import objectives
@@ -54,7 +54,7 @@ ROUTINGS = {c.name: c for c in (moe.Dense, moe.TokenChoice)}
 NORMS = {c.name: c for c in (layers.LayerNorm, layers.RMSNorm)}
 BLOCKS = {c.name: c for c in (blocks.PreNorm, blocks.PostNorm, ngpt.NGPT)}
 OBJECTIVES = {c.name: c for c in (objectives.CausalLM, objectives.MaskedLM,
-                                  objectives.SpanCorruption)}
+                                  objectives.SpanCorruption, objectives.InContextRegression)}
 INPUTS = {c.name: c for c in (readin.Tokens, readin.Vectors)}
 PARAMETERIZATIONS = {c.name: c for c in (parameterization.Standard, parameterization.MuP)}
 REMATS = ("none", *layers.REMAT_POLICIES)
@@ -201,6 +201,7 @@ def _validate(arch: Architecture) -> None:
                           f"of pre-LN or post-LN blocks, not model.objective={cfg.objective}")
     arch.score_scale.validate()  # e.g. cosine attention with qk_norm
     arch.mask.validate()
+    arch.inputs.validate(arch.objective)  # e.g. regression with inputs=tokens
     _check_unused_fields(arch)
     if cfg.scan_layers:
         _check_scan(arch)
@@ -210,7 +211,6 @@ def _validate(arch: Architecture) -> None:
         raise ConfigError("model.embedding_norm", "is built by the token decoder and the mlm "
                           "encoder (pre- or post-LN) only, not by the encoder-decoder, nGPT or "
                           "a vector read-in")
-    arch.inputs.validate(arch.objective)
     arch.head.validate(arch)
     arch.stack.encoding.validate()  # T5's encoder buckets
 
@@ -277,11 +277,24 @@ def check(cfg: Config) -> Architecture:
     """:func:`resolve` of the model section, plus the rules between the model and the data and
     train sections (raises ConfigError naming the field)."""
     arch = resolve(cfg.model)
-    if not arch.inputs.reads_tokens:
+    if arch.inputs.reads_tokens == (cfg.data.source in VECTOR_SOURCES):
         raise ConfigError("model.inputs",
                           f"{cfg.model.inputs} models cannot be trained on data.source="
-                          f"{cfg.data.source}, whose batches are token ids; they are trained on "
-                          f"in-context regression prompts (experiments/icl_regression.py)")
+                          f"{cfg.data.source}, whose batches are "
+                          + ("prompts of vectors: set model.inputs=vectors and "
+                             "model.objective=regression" if arch.inputs.reads_tokens else
+                             "token ids; they are trained on in-context regression prompts "
+                             "(data.source=regression)"))
+    if arch.objective.reads_vectors != (cfg.data.source in VECTOR_SOURCES):
+        raise ConfigError("model.objective", f"{cfg.model.objective} cannot be trained on "
+                          f"data.source={cfg.data.source} (in-context regression prompts are "
+                          "trained with model.objective=regression, token windows without)")
+    if cfg.data.source in VECTOR_SOURCES and cfg.model.input_dim != cfg.data.icl_dim:
+        raise ConfigError("model.input_dim", f"{cfg.model.input_dim} differs from the "
+                          f"regression prompts' data.icl_dim={cfg.data.icl_dim}")
+    if cfg.data.source in VECTOR_SOURCES and cfg.train.eval_masked_spans:
+        raise ConfigError("train.eval_masked_spans", "in-context regression prompts have no "
+                          "token spans to score")
     limit = arch.encoding.max_positions()
     if limit is not None and cfg.data.seq_len > limit:
         raise ConfigError(

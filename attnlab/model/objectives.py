@@ -6,6 +6,7 @@ stack of layers does it.
 | ``clm`` | causal decoder | ``x[:-1] -> x[1:]`` (all) | Radford et al. 2018 |
 | ``mlm`` | bidirectional encoder | BERT-masked ``x`` -> the 15% selected | Devlin et al. 2019, 3.1 |
 | ``span`` | encoder-decoder | spans -> ``[MASK]``; writes ``[MASK] span ...`` | Raffel et al. 2020 |
+| ``regression`` | causal decoder of vectors | prompt ``x_1, (y_1, 0..), ..`` -> ``y_j`` at ``x_j`` | Garg et al. 2022 |
 
 Every window of the batch stream is ``seq_len + 1`` tokens; the masked objectives read its first
 ``seq_len`` (the same input tokens per step as the decoder). Corruption is drawn on the device in
@@ -214,7 +215,8 @@ class Objective:
 
     Class attributes: ``name`` (the ``model.objective`` value), ``causal`` (the self-attention
     of the stack that reads the input is causal), ``encoder_decoder`` (a second, decoding stack
-    with cross-attention), ``uses_mask`` (needs the [MASK] id).
+    with cross-attention), ``uses_mask`` (needs the [MASK] id), ``reads_vectors`` (trained on
+    prompts of real vectors, not token windows).
     """
 
     cfg: ModelConfig = dataclasses.field(repr=False)
@@ -224,6 +226,8 @@ class Objective:
     causal = True
     encoder_decoder = False
     uses_mask = False
+    reads_vectors = False  # its batches are prompts of real vectors (model.inputs=vectors)
+    loss_unit = "nats/token"  # what its loss measures
     mup_rule = True  # model.parameterization=mup is implemented for it
     fields = ()
 
@@ -375,3 +379,34 @@ class SpanCorruption(Objective):
         mask = mask_id(self.cfg.vocab_size)
         encoder, target = corrupt_spans(tokens[:, 1:], key, mask)
         return _scores(model(encoder, decoder_inputs(target, mask)), target, target != mask)
+
+
+class InContextRegression(Objective):
+    """In-context linear regression (Garg et al. 2022, section 3): a causal decoder of vectors
+    (``model.inputs=vectors``) reads the prompt ``z = x_1, (y_1, 0..), .., x_k, (y_k, 0..)``
+    and its read-out at ``x_j``'s position predicts ``y_j`` from the ``j - 1`` examples before
+    it. The loss is the squared error ``sum_j m_j (yhat_j - y_j)^2 / sum_j m_j`` over the scored
+    examples ``m_j`` (the curriculum's, :meth:`attnlab.data.icl.RegressionTask.window`)."""
+
+    name = "regression"
+    title = "in-context regression (squared error)"
+    reads_vectors = True
+    loss_unit = "squared error per y"
+    mup_rule = False  # the vector read-in and read-out have no muP rule
+
+    def predicted_per_input(self, seq_len):
+        return 0.5  # one y per (x, y) pair
+
+    def scores(self, model, tokens, key, *, dropout_rng=None, packing=None, weights=None):
+        """``tokens``: float ``[batch, 2k, d + 1]``, the prompt in channels ``:d`` and the
+        weights of the ``x`` positions in channel ``d``. ``Scores.loss`` sums squared errors
+        (not nats); ``correct`` is 0 (nothing to count)."""
+        _no_weights(self.name, weights)
+        prompt, scored = tokens[..., :-1], tokens[:, 0::2, -1]
+        predictions = model(prompt, deterministic=dropout_rng is None,
+                            dropout_rng=dropout_rng)[:, 0::2]  # [batch, k]: at every x_j
+        squared = (predictions - prompt[:, 1::2, 0].astype(jnp.float32)) ** 2
+        return Scores((squared * scored).sum(), jnp.zeros(()), scored.sum())
+
+    def span_scores(self, model, tokens, key, *, packing=None):
+        raise ValueError("in-context regression has no token spans to score")

@@ -58,6 +58,11 @@ class Tokens(Inputs):
     name = "tokens"
     title = "token ids"
 
+    def validate(self, objective):
+        if objective.reads_vectors:
+            raise ConfigError("model.inputs", f"model.objective={objective.name} reads prompts "
+                              "of vectors: set model.inputs=vectors (and model.input_dim)")
+
     def read_in_params(self):
         return self.cfg.vocab_size * self.cfg.d_model
 
@@ -76,7 +81,7 @@ class Vectors(Inputs):
     title = "real vectors (model.inputs=vectors)"
     fields = ("input_dim",)
     mup_rule = False  # its read-in and read-out would need muP's input and output rules
-    reads_tokens = False  # trained on in-context regression prompts (attnlab.icl.regression)
+    reads_tokens = False  # trained on in-context regression prompts (data.source=regression)
 
     def validate(self, objective):
         if self.cfg.input_dim < 1:

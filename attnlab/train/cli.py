@@ -90,7 +90,10 @@ def train_main(argv: list[str]) -> int:
         return EXIT_DIVERGED
     tokens_per_s = summary.get("tokens_per_s")
     speed = f", {tokens_per_s:,.0f} tokens/s" if tokens_per_s else ""
-    print(f"final validation loss: {summary['final_val_loss']:.4f} nats/token "
+    from attnlab.model import resolve
+
+    unit = resolve(cfg.model).objective.loss_unit
+    print(f"final validation loss: {summary['final_val_loss']:.4f} {unit} "
           f"(best {summary['best_val_loss']:.4f}) after {summary['step']} steps, "
           f"{summary['tokens']:,} tokens{speed}")
     print(f"summary: {values.workdir}/summary.json")

@@ -26,6 +26,7 @@ import numpy as np
 
 from attnlab import rundir
 from attnlab.config import Config, check_warmup
+from attnlab.data.icl import window_layout
 from attnlab.errors import ConfigError
 from attnlab.model import check, flops_per_token, param_counts, recorded_counts, resolve
 from attnlab.train.branch import branch_record
@@ -75,11 +76,11 @@ def _process_rows(array: np.ndarray) -> np.ndarray:
 
 
 def _as_micro_batches(local: np.ndarray, accum: int) -> np.ndarray:
-    """``[rows, seq + 1] -> [accum, rows / accum, seq + 1]``: row ``r`` goes to micro-batch
-    ``r % accum``, so each micro-batch keeps a contiguous slice of every device's rows (no
-    resharding) and the assignment does not depend on how many devices there are."""
-    rows, width = local.shape
-    return local.reshape(rows // accum, accum, width).transpose(1, 0, 2)
+    """``[rows, seq + 1] -> [accum, rows / accum, seq + 1]`` (any row shape): row ``r`` goes to
+    micro-batch ``r % accum``, so each micro-batch keeps a contiguous slice of every device's
+    rows (no resharding) and the assignment does not depend on how many devices there are."""
+    rows, *row = local.shape
+    return local.reshape(rows // accum, accum, *row).swapaxes(0, 1)
 
 
 def _finite(*values: float) -> bool:
@@ -158,9 +159,10 @@ class _Training:
             process_index=jax.process_index(), process_count=jax.process_count())
         # Evaluated in micro-batches (memory as in training); these are the windows that
         # eval_batches full batches would hold, so the validation set ignores grad_accum.
+        self.row_shape, self.dtype = window_layout(cfg.data)  # tokens, or regression prompts
         self.val_batches = np.asarray(found.corpus.validation_set(
             cfg.data.seq_len, cfg.data.batch_size // accum,
-            cfg.train.eval_batches * accum), np.int32)
+            cfg.train.eval_batches * accum), self.dtype)
 
     def write_summary(self) -> None:
         if self.writer:
@@ -249,11 +251,12 @@ class _Training:
 
     def host_batch(self, i: int) -> np.ndarray:
         """Batch ``i`` of this process, as micro-batches ``[accum, rows / accum, seq + 1]``."""
-        return _as_micro_batches(np.asarray(self.batches[i], np.int32), self.cfg.train.grad_accum)
+        return _as_micro_batches(np.asarray(self.batches[i], self.dtype),
+                                 self.cfg.train.grad_accum)
 
     def _device_batch(self, i: int) -> jax.Array:
         accum = self.cfg.train.grad_accum
-        shape = (accum, self.cfg.data.batch_size // accum, self.cfg.data.seq_len + 1)
+        shape = (accum, self.cfg.data.batch_size // accum, *self.row_shape)
         return global_batch(self.found.mesh, TRAIN_BATCH_SPEC, self.host_batch(i), shape)
 
     def _loop(self, state) -> dict:

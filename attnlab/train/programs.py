@@ -25,7 +25,7 @@ import optax
 from flax import nnx
 
 from attnlab.config import Config
-from attnlab.data.icl import target_weights
+from attnlab.data.icl import target_weights, window_layout
 from attnlab.train.checkpoint import param_shapes, with_shardings
 from attnlab.train.optimizer import optimizer_for
 from attnlab.train.sharding import (EVAL_BATCH_SPEC, REPLICATED, TRAIN_BATCH_SPEC, make_mesh,
@@ -121,10 +121,11 @@ def compile_programs(cfg: Config, programs: Programs, *, with_init: bool) -> Non
     """
     with programs.compiling, concurrent.futures.ThreadPoolExecutor(3) as pool:
         mesh, accum = programs.mesh, cfg.train.grad_accum
-        rows, width = cfg.data.batch_size // accum, cfg.data.seq_len + 1
+        rows = cfg.data.batch_size // accum
+        row_shape, dtype = window_layout(cfg.data)
 
         def batch(spec, shape):  # shaped and laid out as run() passes its batches
-            return jax.ShapeDtypeStruct(shape, np.int32,
+            return jax.ShapeDtypeStruct(shape, dtype,
                                         sharding=jax.sharding.NamedSharding(mesh, spec))
 
         # Lowered from the types run() passes (a typed key, the state laid out on the mesh as
@@ -135,9 +136,9 @@ def compile_programs(cfg: Config, programs: Programs, *, with_init: bool) -> Non
         if "steps" not in programs.compiled:
             state = with_shardings(programs.abstract_state, programs.shardings)
             compiling.append(pool.submit(programs.train_step.lower(
-                state, batch(TRAIN_BATCH_SPEC, (accum, rows, width))).compile))
+                state, batch(TRAIN_BATCH_SPEC, (accum, rows, *row_shape))).compile))
             compiling.append(pool.submit(programs.eval_step.lower(
-                state.params, batch(EVAL_BATCH_SPEC, (rows, width)), np.int32(0)).compile))
+                state.params, batch(EVAL_BATCH_SPEC, (rows, *row_shape)), np.int32(0)).compile))
         for future in compiling:
             future.result()  # raises what the compilation raised
         if with_init:
