@@ -205,12 +205,8 @@ def test_a_task_run_resumed_from_a_checkpoint_ends_where_an_uninterrupted_one_do
                                                                                   capfd):
     """Through the real trainer: batch i is a pure function of (seed, i), so a run that lost
     its last checkpoint and resumed from the one before ends with the same parameters."""
-    import shutil
-
-    import jax
-
     from attnlab.config import TrainConfig
-    from attnlab.train import load_params, run
+    from attnlab.train import run
 
     cfg = Config(model=ModelConfig(vocab_size=32, d_model=16, n_layers=2, n_heads=2, max_len=32,
                                    ffn="none"),
@@ -221,16 +217,29 @@ def test_a_task_run_resumed_from_a_checkpoint_ends_where_an_uninterrupted_one_do
     summary = run(cfg, tmp_path / "run", progress=False)
     assert summary["status"] == "completed"
     assert summary["dataset"]["source"] == "mqar"
-    _, _, finished = load_params(tmp_path / "run")
-    # The run as a crash after step 3 leaves it: checkpoint 2, no summary of a finished run.
-    shutil.copytree(tmp_path / "run", tmp_path / "crashed")
-    shutil.rmtree(tmp_path / "crashed" / "checkpoints" / "4")
-    (tmp_path / "crashed" / "summary.json").unlink()
+    assert_crash_resume_ends_as_uninterrupted(cfg, tmp_path / "run", capfd)
+
+
+def assert_crash_resume_ends_as_uninterrupted(cfg, run_dir, capfd):
+    """``run_dir``: a finished 4-step run checkpointed at steps 2 and 4. A copy of it as a
+    crash after step 3 leaves it (checkpoint 2, no summary of a finished run) resumes from step
+    2 and ends with the uninterrupted run's parameters, bit for bit."""
+    import shutil
+
+    import jax
+
+    from attnlab.train import load_params, run
+
+    _, _, finished = load_params(run_dir)
+    crashed = run_dir.parent / "crashed"
+    shutil.copytree(run_dir, crashed)
+    shutil.rmtree(crashed / "checkpoints" / "4")
+    (crashed / "summary.json").unlink()
     capfd.readouterr()
-    resumed = run(cfg, tmp_path / "crashed", progress=True)
+    resumed = run(cfg, crashed, progress=True)
     assert resumed["status"] == "completed" and resumed["step"] == 4
     assert "from step 2/4" in "".join(capfd.readouterr())
-    _, _, again = load_params(tmp_path / "crashed")
+    _, _, again = load_params(crashed)
     for a, b in zip(jax.tree.leaves(finished), jax.tree.leaves(again), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 

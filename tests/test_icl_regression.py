@@ -3,9 +3,7 @@ prompts' layout, determinism and curriculum, the squared-error objective recompu
 curve against every baseline on the same prompts."""
 
 import json
-import shutil
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -15,6 +13,7 @@ from attnlab import model as lm
 from attnlab.config import Config, DataConfig, ModelConfig, TrainConfig
 from attnlab.data import icl, prepare
 from attnlab.errors import ConfigError
+from test_data_icl import assert_crash_resume_ends_as_uninterrupted
 
 
 def _data(**fields) -> DataConfig:
@@ -132,22 +131,10 @@ def test_a_regression_run_resumed_from_a_checkpoint_ends_where_an_uninterrupted_
         tmp_path, capfd):
     """Batch i (and its curriculum stage) is a pure function of (seed, i): a run that lost its
     last checkpoint and resumed from the one before ends with the same parameters."""
-    from attnlab.train import load_params, run
-
     cfg, summary = _train(tmp_path / "run")
     assert summary["status"] == "completed" and np.isfinite(summary["final_val_loss"])
     assert summary["dataset"]["source"] == "regression"
-    _, _, finished = load_params(tmp_path / "run")
-    shutil.copytree(tmp_path / "run", tmp_path / "crashed")
-    shutil.rmtree(tmp_path / "crashed" / "checkpoints" / "4")
-    (tmp_path / "crashed" / "summary.json").unlink()
-    capfd.readouterr()
-    resumed = run(cfg, tmp_path / "crashed", progress=True)
-    assert resumed["status"] == "completed" and resumed["step"] == 4
-    assert "from step 2/4" in "".join(capfd.readouterr())
-    _, _, again = load_params(tmp_path / "crashed")
-    for a, b in zip(jax.tree.leaves(finished), jax.tree.leaves(again), strict=True):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert_crash_resume_ends_as_uninterrupted(cfg, tmp_path / "run", capfd)
 
 
 def test_icl_scores_a_regression_run_against_every_baseline_on_the_same_prompts(tmp_path):
