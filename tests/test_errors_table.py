@@ -103,13 +103,14 @@ def train_run(d):
     (run / "checkpoints").mkdir()
 
 
-def task_run(d, config="configs/induction.py"):
-    """A run directory of a token task (config.json of ``config``, no checkpoint)."""
+def task_run(d, config="configs/induction.py", overrides=()):
+    """A run directory of a token task (config.json of ``config`` with ``overrides``, no
+    checkpoint)."""
     configs(d)
     from attnlab.cli_flags import parse
     from attnlab.config import from_config_dict
 
-    cfg = from_config_dict(parse([f"--config={config}"]).config)
+    cfg = from_config_dict(parse([f"--config={config}", *overrides]).config)
     run = d / "run"
     run.mkdir()
     (run / "config.json").write_text(json.dumps(cfg.to_dict()))
@@ -122,6 +123,11 @@ def mqar_run(d):
 
 def regression_run(d):
     task_run(d, REGRESSION)
+
+
+def span_run(d):
+    """An encoder-decoder run directory (configs/tiny.py with the span objective)."""
+    task_run(d, TINY, ["--config.model.objective=span", "--config.model.vocab_size=300"])
 
 
 def mlm_run(d):
@@ -610,6 +616,8 @@ CASES = [
     ("extrapolate-task-run", task_run, ["extrapolate", "--run={d}/run"],
      "is an in-context learning task"),
     ("attention-neither", task_run, ["attention", "--run={d}/run"], "exactly one of --text"),
+    ("attention-encoder-decoder", span_run, ["attention", "--run={d}/run", "--text=abc"],
+     "single stack's maps, not the encoder-decoder's"),
     ("attention-text-on-task", task_run, ["attention", "--run={d}/run", "--text=abc"],
      "which has no text; use --task-example"),
     ("attention-example-on-text", train_run, ["attention", "--run={d}/run", "--task-example"],

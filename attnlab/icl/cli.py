@@ -129,9 +129,13 @@ def attention_main(argv: list[str]) -> int:
     from attnlab.data import prepare
     from attnlab.model import resolve
 
-    if resolve(cfg.model).objective.reads_vectors:
+    arch = resolve(cfg.model)
+    if arch.objective.reads_vectors:
         raise AttnlabError(f"--run={run} reads prompts of vectors (data.source="
                            f"{cfg.data.source}); attnlab attention draws token models' maps")
+    if arch.decoder is not None:
+        raise AttnlabError(f"model.objective={cfg.model.objective}: attnlab attention draws a "
+                           "single stack's maps, not the encoder-decoder's")
     task = icl_data.token_task(cfg.data) if cfg.data.source in icl_data.TOKEN_TASKS else None
     if example and task is None:
         raise AttnlabError(f"--task-example: --run={run} trained on data.source="
@@ -153,9 +157,6 @@ def attention_main(argv: list[str]) -> int:
     from attnlab.model import inspect
     from attnlab.train.load import load_params
 
-    if resolve(cfg.model).decoder is not None:
-        raise AttnlabError(f"model.objective={cfg.model.objective}: attnlab attention draws a "
-                           "single stack's maps, not the encoder-decoder's")
     from attnlab.train.step import packing_for
 
     cfg, graphdef, params = load_params(run, values.step)
@@ -163,7 +164,7 @@ def attention_main(argv: list[str]) -> int:
     segments, positions = (None, None) if packing is None else packing.inputs(tokens)
     maps = inspect.attention_maps(graphdef, params, tokens, segments=segments,
                                   positions=positions)
-    kinds = resolve(cfg.model).stack.layers
+    kinds = arch.stack.layers
     # The scores read a map as where a head attends: Mamba's signed channel maps are drawn only.
     attending = [m if kind.mixer.map_is_distribution else None for m, kind in zip(maps, kinds)]
     result = {"run": str(run), "tokens": tokens[0].tolist(),
