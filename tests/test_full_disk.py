@@ -173,3 +173,38 @@ def test_a_full_disk_stops_a_sweep_in_one_line_and_the_rerun_completes_it(tiny_d
     for column in ("final_val_loss", "tokens", "steps"):
         np.testing.assert_allclose(merged[column].astype(float),
                                    merged[f"{column}_ref"].astype(float), rtol=1e-6)
+
+
+# A tensorstore future awaited on a loop that closes before the future completes: what the
+# step's other writes do once orbax's commit has ended on the first failed one. Then an
+# unrelated unraisable exception, which must still be reported.
+_LATE_CALLBACK = """
+import asyncio, sys, threading
+import tensorstore as ts
+if sys.argv[1] == "attnlab":
+    import attnlab.train.checkpoint
+promise, future = ts.Promise.new()
+async def wait_a_little():
+    task = asyncio.ensure_future(future)
+    await asyncio.wait([task], timeout=0.01)
+    return task
+loop = asyncio.new_event_loop()
+task = loop.run_until_complete(wait_a_little())
+loop.close()
+writer = threading.Thread(target=lambda: promise.set_result(1))
+writer.start()
+writer.join()
+class Broken:
+    def __del__(self):
+        raise ValueError("an unrelated report")
+Broken()
+"""
+
+
+@pytest.mark.parametrize("imported", ["attnlab", "bare"])
+def test_late_storage_callbacks_are_not_printed_and_other_reports_are(imported):
+    done = subprocess.run([sys.executable, "-c", _LATE_CALLBACK, imported], env=ENV,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "an unrelated report" in done.stderr
+    assert ("Event loop is closed" in done.stderr) == (imported == "bare"), done.stderr

@@ -29,8 +29,6 @@ ENV = dict(os.environ, JAX_PLATFORMS="cpu")
 # The moments of the interrupts: fixed by default so that a CI failure can be replayed; set
 # ATTNLAB_INTERRUPT_SEED to explore others (e.g. the time: a seed is printed with each failure).
 SEED = int(os.environ.get("ATTNLAB_INTERRUPT_SEED", 20261125))
-# Ray's fatal check when a task's reply races its cancellation (Ray's core worker aborts).
-RAY_FATAL_CHECK = "You have likely discovered a bug in Ray"
 
 
 def _start(argv, log: pathlib.Path) -> subprocess.Popen:
@@ -253,8 +251,8 @@ RAY_CASES = [  # (signals, to the whole process group as a terminal's Ctrl-C doe
 def test_ray_sweep_interrupted_then_rerun_equals_uninterrupted(sweep_reference, tmp_path,
                                                               cache_dir, signals, to_group):
     """--launcher=ray on a local Ray the sweep starts: interrupted at a random moment, it exits
-    130 in one line, cancels its tasks (the runs they trained stay partial, never failed),
-    shuts its Ray down (no process it started outlives it), and the rerun's table equals an
+    130 in one line, shuts its Ray down, which stops its tasks (the runs they trained stay
+    partial, never failed) and every process it started, and the rerun's table equals an
     uninterrupted local sweep's."""
     pytest.importorskip("ray")
     at = random.Random(SEED + 100 + 10 * to_group + signals[0]).randint(1, 25)
@@ -275,11 +273,10 @@ def test_ray_sweep_interrupted_then_rerun_equals_uninterrupted(sweep_reference, 
     if returncode == 0:
         pytest.skip(f"{context}: the sweep finished before the signal landed")
     statuses = [results.run_status(d) for d in results.run_dirs(workdir)]
-    if RAY_FATAL_CHECK not in log.read_text(errors="replace"):
-        assert returncode == 130, f"{context}: {_tail(log)}"
-        _assert_one_interrupt_line(log, context)
-    # else: Ray's own core worker aborted while cancelling (an upstream race between a task's
-    # reply and its cancellation); what attnlab promises still holds and is checked below.
+    # (a local cluster's tasks are stopped by its shutdown, never cancelled: cancelling races
+    # with their replies, and Ray's core worker then aborts the command)
+    assert returncode == 130, f"{context}: {_tail(log)}"
+    _assert_one_interrupt_line(log, context)
     assert "failed" not in statuses, f"{context}: {statuses}\n{_tail(log)}"
     if any(status != "completed" for status in statuses):  # else it landed after the training
         assert "partial" in statuses or "pending" in statuses, f"{context}: {statuses}"

@@ -16,6 +16,7 @@ Both call ``on_result(run_dir, result)`` from the launching process as each run 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -27,6 +28,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
+import psutil
+
 from attnlab.errors import AttnlabError
 from attnlab.rundir import FAILED, LOG_FILE
 from attnlab.sweep.spec import Resources
@@ -36,6 +39,7 @@ OnResult = Callable[[Path, dict], None]
 _WORKER_MAIN = "import sys; from attnlab.worker import main; sys.exit(main(sys.argv[1:]))"
 _INTERRUPTED = (-signal.SIGINT, -signal.SIGTERM, 128 + signal.SIGINT, 128 + signal.SIGTERM)
 STOP_GRACE_SECONDS = 10.0  # how long interrupted workers get to wind down before SIGKILL
+RAY_GRACE_SECONDS = 5.0  # how long a local Ray's processes get to exit after ray.shutdown()
 
 
 class LauncherError(AttnlabError):
@@ -282,8 +286,9 @@ def run_ray(units: list[list[Path]], on_result: OnResult, *, resources: Resource
     Run directories must be on a filesystem every node sees.
     """
     ray = import_ray()
-    started_here = False
+    ours = None  # the processes of the local cluster started here, if one is
     if not ray.is_initialized():
+        before = {child.pid for child in psutil.Process().children(recursive=True)}
         # ray.init replaces the driver's SIGTERM handler with sys.exit(15): put the command's
         # back, so that SIGTERM stops the sweep as Ctrl-C does (exit 130, runs resumable)
         main = threading.current_thread() is threading.main_thread()
@@ -298,7 +303,7 @@ def run_ray(units: list[list[Path]], on_result: OnResult, *, resources: Resource
             for sig, handler in handlers.items():
                 if main and handler is not None:
                     signal.signal(sig, handler)
-        started_here = True
+        ours = before
     pending = {}
     try:
         task = ray.remote(_ray_task).options(num_cpus=resources.cpus, num_gpus=resources.gpus,
@@ -314,9 +319,29 @@ def run_ray(units: list[list[Path]], on_result: OnResult, *, resources: Resource
             for run_dir, result in zip(unit, answers, strict=True):
                 on_result(run_dir, result)
     except BaseException:
-        for ref in pending:
-            ray.cancel(ref, force=True)
+        # A local cluster's shutdown below stops its tasks. Cancelling them first races with
+        # their replies, and Ray's core worker aborts the whole command when a reply arrives for
+        # a task it has just cancelled ("Tried to complete task that was not pending"), before
+        # its cluster is shut down.
+        if ours is None:
+            for ref in pending:
+                ray.cancel(ref, force=True)
         raise
     finally:
-        if started_here:
-            ray.shutdown()
+        if ours is not None:
+            _shutdown_local_ray(ray, ours)
+
+
+def _shutdown_local_ray(ray, before: set[int]) -> None:
+    """Stops the local cluster this process started: ``ray.shutdown()``, then whatever of its
+    processes outlived it. Ray's per-node agents notice their raylet's death by polling, which
+    on a loaded machine can take longer than the command takes to exit; they would be left
+    behind, orphaned."""
+    started = [child for child in psutil.Process().children(recursive=True)
+               if child.pid not in before]
+    ray.shutdown()
+    _, alive = psutil.wait_procs(started, timeout=RAY_GRACE_SECONDS)
+    for process in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
+    psutil.wait_procs(alive, timeout=RAY_GRACE_SECONDS)

@@ -17,6 +17,7 @@ import re
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -128,6 +129,33 @@ class _FailedWrites(logging.Filter):
 
 
 logging.getLogger("absl").addFilter(_FailedWrites())
+
+
+class _LateStorageCallbacks:
+    """An unraisable-exception hook that drops tensorstore's reports of a callback that came
+    after the asyncio loop awaiting it had closed, and passes everything else to the hook it
+    wraps. When one write of a save fails (a full disk), orbax's commit ends and closes its loop
+    while the step's other writes are still failing; each of them then prints an "Event loop is
+    closed" traceback from tensorstore's threads, after or before the one line that says what
+    happened. Nothing is lost: the failure they belong to is already being raised."""
+
+    def __init__(self, wrapped):
+        self.wrapped = wrapped
+
+    def __call__(self, unraisable) -> None:
+        if not _late_callback(unraisable):
+            self.wrapped(unraisable)
+
+
+def _late_callback(unraisable) -> bool:
+    error, tb = unraisable.exc_value, unraisable.exc_traceback
+    frames = [frame.name for frame in traceback.extract_tb(tb)] if tb is not None else []
+    return (type(error) is RuntimeError and str(error) == "Event loop is closed"
+            and "call_soon_threadsafe" in frames)
+
+
+if not isinstance(sys.unraisablehook, _LateStorageCallbacks):
+    sys.unraisablehook = _LateStorageCallbacks(sys.unraisablehook)
 
 
 @contextlib.contextmanager
