@@ -60,6 +60,21 @@ def test_model_info_forward_is_near_uniform_at_init(tmp_path, capsys):
     assert abs(loss - math.log(256)) < 0.2
 
 
+def test_model_info_forward_reads_a_regression_loss_against_predicting_zero(capsys):
+    """A vector model's loss is a squared error, read against the loss of predicting 0
+    (E[y^2] = d), not in nats against a vocabulary."""
+    assert cli.main(["model-info", "--config=configs/icl_regression.py", "--forward"]) == 0
+    out = capsys.readouterr().out
+    found = re.search(r"loss (\d+\.\d+) squared error per y \(predicting 0, without noise: "
+                      r"E\[y\^2\] = d = (\d+\.\d+)\)", out)
+    assert found, out
+    loss, reference = float(found.group(1)), float(found.group(2))
+    assert reference == 8.0  # configs/icl_regression.py: d = 8
+    # an untrained read-out predicts near 0; one batch's mean of y^2 is within its spread of d
+    assert abs(loss - reference) < 3, loss
+    assert "nats" not in out.split("forward pass")[1]
+
+
 @pytest.mark.parametrize("argv, message", [
     (["model-info"], "--config is required"),
     (["train", "--config=configs/tiny.py"], "--workdir is required"),

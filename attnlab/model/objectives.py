@@ -26,6 +26,7 @@ Adding an objective is one subclass of :class:`Objective` and one line in
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import NamedTuple
 
 import jax
@@ -240,6 +241,12 @@ class Objective:
         """Predicted (scored) tokens per input token, in expectation."""
         return 1.0
 
+    def uninformed_loss(self) -> tuple[float, str]:
+        """The loss of a model that has learned nothing, and what such a model predicts: the
+        reference an untrained model's loss is read against (``model-info --forward``)."""
+        vocab = self.cfg.vocab_size
+        return math.log(vocab), f"uniform over the vocabulary: ln {vocab}"
+
     def scores(self, model, tokens: jax.Array, key: jax.Array, *, dropout_rng=None,
                packing: Packing | None = None, weights=None) -> Scores:
         """Scores of ``model`` on windows ``tokens int32 [batch, seq_len + 1]``, corrupted with
@@ -396,6 +403,11 @@ class InContextRegression(Objective):
 
     def predicted_per_input(self, seq_len):
         return 0.5  # one y per (x, y) pair
+
+    def uninformed_loss(self):
+        # E[(w.x)^2] = E[|w|^2] = d for w, x ~ N(0, I_d) (plus the noise's variance, if any)
+        d = self.cfg.input_dim
+        return float(d), "predicting 0, without noise: E[y^2] = d"
 
     def scores(self, model, tokens, key, *, dropout_rng=None, packing=None, weights=None):
         """``tokens``: float ``[batch, 2k, d + 1]``, the prompt in channels ``:d`` and the

@@ -146,11 +146,10 @@ def model_info_main(argv: list[str]) -> int:
           f"Chinchilla C = {flops['chinchilla'] * tokens:.3e} FLOPs")
     if values.forward:
         loss = forward_loss(cfg)
-        import math
-
+        reference, meaning = objective.uninformed_loss()
         print(f"forward pass on one validation batch ({cfg.data.batch_size} x {seq_len} tokens, "
-              f"untrained, seed {cfg.train.seed}): loss {loss:.4f} nats/token "
-              f"(uniform over the vocabulary: ln {m.vocab_size} = {math.log(m.vocab_size):.4f})")
+              f"untrained, seed {cfg.train.seed}): loss {loss:.4f} {objective.loss_unit} "
+              f"({meaning} = {reference:.4f})")
     return 0
 
 
