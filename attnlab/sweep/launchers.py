@@ -286,9 +286,11 @@ def run_ray(units: list[list[Path]], on_result: OnResult, *, resources: Resource
     Run directories must be on a filesystem every node sees.
     """
     ray = import_ray()
-    ours = None  # the processes of the local cluster started here, if one is
+    # This process's children before it connected to Ray (None: Ray was connected already):
+    # those not among them at the end are the local cluster's, if it started one.
+    preexisting = None
     if not ray.is_initialized():
-        before = {child.pid for child in psutil.Process().children(recursive=True)}
+        preexisting = {child.pid for child in psutil.Process().children(recursive=True)}
         # ray.init replaces the driver's SIGTERM handler with sys.exit(15): put the command's
         # back, so that SIGTERM stops the sweep as Ctrl-C does (exit 130, runs resumable)
         main = threading.current_thread() is threading.main_thread()
@@ -303,7 +305,6 @@ def run_ray(units: list[list[Path]], on_result: OnResult, *, resources: Resource
             for sig, handler in handlers.items():
                 if main and handler is not None:
                     signal.signal(sig, handler)
-        ours = before
     pending = {}
     try:
         task = ray.remote(_ray_task).options(num_cpus=resources.cpus, num_gpus=resources.gpus,
@@ -319,26 +320,26 @@ def run_ray(units: list[list[Path]], on_result: OnResult, *, resources: Resource
             for run_dir, result in zip(unit, answers, strict=True):
                 on_result(run_dir, result)
     except BaseException:
-        # A local cluster's shutdown below stops its tasks. Cancelling them first races with
-        # their replies, and Ray's core worker aborts the whole command when a reply arrives for
-        # a task it has just cancelled ("Tried to complete task that was not pending"), before
-        # its cluster is shut down.
-        if ours is None:
+        # A local cluster started here is shut down below, which stops its tasks. Cancelling
+        # them first races with their replies, and Ray's core worker aborts the whole command
+        # when a reply arrives for a task it has just cancelled ("Tried to complete task that
+        # was not pending"), before its cluster is shut down.
+        if preexisting is None or address:
             for ref in pending:
                 ray.cancel(ref, force=True)
         raise
     finally:
-        if ours is not None:
-            _shutdown_local_ray(ray, ours)
+        if preexisting is not None:
+            _shutdown_ray(ray, preexisting)
 
 
-def _shutdown_local_ray(ray, before: set[int]) -> None:
-    """Stops the local cluster this process started: ``ray.shutdown()``, then whatever of its
-    processes outlived it. Ray's per-node agents notice their raylet's death by polling, which
-    on a loaded machine can take longer than the command takes to exit; they would be left
-    behind, orphaned."""
+def _shutdown_ray(ray, preexisting: set[int]) -> None:
+    """``ray.shutdown()`` (which stops a local cluster this process started, or disconnects from
+    another), then kills whatever of the local cluster's processes outlived it. Ray's per-node
+    agents notice their raylet's death by polling, which on a loaded machine can take longer
+    than the command takes to exit; they would be left behind, orphaned."""
     started = [child for child in psutil.Process().children(recursive=True)
-               if child.pid not in before]
+               if child.pid not in preexisting]
     ray.shutdown()
     _, alive = psutil.wait_procs(started, timeout=RAY_GRACE_SECONDS)
     for process in alive:
