@@ -161,3 +161,23 @@ def test_icl_scores_a_regression_run_against_every_baseline_on_the_same_prompts(
                                np.asarray(result["error"]) - baselines["least_squares"])
     assert set(result["matches"]) == {"within_0.05_of_least_squares_from_k_5",
                                       "below_one_step_gd_from_k_3"}
+
+
+def test_attention_draws_a_regression_runs_maps_on_a_validation_prompt(tmp_path):
+    from attnlab import cli
+    from attnlab.model import inspect
+    from attnlab.train import load_params
+
+    _train(tmp_path / "run", steps=2, examples=6)
+    assert cli.main(["attention", f"--run={tmp_path / 'run'}", "--task-example",
+                     "--example=2"]) == 0
+    result = json.loads((tmp_path / "run" / "attention.json").read_text())
+    assert (tmp_path / "run" / "attention.png").stat().st_size > 0
+    task = icl.RegressionTask(3, 6)
+    prompt = icl.RegressionCorpus(task).validation_set(12, 3, 1)[0, 2:3, :, :3]
+    np.testing.assert_array_equal(np.asarray(result["tokens"], np.float32), prompt[0])
+    _, graphdef, params = load_params(tmp_path / "run")
+    maps = inspect.attention_maps(graphdef, params, prompt)
+    np.testing.assert_allclose(result["previous_token"],
+                               [inspect.previous_token_scores(m) for m in maps], rtol=1e-6)
+    assert "induction" not in result

@@ -339,3 +339,17 @@ def test_regression_evaluation_scores_every_k_on_shared_prompts():
     assert result["k"] == list(range(6))
     for curve in result["baselines"].values():
         assert curve[0] == pytest.approx(result["error"][0])
+
+
+def test_a_vector_models_maps_equal_the_float64_reference():
+    """The maps of a linear read-in model (in-context regression) on float prompts."""
+    cfg = tiny(pos_encoding="none", inputs="vectors", objective="regression", input_dim=3)
+    graphdef, state = lm.init_model(cfg, seed=0)
+    prompt = np.random.default_rng(1).normal(size=(2, 8, 3)).astype(np.float32)
+    params = nnx.to_pure_dict(state)
+    x = prompt.astype(np.float64) @ _f64(params["read_in"]["kernel"]) + _f64(
+        params["read_in"]["bias"])
+    _, maps_ref = _stack_reference(params, cfg, x)
+    maps = inspect.attention_maps(graphdef, state, prompt)
+    for got, want in zip(maps, maps_ref, strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-5)

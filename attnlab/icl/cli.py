@@ -130,20 +130,23 @@ def attention_main(argv: list[str]) -> int:
     from attnlab.model import resolve
 
     arch = resolve(cfg.model)
-    if arch.objective.reads_vectors:
-        raise AttnlabError(f"--run={run} reads prompts of vectors (data.source="
-                           f"{cfg.data.source}); attnlab attention draws token models' maps")
+    if arch.objective.reads_vectors and text:
+        raise AttnlabError(f"--text: --run={run} reads prompts of vectors (data.source="
+                           f"{cfg.data.source}), not text; use --task-example")
     if arch.decoder is not None:
         raise AttnlabError(f"model.objective={cfg.model.objective}: attnlab attention draws a "
                            "single stack's maps, not the encoder-decoder's")
-    task = icl_data.token_task(cfg.data) if cfg.data.source in icl_data.TOKEN_TASKS else None
+    tasks = (*icl_data.TOKEN_TASKS, *icl_data.VECTOR_SOURCES)
+    task = icl_data.task_of(cfg.data) if cfg.data.source in tasks else None
     if example and task is None:
         raise AttnlabError(f"--task-example: --run={run} trained on data.source="
                            f"{cfg.data.source}, not a task; use --text")
     if text and task is not None:
         raise AttnlabError(f"--text: --run={run} trained on the token task {cfg.data.source}, "
                            "which has no text; use --task-example")
-    if task is not None:
+    if isinstance(task, icl_data.RegressionTask):
+        tokens, labels = _regression_example(task, values.example)
+    elif task is not None:
         windows = icl_data.TaskCorpus(task).validation_set(task.seq_len, values.example + 1, 1)
         tokens = windows[0, values.example : values.example + 1, :-1]
         labels = [str(t) for t in tokens[0]]
@@ -181,6 +184,18 @@ def attention_main(argv: list[str]) -> int:
                       else (f"{k.mixer.name} |alpha|", "channels") for k in kinds])
     print(f"maps: {out_path}\nscores: {json_path}")
     return 0
+
+
+def _regression_example(task, example: int):
+    """Prompt ``example`` of the regression task's validation set, float32 ``[1, 2k, d]`` (the
+    loss weights dropped), labelled ``x1 y1 x2 y2 ...``."""
+    from attnlab.data import icl as icl_data
+
+    corpus = icl_data.RegressionCorpus(task)
+    windows = corpus.validation_set(2 * task.examples, example + 1, 1)
+    prompt = windows[0, example : example + 1, :, :-1]
+    labels = [f"{'xy'[i % 2]}{i // 2 + 1}" for i in range(prompt.shape[1])]
+    return prompt, labels
 
 
 def _sweep_main(values) -> int:

@@ -26,6 +26,12 @@ TRAIN_FLAGS = [
 MODEL_INFO_FLAGS = [
     Flag("forward", "bool", False, "Also build the model and print the loss of one forward "
          "pass over a validation batch (untrained weights)."),
+    Flag("run", "string", "", "A run directory instead of --config: its config, and its latest "
+         "checkpoint's weights for --plot-positions."),
+    Flag("plot-positions", "string", "", "Draw the positional encoding over data.seq_len "
+         "positions to this PNG: the similarity of the positions' vectors (sinusoidal, "
+         "learned), the q/k kernel against distance (RoPE), the score bias against distance "
+         "per head (ALiBi, T5)."),
 ]
 GENERATE_FLAGS = [
     Flag("run", "string", None, "Run directory (its latest checkpoint is used).", required=True),
@@ -105,12 +111,23 @@ def _format_count(n: float) -> str:
 
 
 def model_info_main(argv: list[str]) -> int:
-    """``attnlab model-info --config=configs/x.py [overrides] [--forward]``: counts from the config
-    alone (nothing is compiled), optionally one forward pass on real data."""
+    """``attnlab model-info --config=configs/x.py [overrides] | --run=DIR [--forward]
+    [--plot-positions=PNG]``: counts from the config alone (nothing is compiled), optionally one
+    forward pass on real data and the positional encoding's pictures."""
     from attnlab.model import flops_per_token, param_counts, resolve
 
-    values = parse(argv, MODEL_INFO_FLAGS, prog="attnlab model-info")
-    cfg = _config(values)
+    values = parse(argv, MODEL_INFO_FLAGS, prog="attnlab model-info", config_required=False)
+    if values.run and values.config is not None:
+        raise AttnlabError("give --config or --run, not both: --run uses the run's own config")
+    if not values.run and values.config is None:
+        raise AttnlabError("--config is required (or --run=DIR, a run directory)")
+    if values.run:
+        from attnlab.train.load import load_config
+
+        cfg = load_config(values.run)
+    else:
+        cfg = _config(values)
+    plot_path = _positions_plot_path(cfg, values["plot-positions"].value)
     m, seq_len = cfg.model, cfg.data.seq_len
     arch = resolve(m)
     counts = param_counts(m)
@@ -150,7 +167,51 @@ def model_info_main(argv: list[str]) -> int:
         print(f"forward pass on one validation batch ({cfg.data.batch_size} x {seq_len} tokens, "
               f"untrained, seed {cfg.train.seed}): loss {loss:.4f} {objective.loss_unit} "
               f"({meaning} = {reference:.4f})")
+    if plot_path is not None:
+        plot_positions(cfg, values.run, plot_path)
     return 0
+
+
+def _positions_plot_path(cfg: Config, path: str) -> Path | None:
+    """``--plot-positions``'s file, refused before anything is built when it cannot be
+    written or the model has nothing to draw."""
+    from attnlab.model import resolve
+
+    if not path:
+        return None
+    out = Path(path)
+    if out.is_dir() or not out.parent.is_dir():
+        raise AttnlabError(f"--plot-positions={path}: not a file in an existing directory")
+    arch = resolve(cfg.model)
+    if arch.decoder is not None:
+        raise AttnlabError(f"--plot-positions: model.objective={cfg.model.objective} has two "
+                           "stacks; it draws a single stack's encoding")
+    encoding = arch.stack.encoding
+    if not (encoding.adds_to_embeddings() or encoding.transforms_qk()
+            or encoding.adds_score_bias()):
+        raise AttnlabError(f"--plot-positions: model.pos_encoding={cfg.model.pos_encoding} adds "
+                           "nothing that depends on position; there is nothing to draw")
+    return out
+
+
+def plot_positions(cfg: Config, run: str, path: Path) -> None:
+    """The encoding's pictures (:func:`attnlab.model.inspect.position_pictures`) over
+    ``data.seq_len`` positions, of the run's trained weights or the config's initial ones."""
+    from flax import nnx
+
+    from attnlab.icl.plots import plot_positions as draw
+    from attnlab.model import init_model
+    from attnlab.model.inspect import position_pictures
+    from attnlab.train.load import load_params
+
+    if run:
+        _, graphdef, params = load_params(run)
+    else:
+        graphdef, params = init_model(cfg.model, cfg.train.seed)
+    pictures = position_pictures(nnx.merge(graphdef, params), cfg.data.seq_len)
+    draw(pictures, path)
+    weights = f"{run}'s trained" if run else "initial"
+    print(f"positions ({weights} weights, {cfg.data.seq_len} positions): {path}")
 
 
 def forward_loss(cfg: Config) -> float:
