@@ -199,9 +199,9 @@ def plot_positions(cfg: Config, run: str, path: Path) -> None:
     ``data.seq_len`` positions, of the run's trained weights or the config's initial ones."""
     from flax import nnx
 
-    from attnlab.icl.plots import plot_positions as draw
     from attnlab.model import init_model
     from attnlab.model.inspect import position_pictures
+    from attnlab.plots.positions import plot_positions as draw
     from attnlab.train.load import load_params
 
     if run:
