@@ -104,4 +104,3 @@ def plot_sweep(table, path: Path, column: str, label: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-

@@ -118,7 +118,6 @@ def head_scores(maps: list[np.ndarray | None], prefixes) -> dict[str, list]:
             "best_induction_head": None if best is None else list(best)}
 
 
-
 # --------------------------------------------------------------------------------------------
 # What a positional encoding does with positions, as arrays to draw. Each picture comes from the
 # encoding's own hooks (embed, transform_qk, layer_bias), so a new encoding is drawn unchanged.
