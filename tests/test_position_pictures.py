@@ -14,7 +14,8 @@ from attnlab import cli
 from attnlab.cli_flags import parse
 from attnlab.config import from_config_dict
 from attnlab.model import init_model
-from attnlab.model.inspect import DistancePicture, SimilarityPicture, position_pictures
+from attnlab.model.inspect import (DistancePicture, SimilarityPicture, has_position_pictures,
+                                   position_pictures)
 
 TINY = "configs/tiny.py"
 
@@ -94,9 +95,11 @@ def test_t5_bias_reads_the_table_at_each_distances_bucket(per_layer):
         np.testing.assert_allclose(picture.values, layer_table[buckets].T, atol=1e-6)
 
 
-def test_nope_has_no_picture():
-    _, model = _model(pos_encoding="none")
-    assert position_pictures(model, 16) == []
+@pytest.mark.parametrize("encoding", ["none", "sinusoidal", "learned", "rope", "alibi", "t5"])
+def test_whether_an_encoding_has_pictures_is_known_before_drawing(encoding):
+    _, model = _model(pos_encoding=encoding)
+    assert has_position_pictures(model.encoding) == bool(position_pictures(model, 16))
+    assert (encoding == "none") == (position_pictures(model, 16) == [])
 
 
 def test_model_info_draws_a_configs_encoding(tmp_path, capsys):

@@ -177,6 +177,12 @@ def bias_by_distance(encoding, table, layer: int, length: int) -> np.ndarray:
     return values[:, ::-1]
 
 
+def has_position_pictures(encoding) -> bool:
+    """Whether :func:`position_pictures` draws anything of ``encoding`` (not NoPE): checkable
+    before a model is built."""
+    return encoding.adds_to_embeddings() or encoding.transforms_qk() or encoding.adds_score_bias()
+
+
 def position_pictures(model, length: int) -> list[SimilarityPicture | DistancePicture]:
     """Every picture of ``model``'s positional encoding (its stack's ``encoding`` and
     ``position_embedding``) over ``length`` positions: the embedding similarity where it adds

@@ -127,9 +127,9 @@ def model_info_main(argv: list[str]) -> int:
         cfg = load_config(values.run)
     else:
         cfg = _config(values)
-    plot_path = _positions_plot_path(cfg, values["plot-positions"].value)
     m, seq_len = cfg.model, cfg.data.seq_len
     arch = resolve(m)
+    plot_path = _positions_plot_path(cfg, arch, values["plot-positions"].value)
     counts = param_counts(m)
     flops = flops_per_token(m, seq_len)
     tokens = cfg.total_steps * cfg.data.batch_size * seq_len
@@ -172,23 +172,20 @@ def model_info_main(argv: list[str]) -> int:
     return 0
 
 
-def _positions_plot_path(cfg: Config, path: str) -> Path | None:
+def _positions_plot_path(cfg: Config, arch, path: str) -> Path | None:
     """``--plot-positions``'s file, refused before anything is built when it cannot be
-    written or the model has nothing to draw."""
-    from attnlab.model import resolve
+    written or the model (``arch``, the resolved ``cfg.model``) has nothing to draw."""
+    from attnlab.model.inspect import has_position_pictures
 
     if not path:
         return None
     out = Path(path)
     if out.is_dir() or not out.parent.is_dir():
         raise AttnlabError(f"--plot-positions={path}: not a file in an existing directory")
-    arch = resolve(cfg.model)
     if arch.decoder is not None:
         raise AttnlabError(f"--plot-positions: model.objective={cfg.model.objective} has two "
                            "stacks; it draws a single stack's encoding")
-    encoding = arch.stack.encoding
-    if not (encoding.adds_to_embeddings() or encoding.transforms_qk()
-            or encoding.adds_score_bias()):
+    if not has_position_pictures(arch.stack.encoding):
         raise AttnlabError(f"--plot-positions: model.pos_encoding={cfg.model.pos_encoding} adds "
                            "nothing that depends on position; there is nothing to draw")
     return out
