@@ -15,6 +15,10 @@ losses at 8M tokens fall linearly in log N (4.947, 4.663, 4.431, 4.082, 3.909 fr
 the sizes are capacity-bound, none bends towards the floor yet, and approach 3 puts E at 0 (grid
 edge; interval [0, 4.4]). Worse than the IsoFLOP plan's 3.299 [2.761, 3.733]: the floor needs
 models past ~250k parameters trained on several million tokens (docs/scaling.md).
+
+Scale ``gpu`` (``experiments/markov_ladder.py:gpu``) goes past that bend: five 2-layer shapes,
+d_model 64-256 (115k-1.7M parameters), branches at 2M-64M tokens (batches 256 x 64, 100 warmup
+steps, a 70M-token corpus), 35 runs, 1.6e15 FLOPs: minutes on one accelerator.
 """
 
 from ml_collections import ConfigDict
@@ -24,7 +28,7 @@ from attnlab.config import base_config_dict
 
 def get_config(scale: str = "cpu") -> ConfigDict:
     config = ConfigDict()
-    config.scale = scale  # one plan at every scale: the cpu one
+    config.scale = scale
 
     config.base = base = base_config_dict()
     base.data.source = "markov"
@@ -53,4 +57,10 @@ def get_config(scale: str = "cpu") -> ConfigDict:
     sweep.shapes = ((16, 2, 2), (24, 2, 2), (32, 2, 2), (48, 2, 2), (64, 2, 2))
     sweep.branches = ConfigDict({"tokens": (500_000, 1_000_000, 2_000_000, 4_000_000, 8_000_000),
                                  "params": "total", "cooldown": "1-sqrt", "fraction": 0.2})
+    if scale == "gpu":
+        base.data.batch_size = 256
+        base.data.markov_tokens = 70_000_000
+        base.train.warmup_steps = 100
+        sweep.shapes = ((64, 2, 2), (96, 2, 2), (128, 2, 4), (192, 2, 4), (256, 2, 4))
+        sweep.branches.tokens = tuple(2_000_000 * 2**i for i in range(6))  # 2M .. 64M
     return config

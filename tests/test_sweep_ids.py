@@ -18,7 +18,7 @@ EXPERIMENTS = ("tiny_isoflop", "quickstart", "tiny_grid", "tiny_pe", "kaplan",
                "chinchilla_isoflop", "pe_extrapolation", "markov_floor", "tiny_mixers", "architectures",
                "gpt_vs_bert", "icl", "tiny_ladder", "moe", "mup_transfer", "mup_tuned",
                "quickstart_ladder", "wsd_cosine", "markov_ladder",
-               "moe_dense", "architectures_tuned")
+               "moe_dense", "architectures_tuned", "mqar_seeds")
 
 TINY_ISOFLOP_CPU = [
     "d16-l1-rope-t13.6k-s0-f45cac28", "d32-l2-rope-t3.58k-s0-dd589dd0",
@@ -98,7 +98,8 @@ PLAN_DIGESTS = {
     "quickstart_ladder:gpu": ("bc98a3c8e798b4d3", "981a900893e2c6cf"),
     "wsd_cosine:cpu": ("166d1d024f063469", "b0a2affeede37634"),
     "markov_ladder:cpu": ("15c5ac88dce5c03a", "bfc77885a8e98b3e"),
-    "markov_ladder:gpu": ("15c5ac88dce5c03a", "bfc77885a8e98b3e"),
+    # The gpu scale changed on purpose from the cpu plan to sizes past the loss's bend.
+    "markov_ladder:gpu": ("fe49168fa661b3d2", "539ec24665d22753"),
     # MoE (8 experts, top-1) against dense on the quickstart's plan, two seeds (new).
     "moe_dense:cpu": ("10acd0e48b41c531", "f4d521b9a62ceb9a"),
     "moe_dense:gpu": ("10acd0e48b41c531", "f4d521b9a62ceb9a"),
@@ -108,6 +109,9 @@ PLAN_DIGESTS = {
     "architectures_tuned:cpu": ("9577d8af5cec2012", "a4a7c7c92387bff2"),
     "architectures_tuned:gpu": ("bf412dbb6a23ea30", "1e8885d53ec6260e"),
     "architectures_tuned:small": ("44594cdb4d09c7d1", "012ca33933736cbe"),  # docs/mup.md's run
+    # MQAR's seed dependence (new): configs/mqar.py at eight seeds, and at Zoology's length.
+    "mqar_seeds:cpu": ("0a57b79277f4d13e", "c9414df7410e2650"),
+    "mqar_seeds:gpu": ("5c4f525e46577c2d", "c6ac80af4e7ce354"),
 }
 
 

@@ -90,6 +90,16 @@ def test_dry_run_shows_roles_and_the_flops_saved():
     assert f"{separate:.3g}" in line and f"{1 - spent / separate:.0%} saved" in line
 
 
+def test_dry_run_probes_a_ladder_whose_costliest_run_is_a_branch(tmp_path):
+    # The probe trains a handful of steps of the costliest shape; when that shape's last run is a
+    # branch from step 32, the probe must train the shape alone, not the branch.
+    spec = load_spec(LADDER)
+    assert plan(spec)[-1].role == "branch" and plan(spec)[-1].cfg.train.branch_step == 32
+    table, notes = dry_run(spec, tmp_path / "w", probe="steps")
+    assert np.isfinite(table["est_seconds"]).all() and (table["est_seconds"] > 0).all()
+    assert sum(n.startswith("# probe") or n.startswith("probe") for n in notes) == 2
+
+
 @pytest.mark.parametrize("overrides,field", [
     (["sweep.branches.tokens=()"], "sweep.branches.tokens_per_param"),
     (["sweep.branches.tokens=(2560, 2560)"], "sweep.branches.tokens"),

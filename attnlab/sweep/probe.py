@@ -43,7 +43,9 @@ class ProbePoint:
 
 def probe_throughput(runs: list[PlannedRun], *, steps: int = 12,
                      cache_dir: str | None = None) -> list[ProbePoint]:
-    """Trains the smallest and largest run's shape for ``steps`` steps; returns their rates."""
+    """Trains the smallest and largest run's shape for ``steps`` steps; returns their rates.
+
+    A ladder's cooldown branch is probed as a lone run of its shape (the rate is the shape's)."""
     by_cost = sorted(runs, key=lambda r: r.flops_per_token["chinchilla"])
     chosen = [by_cost[0]] if len(by_cost) == 1 else [by_cost[0], by_cost[-1]]
     points = []
@@ -56,7 +58,8 @@ def probe_throughput(runs: list[PlannedRun], *, steps: int = 12,
                 train = dataclasses.replace(run.cfg.train, steps=steps, tokens=0,
                                             eval_every=10 * steps, eval_batches=1, log_every=1,
                                             checkpoint_every=10 * steps,
-                                            warmup_steps=min(run.cfg.train.warmup_steps, 1))
+                                            warmup_steps=min(run.cfg.train.warmup_steps, 1),
+                                            branch_from="", branch_step=0, keep_steps=())
                 cfg = dataclasses.replace(run.cfg, train=train, name="probe")
                 probe_run = dataclasses.replace(run, cfg=cfg)
                 run_dir = Path(tmp) / run.run_id
