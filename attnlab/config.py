@@ -42,7 +42,8 @@ TASK_FIELDS = {"task_vocab": TASK_SOURCES, "mqar_pairs": ("mqar",),
                "icl_dim": VECTOR_SOURCES, "icl_examples": VECTOR_SOURCES}
 # Fields of a task that may be 0 (no noise; no curriculum), set only for the sources named.
 TASK_OPTIONAL_FIELDS = {"icl_noise": VECTOR_SOURCES, "icl_curriculum_every": VECTOR_SOURCES,
-                        "icl_dim_start": VECTOR_SOURCES, "icl_examples_start": VECTOR_SOURCES}
+                        "icl_dim_start": VECTOR_SOURCES, "icl_examples_start": VECTOR_SOURCES,
+                        "icl_sparsity": VECTOR_SOURCES, "icl_hidden": VECTOR_SOURCES}
 # Sources that are one stream with no end-of-document separator (no documents to mask).
 STREAM_SOURCES = ("markov", *TASK_SOURCES, *VECTOR_SOURCES)
 LOSS_ON = ("all", "answers")  # data.loss_on: the targets a task's loss is taken on
@@ -171,6 +172,11 @@ class DataConfig:
     icl_curriculum_every: int = 0
     icl_dim_start: int = 0
     icl_examples_start: int = 0
+    # The function class y = f(x) (attnlab/data/icl_functions.py): linear, sparse_linear (with
+    # icl_sparsity non-zero weights), relu_net (icl_hidden units); 0 = the class's default.
+    icl_function: str = "linear"
+    icl_sparsity: int = 0
+    icl_hidden: int = 0
     # Packed windows keep their documents apart: attention and recurrent states stop at the
     # end-of-document separator (attnlab/model/masks.py); reset_positions also restarts
     # positions at each document's first token.
@@ -471,6 +477,9 @@ def validate_data(d: DataConfig) -> None:
         if d.source not in sources and getattr(d, name) != defaults[name].default:
             raise ConfigError(f"data.{name}", f"is read only by data.source "
                               f"{' or '.join(sources)}; data.source={d.source} does not use it")
+    if d.source not in VECTOR_SOURCES and d.icl_function != defaults["icl_function"].default:
+        raise ConfigError("data.icl_function", f"is read only by data.source "
+                          f"{' or '.join(VECTOR_SOURCES)}; data.source={d.source} does not use it")
     if d.source in VECTOR_SOURCES:
         _validate_regression(d)
     check_choice("data.loss_on", d.loss_on, LOSS_ON)

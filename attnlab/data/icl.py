@@ -15,8 +15,9 @@ Token tasks (``data.source``), windows of ``seq_len + 1`` ids as the corpora giv
 
 Continuous task (:class:`RegressionTask`, ``data.source=regression``), Garg et al. 2022: ``w ~
 N(0, I_d)``, ``x_i ~ N(0, I_d)``, ``y_i = w . x_i + sigma eps_i``, as float prompts of vectors
-(:class:`RegressionCorpus`); the baselines of :func:`regression_baselines` predict each ``y_k``
-from the first ``k`` examples in float64.
+(:class:`RegressionCorpus`), or another function class of ``attnlab/data/icl_functions.py``
+(sparse linear, 2-layer ReLU networks); the baselines of :func:`regression_baselines` predict
+each ``y_k`` from the first ``k`` examples in float64.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import math
 import numpy as np
 
 from attnlab.config import VECTOR_SOURCES
+from attnlab.data.icl_functions import FunctionClass, Linear, function_of
 from attnlab.errors import ConfigError
 
 SPLIT_STREAMS = {"train": 0, "validation": 1, "test": 2}
@@ -302,6 +304,7 @@ class RegressionTask:
     curriculum_every: int = 0  # steps per curriculum stage; 0: none
     dim_start: int = 0  # 0: the full dim from the start
     examples_start: int = 0  # 0: every example scored from the start
+    function: FunctionClass = Linear()  # what y = f(x) each prompt draws (icl_functions.py)
 
     name = "regression"
 
@@ -317,21 +320,31 @@ class RegressionTask:
             raise ConfigError("data.icl_examples", f"must be positive, got {self.examples}")
         if self.noise < 0:
             raise ConfigError("data.icl_noise", f"must be >= 0, got {self.noise}")
+        self.function.validate(self.dim)
 
-    def sample(self, rng: np.random.Generator, rows: int, dims: int | None = None
-               ) -> tuple[np.ndarray, np.ndarray]:
-        """``(xs [rows, k, d], ys [rows, k])`` float64; ``dims``: only the first ``dims``
-        coordinates of every x are drawn, the rest are 0 (the same draws either way)."""
-        w = rng.standard_normal((rows, self.dim))
+    def sample_functions(self, rng: np.random.Generator, rows: int, dims: int | None = None):
+        """``(xs [rows, k, d], ys [rows, k], functions)``, float64: each prompt's function (its
+        class's parameters, e.g. ``w [rows, d]``), inputs and labels; ``dims``: only the first
+        ``dims`` coordinates of every x are drawn, the rest are 0 (the same draws either way)."""
+        functions = self.function.draw(rng, rows, self.dim)
         xs = rng.standard_normal((rows, self.examples, self.dim))
         eps = rng.standard_normal((rows, self.examples))
         if dims is not None:
             xs[..., dims:] = 0.0
-        return xs, np.einsum("bkd,bd->bk", xs, w) + self.noise * eps
+        return xs, self.function.apply(functions, xs) + self.noise * eps, functions
+
+    def sample(self, rng: np.random.Generator, rows: int, dims: int | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """``(xs [rows, k, d], ys [rows, k])`` of :meth:`sample_functions`."""
+        return self.sample_functions(rng, rows, dims)[:2]
 
     def batch(self, seed: int, split: str, i: int, rows: int, dims: int | None = None
               ) -> tuple[np.ndarray, np.ndarray]:
         return self.sample(_rng(seed, split, i), rows, dims)
+
+    def batch_functions(self, seed: int, split: str, i: int, rows: int):
+        """:meth:`batch` with each prompt's function: ``(xs, ys, functions)``."""
+        return self.sample_functions(_rng(seed, split, i), rows)
 
     def stage(self, i: int) -> tuple[int, int]:
         """``(dimensions, scored examples)`` of training batch ``i`` under the curriculum."""
@@ -356,7 +369,12 @@ class RegressionTask:
         return np.concatenate([interleave(xs, ys), weights], axis=-1).astype(np.float32)
 
     def summary(self) -> dict:
-        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        """The manifest's task settings; the function class only when not linear (so that the
+        runs made before the classes existed keep their manifests)."""
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                  if f.name != "function"}
+        if self.function != Linear():
+            fields.update(self.function.summary())
         return {"source": self.name, **fields}
 
 
@@ -447,15 +465,19 @@ def _averaging(x, y, query):
 
 
 def regression_baselines(xs: np.ndarray, ys: np.ndarray, noise: float,
-                         neighbours: int = 3) -> dict[str, np.ndarray]:
+                         neighbours: int = 3, function: FunctionClass = Linear(),
+                         functions=None) -> dict[str, np.ndarray]:
     """Each baseline's normalised squared error at every ``k`` (float64, no training):
     ``mean_b (yhat_bk - y_bk)^2 / d``, predicting ``y_k`` from the ``k`` examples before it.
 
     * ``least_squares``: min-norm least squares (= ridge as lambda -> 0);
-    * ``ridge``: lambda = sigma^2, the posterior mean under ``w ~ N(0, I)``: Bayes-optimal;
+    * ``ridge``: lambda = sigma^2, the posterior mean under ``w ~ N(0, I)``: Bayes-optimal for
+      the linear class;
     * ``nearest_neighbours``: mean label of the ``neighbours`` nearest x (Garg et al. use 3);
     * ``averaging``: ``w = (1/k) sum_i y_i x_i`` (Garg et al. 2022);
-    * ``one_step_gd``: ``w = eta* X^T y`` (:func:`gd_step_size`).
+    * ``one_step_gd``: ``w = eta* X^T y`` (:func:`gd_step_size`, optimal for ``E[w w^T] = I``);
+    * the function class's own (``function.extra_baselines``, given each prompt's function
+      ``functions``), e.g. sparse regression's least squares on the true support.
 
     Args:
       xs: ``[rows, k, d]``; ys: ``[rows, k]``.
@@ -468,8 +490,10 @@ def regression_baselines(xs: np.ndarray, ys: np.ndarray, noise: float,
     fits = {"least_squares": _ridge(0.0), "ridge": _ridge(noise**2),
             "nearest_neighbours": _nearest(neighbours), "averaging": _averaging,
             "one_step_gd": _gd_step(dim, noise)}
-    return {name: ((_predict_all(xs, ys, fit) - ys) ** 2).mean(axis=0) / dim
-            for name, fit in fits.items()}
+    predictions = {name: _predict_all(xs, ys, fit) for name, fit in fits.items()}
+    if functions is not None:
+        predictions.update(function.extra_baselines(xs, ys, functions, noise))
+    return {name: ((p - ys) ** 2).mean(axis=0) / dim for name, p in predictions.items()}
 
 
 # --------------------------------------------------------------------------------------------
@@ -481,7 +505,8 @@ def regression_task(cfg) -> RegressionTask:
     """The regression task of a data config (``data.source=regression``), checked."""
     task = RegressionTask(dim=cfg.icl_dim, examples=cfg.icl_examples, noise=cfg.icl_noise,
                           curriculum_every=cfg.icl_curriculum_every,
-                          dim_start=cfg.icl_dim_start, examples_start=cfg.icl_examples_start)
+                          dim_start=cfg.icl_dim_start, examples_start=cfg.icl_examples_start,
+                          function=function_of(cfg))
     task.validate()
     return task
 

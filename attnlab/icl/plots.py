@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import matplotlib
@@ -50,7 +51,8 @@ def draw_regression(result: dict, ax) -> None:
     baseline's on the same prompts."""
     ax.errorbar(result["k"], result["error"], yerr=result["stderr"], fmt="o-", lw=2, ms=4,
                 capsize=2, label="model", zorder=3)
-    for (name, curve), style in zip(result["baselines"].items(), ["--", ":", "-.", "--", ":"]):
+    for (name, curve), style in zip(result["baselines"].items(),
+                                    itertools.cycle(["--", ":", "-."])):
         ax.plot(result["k"], curve, style, lw=1.4, label=name.replace("_", " "))
     ax.axvline(result["dim"], color="gray", ls=":", lw=0.8)
     ax.set_ylim(-0.02, 1.6)

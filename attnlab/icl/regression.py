@@ -1,11 +1,13 @@
-"""In-context linear regression (Garg et al. 2022) scored: a run of ``data.source=regression``
+"""In-context regression (Garg et al. 2022) scored: a run of ``data.source=regression``
 (a vector model, ``model.inputs=vectors``, trained by ``attnlab train`` with
 ``model.objective=regression``) against the number of in-context examples k, beside the exact
 baselines of :func:`attnlab.data.icl.regression_baselines` on the same prompts.
 
 The prompt ``x_1, (y_1, 0..), .., x_k, (y_k, 0..)`` is ``2k`` vectors; the read-out at ``x_i``'s
 position predicts ``y_i`` from the ``i - 1`` examples before it, so one prompt scores every
-``k = 0 .. K - 1``. Errors are squared errors normalised by ``d`` (Garg et al., section 3).
+``k = 0 .. K - 1``. Errors are squared errors normalised by ``d`` (Garg et al., section 3),
+the zero predictor's error in every function class (``attnlab/data/icl_functions.py``), whose
+own baselines and claims join the linear ones.
 """
 
 from __future__ import annotations
@@ -17,12 +19,6 @@ from flax import nnx
 
 from attnlab.data import icl
 from attnlab.model import apply
-
-# Garg et al.'s claims, as the checks :func:`evaluate` reports (noiseless prompts).
-LS_MARGIN = 0.05  # within this of least squares ...
-LS_FROM = 2  # ... at every k >= d + LS_FROM
-GD_FROM = 0  # below one step of GD at every k >= d + GD_FROM
-
 
 def predictions(graphdef: nnx.GraphDef, params, xs: np.ndarray, ys: np.ndarray, *,
                 batch_size: int = 250) -> np.ndarray:
@@ -41,14 +37,17 @@ def evaluate(graphdef: nnx.GraphDef, params, task: icl.RegressionTask, *, rows: 
     and the closed forms; ``stderr``: the standard error of the model's mean at each ``k``;
     ``gap_to_least_squares``: the model's error less least squares' at every ``k``; with no
     noise, whether Garg et al.'s claims hold (``matches``)."""
-    xs, ys = task.batch(0, "test", 0, rows)
+    xs, ys, functions = task.batch_functions(0, "test", 0, rows)
     squared = (predictions(graphdef, params, xs, ys, batch_size=batch_size) - ys) ** 2 / task.dim
     k = np.arange(task.examples)
     error = squared.mean(axis=0)
-    baselines = icl.regression_baselines(xs, ys, task.noise)
-    expected = icl.expected_errors(k, task.dim, task.noise)
+    baselines = icl.regression_baselines(xs, ys, task.noise, function=task.function,
+                                         functions=functions)
+    # The closed forms hold for functions linear in w with E[w w^T] = I.
+    expected = icl.expected_errors(k, task.dim, task.noise) if task.function.linear else {}
     result = {
         "task": task.name, "dim": task.dim, "noise": task.noise, "prompts": rows,
+        "function": task.function.summary(),
         "k": k.tolist(), "error": error.tolist(),
         "stderr": (squared.std(axis=0, ddof=1) / np.sqrt(rows)).tolist(),
         "error_at_largest_k": float(error[-1]),
@@ -58,12 +57,8 @@ def evaluate(graphdef: nnx.GraphDef, params, task: icl.RegressionTask, *, rows: 
         "expected": {name: [None if not np.isfinite(x) else float(x) for x in v]
                      for name, v in expected.items()},
     }
-    ls_k, gd_k = k >= task.dim + LS_FROM, k >= task.dim + GD_FROM
-    if task.noise == 0 and ls_k.any():
-        result["matches"] = {
-            f"within_{LS_MARGIN}_of_least_squares_from_k_{task.dim + LS_FROM}": bool(
-                (error[ls_k] - baselines["least_squares"][ls_k] <= LS_MARGIN).all()),
-            f"below_one_step_gd_from_k_{task.dim + GD_FROM}": bool(
-                (error[gd_k] < baselines["one_step_gd"][gd_k]).all()),
-        }
+    if task.noise == 0:  # Garg et al.'s claims for the function class, where they apply
+        claims = task.function.claims(error, baselines, task.dim)
+        if claims:
+            result["matches"] = claims
     return result
