@@ -16,11 +16,13 @@ def get_config():
     config.model.n_heads = 4
     config.model.ffn = "none"  # attention-only
     config.model.pos_encoding = "rope"
-    config.model.max_len = 64
+    config.model.max_len = 128
 
     config.data.source = "induction"
     config.data.task_vocab = 64
-    config.data.seq_len = 48  # a prefix of 25 distinct tokens, then 24 repeated
+    # Periods of 32-64 distinct tokens: so many ids are seen before the repeat that a 1-layer
+    # model, which cannot find the current token's previous occurrence, stays near ln 32-ln 64.
+    config.data.seq_len = 126
     config.data.batch_size = 32
 
     config.train.steps = 5000
