@@ -19,7 +19,11 @@ def _task(source, **fields):
 
 
 def test_task_registry_matches_the_config_sources():
+    from attnlab.icl.evaluate import REPORTS
+
     assert tuple(icl.TOKEN_TASKS) == TASK_SOURCES
+    assert set(icl.ICL_SOURCES) == set(REPORTS)  # every task has its report in attnlab icl
+    assert icl.task_of(DataConfig(source="markov")) is None
 
 
 @pytest.mark.parametrize("source", TASK_SOURCES)

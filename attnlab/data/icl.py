@@ -511,8 +511,14 @@ def regression_task(cfg) -> RegressionTask:
     return task
 
 
-def task_of(cfg) -> TokenTask | RegressionTask:
-    """The in-context-learning task of a data config (a token task or regression)."""
+ICL_SOURCES = (*TOKEN_TASKS, *VECTOR_SOURCES)  # every data.source that is an ICL task
+
+
+def task_of(cfg) -> TokenTask | RegressionTask | None:
+    """The in-context-learning task of a data config (a token task or regression), checked;
+    None for a source that is not a task (a corpus)."""
+    if cfg.source not in ICL_SOURCES:
+        return None
     return regression_task(cfg) if cfg.source in VECTOR_SOURCES else token_task(cfg)
 
 

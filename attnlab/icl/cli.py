@@ -69,15 +69,13 @@ def icl_main(argv: list[str]) -> int:
     from attnlab.train.load import load_config
 
     cfg = load_config(run)
-    from attnlab.config import VECTOR_SOURCES
     from attnlab.data import icl as icl_data
     from attnlab.icl.evaluate import evaluate_run
 
-    tasks = (*icl_data.TOKEN_TASKS, *VECTOR_SOURCES)
-    if cfg.data.source not in tasks:
-        raise AttnlabError(f"--run={run} trained on data.source={cfg.data.source}, not an "
-                           f"in-context learning task ({', '.join(tasks)})")
     task = icl_data.task_of(cfg.data)
+    if task is None:
+        raise AttnlabError(f"--run={run} trained on data.source={cfg.data.source}, not an "
+                           f"in-context learning task ({', '.join(icl_data.ICL_SOURCES)})")
     if pairs and not isinstance(task, icl_data.MQARTask):
         raise AttnlabError(f"--pairs applies to mqar runs; --run={run} trained on "
                            f"{cfg.data.source}")
@@ -136,8 +134,7 @@ def attention_main(argv: list[str]) -> int:
     if arch.decoder is not None:
         raise AttnlabError(f"model.objective={cfg.model.objective}: attnlab attention draws a "
                            "single stack's maps, not the encoder-decoder's")
-    tasks = (*icl_data.TOKEN_TASKS, *icl_data.VECTOR_SOURCES)
-    task = icl_data.task_of(cfg.data) if cfg.data.source in tasks else None
+    task = icl_data.task_of(cfg.data)
     if example and task is None:
         raise AttnlabError(f"--task-example: --run={run} trained on data.source="
                            f"{cfg.data.source}, not a task; use --text")
