@@ -116,6 +116,26 @@ def test_the_icl_study_plans_every_mixer_at_every_width(scale, mixers, widths):
         prepare(run.cfg.data)  # and its task settings make windows
 
 
+@pytest.mark.parametrize("scale, mixers, widths, dim", [
+    ("cpu", {"softmax", "linear", "mamba"}, {32, 64}, 4),
+    ("gpu", {"softmax", "softmax_nope", "window", "linear", "performer", "mamba", "hybrid"},
+     {64, 128, 256}, 8),
+])
+def test_the_regression_study_plans_every_mixer_at_every_width(scale, mixers, widths, dim):
+    from attnlab.data import prepare
+    from attnlab.model import check
+    from attnlab.sweep import load_spec, plan
+
+    runs = plan(load_spec(f"experiments/icl_regression_mixers.py:{scale}"))
+    assert {r.axes["mixer_variant"] for r in runs} == mixers
+    for name in mixers:
+        assert {r.cfg.model.d_model for r in runs if r.axes["mixer_variant"] == name} == widths
+    for run in runs:
+        check(run.cfg)  # every run's vector model resolves with its mixer
+        assert run.cfg.data.icl_dim == run.cfg.model.input_dim == dim
+        assert prepare(run.cfg.data).task.dim == dim
+
+
 @pytest.mark.parametrize("config", ["configs/induction.py", "configs/mqar.py"])
 def test_the_task_configs_are_valid(config):
     from attnlab.cli_flags import parse

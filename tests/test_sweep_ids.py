@@ -18,7 +18,7 @@ EXPERIMENTS = ("tiny_isoflop", "quickstart", "tiny_grid", "tiny_pe", "kaplan",
                "chinchilla_isoflop", "pe_extrapolation", "markov_floor", "tiny_mixers", "architectures",
                "gpt_vs_bert", "icl", "tiny_ladder", "moe", "mup_transfer", "mup_tuned",
                "quickstart_ladder", "wsd_cosine", "markov_ladder",
-               "moe_dense", "architectures_tuned", "mqar_seeds")
+               "moe_dense", "architectures_tuned", "mqar_seeds", "icl_regression_mixers")
 
 TINY_ISOFLOP_CPU = [
     "d16-l1-rope-t13.6k-s0-f45cac28", "d32-l2-rope-t3.58k-s0-dd589dd0",
@@ -112,6 +112,9 @@ PLAN_DIGESTS = {
     # MQAR's seed dependence (new): configs/mqar.py at eight seeds, and at Zoology's length.
     "mqar_seeds:cpu": ("0a57b79277f4d13e", "c9414df7410e2650"),
     "mqar_seeds:gpu": ("5c4f525e46577c2d", "c6ac80af4e7ce354"),
+    # In-context regression across mixers (new).
+    "icl_regression_mixers:cpu": ("62c5cb69d19d18cf", "c7eef07b0a48d0b8"),
+    "icl_regression_mixers:gpu": ("f2a110566bcc3040", "a8854ca1ad26411d"),
 }
 
 
