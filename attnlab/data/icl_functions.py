@@ -29,7 +29,8 @@ from attnlab.errors import ConfigError
 
 @dataclasses.dataclass(frozen=True)
 class FunctionClass:
-    """Linear functions ``f(x) = w . x``, ``w ~ N(0, I_d)`` (Garg et al. 2022, section 3)."""
+    """What a class of functions provides; the methods here are the linear class's (the
+    others are variations of it)."""
 
     name = "linear"
     linear = True  # f is w . x with E[w w^T] = I: the closed forms of expected_errors hold
@@ -70,7 +71,9 @@ class FunctionClass:
                 **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}}
 
 
-Linear = FunctionClass
+@dataclasses.dataclass(frozen=True)
+class Linear(FunctionClass):
+    """Linear functions ``f(x) = w . x``, ``w ~ N(0, I_d)`` (Garg et al. 2022, section 3)."""
 
 
 @dataclasses.dataclass(frozen=True)
