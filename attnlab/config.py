@@ -44,6 +44,8 @@ TASK_FIELDS = {"task_vocab": TASK_SOURCES, "mqar_pairs": ("mqar",),
 TASK_OPTIONAL_FIELDS = {"icl_noise": VECTOR_SOURCES, "icl_curriculum_every": VECTOR_SOURCES,
                         "icl_dim_start": VECTOR_SOURCES, "icl_examples_start": VECTOR_SOURCES,
                         "icl_sparsity": VECTOR_SOURCES, "icl_hidden": VECTOR_SOURCES}
+# Fields of a task that name a choice (checked by the task that reads them), set only there.
+TASK_CHOICE_FIELDS = {"icl_function": VECTOR_SOURCES}
 # Sources that are one stream with no end-of-document separator (no documents to mask).
 STREAM_SOURCES = ("markov", *TASK_SOURCES, *VECTOR_SOURCES)
 LOSS_ON = ("all", "answers")  # data.loss_on: the targets a task's loss is taken on
@@ -469,17 +471,14 @@ def validate_data(d: DataConfig) -> None:
         raise ConfigError("data.reset_positions", "restarts positions at each document: it needs "
                           "data.document_mask=true")
     defaults = DataConfig.__dataclass_fields__
-    for name, sources in {**TASK_FIELDS, **TASK_OPTIONAL_FIELDS}.items():
+    for name, sources in {**TASK_FIELDS, **TASK_OPTIONAL_FIELDS, **TASK_CHOICE_FIELDS}.items():
         if name in TASK_FIELDS:
             check_positive(f"data.{name}", getattr(d, name))
-        elif getattr(d, name) < 0:
+        elif name in TASK_OPTIONAL_FIELDS and getattr(d, name) < 0:
             raise ConfigError(f"data.{name}", f"must be >= 0, got {getattr(d, name)}")
         if d.source not in sources and getattr(d, name) != defaults[name].default:
             raise ConfigError(f"data.{name}", f"is read only by data.source "
                               f"{' or '.join(sources)}; data.source={d.source} does not use it")
-    if d.source not in VECTOR_SOURCES and d.icl_function != defaults["icl_function"].default:
-        raise ConfigError("data.icl_function", f"is read only by data.source "
-                          f"{' or '.join(VECTOR_SOURCES)}; data.source={d.source} does not use it")
     if d.source in VECTOR_SOURCES:
         _validate_regression(d)
     check_choice("data.loss_on", d.loss_on, LOSS_ON)

@@ -94,7 +94,8 @@ def test_dry_run_probes_a_ladder_whose_costliest_run_is_a_branch(tmp_path):
     # The probe trains a handful of steps of the costliest shape; when that shape's last run is a
     # branch from step 32, the probe must train the shape alone, not the branch.
     spec = load_spec(LADDER)
-    assert plan(spec)[-1].role == "branch" and plan(spec)[-1].cfg.train.branch_step == 32
+    costliest = plan(spec)[-1]
+    assert costliest.role == "branch" and costliest.cfg.train.branch_step == 32
     table, notes = dry_run(spec, tmp_path / "w", probe="steps")
     assert np.isfinite(table["est_seconds"]).all() and (table["est_seconds"] > 0).all()
     assert sum(n.startswith("# probe") or n.startswith("probe") for n in notes) == 2
