@@ -96,6 +96,13 @@ def test_bad_function_settings_are_refused_naming_the_field(fields, field):
         prepare(_data(**fields))
 
 
+def test_a_class_built_directly_checks_its_parameter_too():
+    with pytest.raises(ConfigError, match="^config.data.icl_hidden"):
+        icl.RegressionTask(dim=4, examples=8, function=ReluNet(hidden=0)).validate()
+    with pytest.raises(ConfigError, match="^config.data.icl_sparsity"):
+        icl.RegressionTask(dim=4, examples=8, function=SparseLinear(sparsity=0)).validate()
+
+
 def test_a_function_class_is_refused_where_nothing_reads_it():
     with pytest.raises(ConfigError, match="^config.data.icl_function"):
         DataConfig(source="mqar", icl_function="relu_net")
