@@ -20,6 +20,8 @@ from attnlab.rundir import check_can_write_file
 
 # name -> (module, function, one-line help)
 COMMANDS: dict[str, tuple[str, str, str]] = {
+    "env": ("attnlab.train.cli", "env_main",
+            "versions, devices, MFU peak and the fast paths this machine has"),
     "model-info": ("attnlab.train.cli", "model_info_main",
                    "parameter counts and FLOPs per token of a config"),
     "train": ("attnlab.train.cli", "train_main", "train one model; resumes in the same workdir"),
@@ -46,7 +48,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 }
 
 # Flags naming a file a command writes: checked here, before the command loads or fits anything.
-OUTPUT_FLAGS: dict[str, tuple[str, ...]] = {"fit": ("json",), "compare": ("json",),
+OUTPUT_FLAGS: dict[str, tuple[str, ...]] = {"env": ("json",), "fit": ("json",), "compare": ("json",),
                                             "plot": ("out",), "icl": ("json", "plot"),
                                             "attention": ("out", "json"),
                                             "coord-check": ("json", "plot")}

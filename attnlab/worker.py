@@ -134,6 +134,7 @@ def execute_run(run_dir: str | os.PathLike, cache_dir: str | None = None,
                                     programs=programs)
                 status, error = summary["status"], summary.get("error")
             except Exception as e:  # noqa: BLE001 - any failure is recorded with the run
+                raise_if_interrupted(e)
                 full = rundir.write_failure(e, run_dir)
                 if full is not None:  # the run stays partial; the sweep stops (STOP_ON)
                     return {"run_id": run_id, "status": rundir.PARTIAL, "error": str(full),
@@ -143,6 +144,19 @@ def execute_run(run_dir: str | os.PathLike, cache_dir: str | None = None,
                 write_failure(run_dir, error, traceback.format_exc())
     return {"run_id": run_id, "status": status, "error": error,
             "seconds": time.perf_counter() - start}
+
+
+def raise_if_interrupted(error: BaseException) -> None:
+    """Raises KeyboardInterrupt if ``error`` was raised while an interrupt unwound (a lock
+    released twice, a file closed under a signal): the run was interrupted, not broken, and
+    resumes when the sweep is rerun."""
+    seen, cause = set(), error
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, (KeyboardInterrupt, SystemExit)):
+            raise KeyboardInterrupt(f"interrupted ({type(error).__name__} while unwinding: "
+                                    f"{error})") from error
+        seen.add(id(cause))
+        cause = cause.__context__ or cause.__cause__
 
 
 def execute_runs(run_dirs: list[str | os.PathLike], cache_dir: str | None = None,
@@ -196,6 +210,7 @@ def _train_members(members: list[Path], run_ensemble, programs, start: float) ->
                                      programs=programs)
             outcomes = [(s["status"], s.get("error")) for s in summaries]
         except Exception as e:  # noqa: BLE001 - any failure is recorded with every member
+            raise_if_interrupted(e)
             full = rundir.write_failure(e, members[0])
             if full is not None:  # the members stay partial; the sweep stops (STOP_ON)
                 seconds = time.perf_counter() - start

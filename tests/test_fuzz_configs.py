@@ -11,8 +11,9 @@ infinite. Each generated config either
 Fields are drawn from the dataclasses themselves, so a field or registry entry added later is
 fuzzed without touching this file. Running a config means compiling it (seconds each on a CPU),
 so each lane has two profiles: many configs traced (shapes and every exception up to XLA, no
-compilation) and a few run. The default lane runs a fixed, derandomized sample; the slow lane
-many more. Numbers per profile are in docs/design.md (reliability)."""
+compilation) and a few run. The default lane runs a fixed, derandomized sample (traced: a few
+per objective and registry choice); the long lanes (``-m fuzz``, by hand: half an hour and more
+on two cores, too long for CI) many more. Numbers per profile are in docs/design.md (reliability)."""
 
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ from attnlab.train.step import make_train_step
 # Examples per profile: traced (shapes only, nothing compiled) and run (compiled and run, per
 # objective: each kind of model is run whatever the draw; the long one per objective and registry
 # choice).
-TRACED_EXAMPLES, RUN_EXAMPLES_PER_OBJECTIVE = 60, 3
+TRACED_EXAMPLES_PER_CHOICE, RUN_EXAMPLES_PER_OBJECTIVE = 1, 3
 SLOW_TRACED_EXAMPLES, SLOW_RUN_EXAMPLES_PER_CHOICE = 1000, 2
 
 SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
@@ -420,10 +421,16 @@ def _compatible(objective: str) -> list[tuple[str, str]]:
 
 
 def test_config_fuzz_traced(capsys):
-    outcomes = _fuzz(TRACED_EXAMPLES, trace_tiny, [(o, None) for o in OBJECTIVES])
-    _report(capsys, "traced", outcomes, TRACED_EXAMPLES // 6)
-    # every kind of model is traced (the objective is drawn uniformly)
+    """Stratified by objective and registry choice, a few examples each: every part (MoE,
+    nGPT, Mamba, muP, vector read-ins, ...) is in accepted configs, so a removed cross-part
+    rule shows up here, not only in the long lane."""
+    strata = [(objective, focus) for objective in OBJECTIVES for focus in FOCUS]
+    examples = TRACED_EXAMPLES_PER_CHOICE * len(strata)
+    outcomes = _fuzz(examples, trace_tiny, strata)
+    _report(capsys, "traced", outcomes, examples // 6)
     assert {k for k in outcomes if k.startswith("ran")} == {f"ran: {o}" for o in OBJECTIVES}
+    trainable = {focus for objective in OBJECTIVES for focus in _compatible(objective)}
+    assert all(ACCEPTED_CHOICES[focus] >= 1 for focus in trainable), ACCEPTED_CHOICES
 
 
 @pytest.mark.parametrize("objective", OBJECTIVES)
@@ -432,7 +439,7 @@ def test_config_fuzz_run(capsys, objective):
             _fuzz(RUN_EXAMPLES_PER_OBJECTIVE, run_tiny, [(objective, None)]), 1)
 
 
-@pytest.mark.slow
+@pytest.mark.fuzz
 def test_config_fuzz_traced_long(capsys):
     """Stratified by objective and registry choice: each pair is set in the same number of
     examples, and every registry choice is part of accepted configs."""
@@ -445,7 +452,7 @@ def test_config_fuzz_traced_long(capsys):
     assert set(FOCUS) - trainable == set()
 
 
-@pytest.mark.slow
+@pytest.mark.fuzz
 @pytest.mark.parametrize("objective", OBJECTIVES)
 def test_config_fuzz_run_long(capsys, objective):
     """Stratified by registry choice: every choice the objective allows is run."""

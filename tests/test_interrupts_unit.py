@@ -252,3 +252,22 @@ def test_deferred_puts_every_handler_back_whatever_line_an_interrupt_arrives_at(
         if count < k:
             break
     assert k > 5
+
+
+def test_an_error_raised_while_an_interrupt_unwinds_counts_as_the_interrupt():
+    """A worker records an exception as the run's failure, unless it was raised while a
+    Ctrl-C or SIGTERM unwound (a lock released twice on the way out): that run was
+    interrupted, and must resume, not be recorded failed."""
+    from attnlab.worker import raise_if_interrupted
+
+    def unwinding():
+        try:
+            raise KeyboardInterrupt("SIGTERM")
+        finally:
+            raise RuntimeError("release unlocked lock")  # noqa: B012 - what happened
+
+    with pytest.raises(RuntimeError) as caught:
+        unwinding()
+    with pytest.raises(KeyboardInterrupt, match="release unlocked lock"):
+        raise_if_interrupted(caught.value)
+    raise_if_interrupted(ValueError("a real failure"))  # not an interrupt: nothing raised

@@ -4,6 +4,7 @@ lowering_platforms=...)`` runs XLA's platform lowering on the CPU, from abstract
 GPT-2 small's parameters are allocated."""
 
 import dataclasses
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -53,6 +54,51 @@ def test_the_gpt2_small_train_step_lowers_for(platform, gpt2_small):
     text = lowered_text(traced, platform)
     # bf16 compute reached the lowered program, and no host callback did
     assert "bf16" in text and "callback" not in text
+
+
+def products(text: str) -> list[tuple[list[int], ...]]:
+    """Each ``stablehlo.dot_general``'s (lhs, rhs, result) as (shape + [dtype]) lists."""
+    found = []
+    for lhs, rhs, out in re.findall(r"stablehlo\.dot_general .*?: \(tensor<([^>]*)>, "
+                                    r"tensor<([^>]*)>\) -> tensor<([^>]*)>", text):
+        found.append(tuple(t.split("x") for t in (lhs, rhs, out)))
+    return found
+
+
+def test_a_bf16_step_multiplies_in_bf16_outside_attention(gpt2_small):
+    """GPT-2 small's bf16 step, lowered for a GPU: every matrix product but attention's
+    (cuDNN's fused kernel there) takes bf16 operands. A float32 operand is an upcast weight or
+    gradient, a GEMM at half the bf16 rate or less: the head's backward products (the largest,
+    over the 50k vocabulary) were float32 until the projection's backward rounded the float32
+    logits' gradient to bf16. Parameters and Adam's moments stay float32 (updates of ~1e-3 of a
+    weight vanish in bf16)."""
+    graphdef, state, tx, schedule = abstract(gpt2_small)
+    text = lowered_text(jax.jit(make_train_step(gpt2_small, graphdef, tx, schedule),
+                                donate_argnums=0).trace(state, batch_of(gpt2_small)), "cuda")
+    seq, vocab = str(gpt2_small.data.seq_len), str(gpt2_small.model.vocab_size)
+    attention = [p for p in products(text) if any(t.count(seq) >= 2 for t in p)]
+    others = [p for p in products(text) if p not in attention]
+    assert attention and len(others) > 6 * gpt2_small.model.n_layers
+    assert sum(vocab in p[0] + p[1] for p in others) == 3  # the head: forward, dx, dW
+    assert all(p[0][-1] == p[1][-1] == "bf16" for p in others), \
+        [p for p in others if p[0][-1] != "bf16" or p[1][-1] != "bf16"]
+    assert {str(leaf.dtype) for leaf in jax.tree.leaves(state.params)} == {"float32"}
+    assert {str(leaf.dtype) for leaf in jax.tree.leaves(state.opt_state)} <= {"float32", "int32"}
+
+
+def test_the_train_step_donates_the_whole_state():
+    """The run's jitted train step (attnlab/train/programs.py) updates the state in place:
+    every parameter and optimizer buffer is aliased to an output, so no second copy exists."""
+    from attnlab.train.programs import build_programs
+    from attnlab.train.sharding import make_mesh
+
+    cfg = from_config_dict(parse(["--config=configs/tiny.py"]).config)
+    programs = build_programs(cfg, make_mesh(cfg))
+    accum = cfg.train.grad_accum
+    batch = jax.ShapeDtypeStruct((accum, cfg.data.batch_size // accum, cfg.data.seq_len + 1),
+                                 jnp.int32)
+    text = programs.train_step.trace(programs.abstract_state, batch).lower().as_text()
+    assert text.count("tf.aliasing_output") == len(jax.tree.leaves(programs.abstract_state))
 
 
 @pytest.mark.parametrize("members", ["vmap", "map"])

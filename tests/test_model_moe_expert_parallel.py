@@ -81,7 +81,7 @@ SCRIPT = textwrap.dedent("""
               jax.device_put(batches[0][0], tokens), None, key)
     hlo = sharded_grads.lower(*placed).compile().as_text()
     # the buffers there and back, forward and backward: in each layer, or in the scan's bodies
-    assert len(re.findall(r"all-to-all\(", hlo)) == 4 * (1 if scan else cfg.model.n_layers)
+    assert len(re.findall(r"all-to-all\\(", hlo)) == 4 * (1 if scan else cfg.model.n_layers)
     got_m, got_g = sharded_grads(*placed)
     for k in want_m:
         np.testing.assert_allclose(got_m[k], want_m[k], rtol=1e-5, atol=1e-6, err_msg=k)

@@ -412,3 +412,21 @@ def test_an_ensembled_sweep_gives_the_table_of_lone_runs(tmp_path, cache_dir):
     before = mtimes(tmp_path / "together")
     run_sweep(spec, tmp_path / "together", progress=False, cache_dir=cache_dir)
     assert mtimes(tmp_path / "together") == before
+
+
+def test_a_run_whose_summary_says_failed_is_retrained_by_retry_failed(tmp_path):
+    """A run can be recorded failed in its summary.json too (an error inside training, after
+    the summary was written): --retry-failed moves that record aside as well, and the run
+    resumes from its checkpoint and completes."""
+    spec = single_run_spec()
+    workdir = tmp_path / "sweep"
+    assert run_sweep(spec, workdir, progress=False)["status"].tolist() == ["completed"]
+    run_dir = workdir / "runs" / plan(spec)[0].run_id
+    summary = json.loads((run_dir / "summary.json").read_text())
+    summary.update(status="failed", error="RuntimeError: the device fell over")
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    assert run_sweep(spec, workdir, progress=False)["status"].tolist() == ["failed"]  # kept
+    table = run_sweep(spec, workdir, progress=False, retry_failed=True)
+    assert table["status"].tolist() == ["completed"]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "completed"

@@ -67,8 +67,13 @@ def _project_forward(x, kernel, preferred_element_type):
 
 def _project_backward(preferred_element_type, residuals, g):
     """``dx = g W^T``; ``dW = x^T g`` over all tokens, the narrower of ``x`` and ``g``
-    transposed (see above). Cast back to the operands' dtypes, as autodiff does."""
+    transposed (see above). Cast back to the operands' dtypes, as autodiff does.
+
+    A wider ``g`` (float32 logits' gradient of a bfloat16 projection) is rounded to the
+    operands' dtype first, as autodiff of ``project(x, W).astype(float32)`` would: otherwise
+    both backward products run in float32 (the weight upcast), the largest matmuls of a step."""
     x, kernel = residuals
+    g = g.astype(x.dtype)
     dx = jax.lax.dot_general(g, kernel, (((g.ndim - 1,), (1,)), ((), ())),
                              preferred_element_type=preferred_element_type)
     x_rows, g_rows = x.reshape(-1, x.shape[-1]), g.reshape(-1, g.shape[-1])

@@ -31,6 +31,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import optax
 
 from attnlab.config import ModelConfig
 from attnlab.errors import ConfigError
@@ -65,8 +66,10 @@ def token_losses(logits: jax.Array, targets: jax.Array) -> jax.Array:
     Returns:
       float32 ``[batch, seq]``.
     """
-    log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-    return -jnp.take_along_axis(log_probs, targets[..., None].astype(jnp.int32), axis=-1)[..., 0]
+    # logsumexp minus the target's logit: no [batch, seq, vocab] array of log-probabilities is
+    # kept for the backward pass (log_softmax kept one, in float32, beside the logits).
+    return optax.losses.softmax_cross_entropy_with_integer_labels(
+        logits.astype(jnp.float32), targets.astype(jnp.int32))
 
 
 # --------------------------------------------------------------------------------------------

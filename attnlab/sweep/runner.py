@@ -219,10 +219,15 @@ def reset_for_retry(workdir: Path, run_dir: Path) -> str | None:
     """
     status = rundir.run_status(run_dir)
     if status == rundir.FAILED:
+        retried = rundir.RETRIED_FAILURE_FILE.format(time=time.strftime("%Y%m%d-%H%M%S"))
         failure = run_dir / rundir.FAILURE_FILE
         if failure.exists():
-            os.replace(failure, run_dir / rundir.RETRIED_FAILURE_FILE.format(
-                time=time.strftime("%Y%m%d-%H%M%S")))
+            os.replace(failure, run_dir / retried)
+        # A summary that says failed would keep the run failed whatever else is moved.
+        summary = rundir.read_json_or_none(run_dir / rundir.SUMMARY_FILE)
+        if isinstance(summary, dict) and summary.get("status") == rundir.FAILED:
+            summary.update(status=rundir.PARTIAL, retried_error=summary.pop("error", None))
+            rundir.write_json_atomic(run_dir / rundir.SUMMARY_FILE, summary)
         return "resumed"
     if status == rundir.DIVERGED:
         retired = workdir / rundir.RETIRED_DIR

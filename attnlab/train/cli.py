@@ -49,6 +49,8 @@ GENERATE_FLAGS = [
                                         "exceeds the machine's."),
 ]
 
+ENV_FLAGS = [Flag("json", "string", "", "Also write the report to this JSON file.")]
+
 
 def _config(values) -> Config:
     """The command line's config, every rule between its parts checked (before compiling)."""
@@ -341,4 +343,19 @@ def _fill_in(cfg: Config, graphdef, params, tokenizer, objective, text: str, max
         out = np.asarray(fill_masks(graphdef, params, cfg.model, prompt))[0]
     out = out[(out < tokenizer.vocab_size) | (out == mask)]  # ids the tokenizer can write
     sys.stdout.write(decode_with_masks(tokenizer, out, mask).decode("utf-8", "replace") + "\n")
+    return 0
+
+
+def env_main(argv: list[str]) -> int:
+    """``attnlab env [--json=FILE]``: package versions, backend and devices, the peak MFU is
+    measured against, whether cuDNN's fused attention and bf16 matmuls work here."""
+    from attnlab import rundir
+    from attnlab.train import environment
+
+    values = parse(argv, ENV_FLAGS, prog="attnlab env", takes_config=False,
+                   description=env_main.__doc__)
+    found = environment.report()
+    print("\n".join(environment.report_lines(found)))
+    if values.json:
+        rundir.write_json_atomic(Path(values.json), found)
     return 0

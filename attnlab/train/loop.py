@@ -30,6 +30,7 @@ from attnlab.data.icl import window_layout
 from attnlab.errors import ConfigError
 from attnlab.model import check, flops_per_token, param_counts, recorded_counts, resolve
 from attnlab.train.branch import branch_record
+from attnlab.train import environment
 from attnlab.train.checkpoint import Checkpoints
 from attnlab.train.memory import check_training_fits
 from attnlab.train.metrics import MetricsWriter, Throughput, scalar_metrics
@@ -135,7 +136,7 @@ class _Training:
         self.flops = training_flops_per_token(cfg)
         self.objective = resolve(cfg.model).objective
         device = jax.devices()[0]
-        self.peak, peak_source = peak_flops_per_device(device, cfg.model.dtype)
+        self.peak, self.peak_source = peak_flops_per_device(device, cfg.model.dtype)
         counts = param_counts(cfg.model)
         mesh = found.mesh
         self.summary = {
@@ -147,7 +148,8 @@ class _Training:
             "device": {"kind": device.device_kind, "platform": device.platform,
                        "count": mesh.size, "processes": jax.process_count(),
                        "mesh": dict(mesh.shape), "peak_flops_per_device": self.peak,
-                       "peak_source": peak_source},
+                       "peak_source": self.peak_source},
+            "versions": environment.versions(),
             "dataset": found.corpus.manifest,
             "warnings": list(found.budget_warnings) + found.notes,
         }
@@ -188,6 +190,10 @@ class _Training:
         total = self.cfg.total_steps
         self.metrics = MetricsWriter(self.workdir, total_steps=total, start_step=self.start,
                                      progress=self.progress, write_files=self.writer)
+        if self.writer:  # what ran it, first in every run's log
+            sys.stderr.write("".join(f"{line}\n" for line in environment.run_lines(
+                self.peak, self.peak_source, self.cfg.model.dtype)))
+            sys.stderr.flush()
         for text in self.found.budget_warnings:
             self.metrics.message(f"warning: {text}")
         for text in self.found.notes:  # said even without a progress display

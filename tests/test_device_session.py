@@ -1,0 +1,48 @@
+"""benchmarks/device_session.sh, the one command a lent accelerator session runs: its --smoke
+mode on the CPU goes through every stage (environment, device checks, benchmarks/gpu.py, two
+studies) and brings back every table, and a second call redoes nothing it finished."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+FILES = {"env.json", "checks.md", "gpu.md", "quickstart.csv", "quickstart_report.txt",
+         "architectures.csv", "architectures_report.txt", "session.log"}
+
+
+def session(tmp_path, *extra):
+    env = {**os.environ, "PYTHON": sys.executable}
+    env.pop("OUT", None)
+    return subprocess.run(["bash", str(REPO / "benchmarks" / "device_session.sh"), "--smoke",
+                           f"--work={tmp_path / 'work'}", f"--out={tmp_path / 'out'}", *extra],
+                          capture_output=True, text=True, timeout=1500, env=env, cwd=REPO)
+
+
+@pytest.mark.slow
+def test_the_device_session_smoke_runs_every_stage_and_resumes(tmp_path):
+    first = session(tmp_path, "--budget=1200")
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-2000:]
+    out = tmp_path / "out"
+    assert {p.name for p in out.iterdir()} == FILES  # what the device tool brings back: <= 8
+    assert json.loads((out / "env.json").read_text())["versions"]["jax"]
+    checks = (out / "checks.md").read_text()
+    assert checks.count("| pass |") == 6 and "FAIL" not in checks
+    assert "| cuDNN on (xla) |" in (out / "gpu.md").read_text()
+    for study in ("quickstart", "architectures"):
+        assert len((out / f"{study}.csv").read_text().splitlines()) > 3
+        assert "fitted law" in (out / f"{study}_report.txt").read_text()
+    second = session(tmp_path)
+    assert second.returncode == 0, second.stdout[-3000:]
+    assert second.stdout.count("done in an earlier call") == 5
+    assert "stages not done: none" in second.stdout
+
+
+def test_the_device_session_refuses_an_unknown_argument(tmp_path):
+    out = subprocess.run(["bash", str(REPO / "benchmarks" / "device_session.sh"), "--nosuch"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "--nosuch" in out.stderr
