@@ -34,11 +34,15 @@ N_opt ~ C^0.72 (95% interval 0.56-0.83; Hoffmann et al.: 0.49) with every budget
 inside its ladder, and a loose approach 3 (L = 1.39 + 81/N^0.56 + 5.2e8/D^1.56, a in
 [0.15, 0.89]): ladders centred on each optimum vary N and D together (docs/results.md).
 
-`scale=gpu` (`--config=experiments/quickstart.py:gpu`) keeps the layout at ~100x the compute:
-budgets 1e13, 3e13, 1e14 FLOPs, seven models from 0.1M to 6.4M parameters, batches of
-32 x 256 tokens, bfloat16, at least 100 steps per run: 17 runs, a few minutes on one GPU (not
-measured here: no GPU was available). The smallest model at the largest budget reads the 28M-token
-corpus 3 times (Muennighoff et al. 2023: up to ~4 epochs are nearly as good as fresh data).
+`scale=gpu` (`--config=experiments/quickstart.py:gpu`) keeps the layout at ~200x the compute:
+budgets 1e13, 2e13, 5e13, 1e14 FLOPs, each with the sizes (of seven, 0.1M to 6.4M parameters)
+within 5x of N* = 1.5M (C / 1e14)^0.6, batches of 32 x 256 tokens, bfloat16, at least 100 steps
+per run, two seeds per point: 40 runs, 1.8e15 FLOPs. No run repeats data (the first plan's
+smallest model at 1e14 read the 28M-token corpus 2.9 times). Its design check (`--dry-run`)
+expects 95% widths of 0.20 for approach 3's a and 0.08 for E at 1% seed noise (targets 0.25 and
+0.3; the first plan, one seed and no centre: a 0.29). Peak learning rate: the inverse-width rule
+above (3e-3 at d_model = 128), untuned. Not yet run: no GPU has been lent since it was planned
+(`benchmarks/device_session.sh` runs it).
 """
 
 from ml_collections import ConfigDict
@@ -78,10 +82,16 @@ def get_config(scale: str = "cpu") -> ConfigDict:
         base.train.eval_batches = 32
         sweep.learning_rate.ref_d_model = 128
         sweep.min_steps = 100
-        sweep.budgets = (1e13, 3e13, 1e14)
+        sweep.budgets = (1e13, 2e13, 5e13, 1e14)
         # (d_model, n_layers, n_heads): 0.1M to 6.4M parameters, head_dim 32.
         sweep.shapes = ((64, 2, 2), (96, 2, 3), (128, 2, 4), (128, 4, 4), (192, 4, 6),
                         (192, 6, 6), (256, 8, 8))
+        # Each budget's sizes within 5x of N* = 1.5M (C / 1e14)^0.6 (the CPU plan's a = 0.72
+        # extrapolated gives 1.1M at 1e14): no run reads the corpus more than once (0.98
+        # epochs at most), and the largest budget keeps no 0.1-0.25M model that would.
+        sweep.centre = ConfigDict({"n_opt": 1.5e6, "budget": 1e14, "exponent": 0.6,
+                                   "span": 5.0})
+        sweep.axes.train.seed = (0, 1)  # two seeds per point, trained as one vmapped ensemble
     else:
         base.data.seq_len = 128
         base.data.batch_size = 8

@@ -187,3 +187,30 @@ def test_quickstart_end_to_end_then_reuses_the_runs(tmp_path, capsys):
     assert {p: p.stat().st_mtime_ns for p in summaries} == summaries
     refit = json.loads((workdir / study.FIT_FILE).read_text())
     assert refit["E"] == fit["E"] and refit["ci"] == fit["ci"]
+
+
+def _dry_run_notes(experiment: str, tmp_path) -> list[str]:
+    from attnlab.sweep import dry_run
+
+    return dry_run(sweep.load_spec(f"experiments/{experiment}"), tmp_path / "plan",
+                   probe="none")[1]
+
+
+def test_the_quickstart_gpu_plan_can_conclude(tmp_path):
+    """The plan a lent GPU runs first (benchmarks/device_session.sh): the dry run's design
+    check expects approach 3's a and E within their targets, and every point has two seeds."""
+    notes = _dry_run_notes("quickstart.py:gpu", tmp_path)
+    assert [n for n in notes if n.startswith("design:")], notes
+    assert not [n for n in notes if "may not pin" in n or "cannot separate" in n], notes
+    seeds: dict = {}
+    for run in _plan("experiments/quickstart.py:gpu"):
+        seeds.setdefault((run.budget, run.params["total"]), set()).add(run.cfg.train.seed)
+    assert seeds and all(s == {0, 1} for s in seeds.values())
+
+
+@pytest.mark.parametrize("experiment", ["quickstart.py:gpu", "architectures.py:gpu"])
+def test_the_accelerator_plans_repeat_no_data(experiment, tmp_path):
+    """No run of a plan built for an accelerator reads its corpus more than once: a fit over
+    repeated data would mix the law with repetition (Muennighoff et al. 2023)."""
+    notes = _dry_run_notes(experiment, tmp_path)
+    assert not [n for n in notes if "epochs of the" in n], notes
