@@ -15,7 +15,7 @@ from attnlab.cli_flags import HelpRequested
 from attnlab.errors import AttnlabError
 from attnlab.interrupts import (EXIT_INTERRUPTED, exit_at_once_on_interrupt,
                                  ignore_from_now_on, watchdog)
-from attnlab.rundir import check_can_write_file
+from attnlab import outputs
 
 
 # name -> (module, function, one-line help)
@@ -47,11 +47,16 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
                   "draw every head's attention map and score its induction pattern"),
 }
 
-# Flags naming a file a command writes: checked here, before the command loads or fits anything.
-OUTPUT_FLAGS: dict[str, tuple[str, ...]] = {"env": ("json",), "fit": ("json",), "compare": ("json",),
-                                            "plot": ("out",), "icl": ("json", "plot"),
-                                            "attention": ("out", "json"),
-                                            "coord-check": ("json", "plot")}
+# Flags naming a file a command writes (True: a figure), checked here before the command loads
+# or fits anything (attnlab.outputs). These commands also take --overwrite.
+OUTPUT_FLAGS: dict[str, dict[str, bool]] = {
+    "env": {"json": False}, "fit": {"json": False}, "compare": {"json": False},
+    "plot": {"out": True}, "icl": {"json": False, "plot": True},
+    "attention": {"out": True, "json": False}, "coord-check": {"json": False, "plot": True},
+    "model-info": {"plot-positions": True},
+}
+OVERWRITE_HELP = ("  --overwrite  replace an existing output file that this command did not "
+                  "write (a run's or sweep's own files never are)\n")
 
 USAGE = "usage: attnlab <command> [flags]\n\ncommands:\n" + "\n".join(
     f"  {name:<12} {help_}" for name, (_, _, help_) in COMMANDS.items()
@@ -73,11 +78,15 @@ def main(argv: list[str] | None = None, *, exiting: bool = False) -> int:
     module_name, function_name, _ = COMMANDS[name]
     with watchdog(leave_ignored=exiting):
         try:
-            check_output_paths(name, rest)
+            rest, overwrite = _overwrite_flag(name, rest)
+            check_output_paths(name, rest, overwrite=overwrite)
             command = getattr(importlib.import_module(module_name), function_name)
-            return int(command(rest) or 0)
+            code = int(command(rest) or 0)
+            if code == 0:
+                record_outputs(name, rest)
+            return code
         except HelpRequested as e:
-            sys.stdout.write(e.text)
+            sys.stdout.write(e.text + (OVERWRITE_HELP if name in OUTPUT_FLAGS else ""))
             return 0
         except AttnlabError as e:
             sys.stderr.write(f"error: {e}\n")
@@ -88,21 +97,43 @@ def main(argv: list[str] | None = None, *, exiting: bool = False) -> int:
             return EXIT_INTERRUPTED
 
 
-def check_output_paths(name: str, argv: list[str]) -> None:
+def _overwrite_flag(name: str, argv: list[str]) -> tuple[list[str], bool]:
+    """``argv`` without ``--overwrite`` / ``--nooverwrite``, and whether it was given (only
+    the commands that write files take it)."""
+    if name not in OUTPUT_FLAGS:
+        return argv, False
+    kept = [arg for arg in argv if arg not in ("--overwrite", "--nooverwrite")]
+    given = [arg for arg in argv if arg in ("--overwrite", "--nooverwrite")]
+    return kept, bool(given) and given[-1] == "--overwrite"
+
+
+def check_output_paths(name: str, argv: list[str], *, overwrite: bool = False) -> None:
     """Refuses an output file that cannot be written (a directory, a missing or read-only parent
-    directory, a file system that takes no files), naming the flag, before the command does any
-    work."""
-    for flag in OUTPUT_FLAGS.get(name, ()):
-        for i, arg in enumerate(argv):
-            if arg.startswith(f"--{flag}="):
-                path = arg.partition("=")[2]
-            elif arg == f"--{flag}" and i + 1 < len(argv):
-                path = argv[i + 1]
-            else:
-                continue
-            if not path:
-                continue
-            check_can_write_file(path, f"--{flag}")
+    directory, a file system that takes no files), that is a run's or sweep's own file, that
+    exists and was not written by this command (unless ``overwrite``), or a figure not named
+    .png/.pdf/.svg: naming the flag, before the command does any work."""
+    for flag, figure in OUTPUT_FLAGS.get(name, {}).items():
+        for path in flag_values(argv, flag):
+            outputs.check(path, f"--{flag}", name, figure=figure, overwrite=overwrite)
+
+
+def record_outputs(name: str, argv: list[str]) -> None:
+    """Notes the files this command's output flags name as its own (attnlab.outputs)."""
+    for flag in OUTPUT_FLAGS.get(name, {}):
+        for path in flag_values(argv, flag):
+            if os.path.isfile(path):
+                outputs.record(path, name)
+
+
+def flag_values(argv: list[str], flag: str) -> list[str]:
+    """The non-empty values of ``--flag=V`` / ``--flag V`` in ``argv``."""
+    found = []
+    for i, arg in enumerate(argv):
+        if arg.startswith(f"--{flag}="):
+            found.append(arg.partition("=")[2])
+        elif arg == f"--{flag}" and i + 1 < len(argv):
+            found.append(argv[i + 1])
+    return [value for value in found if value]
 
 
 def _quiet_from_now_on() -> None:

@@ -31,6 +31,7 @@ import numpy as np
 import optax
 from flax import nnx
 
+from attnlab import outputs
 from attnlab.config import Config, ModelConfig
 from attnlab.errors import ConfigError
 from attnlab.model.architecture import PARAMETERIZATIONS as _KINDS
@@ -292,8 +293,6 @@ def coord_check_main(argv: list[str]) -> int:
     """``attnlab coord-check --config=configs/x.py --widths=64,128,256,512 [--steps=4]
     [--lr=...] [--json=FILE] [--plot=FILE]``: prints each layer type's slope and
     max/min ratio across widths under sp and mup."""
-    import json
-
     from attnlab.cli_flags import parse
     from attnlab.config import from_config_dict
 
@@ -315,8 +314,7 @@ def coord_check_main(argv: list[str]) -> int:
         print(f"{kind:<18}" + "".join(f"{slopes[p][kind]:>12.3f}{ratios[p][kind]:>13.2f}"
                                       for p in slopes))
     if values.json:
-        with open(values.json, "w") as f:
-            json.dump(slopes, f, indent=2, sort_keys=True)
+        outputs.write_json(values.json, dict(sorted(slopes.items())))
     if values.plot:
-        plot(report).savefig(values.plot, dpi=120)
+        outputs.save_figure(plot(report), values.plot, dpi=120)
     return 0

@@ -35,6 +35,8 @@ import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
+import platformdirs
+
 from attnlab.errors import AttnlabError, WriteError
 
 # -- a run directory ---------------------------------------------------------------------------
@@ -85,6 +87,11 @@ RESUMABLE_DIFFERENCES = frozenset({
     "data.cache_dir", "train.distributed", "train.coordinator_address", "train.num_processes",
     "train.process_id", "train.mesh_data", "train.mesh_fsdp", "train.keep_steps",
 })
+
+
+def default_cache_dir() -> Path:
+    """$ATTNLAB_CACHE_DIR, else the platform's user cache dir (e.g. ~/.cache/attnlab)."""
+    return Path(os.environ.get("ATTNLAB_CACHE_DIR") or platformdirs.user_cache_dir("attnlab"))
 
 
 class WorkdirError(AttnlabError):

@@ -397,7 +397,7 @@ CASES = [
      "has two stacks"),
     ("model-info-plot-no-dir", configs, ["model-info", f"--config={TINY}",
                                          "--plot-positions={d}/nodir/p.png"],
-     "--plot-positions={d}/nodir/p.png: not a file in an existing directory"),
+     "--plot-positions={d}/nodir/p.png: the directory {d}/nodir does not exist"),
     ("model-info-plot-no-checkpoint", train_run, ["model-info", "--run={d}/run",
                                                   "--plot-positions={d}/p.png"],
      "has no checkpoint"),

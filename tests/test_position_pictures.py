@@ -124,7 +124,7 @@ def test_model_info_draws_a_trained_runs_table(tmp_path, capsys):
 @pytest.mark.parametrize("argv, words", [
     (["--config.model.pos_encoding=none", "--plot-positions={d}/x.png"],
      "model.pos_encoding=none adds nothing"),
-    (["--plot-positions={d}/missing/x.png"], "not a file in an existing directory"),
+    (["--plot-positions={d}/missing/x.png"], "missing does not exist"),
     (["--run={d}", "--plot-positions={d}/x.png"], "give --config or --run, not both"),
 ])
 def test_model_info_refuses_what_it_cannot_draw(argv, words, tmp_path, capsys):

@@ -7,6 +7,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+from attnlab import outputs
 from attnlab.cli_flags import Flag, parse
 from attnlab.errors import AttnlabError
 
@@ -91,7 +92,7 @@ def icl_main(argv: list[str]) -> int:
     result = evaluate_run(cfg, graphdef, params, batch_size=cfg.data.batch_size,
                           n_batches=values.batches, **extra)
     result["run"], result["config"] = str(run), cfg.to_dict()
-    json_path.write_text(json.dumps(result, indent=2))
+    outputs.write_json(json_path, result)
     from attnlab.icl.evaluate import report_of
     from attnlab.icl.plots import plot_result
 
@@ -173,7 +174,7 @@ def attention_main(argv: list[str]) -> int:
                                  for m in attending]}
     if isinstance(task, icl_data.InductionTask):
         result.update(inspect.head_scores(attending, task.prefixes(tokens)))
-    json_path.write_text(json.dumps(result, indent=2))
+    outputs.write_json(json_path, result)
     from attnlab.icl.plots import plot_maps
 
     plot_maps([inspect.drawable(m[0]) for m in maps], labels, out_path,
@@ -231,7 +232,7 @@ def _sweep_main(values) -> int:
         raise AttnlabError(f"--sweep={sweep}: no finished run yet")
     table = pd.DataFrame(rows).sort_values(["variant", "d_model"])
     table.to_csv(sweep / "icl_table.csv", index=False)
-    (sweep / "icl.json").write_text(json.dumps(results, indent=2))
+    outputs.write_json(sweep / "icl.json", results)
     if table["task"].nunique() > 1:
         raise AttnlabError(f"--sweep={sweep}: its runs train on different tasks "
                            f"({', '.join(sorted(table['task'].unique()))}); one table holds one")

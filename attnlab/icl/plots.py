@@ -11,6 +11,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from attnlab import outputs  # noqa: E402
+
 
 def plot_result(result: dict, report, path: Path) -> None:
     """One evaluation drawn as its task's ``report`` draws it (a
@@ -19,7 +21,7 @@ def plot_result(result: dict, report, path: Path) -> None:
     report.plot(result, ax)
     ax.set_title(f"{result['task']}: {Path(result.get('run', '')).name}")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    outputs.save_figure(fig, path, dpi=110)
     plt.close(fig)
 
 
@@ -85,7 +87,7 @@ def plot_maps(maps: list[np.ndarray], labels: list[str], path: Path,
                           rotation=90)
             ax.set_yticks(ticks, [labels[i] for i in ticks] if t <= 24 else ticks, fontsize=5)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    outputs.save_figure(fig, path, dpi=110)
     plt.close(fig)
 
 
@@ -104,5 +106,5 @@ def plot_sweep(table, path: Path, column: str, label: str) -> None:
     ax.set_ylabel(label)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    outputs.save_figure(fig, path, dpi=110)
     plt.close(fig)

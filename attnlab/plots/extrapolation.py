@@ -19,6 +19,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
+from attnlab import outputs
+
 # One fixed colour per encoding, so that every figure of a study agrees.
 ENCODING_ORDER = ("sinusoidal", "learned", "none", "rope", "alibi")
 ENCODING_LABELS = {"none": "NoPE", "sinusoidal": "sinusoidal", "learned": "learned",
@@ -54,7 +56,7 @@ def _save(fig: Figure, stem: str | Path) -> list[Path]:
     paths = []
     for fmt in FORMATS:
         path = stem.with_suffix(f".{fmt}")
-        fig.savefig(path, dpi=150, bbox_inches="tight")
+        outputs.save_figure(fig, path, dpi=150, bbox_inches="tight")
         paths.append(path)
     return paths
 

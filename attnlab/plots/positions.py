@@ -9,6 +9,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from attnlab import outputs
 from attnlab.model.inspect import SimilarityPicture
 
 
@@ -37,4 +38,4 @@ def plot_positions(pictures: list, path: Path) -> None:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_title(picture.title, fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    outputs.save_figure(fig, path, dpi=110)

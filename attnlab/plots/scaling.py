@@ -23,6 +23,7 @@ from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 from matplotlib.ticker import ScalarFormatter
 
+from attnlab import outputs
 from attnlab.scaling.approach1 import lower_envelope
 from attnlab.scaling.errors import FitInputError
 from attnlab.scaling.result import ScalingFit
@@ -40,8 +41,7 @@ def save_figure(figure: Figure, path: str | Path) -> Path:
     if path.suffix.lower() not in FORMATS:
         raise FitInputError(f"{path}: figures are written as .png or .pdf")
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=150, bbox_inches="tight")
-    return path
+    return outputs.save_figure(figure, path, dpi=150, bbox_inches="tight")
 
 
 def _positive(values) -> np.ndarray:

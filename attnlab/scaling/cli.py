@@ -13,14 +13,13 @@ and returns 2.
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 import warnings
 from pathlib import Path
 
 from absl import flags
 
-from attnlab import cli_flags
+from attnlab import cli_flags, outputs
 from attnlab.cli_flags import Flag
 from attnlab.errors import AttnlabError
 from attnlab.scaling import clark
@@ -222,7 +221,7 @@ def grouped_multipliers(grouped: GroupedFits, base: str, budgets: list[float]):
 def _write_json(path: str, payload: dict) -> None:
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(payload, indent=2) + "\n")
+    outputs.write_json(out, payload)
 
 
 def _number(value) -> str:
@@ -442,5 +441,5 @@ def compare_main(argv: list[str]) -> int:
         payload = {"by": by, "baseline": baseline, "metric": metric, "match": list(match),
                    "pair": values["pair"].value,
                    "ci_level": level, "rows": jsonable(frame.to_dict(orient="records"))}
-        Path(values["json"].value).write_text(json.dumps(payload, indent=1) + "\n")
+        outputs.write_json(values["json"].value, payload, indent=1)
     return 0

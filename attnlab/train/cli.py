@@ -349,7 +349,7 @@ def _fill_in(cfg: Config, graphdef, params, tokenizer, objective, text: str, max
 def env_main(argv: list[str]) -> int:
     """``attnlab env [--json=FILE]``: package versions, backend and devices, the peak MFU is
     measured against, whether cuDNN's fused attention and bf16 matmuls work here."""
-    from attnlab import rundir
+    from attnlab import outputs
     from attnlab.train import environment
 
     values = parse(argv, ENV_FLAGS, prog="attnlab env", takes_config=False,
@@ -357,5 +357,5 @@ def env_main(argv: list[str]) -> int:
     found = environment.report()
     print("\n".join(environment.report_lines(found)))
     if values.json:
-        rundir.write_json_atomic(Path(values.json), found)
+        outputs.write_json(values.json, found)
     return 0

@@ -14,9 +14,8 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
-import platformdirs
 
-from attnlab.rundir import read_json_or_none, write_json_atomic
+from attnlab.rundir import default_cache_dir, read_json_or_none, write_json_atomic
 
 # (substring of device_kind, lower-case) -> peak dense FLOP/s per JAX device, bf16 matmul.
 # TPU v2/v3 expose one JAX device per core (half a chip); v4 and later one per chip.
@@ -74,11 +73,6 @@ def measure_matmul_peak(dtype: str = "float32", size: int = 1024, repeats: int =
         matmul(a, b).block_until_ready()
         best = min(best, time.perf_counter() - start)
     return 2.0 * size**3 / best
-
-
-def default_cache_dir() -> Path:
-    """$ATTNLAB_CACHE_DIR, else the platform's user cache dir (e.g. ~/.cache/attnlab)."""
-    return Path(os.environ.get("ATTNLAB_CACHE_DIR") or platformdirs.user_cache_dir("attnlab"))
 
 
 def _cpu_name() -> str:
