@@ -358,6 +358,9 @@ CASES = [
                                     "--workdir={d}/w"], "config.model.objective"),
     ("generate-mlm-no-mask", mlm_run, ["generate", "--run={d}/run", "--prompt=def f(x):"],
      "--prompt holds no [MASK]"),
+    ("generate-mlm-temperature", mlm_run, ["generate", "--run={d}/run", "--prompt=d[MASK]f",
+                                           "--temperature=0.5", "--max-new-tokens=3"],
+     "--temperature, --max-new-tokens: model.objective=mlm fills each [MASK] greedily"),
     # --- muP (model.parameterization)
     ("train-mup-no-base", None, ["train", f"--config={TINY}",
                                  "--config.model.parameterization=mup",

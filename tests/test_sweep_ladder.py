@@ -108,6 +108,9 @@ def test_dry_run_probes_a_ladder_whose_costliest_run_is_a_branch(tmp_path):
     (["sweep.branches.fraction=1.0"], "sweep.branches.fraction"),
     (["sweep.branches.cooldown=exp"], "sweep.branches.cooldown"),
     (["sweep.mode=grid"], "sweep.branches"),
+    # one step: its cooldown would start after the 2-step warmup, past its own end (a worker
+    # refused every such branch after the trunks had trained)
+    (["sweep.branches.tokens=(1,)"], "sweep.branches"),
 ])
 def test_ladder_spec_errors_name_the_field(overrides, field):
     with pytest.raises(SweepSpecError) as e:

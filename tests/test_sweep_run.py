@@ -430,3 +430,11 @@ def test_a_run_whose_summary_says_failed_is_retrained_by_retry_failed(tmp_path):
     assert table["status"].tolist() == ["completed"]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed"
+
+
+def test_a_dry_run_warns_of_the_runs_the_sweep_would_refuse_for_memory(tmp_path):
+    spec = load_spec(GRID, ["sweep.shapes=((16,1,2,1e-2),(16384,96,128,1e-4))",
+                            "sweep.axes.model.pos_encoding=('rope',)"])
+    _, notes = dry_run(spec, tmp_path, probe="none")
+    warned = [n for n in notes if "pass --allow-large" in n]
+    assert len(warned) == 1 and warned[0].startswith("warning: run d16384-l96")

@@ -328,10 +328,14 @@ def ladder_runs(spec: SweepSpec, template: PlannedRun) -> list[PlannedRun]:
             raise SweepSpecError("sweep.branches", f"{label}: two token counts round to the "
                                  f"same {s} steps of {batch} tokens; spread them further apart")
     starts = [wsd_decay_start(s, cfg.train.warmup_steps, b.fraction) for s in steps]
+    warmup = cfg.train.warmup_steps
     for s, start in zip(steps, starts):
-        if start < 1:
-            raise SweepSpecError("sweep.branches", f"{label}: a branch of {s} steps has no "
-                                 f"constant-LR step before its cooldown; give it more tokens")
+        # A branch starts after its trunk's warmup and cools down for at least one step: the
+        # worker refuses anything shorter (its warmup would outlast the run).
+        if start < 1 or start >= s:
+            raise SweepSpecError("sweep.branches", f"{label}: a branch of {s} step(s) has no "
+                                 f"constant-LR step before its cooldown (the warmup takes "
+                                 f"{warmup}); give it more tokens")
     trunk = _ladder_run(spec, template, {
         "train.schedule": "constant", "train.tokens": max(starts) * batch,
         "train.keep_steps": tuple(sorted(set(starts)))}, "trunk")

@@ -157,6 +157,9 @@ def dry_run(spec: SweepSpec, workdir: str | Path | None = None, *, probe: str = 
     if spec.mode in ("isoflop", "ladder"):  # the modes planned for Chinchilla fits
         notes += design_notes(runs, spec.variant_column if spec.variants else None)
     notes += check_data(todo)  # a bad data source fails the dry run too, naming its field
+    too_large = memory_refusals(todo)
+    notes += [f"warning: {text}" for text in too_large.values()]
+    runs = [run for run in runs if run.run_id not in too_large]  # probing one would not fit
     if probe == "steps" and runs:
         cache = workdir / rundir.JAX_CACHE_DIR if workdir and workdir.exists() else None
         # A sweep of variants (e.g. sequence mixers) probes each variant's own shapes: FLOP
@@ -188,6 +191,20 @@ def dry_run(spec: SweepSpec, workdir: str | Path | None = None, *, probe: str = 
 
 _SHOWN_ELSEWHERE = ("train.learning_rate", "train.warmup_steps", "train.tokens",
                     "train.schedule", "train.branch_step", "train.decay_fraction")
+
+
+def memory_refusals(runs: list[PlannedRun]) -> dict[str, str]:
+    """run id -> the line with which the sweep would refuse the run on this machine (its
+    memory estimate exceeds the machine's; ``--allow-large`` runs it anyway)."""
+    from attnlab.train.memory import TooLargeError, check_training_fits
+
+    refused = {}
+    for run in runs:
+        try:
+            check_training_fits(run.cfg, where=f"run {run.run_id}: ")
+        except TooLargeError as e:
+            refused[run.run_id] = f"{e} (the sweep refuses it here without --allow-large)"
+    return refused
 
 
 def design_notes(runs: list[PlannedRun], column: str | None = None) -> list[str]:

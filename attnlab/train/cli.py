@@ -270,6 +270,7 @@ def generate_main(argv: list[str]) -> int:
     if resolve(run_model).objective.uses_mask and MASK_TEXT not in values.prompt:
         raise AttnlabError(f"--prompt holds no {MASK_TEXT}: model.objective={run_model.objective}"
                            f" predicts masked tokens; write {MASK_TEXT} where they go")
+    _refuse_unused_sampling(values, resolve(run_model).objective, run_model.objective)
     check_generation_fits(run_model, max_new + 1024, allow_large=values["allow-large"].value)
     cfg, graphdef, params = load_params(values.run, values.step)
     # An imported run (attnlab import-hf) brings its model's tokenizer.
@@ -323,6 +324,18 @@ def _read_prompts(path: str) -> list[str]:
     if not prompts:
         raise AttnlabError(f"--prompts-file={path} holds no prompt (one per line)")
     return prompts
+
+
+def _refuse_unused_sampling(values, objective, name: str) -> None:
+    """A masked objective fills its masks greedily: sampling flags given to it would be
+    ignored, so they are refused (the encoder-decoder's spans do take --max-new-tokens)."""
+    if not objective.uses_mask:
+        return
+    unused = ["temperature"] + ([] if objective.encoder_decoder else ["max-new-tokens"])
+    given = [f"--{flag}" for flag in unused if values[flag].present]
+    if given:
+        raise AttnlabError(f"{', '.join(given)}: model.objective={name} fills each [MASK] "
+                           f"greedily, so it takes no {' or '.join(given)}")
 
 
 def _fill_in(cfg: Config, graphdef, params, tokenizer, objective, text: str, max_new: int) -> int:
