@@ -88,13 +88,46 @@ def main(argv: list[str] | None = None, *, exiting: bool = False) -> int:
         except HelpRequested as e:
             sys.stdout.write(e.text + (OVERWRITE_HELP if name in OUTPUT_FLAGS else ""))
             return 0
-        except AttnlabError as e:
-            sys.stderr.write(f"error: {e}\n")
+        except (AttnlabError, OSError) as e:
+            sys.stderr.write(f"error: {_one_line(e)}\n")
             _quiet_from_now_on()
             return 2
         except KeyboardInterrupt:  # commands that have more to say catch it themselves
             sys.stderr.write(f"\ninterrupted (attnlab {name})\n")
             return EXIT_INTERRUPTED
+        except Exception as e:  # noqa: BLE001 - only an accelerator's out-of-memory is ours
+            if not _out_of_memory(e):
+                raise
+            sys.stderr.write(f"error: out of memory: {_first_line(e)} (the model or batch is "
+                             f"too large for this device; --allow-large skips the estimate "
+                             f"that refuses such configs up front)\n")
+            _quiet_from_now_on()
+            return 2
+
+
+def _one_line(error: Exception) -> str:
+    """An attnlab error as it is; an OS error (a full disk, a read-only or pseudo file system,
+    a missing directory) as its reason and the file it names."""
+    if isinstance(error, AttnlabError) or not isinstance(error, OSError):
+        return str(error)
+    where = f": {error.filename}" if error.filename else ""
+    return f"{error.strerror or type(error).__name__}{where}"
+
+
+def _out_of_memory(error: Exception) -> bool:
+    """An allocation larger than the device's memory, as XLA reports it (RESOURCE_EXHAUSTED on
+    accelerators, "Out of memory allocating N bytes" on a CPU)."""
+    text = str(error)
+    return (type(error).__name__ in ("XlaRuntimeError", "JaxRuntimeError")
+            and ("RESOURCE_EXHAUSTED" in text or "Out of memory" in text))
+
+
+def _first_line(error: Exception) -> str:
+    lines = str(error).strip().splitlines()
+    line = lines[0] if lines else type(error).__name__
+    for prefix in ("RESOURCE_EXHAUSTED: ", "INTERNAL: ", "Error dispatching computation: "):
+        line = line.removeprefix(prefix)
+    return line
 
 
 def _overwrite_flag(name: str, argv: list[str]) -> tuple[list[str], bool]:

@@ -135,13 +135,16 @@ class CoordReport:
 def coord_check(cfg: Config, widths: tuple[int, ...], *, steps: int = 4, lr: float | None = None,
                 base: int | None = None, seeds: int = 1,
                 batches: Callable[[int], np.ndarray] | None = None,
-                parameterizations: tuple[str, ...] = PARAMETERIZATIONS) -> CoordReport:
+                parameterizations: tuple[str, ...] = PARAMETERIZATIONS,
+                allow_large: bool = False) -> CoordReport:
     """Trains ``cfg`` at each width of ``widths`` for ``steps`` Adam steps (its optimizer at a
     constant ``lr``, default ``cfg.train.learning_rate``) and measures activations on one fixed
     batch after each step (averaged over ``seeds`` initialisations).
 
     Args:
       base: muP's base width (default the smallest width).
+      allow_large: skip the memory estimate that refuses a widest model larger than the
+        machine (attnlab.train.memory).
       batches: ``i -> int32 [batch, seq + 1]``, batch ``i`` (default the config's training
         data); the probe batch is batch 0's inputs.
 
@@ -149,6 +152,7 @@ def coord_check(cfg: Config, widths: tuple[int, ...], *, steps: int = 4, lr: flo
       ConfigError: a width the config cannot be built at (naming the field).
     """
     from attnlab.model import check, init_model
+    from attnlab.train.memory import check_training_fits
 
     widths = tuple(sorted(widths))
     if len(widths) < 2:
@@ -158,6 +162,8 @@ def coord_check(cfg: Config, widths: tuple[int, ...], *, steps: int = 4, lr: flo
     arms = {(p, w): arm(cfg, p, w, base, lr, steps) for p in parameterizations for w in widths}
     for arm_cfg in arms.values():
         check(arm_cfg)  # every width's config, before any data is read or anything compiled
+    check_training_fits(arms[(parameterizations[0], widths[-1])], allow_large=allow_large,
+                        where="--widths: ")
     if batches is None:
         batches = _config_batches(cfg)
     probe = jnp.asarray(batches(0)[:, :-1])
@@ -275,6 +281,8 @@ def _flags():
         Flag("seeds", "integer", 1, "Initialisations averaged per width."),
         Flag("json", "string", "", "Write {sp: {layer type: slope}, mup: {...}} here."),
         Flag("plot", "string", "", "Write the figure (PNG or PDF) here."),
+        Flag("allow-large", "bool", False, "Run even if the widest model's estimated memory "
+                                            "exceeds the machine's."),
     ]
 
 
@@ -304,7 +312,7 @@ def coord_check_main(argv: list[str]) -> int:
     if values.seeds < 1:
         raise ConfigError("--seeds", f"must be >= 1, got {values.seeds}")
     report = coord_check(cfg, widths, steps=values.steps, lr=values.lr, base=values.base,
-                         seeds=values.seeds)
+                         seeds=values.seeds, allow_large=values["allow-large"].value)
     slopes, ratios = report.slopes(), report.ratios()
     print(f"coordinate check: widths {', '.join(map(str, report.widths))}, {report.steps} steps "
           f"at lr {report.lr:g}, muP base width {report.base}")

@@ -77,6 +77,7 @@ RUNNING, COMPLETED, DIVERGED, FAILED = "running", "completed", "diverged", "fail
 SUMMARY_STATUSES = (RUNNING, COMPLETED, DIVERGED, FAILED)
 # ... and what a sweep makes of a run directory (run_status).
 PARTIAL, PENDING = "partial", "pending"
+MISSING = "missing"  # a planned run whose run.json vanished (its directory deleted mid-sweep)
 FINAL_STATUSES = (COMPLETED, DIVERGED, FAILED)
 
 

@@ -112,3 +112,50 @@ def test_allow_nonempty_uses_a_directory_of_other_files(tmp_path):
     # a run's own files mark it as attnlab's: resuming needs no flag
     (mine / "train.log").write_text("")
     assert check_workdir(mine, cfg) is None
+
+
+@pytest.mark.parametrize("error", [
+    OSError(28, "No space left on device", "/full/fit.json"),
+    OSError(30, "Read-only file system", "/ro/run/extrapolation.json"),
+    FileNotFoundError(2, "No such file or directory", "/proc/.rel_hf.tmp"),
+], ids=["ENOSPC", "EROFS", "ENOENT"])
+def test_an_os_error_from_any_command_is_one_line(error, monkeypatch, capsys):
+    """A full disk, a read-only file system, a pseudo file system: one line naming the file
+    and exit 2, from whichever command met it (here `env`, made to meet it)."""
+    from attnlab import cli
+    from attnlab.train import cli as train_cli
+
+    def fails(argv):
+        raise error
+
+    monkeypatch.setattr(train_cli, "env_main", fails)
+    assert cli.main(["env"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {error.strerror}: {error.filename}\n"
+
+
+def test_an_out_of_memory_under_allow_large_is_one_line_and_a_recorded_failure(tmp_path,
+                                                                                capsys):
+    """--allow-large skips the estimate; XLA then refuses the allocation: one line with the
+    size, and the run's summary records the failure (not a traceback)."""
+    import json
+
+    from attnlab import cli
+
+    workdir = tmp_path / "run"
+    assert cli.main(["train", f"--config={TINY}", "--noprogress", "--allow-large",
+                     "--config.model.d_model=1000000", f"--workdir={workdir}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: out of memory: ") and "bytes" in err[-1]
+    assert "Traceback" not in "\n".join(err)
+    summary = json.loads((workdir / "summary.json").read_text())
+    assert summary["status"] == "failed" and "Out of memory" in summary["error"]
+
+
+def test_coord_check_refuses_widths_beyond_the_machine_before_allocating(capsys):
+    from attnlab import cli
+
+    assert cli.main(["coord-check", f"--config={TINY}", "--steps=2",
+                     "--widths=1000000,2000000"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --widths: training d_model=2000000") and err.count("\n") == 1

@@ -438,3 +438,19 @@ def test_a_dry_run_warns_of_the_runs_the_sweep_would_refuse_for_memory(tmp_path)
     _, notes = dry_run(spec, tmp_path, probe="none")
     warned = [n for n in notes if "pass --allow-large" in n]
     assert len(warned) == 1 and warned[0].startswith("warning: run d16384-l96")
+
+
+def test_a_run_deleted_while_the_sweep_runs_is_counted_missing(tmp_path):
+    """A run directory deleted mid-sweep (its run.json gone) is listed as missing in the
+    table the sweep returns (`attnlab sweep` then exits 1), not left out of its count."""
+    from attnlab.sweep.runner import with_missing
+
+    spec = single_run_spec()
+    workdir = tmp_path / "sweep"
+    table = run_sweep(spec, workdir, progress=False)
+    run_dir = workdir / "runs" / plan(spec)[0].run_id
+    (run_dir / "run.json").unlink()  # as a deletion mid-run leaves it
+    results.write_table(workdir)  # as the sweep does at its end
+    listed = with_missing(results.load(workdir), [run_dir])
+    assert listed["status"].tolist() == ["missing"] and "vanished" in listed["error"][0]
+    assert with_missing(table, [run_dir]).equals(table)  # nothing missing: unchanged

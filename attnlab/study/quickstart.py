@@ -9,7 +9,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from attnlab import cli_flags
+from attnlab import cli_flags, rundir
 from attnlab.cli_flags import Flag
 from attnlab.study.common import (DEFAULT_EXPERIMENT, DEFAULT_WORKDIR, PLOTS_DIR,
                                   PREDICTION_MULTIPLIERS, StudyError, StudyResult, save_figures,
@@ -156,10 +156,11 @@ def run_study(spec: SweepSpec, workdir: str | Path, *, n_bootstrap: int = 200, p
     spread = describe_seed_spread(results)
     if spread:
         say(spread)
-    failed = int(counts.get("failed", 0))
+    failed = int(counts.get(rundir.FAILED, 0)) + int(counts.get(rundir.MISSING, 0))
     if failed:
-        say(f"warning: {failed} run(s) failed; their errors are in the 'error' column of "
-            f"{workdir / 'results.csv'} and in each run's train.log. Fitting the rest.")
+        say(f"warning: {failed} run(s) failed or went missing; their errors are in the 'error' "
+            f"column of {workdir / 'results.csv'} and in each run's train.log. Fitting the "
+            f"rest.")
     if spec.variants:
         with np.errstate(all="ignore"):
             result = finish_grouped_study(workdir, spec.variant_column, n_bootstrap=n_bootstrap,

@@ -360,7 +360,7 @@ def _run_sweep(spec: SweepSpec, runs: list[PlannedRun], workdir: Path, budget_no
         say(note)
     results.write_table(workdir)
     if not todo:
-        return results.load(workdir)
+        return with_missing(results.load(workdir), run_dirs)
 
     # The bar counts planned training FLOPs, not runs: the runs of a sweep differ in cost by
     # orders of magnitude (and with --parallel the largest start first), so the ETA is the
@@ -408,4 +408,18 @@ def _run_sweep(spec: SweepSpec, runs: list[PlannedRun], workdir: Path, budget_no
         except OSError as e:  # the disk is full: the error being raised says so
             if rundir.write_failure(e) is None:
                 raise
-    return results.load(workdir)
+    return with_missing(results.load(workdir), run_dirs)
+
+
+def with_missing(table: pd.DataFrame, run_dirs: list[Path]) -> pd.DataFrame:
+    """``table`` with a row of status 'missing' for each planned run it lacks: a run whose
+    directory was deleted while the sweep ran is counted, not silently dropped (rerunning the
+    sweep plans it again)."""
+    listed = set(table["run_id"]) if "run_id" in table else set()
+    missing = [d.name for d in run_dirs if d.name not in listed]
+    if not missing:
+        return table
+    rows = pd.DataFrame({"run_id": missing, "status": rundir.MISSING,
+                         "error": "its run.json vanished while the sweep ran (the directory "
+                                  "was deleted?); rerun the sweep to plan it again"})
+    return pd.concat([table, rows], ignore_index=True)
