@@ -524,9 +524,9 @@ def t5_reference(w, cfg, tokens):
         y = y + attention(rms(y, p + "1.layer_norm.weight"), memory, p + "1.EncDecAttention", 0)
         y = y + ffn(rms(y, p + "2.layer_norm.weight"), p + "2.DenseReluDense")
     y = rms(y, "decoder.final_layer_norm.weight")
-    if cfg["tie_word_embeddings"]:
-        return (y * d**-0.5) @ w["shared.weight"].T
-    return y @ w["lm_head.weight"].T
+    if cfg.get("scale_decoder_outputs", cfg["tie_word_embeddings"]):  # transformers 5 says so
+        y = y * d**-0.5
+    return y @ w["shared.weight" if cfg["tie_word_embeddings"] else "lm_head.weight"].T
 
 
 FAMILIES = {
@@ -542,6 +542,11 @@ FAMILIES = {
     "t5": (t5_config, t5_tensors, t5_reference),
     "t5v11": (lambda **o: t5_config(feed_forward_proj="gated-gelu", tie_word_embeddings=False,
                                     **o), t5_tensors, t5_reference),
+    # saved by transformers 5, which states the rescale: with it, and a tied head without it
+    "t5_transformers5": (lambda **o: t5_config(scale_decoder_outputs=True, **o), t5_tensors,
+                         t5_reference),
+    "t5_tied_unscaled": (lambda **o: t5_config(scale_decoder_outputs=False, **o), t5_tensors,
+                         t5_reference),
 }
 
 
@@ -777,10 +782,17 @@ T5_REFUSALS = {
                       "config.json: num_decoder_layers=3"),
     "gated-relu": (lambda c, t: ({**c, "feed_forward_proj": "gated-relu"}, t),
                    "config.json: feed_forward_proj='gated-relu'"),
+    "rescaled untied head": (lambda c, t: ({**c, "tie_word_embeddings": False,
+                                            "scale_decoder_outputs": True},
+                                           {**t, "lm_head.weight": t["shared.weight"]}),
+                             "config.json: scale_decoder_outputs=True is not representable"),
     "tied head differs": (lambda c, t: (c, {**t, "decoder.embed_tokens.weight":
                                             t["shared.weight"] * 2}),
                           "tensor decoder.embed_tokens.weight differs from the tensor it is tied"),
 }
+T5_REFUSALS["vocabulary of bytes"] = (
+    lambda c, t: ({**c, "vocab_size": 200}, {**t, "shared.weight": t["shared.weight"][:200]}),
+    "config.json: vocab_size=200 is smaller than the 256 byte ids and a [MASK] id")
 REFUSING_FAMILIES = {"bert": (bert_config, bert_tensors, BERT_REFUSALS),
                      "t5": (t5_config, t5_tensors, T5_REFUSALS)}
 
@@ -815,9 +827,12 @@ def test_export_refuses_an_mlm_or_span_model_without_berts_or_t5s_parts():
               head="t5")
     with pytest.raises(HFError, match="model.attention_scale='rsqrt' has no T5 equivalent"):
         family_of_model(ModelConfig(**t5)).hf_config(ModelConfig(**t5), CTX)
-    cfg = ModelConfig(**{**t5, "attention_scale": "none", "head": "linear"})
-    with pytest.raises(HFError, match="model.head='linear' has no T5 equivalent"):
+    cfg = ModelConfig(**{**t5, "attention_scale": "none", "head": "bert"})
+    with pytest.raises(HFError, match="model.head='bert' has no T5 equivalent"):
         family_of_model(cfg).hf_config(cfg, CTX)
+    # a tied head without the rescale is one since transformers 5 (scale_decoder_outputs)
+    cfg = ModelConfig(**{**t5, "attention_scale": "none", "head": "linear"})
+    assert family_of_model(cfg).hf_config(cfg, CTX)["scale_decoder_outputs"] is False
 
 
 # --------------------------------------------------------------------------------------------

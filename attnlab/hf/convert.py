@@ -19,7 +19,7 @@ from attnlab.config import Config, DataConfig
 from attnlab.hf.families import Family, HFError, family_of_config, family_of_model
 from attnlab.hf.files import (Weights, check_target, read_config, staged, tokenizer_file,
                               write_directory)
-from attnlab.model import check
+from attnlab.model import check, resolve
 from attnlab.train.checkpoint import Checkpoints, path_name, param_shapes
 from attnlab.train.load import load_config, load_params
 from attnlab.train.optimizer import optimizer_for
@@ -46,6 +46,7 @@ def import_hf(source: str | Path, workdir: str | Path, base: Config | None = Non
     if notes is not None:
         notes.extend(family.notes(hf))
     if base is None:
+        _check_default_data_fits(model)
         cfg = Config(model=model, data=DataConfig(seq_len=family.context_length(hf)),
                      name=f"hf-{family.model_type}")
     else:
@@ -69,6 +70,18 @@ def import_hf(source: str | Path, workdir: str | Path, base: Config | None = Non
         if tokenizer is not None:
             shutil.copyfile(tokenizer, stage / rundir.TOKENIZER_FILE)
     return cfg
+
+
+def _check_default_data_fits(model) -> None:
+    """Without --config a run gets attnlab's default data (bytes: 256 ids, and a masked
+    model's [MASK] after them): a vocabulary too small for it is refused by what the
+    checkpoint has, not by a tokenizer the user never chose."""
+    need = 257 if resolve(model).objective.uses_mask else 256
+    if model.vocab_size < need:
+        mask = " and a [MASK] id after them" if need == 257 else ""
+        raise HFError(f"config.json: vocab_size={model.vocab_size} is smaller than the 256 "
+                      f"byte ids{mask} of attnlab's default data; import with --config naming "
+                      f"data whose tokenizer fits (e.g. data.source=markov)")
 
 
 def read_params(family: Family, cfg: Config, weights: Weights,

@@ -827,6 +827,10 @@ class T5(Family):
                     "output_past"):
             r.get(key)
         tie = r.expect("tie_word_embeddings", (True, False), "")
+        # transformers 5 states the decoder output's d_model^-0.5 rescale; before, a tied
+        # head implied it. attnlab rescales the tied head only (model.head=t5).
+        scale = r.expect("scale_decoder_outputs", (tie, not tie) if tie else (False,),
+                         "the rescale before the head needs tie_word_embeddings=true")
         cfg = ModelConfig(
             vocab_size=r.need("vocab_size"), d_model=d, n_layers=layers, n_heads=heads,
             d_ff=r.need("d_ff"), pos_encoding="t5",
@@ -835,12 +839,13 @@ class T5(Family):
             norm="rmsnorm", norm_position="pre",
             norm_eps=float(r.get("layer_norm_epsilon", 1e-6)), ffn=self.FFNS[proj],
             tie_embeddings=tie, attention_scale="none", objective="span",
-            head="t5" if tie else "linear")
+            head="t5" if scale else "linear")
         r.done()
         return cfg
 
     def hf_config(self, cfg, context):
-        head = "t5" if cfg.tie_embeddings else "linear"
+        tied_heads = ("t5", "linear")  # a tied head with or without the rescale
+        head = (cfg.head if cfg.head in tied_heads else "t5") if cfg.tie_embeddings else "linear"
         _refuse_fields(cfg, "T5", dict(pos_encoding="t5", norm="rmsnorm", attention_scale="none",
                                        objective="span", head=head),
                        {"vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "norm_eps", "ffn",
@@ -858,6 +863,7 @@ class T5(Family):
                 "relative_attention_max_distance": cfg.t5_max_distance,
                 "layer_norm_epsilon": cfg.norm_eps, "feed_forward_proj": proj,
                 "tie_word_embeddings": cfg.tie_embeddings, "is_encoder_decoder": True,
+                "scale_decoder_outputs": head == "t5",
                 "dropout_rate": cfg.dropout, "initializer_factor": 1.0,
                 # attnlab's span decoder starts from [MASK], its last id
                 "decoder_start_token_id": cfg.vocab_size - 1, "n_positions": context,
