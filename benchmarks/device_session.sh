@@ -98,7 +98,7 @@ if [ "$SMOKE" = 1 ]; then
 else
   PARALLEL=4 BOOTSTRAP=200
   stage checks "$PY" benchmarks/device_checks.py --out "$WORK/checks.md"
-  stage gpu bash -c "$PY benchmarks/gpu.py --ks 1,4,16 > '$WORK/gpu.md'"
+  stage gpu bash -c "$PY benchmarks/gpu.py --batch 16,32 --ks 1,4,16 > '$WORK/gpu.md'"
   study quickstart experiments/quickstart.py:gpu
   study architectures experiments/architectures.py:gpu
 fi

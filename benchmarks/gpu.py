@@ -2,7 +2,7 @@
 (tokens/s and MFU against the device's dense bf16 peak) with cuDNN attention on and off, and the
 ensemble speed-up of the quickstart's small models.
 
-    python benchmarks/gpu.py [--batch 16] [--steps 10] [--repeats 3] [--ks 1,2,4,8]
+    python benchmarks/gpu.py [--batch 16,32] [--steps 10] [--repeats 3] [--ks 1,2,4,8]
     python benchmarks/gpu.py --smoke        # a tiny stand-in for GPT-2 small: checks the script
 
 GPT-2 small is ``configs/gpt2_small.py`` (124M parameters, 1024 tokens, learned positions, bf16,
@@ -77,20 +77,26 @@ def device_peak(dtype: str) -> tuple[float, str]:
 
 
 def gpt2_rows(args) -> list[str]:
-    base = gpt2_small(args.batch, args.smoke)
+    """cuDNN attention on and off at the first batch size, then on at each larger one (the
+    batch a device's memory allows is part of its MFU)."""
+    batches = [int(b) for b in str(args.batch).split(",")]
+    base = gpt2_small(batches[0], args.smoke)
     peak, source = device_peak(base.model.dtype)
-    tokens = base.data.batch_size * base.data.seq_len
     flops = training_flops_per_token(base)["mfu"]
     print(f"GPT-2 small{' (smoke stand-in)' if args.smoke else ''}: "
-          f"{param_counts(base.model)['total'] / 1e6:.1f}M parameters, batch "
-          f"{base.data.batch_size} x {base.data.seq_len}, {base.model.dtype}; peak "
+          f"{param_counts(base.model)['total'] / 1e6:.1f}M parameters, batches "
+          f"{args.batch} x {base.data.seq_len}, {base.model.dtype}; peak "
           f"{peak / 1e12:.1f} TFLOP/s ({source})", flush=True)
-    rows = ["| attention | step ms | tokens/s | MFU |", "|---|---:|---:|---:|"]
-    for label, impl in (("cuDNN on (xla)", "xla"), ("cuDNN off (einsum)", "einsum")):
-        cfg = dataclasses.replace(base, model=dataclasses.replace(base.model,
-                                                                  attention_impl=impl))
+    rows = ["| attention | batch | step ms | tokens/s | MFU |", "|---|---:|---:|---:|---:|"]
+    contestants = [("cuDNN on (xla)", "xla", batches[0]), ("cuDNN off (einsum)", "einsum",
+                                                           batches[0])]
+    contestants += [("cuDNN on (xla)", "xla", b) for b in batches[1:]]
+    for label, impl, batch in contestants:
+        cfg = gpt2_small(batch, args.smoke)
+        cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, attention_impl=impl))
         seconds = step_seconds(cfg, args.steps, args.repeats)
-        rows.append(f"| {label} | {seconds * 1e3:.1f} | {tokens / seconds:,.0f} | "
+        tokens = batch * cfg.data.seq_len
+        rows.append(f"| {label} | {batch} | {seconds * 1e3:.1f} | {tokens / seconds:,.0f} | "
                     f"{tokens / seconds * flops / peak:.1%} |")
         print(rows[-1], flush=True)
     return rows
@@ -114,7 +120,8 @@ def ensemble_rows(args) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--batch", type=int, default=16, help="GPT-2 small sequences per step")
+    parser.add_argument("--batch", default="16", help="GPT-2 small sequences per step "
+                                                      "(comma-separated: each is timed)")
     parser.add_argument("--steps", type=int, default=10, help="steps per timed block")
     parser.add_argument("--repeats", type=int, default=3, help="timed blocks (best is kept)")
     parser.add_argument("--ks", default="1,2,4,8", help="ensemble sizes")
@@ -122,7 +129,7 @@ def main() -> None:
                         help="a tiny stand-in for GPT-2 small, 1 step, 1 block (for a CPU)")
     args = parser.parse_args()
     if args.smoke:
-        args.batch, args.steps, args.repeats = 2, 1, 1
+        args.batch, args.steps, args.repeats = "2,4", 1, 1
     device = jax.devices()[0]
     print(f"# jax {jax.__version__}, {jax.device_count()} x {device.device_kind} "
           f"({device.platform}); load {os.getloadavg()}", flush=True)

@@ -85,8 +85,9 @@ def test_each_objective_trains_through_the_loop(objective, cache_dir, tmp_path, 
 
     # generate: fills masks / decodes spans; without [MASK] one clear error
     prompt = "def f(x):\n    return [MASK] + 1\n" if objective != "clm" else "def "
-    code = cli.main(["generate", f"--run={tmp_path / 'w'}", f"--prompt={prompt}",
-                     "--max-new-tokens=8", "--temperature=0"])
+    length = ["--max-new-tokens=8"] if objective != "mlm" else []  # mlm fills in place
+    code = cli.main(["generate", f"--run={tmp_path / 'w'}", f"--prompt={prompt}", *length,
+                     "--temperature=0"])
     out, err = capsys.readouterr()
     assert code == 0, err
     if objective == "mlm":

@@ -327,12 +327,14 @@ def _read_prompts(path: str) -> list[str]:
 
 
 def _refuse_unused_sampling(values, objective, name: str) -> None:
-    """A masked objective fills its masks greedily: sampling flags given to it would be
-    ignored, so they are refused (the encoder-decoder's spans do take --max-new-tokens)."""
+    """A masked objective fills its masks greedily: a sampling temperature given to it would be
+    ignored, and so would --max-new-tokens by the encoder alone (the encoder-decoder's spans
+    take it): both are refused rather than ignored. --temperature=0, greedy, is what it does."""
     if not objective.uses_mask:
         return
-    unused = ["temperature"] + ([] if objective.encoder_decoder else ["max-new-tokens"])
-    given = [f"--{flag}" for flag in unused if values[flag].present]
+    given = ["--temperature"] if values["temperature"].present and values.temperature else []
+    if not objective.encoder_decoder and values["max-new-tokens"].present:
+        given.append("--max-new-tokens")
     if given:
         raise AttnlabError(f"{', '.join(given)}: model.objective={name} fills each [MASK] "
                            f"greedily, so it takes no {' or '.join(given)}")
