@@ -376,12 +376,13 @@ def _stray_files(workdir: pathlib.Path) -> list[str]:
 @pytest.mark.slow
 def test_sweep_killed_at_random_until_it_finishes_equals_an_uninterrupted_one(tmp_path,
                                                                               cache_dir):
-    """SIGKILL, SIGINT or SIGTERM (to the sweep, or SIGINT to its whole group as a terminal's
-    Ctrl-C) at a random moment (during start-up, compilation, training or checkpointing: a
+    """SIGKILL, SIGINT or SIGTERM (to the sweep, or SIGINT / SIGTERM to its whole process group
+    as a terminal's Ctrl-C, `timeout` or a scheduler's stop sends them) at a random moment (during start-up, compilation, training or checkpointing: a
     random delay, or a random number of new training lines), then the same command again, at
     least MIN_KILLS times and until a run of the command completes. The results table then
     equals an uninterrupted sweep's: the same runs, all completed, losses to float rounding,
-    no duplicate rows or steps, no failure records, no stray files."""
+    no duplicate rows or steps, no failure records, no stray files. Then one run recorded
+    failed is retrained by --retry-failed to the same result."""
     reference_dir, ref_log = tmp_path / "reference", tmp_path / "reference.log"
     argv = lambda d: _sweep_argv(d, cache_dir, 1) + KILL_SWEEP  # noqa: E731
     assert _start(argv(reference_dir), ref_log).wait(timeout=900) == 0, _tail(ref_log)
@@ -415,7 +416,7 @@ def test_sweep_killed_at_random_until_it_finishes_equals_an_uninterrupted_one(tm
             history.append(f"exit {proc.returncode} before {sig.name} at {moment}")
             assert proc.returncode == 0, f"seed {SEED}: {history}\n{_tail(log)}"
             continue
-        group = to_group and sig == signal.SIGINT  # a terminal's Ctrl-C
+        group = to_group and sig != signal.SIGKILL  # Ctrl-C, or `timeout` / a scheduler
         (os.killpg if group else os.kill)(proc.pid, sig)
         code = proc.wait(timeout=180)
         _, alive = psutil.wait_procs(workers, timeout=30)
@@ -437,3 +438,12 @@ def test_sweep_killed_at_random_until_it_finishes_equals_an_uninterrupted_one(tm
     assert kills >= MIN_KILLS, context
     _assert_same_results(workdir, reference, context)
     assert not _stray_files(workdir), f"{context}: {_stray_files(workdir)}"
+    # A run recorded failed (an error inside training): --retry-failed trains it again.
+    summary_file = sorted((workdir / "runs").iterdir())[0] / "summary.json"
+    summary = json.loads(summary_file.read_text())
+    summary.update(status="failed", error="RuntimeError: the device fell over")
+    summary_file.write_text(json.dumps(summary))
+    log = tmp_path / "retry.log"
+    assert _start(argv(workdir), log).wait(timeout=900) == 1, _tail(log)  # still failed
+    assert _start(argv(workdir) + ["--retry-failed"], log).wait(timeout=900) == 0, _tail(log)
+    _assert_same_results(workdir, reference, f"{context}; retried")

@@ -242,6 +242,21 @@ def test_an_interrupted_ensemble_resumes_bitwise(tmp_path):
             np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
+def test_a_member_killed_after_its_last_checkpoint_is_completed(tmp_path):
+    """Killed between its final checkpoint and its summary (or recorded failed and retried):
+    resumed at its last step, the member has no step left, and the ensemble completes it
+    rather than leaving it partial forever."""
+    cfgs = [dataclasses.replace(cfg_of(tmp_path / "data", seed=s, steps=6), name=f"m{s}")
+            for s in range(2)]
+    whole = [tmp_path / f"whole{i}" for i in range(2)]
+    first = run_ensemble(cfgs, whole)
+    summary = json.loads((whole[0] / "summary.json").read_text())
+    (whole[0] / "summary.json").write_text(json.dumps({**summary, "status": "running"}))
+    summaries = run_ensemble(cfgs, whole)
+    assert [s["status"] for s in summaries] == ["completed"] * 2
+    assert summaries[0]["final_val_loss"] == first[0]["final_val_loss"]
+
+
 def test_a_diverging_member_is_frozen_and_the_others_go_on(tmp_path):
     cfgs = [dataclasses.replace(cfg_of(tmp_path / "data", seed=0), name="ok"),
             dataclasses.replace(cfg_of(tmp_path / "data", seed=1, learning_rate=1e30,

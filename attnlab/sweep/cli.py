@@ -12,7 +12,7 @@ import sys
 
 from attnlab import cli_flags
 from attnlab.cli_flags import Flag
-from attnlab.rundir import FAILED, MISSING, TABLE_FILE
+from attnlab.rundir import COMPLETED, DIVERGED, TABLE_FILE
 from attnlab.sweep.launchers import SweepInterrupted
 from attnlab.sweep.probe import dry_run, format_table
 from attnlab.sweep.stages import dry_run_stages, run_sweep
@@ -89,4 +89,5 @@ def sweep_main(argv: list[str]) -> int:
         return 130
     counts = table["status"].value_counts().to_dict()
     print(f"results: {workdir}/{TABLE_FILE} ({', '.join(f'{n} {s}' for s, n in counts.items())})")
-    return 1 if counts.get(FAILED) or counts.get(MISSING) else 0
+    # a run not finished once the sweep is (failed, vanished, left partial) fails the command
+    return 0 if set(counts) <= {COMPLETED, DIVERGED} else 1

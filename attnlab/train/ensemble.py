@@ -210,6 +210,9 @@ def _train(cfgs: list[Config], members: list[_Member], states: TrainState,
     try:
         for training in opened:
             training.open()
+        for i, m in enumerate(members):  # resumed at its last step: only its summary is left
+            if m.training is not None and not m.frozen and m.step == m.total:
+                m.training.complete(alone(i)())
         while any(m.running for m in members):
             now = min(m.step for m in members if m.running)
             active = [m.running and m.step == now for m in members]
