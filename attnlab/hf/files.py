@@ -16,6 +16,7 @@ import numpy as np
 from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save_file
 
+from attnlab import rundir
 from attnlab.hf.families import HFError
 
 CONFIG = "config.json"
@@ -128,8 +129,10 @@ def check_target(target: Path) -> Path:
     parent = target.absolute().parent
     if not parent.is_dir():
         raise HFError(f"{target}: the directory {parent} does not exist")
-    if not os.access(parent, os.W_OK):
-        raise HFError(f"{target}: {parent} is not writable")
+    try:  # asked by trying: root passes os.access, /proc and read-only mounts refuse anyway
+        rundir.check_can_create_dir(target, "the output directory")
+    except rundir.WorkdirError as e:
+        raise HFError(str(e)) from None
     return parent
 
 
