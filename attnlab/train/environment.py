@@ -141,9 +141,11 @@ def version_line(found: dict[str, str] | None = None) -> str:
     return ", ".join(f"{name} {version}" for name, version in found.items())
 
 
-def run_lines(peak_flops: float, peak_source: str, dtype: str) -> list[str]:
-    """The first lines of a run's log: versions, devices, the peak its MFU is measured against."""
-    return [version_line(), device_line(),
+def run_lines(found: dict[str, str], peak_flops: float, peak_source: str,
+              dtype: str) -> list[str]:
+    """The first lines of a run's log: ``found`` (:func:`versions`, as its summary records
+    them), devices, the peak its MFU is measured against."""
+    return [version_line(found), device_line(),
             f"MFU peak: {peak_flops / 1e12:,.2f} TFLOP/s per device in {dtype} ({peak_source})"]
 
 

@@ -192,7 +192,7 @@ class _Training:
                                      progress=self.progress, write_files=self.writer)
         if self.writer:  # what ran it, first in every run's log
             sys.stderr.write("".join(f"{line}\n" for line in environment.run_lines(
-                self.peak, self.peak_source, self.cfg.model.dtype)))
+                self.summary["versions"], self.peak, self.peak_source, self.cfg.model.dtype)))
             sys.stderr.flush()
         for text in self.found.budget_warnings:
             self.metrics.message(f"warning: {text}")
