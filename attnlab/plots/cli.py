@@ -15,6 +15,7 @@ from attnlab.errors import AttnlabError
 from attnlab.plots import scaling as scaling_plots
 from attnlab.scaling.cli import (INPUT_FLAGS, FitInputs, load_table, run_fit, run_grouped,
                                  run_holdout)
+from attnlab.scaling import registry
 from attnlab.scaling.errors import FitInputError
 
 PLOT_HELP = """\
@@ -52,9 +53,10 @@ def plot_main(argv: list[str]) -> int:
         n_bootstrap = values["bootstrap"].value
         if n_bootstrap is None:
             n_bootstrap = 200 if kind in ("allocation", "holdout", "frontiers") else 0
-        if inputs.law == "clark":
-            raise FitInputError("--law=clark: attnlab plot draws Kaplan and Chinchilla fits; "
-                                "fit Clark et al.'s law with attnlab fit --law=clark")
+        law = inputs.part("chinchilla")
+        if not law.fits_table:
+            raise FitInputError(f"--law={law.name}: attnlab plot draws fits of (N, D, L) "
+                                f"tables; fit {law.title} with attnlab fit --law={law.name}")
         if kind == "holdout" and not values["holdout"].value:
             raise FitInputError("--kind=holdout needs --holdout=... (e.g. largest-budget)")
         if kind == "frontiers" and not inputs.by:
@@ -70,31 +72,25 @@ def plot_main(argv: list[str]) -> int:
 def _draw(kind: str, inputs: FitInputs, n_bootstrap: int, holdout: str | None = None):
     """The figure of ``kind``, with the fit it needs (each kind has its default law)."""
     if kind in ("holdout", "frontiers"):
-        law = inputs.law or "chinchilla"
-        approach = (inputs.approach or 3) if law == "chinchilla" else None
+        law = inputs.part("chinchilla")
         if kind == "holdout":
-            return scaling_plots.plot_holdout(run_holdout(inputs, law, approach, n_bootstrap,
-                                                          holdout))
-        return scaling_plots.plot_group_frontiers(run_grouped(inputs, law, approach,
-                                                              n_bootstrap))
+            return scaling_plots.plot_holdout(run_holdout(inputs, law, n_bootstrap, holdout))
+        return scaling_plots.plot_group_frontiers(run_grouped(inputs, law, n_bootstrap))
     if kind == "loss-vs-params":
-        law = inputs.law or "kaplan"
-        table, fit = run_fit(inputs, law, None if law == "kaplan" else (inputs.approach or 3),
-                             n_bootstrap)
+        table, fit = run_fit(inputs, inputs.part("kaplan"), n_bootstrap)
         return scaling_plots.plot_loss_vs_params(table.frame, fit)
     if kind == "loss-vs-compute":
-        law = inputs.law or "chinchilla"
+        name = inputs.law or "chinchilla"
         if inputs.curves:
-            table, fit = run_fit(inputs, law, 1, n_bootstrap)
+            table, fit = run_fit(inputs, registry.resolve(name, 1, inputs.form), n_bootstrap)
             return scaling_plots.plot_loss_vs_compute(table.frame, fit)
-        return scaling_plots.plot_loss_vs_compute(load_table(inputs, law, None).frame)
+        return scaling_plots.plot_loss_vs_compute(
+            load_table(inputs, registry.resolve(name, None, inputs.form)).frame)
     if kind == "isoflop":
-        _, fit = run_fit(inputs, "chinchilla", 2, n_bootstrap)
+        _, fit = run_fit(inputs, registry.resolve("chinchilla", 2), n_bootstrap)
         return scaling_plots.plot_isoflops(fit)
     if kind == "contours":
-        table, fit = run_fit(inputs, "chinchilla", 3, n_bootstrap)
+        table, fit = run_fit(inputs, registry.resolve("chinchilla", 3), n_bootstrap)
         return scaling_plots.plot_loss_contours(fit, table.frame)
-    law = inputs.law or "chinchilla"  # allocation
-    approach = (inputs.approach or 3) if law == "chinchilla" else None
-    table, fit = run_fit(inputs, law, approach, n_bootstrap)
+    table, fit = run_fit(inputs, inputs.part("chinchilla"), n_bootstrap)  # allocation
     return scaling_plots.plot_optimal_allocation(fit, table.frame)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from attnlab.scaling import laws
 from attnlab.scaling.errors import FitInputError
 from attnlab.scaling.result import ScalingFit
 
@@ -112,7 +113,7 @@ def fit_approach1(run_id, n, d, loss, flops, *, n_bootstrap: int = 0, ci_level: 
         if failed:
             notes.append(f"{failed} of {n_bootstrap} bootstrap refits had no usable envelope "
                          f"and were dropped")
-    return ScalingFit(law="chinchilla", approach=1, form="", params=params,
+    return ScalingFit(part=Envelope(), params=params,
                       samples={k: np.asarray(v) for k, v in samples.items()},
                       ci_level=ci_level, n_points=int(len(size_of_run)), objective=rss,
                       objective_name="sum of squared residuals of log N_opt against log C "
@@ -120,3 +121,23 @@ def fit_approach1(run_id, n, d, loss, flops, *, n_bootstrap: int = 0, ci_level: 
                       n_bootstrap_requested=n_bootstrap, notes=tuple(notes),
                       details={"envelope": envelope, "runs": int(len(size_of_run)),
                                "envelope_points": int(len(inner))})
+
+
+class Envelope(laws.ChinchillaLaw):
+    """Approach 1: power laws fitted to the lower envelope of the runs' learning curves."""
+
+    variant = 1
+    title = ("Chinchilla approach 1: lower envelope of learning curves, "
+             "N_opt = k_N C^a, D_opt = k_D C^b")
+    n_parameters = 4
+    needs_curves = True
+
+    def fit(self, table, **options):
+        if "run_id" not in table.frame:
+            raise FitInputError(f"{table.source}: approach 1 needs learning curves (one row per "
+                                f"logged step, with run_id); pass --curves=FILE or a sweep "
+                                f"directory")
+        keep = ("n_bootstrap", "ci_level", "seed", "source")
+        return fit_approach1(table.array("run_id"), table.array("params"),
+                             table.array("tokens"), table.array("loss"), table.array("flops"),
+                             **{k: v for k, v in options.items() if k in keep})

@@ -34,6 +34,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.interpolate import Akima1DInterpolator
 
+from attnlab.scaling import laws
 from attnlab.scaling.bootstrap import percentile_interval, resample_within_groups
 from attnlab.scaling.errors import FitInputError
 from attnlab.scaling.result import ScalingFit
@@ -266,7 +267,7 @@ def fit_approach2(n, d, loss, flops, *, budget=None, n_bootstrap: int = 0,
     notes.append(f"profiles: {rule}; log N_opt on log C by "
                  + ("least squares weighted by 1/se^2 of each budget's bootstrap log N_opt"
                     if replicates else "unweighted least squares (no bootstrap)"))
-    return ScalingFit(law="chinchilla", approach=2, form="", params=params,
+    return ScalingFit(part=IsoFLOP(), params=params,
                       samples={k: np.asarray(v) for k, v in samples.items()},
                       ci_level=ci_level, n_points=int(sum(p["n_points"] for p in profiles)),
                       objective=rss,
@@ -277,3 +278,18 @@ def fit_approach2(n, d, loss, flops, *, budget=None, n_bootstrap: int = 0,
                       details={"profiles": profiles, "profile": profile, "window": window,
                                "excluded_budgets": [{"budget": c, "reason": why}
                                                     for c, why in edges]})
+
+
+class IsoFLOP(laws.ChinchillaLaw):
+    """Approach 2: each FLOP budget's minimum along its IsoFLOP profile, then power laws."""
+
+    variant = 2
+    title = "Chinchilla approach 2: IsoFLOP parabolas, N_opt = k_N C^a, D_opt = k_D C^b"
+    n_parameters = 4
+    isoflop_profiles = True
+
+    def fit(self, table, **options):
+        keep = ("n_bootstrap", "ci_level", "seed", "source", "profile", "window")
+        return fit_approach2(table.array("params"), table.array("tokens"), table.array("loss"),
+                             table.array("flops"), budget=table.budget,
+                             **{k: v for k, v in options.items() if k in keep})

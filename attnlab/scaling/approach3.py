@@ -293,7 +293,7 @@ def fit_approach3(n, d, loss, *, grid: InitGrid = CHINCHILLA_GRID, n_bootstrap: 
             warn_list.append(message)
         details["bootstrap_starts"] = {"warm": 1, "grid": k}
 
-    return ScalingFit(law="chinchilla", approach=3, form="",
+    return ScalingFit(part=Parametric(),
                       params={k: float(v) for k, v in params_from_theta(theta).items()},
                       samples=samples, ci_level=ci_level, n_points=n_points,
                       objective=float(solved.objective[best]),
@@ -301,3 +301,23 @@ def fit_approach3(n, d, loss, *, grid: InitGrid = CHINCHILLA_GRID, n_bootstrap: 
                       flops_per_param_token=flops_per_param_token,
                       n_bootstrap_requested=n_bootstrap, warnings=tuple(warn_list),
                       notes=tuple(notes), details=details, unpinned=tuple(unpinned))
+
+
+class Parametric(laws.ChinchillaLaw):
+    """Approach 3: L(N, D) = E + A/N^alpha + B/D^beta by Huber loss on log L."""
+
+    variant = 3
+    title = "Chinchilla approach 3: L(N, D) = E + A/N^alpha + B/D^beta"
+    n_parameters = 5
+    predicts_loss = has_loss_model = allocates_by_6nd = closed_frontier = True
+
+    def loss(self, params, n, d):
+        return laws.chinchilla_loss(params, n, d)
+
+    def optimal(self, params, c, flops_per_param_token):
+        return laws.chinchilla_optimal(params, c, flops_per_param_token)
+
+    def fit(self, table, **options):
+        keep = ("n_bootstrap", "ci_level", "seed", "source", "grid", "flops_per_param_token")
+        return fit_approach3(table.array("params"), table.array("tokens"), table.array("loss"),
+                             **{k: v for k, v in options.items() if k in keep})

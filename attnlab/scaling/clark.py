@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from attnlab.scaling import laws
 from attnlab.scaling.bootstrap import percentile_interval
 from attnlab.scaling.errors import FitInputError
 
@@ -383,3 +384,22 @@ def format_clark(fit: ClarkFit, source: str) -> str:
                         "(its intervals assume it holds)" if lof["p"] < 0.05 else ""))
     lines += [f"note: {note}" for note in fit.notes]
     return "\n".join(lines) + "\n"
+
+
+class Clark(laws.Law):
+    """Clark et al. 2022's law of routed models: log L over (N, E), not (N, D); fitted to a
+    results table's runs by least squares with t intervals (its own fit, ``ClarkFit``)."""
+
+    name = "clark"
+    title = LAW_NAME
+    n_parameters = 4
+    fits_table = False
+    own_flags = ("saturation",)
+    scope = "one fit of log L(N, E) over a sweep's runs"
+    refused_flags = ("curves", "approach", "by", "budget", "overtrain", "multiplier-against",
+                     "holdout")
+
+    def fit(self, frame, *, source: str, columns=None, **options) -> ClarkFit:
+        """The fit to a results table's completed runs (``fit_clark``'s options)."""
+        n, e, loss, notes = table_points(frame, source=source, columns=columns)
+        return fit_clark(n, e, loss, notes=notes, **options)

@@ -22,7 +22,7 @@ from absl import flags
 from attnlab import cli_flags, outputs
 from attnlab.cli_flags import Flag
 from attnlab.errors import AttnlabError
-from attnlab.scaling import clark
+from attnlab.scaling import clark, registry
 from attnlab.scaling.approach2 import DEFAULT_WINDOW, PROFILES
 from attnlab.scaling.approach3 import CHINCHILLA_GRID, InitGrid
 from attnlab.scaling.compare import DEFAULT_MATCH, format_differences, paired_differences
@@ -31,6 +31,7 @@ from attnlab.scaling.errors import FitInputError, GridEdgeWarning
 from attnlab.scaling.fitting import fit_table
 from attnlab.scaling.grouped import GroupedFits, fit_by, format_grouped
 from attnlab.scaling.holdout import HoldoutResult, format_holdout, holdout_prediction
+from attnlab.scaling.laws import Law
 from attnlab.scaling.multiplier import format_multipliers, multipliers_against
 from attnlab.scaling.result import ScalingFit, jsonable
 from attnlab.scaling.table import (ScalingTable, parse_columns, prepare_curves, prepare_points,
@@ -54,12 +55,13 @@ INPUT_FLAGS = [
     Flag("curves", "string", None, "Learning curves for approach 1: a .parquet/.csv with run_id, "
                                    "step, tokens, params, loss (optional flops), a directory "
                                    "holding curves.parquet, or a sweep directory."),
-    Flag("law", "enum", None, "The law to fit (clark: Clark et al. 2022's log L(N, E) over the "
-                              "number of experts; attnlab fit only).",
-         enum_values=("kaplan", "chinchilla", "clark")),
+    Flag("law", "string", None, f"The law to fit: {', '.join(registry.names())} (clark: Clark "
+                                f"et al. 2022's log L(N, E) over the number of experts; "
+                                f"attnlab fit only)."),
     Flag("approach", "enum", None, "Chinchilla approach (default 3).",
-         enum_values=("1", "2", "3")),
-    Flag("form", "enum", "nd", "Kaplan law: L(N, D), L(N) or L(D).", enum_values=("nd", "n", "d")),
+         enum_values=tuple(str(v) for v in registry.variants("chinchilla"))),
+    Flag("form", "enum", "nd", "Kaplan law: L(N, D), L(N) or L(D).",
+         enum_values=registry.variants("kaplan")),
     Flag("columns", "string", None, "Rename columns, e.g. 'params:Model Size,tokens:Tokens'."),
     Flag("ci-level", "float", 0.95, "Coverage of the percentile intervals."),
     Flag("seed", "integer", 0, "Bootstrap seed."),
@@ -120,6 +122,13 @@ class FitInputs:
                    grid=values["grid"].value, profile=values["profile"].value,
                    window=values["window"].value, by=values["by"].value)
 
+    def part(self, default: str | None = None) -> Law:
+        """The law --law (or ``default``) names, in the variant --approach / --form select."""
+        name = self.law or default
+        if name is None:
+            raise FitInputError(f"--law is required: {', '.join(registry.names())}")
+        return registry.resolve(name, self.approach, self.form)
+
     def fit_options(self, n_bootstrap: int) -> dict:
         """The keyword arguments of ``fit_table`` that these flags set."""
         grid = InitGrid.parse(self.grid) if self.grid else CHINCHILLA_GRID
@@ -151,10 +160,10 @@ def _budgets(text: str | None) -> list[float]:
     return values
 
 
-def load_table(inputs: FitInputs, law: str, approach: int | None) -> ScalingTable:
+def load_table(inputs: FitInputs, law: Law) -> ScalingTable:
     """The checked table the chosen fit needs: curves for approach 1, run results otherwise."""
     columns = parse_columns(inputs.columns)
-    if law == "chinchilla" and approach == 1:
+    if law.needs_curves:
         source = inputs.curves or inputs.results
         if not source:
             raise FitInputError("approach 1 needs --curves=FILE (or --results=SWEEP_DIR)")
@@ -167,40 +176,38 @@ def load_table(inputs: FitInputs, law: str, approach: int | None) -> ScalingTabl
         raise FitInputError("--results=FILE is required (a sweep directory or a .parquet/.csv)")
     raw = read_table(inputs.results)
     table = prepare_points(raw, law=law, source=str(inputs.results), columns=columns)
-    if approach == 2 and table.budget is None and "role" in raw.columns:
+    if law.isoflop_profiles and table.budget is None and "role" in raw.columns:
         table = isoflop_slices(table)  # a ladder's branches lie on lines of constant N
     return table
 
 
-def run_fit(inputs: FitInputs, law: str, approach: int | None,
-            n_bootstrap: int) -> tuple[ScalingTable, ScalingFit]:
-    table = load_table(inputs, law, approach)
+def run_fit(inputs: FitInputs, law: Law, n_bootstrap: int) -> tuple[ScalingTable, ScalingFit]:
+    table = load_table(inputs, law)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", GridEdgeWarning)  # reported from fit.warnings instead
-        fit = fit_table(table, law=law, approach=approach, **inputs.fit_options(n_bootstrap))
+        fit = fit_table(table, law=law, **inputs.fit_options(n_bootstrap))
     return table, fit
 
 
-def run_grouped(inputs: FitInputs, law: str, approach: int | None,
-                n_bootstrap: int) -> GroupedFits:
+def run_grouped(inputs: FitInputs, law: Law, n_bootstrap: int) -> GroupedFits:
     """One fit per value of ``inputs.by`` (``attnlab fit --by``)."""
     if not inputs.results:
         raise FitInputError("--by needs --results=FILE (a sweep directory or a .parquet/.csv)")
     curves = None
-    if law == "chinchilla" and approach == 1:
+    if law.needs_curves:
         curves = read_curves(inputs.curves or inputs.results)
-    return fit_by(read_table(inputs.results), inputs.by, law=law, approach=approach,
+    return fit_by(read_table(inputs.results), inputs.by, law=law,
                   source=str(inputs.results), columns=parse_columns(inputs.columns),
                   curves=curves, **inputs.fit_options(n_bootstrap))
 
 
-def run_holdout(inputs: FitInputs, law: str, approach: int | None, n_bootstrap: int,
+def run_holdout(inputs: FitInputs, law: Law, n_bootstrap: int,
                 holdout: str) -> HoldoutResult:
     """The fit without the held-out runs, and its predictions for them."""
-    table = load_table(inputs, law, approach)
+    table = load_table(inputs, law)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", GridEdgeWarning)
-        return holdout_prediction(table, law=law, approach=approach, holdout=holdout,
+        return holdout_prediction(table, law=law, holdout=holdout,
                                   **inputs.fit_options(n_bootstrap))
 
 
@@ -259,10 +266,10 @@ def format_overtrained(fit: ScalingFit, budgets: list[float], multipliers: list[
 def format_report(fit: ScalingFit, source: str, budgets: list[float]) -> str:
     """The human-readable table printed by ``attnlab fit``."""
     level = f"{100 * fit.ci_level:g}%"
-    unit = "runs" if fit.approach == 1 else "points"
+    unit = "runs" if fit.part.needs_curves else "points"
     lines = [fit.name, f"source: {source} ({fit.n_points} {unit})",
              f"objective: {fit.objective:.6e} ({fit.objective_name})"]
-    if fit.approach == 3:
+    if "starts_converged" in fit.details:
         lines.append(f"grid: {fit.details['grid']['starts']} L-BFGS starts, "
                      f"{fit.details['starts_converged']} converged; kept the best converged")
     if fit.samples:
@@ -281,7 +288,7 @@ def format_report(fit: ScalingFit, source: str, budgets: list[float]) -> str:
         lines.append(f"  {name:<10}{_number(value):>14}{_number(low):>14}{_number(high):>14}"
                      f"{flag}")
     for budget in budgets:
-        convention = (f"C = {fit.flops_per_param_token:.3g}·N·D" if fit.approach in (3, None)
+        convention = (f"C = {fit.flops_per_param_token:.3g}·N·D" if fit.predicts_loss
                       else "power laws in C")
         lines += ["", f"compute-optimal at C = {budget:.4g} FLOPs ({convention}):"]
         if not fit.allocation_determined:
@@ -315,24 +322,26 @@ def _saturation(text: str | None) -> tuple[float, float] | None:
     return e_start, e_max
 
 
-# Flags of the other laws that a Clark fit would silently ignore.
-_NOT_CLARK = ("curves", "approach", "by", "budget", "overtrain", "multiplier-against", "holdout")
-
-
-def _clark_main(values: flags.FlagValues, inputs: FitInputs) -> int:
-    """``attnlab fit --law=clark``: Clark et al.'s log L(N, E) with t and bootstrap intervals."""
-    for name in _NOT_CLARK:
+def _check_law_flags(values: flags.FlagValues, law: Law) -> None:
+    """Refuses the flags this law would silently ignore and those only another law reads."""
+    for name in law.refused_flags:
         if values[name].value is not None:
-            raise FitInputError(f"--{name} does not apply to --law=clark (one fit of "
-                                f"log L(N, E) over a sweep's runs)")
+            raise FitInputError(f"--{name} does not apply to --law={law.name} ({law.scope})")
+    for name in registry.own_flags():
+        owner = registry.owner_of(name)
+        if values[name].value is not None and name not in law.own_flags:
+            raise FitInputError(f"--{name} applies to --law={owner.name} only")
+
+
+def _clark_main(values: flags.FlagValues, inputs: FitInputs, law: Law) -> int:
+    """``attnlab fit --law=clark``: Clark et al.'s log L(N, E) with t and bootstrap intervals."""
     if not inputs.results:
         raise FitInputError("--results=FILE is required (a sweep directory or a .parquet/.csv)")
     source = str(inputs.results)
-    n, e, loss, notes = clark.table_points(read_table(inputs.results), source=source,
-                                           columns=parse_columns(inputs.columns))
-    fit = clark.fit_clark(n, e, loss, ci_level=inputs.ci_level,
-                          saturation=_saturation(values["saturation"].value),
-                          n_bootstrap=values["bootstrap"].value, seed=inputs.seed, notes=notes)
+    fit = law.fit(read_table(inputs.results), source=source,
+                  columns=parse_columns(inputs.columns), ci_level=inputs.ci_level,
+                  saturation=_saturation(values["saturation"].value),
+                  n_bootstrap=values["bootstrap"].value, seed=inputs.seed)
     sys.stdout.write(clark.format_clark(fit, source))
     if values["json"].value:
         _write_json(values["json"].value, jsonable(fit.to_dict()))
@@ -344,13 +353,10 @@ def fit_main(argv: list[str]) -> int:
         values = cli_flags.parse(argv, FIT_FLAGS, prog="attnlab fit", takes_config=False,
                                  description=FIT_HELP)
         inputs = FitInputs.from_flags(values)
-        if inputs.law is None:
-            raise FitInputError("--law is required: kaplan, chinchilla or clark")
-        if inputs.law == "clark":
-            return _clark_main(values, inputs)
-        if values["saturation"].value is not None:
-            raise FitInputError("--saturation applies to --law=clark only")
-        approach = (inputs.approach or 3) if inputs.law == "chinchilla" else None
+        law = inputs.part()
+        _check_law_flags(values, law)
+        if not law.fits_table:
+            return _clark_main(values, inputs, law)
         budgets = _budgets(values["budget"].value)
         overtrain = _multipliers(values["overtrain"].value)
         if overtrain and (inputs.by or values["holdout"].value):
@@ -359,14 +365,14 @@ def fit_main(argv: list[str]) -> int:
         against = values["multiplier-against"].value
         if against and not inputs.by:
             raise FitInputError("--multiplier-against compares groups: add --by=COLUMN")
-        if against and (inputs.law, approach) != ("chinchilla", 3):
+        if against and not law.closed_frontier:
             raise FitInputError("--multiplier-against needs approach 3's law: --law=chinchilla "
                                 "--approach=3")
         if inputs.by and holdout:
             raise FitInputError("--by and --holdout: run one fit per group with --holdout "
                                 "on each group's own table; together they are not supported")
         if inputs.by:
-            grouped = run_grouped(inputs, inputs.law, approach, n_bootstrap)
+            grouped = run_grouped(inputs, law, n_bootstrap)
             sys.stdout.write(format_grouped(grouped, budgets))
             payload = grouped.to_dict(budgets)
             if against:
@@ -374,12 +380,12 @@ def fit_main(argv: list[str]) -> int:
                 sys.stdout.write("\n" + format_multipliers(frame))
                 payload["multipliers"] = jsonable(frame.to_dict(orient="records"))
         elif holdout:
-            held = run_holdout(inputs, inputs.law, approach, n_bootstrap, holdout)
+            held = run_holdout(inputs, law, n_bootstrap, holdout)
             sys.stdout.write(format_report(held.fit, inputs.results or "", budgets) + "\n"
                              + format_holdout(held))
             payload = held.to_dict()
         else:
-            table, fit = run_fit(inputs, inputs.law, approach, n_bootstrap)
+            table, fit = run_fit(inputs, law, n_bootstrap)
             sys.stdout.write(format_report(fit, table.source, budgets)
                              + format_overtrained(fit, budgets, overtrain))
             payload = fit.to_dict(budgets, overtrain)

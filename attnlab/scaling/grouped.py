@@ -20,9 +20,11 @@ import warnings
 import numpy as np
 import pandas as pd
 
+from attnlab.scaling import registry
 from attnlab.scaling.errors import FitError, FitInputError, GridEdgeWarning
 from attnlab.scaling.fitting import fit_table
 from attnlab.scaling.ladder import isoflop_slices
+from attnlab.scaling.laws import Law
 from attnlab.scaling.result import ScalingFit
 from attnlab.scaling.table import ScalingTable, prepare_curves, prepare_points
 
@@ -53,33 +55,33 @@ def group_values(results: pd.DataFrame, by: str, source: str) -> list:
     return sorted(values, key=str)
 
 
-def fit_by(results: pd.DataFrame, by: str, *, law: str, approach: int | None = None,
+def fit_by(results: pd.DataFrame, by: str, *, law: str | Law, approach: int | None = None,
            form: str = "nd", source: str = "results", columns: dict | None = None,
            curves: pd.DataFrame | None = None, **fit_kwargs) -> GroupedFits:
     """Fits ``law`` to the runs of each value of column ``by``. A group whose fit cannot be made
     (too few runs, one budget for approach 2, no start converging) is skipped with its reason;
     when no group can be fitted, FitInputError says why for each. Approach 1 reads ``curves``
     (one row per logged step), grouped through each run's ``run_id``."""
+    part = registry.resolve(law, approach, form)
     fits, tables, skipped = {}, {}, {}
     for value in group_values(results, by, source):
         label = str(value)
         runs = results[results[by] == value]
         where = f"{source} [{by}={label}]"
         try:
-            if law == "chinchilla" and approach == 1:
+            if part.needs_curves:
                 if curves is None:
                     raise FitInputError("approach 1 needs learning curves (--curves)")
                 group_curves = curves[curves["run_id"].isin(runs["run_id"])]
-                table = prepare_curves(group_curves, law=law, source=where, columns=columns,
+                table = prepare_curves(group_curves, law=part, source=where, columns=columns,
                                        runs=runs)
             else:
-                table = prepare_points(runs, law=law, source=where, columns=columns)
-                if approach == 2 and table.budget is None and "role" in runs.columns:
+                table = prepare_points(runs, law=part, source=where, columns=columns)
+                if part.isoflop_profiles and table.budget is None and "role" in runs.columns:
                     table = isoflop_slices(table)  # a ladder's branches: lines of constant N
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", GridEdgeWarning)  # kept in fit.warnings
-                fits[label] = fit_table(table, law=law, approach=approach, form=form,
-                                        **fit_kwargs)
+                fits[label] = fit_table(table, law=part, **fit_kwargs)
             tables[label] = table
         except (FitInputError, FitError) as error:
             skipped[label] = str(error)

@@ -27,16 +27,15 @@ import re
 import numpy as np
 import pandas as pd
 
+from attnlab.scaling import registry
 from attnlab.scaling.approach2 import budget_labels
 from attnlab.scaling.bootstrap import percentile_interval
 from attnlab.scaling.errors import FitInputError
 from attnlab.scaling.fitting import fit_table
+from attnlab.scaling.laws import Law
 from attnlab.scaling.result import ScalingFit
 from attnlab.scaling.table import ScalingTable
 
-# Parameters each law fits: a fit needs at least this many points.
-LAW_PARAMETERS = {("kaplan", "nd"): 4, ("kaplan", "n"): 2, ("kaplan", "d"): 2,
-                  ("chinchilla", 3): 5}
 _THRESHOLD = re.compile(r"^(flops|params|tokens_per_param|tokens)\s*(>=|>)\s*([0-9.eE+-]+)$")
 
 
@@ -105,7 +104,7 @@ class HoldoutResult:
         return {**self.summary(), "runs": runs, "fit": self.fit.to_dict()}
 
 
-def holdout_prediction(table: ScalingTable, *, law: str, holdout: str,
+def holdout_prediction(table: ScalingTable, *, law: str | Law, holdout: str,
                        approach: int | None = None, form: str = "nd", **fit_kwargs
                        ) -> HoldoutResult:
     """Fits ``law`` to the runs ``holdout`` keeps and predicts the loss of the others.
@@ -113,21 +112,21 @@ def holdout_prediction(table: ScalingTable, *, law: str, holdout: str,
     Raises FitInputError when the law predicts no loss (Chinchilla approaches 1-2), when the
     rule holds out nothing or everything, or when fewer runs are kept than the law has
     parameters."""
-    key = (law, form) if law == "kaplan" else (law, approach)
-    if key not in LAW_PARAMETERS:
+    part = registry.resolve(law, approach, form)
+    if not part.predicts_loss:
         raise FitInputError(f"--holdout predicts losses: use --law=kaplan or --law=chinchilla "
-                            f"--approach=3 (approach {approach} models no loss)")
+                            f"--approach=3 (approach {part.approach} models no loss)")
     held = holdout_mask(table, holdout)
     kept_rows = int((~held).sum())
     if not held.any():
         raise FitInputError(f"--holdout={holdout} holds out no run")
-    if kept_rows < LAW_PARAMETERS[key]:
+    if kept_rows < part.n_parameters:
         raise FitInputError(f"--holdout={holdout} keeps {kept_rows} of {len(held)} runs, fewer "
-                            f"than the {LAW_PARAMETERS[key]} parameters the law fits")
+                            f"than the {part.n_parameters} parameters the law fits")
     kept = dataclasses.replace(table, frame=table.frame[~held].reset_index(drop=True),
                                notes=table.notes + (f"held out by --holdout={holdout}: "
                                                     f"{int(held.sum())} run(s)",))
-    fit = fit_table(kept, law=law, approach=approach, form=form, **fit_kwargs)
+    fit = fit_table(kept, law=part, **fit_kwargs)
     test = table.frame[held].reset_index(drop=True)
     n, d, observed = (test[c].to_numpy(np.float64) for c in ("params", "tokens", "loss"))
     with np.errstate(all="ignore"):

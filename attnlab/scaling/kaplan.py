@@ -24,7 +24,6 @@ from attnlab.scaling.errors import FitError, FitInputError
 from attnlab.scaling.result import ScalingFit
 
 EXPONENT_GRID = (0.03, 0.07, 0.15, 0.3, 0.6)  # initial alpha_N and alpha_D for form "nd"
-FORMS = ("nd", "n", "d")
 
 
 def _residuals_nd(theta, log_n, log_d, log_l):
@@ -69,24 +68,101 @@ def _lowest_per(keys: np.ndarray, loss: np.ndarray) -> np.ndarray:
     return frame.groupby("key")["loss"].idxmin().to_numpy()
 
 
+class KaplanJoint(laws.KaplanLaw):
+    """L(N, D) over every point, by trust-region least squares from the exponent grid."""
+
+    variant = "nd"
+    title = "Kaplan L(N, D) = [(N_c/N)^(alpha_N/alpha_D) + D_c/D]^alpha_D"
+    n_parameters, parameter_names = 4, "N_c, D_c, alpha_N, alpha_D"
+    has_loss_model = has_allocation = allocates_by_6nd = True
+    per = None  # every point is used
+
+    def loss(self, params, n, d):
+        return laws.kaplan_loss(params, n, d)
+
+    def optimal(self, params, c, flops_per_param_token):
+        return laws.kaplan_optimal(params, c, flops_per_param_token)
+
+    def keys(self, n, d):
+        """The regressor whose spread a bootstrap replicate needs."""
+        return n
+
+    def fit_points(self, log_n, log_d, log_l, starts=None):
+        """(params, sum of squared residuals, theta) or (None, None, None) without convergence."""
+        starts = starts if starts is not None else _nd_starts(log_n, log_d, log_l)
+        result = _fit_nd(log_n, log_d, log_l, starts)
+        if result is None:
+            return None, None, None
+        log_nc, log_dc, alpha_n, alpha_d = result.x
+        return ({"N_c": float(np.exp(log_nc)), "D_c": float(np.exp(log_dc)),
+                 "alpha_N": float(alpha_n), "alpha_D": float(alpha_d)}, 2.0 * result.cost,
+                result.x)
+
+    def fit(self, table, **options):
+        return fit_kaplan(table.array("params"), table.array("tokens"), table.array("loss"),
+                          form=self.variant, **_kaplan_options(options))
+
+
+class KaplanSize(KaplanJoint):
+    """L(N) on the best (lowest) loss of each model size: a line in log-log space."""
+
+    variant = "n"
+    title = "Kaplan L(N) = (N_c/N)^alpha_N"
+    n_parameters, parameter_names = 2, "N_c, alpha_N"
+    has_loss_model = has_allocation = allocates_by_6nd = False
+    per = "model sizes"
+
+    def run_loss(self, params, n, d):
+        return laws.kaplan_loss_n(params, n) + 0 * np.asarray(d, np.float64)
+
+    def fit_points(self, log_n, log_d, log_l, starts=None):
+        n_c, alpha, sse = _line(log_n, log_l)
+        return {"N_c": n_c, "alpha_N": alpha}, sse, None
+
+
+class KaplanData(KaplanSize):
+    """L(D) on the lowest loss at each token count."""
+
+    variant = "d"
+    title = "Kaplan L(D) = (D_c/D)^alpha_D"
+    parameter_names = "D_c, alpha_D"
+    per = "token counts"
+
+    def keys(self, n, d):
+        return d
+
+    def run_loss(self, params, n, d):
+        return laws.kaplan_loss_d(params, d) + 0 * np.asarray(n, np.float64)
+
+    def fit_points(self, log_n, log_d, log_l, starts=None):
+        d_c, alpha, sse = _line(log_d, log_l)
+        return {"D_c": d_c, "alpha_D": alpha}, sse, None
+
+
+FORMS = {c.variant: c for c in (KaplanJoint, KaplanSize, KaplanData)}
+
+
+def _kaplan_options(options: dict) -> dict:
+    keep = ("n_bootstrap", "ci_level", "seed", "flops_per_param_token", "source")
+    return {k: v for k, v in options.items() if k in keep}
+
+
 def fit_kaplan(n, d, loss, *, form: str = "nd", n_bootstrap: int = 0, ci_level: float = 0.95,
                seed: int = 0, flops_per_param_token: float = laws.FLOPS_PER_PARAM_TOKEN,
                source: str = "data") -> ScalingFit:
     """Fits Kaplan's L(N, D), L(N) or L(D) to points (N, D, L: [points] each)."""
     if form not in FORMS:
         raise FitInputError(f"Kaplan form must be one of {', '.join(FORMS)}, not {form!r}")
+    law = FORMS[form]()
     n, d, loss = (np.asarray(x, np.float64) for x in (n, d, loss))
     notes = []
-    if form in ("n", "d"):
-        keys = n if form == "n" else d
-        keep = _lowest_per(keys, loss)
+    if law.per:
+        keep = _lowest_per(law.keys(n, d), loss)
         if len(keep) < len(loss):
             notes.append(f"form {form}: kept the lowest loss of each of {len(keep)} distinct "
-                         f"{'model sizes' if form == 'n' else 'token counts'} "
-                         f"({len(loss)} points)")
+                         f"{law.per} ({len(loss)} points)")
         n, d, loss = n[keep], d[keep], loss[keep]
-    n_params = 4 if form == "nd" else 2
-    names = {"nd": "N_c, D_c, alpha_N, alpha_D", "n": "N_c, alpha_N", "d": "D_c, alpha_D"}[form]
+    n_params, names = law.n_parameters, law.parameter_names
     if len(loss) < n_params:
         raise FitInputError(f"{source}: Kaplan form {form} fits {n_params} parameters ({names}) "
                             f"but has only {len(loss)} usable point(s)")
@@ -98,21 +174,7 @@ def fit_kaplan(n, d, loss, *, form: str = "nd", n_bootstrap: int = 0, ci_level: 
     log_n, log_d, log_l = np.log(n), np.log(d), np.log(loss)
 
     def fit_points(index, starts=None):
-        if form == "n":
-            n_c, alpha, sse = _line(log_n[index], log_l[index])
-            return {"N_c": n_c, "alpha_N": alpha}, sse, None
-        if form == "d":
-            d_c, alpha, sse = _line(log_d[index], log_l[index])
-            return {"D_c": d_c, "alpha_D": alpha}, sse, None
-        starts = starts if starts is not None else _nd_starts(log_n[index], log_d[index],
-                                                              log_l[index])
-        result = _fit_nd(log_n[index], log_d[index], log_l[index], starts)
-        if result is None:
-            return None, None, None
-        log_nc, log_dc, alpha_n, alpha_d = result.x
-        return ({"N_c": float(np.exp(log_nc)), "D_c": float(np.exp(log_dc)),
-                 "alpha_N": float(alpha_n), "alpha_D": float(alpha_d)}, 2.0 * result.cost,
-                result.x)
+        return law.fit_points(log_n[index], log_d[index], log_l[index], starts)
 
     everything = np.arange(len(loss))
     params, sse, theta = fit_points(everything)
@@ -125,7 +187,7 @@ def fit_kaplan(n, d, loss, *, form: str = "nd", n_bootstrap: int = 0, ci_level: 
         failed = 0
         for _ in range(n_bootstrap):
             index = rng.integers(0, len(loss), len(loss))
-            if len(np.unique(keys_of(form, n, d)[index])) < 2:
+            if len(np.unique(law.keys(n, d)[index])) < 2:
                 failed += 1  # a line through one distinct x is undefined
                 continue
             replicate, _, _ = fit_points(index, None if theta is None else [theta])
@@ -136,15 +198,11 @@ def fit_kaplan(n, d, loss, *, form: str = "nd", n_bootstrap: int = 0, ci_level: 
                 samples.setdefault(name, []).append(value)
         if failed:
             notes.append(f"{failed} of {n_bootstrap} bootstrap refits failed and were dropped")
-    return ScalingFit(law="kaplan", approach=None, form=form, params=params,
+    return ScalingFit(part=law, params=params,
                       samples={k: np.asarray(v) for k, v in samples.items()},
                       ci_level=ci_level, n_points=len(loss), objective=float(sse),
                       objective_name="sum of squared residuals of log L",
                       flops_per_param_token=flops_per_param_token,
                       n_bootstrap_requested=n_bootstrap, notes=tuple(notes),
-                      details={"exponent_grid": list(EXPONENT_GRID)} if form == "nd" else {})
+                      details={"exponent_grid": list(EXPONENT_GRID)} if law.per is None else {})
 
-
-def keys_of(form: str, n: np.ndarray, d: np.ndarray) -> np.ndarray:
-    """The regressor whose spread a replicate needs: N for L(N), D for L(D), N for L(N, D)."""
-    return d if form == "d" else n

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from attnlab.scaling.errors import FitError
+
 FLOPS_PER_PARAM_TOKEN = 6.0
 
 
@@ -99,3 +101,92 @@ def power_law_optimal(params: Mapping, c):
     c = np.asarray(c, np.float64)
     return {"N_opt": params["k_N"] * np.power(c, params["a"]),
             "D_opt": params["k_D"] * np.power(c, params["b"]), "loss": None}
+
+
+# --- The laws as parts ------------------------------------------------------------------------
+
+class Law:
+    """One scaling law as the commands see it: which table columns it reads, what its fit can
+    answer, and its maths. Each law is a subclass beside the code that fits it (kaplan.py,
+    approach1.py-approach3.py, clark.py) and one line of ``registry.LAWS``; commands ask the
+    law, never compare its name.
+
+    name: the ``--law`` value; variant: the ``--approach`` (Chinchilla) or ``--form`` (Kaplan)
+    that selects it within its family; title: the equation reports print."""
+
+    name: str = ""
+    variant: int | str | None = None
+    selector: str | None = None  # the flag that picks the variant ("approach", "form")
+    default_variant: int | str | None = None  # the variant taken without that flag
+    title: str = ""
+    n_parameters: int = 0
+    # N is the non-embedding count for Kaplan (their convention), all parameters otherwise.
+    params_columns: tuple[str, ...] = ("params",)
+    flops_columns: tuple[str, ...] = ("flops",)
+    fits_table = True        # a ScalingFit of (N, D, L) points or curves (Clark: its own fit)
+    needs_curves = False     # fitted to learning curves rather than final points
+    isoflop_profiles = False  # fitted per FLOP budget (a ladder's branches become budgets)
+    predicts_loss = False    # a loss for any run (L(N, D), L(N) or L(D))
+    has_loss_model = False   # a loss at any (N, D)
+    has_allocation = False   # N_opt(C), D_opt(C)
+    allocates_by_6nd = False  # the allocation follows from L(N, D) on C = k·N·D
+    closed_frontier = False  # L*(C) = E + K (C/k)^-gamma inverts in closed form (multipliers)
+    own_flags: tuple[str, ...] = ()      # fit flags only this law reads
+    refused_flags: tuple[str, ...] = ()  # fit flags that would mean nothing to this law
+    scope: str = ""                      # what one fit of this law is, for those refusals
+
+    @property
+    def approach(self) -> int | None:
+        """Chinchilla's approach number (None for other laws), as JSON reports name it."""
+        return None
+
+    @property
+    def form(self) -> str:
+        """Kaplan's form ("" for other laws), as JSON reports name it."""
+        return ""
+
+    def fit(self, table, **options):
+        """The fit of this law to a checked ``table.ScalingTable``."""
+        raise NotImplementedError
+
+    def loss(self, params: Mapping, n, d):
+        raise FitError(f"{self.title} has no L(N, D); fit --law=kaplan (form nd) or "
+                          f"--law=chinchilla --approach=3 to predict losses")
+
+    def run_loss(self, params: Mapping, n, d):
+        """The loss predicted for a run of N parameters trained on D tokens."""
+        return self.loss(params, n, d)
+
+    def optimal(self, params: Mapping, c, flops_per_param_token: float):
+        raise FitError(f"{self.title} has no compute-optimal allocation; fit the joint "
+                          f"L(N, D) (form nd)")
+
+
+class KaplanLaw(Law):
+    """Kaplan et al. 2020's laws; ``--form`` picks L(N, D), L(N) or L(D)."""
+
+    name = "kaplan"
+    selector, default_variant = "form", "nd"
+    params_columns = ("non_embedding_params", "params")
+    predicts_loss = True
+
+    @property
+    def form(self) -> str:
+        return self.variant
+
+
+class ChinchillaLaw(Law):
+    """Hoffmann et al. 2022's three approaches; ``--approach`` picks one. Their FLOPs column
+    is Chinchilla's own count where the table has it."""
+
+    name = "chinchilla"
+    selector, default_variant = "approach", 3
+    flops_columns = ("flops_chinchilla", "flops")
+    has_allocation = True
+
+    @property
+    def approach(self) -> int:
+        return self.variant
+
+    def optimal(self, params: Mapping, c, flops_per_param_token: float):
+        return power_law_optimal(params, c)

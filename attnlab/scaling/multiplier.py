@@ -72,7 +72,7 @@ def effective_multiplier(base: ScalingFit, other: ScalingFit, reference: float, 
     nan = math.nan
     out = {"multiplier": nan, "ci": (nan, nan), "loss": nan, "loss_base": nan, "note": ""}
     for role, fit in (("baseline", base), ("group", other)):
-        if not (fit.law == "chinchilla" and fit.approach == 3):
+        if not fit.part.closed_frontier:
             out["note"] = f"the {role}'s fit is {fit.name}: the multiplier needs approach 3's law"
             return out
         if not fit.allocation_determined:

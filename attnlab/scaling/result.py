@@ -11,25 +11,12 @@ import pandas as pd
 
 from attnlab.scaling import laws
 from attnlab.scaling.bootstrap import intervals, percentile_interval
-from attnlab.scaling.errors import FitError
-
-LAW_NAMES = {
-    ("kaplan", "nd"): "Kaplan L(N, D) = [(N_c/N)^(alpha_N/alpha_D) + D_c/D]^alpha_D",
-    ("kaplan", "n"): "Kaplan L(N) = (N_c/N)^alpha_N",
-    ("kaplan", "d"): "Kaplan L(D) = (D_c/D)^alpha_D",
-    ("chinchilla", 1): "Chinchilla approach 1: lower envelope of learning curves, "
-                       "N_opt = k_N C^a, D_opt = k_D C^b",
-    ("chinchilla", 2): "Chinchilla approach 2: IsoFLOP parabolas, N_opt = k_N C^a, D_opt = k_D C^b",
-    ("chinchilla", 3): "Chinchilla approach 3: L(N, D) = E + A/N^alpha + B/D^beta",
-}
-
 
 @dataclasses.dataclass(frozen=True)
 class ScalingFit:
     """A fitted law.
 
-    law: "kaplan" | "chinchilla"; approach: 1, 2, 3 for Chinchilla, None for Kaplan;
-    form: Kaplan's "nd" | "n" | "d" ("" for Chinchilla).
+    part: the law (``laws.Law``) that was fitted; it answers what the fit can predict.
     params: name -> estimate from the full data; samples: name -> [replicates] estimates from the
     bootstrap refits (empty without a bootstrap); ci_level: the intervals' nominal coverage.
     objective: the minimised objective at the estimate, described by objective_name.
@@ -40,9 +27,7 @@ class ScalingFit:
     their estimates are one of many equally good values, so nothing should be read from them.
     """
 
-    law: str
-    approach: int | None
-    form: str
+    part: laws.Law
     params: dict[str, float]
     samples: dict[str, np.ndarray]
     ci_level: float
@@ -69,8 +54,20 @@ class ScalingFit:
                 and all(math.isfinite(v) for v in self.params.values()))
 
     @property
+    def law(self) -> str:
+        return self.part.name
+
+    @property
+    def approach(self) -> int | None:
+        return self.part.approach
+
+    @property
+    def form(self) -> str:
+        return self.part.form
+
+    @property
     def name(self) -> str:
-        return LAW_NAMES[(self.law, self.form if self.law == "kaplan" else self.approach)]
+        return self.part.title
 
     @property
     def ci(self) -> dict[str, tuple[float, float]]:
@@ -84,50 +81,31 @@ class ScalingFit:
 
     @property
     def has_loss_model(self) -> bool:
-        return (self.law, self.form, self.approach) in (("kaplan", "nd", None),
-                                                        ("chinchilla", "", 3))
+        return self.part.has_loss_model
 
     @property
     def has_allocation(self) -> bool:
-        return self.law == "chinchilla" or self.form == "nd"
+        return self.part.has_allocation
 
     @property
     def predicts_loss(self) -> bool:
         """Whether the law gives a loss for a run (every Kaplan form, Chinchilla approach 3)."""
-        return self.law == "kaplan" or self.approach == 3
+        return self.part.predicts_loss
 
     def loss(self, n, d, params=None):
         """Predicted loss at (N, D) (Kaplan L(N, D) or Chinchilla approach 3)."""
-        params = self.params if params is None else params
-        if self.law == "kaplan" and self.form == "nd":
-            return laws.kaplan_loss(params, n, d)
-        if self.law == "chinchilla" and self.approach == 3:
-            return laws.chinchilla_loss(params, n, d)
-        raise FitError(f"{self.name} has no L(N, D); fit --law=kaplan (form nd) or "
-                       f"--law=chinchilla --approach=3 to predict losses")
+        return self.part.loss(self.params if params is None else params, n, d)
 
     def run_loss(self, n, d, params=None):
         """The loss the law predicts for a run of N parameters trained on D tokens: L(N, D), or
         Kaplan's L(N) / L(D), which ignore the other argument."""
-        params = self.params if params is None else params
-        if self.law == "kaplan" and self.form == "n":
-            return laws.kaplan_loss_n(params, n) + 0 * np.asarray(d, np.float64)
-        if self.law == "kaplan" and self.form == "d":
-            return laws.kaplan_loss_d(params, d) + 0 * np.asarray(n, np.float64)
-        return self.loss(n, d, params)
+        return self.part.run_loss(self.params if params is None else params, n, d)
 
     def optimal(self, budget, params=None) -> dict[str, Any]:
         """Compute-optimal N_opt, D_opt (and the loss there, when the law models it) at FLOP
         budget(s) C."""
-        params = self.params if params is None else params
-        if self.law == "chinchilla" and self.approach == 3:
-            return laws.chinchilla_optimal(params, budget, self.flops_per_param_token)
-        if self.law == "chinchilla":
-            return laws.power_law_optimal(params, budget)
-        if self.form == "nd":
-            return laws.kaplan_optimal(params, budget, self.flops_per_param_token)
-        raise FitError(f"{self.name} has no compute-optimal allocation; fit the joint "
-                       f"L(N, D) (form nd)")
+        return self.part.optimal(self.params if params is None else params, budget,
+                                 self.flops_per_param_token)
 
     def predict_loss(self, n: float, d: float) -> dict[str, Any]:
         """{"N", "D", "loss", "ci": [low, high] or None} at one (N, D)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from attnlab.scaling import laws
+from attnlab.scaling import laws, registry
 
 CHINCHILLA_PUBLISHED = {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28}
 KAPLAN_PUBLISHED = {"N_c": 8.8e13, "D_c": 5.4e13, "alpha_N": 0.076, "alpha_D": 0.095}
@@ -22,8 +22,7 @@ def grid_points(params: dict, *, law: str = "chinchilla", n_range=(1e7, 1e10),
     """Runs at log-uniform random (N, D): columns params, tokens, loss, flops (= 6ND)."""
     n = np.exp(rng.uniform(*np.log(n_range), n_points))
     d = np.exp(rng.uniform(*np.log(d_range), n_points))
-    truth = laws.chinchilla_loss(params, n, d) if law == "chinchilla" else laws.kaplan_loss(
-        params, n, d)
+    truth = registry.resolve(law).loss(params, n, d)
     return pd.DataFrame({"params": n, "tokens": d, "loss": _noisy(truth, noise, rng),
                          "flops": laws.training_flops(n, d)})
 

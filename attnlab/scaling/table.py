@@ -32,8 +32,9 @@ import pandas as pd
 
 from attnlab import results as sweep_results
 from attnlab.errors import AttnlabError
-from attnlab.scaling import laws
+from attnlab.scaling import laws, registry
 from attnlab.scaling.errors import FitInputError
+from attnlab.scaling.laws import Law
 
 CANONICAL = ("params", "tokens", "loss", "flops", "budget", "run_id", "step", "experts")
 # Evaluations a run needs for approach 1 to read its validation curve rather than the training
@@ -183,17 +184,18 @@ def _drop_trunks(df: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
 
 
 def _flops_column(df, law, mapping, source):
-    preferred = ("flops_chinchilla", "flops") if law == "chinchilla" else ("flops",)
-    return _pick(df, "flops", preferred, mapping, source, "", required=False)
+    return _pick(df, "flops", law.flops_columns, mapping, source, "", required=False)
 
 
-def prepare_points(df: pd.DataFrame, *, law: str, source: str = "results",
+def prepare_points(df: pd.DataFrame, *, law: str | Law, source: str = "results",
                    columns: dict[str, str] | None = None) -> ScalingTable:
-    """Checks a results table (one row per run) and returns its canonical columns."""
+    """Checks a results table (one row per run) and returns its canonical columns: those
+    ``law`` (a ``--law`` name or a resolved law) reads."""
+    law = registry.resolve(law)
     mapping = dict(columns or {})
     notes: list[str] = []
     df = _drop_trunks(_drop_unfinished(df, notes, source), notes)
-    params_candidates = (("non_embedding_params", "params") if law == "kaplan" else ("params",))
+    params_candidates = law.params_columns
     used = {
         "params": _pick(df, "params", params_candidates, mapping, source,
                         "model parameters N"),
@@ -209,18 +211,19 @@ def prepare_points(df: pd.DataFrame, *, law: str, source: str = "results",
     return _finish(df, used, law, source, notes)
 
 
-def prepare_curves(df: pd.DataFrame, *, law: str, source: str = "curves",
+def prepare_curves(df: pd.DataFrame, *, law: str | Law, source: str = "curves",
                    columns: dict[str, str] | None = None,
                    runs: pd.DataFrame | None = None) -> ScalingTable:
     """Checks a curves table (one row per logged step) for approach 1. Rows of steps where the
     chosen loss was not logged (NaN, e.g. val_loss between evaluations) and step-0 rows (no
     tokens yet) are dropped. ``params`` missing from the curves is joined from ``runs`` (a
     results table) on run_id."""
+    law = registry.resolve(law)
     mapping = dict(columns or {})
     notes: list[str] = []
     df = _drop_trunks(_drop_unfinished(df, notes, source), notes)
     run_column = _pick(df, "run_id", ("run_id",), mapping, source, "which run a step belongs to")
-    params_candidates = (("non_embedding_params", "params") if law == "kaplan" else ("params",))
+    params_candidates = law.params_columns
     if runs is not None and not any(c in df.columns for c in params_candidates) \
             and "params" not in mapping and "run_id" in runs.columns:
         joined = [c for c in params_candidates if c in runs.columns]
@@ -286,7 +289,7 @@ def _finish(df, used, law, source, notes) -> ScalingTable:
         notes.append("no FLOPs column: C = 6·N·D")
     elif used["flops"] != "flops":
         notes.append(f"FLOPs from column {used['flops']!r}")
-    if law == "kaplan" and used["params"] == "non_embedding_params":
+    if used["params"] == law.params_columns[0] == "non_embedding_params":
         notes.append("N = non_embedding_params (Kaplan's convention)")
     if used["params"].startswith("active_"):  # --columns=params:active_params
         notes.append(f"N = {used['params']}: the parameters a token uses (a mixture of experts' "

@@ -1,0 +1,61 @@
+"""The scaling laws, resolved once: the registry of laws and the one place where ``--law``,
+``--approach`` and ``--form`` become the law a fit, a plot, a study or a hold-out asks.
+
+    law = resolve("chinchilla", approach=3)   # raises FitInputError naming the flag
+    law.fit(table, n_bootstrap=200)           # a ScalingFit
+    law.predicts_loss, law.has_allocation     # what its fit can answer
+
+A law is one class beside the code that fits it and one line below; its family (``--law``) is
+the class's ``name`` and its ``variant`` the ``--approach`` or ``--form`` that selects it.
+"""
+
+from __future__ import annotations
+
+from attnlab.scaling import approach1, approach2, approach3, clark, kaplan
+from attnlab.scaling.errors import FitInputError
+from attnlab.scaling.laws import Law
+
+LAWS = {(c.name, c.variant): c for c in (
+    kaplan.KaplanJoint, kaplan.KaplanSize, kaplan.KaplanData,
+    approach1.Envelope, approach2.IsoFLOP, approach3.Parametric,
+    clark.Clark)}
+
+
+def names() -> tuple[str, ...]:
+    """The ``--law`` values."""
+    return tuple(dict.fromkeys(name for name, _ in LAWS))
+
+
+def variants(name: str) -> tuple:
+    return tuple(v for family, v in LAWS if family == name)
+
+
+def resolve(law: str | Law, approach: int | None = None, form: str | None = None) -> Law:
+    """The law ``--law`` names, in the variant ``--approach`` / ``--form`` select (each family
+    reads its own selector and ignores the other's); a ``Law`` is returned as it is."""
+    if isinstance(law, Law):
+        return law
+    family = [cls for (name, _), cls in LAWS.items() if name == law]
+    if not family:
+        raise FitInputError(f"--law must be one of {', '.join(names())}, not {law!r}")
+    flag = family[0].selector
+    chosen = {"approach": approach, "form": form}.get(flag)
+    variant = family[0].default_variant if chosen is None else chosen
+    if (law, variant) not in LAWS:
+        allowed = ", ".join(str(v) for v in variants(law))
+        raise FitInputError(f"--{flag} must be one of {allowed} for --law={law}, "
+                            f"not {variant!r}")
+    return LAWS[(law, variant)]()
+
+
+def own_flags() -> tuple[str, ...]:
+    """The fit flags that only one law reads."""
+    return tuple(f for cls in LAWS.values() for f in cls.own_flags)
+
+
+def owner_of(flag: str) -> Law | None:
+    """The law that alone reads ``flag`` (e.g. Clark's --saturation), if any."""
+    for cls in LAWS.values():
+        if flag in cls.own_flags:
+            return cls()
+    return None
