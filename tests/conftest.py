@@ -8,6 +8,13 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
+# Tests compile the same tiny programs again and again, in this process, in the other xdist
+# worker and in the commands they start: JAX's persistent compilation cache lets every one after
+# the first load the executable instead (set before jax is imported, and inherited by child
+# processes). A test that counts compilations turns it off for itself (``no_compilation_cache``).
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(ROOT / ".jax_cache"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.1")
+
 
 @pytest.fixture(autouse=True)
 def _run_from_repo_root(monkeypatch):
@@ -40,3 +47,16 @@ def register(monkeypatch):
 
     yield add
     resolve.cache_clear()
+
+
+@pytest.fixture
+def no_compilation_cache():
+    """Turns the persistent compilation cache off for one test (one that counts compilations)."""
+    import jax
+    from jax.experimental.compilation_cache import compilation_cache
+
+    jax.config.update("jax_enable_compilation_cache", False)
+    compilation_cache.reset_cache()  # jax decides once per process whether the cache is used
+    yield
+    jax.config.update("jax_enable_compilation_cache", True)
+    compilation_cache.reset_cache()

@@ -324,6 +324,7 @@ def _ranking_values(workdir):
     return ranking.reset_index(drop=True)
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 def test_a_resumed_study_gives_the_same_table(straight_study, tmp_path):
     """Interrupted mid-sweep (SIGINT once some runs are done), then rerun: the results and the

@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+# Signals, timings or a machine-wide resource: the slow lane runs these one at a time.
+pytestmark = pytest.mark.serial
+
 REPO = Path(__file__).resolve().parents[1]
 FILES = {"env.json", "checks.md", "gpu.md", "quickstart.csv", "quickstart_report.txt",
          "architectures.csv", "architectures_report.txt", "session.log"}

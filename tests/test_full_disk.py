@@ -19,6 +19,9 @@ import pytest
 
 from attnlab import results, rundir
 
+# Signals, timings or a machine-wide resource: the slow lane runs these one at a time.
+pytestmark = pytest.mark.serial
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 ENV = dict(os.environ, JAX_PLATFORMS="cpu")
 # Every checkpoint kept, so that the reference has the step the full disk stopped at; each is

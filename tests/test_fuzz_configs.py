@@ -420,6 +420,7 @@ def _compatible(objective: str) -> list[tuple[str, str]]:
     return [focus for focus in FOCUS if accepted(*focus)]
 
 
+@pytest.mark.slow
 def test_config_fuzz_traced(capsys):
     """Stratified by objective and registry choice, a few examples each: every part (MoE,
     nGPT, Mamba, muP, vector read-ins, ...) is in accepted configs, so a removed cross-part

@@ -162,8 +162,10 @@ def loss_and_grads(cfg: ModelConfig, state, tokens, rng=None):
     return float(loss), nnx.to_pure_dict(grads), fn
 
 
-@pytest.mark.parametrize("scan", [False, True], ids=["unrolled", "scanned"])
-@pytest.mark.parametrize("policy", ["full", "save_dots"])
+@pytest.mark.parametrize("policy, scan", [
+    ("full", True), *(pytest.param(p, s, marks=pytest.mark.slow)
+                      for p, s in (("full", False), ("save_dots", False), ("save_dots", True)))],
+    ids=["full-scanned", "full-unrolled", "save_dots-unrolled", "save_dots-scanned"])
 def test_remat_gives_the_loss_and_gradients_of_none(policy, scan):
     cfg = tiny_cfg(scan_layers=scan, dropout=0.1, pos_encoding="t5", t5_per_layer=True,
                    t5_num_buckets=8, t5_max_distance=16)

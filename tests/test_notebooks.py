@@ -18,6 +18,9 @@ from attnlab.extrapolation import EvalSettings
 from attnlab.extrapolation import run_study as run_extrapolation_study
 from attnlab.sweep import load_spec, run_sweep
 
+# Signals, timings or a machine-wide resource: the slow lane runs these one at a time.
+pytestmark = pytest.mark.serial
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

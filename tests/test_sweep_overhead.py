@@ -28,7 +28,7 @@ def tiny(cache_dir, seed: int = 0, **model) -> Config:
 
 
 @pytest.fixture
-def compile_events():
+def compile_events(no_compilation_cache):
     """The tracing and XLA compilations recorded while the test runs, by event name."""
     seen = []
 

@@ -244,6 +244,7 @@ def test_diverged_run_is_kept_and_restarted_on_retry(tmp_path, cache_dir):
     assert (retired / "summary.json").exists()
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 @pytest.mark.parametrize("sweep", ["grid", "isoflop"])
 def test_ray_launcher_matches_local(sweep, request, tmp_path, cache_dir):
@@ -288,6 +289,7 @@ def _read(path):
         return ""
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 def test_sigkill_mid_sweep_loses_nothing_and_duplicates_nothing(grid, tmp_path, cache_dir):
     _, _, uninterrupted = grid

@@ -50,7 +50,7 @@ def losses(workdir):
                                                                  if "val_loss" in l]
 
 
-@pytest.mark.parametrize("objective", ["clm", "mlm", "span"])
+@pytest.mark.parametrize("objective", ["clm", "mlm", pytest.param("span", marks=pytest.mark.slow)])
 def test_each_objective_trains_through_the_loop(objective, cache_dir, tmp_path, capsys):
     cfg = config(cache_dir, objective, **{"model.pos_encoding": "t5",
                                           "train.eval_masked_spans": True})
@@ -107,7 +107,7 @@ def test_each_objective_trains_through_the_loop(objective, cache_dir, tmp_path, 
         assert err.strip().count("\n") == 0
 
 
-@pytest.mark.parametrize("objective", ["mlm", "span"])
+@pytest.mark.parametrize("objective", ["mlm", pytest.param("span", marks=pytest.mark.slow)])
 def test_resuming_masks_batch_i_as_the_uninterrupted_run(objective, cache_dir, tmp_path):
     """A run cut after its step-10 checkpoint and rerun logs the losses of the uninterrupted
     run: every batch after the restart is corrupted as before (the masks depend on (seed,

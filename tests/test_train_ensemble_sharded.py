@@ -21,6 +21,10 @@ import pytest
 
 from attnlab.train import load_params, run
 
+# A 90-second subprocess on 8 simulated devices: sharded = unsharded for plain runs is checked in
+# the default lane by tests/test_train_parallel.py; the sharded ensemble runs in the slow lane.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 
 SCRIPT = textwrap.dedent("""
