@@ -30,9 +30,10 @@ from attnlab.config import (COOLDOWNS, DataConfig, ModelConfig, TrainConfig, che
 from attnlab.errors import ConfigError
 from attnlab.model import check
 from attnlab.sweep import plan, spec_from_config_dict, tuning
-from attnlab.sweep.sections import (LR_RULES, WARMUP_RULES, Branches, CentreRule, Ladder,
-                                    LearningRateRule, Resources, Tune, WarmupRule)
-from attnlab.sweep.spec import _SWEEP_KEYS, _TOP_LEVEL_KEYS, FLOP_CONVENTIONS, MODES
+from attnlab.sweep.rules import LR_RULES, WARMUP_RULES, LearningRateRule, WarmupRule
+from attnlab.sweep.sections import Branches, CentreRule, Ladder, Resources, Tune
+from attnlab.sweep.modes import MODES
+from attnlab.sweep.spec import _SWEEP_KEYS, _TOP_LEVEL_KEYS, FLOP_CONVENTIONS
 
 EXAMPLES, SLOW_EXAMPLES = 300, 5000
 

@@ -11,8 +11,10 @@ from typing import Any
 from attnlab.config import Config
 from attnlab.errors import ConfigError
 from attnlab.model import check
-from attnlab.sweep.sections import (Branches, CentreRule, Ladder, LearningRateRule, Resources,
-                                    Shape, SweepSpecError, Tune, WarmupRule)
+from attnlab.sweep.modes import MODES, Mode
+from attnlab.sweep.rules import LearningRateRule, WarmupRule
+from attnlab.sweep.sections import (Branches, CentreRule, Ladder, Resources, Shape,
+                                    SweepSpecError, Tune)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,20 +67,17 @@ class SweepSpec:
             origin = "sweep.shapes" if self.shapes else "sweep.ladder"
             for key in ("model.d_model", "model.n_layers", "model.n_heads"):
                 keys[key] = origin
-        if self.learning_rate.rule != "fixed":
+        if self.learning_rate.kind.sets_learning_rate:
             keys["train.learning_rate"] = "sweep.learning_rate"
-        if self.warmup.rule != "fixed":
+        if self.warmup.kind.sets_warmup:
             keys["train.warmup_steps"] = "sweep.warmup"
-        if self.mode == "isoflop":
-            keys["train.tokens"] = keys["train.steps"] = "sweep.budgets"
-        if self.mode == "ladder":
-            for key in ("train.tokens", "train.steps", "train.schedule", "train.decay_fraction",
-                        "train.cooldown", "train.branch_from", "train.branch_step",
-                        "train.keep_steps"):
-                keys[key] = "sweep.branches"
-        if self.mode == "curves" and self.curve_points > 0:
-            keys["train.eval_every"] = "sweep.curve_points"
+        keys.update(self.kind.set_keys(self))
         return keys
+
+    @property
+    def kind(self) -> Mode:
+        """The mode's class in :data:`modes.MODES`."""
+        return MODES[self.mode]()
 
 
 def variant_spec(spec: SweepSpec, variant: Variant) -> SweepSpec:

@@ -17,9 +17,9 @@ from typing import Any, Mapping
 from attnlab.config import Config, ModelConfig, check_warmup, wsd_decay_start
 from attnlab.errors import ConfigError
 from attnlab.model import check, flops_per_token, param_counts, recorded_counts
-from attnlab.model.architecture import PARAMETERIZATIONS
 from attnlab.rundir import RESUMABLE_DIFFERENCES
 from attnlab.sweep.definition import SweepSpec, variant_spec
+from attnlab.sweep.modes import OFF_CENTRE
 from attnlab.sweep.sections import Ladder, Shape, SweepSpecError
 
 # Fields that say how a run is launched, not what it computes (training accepts them changed on
@@ -99,11 +99,10 @@ def expand(spec: SweepSpec) -> tuple[list[PlannedRun], list[str]]:
     shapes: list[Shape | None] = list(resolve_shapes(spec, spec.base.model)) or [None]
     axis_keys = [key for key, _ in spec.axes]
     combos = list(itertools.product(*(values for _, values in spec.axes)))
-    budgets: list[float | None] = list(spec.budgets) or [None]
+    budgets = spec.kind.budgets(spec)
     runs: list[PlannedRun] = []
     notes: list[str] = []
-    if spec.mode == "ladder":
-        budgets = []
+    if spec.kind.uses_branches:  # a trunk per shape, its branches the runs of each token count
         for shape in shapes:
             for combo in combos:
                 runs += ladder_runs(spec, _plan_one(spec, shape, dict(zip(axis_keys, combo)),
@@ -117,7 +116,7 @@ def expand(spec: SweepSpec) -> tuple[list[PlannedRun], list[str]]:
                     label = shape.label if shape else "base"
                     what = " ".join(filter(None, (label, _combo_label(combo))))
                     notes.append(f"budget {budget:.3g}: {what} left out ({run})")
-                    off_centre += run.startswith(_OFF_CENTRE)
+                    off_centre += run.startswith(OFF_CENTRE)
                 else:
                     runs.append(run)
                     kept += 1
@@ -247,9 +246,6 @@ def run_id(cfg: Config) -> str:
 # ----------------------------------------------------------------------------------------------
 
 
-_OFF_CENTRE = "outside the centred ladder"
-
-
 def _plan_one(spec: SweepSpec, shape: Shape | None, axis_values: dict[str, Any],
               budget: float | None) -> PlannedRun | str:
     """The run at one (shape, axis values, budget), or why it is left out: the budget buys too
@@ -272,15 +268,10 @@ def _plan_one(spec: SweepSpec, shape: Shape | None, axis_values: dict[str, Any],
     lr = _learning_rate(spec, shape, cfg, counts["non_embedding"])
     if lr is not None:
         swept["train.learning_rate"] = lr
-    if budget is not None:
-        steps = round(budget / per_token[spec.flops_per_token] / batch_tokens)
-        if steps < spec.min_steps:
-            return f"fewer than {spec.min_steps} step(s)"
-        # centred on the parameters a token uses (a mixture of experts' active ones)
-        if spec.centre is not None and not spec.centre.keeps(counts["active"], budget):
-            return (f"{_OFF_CENTRE}: {counts['active']:,} parameters, N* = "
-                    f"{spec.centre.target(budget):,.0f} +- {spec.centre.span:g}x")
-        swept["train.tokens"] = steps * batch_tokens
+    length = spec.kind.run_length(spec, budget, counts, per_token, batch_tokens)
+    if isinstance(length, str):
+        return length
+    swept.update(length)
     cfg = _override(spec, swept)
     if cfg.train.tokens and cfg.train.tokens < batch_tokens:
         origin = ("sweep.axes.train.tokens" if "train.tokens" in axis_values else
@@ -290,7 +281,7 @@ def _plan_one(spec: SweepSpec, shape: Shape | None, axis_values: dict[str, Any],
     warmup = _warmup_steps(spec, cfg, counts["total"])
     if warmup is not None:
         swept["train.warmup_steps"] = warmup
-    if spec.mode == "curves":  # the logging cadence: set, but not a variable of the study
+    if spec.kind.uses_curve_points:  # the logging cadence: set, not a variable of the study
         every = max(1, cfg.total_steps // spec.curve_points)
         cfg = _override(spec, {"train.log_every": min(cfg.train.log_every, every), **swept,
                                "train.eval_every": every})
@@ -395,37 +386,9 @@ def _override(spec: SweepSpec, swept: dict[str, Any]) -> Config:
 def _learning_rate(spec: SweepSpec, shape: Shape | None, cfg: Config,
                    non_embedding: int) -> float | None:
     rule = spec.learning_rate
-    base = rule.base or cfg.train.learning_rate
-    if rule.rule == "fixed":
-        return None
-    if rule.rule == "transfer":
-        # The tuned value itself (no arithmetic to round): under muP it is the base model's
-        # learning rate, so every run must be muP at the base width it was tuned at.
-        tuned_at = spec.base.model.mup_base_d_model
-        transfers = PARAMETERIZATIONS[cfg.model.parameterization].transfers_learning_rate
-        if not transfers or cfg.model.mup_base_d_model != tuned_at:
-            raise SweepSpecError("sweep.learning_rate.rule", f"'transfer' applies a learning "
-                                 f"rate tuned under muP at base width {tuned_at}, but a run has "
-                                 f"model.parameterization = {cfg.model.parameterization!r}, "
-                                 f"model.mup_base_d_model = {cfg.model.mup_base_d_model} (set "
-                                 f"by an axis?)")
-        return rule.base_lr
-    if rule.rule == "tuned":
-        if not rule.base:
-            raise SweepSpecError("sweep.learning_rate.rule", "'tuned' learning rates come from "
-                                 "the sweep's tuning stage (sweep.tune): attnlab sweep runs it "
-                                 "before it plans the study (in Python: "
-                                 "attnlab.sweep.tuning.resolve(spec, picks))")
-        lr = rule.base * (cfg.model.d_model / rule.ref_d_model) ** -rule.exponent
-    elif rule.rule == "per_shape":
-        lr = shape.learning_rate
-    elif rule.rule == "power_law":
-        try:
-            lr = base * (non_embedding / rule.ref_params) ** -rule.exponent
-        except OverflowError:  # a float power past 1.8e308 raises rather than give inf
-            lr = math.inf
-    else:  # inverse_width
-        lr = base * rule.ref_d_model / cfg.model.d_model
+    lr = rule.kind.value(rule, spec, shape, cfg, non_embedding)
+    if lr is None or rule.kind.transfers:  # the tuned value itself: no arithmetic to round
+        return lr
     if not 0 < lr < math.inf:  # 0 after an underflow; the config checks no upper bound
         raise SweepSpecError("sweep.learning_rate", f"rule {rule.rule!r} gives learning rate "
                              f"{lr:g} at d_model {cfg.model.d_model}, {non_embedding:,} "
@@ -435,13 +398,7 @@ def _learning_rate(spec: SweepSpec, shape: Shape | None, cfg: Config,
 
 
 def _warmup_steps(spec: SweepSpec, cfg: Config, total_params: int) -> int | None:
-    rule = spec.warmup
-    if rule.rule == "fixed":
-        return None
-    if rule.rule == "fraction":
-        return max(1, math.ceil(rule.fraction * cfg.total_steps))
-    batch_tokens = cfg.data.batch_size * cfg.data.seq_len
-    return max(1, math.ceil(rule.tokens_per_param * total_params / batch_tokens))
+    return spec.warmup.kind.steps(spec.warmup, cfg, total_params)
 
 
 def _isoflop_flops_for_steps(spec: SweepSpec, shape: Shape, steps: int) -> float:

@@ -152,9 +152,9 @@ def dry_run(spec: SweepSpec, workdir: str | Path | None = None, *, probe: str = 
     notes.append(f"{len(runs)} runs ({len(todo)} to run); total "
                  f"{sum(r.trained_flops('chinchilla') for r in runs):.3g} FLOPs (chinchilla "
                  f"count); isoflop budgets use the '{spec.flops_per_token}' count")
-    if spec.mode == "ladder":
+    if spec.kind.uses_branches:
         notes.append(ladder_note(runs))
-    if spec.mode in ("isoflop", "ladder"):  # the modes planned for Chinchilla fits
+    if spec.kind.fitted_by_chinchilla:
         notes += design_notes(runs, spec.variant_column if spec.variants else None)
     notes += check_data(todo)  # a bad data source fails the dry run too, naming its field
     too_large = memory_refusals(todo)

@@ -1,7 +1,8 @@
-"""The sections of a sweep spec besides the base config: shapes, a size ladder, learning-rate
-and warmup rules, an IsoFLOP centre, a run's resources. Each is a frozen dataclass built from its
-mapping by the config's generic builder (:func:`attnlab.config.build_dataclass`) and then
-checked by its own ``checked(field)``, which raises :class:`SweepSpecError` naming the field."""
+"""The sections of a sweep spec besides the base config: shapes, a size ladder, the branches of a
+ladder, a tuning stage, an IsoFLOP centre, a run's resources (the learning-rate and warmup rules
+are in rules.py). Each is a frozen dataclass built from its mapping by the config's generic
+builder (:func:`attnlab.config.build_dataclass`) and then checked by its own
+``checked(field)``, which raises :class:`SweepSpecError` naming the field."""
 
 from __future__ import annotations
 
@@ -11,9 +12,6 @@ from typing import Any
 
 from attnlab.config import COOLDOWNS
 from attnlab.errors import ConfigError
-
-LR_RULES = ("fixed", "per_shape", "power_law", "inverse_width", "transfer", "tuned")
-WARMUP_RULES = ("fixed", "fraction", "tokens_per_param")
 
 
 class SweepSpecError(ConfigError):
@@ -104,77 +102,6 @@ class Branches:
         return dataclasses.replace(self, **{name: tuple(sorted(values))})
 
 
-class _Rule:
-    """A learning-rate or warmup rule: ``rule`` one of ``rules``, every number >= 0."""
-
-    def checked(self, field: str):
-        if self.rule not in self.rules:
-            raise SweepSpecError(f"{field}.rule", f"unknown rule {self.rule!r}; valid rules are "
-                                                  f"{', '.join(self.rules)}")
-        for f in dataclasses.fields(self)[1:]:
-            if not isinstance(getattr(self, f.name), str):
-                number_at_least_zero(getattr(self, f.name), f"{field}.{f.name}")
-        return self
-
-
-@dataclasses.dataclass(frozen=True)
-class LearningRateRule(_Rule):
-    """How each run's peak learning rate follows from its shape.
-
-    fixed:          the base config's train.learning_rate for every shape
-    per_shape:      the explicit value given with each shape (4th entry of a shape tuple, or
-                    ladder.learning_rates)
-    power_law:      lr = base * (N / ref_params) ** -exponent, N = non-embedding parameters
-    inverse_width:  lr = base * ref_d_model / d_model ("muP-lite": under muP the Adam learning
-                    rate of hidden matrices scales as 1/width, Yang et al. 2022; here on every
-                    parameter: the full muP is model.parameterization=mup, docs/mup.md)
-    transfer:       lr = base_lr for every width (muTransfer, Yang et al. 2022 sec. 5: under
-                    model.parameterization=mup the optimum tuned at the base width holds at every
-                    width); base_lr given here, or read from ``report``, the JSON that
-                    experiments/mup_transfer.py writes (its mup row at width ``tuned_d_model``,
-                    0 -> the study's model.mup_base_d_model, tuned at the same base width)
-    tuned:          from the sweep's own tuning stage (``sweep.tune``, attnlab.sweep.tuning): a
-                    muP arm gets ``transfer`` at its best rate; any other arm
-                    lr = base * (d_model / ref_d_model) ** -exponent, a power law fitted to its
-                    best rates at the tuning widths. Given with no fields: the stage sets them.
-    """
-
-    rule: str = "fixed"
-    base: float = 0.0  # 0 -> the base config's train.learning_rate
-    ref_params: float = 0.0
-    exponent: float = 0.0
-    ref_d_model: int = 0
-    base_lr: float = 0.0
-    report: str = ""
-    tuned_d_model: int = 0
-    rules = LR_RULES
-
-    def checked(self, field: str) -> LearningRateRule:
-        super().checked(field)
-        if self.rule == "tuned":
-            for f in dataclasses.fields(self)[1:]:
-                if getattr(self, f.name):
-                    raise SweepSpecError(f"{field}.{f.name}", "rule 'tuned' takes no fields: the "
-                                         "tuning stage (sweep.tune) picks the learning rates")
-            return self
-        if self.rule != "transfer":
-            for name in ("base_lr", "report", "tuned_d_model"):
-                if getattr(self, name):
-                    raise SweepSpecError(f"{field}.{name}", f"only rule 'transfer' reads it; the "
-                                                            f"rule is {self.rule!r}")
-        elif self.base_lr and self.report:
-            raise SweepSpecError(f"{field}.report", "give the tuned learning rate as base_lr or "
-                                                    "as a report, not both")
-        elif not (self.base_lr or self.report):
-            raise SweepSpecError(f"{field}.base_lr", "missing: rule 'transfer' needs the learning "
-                                 "rate tuned at the base width: base_lr, or report (the JSON of "
-                                 "experiments/mup_transfer.py --json)")
-        elif self.tuned_d_model and not self.report:
-            raise SweepSpecError(f"{field}.tuned_d_model", "picks a row of the report; without "
-                                                           "a report base_lr is the rate")
-        return self
-
-
 @dataclasses.dataclass(frozen=True)
 class Tune:
     """A sweep's tuning stage (``sweep.tune``): before the study, every arm whose learning-rate
@@ -219,23 +146,6 @@ class Tune:
                                                    f"{self.seeds!r}")
         int_at_least(self.steps, 1, f"{field}.steps")
         return dataclasses.replace(self, shapes=tuple(shapes), learning_rates=lrs, seeds=seeds)
-
-
-@dataclasses.dataclass(frozen=True)
-class WarmupRule(_Rule):
-    """Warmup length per run. Porian et al. 2024: a warmup too long for small models is one
-    of the causes of Kaplan's exponent, so scale it with the run or the model.
-
-    fixed:             the base config's train.warmup_steps
-    fraction:          ceil(fraction * total_steps) (at least 1)
-    tokens_per_param:  ceil(tokens_per_param * N_total / (batch_size * seq_len)) steps (at
-                       least 1): warmup proportional to model size
-    """
-
-    rule: str = "fixed"
-    fraction: float = 0.0
-    tokens_per_param: float = 0.0
-    rules = WARMUP_RULES
 
 
 @dataclasses.dataclass(frozen=True)

@@ -28,11 +28,11 @@ from attnlab.errors import ConfigError
 from attnlab.model import check
 from attnlab.model.architecture import PARAMETERIZATIONS
 from attnlab.sweep.definition import SweepSpec, Variant, variant_spec
-from attnlab.sweep.sections import (Branches, CentreRule, Ladder, LearningRateRule, Resources,
-                                    Shape, SweepSpecError, Tune, WarmupRule, int_at_least,
-                                    positive_number)
+from attnlab.sweep import modes
+from attnlab.sweep.rules import LearningRateRule, WarmupRule
+from attnlab.sweep.sections import (Branches, CentreRule, Ladder, Resources, Shape,
+                                    SweepSpecError, Tune, int_at_least, positive_number)
 
-MODES = ("grid", "isoflop", "curves", "ladder")
 SCALES = ("cpu", "gpu")
 # Keys of attnlab.model.flops_per_token that may define "FLOPs per token" for isoflop budgets.
 FLOP_CONVENTIONS = ("chinchilla", "kaplan", "kaplan_causal", "kaplan_6n")
@@ -91,9 +91,9 @@ def spec_from_config_dict(config: ml_collections.ConfigDict | Mapping[str, Any],
             raise SweepSpecError(f"sweep.{key}", f"unknown key; valid keys are "
                                                  f"{', '.join(_SWEEP_KEYS)}")
     mode = sweep.get("mode", "grid")
-    if mode not in MODES:
+    if mode not in modes.MODES:
         raise SweepSpecError("sweep.mode", f"unknown mode {mode!r}; valid modes are "
-                                           f"{', '.join(MODES)}")
+                                           f"{', '.join(modes.MODES)}")
     name = sweep.get("name") or (os.path.splitext(os.path.basename(source))[0] if source
                                  else "sweep")
 
@@ -227,7 +227,7 @@ def _with_tuned_learning_rate(spec: SweepSpec, field: str) -> SweepSpec:
     ``tuned_d_model`` (default the base width) tuned with the same base width, since under muP a
     learning rate means the one of the base model (hidden matrices get ``lr * base / d``)."""
     rule, model = spec.learning_rate, spec.base.model
-    if rule.rule != "transfer":
+    if not rule.kind.transfers:
         return spec
     if not PARAMETERIZATIONS[model.parameterization].transfers_learning_rate:
         raise SweepSpecError(f"{field}.rule", f"'transfer' applies the learning rate tuned at "
@@ -260,7 +260,7 @@ def _variant_with_tuned_learning_rate(spec: SweepSpec, variant: Variant) -> Vari
         if e.field.startswith("sweep.variants."):
             raise
         raise SweepSpecError(e.field, f"{e.reason} (variant {variant.name!r})") from None
-    if tuned.rule != "transfer":
+    if not tuned.kind.transfers:
         return variant
     return dataclasses.replace(variant, learning_rate=tuned)
 
@@ -454,54 +454,12 @@ def _check_relations(spec: SweepSpec) -> None:
                              "sweep.axes.train.steps both set the run length (tokens overrides "
                              "steps); keep one")
     lr = spec.learning_rate
-    if lr.rule == "per_shape":
-        has_values = (spec.shapes and spec.shapes[0].learning_rate) or (
-            spec.ladder and spec.ladder.learning_rates)
-        if not has_values:
-            raise SweepSpecError("sweep.learning_rate.rule", "per_shape needs a learning rate "
-                                 "with every shape: (d_model, n_layers, n_heads, lr) or "
-                                 "sweep.ladder.learning_rates")
-    elif (spec.shapes and spec.shapes[0].learning_rate) or (spec.ladder and
-                                                            spec.ladder.learning_rates):
+    carried = (spec.shapes and spec.shapes[0].learning_rate) or (spec.ladder and
+                                                                 spec.ladder.learning_rates)
+    if carried and not lr.kind.from_shapes:
         raise SweepSpecError("sweep.learning_rate.rule", f"shapes carry learning rates but the "
                              f"rule is {lr.rule!r}; set sweep.learning_rate.rule = 'per_shape'")
-    if lr.rule in ("power_law", "inverse_width", "per_shape") and not (spec.shapes or spec.ladder):
-        raise SweepSpecError("sweep.learning_rate.rule", f"rule {lr.rule!r} needs "
-                                                         "sweep.shapes or sweep.ladder")
-    # Explicit reference points keep run ids stable when shapes are added to a sweep later.
-    if lr.rule == "power_law" and (lr.ref_params <= 0 or lr.exponent <= 0):
-        raise SweepSpecError("sweep.learning_rate.ref_params", "power_law needs ref_params > 0 "
-                             "and exponent > 0 (lr = base * (N / ref_params) ** -exponent)")
-    if lr.rule == "inverse_width" and lr.ref_d_model <= 0:
-        raise SweepSpecError("sweep.learning_rate.ref_d_model", "inverse_width needs "
-                             "ref_d_model > 0 (lr = base * ref_d_model / d_model)")
-    if spec.warmup.rule == "fraction" and not 0 < spec.warmup.fraction < 1:
-        raise SweepSpecError("sweep.warmup.fraction", f"must be in (0, 1), got "
-                                                      f"{spec.warmup.fraction}")
-    if spec.warmup.rule == "tokens_per_param" and spec.warmup.tokens_per_param <= 0:
-        raise SweepSpecError("sweep.warmup.tokens_per_param", "must be > 0")
+    lr.kind.check_spec(lr, spec)
+    spec.warmup.kind.check_spec(spec.warmup)
     n_shapes = len(spec.shapes) or (len(spec.ladder.non_embedding_params) if spec.ladder else 0)
-    if spec.mode == "isoflop":
-        if not spec.budgets:
-            raise SweepSpecError("sweep.budgets", "empty: isoflop mode needs compute budgets "
-                                                  "in FLOPs, e.g. (1e12, 3e12)")
-        if n_shapes < 2:
-            raise SweepSpecError("sweep.shapes", "isoflop mode needs at least 2 shapes "
-                                                 "(sweep.shapes or sweep.ladder)")
-    elif spec.budgets:
-        raise SweepSpecError("sweep.budgets", f"only isoflop mode uses budgets; mode is "
-                                              f"{spec.mode!r}")
-    if spec.mode == "ladder":
-        if spec.branches is None:
-            raise SweepSpecError("sweep.branches", "ladder mode needs the branches' token counts"
-                                 ", e.g. sweep.branches.tokens_per_param = (5, 10, 20, 40)")
-        if spec.warmup.rule == "fraction":
-            raise SweepSpecError("sweep.warmup.rule", "a trunk and its branches share their "
-                                 "warmup: use rule fixed or tokens_per_param, not fraction "
-                                 "(of each run's length)")
-    elif spec.branches is not None:
-        raise SweepSpecError("sweep.branches", f"only ladder mode uses branches; mode is "
-                                               f"{spec.mode!r}")
-    if spec.mode == "curves" and spec.curve_points <= 0:
-        raise SweepSpecError("sweep.curve_points", "curves mode needs curve_points > 0 "
-                                                   "(validation points per run)")
+    modes.check(spec, n_shapes)

@@ -40,7 +40,8 @@ from tqdm.auto import tqdm
 from attnlab import rundir
 from attnlab.model.architecture import PARAMETERIZATIONS
 from attnlab.sweep.planner import PlannedRun, plan
-from attnlab.sweep.sections import LearningRateRule, SweepSpecError
+from attnlab.sweep.rules import LearningRateRule
+from attnlab.sweep.sections import SweepSpecError
 from attnlab.sweep.definition import SweepSpec, variant_spec
 
 ALL = "all"  # the arm of a sweep without variants
@@ -51,9 +52,9 @@ def arms(spec: SweepSpec) -> list[tuple[str, SweepSpec]]:
     """The tuned arms: ``(name, the arm's own sweep)`` for each variant whose learning-rate rule
     is ``tuned`` (its own or the sweep's), or ``[(ALL, spec)]`` for a sweep without variants."""
     if not spec.variants:
-        return [(ALL, spec)] if spec.learning_rate.rule == "tuned" else []
+        return [(ALL, spec)] if spec.learning_rate.kind.from_tuning_stage else []
     return [(v.name, variant_spec(spec, v)) for v in spec.variants
-            if (v.learning_rate or spec.learning_rate).rule == "tuned"]
+            if (v.learning_rate or spec.learning_rate).kind.from_tuning_stage]
 
 
 def transfers(arm: SweepSpec) -> bool:
