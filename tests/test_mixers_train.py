@@ -19,7 +19,13 @@ OVERRIDES = {
 }
 
 
-@pytest.mark.parametrize("name", list(OVERRIDES))
+# The default lane trains the two mixers without a scan; Mamba and the hybrid run with the slow
+# lane (their decoding equals their forward pass in tests/test_model_mixers.py's default lane).
+SLOW_MIXERS = ("mamba", "hybrid")
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow if n in SLOW_MIXERS
+                                               else ()) for n in OVERRIDES])
 def test_each_mixer_trains_and_generates_through_the_cli(name, tmp_path, capsys):
     workdir = tmp_path / name
     argv = ["train", "--config=configs/tiny.py", f"--workdir={workdir}", *OVERRIDES[name],
@@ -52,6 +58,7 @@ def test_a_bad_combination_is_one_line_and_exit_2(tmp_path, capsys):
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.slow
 def test_the_tiny_mixer_sweep_completes(tmp_path):
     spec = load_spec(str(ROOT / "experiments" / "tiny_mixers.py"))
     table = run_sweep(spec, tmp_path / "sweep", progress=False)
@@ -77,6 +84,7 @@ def test_a_checkpoint_written_before_the_mixer_fields_existed_still_loads():
         check_compatible(meta, ModelConfig(mixer="linear"), {"w": [1]}, "checkpoint")
 
 
+@pytest.mark.slow
 def test_a_mamba_run_is_evaluated_at_16x_its_training_context(tmp_path, capsys):
     workdir = tmp_path / "mamba"
     assert cli.main(["train", "--config=configs/tiny.py", f"--workdir={workdir}",

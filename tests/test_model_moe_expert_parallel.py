@@ -176,6 +176,7 @@ def run_script(tmp_path, *args, script=SCRIPT):
     assert done.stdout.strip().endswith("OK")
 
 
+@pytest.mark.slow
 def test_expert_parallel_equals_one_device(tmp_path):
     """Loss, routing statistics, gradients; dropping per device; all-to-all in the program."""
     run_script(tmp_path, "unrolled", "grads")

@@ -380,7 +380,13 @@ DECODE_VARIANTS = {**VARIANTS, "plain": {}, "alibi": dict(pos_encoding="alibi"),
                    "cosine_bf16": dict(attention_scale="cosine", dtype="bfloat16")}
 
 
-@pytest.mark.parametrize("name", list(DECODE_VARIANTS))
+# One variant of each decoding path in the default lane; the rest run with the slow lane.
+DECODE_DEFAULT_LANE = ("plain", "t5", "yarn", "window_global", "window_alibi_chunked",
+                       "window_xla_chunked", "t5_gqa", "cosine_bf16")
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=() if n in DECODE_DEFAULT_LANE
+                                               else pytest.mark.slow) for n in DECODE_VARIANTS])
 def test_kv_cache_decoding_equals_the_forward_pass(name):
     cfg = tiny(**DECODE_VARIANTS[name])
     graphdef, state = lm.init_model(cfg, 0)

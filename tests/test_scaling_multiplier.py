@@ -151,6 +151,7 @@ def test_fit_command_reports_and_writes_the_multipliers(tmp_path, capsys):
     assert "--by" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_study_report_prints_and_writes_the_multipliers(tmp_path):
     """The architecture study's report (finish_grouped_study with ``sweep.baseline``) on a
     synthetic sweep directory: the multipliers are printed and written beside ranking.csv."""

@@ -90,6 +90,7 @@ def test_dry_run_shows_roles_and_the_flops_saved():
     assert f"{separate:.3g}" in line and f"{1 - spent / separate:.0%} saved" in line
 
 
+@pytest.mark.slow
 def test_dry_run_probes_a_ladder_whose_costliest_run_is_a_branch(tmp_path):
     # The probe trains a handful of steps of the costliest shape; when that shape's last run is a
     # branch from step 32, the probe must train the shape alone, not the branch.

@@ -112,6 +112,7 @@ def test_a_precompiled_run_compiles_and_traces_nothing(tmp_path, compile_events)
     assert compile_events == []
 
 
+@pytest.mark.slow
 def test_precompile_beside_a_training_run_changes_nothing(tmp_path):
     # A worker compiles its next shape in a thread while training: the run's numbers are those
     # of the run trained alone.

@@ -83,6 +83,7 @@ def test_rerun_skips_finished_runs(grid):
     pd.testing.assert_frame_equal(again[COMPARED], table[COMPARED])
 
 
+@pytest.mark.slow
 def test_compile_ahead_changes_no_result(grid, tmp_path, cache_dir):
     # The worker compiles each next run's programs while training the current one, says so in
     # its log, and trains the same numbers as the grid trained without it.
@@ -172,6 +173,7 @@ def single_run_spec(lr=1e-2, **data):
     return spec_from_config_dict(config)
 
 
+@pytest.mark.slow
 def test_failed_run_is_recorded_and_retried_only_when_asked(tmp_path):
     # A failure at run time: the run's directory holds a checkpoints/ folder but no config.json
     # (deleted by hand, say), which the run's own preflight refuses to resume.
@@ -230,6 +232,7 @@ def test_runs_that_repeat_data_are_named_before_the_sweep(tmp_path):
     assert len(repeats) == 1 and repeats[0].startswith(plan(spec)[0].run_id)
 
 
+@pytest.mark.slow
 def test_diverged_run_is_kept_and_restarted_on_retry(tmp_path, cache_dir):
     spec = single_run_spec(lr=1e6)  # a learning rate that blows up
     table = run_sweep(spec, tmp_path, progress=False, cache_dir=cache_dir)
@@ -419,6 +422,7 @@ def test_an_ensembled_sweep_gives_the_table_of_lone_runs(tmp_path, cache_dir):
     assert mtimes(tmp_path / "together") == before
 
 
+@pytest.mark.slow
 def test_a_run_whose_summary_says_failed_is_retrained_by_retry_failed(tmp_path):
     """A run can be recorded failed in its summary.json too (an error inside training, after
     the summary was written): --retry-failed moves that record aside as well, and the run
@@ -445,6 +449,7 @@ def test_a_dry_run_warns_of_the_runs_the_sweep_would_refuse_for_memory(tmp_path)
     assert len(warned) == 1 and warned[0].startswith("warning: run d16384-l96")
 
 
+@pytest.mark.slow
 def test_a_run_deleted_while_the_sweep_runs_is_counted_missing(tmp_path):
     """A run directory deleted mid-sweep (its run.json gone) is listed as missing in the
     table the sweep returns (`attnlab sweep` then exits 1), not left out of its count."""

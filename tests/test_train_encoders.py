@@ -50,7 +50,8 @@ def losses(workdir):
                                                                  if "val_loss" in l]
 
 
-@pytest.mark.parametrize("objective", ["clm", "mlm", pytest.param("span", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("objective", ["clm", *(pytest.param(o, marks=pytest.mark.slow)
+                                               for o in ("mlm", "span"))])
 def test_each_objective_trains_through_the_loop(objective, cache_dir, tmp_path, capsys):
     cfg = config(cache_dir, objective, **{"model.pos_encoding": "t5",
                                           "train.eval_masked_spans": True})

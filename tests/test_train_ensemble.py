@@ -145,6 +145,7 @@ def test_vmapped_gradients_equal_the_lone_gradients(name):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6 * np.abs(b).max())
 
 
+@pytest.mark.slow
 def test_members_with_one_optimizer_share_a_vmapped_update_and_accumulate():
     cfgs = [cfg_of(seed=s, grad_accum=2) for s in range(3)]
     (lone, lone_metrics), (stacked, metrics) = lone_and_ensemble_step(
@@ -246,6 +247,7 @@ def test_an_interrupted_ensemble_resumes_bitwise(tmp_path):
             np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
+@pytest.mark.slow
 def test_a_member_killed_after_its_last_checkpoint_is_completed(tmp_path):
     """Killed between its final checkpoint and its summary (or recorded failed and retried):
     resumed at its last step, the member has no step left, and the ensemble completes it
