@@ -21,6 +21,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
+import itertools
 import math
 
 import jax
@@ -523,3 +524,39 @@ def test_regression_warmup_longer_than_the_run_is_refused_up_front():
                                                                     warmup_steps=100))
     with pytest.raises(SweepSpecError, match="base.train.warmup_steps: 100 is longer"):
         plan(dataclasses.replace(spec, base=base))
+
+
+def part_field_cases() -> list[tuple[str, tuple[str, str], dict]]:
+    """For every registry choice, on the first objective that accepts it: each of the part's
+    own fields at each of its fuzzed values, and every pair of them over their values. A part's
+    rules between its own fields (top_k <= experts, a YaRN factor with its original length)
+    are met at their edges here, where drawing ~100 fields rarely puts two of them off their
+    defaults at once."""
+    first: dict[tuple[str, str], str] = {}
+    for objective in OBJECTIVES:
+        for focus in _compatible(objective):
+            first.setdefault(focus, objective)
+    cases = []
+    for (selector, choice), objective in sorted(first.items()):
+        fields = [f"model.{f}" for f in SELECTORS[selector][choice].fields
+                  if f"model.{f}" in CHOICES]
+        groups = [(f,) for f in fields] + list(itertools.combinations(fields, 2))
+        for group in groups:
+            for values in itertools.product(*(CHOICES[f] for f in group)):
+                cases.append((objective, (selector, choice), dict(zip(group, values))))
+    return cases
+
+
+@pytest.mark.slow
+def test_each_parts_own_fields_are_checked_at_their_edges(capsys):
+    OUTCOMES.clear()
+    ACCEPTED_CHOICES.clear()
+    cases = part_field_cases()
+    for objective, (selector, choice), values in cases:
+        raw = {k: dict(v) for k, v in base_for(objective, selector, choice).items()}
+        raw["model"].update(chosen_by(selector, choice), objective=objective)
+        for path, value in values.items():
+            section, _, name = path.partition(".")
+            raw[section][name] = value
+        check_one(raw, trace_tiny)
+    _report(capsys, "part fields", OUTCOMES, len(cases) // 4)
