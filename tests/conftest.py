@@ -60,3 +60,12 @@ def no_compilation_cache():
     yield
     jax.config.update("jax_enable_compilation_cache", True)
     compilation_cache.reset_cache()
+
+
+@pytest.fixture(autouse=True)
+def _serial_tests_compile_as_a_user_would(request, monkeypatch):
+    """A test that signals a command mid-run waits for a moment to signal it: its commands
+    compile as a user's would, not from programs other tests left in the shared cache (which
+    can finish the run before the signal lands)."""
+    if request.node.get_closest_marker("serial"):
+        monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
