@@ -132,12 +132,12 @@ class Envelope(laws.ChinchillaLaw):
     n_parameters = 4
     needs_curves = True
 
-    def fit(self, table, **options):
+    def fit(self, table, *, n_bootstrap, ci_level, seed, **_):
         if "run_id" not in table.frame:
             raise FitInputError(f"{table.source}: approach 1 needs learning curves (one row per "
                                 f"logged step, with run_id); pass --curves=FILE or a sweep "
                                 f"directory")
-        keep = ("n_bootstrap", "ci_level", "seed", "source")
         return fit_approach1(table.array("run_id"), table.array("params"),
                              table.array("tokens"), table.array("loss"), table.array("flops"),
-                             **{k: v for k, v in options.items() if k in keep})
+                             n_bootstrap=n_bootstrap, ci_level=ci_level, seed=seed,
+                             source=table.source)

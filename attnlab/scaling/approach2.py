@@ -288,8 +288,8 @@ class IsoFLOP(laws.ChinchillaLaw):
     n_parameters = 4
     isoflop_profiles = True
 
-    def fit(self, table, **options):
-        keep = ("n_bootstrap", "ci_level", "seed", "source", "profile", "window")
+    def fit(self, table, *, n_bootstrap, ci_level, seed, profile, window, **_):
         return fit_approach2(table.array("params"), table.array("tokens"), table.array("loss"),
-                             table.array("flops"), budget=table.budget,
-                             **{k: v for k, v in options.items() if k in keep})
+                             table.array("flops"), budget=table.budget, profile=profile,
+                             window=window, n_bootstrap=n_bootstrap, ci_level=ci_level,
+                             seed=seed, source=table.source)

@@ -309,7 +309,7 @@ class Parametric(laws.ChinchillaLaw):
     variant = 3
     title = "Chinchilla approach 3: L(N, D) = E + A/N^alpha + B/D^beta"
     n_parameters = 5
-    predicts_loss = has_loss_model = allocates_by_6nd = closed_frontier = True
+    predicts_loss = has_loss_model = closed_frontier = True
 
     def loss(self, params, n, d):
         return laws.chinchilla_loss(params, n, d)
@@ -317,7 +317,8 @@ class Parametric(laws.ChinchillaLaw):
     def optimal(self, params, c, flops_per_param_token):
         return laws.chinchilla_optimal(params, c, flops_per_param_token)
 
-    def fit(self, table, **options):
-        keep = ("n_bootstrap", "ci_level", "seed", "source", "grid", "flops_per_param_token")
+    def fit(self, table, *, n_bootstrap, ci_level, seed, grid, flops_per_param_token, **_):
         return fit_approach3(table.array("params"), table.array("tokens"), table.array("loss"),
-                             **{k: v for k, v in options.items() if k in keep})
+                             grid=grid, flops_per_param_token=flops_per_param_token,
+                             n_bootstrap=n_bootstrap, ci_level=ci_level, seed=seed,
+                             source=table.source)

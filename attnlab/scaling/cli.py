@@ -327,10 +327,10 @@ def _check_law_flags(values: flags.FlagValues, law: Law) -> None:
     for name in law.refused_flags:
         if values[name].value is not None:
             raise FitInputError(f"--{name} does not apply to --law={law.name} ({law.scope})")
-    for name in registry.own_flags():
-        owner = registry.owner_of(name)
-        if values[name].value is not None and name not in law.own_flags:
-            raise FitInputError(f"--{name} applies to --law={owner.name} only")
+    for owner in registry.LAWS.values():
+        for name in owner.own_flags:
+            if values[name].value is not None and name not in law.own_flags:
+                raise FitInputError(f"--{name} applies to --law={owner.name} only")
 
 
 def _clark_main(values: flags.FlagValues, inputs: FitInputs, law: Law) -> int:

@@ -38,7 +38,7 @@ def fit_table(table: ScalingTable, *, law: str | Law, approach: int | None = Non
         raise FitInputError(f"--ci-level must lie in (0, 1), not {ci_level}")
     if n_bootstrap < 0:
         raise FitInputError(f"--bootstrap must be >= 0, not {n_bootstrap}")
-    fit = part.fit(table, n_bootstrap=n_bootstrap, ci_level=ci_level, seed=seed,
-                   source=table.source, grid=grid, profile=profile, window=window,
+    fit = part.fit(table, n_bootstrap=n_bootstrap, ci_level=ci_level, seed=seed, grid=grid,
+                   profile=profile, window=window,
                    flops_per_param_token=flops_per_param_token(table))
     return dataclasses.replace(fit, notes=tuple(table.notes) + fit.notes)

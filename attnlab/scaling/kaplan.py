@@ -74,7 +74,7 @@ class KaplanJoint(laws.KaplanLaw):
     variant = "nd"
     title = "Kaplan L(N, D) = [(N_c/N)^(alpha_N/alpha_D) + D_c/D]^alpha_D"
     n_parameters, parameter_names = 4, "N_c, D_c, alpha_N, alpha_D"
-    has_loss_model = has_allocation = allocates_by_6nd = True
+    has_loss_model = has_allocation = True
     per = None  # every point is used
 
     def loss(self, params, n, d):
@@ -98,9 +98,11 @@ class KaplanJoint(laws.KaplanLaw):
                  "alpha_N": float(alpha_n), "alpha_D": float(alpha_d)}, 2.0 * result.cost,
                 result.x)
 
-    def fit(self, table, **options):
+    def fit(self, table, *, n_bootstrap, ci_level, seed, flops_per_param_token, **_):
         return fit_kaplan(table.array("params"), table.array("tokens"), table.array("loss"),
-                          form=self.variant, **_kaplan_options(options))
+                          form=self.variant, n_bootstrap=n_bootstrap, ci_level=ci_level,
+                          seed=seed, flops_per_param_token=flops_per_param_token,
+                          source=table.source)
 
 
 class KaplanSize(KaplanJoint):
@@ -109,7 +111,7 @@ class KaplanSize(KaplanJoint):
     variant = "n"
     title = "Kaplan L(N) = (N_c/N)^alpha_N"
     n_parameters, parameter_names = 2, "N_c, alpha_N"
-    has_loss_model = has_allocation = allocates_by_6nd = False
+    has_loss_model = has_allocation = False
     per = "model sizes"
 
     def run_loss(self, params, n, d):
@@ -140,11 +142,6 @@ class KaplanData(KaplanSize):
 
 
 FORMS = {c.variant: c for c in (KaplanJoint, KaplanSize, KaplanData)}
-
-
-def _kaplan_options(options: dict) -> dict:
-    keep = ("n_bootstrap", "ci_level", "seed", "flops_per_param_token", "source")
-    return {k: v for k, v in options.items() if k in keep}
 
 
 def fit_kaplan(n, d, loss, *, form: str = "nd", n_bootstrap: int = 0, ci_level: float = 0.95,

@@ -129,7 +129,6 @@ class Law:
     predicts_loss = False    # a loss for any run (L(N, D), L(N) or L(D))
     has_loss_model = False   # a loss at any (N, D)
     has_allocation = False   # N_opt(C), D_opt(C)
-    allocates_by_6nd = False  # the allocation follows from L(N, D) on C = k·N·D
     closed_frontier = False  # L*(C) = E + K (C/k)^-gamma inverts in closed form (multipliers)
     own_flags: tuple[str, ...] = ()      # fit flags only this law reads
     refused_flags: tuple[str, ...] = ()  # fit flags that would mean nothing to this law
@@ -145,8 +144,10 @@ class Law:
         """Kaplan's form ("" for other laws), as JSON reports name it."""
         return ""
 
-    def fit(self, table, **options):
-        """The fit of this law to a checked ``table.ScalingTable``."""
+    def fit(self, table, *, n_bootstrap: int, ci_level: float, seed: int, **options):
+        """The fit of this law to a checked ``table.ScalingTable``. ``options`` holds every
+        other fit setting (``grid``, ``profile``, ``window``, ``flops_per_param_token``); a
+        law takes those it reads and ignores the rest."""
         raise NotImplementedError
 
     def loss(self, params: Mapping, n, d):

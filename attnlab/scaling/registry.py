@@ -46,16 +46,3 @@ def resolve(law: str | Law, approach: int | None = None, form: str | None = None
         raise FitInputError(f"--{flag} must be one of {allowed} for --law={law}, "
                             f"not {variant!r}")
     return LAWS[(law, variant)]()
-
-
-def own_flags() -> tuple[str, ...]:
-    """The fit flags that only one law reads."""
-    return tuple(f for cls in LAWS.values() for f in cls.own_flags)
-
-
-def owner_of(flag: str) -> Law | None:
-    """The law that alone reads ``flag`` (e.g. Clark's --saturation), if any."""
-    for cls in LAWS.values():
-        if flag in cls.own_flags:
-            return cls()
-    return None
