@@ -34,7 +34,7 @@ def test_the_device_session_smoke_runs_every_stage_and_resumes(tmp_path):
     assert {p.name for p in out.iterdir()} == FILES  # what the device tool brings back: <= 8
     assert json.loads((out / "env.json").read_text())["versions"]["jax"]
     checks = (out / "checks.md").read_text()
-    assert checks.count("| pass |") == 6 and "FAIL" not in checks
+    assert checks.count("| pass |") == 9 and "FAIL" not in checks
     assert "| cuDNN on (xla) |" in (out / "gpu.md").read_text()
     for study in ("quickstart", "architectures"):
         assert len((out / f"{study}.csv").read_text().splitlines()) > 3

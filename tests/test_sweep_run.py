@@ -130,6 +130,38 @@ def test_isoflop_sweep_on_two_workers(isoflop):
     assert (workdir / "logs" / "worker-1.log").exists()
 
 
+def test_workers_sharing_a_machine_split_an_accelerators_memory(tmp_path, monkeypatch):
+    """JAX preallocates 75% of a GPU for each process: four workers on one H200 ran out of
+    memory in autotuning. Each of K workers asks for 0.9 / K of it; a lone worker keeps JAX's
+    default, and an allocation setting the user made is kept."""
+    from attnlab.sweep import launchers
+    for name in ("XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_PREALLOCATE",
+                 "XLA_PYTHON_CLIENT_ALLOCATOR"):
+        monkeypatch.delenv(name, raising=False)
+    workers = launchers.start_workers(4, cache_dir="", logs_dir=tmp_path)
+    lone = launchers.start_workers(1, cache_dir="", logs_dir=tmp_path)
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    chosen = launchers.start_workers(2, cache_dir="", logs_dir=tmp_path)
+    try:
+        shares = [psutil.Process(w.process.pid).environ().get("XLA_PYTHON_CLIENT_MEM_FRACTION")
+                  for w in workers]
+        assert shares == ["0.225"] * 4
+        assert sum(float(s) for s in shares) <= 0.9
+        assert "XLA_PYTHON_CLIENT_MEM_FRACTION" not in psutil.Process(
+            lone[0].process.pid).environ()
+        for worker in chosen:
+            env = psutil.Process(worker.process.pid).environ()
+            assert env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+            assert "XLA_PYTHON_CLIENT_MEM_FRACTION" not in env
+    finally:
+        for worker in workers + lone + chosen:
+            worker.kill()
+    # Ray tasks asking for a quarter of a GPU share it the same way.
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_PREALLOCATE")
+    assert launchers.memory_share(0.25) == {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.225"}
+    assert launchers.memory_share(1) == {}
+
+
 def test_concurrent_runs_start_with_the_most_expensive(tmp_path):
     from attnlab.sweep.runner import longest_first
 

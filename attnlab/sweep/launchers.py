@@ -6,7 +6,9 @@ local  K long-lived worker processes (``attnlab.worker.main``), each training on
        out-of-memory kill) costs only its current run, which is recorded as failed, and a
        fresh worker takes over. With K > 1 each worker is pinned to its own cpu_count // K
        cores (sched_setaffinity before JAX starts), which sizes XLA's CPU thread pool, so the
-       workers do not oversubscribe the machine.
+       workers do not oversubscribe the machine, and each may allocate 1/K of an
+       accelerator's memory (JAX preallocates 75% of a GPU for the first process to start,
+       which left the others out of memory in XLA's autotuning on a lent H200).
 ray    one Ray task per run with the spec's resource request (sweep.resources.cpus / gpus), on an
        existing cluster (``--ray-address``) or a local one started for the sweep. Ray is an
        optional dependency (``pip install 'attnlab[ray]'``), imported only here.
@@ -40,6 +42,10 @@ _WORKER_MAIN = "import sys; from attnlab.worker import main; sys.exit(main(sys.a
 _INTERRUPTED = (-signal.SIGINT, -signal.SIGTERM, 128 + signal.SIGINT, 128 + signal.SIGTERM)
 STOP_GRACE_SECONDS = 10.0  # how long interrupted workers get to wind down before SIGKILL
 RAY_GRACE_SECONDS = 5.0  # how long a local Ray's processes get to exit after ray.shutdown()
+SHARED_MEMORY = 0.9  # of an accelerator's memory, split between the workers sharing it
+# JAX's own settings of how a process takes accelerator memory: one the user set is kept.
+_MEMORY_SETTINGS = ("XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_PREALLOCATE",
+                    "XLA_PYTHON_CLIENT_ALLOCATOR")
 
 
 class LauncherError(AttnlabError):
@@ -73,11 +79,26 @@ def _describe_exit(returncode: int) -> str:
     return f"exit code {returncode}"
 
 
+def memory_share(share: float, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """JAX's setting for a process that shares an accelerator, taking ``share`` of it (< 1) of
+    the memory it may use; none if it has a device to itself or the user set how JAX allocates."""
+    environ = os.environ if environ is None else environ
+    if share >= 1 or any(name in environ for name in _MEMORY_SETTINGS):
+        return {}
+    return {"XLA_PYTHON_CLIENT_MEM_FRACTION": f"{SHARED_MEMORY * share:.3f}"}
+
+
+def worker_environment(workers: int) -> dict[str, str]:
+    """The environment of one of ``workers`` local processes sharing this machine."""
+    return {**os.environ, **memory_share(1 / workers)}
+
+
 class WorkerProcess:
-    """One ``attnlab.worker`` subprocess; executes runs one at a time."""
+    """One ``attnlab.worker`` subprocess; executes runs one at a time. ``workers``: how many
+    share this machine (each gets its share of an accelerator's memory)."""
 
     def __init__(self, *, cpus: list[int] | None, cache_dir: str, log_path: Path,
-                 device_per_core: bool = False):
+                 device_per_core: bool = False, workers: int = 1):
         # The worker opens its log itself at its first request (see worker.main): it may be
         # started before the sweep's directory exists.
         cores = len(cpus) if cpus else len(os.sched_getaffinity(0))
@@ -86,7 +107,8 @@ class WorkerProcess:
         self.process = subprocess.Popen(
             # -c rather than -m: the package imports the module, which -m would run twice.
             [sys.executable, "-c", _WORKER_MAIN, json.dumps(settings)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+            env=worker_environment(workers), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            text=True, bufsize=1)
 
     def execute(self, unit: list[Path], stopping: threading.Event | None = None,
                 upcoming: list[Path] | None = None) -> list[dict]:
@@ -157,7 +179,7 @@ def start_workers(parallel: int, *, cache_dir: str, logs_dir: Path,
     Sweeps leave it off: on a 2-core CPU two groups ran no faster than one (0.72-1.00x of a
     lone run against 0.85-1.18x, docs/benchmarks.md "Ensembles")."""
     return [WorkerProcess(cpus=cpus, cache_dir=cache_dir, log_path=logs_dir / f"worker-{i}.log",
-                          device_per_core=device_per_core)
+                          device_per_core=device_per_core, workers=parallel)
             for i, cpus in enumerate(cpu_slots(parallel))]
 
 
@@ -201,7 +223,8 @@ def run_local(units: list[list[Path]], on_result: OnResult, *, parallel: int, ca
                             break
                         worker = WorkerProcess(cpus=cpus, cache_dir=cache_dir,
                                                log_path=logs_dir / f"worker-{index}.log",
-                                               device_per_core=device_per_core)
+                                               device_per_core=device_per_core,
+                                               workers=parallel)
                         workers.append(worker)
                 ran = True
                 answers = worker.execute(unit, stop, upcoming)
@@ -307,8 +330,11 @@ def run_ray(units: list[list[Path]], on_result: OnResult, *, resources: Resource
                     signal.signal(sig, handler)
     pending = {}
     try:
-        task = ray.remote(_ray_task).options(num_cpus=resources.cpus, num_gpus=resources.gpus,
-                                             max_retries=0, retry_exceptions=False)
+        # A fraction of a GPU per task: several tasks share one device and its memory.
+        shared = memory_share(resources.gpus) if resources.gpus else {}
+        task = ray.remote(_ray_task).options(
+            num_cpus=resources.cpus, num_gpus=resources.gpus, max_retries=0,
+            retry_exceptions=False, **({"runtime_env": {"env_vars": shared}} if shared else {}))
         pending = {task.remote([str(d) for d in unit], cache_dir): unit for unit in units}
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)
