@@ -29,7 +29,15 @@ __all__ = ["Config", "DataConfig", "ModelConfig", "TrainConfig", "base_config_di
 
 DTYPES = ("float32", "bfloat16")
 
-SCHEDULES = ("cosine", "noam", "wsd", "constant")
+# Each schedule's values for the decay settings a config leaves unset (None): cosine decays to
+# 10% of its peak (Hoffmann et al. 2022); wsd cools down with 1 - sqrt over the last 20% of the
+# steps to zero (Hägele et al. 2024, sec. 3 and fig. 4). Settings a schedule does not read hold
+# cosine's values, so the run ids of configs that never set them are unchanged.
+_COSINE_DECAY = {"min_lr_ratio": 0.1, "decay_fraction": 0.2, "cooldown": "linear"}
+SCHEDULE_DEFAULTS = {"cosine": _COSINE_DECAY, "noam": _COSINE_DECAY,
+                     "wsd": {"min_lr_ratio": 0.0, "decay_fraction": 0.2, "cooldown": "1-sqrt"},
+                     "constant": _COSINE_DECAY}
+SCHEDULES = tuple(SCHEDULE_DEFAULTS)
 COOLDOWNS = ("linear", "1-sqrt", "cosine")  # shapes of the wsd decay (Hägele et al. 2024)
 TOKENIZERS = ("byte", "bpe")
 DATA_SOURCES = ("pystdlib", "text_files", "markov", "induction", "mqar",
@@ -189,7 +197,7 @@ class DataConfig:
         validate_data(self)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class TrainConfig:
     """Optimisation, evaluation, checkpointing and parallelism."""
 
@@ -199,9 +207,10 @@ class TrainConfig:
     learning_rate: float = 3e-3
     schedule: str = "cosine"
     warmup_steps: int = 100
-    min_lr_ratio: float = 0.1  # cosine / wsd floor as a fraction of the peak
-    decay_fraction: float = 0.2  # wsd: fraction of steps spent decaying
-    cooldown: str = "linear"  # wsd: shape of the decay: linear | 1-sqrt | cosine
+    # The decay's settings; None: the schedule's own (SCHEDULE_DEFAULTS), see :meth:`decay`.
+    min_lr_ratio: float | None = None  # cosine / wsd floor as a fraction of the peak
+    decay_fraction: float | None = None  # wsd: fraction of steps spent decaying
+    cooldown: str | None = None  # wsd: shape of the decay: linear | 1-sqrt | cosine
     # A cooldown branch: starts from the checkpoint at step branch_step of the run in directory
     # branch_from (relative: a sibling of this run's directory), whose schedule must equal this
     # run's up to that step (a constant-LR trunk: the stable phase of this run's wsd schedule).
@@ -234,6 +243,23 @@ class TrainConfig:
     def __post_init__(self):
         validate_train(self)
 
+    def decay(self) -> TrainConfig:
+        """This section with the decay settings it leaves unset at its schedule's values: what
+        the optimizer reads, and what a run's saved config and run id hold."""
+        unset = {name: value for name, value in SCHEDULE_DEFAULTS[self.schedule].items()
+                 if getattr(self, name) is None}
+        return dataclasses.replace(self, **unset) if unset else self
+
+    # Equal when they train alike: a decay setting left unset equals its schedule's value (a
+    # run's saved config.json holds the values).
+    def __eq__(self, other):
+        if not isinstance(other, TrainConfig):
+            return NotImplemented
+        return dataclasses.astuple(self.decay()) == dataclasses.astuple(other.decay())
+
+    def __hash__(self):
+        return hash(dataclasses.astuple(self.decay()))
+
 
 @dataclasses.dataclass(frozen=True)
 class Config:
@@ -254,8 +280,10 @@ class Config:
         return self.train.steps
 
     def to_dict(self) -> dict[str, Any]:
-        """Every field, as JSON holds it (tuples as lists): equal to the saved config.json."""
-        return json.loads(json.dumps(dataclasses.asdict(self)))
+        """Every field, as JSON holds it (tuples as lists), the decay settings at their
+        schedule's values: equal to the saved config.json."""
+        resolved = dataclasses.replace(self, train=self.train.decay())
+        return json.loads(json.dumps(dataclasses.asdict(resolved)))
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
@@ -508,14 +536,17 @@ def validate_train(t: TrainConfig) -> None:
     for name in ("steps", "learning_rate", "eval_every", "eval_batches", "log_every",
                  "checkpoint_every", "keep_checkpoints", "grad_accum", "num_processes"):
         check_positive(f"train.{name}", getattr(t, name))
-    for name in ("tokens", "warmup_steps", "weight_decay", "grad_clip", "min_lr_ratio"):
+    for name in ("tokens", "warmup_steps", "weight_decay", "grad_clip"):
         if getattr(t, name) < 0:
             raise ConfigError(f"train.{name}", f"must be >= 0, got {getattr(t, name)}")
+    if t.min_lr_ratio is not None and t.min_lr_ratio < 0:
+        raise ConfigError("train.min_lr_ratio", f"must be >= 0, got {t.min_lr_ratio}")
     if not 0 <= t.b1 < 1 or not 0 <= t.b2 < 1:
         raise ConfigError("train.b1" if not 0 <= t.b1 < 1 else "train.b2", "must be in [0, 1)")
-    if not 0 < t.decay_fraction <= 1:
+    if t.decay_fraction is not None and not 0 < t.decay_fraction <= 1:
         raise ConfigError("train.decay_fraction", f"must be in (0, 1], got {t.decay_fraction}")
-    check_choice("train.cooldown", t.cooldown, COOLDOWNS)
+    if t.cooldown is not None:
+        check_choice("train.cooldown", t.cooldown, COOLDOWNS)
     if any(isinstance(s, bool) or not isinstance(s, int) or s <= 0 for s in t.keep_steps):
         raise ConfigError("train.keep_steps", f"must be positive step numbers, got "
                                               f"{t.keep_steps}")
@@ -544,7 +575,7 @@ def validate_sections(cfg: Config) -> None:
         )
     if cfg.train.branch_from:
         start = wsd_decay_start(cfg.total_steps, cfg.train.warmup_steps,
-                                cfg.train.decay_fraction)
+                                cfg.train.decay().decay_fraction)
         if cfg.train.branch_step > start:
             raise ConfigError("train.branch_step", f"{cfg.train.branch_step} is past the start "
                               f"of this run's cooldown (step {start} of {cfg.total_steps}): a "
@@ -580,11 +611,14 @@ def check_warmup(train: TrainConfig, total_steps: int) -> None:
 def base_config_dict() -> ml_collections.ConfigDict:
     """A ConfigDict holding every field at its default, for configs/*.py to start from.
 
-    Optional ints (n_kv_heads, d_ff) become placeholders so that command-line overrides such as
-    ``--config.model.n_kv_heads=2`` type-check.
+    Optional ints (n_kv_heads, d_ff) and the decay settings become placeholders so that
+    command-line overrides such as ``--config.model.n_kv_heads=2`` type-check.
     """
     raw = Config().to_dict()
     config = ml_collections.ConfigDict(raw)
     config.model.n_kv_heads = ml_collections.config_dict.placeholder(int)
     config.model.d_ff = ml_collections.config_dict.placeholder(int)
+    # Unset, so that a config choosing train.schedule=wsd gets wsd's own decay.
+    for name, value in _COSINE_DECAY.items():
+        config.train[name] = ml_collections.config_dict.placeholder(type(value))
     return config

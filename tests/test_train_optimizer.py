@@ -31,14 +31,14 @@ def reference_lr(schedule: str, t: int, *, d_model: int = 64, decay_fraction: fl
     if schedule == "constant":
         return PEAK
     if schedule == "cosine":
-        p = min(1.0, (t - WARMUP + 1) / (TOTAL - WARMUP))
+        p = min(1.0, (t - WARMUP + 1) / (TOTAL - WARMUP + 1))
         return floor + (PEAK - floor) * 0.5 * (1 + math.cos(math.pi * p))
     if schedule == "wsd":
         decay_steps = round(decay_fraction * TOTAL)
         start = TOTAL - decay_steps
         if t < start:
             return PEAK
-        return PEAK + (floor - PEAK) * min(1.0, (t - start + 1) / decay_steps)
+        return PEAK + (floor - PEAK) * min(1.0, (t - start + 1) / (decay_steps + 1))
     raise ValueError(schedule)
 
 
@@ -46,7 +46,7 @@ def reference_lr(schedule: str, t: int, *, d_model: int = 64, decay_fraction: fl
 def test_schedule_matches_reference(name):
     lr = 1.0 if name == "noam" else PEAK
     train = TrainConfig(schedule=name, learning_rate=lr, warmup_steps=WARMUP,
-                        min_lr_ratio=FLOOR, decay_fraction=0.25)
+                        min_lr_ratio=FLOOR, decay_fraction=0.25, cooldown="linear")
     schedule = make_schedule(train, TOTAL, d_model=64)
     steps = np.arange(TOTAL + 5)
     got = np.asarray(jax.vmap(schedule)(steps), np.float64)
@@ -59,7 +59,9 @@ def test_schedule_shapes():
                                        min_lr_ratio=FLOOR), TOTAL, 64)
     assert float(cosine(0)) > 0  # the first update is not wasted
     assert float(cosine(WARMUP - 1)) == pytest.approx(PEAK)
-    assert float(cosine(TOTAL - 1)) == pytest.approx(PEAK * FLOOR)  # floor on the last update
+    # the floor one update after the last: with a zero floor the last update still moves
+    assert float(cosine(TOTAL)) == pytest.approx(PEAK * FLOOR)
+    assert float(cosine(TOTAL - 1)) > PEAK * FLOOR * 1.001
     noam = make_schedule(TrainConfig(schedule="noam", learning_rate=1.0, warmup_steps=4000),
                          100_000, 512)
     # Vaswani et al.: peak d^-0.5 warmup^-0.5 at step 4000 (~7.0e-4 for the base model)
@@ -146,9 +148,9 @@ def test_adamw_matches_numpy_reference():
         norm = math.sqrt(sum(float((x**2).sum()) for x in g))
         g = [x * train.grad_clip / max(norm, train.grad_clip) for x in g]
         # cosine with warmup 2 over 10 steps, floor 0.1 (default min_lr_ratio)
-        floor = PEAK * train.min_lr_ratio
+        floor = PEAK * train.decay().min_lr_ratio
         lr = (PEAK * (t + 1) / 2 if t < 2 else
-              floor + (PEAK - floor) * 0.5 * (1 + math.cos(math.pi * (t - 1) / (total - 2))))
+              floor + (PEAK - floor) * 0.5 * (1 + math.cos(math.pi * (t - 1) / (total - 1))))
         for i, (gi, decay) in enumerate(zip(g, mask)):
             ref_m[i] = 0.9 * ref_m[i] + 0.1 * gi
             ref_v[i] = 0.95 * ref_v[i] + 0.05 * gi**2
@@ -220,7 +222,7 @@ def reference_cooldown(shape: str, t: int, total: int, warmup: int, fraction: fl
     start = max(warmup, total - length)
     if t < start:
         return PEAK
-    p = min(1.0, (t - start + 1) / (total - start))
+    p = min(1.0, (t - start + 1) / (total - start + 1))
     g = {"linear": 1 - p, "1-sqrt": 1 - math.sqrt(p),
          "cosine": 0.5 * (1 + math.cos(math.pi * p))}[shape]
     floor = PEAK * FLOOR
@@ -236,7 +238,8 @@ def test_wsd_cooldown_shapes_match_reference(shape, total, fraction):
     got = np.asarray(jax.vmap(make_schedule(train, total, d_model=64))(steps), np.float64)
     want = np.array([reference_cooldown(shape, int(t), total, WARMUP, fraction) for t in steps])
     np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-12)
-    assert got[total - 1] == pytest.approx(PEAK * FLOOR, rel=1e-6)  # the floor on the last
+    assert got[total] == pytest.approx(PEAK * FLOOR, rel=1e-6)  # the floor after the last
+    assert got[total - 1] > PEAK * FLOOR * 1.001
 
 
 def test_branch_schedule_equals_constant_trunk_before_its_cooldown():
@@ -252,3 +255,21 @@ def test_branch_schedule_equals_constant_trunk_before_its_cooldown():
         np.testing.assert_array_equal(np.asarray(jax.vmap(branch)(steps)),
                                       np.asarray(jax.vmap(trunk)(steps)))
         assert float(branch(40)) < PEAK
+
+
+def test_wsd_left_unset_is_hagele_et_al_and_its_last_update_moves():
+    """schedule=wsd alone: a 1 - sqrt cooldown over the last 20% of the steps to zero (Hägele
+    et al. 2024); cosine alone keeps its floor of 10%. The floor comes one update after the
+    last, so no update runs at lr = 0."""
+    wsd = TrainConfig(schedule="wsd").decay()
+    assert (wsd.cooldown, wsd.decay_fraction, wsd.min_lr_ratio) == ("1-sqrt", 0.2, 0.0)
+    assert TrainConfig().decay().min_lr_ratio == 0.1
+    schedule = make_schedule(TrainConfig(schedule="wsd", learning_rate=PEAK,
+                                         warmup_steps=WARMUP), TOTAL, 64)
+    lr = np.asarray(jax.vmap(schedule)(np.arange(TOTAL + 1)), np.float64)
+    start = TOTAL - round(0.2 * TOTAL)
+    p = (np.arange(start, TOTAL + 1) - start + 1) / (TOTAL - start + 1)
+    np.testing.assert_allclose(lr[start:], PEAK * (1 - np.sqrt(np.minimum(p, 1))), atol=1e-9)
+    assert lr[TOTAL - 1] > 0 and lr[TOTAL] == 0
+    # set explicitly, a value wins over the schedule's
+    assert TrainConfig(schedule="wsd", min_lr_ratio=0.1).decay().min_lr_ratio == 0.1

@@ -163,9 +163,11 @@ def _expand_variants(spec: SweepSpec) -> tuple[list[PlannedRun], list[str]]:
                                      f"({run.run_id}): two variants must differ in config")
             seen[run.run_id] = variant.name
             resolved = {}
+            sections = {"model": run.cfg.model, "data": run.cfg.data,
+                        "train": run.cfg.train.decay()}
             for dotted in keys:
                 section, key = dotted.split(".")
-                resolved[dotted] = getattr(getattr(run.cfg, section), key)
+                resolved[dotted] = getattr(sections[section], key)
             axes = {spec.variant_column: variant.name, **resolved, **run.axes}
             runs.append(dataclasses.replace(run, axes=axes))
     return runs, notes

@@ -2,8 +2,8 @@
 
 Every schedule maps the number of updates already applied, ``t = 0, 1, ...`` (optax's ``count``),
 to the learning rate of update ``t``. Warmups count the update being made, ``(t + 1) / warmup``,
-so the first update is not wasted at lr = 0, and decays reach their floor exactly on the last
-update ``t = total_steps - 1``.
+so the first update is not wasted at lr = 0, and decays reach their floor one update after the
+last, ``t = total_steps``: with a floor of zero the last update is not wasted either.
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ def _warmup(t: jax.Array, peak: float, warmup_steps: int) -> jax.Array:
 
 
 def _decay_progress(t: jax.Array, start: int, total_steps: int) -> jax.Array:
-    """Fraction of a decay phase done after update ``t``: 0 before ``start``, 1 at the last
-    update ``total_steps - 1``."""
+    """Fraction of a decay phase done after update ``t``: 0 before ``start``, ``L / (L + 1)`` at
+    the last update ``total_steps - 1`` of a decay of ``L`` updates (1 one update later)."""
     length = max(1, total_steps - start)
-    return jnp.clip((t - start + 1.0) / length, 0.0, 1.0)
+    return jnp.clip((t - start + 1.0) / (length + 1.0), 0.0, 1.0)
 
 
 def cosine_schedule(peak: float, warmup_steps: int, total_steps: int,
@@ -113,6 +113,7 @@ def constant_schedule(peak: float, warmup_steps: int) -> optax.Schedule:
 def make_schedule(train: TrainConfig, total_steps: int, d_model: int) -> optax.Schedule:
     """The schedule named by ``train.schedule``; raises ConfigError for impossible settings."""
     check_warmup(train, total_steps)
+    train = train.decay()
     if train.schedule == "cosine":
         return cosine_schedule(train.learning_rate, train.warmup_steps, total_steps,
                                train.min_lr_ratio)
