@@ -399,7 +399,21 @@ class Clark(laws.Law):
     refused_flags = ("curves", "approach", "by", "budget", "overtrain", "multiplier-against",
                      "holdout")
 
+    def options(self, given) -> dict:
+        text = given.get("saturation")
+        if not text:
+            return {"saturation": None}
+        try:
+            e_start, e_max = (float(v) for v in text.split(","))
+        except ValueError:
+            raise FitInputError(f"--saturation: {text!r} is not E_START,E_MAX (e.g. "
+                                f"1.847,314.478)") from None
+        return {"saturation": (e_start, e_max)}
+
     def fit(self, frame, *, source: str, columns=None, **options) -> ClarkFit:
         """The fit to a results table's completed runs (``fit_clark``'s options)."""
         n, e, loss, notes = table_points(frame, source=source, columns=columns)
         return fit_clark(n, e, loss, notes=notes, **options)
+
+    def report(self, fit: ClarkFit, source: str) -> str:
+        return format_clark(fit, source)

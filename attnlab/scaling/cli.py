@@ -22,7 +22,7 @@ from absl import flags
 from attnlab import cli_flags, outputs
 from attnlab.cli_flags import Flag
 from attnlab.errors import AttnlabError
-from attnlab.scaling import clark, registry
+from attnlab.scaling import hparams, registry
 from attnlab.scaling.approach2 import DEFAULT_WINDOW, PROFILES
 from attnlab.scaling.approach3 import CHINCHILLA_GRID, InitGrid
 from attnlab.scaling.compare import DEFAULT_MATCH, format_differences, paired_differences
@@ -92,6 +92,11 @@ FIT_FLAGS = INPUT_FLAGS + [
          "tokens>X (>= too)."),
     Flag("saturation", "string", None, "--law=clark: E_START,E_MAX of Clark et al.'s "
          "saturating transform of E (e.g. 1.847,314.478, their S-BASE fit; default: none)."),
+    Flag("optimum", "enum", None, "--law=hparams: how each (N, D) group's best learning rate "
+         "and batch size are found: parabolas in log lr then log batch (smooth, Porian et al. "
+         "2024; default) or the runs near the best loss (near).", enum_values=hparams.METHODS),
+    Flag("near", "float", None, "--law=hparams --optimum=near: percent above the group's best "
+         "loss a run may be and count as near it (default 0.25)."),
 ]
 
 
@@ -311,17 +316,6 @@ def format_report(fit: ScalingFit, source: str, budgets: list[float]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _saturation(text: str | None) -> tuple[float, float] | None:
-    if not text:
-        return None
-    try:
-        e_start, e_max = (float(v) for v in text.split(","))
-    except ValueError:
-        raise FitInputError(f"--saturation: {text!r} is not E_START,E_MAX (e.g. "
-                            f"1.847,314.478)") from None
-    return e_start, e_max
-
-
 def _check_law_flags(values: flags.FlagValues, law: Law) -> None:
     """Refuses the flags this law would silently ignore and those only another law reads."""
     for name in law.refused_flags:
@@ -333,16 +327,17 @@ def _check_law_flags(values: flags.FlagValues, law: Law) -> None:
                 raise FitInputError(f"--{name} applies to --law={owner.name} only")
 
 
-def _clark_main(values: flags.FlagValues, inputs: FitInputs, law: Law) -> int:
-    """``attnlab fit --law=clark``: Clark et al.'s log L(N, E) with t and bootstrap intervals."""
+def _own_fit_main(values: flags.FlagValues, inputs: FitInputs, law: Law) -> int:
+    """A law with its own fit and report (Clark et al.'s log L(N, E), the hyperparameter law)
+    on a results table."""
     if not inputs.results:
         raise FitInputError("--results=FILE is required (a sweep directory or a .parquet/.csv)")
     source = str(inputs.results)
+    options = law.options({name: values[name].value for name in law.own_flags})
     fit = law.fit(read_table(inputs.results), source=source,
                   columns=parse_columns(inputs.columns), ci_level=inputs.ci_level,
-                  saturation=_saturation(values["saturation"].value),
-                  n_bootstrap=values["bootstrap"].value, seed=inputs.seed)
-    sys.stdout.write(clark.format_clark(fit, source))
+                  n_bootstrap=values["bootstrap"].value, seed=inputs.seed, **options)
+    sys.stdout.write(law.report(fit, source))
     if values["json"].value:
         _write_json(values["json"].value, jsonable(fit.to_dict()))
     return 0
@@ -356,7 +351,7 @@ def fit_main(argv: list[str]) -> int:
         law = inputs.part()
         _check_law_flags(values, law)
         if not law.fits_table:
-            return _clark_main(values, inputs, law)
+            return _own_fit_main(values, inputs, law)
         budgets = _budgets(values["budget"].value)
         overtrain = _multipliers(values["overtrain"].value)
         if overtrain and (inputs.by or values["holdout"].value):

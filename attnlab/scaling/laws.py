@@ -150,6 +150,15 @@ class Law:
         law takes those it reads and ignores the rest."""
         raise NotImplementedError
 
+    def options(self, given: Mapping) -> dict:
+        """A law with its own fit (``fits_table`` False): its settings from the values of its
+        ``own_flags`` (flag name -> value, None where not given)."""
+        return {}
+
+    def report(self, fit, source: str) -> str:
+        """A law with its own fit: the report ``attnlab fit`` prints."""
+        raise NotImplementedError
+
     def loss(self, params: Mapping, n, d):
         raise FitError(f"{self.title} has no L(N, D); fit --law=kaplan (form nd) or "
                           f"--law=chinchilla --approach=3 to predict losses")

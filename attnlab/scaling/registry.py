@@ -11,14 +11,14 @@ the class's ``name`` and its ``variant`` the ``--approach`` or ``--form`` that s
 
 from __future__ import annotations
 
-from attnlab.scaling import approach1, approach2, approach3, clark, kaplan
+from attnlab.scaling import approach1, approach2, approach3, clark, hparams, kaplan
 from attnlab.scaling.errors import FitInputError
 from attnlab.scaling.laws import Law
 
 LAWS = {(c.name, c.variant): c for c in (
     kaplan.KaplanJoint, kaplan.KaplanSize, kaplan.KaplanData,
     approach1.Envelope, approach2.IsoFLOP, approach3.Parametric,
-    clark.Clark)}
+    clark.Clark, hparams.HParams)}
 
 
 def names() -> tuple[str, ...]:

@@ -1,0 +1,330 @@
+"""The hyperparameter law: the loss-optimal learning rate and batch size as power laws of the
+model's size N and its training tokens D (DeepSeek-AI 2024, sec. 3.1; Porian et al. 2024,
+sec. 3; Li et al. 2025, "Step Law"):
+
+    lr*(N, D) = c_lr N^a_lr D^b_lr,    batch*(N, D) = c_B N^a_B D^b_B   (batch in tokens per step)
+
+fitted in two stages to runs that differ in learning rate and batch size at several (N, D):
+
+1. per (N, D) group, the optimum, by one of two methods (``--optimum``):
+   smooth  Porian et al.: per batch size a parabola of the loss in log lr gives that batch's
+           best lr and loss; a parabola of those losses in log batch gives the best batch, and
+           the best lr there is interpolated in log batch. An optimum outside the grid it was
+           fitted on is at the grid's edge: reported, and left out of the law.
+   near    Step Law's spirit: the runs within ``--near`` percent of the group's best loss; the
+           optimum is their geometric mean.
+2. the power laws, by least squares in logs over the groups' optima.
+
+Intervals: a bootstrap that resamples the runs within each (group, batch) cell (the unit a
+hyperparameter grid repeats) and refits both stages; when more than MAX_FAILED_SHARE of the
+refits cannot find every optimum the interval is refused, not taken over the survivors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+
+from attnlab.scaling import laws
+from attnlab.scaling.bootstrap import percentile_interval
+from attnlab.scaling.errors import FitInputError
+
+METHODS = ("smooth", "near")
+MAX_FAILED_SHARE = 0.1  # of bootstrap refits; beyond it an interval is not computed
+COLUMNS = {"params": ("active_params", "params"), "tokens": ("tokens",),
+           "lr": ("lr", "train.learning_rate"), "batch": ("batch",),
+           "loss": ("loss", "final_val_loss")}
+TARGETS = ("lr", "batch")
+
+
+@dataclasses.dataclass(frozen=True)
+class Optimum:
+    lr: float
+    batch: float
+    edge: str = ""  # which coordinate sits at its grid's edge ("" none)
+
+
+@dataclasses.dataclass(frozen=True)
+class PowerLaw:
+    """y = coef N^params D^tokens; an exponent that the groups cannot determine is None."""
+
+    coef: float
+    exponents: dict[str, float | None]
+
+    def __call__(self, n, d):
+        out = self.coef * np.ones_like(np.asarray(n, np.float64))
+        for name, x in (("params", n), ("tokens", d)):
+            if self.exponents[name] is not None:
+                out = out * np.power(np.asarray(x, np.float64), self.exponents[name])
+        return out
+
+
+def _parabola_min(x: np.ndarray, y: np.ndarray) -> tuple[float, float, bool]:
+    """(x*, y*, inside) of a least-squares parabola through (x, y) (at least 3 distinct x);
+    without a minimum inside [min x, max x] the best point is returned with inside False."""
+    if np.unique(x).size < 3:
+        raise ValueError("fewer than 3 distinct values")
+    c2, c1, c0 = np.polyfit(x, y, 2)
+    if c2 > 0:
+        x_star = -c1 / (2 * c2)
+        if x.min() <= x_star <= x.max():
+            return float(x_star), float(c0 + c1 * x_star + c2 * x_star**2), True
+    best = int(np.argmin(y))
+    return float(x[best]), float(y[best]), False
+
+
+def smooth_optimum(lr: np.ndarray, batch: np.ndarray, loss: np.ndarray) -> Optimum:
+    """Porian et al.'s two parabolas (see the module's docstring); ValueError if a batch size
+    has fewer than 3 learning rates and no other batch size has them."""
+    per_batch = []
+    for b in np.unique(batch):
+        rows = batch == b
+        if np.unique(lr[rows]).size < 3:
+            continue
+        x, y, inside = _parabola_min(np.log(lr[rows]), loss[rows])
+        per_batch.append((np.log(b), x, y, inside))
+    if not per_batch:
+        raise ValueError("no batch size has 3 learning rates")
+    log_b, log_lr, best, inside = (np.array(v) for v in zip(*per_batch))
+    edge = []
+    if log_b.size >= 3:
+        b_star, _, b_inside = _parabola_min(log_b, best)
+        lr_star = float(np.interp(b_star, log_b, log_lr))
+        nearest = int(np.argmin(np.abs(log_b - b_star)))
+        edge += [] if b_inside else ["batch"]
+        edge += [] if inside[nearest] else ["lr"]
+    else:  # one or two batch sizes: the better one, not a fitted optimum
+        pick = int(np.argmin(best))
+        b_star, lr_star = float(log_b[pick]), float(log_lr[pick])
+        edge += [] if inside[pick] else ["lr"]
+    return Optimum(float(np.exp(lr_star)), float(np.exp(b_star)), ",".join(edge))
+
+
+def near_optimum(lr: np.ndarray, batch: np.ndarray, loss: np.ndarray,
+                 near: float) -> Optimum:
+    """The geometric mean of the runs within ``near`` (a fraction) of the best loss; at an
+    edge when a run at the grid's smallest or largest value is among them."""
+    close = loss <= loss.min() * (1.0 + near)
+    edge = [name for name, v in (("lr", lr), ("batch", batch))
+            if np.unique(v).size > 1 and (close & ((v == v.min()) | (v == v.max()))).any()]
+    return Optimum(float(np.exp(np.log(lr[close]).mean())),
+                   float(np.exp(np.log(batch[close]).mean())), ",".join(edge))
+
+
+def fit_power_law(n: np.ndarray, d: np.ndarray, y: np.ndarray) -> tuple[PowerLaw, str]:
+    """log y = log c + a log N + b log D by least squares, with a note when N or D does not
+    vary, or they vary together (D/N fixed), so that one exponent is not determined."""
+    log_n, log_d = np.log(n), np.log(d)
+    columns = {"params": log_n, "tokens": log_d}
+    varies = {k: np.ptp(v) > 1e-9 for k, v in columns.items()}
+    note = ""
+    if all(varies.values()) and np.linalg.matrix_rank(
+            np.column_stack([np.ones_like(log_n), log_n, log_d]), tol=1e-6) < 3:
+        varies["tokens"] = False
+        note = "N and D vary together across the groups: the law is fitted in N alone"
+    used = [k for k in columns if varies[k]]
+    design = np.column_stack([np.ones_like(log_n)] + [columns[k] for k in used])
+    if len(y) < design.shape[1] + 1:
+        raise ValueError(f"{len(y)} group optima for {design.shape[1]} coefficients")
+    coef, *_ = np.linalg.lstsq(design, np.log(y), rcond=None)
+    exponents = {k: (float(coef[1 + used.index(k)]) if k in used else None) for k in columns}
+    return PowerLaw(float(np.exp(coef[0])), exponents), note
+
+
+def group_optima(frame: pd.DataFrame, method: str, near: float) -> dict[tuple, Optimum]:
+    """(N, D) -> the group's optimum; a group whose optimum cannot be found is left out."""
+    found = {}
+    for key, g in frame.groupby(["params", "tokens"], sort=True):
+        lr, batch, loss = (g[c].to_numpy(np.float64) for c in ("lr", "batch", "loss"))
+        try:
+            found[key] = (smooth_optimum(lr, batch, loss) if method == "smooth"
+                          else near_optimum(lr, batch, loss, near))
+        except ValueError:
+            continue
+    return found
+
+
+def fit_laws(frame: pd.DataFrame, method: str, near: float) -> tuple[dict, dict, list[str]]:
+    """The groups' optima, the power laws fitted to those inside their grids, and notes."""
+    optima = group_optima(frame, method, near)
+    inner = {k: o for k, o in optima.items() if not o.edge}
+    keys = list(inner)
+    n, d = (np.array([k[i] for k in keys], np.float64) for i in (0, 1))
+    fitted, notes = {}, []
+    for target in TARGETS:
+        y = np.array([getattr(inner[k], target) for k in keys], np.float64)
+        fitted[target], note = fit_power_law(n, d, y)
+        if note and note not in notes:
+            notes.append(note)
+    return optima, fitted, notes
+
+
+@dataclasses.dataclass(frozen=True)
+class HParamsFit:
+    method: str
+    optima: dict
+    laws: dict  # target -> PowerLaw
+    intervals: dict  # target -> {coefficient name: (low, high)} or None (not computed)
+    replicates: int
+    failed: int
+    frame: pd.DataFrame
+    notes: tuple[str, ...]
+    ci_level: float
+
+    def regret(self) -> list[dict]:
+        """Per group: the run nearest the law's optimum and its loss above the group's best."""
+        rows = []
+        for (n, d), optimum in self.optima.items():
+            g = self.frame[(self.frame["params"] == n) & (self.frame["tokens"] == d)]
+            lr_law, batch_law = (float(self.laws[t](n, d)) for t in TARGETS)
+            distance = (np.log(g["lr"] / lr_law) ** 2 + np.log(g["batch"] / batch_law) ** 2)
+            nearest = g.loc[distance.idxmin()]
+            best = float(g["loss"].min())
+            rows.append({"params": n, "tokens": d, "runs": len(g), "lr_opt": optimum.lr,
+                         "batch_opt": optimum.batch, "edge": optimum.edge, "lr_law": lr_law,
+                         "batch_law": batch_law, "best_loss": best,
+                         "law_run_loss": float(nearest["loss"]),
+                         "regret": float(nearest["loss"]) / best - 1.0})
+        return rows
+
+    def to_dict(self) -> dict:
+        out = {"law": "hparams", "method": self.method, "ci_level": self.ci_level,
+               "bootstrap": {"replicates": self.replicates, "failed": self.failed,
+                             "unit": "runs within each (N, D, batch) cell"},
+               "notes": list(self.notes), "groups": self.regret()}
+        for target in TARGETS:
+            law = self.laws[target]
+            ci = self.intervals.get(target)
+            out[target] = {"coef": law.coef, "exponents": dict(law.exponents),
+                           "ci": ({k: list(v) for k, v in ci.items() if k != "coef"}
+                                  if ci else None)}
+        return out
+
+
+def _bootstrap(frame, method, near, n_bootstrap, seed, ci_level):
+    """Refits on runs resampled within each (N, D, batch) cell: per target the percentile
+    intervals of the exponents, or None beyond MAX_FAILED_SHARE failed refits."""
+    rng = np.random.default_rng(seed)
+    cells = [g.index.to_numpy() for _, g in frame.groupby(["params", "tokens", "batch"])]
+    samples, failed = {t: {"params": [], "tokens": []} for t in TARGETS}, 0
+    for _ in range(n_bootstrap):
+        rows = np.concatenate([rng.choice(c, size=c.size, replace=True) for c in cells])
+        try:
+            _, fitted, _ = fit_laws(frame.loc[rows], method, near)
+        except ValueError:
+            failed += 1
+            continue
+        for t in TARGETS:
+            for k in ("params", "tokens"):
+                samples[t][k].append(np.nan if fitted[t].exponents[k] is None
+                                     else fitted[t].exponents[k])
+    if n_bootstrap == 0 or failed > MAX_FAILED_SHARE * n_bootstrap:
+        return {}, failed
+    return {t: {k: percentile_interval(np.array(v), ci_level) for k, v in samples[t].items()}
+            for t in TARGETS}, failed
+
+
+def read_runs(frame: pd.DataFrame, source: str, columns: dict | None) -> tuple[pd.DataFrame,
+                                                                                list[str]]:
+    """The completed runs' params, tokens, lr, batch (tokens per step) and loss."""
+    mapping, notes = dict(columns or {}), []
+    if "status" in frame.columns:
+        frame = frame[frame["status"].astype(str) == "completed"]
+    if frame.empty:
+        raise FitInputError(f"{source}: no completed runs")
+    out = {}
+    for name, candidates in COLUMNS.items():
+        column = mapping.get(name) or next((c for c in candidates if c in frame.columns), None)
+        if column is None and name == "batch" and {"tokens", "steps"} <= set(frame.columns):
+            out[name] = frame["tokens"] / frame["steps"]
+            notes.append("batch = tokens / steps (tokens per step)")
+            continue
+        if column not in frame.columns:
+            raise FitInputError(f"{source}: missing column {name!r} (looked for "
+                                f"{' or '.join(map(repr, candidates))}); map one with "
+                                f"--columns={name}:NAME")
+        out[name] = pd.to_numeric(frame[column], errors="coerce")
+    runs = pd.DataFrame(out).reset_index(drop=True)
+    bad = ~np.isfinite(runs.to_numpy(np.float64)).all(axis=1) | (runs <= 0).any(axis=1)
+    if bad.any():
+        raise FitInputError(f"{source}: {int(bad.sum())} run(s) with a missing, non-numeric or "
+                            f"non-positive params, tokens, lr, batch or loss")
+    return runs, notes
+
+
+def fit_hparams(frame: pd.DataFrame, *, method: str = "smooth", near: float = 0.0025,
+                n_bootstrap: int = 200, seed: int = 0, ci_level: float = 0.95,
+                notes: list[str] | None = None) -> HParamsFit:
+    try:
+        optima, fitted, fit_notes = fit_laws(frame, method, near)
+    except ValueError as e:
+        raise FitInputError(f"the hyperparameter law needs at least 3 (N, D) groups whose "
+                            f"optimum lies inside their grid ({e})") from None
+    edge = [k for k, o in optima.items() if o.edge]
+    if edge:
+        fit_notes.append(f"{len(edge)} of {len(optima)} group optima at their grid's edge, "
+                         f"left out of the law: widen the grid there")
+    intervals, failed = _bootstrap(frame, method, near, n_bootstrap, seed, ci_level)
+    if n_bootstrap and not intervals:
+        fit_notes.append(f"intervals not computed: {failed} of {n_bootstrap} refits could not "
+                         f"find the optima (more than {MAX_FAILED_SHARE:.0%})")
+    return HParamsFit(method, optima, fitted, intervals, n_bootstrap, failed, frame,
+                      tuple((notes or []) + fit_notes), ci_level)
+
+
+def format_hparams(fit: HParamsFit, source: str) -> str:
+    level = f"{fit.ci_level:.0%}"
+    lines = [f"hyperparameter law on {source}: optimum per (N, D) by {fit.method!r}, then "
+             f"y*(N, D) = c N^a D^b ({len(fit.optima)} groups)"]
+    for target in TARGETS:
+        law, ci = fit.laws[target], fit.intervals.get(target) or {}
+        parts = []
+        for name, symbol in (("params", "N"), ("tokens", "D")):
+            value = law.exponents[name]
+            if value is None:
+                parts.append(f"{symbol}: not determined")
+                continue
+            low, high = ci.get(name, (np.nan, np.nan))
+            parts.append(f"{symbol}^{value:+.3f} [{low:+.3f}, {high:+.3f}]" if ci
+                         else f"{symbol}^{value:+.3f}")
+        lines.append(f"  {target + '*':<7}= {law.coef:.4g} x " + " x ".join(parts)
+                     + (f"   ({level} intervals)" if ci else ""))
+    lines.append(f"  {'N':>10} {'D':>10} {'runs':>4} {'lr*':>9} {'batch*':>8} {'law lr':>9} "
+                 f"{'law batch':>9} {'regret':>7}  edge")
+    for row in fit.regret():
+        lines.append(f"  {row['params']:>10.4g} {row['tokens']:>10.4g} {row['runs']:>4} "
+                     f"{row['lr_opt']:>9.3g} {row['batch_opt']:>8.4g} {row['lr_law']:>9.3g} "
+                     f"{row['batch_law']:>9.4g} {row['regret']:>+7.2%}  {row['edge']}")
+    lines.append("  regret: the loss of the run nearest the law's optimum over the group's "
+                 "best, minus 1 (the law's cost inside the grid)")
+    lines += [f"note: {note}" for note in fit.notes]
+    return "\n".join(lines) + "\n"
+
+
+class HParams(laws.Law):
+    """Optimal learning rate and batch size as power laws of N and D (module docstring)."""
+
+    name = "hparams"
+    title = "lr*(N, D), batch*(N, D)"
+    n_parameters = 6
+    fits_table = False
+    own_flags = ("optimum", "near")
+    scope = "one law over a sweep's (N, D) groups of learning rates and batch sizes"
+    refused_flags = ("curves", "approach", "by", "budget", "overtrain", "multiplier-against",
+                     "holdout")
+
+    def options(self, given: dict) -> dict:
+        near = given.get("near")
+        if near is not None and not 0 < near < 100:
+            raise FitInputError(f"--near: a percentage in (0, 100), got {near}")
+        return {"method": given.get("optimum") or "smooth",
+                "near": 0.0025 if near is None else near / 100}
+
+    def fit(self, frame, *, source: str, columns=None, **options) -> HParamsFit:
+        runs, notes = read_runs(frame, source, columns)
+        return fit_hparams(runs, notes=notes, **options)
+
+    def report(self, fit: HParamsFit, source: str) -> str:
+        return format_hparams(fit, source)
