@@ -18,7 +18,8 @@ EXPERIMENTS = ("tiny_isoflop", "quickstart", "tiny_grid", "tiny_pe", "kaplan",
                "chinchilla_isoflop", "pe_extrapolation", "markov_floor", "tiny_mixers", "architectures",
                "gpt_vs_bert", "icl", "tiny_ladder", "moe", "mup_transfer", "mup_tuned",
                "quickstart_ladder", "wsd_cosine", "markov_ladder",
-               "moe_dense", "architectures_tuned", "mqar_seeds", "icl_regression_mixers")
+               "moe_dense", "architectures_tuned", "mqar_seeds", "icl_regression_mixers",
+               "hparams")
 
 TINY_ISOFLOP_CPU = [
     "d16-l1-rope-t13.6k-s0-f45cac28", "d32-l2-rope-t3.58k-s0-dd589dd0",
@@ -117,6 +118,9 @@ PLAN_DIGESTS = {
     # In-context regression across mixers (new).
     "icl_regression_mixers:cpu": ("62c5cb69d19d18cf", "c7eef07b0a48d0b8"),
     "icl_regression_mixers:gpu": ("f2a110566bcc3040", "a8854ca1ad26411d"),
+    # The hyperparameter law's grid: learning rates x batch sizes per (N, D) (new).
+    "hparams:cpu": ("c2810bff2cc8ba1c", "96e2e72ff7cf8d68"),
+    "hparams:gpu": ("2f36f0e2194e2bc5", "0885d7cf5b484fae"),
 }
 
 

@@ -33,6 +33,7 @@ from attnlab.scaling.errors import FitInputError
 
 METHODS = ("smooth", "near")
 MAX_FAILED_SHARE = 0.1  # of bootstrap refits; beyond it an interval is not computed
+MERGE = 0.01  # params or tokens this close (relative) belong to one (N, D) group
 COLUMNS = {"params": ("active_params", "params"), "tokens": ("tokens",),
            "lr": ("lr", "train.learning_rate"), "batch": ("batch",),
            "loss": ("loss", "final_val_loss")}
@@ -251,7 +252,29 @@ def read_runs(frame: pd.DataFrame, source: str, columns: dict | None) -> tuple[p
     if bad.any():
         raise FitInputError(f"{source}: {int(bad.sum())} run(s) with a missing, non-numeric or "
                             f"non-positive params, tokens, lr, batch or loss")
+    for name in ("params", "tokens"):
+        merged = merge_close(runs[name].to_numpy(np.float64))
+        if np.unique(merged).size < runs[name].nunique():
+            notes.append(f"{name} within {MERGE:.0%} of each other are one group (whole "
+                         f"batches round a token count differently per batch size)")
+        runs[name] = merged
     return runs, notes
+
+
+def merge_close(values: np.ndarray, rel: float | None = None) -> np.ndarray:
+    """Each value replaced by the geometric mean of its cluster: sorted values within ``rel``
+    (default MERGE) of the cluster's smallest."""
+    rel = MERGE if rel is None else rel
+    order = np.sort(np.unique(values))
+    starts = [order[0]]
+    for v in order[1:]:
+        if v > starts[-1] * (1 + rel):
+            starts.append(v)
+    starts = np.array(starts)
+    members = np.searchsorted(starts, order, side="right") - 1
+    means = [order[members == c] for c in range(len(starts))]
+    means = [float(m[0]) if m.size == 1 else float(np.exp(np.log(m).mean())) for m in means]
+    return np.array([means[c] for c in np.searchsorted(starts, values, side="right") - 1])
 
 
 def fit_hparams(frame: pd.DataFrame, *, method: str = "smooth", near: float = 0.0025,

@@ -67,7 +67,7 @@ class SweepSpec:
             origin = "sweep.shapes" if self.shapes else "sweep.ladder"
             for key in ("model.d_model", "model.n_layers", "model.n_heads"):
                 keys[key] = origin
-        if self.learning_rate.kind.sets_learning_rate:
+        if self.learning_rate.kind.sets_learning_rate or self.learning_rate.factors:
             keys["train.learning_rate"] = "sweep.learning_rate"
         if self.warmup.kind.sets_warmup:
             keys["train.warmup_steps"] = "sweep.warmup"

@@ -98,23 +98,24 @@ def expand(spec: SweepSpec) -> tuple[list[PlannedRun], list[str]]:
         return _expand_variants(spec)
     shapes: list[Shape | None] = list(resolve_shapes(spec, spec.base.model)) or [None]
     axis_keys = [key for key, _ in spec.axes]
-    combos = list(itertools.product(*(values for _, values in spec.axes)))
+    combos = [(dict(zip(axis_keys, combo)), factor)
+              for combo in itertools.product(*(values for _, values in spec.axes))
+              for factor in spec.learning_rate.factors or (1.0,)]
     budgets = spec.kind.budgets(spec)
     runs: list[PlannedRun] = []
     notes: list[str] = []
     if spec.kind.uses_branches:  # a trunk per shape, its branches the runs of each token count
         for shape in shapes:
-            for combo in combos:
-                runs += ladder_runs(spec, _plan_one(spec, shape, dict(zip(axis_keys, combo)),
-                                                    None))
+            for values, factor in combos:
+                runs += ladder_runs(spec, _plan_one(spec, shape, values, None, factor))
     for budget in budgets:
         kept, off_centre = 0, 0
         for shape in shapes:
-            for combo in combos:
-                run = _plan_one(spec, shape, dict(zip(axis_keys, combo)), budget)
+            for values, factor in combos:
+                run = _plan_one(spec, shape, values, budget, factor)
                 if isinstance(run, str):
                     label = shape.label if shape else "base"
-                    what = " ".join(filter(None, (label, _combo_label(combo))))
+                    what = " ".join(filter(None, (label, _combo_label(tuple(values.values())))))
                     notes.append(f"budget {budget:.3g}: {what} left out ({run})")
                     off_centre += run.startswith(OFF_CENTRE)
                 else:
@@ -249,7 +250,7 @@ def run_id(cfg: Config) -> str:
 
 
 def _plan_one(spec: SweepSpec, shape: Shape | None, axis_values: dict[str, Any],
-              budget: float | None) -> PlannedRun | str:
+              budget: float | None, factor: float = 1.0) -> PlannedRun | str:
     """The run at one (shape, axis values, budget), or why it is left out: the budget buys too
     few steps, or the shape lies outside the budget's centred ladder (``sweep.centre``).
 
@@ -267,7 +268,7 @@ def _plan_one(spec: SweepSpec, shape: Shape | None, axis_values: dict[str, Any],
     per_token = flops_per_token(cfg.model, cfg.data.seq_len)
     batch_tokens = cfg.data.batch_size * cfg.data.seq_len
 
-    lr = _learning_rate(spec, shape, cfg, counts["non_embedding"])
+    lr = _learning_rate(spec, shape, cfg, counts["non_embedding"], factor)
     if lr is not None:
         swept["train.learning_rate"] = lr
     length = spec.kind.run_length(spec, budget, counts, per_token, batch_tokens)
@@ -386,11 +387,14 @@ def _override(spec: SweepSpec, swept: dict[str, Any]) -> Config:
 
 
 def _learning_rate(spec: SweepSpec, shape: Shape | None, cfg: Config,
-                   non_embedding: int) -> float | None:
+                   non_embedding: int, factor: float = 1.0) -> float | None:
+    """The rule's rate at this shape times ``factor`` (one of ``sweep.learning_rate.factors``),
+    rounded; None: the base config's (rule fixed, no factor)."""
     rule = spec.learning_rate
     lr = rule.kind.value(rule, spec, shape, cfg, non_embedding)
-    if lr is None or rule.kind.transfers:  # the tuned value itself: no arithmetic to round
+    if factor == 1.0 and (lr is None or rule.kind.transfers):  # nothing to round
         return lr
+    lr = (cfg.train.learning_rate if lr is None else lr) * factor
     if not 0 < lr < math.inf:  # 0 after an underflow; the config checks no upper bound
         raise SweepSpecError("sweep.learning_rate", f"rule {rule.rule!r} gives learning rate "
                              f"{lr:g} at d_model {cfg.model.d_model}, {non_embedding:,} "

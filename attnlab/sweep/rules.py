@@ -23,7 +23,7 @@ class _Rule:
             raise SweepSpecError(f"{field}.rule", f"unknown rule {self.rule!r}; valid rules are "
                                                   f"{', '.join(rules)}")
         for f in dataclasses.fields(self)[1:]:
-            if not isinstance(getattr(self, f.name), str):
+            if not isinstance(getattr(self, f.name), (str, tuple)):
                 number_at_least_zero(getattr(self, f.name), f"{field}.{f.name}")
         self.kind.check(self, field)
         return self
@@ -51,6 +51,13 @@ class LearningRate:
     transfers = False           # one rate tuned at the base width, for every width (muP)
 
     def check(self, rule: LearningRateRule, field: str) -> None:
+        for factor in rule.factors:
+            if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not (
+                    0 < factor < math.inf):
+                raise SweepSpecError(f"{field}.factors", f"each factor must be a positive "
+                                                         f"number, got {factor!r}")
+        if len(set(rule.factors)) != len(rule.factors):
+            raise SweepSpecError(f"{field}.factors", f"repeats a factor: {rule.factors}")
         for name in ("base_lr", "report", "tuned_d_model"):
             if name not in self.reads and getattr(rule, name):
                 raise SweepSpecError(f"{field}.{name}", f"only rule 'transfer' reads it; the "
@@ -183,8 +190,9 @@ class Tuned(LearningRate):
     from_tuning_stage = True
 
     def check(self, rule, field):
+        super().check(rule, field)
         for f in dataclasses.fields(rule)[1:]:
-            if getattr(rule, f.name):
+            if f.name != "factors" and getattr(rule, f.name):
                 raise SweepSpecError(f"{field}.{f.name}", "rule 'tuned' takes no fields: the "
                                      "tuning stage (sweep.tune) picks the learning rates")
 
@@ -213,6 +221,9 @@ class LearningRateRule(_Rule):
     base_lr: float = 0.0
     report: str = ""
     tuned_d_model: int = 0
+    # Each shape trains at the rule's rate times each factor (a grid around it, for the
+    # hyperparameter law); empty: the rule's rate alone.
+    factors: tuple[float, ...] = ()
 
     @staticmethod
     def registry():

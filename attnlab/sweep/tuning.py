@@ -133,10 +133,15 @@ def resolve(spec: SweepSpec, picks: dict[str, dict[str, Any]]) -> SweepSpec:
         return LearningRateRule("tuned", base=pick["base"], ref_d_model=pick["ref_d_model"],
                                 exponent=pick["exponent"])
 
+    def keeping_factors(picked: LearningRateRule, given: LearningRateRule) -> LearningRateRule:
+        return dataclasses.replace(picked, factors=given.factors)  # a grid around the pick
+
     if not spec.variants:
-        return dataclasses.replace(spec, learning_rate=rule(picks[ALL]), tune=None)
-    variants = tuple(dataclasses.replace(v, learning_rate=rule(picks[v.name]))
-                     if v.name in picks else v for v in spec.variants)
+        return dataclasses.replace(spec, learning_rate=keeping_factors(
+            rule(picks[ALL]), spec.learning_rate), tune=None)
+    variants = tuple(dataclasses.replace(v, learning_rate=keeping_factors(
+        rule(picks[v.name]), v.learning_rate or spec.learning_rate))
+        if v.name in picks else v for v in spec.variants)
     return dataclasses.replace(spec, variants=variants, tune=None)
 
 

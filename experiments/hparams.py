@@ -1,0 +1,57 @@
+"""The hyperparameter law's study: per (N, D), a grid of learning rates around a prior and of
+batch sizes, on the Markov chain (a known entropy rate, no repeated data), fitted by
+``attnlab fit --law=hparams`` (docs/scaling.md, "The hyperparameter law").
+
+    attnlab sweep --config=experiments/hparams.py --workdir=sweeps/hparams --dry-run
+    attnlab sweep --config=experiments/hparams.py --workdir=sweeps/hparams
+    attnlab fit --results=sweeps/hparams --law=hparams --bootstrap=200
+
+Scale cpu: 3 two-layer shapes (d_model 16, 32, 48) x 2 token counts (0.25M, 0.5M) x 3 batch sizes
+(8, 16, 32 sequences of 64 tokens) x 5 learning rates (the prior 7.5e-3 x 32 / d_model times
+1/4 .. 4): 90 runs; the 5 rates of one (shape, tokens, batch) train together as an ensemble.
+Scale gpu: d_model 64-256 and 4M-16M tokens, batches 32-128 sequences.
+"""
+
+from ml_collections import ConfigDict
+
+from attnlab.config import base_config_dict
+
+
+def get_config(scale: str = "cpu") -> ConfigDict:
+    config = ConfigDict()
+    config.scale = scale
+
+    config.base = base = base_config_dict()
+    base.data.source = "markov"
+    base.data.markov_order = 1
+    base.data.markov_branching = 64
+    base.data.markov_seed = 0
+    base.data.seq_len = 64
+    base.data.markov_tokens = 4_000_000
+    base.train.learning_rate = 7.5e-3  # the prior at d_model = 32
+    base.train.b2 = 0.99
+    base.train.warmup_steps = 10
+    base.train.eval_every = 1_000_000  # each run is scored once, at its end
+    base.train.eval_batches = 32
+    base.train.log_every = 50
+    base.train.checkpoint_every = 1000
+
+    config.sweep = sweep = ConfigDict()
+    sweep.name = "hparams"
+    sweep.mode = "grid"
+    sweep.flops_per_token = "chinchilla"
+    # The prior (inverse width), then a factor-2 grid around it for every (shape, tokens, batch).
+    sweep.learning_rate = ConfigDict({"rule": "inverse_width", "ref_d_model": 32,
+                                      "factors": (0.25, 0.5, 1.0, 2.0, 4.0)})
+    sweep.warmup = ConfigDict({"rule": "fixed"})
+    sweep.shapes = ((16, 2, 2), (32, 2, 2), (48, 2, 2))  # (d_model, n_layers, n_heads)
+    sweep.axes = ConfigDict()
+    sweep.axes.train = ConfigDict({"tokens": (250_000, 500_000)})
+    sweep.axes.data = ConfigDict({"batch_size": (8, 16, 32)})
+    if scale == "gpu":
+        base.data.markov_tokens = 40_000_000
+        base.train.warmup_steps = 50
+        sweep.shapes = ((64, 2, 2), (128, 2, 4), (256, 2, 4))
+        sweep.axes.train.tokens = (4_000_000, 16_000_000)
+        sweep.axes.data.batch_size = (32, 64, 128)
+    return config

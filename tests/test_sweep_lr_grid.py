@@ -1,0 +1,64 @@
+"""sweep.learning_rate.factors: every shape trains at its rule's rate times each factor, a grid
+around the rule's prior for the hyperparameter law (experiments/hparams.py)."""
+
+import collections
+import pathlib
+import runpy
+
+import pytest
+
+from attnlab.sweep import load_spec, plan, spec_from_config_dict
+from attnlab.sweep.sections import SweepSpecError
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+HPARAMS = str(ROOT / "experiments" / "hparams.py")
+GRID = str(ROOT / "experiments" / "tiny_grid.py")
+FACTORS = (0.25, 0.5, 1.0, 2.0, 4.0)
+
+
+def test_each_cell_trains_the_prior_times_every_factor():
+    runs = plan(load_spec(HPARAMS))
+    assert len(runs) == 3 * 2 * 3 * len(FACTORS)
+    cells = collections.defaultdict(list)
+    for run in runs:
+        cfg = run.cfg
+        cells[(cfg.model.d_model, cfg.train.tokens, cfg.data.batch_size)].append(
+            cfg.train.learning_rate)
+    assert len(cells) == 18
+    for (d_model, _, _), rates in cells.items():
+        prior = 7.5e-3 * 32 / d_model  # rule inverse_width, ref_d_model 32
+        assert sorted(rates) == pytest.approx([prior * f for f in FACTORS], rel=1e-5)
+
+
+def grid(rule: dict | None = None, axes_train: dict | None = None):
+    """tiny_grid's spec with its learning-rate section (and train axes) replaced."""
+    config = runpy.run_path(GRID)["get_config"]().to_dict()
+    if rule is not None:
+        config["sweep"]["learning_rate"] = rule
+    config["sweep"]["axes"]["train"].update(axes_train or {})
+    return spec_from_config_dict(config)
+
+
+def test_without_factors_the_plan_is_the_rules_alone():
+    base = plan(grid())
+    same = plan(grid({"rule": "per_shape", "factors": (1.0,)}))
+    assert [r.run_id for r in same] == [r.run_id for r in base]
+    doubled = plan(grid({"rule": "per_shape", "factors": (0.5, 2.0)}))
+    assert len(doubled) == 2 * len(base)
+    assert sorted(r.cfg.train.learning_rate for r in doubled) == pytest.approx(sorted(
+        r.cfg.train.learning_rate * f for r in base for f in (0.5, 2.0)))
+
+
+@pytest.mark.parametrize("factors,words", [((0.0, 1.0), "positive"),
+                                            ((1.0, 1.0), "repeats a factor")])
+def test_bad_factors_are_refused_naming_the_field(factors, words):
+    with pytest.raises(SweepSpecError) as info:
+        plan(grid({"rule": "per_shape", "factors": factors}))
+    assert info.value.field == "sweep.learning_rate.factors" and words in str(info.value)
+
+
+def test_a_learning_rate_axis_and_factors_are_one_too_many():
+    with pytest.raises(SweepSpecError) as info:
+        plan(grid({"rule": "fixed", "factors": (0.5, 2.0)},
+                  {"learning_rate": (1e-3, 2e-3)}))
+    assert info.value.field == "sweep.axes.train.learning_rate"
