@@ -11,14 +11,16 @@ the (1 - sqrt) shape reaches the loss of a cosine schedule tuned to that length 
 the peak; the cooldown to zero). A ladder sweep's branches are exactly such runs, so this is the
 check that a branch's loss is the loss a fixed-length study would have measured.
 
-Two arms (``sweep.variants``, named in the ``schedule`` column) of the same shapes, tokens,
+Three arms (``sweep.variants``, named in the ``schedule`` column: cosine to 10%, cosine to zero
+and wsd) of the same shapes, tokens,
 peak learning rate (7.5e-3 x 32 / d_model, the quickstart's rule), warmup and data order; three training seeds
 each (the seeds of one shape and arm train as one ensemble). `attnlab compare` pairs each
 wsd point with the cosine point of the same size and tokens: the mean difference over seeds with a
 bootstrap interval, per size and pooled.
 
-Scale ``cpu``: 3 sizes (10k, 33k, 68k parameters, 2 layers) x 2 schedules x 3 seeds at 0.5M tokens
-(490 steps of 8 x 128 bytes of ``pystdlib``): 18 runs, 3.2e12 FLOPs.
+Scale ``cpu``: 3 sizes (10k, 33k, 68k parameters, 2 layers) x 3 schedules x 3 seeds at 0.5M tokens
+(490 steps of 8 x 128 bytes of ``pystdlib``): 27 runs, 5.0e12 FLOPs (Chinchilla's count, the
+dry run's).
 """
 
 from ml_collections import ConfigDict

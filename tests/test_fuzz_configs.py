@@ -36,7 +36,7 @@ from attnlab.config import (DATA_SOURCES, DTYPES, SCHEDULES, TOKENIZERS, Config,
 from attnlab.data import icl
 from attnlab.errors import ConfigError
 from attnlab.model import apply, check, decode_step, init_model, init_state, resolve
-from attnlab.model import moe
+from attnlab.model import moe_dispatch
 from attnlab.model.architecture import REMATS, SELECTORS
 from attnlab.model.attention import IMPLEMENTATIONS
 from attnlab.train.optimizer import optimizer_for
@@ -305,10 +305,10 @@ def _decoding_is_exact(cfg: Config) -> bool:
     dropped when every expert's capacity holds every token, in the full pass and in a step."""
     m = cfg.model
     if ("moe_dispatch" not in SELECTORS["moe"][m.moe].fields
-            or not moe.DISPATCHES[m.moe_dispatch].reads_capacity):
+            or not moe_dispatch.DISPATCHES[m.moe_dispatch].reads_capacity):
         return True
     batch, seq = cfg.data.batch_size, cfg.data.seq_len
-    return all(moe.capacity(t, m.moe_top_k, m.moe_experts, m.moe_capacity_factor) >= t
+    return all(moe_dispatch.capacity(t, m.moe_top_k, m.moe_experts, m.moe_capacity_factor) >= t
                for t in (batch * seq, batch))
 
 

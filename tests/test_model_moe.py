@@ -15,7 +15,7 @@ from attnlab.config import ModelConfig
 from attnlab.errors import ConfigError
 from attnlab.model import apply, decode_step, init_model, init_state, param_counts, resolve
 from attnlab.model import count_state_params, flops_per_token
-from attnlab.model import moe
+from attnlab.model import moe, moe_dispatch
 from attnlab.train.step import mean_loss, training_loss
 
 VOCAB = 64
@@ -115,9 +115,9 @@ def test_capacity_slots_match_the_priority_rule(factor, k):
     # skewed routing so that some experts overflow
     experts = np.stack([rng.choice(5, size=k, replace=False, p=[.4, .3, .1, .1, .1])
                         for _ in range(40)])
-    c = moe.capacity(40, k, 5, factor)
+    c = moe_dispatch.capacity(40, k, 5, factor)
     assert c == max(1, math.ceil(factor * 40 * k / 5))
-    got = np.asarray(jax.jit(moe.slots, static_argnums=(1, 2))(jnp.asarray(experts), 5, c))
+    got = np.asarray(jax.jit(moe_dispatch.slots, static_argnums=(1, 2))(jnp.asarray(experts), 5, c))
     np.testing.assert_array_equal(got, np_slots(experts, 5, c))
 
 
@@ -157,7 +157,7 @@ def test_layer_equals_every_expert_run_and_masked(name):
     module = part.build(nnx.Rngs(params=1))
     x = np.random.default_rng(2).normal(size=(2, 12, cfg.d_model)).astype(np.float32)
     y = np.asarray(jax.jit(lambda x: module(x))(x))
-    c = (moe.capacity(24, cfg.moe_top_k, cfg.moe_experts, cfg.moe_capacity_factor)
+    c = (moe_dispatch.capacity(24, cfg.moe_top_k, cfg.moe_experts, cfg.moe_capacity_factor)
          if cfg.moe_dispatch == "capacity" else None)
     ref, *_, kept = np_moe(x.reshape(24, -1).astype(np.float64), module_params(module),
                            cfg.moe_top_k, part.inputs == 2, c)
@@ -193,7 +193,7 @@ def test_router_gradients_match_finite_differences():
         def objective(router):
             logits = x @ router
             probs, experts, weights = moe.route(logits, 2)
-            y, _ = moe.dropless(x, experts, weights, p, None, True)
+            y, _ = moe_dispatch.dropless(x, experts, weights, p, None, True)
             return (jnp.sum(y * probe) + 0.3 * moe.balance_loss(probs, experts)
                     + 0.2 * moe.z_loss(logits))
 

@@ -1,5 +1,5 @@
 """Expert parallelism: a mixture of experts with its experts split over the mesh's ``expert``
-axis (attnlab.model.moe.expert_parallel) computes what it computes on one device.
+axis (attnlab.model.moe_dispatch.expert_parallel) computes what it computes on one device.
 
 On 8 simulated CPU devices (a subprocess: XLA_FLAGS must be set before JAX starts), a
 ('data' 2, 'fsdp' 2, 'expert' 2) mesh, the experts' [E, ...] tensors split over 'expert' and
@@ -132,7 +132,7 @@ SCRIPT = textwrap.dedent("""
 
 
 # An ensemble's members step inside a shard_map over the member axis; there the MoE takes the
-# unsplit dispatch (attnlab.model.moe.expert_mesh) on the experts laid out split.
+# unsplit dispatch (attnlab.model.moe_dispatch.expert_mesh) on the experts laid out split.
 ENSEMBLE = textwrap.dedent("""
     import jax, jax.numpy as jnp, numpy as np
     from jax.sharding import NamedSharding, PartitionSpec as P
@@ -193,7 +193,7 @@ def test_an_ensemble_of_moe_members_with_an_expert_axis_equals_one_device(tmp_pa
     run_script(tmp_path, script=ENSEMBLE)
 
 
-# Dropless dispatch with the experts split (attnlab.model.moe.dropless_expert_parallel): nothing
+# Dropless dispatch with the experts split (attnlab.model.moe_dispatch.dropless_expert_parallel): nothing
 # is dropped, so the sharded layer, loss, statistics and gradients equal one device's on the
 # whole batch, however unevenly the devices route.
 DROPLESS = textwrap.dedent("""

@@ -66,7 +66,7 @@ def programs_key(cfg: Config) -> str:
 
 def traced_on(mesh: jax.sharding.Mesh, fn: Callable) -> Callable:
     """``fn`` traced with ``mesh`` as the abstract mesh in context: the model reads from it
-    whether its experts are split (attnlab.model.moe.expert_mesh)."""
+    whether its experts are split (attnlab.model.moe_dispatch.expert_mesh)."""
     @functools.wraps(fn)
     def traced(*args):
         with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):

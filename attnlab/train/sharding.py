@@ -4,7 +4,7 @@ One mesh with three axes, ``('data', 'fsdp', 'expert')``. Batches are split over
 (every device sees different examples); parameters and optimizer state are split over ``fsdp``
 (ZeRO-3 / FSDP style: each device stores 1/fsdp of every large tensor, XLA all-gathers for the
 matmuls and reduce-scatters the gradients), and a mixture of experts' stacked ``[E, ...]``
-tensors also over ``expert`` by their expert axis (attnlab.model.moe.expert_parallel: the
+tensors also over ``expert`` by their expert axis (attnlab.model.moe_dispatch.expert_parallel: the
 tokens reach their experts' devices by an all-to-all). Pure data parallelism is simply
 ``mesh_fsdp = mesh_expert = 1``: the same specs then name axes of size one, so there is a single
 code path, and the layout is declared by :func:`param_spec` / :data:`TRAIN_BATCH_SPEC`, not by
@@ -19,7 +19,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from attnlab.config import Config
 from attnlab.errors import ConfigError
-from attnlab.model.moe import EXPERT_AXIS, EXPERT_PARAMS
+from attnlab.model.moe_dispatch import EXPERT_AXIS, EXPERT_PARAMS
 
 MESH_AXES = ("data", "fsdp", EXPERT_AXIS)
 # An ensemble's members (attnlab.train.ensemble) are split over a third, leading axis.
@@ -157,7 +157,7 @@ def is_stacked_layer(path) -> bool:
 
 def is_expert_tensor(path) -> bool:
     """Whether a state path is a mixture of experts' stacked ``[E, ...]`` tensor: one of
-    :data:`~attnlab.model.moe.EXPERT_PARAMS` held by the layer's ``ffn`` itself (a dense FFN's
+    :data:`~attnlab.model.moe_dispatch.EXPERT_PARAMS` held by the layer's ``ffn`` itself (a dense FFN's
     ``w_in`` is a Linear layer: ``ffn/w_in/kernel``)."""
     names = [getattr(k, "key", getattr(k, "name", getattr(k, "idx", k))) for k in path]
     while names and names[-1] == "value":  # a Param's value, where the path spells it
