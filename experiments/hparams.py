@@ -9,6 +9,8 @@ batch sizes, on the Markov chain (a known entropy rate, no repeated data), fitte
 Scale cpu: 3 two-layer shapes (d_model 16, 32, 48) x 2 token counts (0.25M, 0.5M) x 3 batch sizes
 (8, 16, 32 sequences of 64 tokens) x 5 learning rates (the prior 7.5e-3 x 32 / d_model times
 1/4 .. 4): 90 runs; the 5 rates of one (shape, tokens, batch) train together as an ensemble.
+Scale cpu_refined: the cpu grid moved where its optima sat at the edges (docs/scaling.md): the
+prior 4x higher (3e-2 x 32 / d_model) and batches of 2, 4, 8 sequences.
 Scale gpu: d_model 64-256 and 4M-16M tokens, batches 32-128 sequences.
 """
 
@@ -18,6 +20,9 @@ from attnlab.config import base_config_dict
 
 
 def get_config(scale: str = "cpu") -> ConfigDict:
+    """``scale``: cpu, gpu, or cpu_refined (the cpu grid moved to where its optima sat)."""
+    refined = scale == "cpu_refined"
+    scale = "cpu" if refined else scale
     config = ConfigDict()
     config.scale = scale
 
@@ -37,7 +42,7 @@ def get_config(scale: str = "cpu") -> ConfigDict:
     base.train.checkpoint_every = 1000
 
     config.sweep = sweep = ConfigDict()
-    sweep.name = "hparams"
+    sweep.name = "hparams_refined" if refined else "hparams"
     sweep.mode = "grid"
     sweep.flops_per_token = "chinchilla"
     # The prior (inverse width), then a factor-2 grid around it for every (shape, tokens, batch).
@@ -48,6 +53,11 @@ def get_config(scale: str = "cpu") -> ConfigDict:
     sweep.axes = ConfigDict()
     sweep.axes.train = ConfigDict({"tokens": (250_000, 500_000)})
     sweep.axes.data = ConfigDict({"batch_size": (8, 16, 32)})
+    if refined:
+        # The cpu grid's optima sat at its edges (the largest rate, the smallest batch, in most
+        # groups): the same grid moved 4x up in rate and 4x down in batch.
+        base.train.learning_rate = 3e-2
+        sweep.axes.data.batch_size = (2, 4, 8)
     if scale == "gpu":
         base.data.markov_tokens = 40_000_000
         base.train.warmup_steps = 50

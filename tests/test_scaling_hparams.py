@@ -124,7 +124,7 @@ def test_the_cli_refuses_what_the_law_cannot_read(tmp_path):
 
 
 def test_too_few_groups_is_one_clear_error():
-    with pytest.raises(hparams.FitInputError, match="at least 3"):
+    with pytest.raises(hparams.FitInputError, match="3 or more"):
         fit(table(sizes=(1e5, 3e5), tokens=(1e8,)))
 
 

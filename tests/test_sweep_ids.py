@@ -121,6 +121,7 @@ PLAN_DIGESTS = {
     # The hyperparameter law's grid: learning rates x batch sizes per (N, D) (new).
     "hparams:cpu": ("c2810bff2cc8ba1c", "96e2e72ff7cf8d68"),
     "hparams:gpu": ("2f36f0e2194e2bc5", "0885d7cf5b484fae"),
+    "hparams:cpu_refined": ("5321b4bce2b78ceb", "c78a95166d0aacc1"),  # the cpu grid moved
 }
 
 

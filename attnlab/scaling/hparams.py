@@ -282,9 +282,8 @@ def fit_hparams(frame: pd.DataFrame, *, method: str = "smooth", near: float = 0.
                 notes: list[str] | None = None) -> HParamsFit:
     try:
         optima, fitted, fit_notes = fit_laws(frame, method, near)
-    except ValueError as e:
-        raise FitInputError(f"the hyperparameter law needs at least 3 (N, D) groups whose "
-                            f"optimum lies inside their grid ({e})") from None
+    except ValueError:
+        raise FitInputError(_too_few(frame, method, near)) from None
     edge = [k for k, o in optima.items() if o.edge]
     if edge:
         fit_notes.append(f"{len(edge)} of {len(optima)} group optima at their grid's edge, "
@@ -295,6 +294,28 @@ def fit_hparams(frame: pd.DataFrame, *, method: str = "smooth", near: float = 0.
                          f"find the optima (more than {MAX_FAILED_SHARE:.0%})")
     return HParamsFit(method, optima, fitted, intervals, n_bootstrap, failed, frame,
                       tuple((notes or []) + fit_notes), ci_level)
+
+
+def _too_few(frame: pd.DataFrame, method: str, near: float) -> str:
+    """Why the law cannot be fitted, in one line: how many groups have an optimum inside their
+    grid, and on which side the others lie."""
+    optima = group_optima(frame, method, near)
+    groups = frame.groupby(["params", "tokens"]).ngroups
+    edges = []
+    for target in TARGETS:
+        low = high = 0
+        for (n, d), o in optima.items():
+            if target in o.edge.split(","):
+                values = frame[(frame["params"] == n) & (frame["tokens"] == d)][target]
+                centre = np.sqrt(values.min() * values.max())  # of the grid, in logs
+                at_low = getattr(o, target) < centre
+                low, high = low + at_low, high + (not at_low)
+        if low or high:
+            edges.append(f"{target}: {low} at the grid's low edge, {high} at its high edge")
+    return (f"the hyperparameter law needs 3 or more (N, D) groups with an optimum inside "
+            f"their grid; {len(optima) - sum(bool(o.edge) for o in optima.values())} of "
+            f"{groups} have one ({'; '.join(edges) or 'too few learning rates per batch'}): "
+            f"widen the grid that way (sweep.learning_rate.factors, the batch sizes)")
 
 
 def format_hparams(fit: HParamsFit, source: str) -> str:
