@@ -54,7 +54,7 @@ ENV_FLAGS = [Flag("json", "string", "", "Also write the report to this JSON file
 
 def _config(values) -> Config:
     """The command line's config, every rule between its parts checked (before compiling)."""
-    from attnlab.model import check
+    from attnlab.checks import check
 
     cfg = from_config_dict(values.config)
     check(cfg)
