@@ -126,7 +126,7 @@ def test_an_interrupted_build_resumes_from_its_finished_shards(corpus_dir, tmp_p
         shards.tokenize_shard({"index": index, "path": str(files[index]), "out": str(partial),
                                "text_field": "text", "tokenizer": "byte", "eos_id": 0,
                                "dtype": "uint8"})
-    (partial / "00002.train.npy.tmp").write_bytes(b"\x93NUMPY half")
+    (partial / "00002.train.bin.tmp").write_bytes(b"half a shard")
     redone = []
     tokenize = shards.tokenize_shard
     monkeypatch.setattr(shards, "tokenize_shard", lambda job: redone.append(job["index"])
@@ -177,6 +177,16 @@ def test_shard_errors_name_the_file_or_field(tmp_path, corpus_dir, tokenizer_fil
     with pytest.raises(DataSourceError, match=r"cut.jsonl.gz: unreadable or truncated shard"):
         prepare(DataConfig(source="shards", path=str(tmp_path / "cut.jsonl.gz"),
                            cache_dir=str(tmp_path / "c")))
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    (mixed / "0.jsonl.gz").write_bytes(data)
+    (mixed / "1.jsonl.gz").write_bytes(data[: len(data) // 2])
+    with pytest.raises(DataSourceError, match=r"1.jsonl.gz: unreadable or truncated shard"):
+        prepare(DataConfig(source="shards", path=str(mixed), cache_dir=str(tmp_path / "m"),
+                           workers=1))
+    kept = list((tmp_path / "m").rglob("*.partial/*"))
+    assert sorted(p.name for p in kept if not p.name.endswith(".tmp")) == [
+        "00000.json", "00000.test.bin", "00000.train.bin", "00000.validation.bin"]
     (tmp_path / "empty.jsonl").write_text('{"text": ""}\n')
     with pytest.raises(DataSourceError, match=r"data.path: the train split .* is empty"):
         prepare(DataConfig(source="shards", path=str(tmp_path / "empty.jsonl"),
@@ -201,6 +211,21 @@ def test_shard_settings_are_checked_naming_the_field(data, model, field, tokeniz
     with pytest.raises(ConfigError) as error:
         check(Config(model=ModelConfig(**model), data=DataConfig(**data)))
     assert error.value.field == field
+
+
+def test_attnlab_prepare_builds_the_corpus_once(corpus_dir, tmp_path, capsys):
+    root, _ = corpus_dir
+    argv = ["prepare", "--config=configs/tiny.py", "--config.data.source=shards",
+            f"--config.data.path={root}", "--config.data.max_bytes=0",
+            f"--config.data.cache_dir={tmp_path}"]
+    assert cli.main(argv) == 0
+    printed = capsys.readouterr()
+    assert "Corpus('shards', tokenizer=byte" in printed.out
+    assert "shards: 4/4" in printed.err
+    assert cli.main(argv) == 0  # built: loaded, nothing tokenized
+    assert capsys.readouterr().err == ""
+    assert cli.main([*argv[:-1], "--config.data.text_field=body"]) == 2
+    assert "data.text_field" in capsys.readouterr().err
 
 
 def test_attnlab_train_trains_on_shards_with_a_tokenizer_json(corpus_dir, tokenizer_file,

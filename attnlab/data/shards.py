@@ -163,32 +163,39 @@ def _encode(texts: list[str], tokenizer: str, path: Path) -> list[np.ndarray]:
 # ------------------------------------------------------------------------------------------
 
 
-def _save(path: Path, array: np.ndarray) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        np.save(f, array, allow_pickle=False)
-    os.replace(tmp, path)
+def shard_tokens(out: Path, index: int, split: str) -> Path:
+    """The raw token file of one split of one shard (ids in the storage dtype, no header)."""
+    return out / f"{index:05d}.{split}.bin"
 
 
 def tokenize_shard(job: dict) -> dict:
-    """Tokenizes one shard into ``<index>.<split>.npy`` files and writes its record last (a
-    shard with a record is finished). Runs in a worker process."""
-    path, out = Path(job["path"]), Path(job["out"])
-    pieces: dict[str, list[np.ndarray]] = {s: [] for s in SPLITS}
-    stats = {s: {"documents": 0, "bytes": 0} for s in SPLITS}
+    """Tokenizes one shard into its ``<index>.<split>.bin`` files, a record batch at a time
+    (memory holds one batch), and writes its record last (a shard with a record is finished).
+    Runs in a worker process."""
+    path, out, index = Path(job["path"]), Path(job["out"]), job["index"]
+    stats = {s: {"documents": 0, "bytes": 0, "tokens": 0} for s in SPLITS}
     eos = np.array([job["eos_id"]], np.int64)
-    for texts in documents(path, job["text_field"]):
-        for text, ids in zip(texts, _encode(texts, job["tokenizer"], path)):
-            data = text.encode("utf-8")
-            split = split_of_digest(hashlib.sha256(data).digest())
-            pieces[split] += [ids, eos]
-            stats[split]["documents"] += 1
-            stats[split]["bytes"] += len(data)
     dtype = np.dtype(job["dtype"])
+    tmp = {s: shard_tokens(out, index, s).with_suffix(".bin.tmp") for s in SPLITS}
+    files = {s: open(tmp[s], "wb") for s in SPLITS}
+    try:
+        for texts in documents(path, job["text_field"]):
+            pieces: dict[str, list[np.ndarray]] = {s: [] for s in SPLITS}
+            for text, ids in zip(texts, _encode(texts, job["tokenizer"], path)):
+                data = text.encode("utf-8")
+                split = split_of_digest(hashlib.sha256(data).digest())
+                pieces[split] += [ids, eos]
+                stats[split]["documents"] += 1
+                stats[split]["bytes"] += len(data)
+                stats[split]["tokens"] += len(ids) + 1
+            for split, parts in pieces.items():
+                if parts:
+                    np.concatenate(parts).astype(dtype).tofile(files[split])
+    finally:
+        for f in files.values():
+            f.close()
     for split in SPLITS:
-        tokens = np.concatenate(pieces[split]) if pieces[split] else np.zeros(0, dtype)
-        _save(out / f"{job['index']:05d}.{split}.npy", tokens.astype(dtype))
-        stats[split]["tokens"] = int(tokens.shape[0])
+        os.replace(tmp[split], shard_tokens(out, index, split))
     record = {"file": str(path), "bytes": path.stat().st_size, "sha256": _file_sha256(path),
               "splits": stats}
     tmp = out / f"{job['index']:05d}.json.tmp"
@@ -231,27 +238,32 @@ def tokenize_all(jobs: list[dict], workers: int, progress: Progress) -> None:
             progress.update(tokenize_shard(job))
         return
     # spawn: the parent may hold JAX's threads, which fork would copy mid-state.
-    with multiprocessing.get_context("spawn").Pool(min(workers, len(jobs))) as pool:
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(min(workers, len(jobs)), initializer=_one_thread) as pool:
         for record in pool.imap_unordered(tokenize_shard, jobs):
             progress.update(record)
 
 
+def _one_thread() -> None:
+    """The processes are the parallelism: each encodes its batches in one thread (tokenizers'
+    rayon pool, sized on first use)."""
+    os.environ["RAYON_NUM_THREADS"] = "1"
+
+
 def join_shards(partial: Path, count: int, dtype: np.dtype, tmp: Path) -> dict[str, int]:
-    """Writes each split's shards back to back into ``tmp/<split>.npy``, one shard in memory at
-    a time; returns the token count per split."""
+    """Writes each split's shards back to back into ``tmp/<split>.npy`` by copying their files
+    (constant memory); returns the token count per split."""
     counts = {}
     for split in SPLITS:
-        parts = [partial / f"{i:05d}.{split}.npy" for i in range(count)]
-        sizes = [np.load(p, mmap_mode="r").shape[0] for p in parts]
-        out = np.lib.format.open_memmap(tmp / f"{split}.npy", mode="w+", dtype=dtype,
-                                        shape=(sum(sizes),))
-        position = 0
-        for part, size in zip(parts, sizes):
-            out[position:position + size] = np.load(part, mmap_mode="r")
-            position += size
-        out.flush()
-        del out
-        counts[split] = position
+        parts = [shard_tokens(partial, i, split) for i in range(count)]
+        counts[split] = sum(p.stat().st_size for p in parts) // dtype.itemsize
+        with open(tmp / f"{split}.npy", "wb") as out:
+            np.lib.format.write_array_header_1_0(out, {
+                "descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False,
+                "shape": (counts[split],)})
+            for part in parts:
+                with open(part, "rb") as f:
+                    shutil.copyfileobj(f, out, 1 << 22)
     return counts
 
 

@@ -361,6 +361,18 @@ def _fill_in(cfg: Config, graphdef, params, tokenizer, objective, text: str, max
     return 0
 
 
+def prepare_main(argv: list[str]) -> int:
+    """``attnlab prepare --config=configs/x.py [--config.data.a=v ...]``: builds the corpus of
+    the config's data section into the cache (once; an interrupted build resumes), as the first
+    ``attnlab train`` would, and prints its token counts."""
+    from attnlab.data import prepare
+
+    values = parse(argv, prog="attnlab prepare", description=prepare_main.__doc__)
+    corpus = prepare(_config(values).data)
+    print(repr(corpus))
+    return 0
+
+
 def env_main(argv: list[str]) -> int:
     """``attnlab env [--json=FILE]``: package versions, backend and devices, the peak MFU is
     measured against, whether cuDNN's fused attention and bf16 matmuls work here."""
