@@ -166,6 +166,18 @@ def test_a_sigkilled_build_reruns_to_the_same_bytes(tmp_path):
         assert (rebuilt.directory / name).read_bytes() == (whole.directory / name).read_bytes()
 
 
+def test_two_processes_building_the_same_shards_build_them_once(corpus_dir, tmp_path):
+    root, _ = corpus_dir
+    code = ("from attnlab.config import DataConfig; from attnlab.data import prepare; "
+            f"prepare(DataConfig(source='shards', path={str(root)!r}, workers=1, "
+            f"cache_dir={str(tmp_path)!r}))")
+    builds = [subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
+              for _ in range(2)]
+    errors = [b.communicate(timeout=300)[1] for b in builds]
+    assert [b.returncode for b in builds] == [0, 0]
+    assert sum(e.count("shards: ") for e in errors) == 4  # each of the 4 shards once
+
+
 def test_shard_errors_name_the_file_or_field(tmp_path, corpus_dir, tokenizer_file):
     root, _ = corpus_dir
     pq.write_table(pa.table({"body": ["a document"]}), tmp_path / "x.parquet")

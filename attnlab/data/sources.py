@@ -3,7 +3,7 @@ prefix, in :data:`PREFIXES`), which says what the source yields, which data fiel
 reads, the rules it adds (raising ConfigError naming the field) and how it is built.
 
     source = resolve(cfg.data.source)   # raises ConfigError("data.source", ...)
-    source.validate(cfg.data)           # the data section's rules of this source
+    source = validate(cfg.data)         # and every rule of the data section with that source
     corpus = prepare(cfg.data)          # built once into the cache, then memory-mapped
 
 Adding a source is one class here (or in its own module) and one line in :data:`SOURCES`.
@@ -103,6 +103,7 @@ class Source:
 
 
 def own_build(name: str, builder, separated: bool = True) -> TfdsBuild:
+    """The build of one of attnlab's own TFDS builders (attnlab/data/builders.py)."""
     return TfdsBuild(name=name, builder=builder, feature=builders.TEXT_FEATURE,
                      split_names={s: s for s in SPLITS}, separated=separated, own_builder=True,
                      key=Path(builder.name) / builder.builder_config.name / str(builder.version))
