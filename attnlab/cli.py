@@ -25,6 +25,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "model-info": ("attnlab.train.cli", "model_info_main",
                    "parameter counts and FLOPs per token of a config"),
     "train": ("attnlab.train.cli", "train_main", "train one model; resumes in the same workdir"),
+    "prepare": ("attnlab.train.cli", "prepare_main",
+                "build a config's corpus into the cache (as the first train does)"),
     "generate": ("attnlab.train.cli", "generate_main", "sample text from a trained run"),
     "sweep": ("attnlab.sweep.cli", "sweep_main",
               "run a grid / isoflop / curves / ladder sweep (and its tuning stage)"),

@@ -9,8 +9,10 @@ rules between fields of one section that need no knowledge of the model's parts.
 Which parts a model is made of (the encoding, each layer's mixer, the FFN, the block kind, the
 mask, the objective), and every rule between those parts, is decided once by
 ``attnlab.model.architecture.resolve``; ``attnlab.model.architecture.check`` adds the rules
-between the model and the data and train sections. Entry points call it before anything is
-compiled. This module imports nothing of the model (nor JAX): data, sweeps and results read it.
+between the model and the data and train sections. A data source and the fields that depend on
+it are checked by its class in ``attnlab.data.sources``. Entry points call ``attnlab.checks.check``
+(both) before anything is compiled. This module imports nothing of the model (nor JAX): data,
+sweeps and results read it.
 """
 
 from __future__ import annotations
@@ -40,22 +42,11 @@ SCHEDULE_DEFAULTS = {"cosine": _COSINE_DECAY, "noam": _COSINE_DECAY,
 SCHEDULES = tuple(SCHEDULE_DEFAULTS)
 COOLDOWNS = ("linear", "1-sqrt", "cosine")  # shapes of the wsd decay (Hägele et al. 2024)
 TOKENIZERS = ("byte", "bpe")
-DATA_SOURCES = ("pystdlib", "text_files", "markov", "induction", "mqar",
-                "regression")  # plus "tfds:<n>/<f>"
-# Synthetic in-context-learning token tasks (attnlab/data/icl.py): no text, no tokenizer.
-TASK_SOURCES = ("induction", "mqar")
-# Sources of real-vector prompts (in-context regression), read by model.inputs=vectors models.
-VECTOR_SOURCES = ("regression",)
-TASK_FIELDS = {"task_vocab": TASK_SOURCES, "mqar_pairs": ("mqar",),
-               "icl_dim": VECTOR_SOURCES, "icl_examples": VECTOR_SOURCES}
-# Fields of a task that may be 0 (no noise; no curriculum), set only for the sources named.
-TASK_OPTIONAL_FIELDS = {"icl_noise": VECTOR_SOURCES, "icl_curriculum_every": VECTOR_SOURCES,
-                        "icl_dim_start": VECTOR_SOURCES, "icl_examples_start": VECTOR_SOURCES,
-                        "icl_sparsity": VECTOR_SOURCES, "icl_hidden": VECTOR_SOURCES}
-# Fields of a task that name a choice (checked by the task that reads them), set only there.
-TASK_CHOICE_FIELDS = {"icl_function": VECTOR_SOURCES}
-# Sources that are one stream with no end-of-document separator (no documents to mask).
-STREAM_SOURCES = ("markov", *TASK_SOURCES, *VECTOR_SOURCES)
+# Fields of the tasks (attnlab/data/sources.py says which source reads which) that must be
+# positive, and those that may be 0 (no noise; no curriculum; the function class's default).
+TASK_FIELDS = ("task_vocab", "mqar_pairs", "icl_dim", "icl_examples")
+TASK_OPTIONAL_FIELDS = ("icl_noise", "icl_curriculum_every", "icl_dim_start",
+                        "icl_examples_start", "icl_sparsity", "icl_hidden")
 LOSS_ON = ("all", "answers")  # data.loss_on: the targets a task's loss is taken on
 MOE_DISPATCHES = ("capacity", "dropless")
 
@@ -152,12 +143,13 @@ class ModelConfig:
 class DataConfig:
     """Where tokens come from and how they are cut into batches."""
 
-    # pystdlib | text_files | markov | induction | mqar | regression | tfds:<n>/<f>
-    source: str = "pystdlib"
-    path: str = ""  # text_files: a directory or a glob
+    source: str = "pystdlib"  # a source of attnlab/data/sources.py, or tfds:<name>/<feature>
+    path: str = ""  # text_files: a directory or a glob; shards: also several, comma-separated
+    text_field: str = "text"  # shards: the Parquet column / JSON key of each document's text
+    workers: int = 0  # shards: processes that tokenize (0: one per core)
     max_bytes: int = 0  # >0 builds a smaller, separately cached slice of the corpus
     cache_dir: str = ""  # "" -> $ATTNLAB_DATA_DIR or ~/.cache/attnlab
-    tokenizer: str = "byte"
+    tokenizer: str = "byte"  # byte | bpe | the path of a Hugging Face tokenizer.json
     bpe_vocab_size: int = 1024
     seq_len: int = 128
     batch_size: int = 16
@@ -418,6 +410,11 @@ def from_config_dict(config: ml_collections.ConfigDict | Mapping[str, Any]) -> C
     return Config(name=str(raw.get("name", "run")), **sections)
 
 
+def is_tokenizer_file(tokenizer: str) -> bool:
+    """``data.tokenizer`` names a tokenizer.json file rather than a kind of tokenizer."""
+    return tokenizer.endswith(".json")
+
+
 def check_choice(path: str, value: str, valid: tuple[str, ...]) -> None:
     if value not in valid:
         raise ConfigError(path, f"unknown value {value!r}; valid values are {', '.join(valid)}")
@@ -477,57 +474,27 @@ def validate_model(m: ModelConfig) -> None:
 
 
 def validate_data(d: DataConfig) -> None:
-    """Every field of the data section; raises ConfigError on the first bad one."""
-    if not (d.source in DATA_SOURCES or d.source.startswith("tfds:")):
-        raise ConfigError(
-            "data.source",
-            f"unknown source {d.source!r}; valid sources are {', '.join(DATA_SOURCES)}, "
-            "or tfds:<name>/<feature>",
-        )
-    if d.source == "text_files" and not d.path:
-        raise ConfigError("data.path", "source text_files needs a directory or glob in data.path")
-    check_choice("data.tokenizer", d.tokenizer, TOKENIZERS)
+    """Every field of the data section alone; raises ConfigError on the first bad one. The
+    source names a class in ``attnlab.data.sources``, which checks it and the fields that
+    depend on it when it is resolved."""
+    if not is_tokenizer_file(d.tokenizer):
+        check_choice("data.tokenizer", d.tokenizer, TOKENIZERS)
+    if d.workers < 0:
+        raise ConfigError("data.workers", f"must be >= 0 (0 = one per core), got {d.workers}")
     for name in ("seq_len", "batch_size", "bpe_vocab_size", "markov_order", "markov_branching",
                  "markov_tokens"):
         check_positive(f"data.{name}", getattr(d, name))
     if d.max_bytes < 0:
         raise ConfigError("data.max_bytes", f"must be >= 0 (0 = whole corpus), got {d.max_bytes}")
-    if d.document_mask and d.source in STREAM_SOURCES:
-        raise ConfigError("data.document_mask", f"data.source={d.source} is one stream without "
-                          "documents (no end-of-document separator)")
     if d.reset_positions and not d.document_mask:
         raise ConfigError("data.reset_positions", "restarts positions at each document: it needs "
                           "data.document_mask=true")
-    defaults = DataConfig.__dataclass_fields__
-    for name, sources in {**TASK_FIELDS, **TASK_OPTIONAL_FIELDS, **TASK_CHOICE_FIELDS}.items():
-        if name in TASK_FIELDS:
-            check_positive(f"data.{name}", getattr(d, name))
-        elif name in TASK_OPTIONAL_FIELDS and getattr(d, name) < 0:
+    for name in TASK_FIELDS:
+        check_positive(f"data.{name}", getattr(d, name))
+    for name in TASK_OPTIONAL_FIELDS:
+        if getattr(d, name) < 0:
             raise ConfigError(f"data.{name}", f"must be >= 0, got {getattr(d, name)}")
-        if d.source not in sources and getattr(d, name) != defaults[name].default:
-            raise ConfigError(f"data.{name}", f"is read only by data.source "
-                              f"{' or '.join(sources)}; data.source={d.source} does not use it")
-    if d.source in VECTOR_SOURCES:
-        _validate_regression(d)
     check_choice("data.loss_on", d.loss_on, LOSS_ON)
-    if d.loss_on == "answers" and d.source != "mqar":
-        raise ConfigError("data.loss_on", f"answers are mqar's (data.source=mqar); "
-                          f"data.source={d.source} is scored on every target (all)")
-
-
-def _validate_regression(d: DataConfig) -> None:
-    """In-context regression's prompt length and curriculum."""
-    if d.seq_len != 2 * d.icl_examples:
-        raise ConfigError("data.seq_len", f"a regression prompt of data.icl_examples="
-                          f"{d.icl_examples} pairs is {2 * d.icl_examples} vectors, got "
-                          f"{d.seq_len}")
-    for name, full in (("icl_dim_start", d.icl_dim), ("icl_examples_start", d.icl_examples)):
-        if getattr(d, name) > full:
-            raise ConfigError(f"data.{name}", f"{getattr(d, name)} exceeds the task's "
-                              f"{full} (data.{name.removesuffix('_start')})")
-        if getattr(d, name) and not d.icl_curriculum_every:
-            raise ConfigError(f"data.{name}", "starts a curriculum: set "
-                              "data.icl_curriculum_every > 0 (steps per stage)")
 
 
 def validate_train(t: TrainConfig) -> None:
@@ -583,13 +550,6 @@ def validate_sections(cfg: Config) -> None:
     if cfg.data.loss_on != "all" and cfg.model.objective != "clm":
         raise ConfigError("data.loss_on", f"{cfg.data.loss_on} weights next-token targets; "
                           f"model.objective={cfg.model.objective} chooses its own")
-    if cfg.data.source in TASK_SOURCES:
-        if cfg.model.vocab_size < cfg.data.task_vocab:
-            raise ConfigError("model.vocab_size", f"{cfg.model.vocab_size} is smaller than the "
-                              f"task's data.task_vocab={cfg.data.task_vocab} ids")
-    elif (cfg.data.source not in VECTOR_SOURCES  # prompts of vectors: no vocabulary
-          and cfg.data.tokenizer == "byte" and cfg.model.vocab_size < 256):
-        raise ConfigError("model.vocab_size", f"the byte tokenizer needs >= 256, got {cfg.model.vocab_size}")
 
 
 def wsd_decay_start(total_steps: int, warmup_steps: int, decay_fraction: float) -> int:

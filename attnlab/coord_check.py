@@ -151,7 +151,8 @@ def coord_check(cfg: Config, widths: tuple[int, ...], *, steps: int = 4, lr: flo
     Raises:
       ConfigError: a width the config cannot be built at (naming the field).
     """
-    from attnlab.model import check, init_model
+    from attnlab.checks import check
+    from attnlab.model import init_model
     from attnlab.train.memory import check_training_fits
 
     widths = tuple(sorted(widths))

@@ -85,8 +85,9 @@ FINAL_STATUSES = (COMPLETED, DIVERGED, FAILED)
 # checkpoint onto another mesh is exact for the parameters; later steps then reduce in another
 # order, so the continuation matches to float rounding, not bitwise.)
 RESUMABLE_DIFFERENCES = frozenset({
-    "data.cache_dir", "train.distributed", "train.coordinator_address", "train.num_processes",
-    "train.process_id", "train.mesh_data", "train.mesh_fsdp", "train.keep_steps",
+    "data.cache_dir", "data.workers", "train.distributed", "train.coordinator_address",
+    "train.num_processes", "train.process_id", "train.mesh_data", "train.mesh_fsdp",
+    "train.keep_steps",
 })
 
 

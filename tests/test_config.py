@@ -9,7 +9,8 @@ from attnlab import cli
 from attnlab.cli_flags import Flag, UsageError, parse
 from attnlab.config import Config, ModelConfig, base_config_dict, from_config_dict
 from attnlab.errors import ConfigError
-from attnlab.model import check, resolve
+from attnlab.checks import check
+from attnlab.model import resolve
 
 
 def _config(**sections):
@@ -138,8 +139,11 @@ def test_configs_validate_when_built_and_when_replaced():
     with pytest.raises(ConfigError) as info:
         resolve(bad_norm)
     assert info.value.field == "model.norm"
+    # So is a data source's, with the fields that depend on it (attnlab.data.sources).
+    from attnlab.data import sources
+
     with pytest.raises(ConfigError) as info:
-        DataConfig(source="text_files")
+        sources.validate(DataConfig(source="text_files"))
     assert info.value.field == "data.path"
     with pytest.raises(ConfigError) as info:
         TrainConfig(schedule="linear")

@@ -9,8 +9,9 @@ import math
 import numpy as np
 import pytest
 
-from attnlab.config import TASK_SOURCES, Config, DataConfig, ModelConfig
-from attnlab.data import icl, prepare
+from attnlab.checks import check
+from attnlab.config import Config, DataConfig, ModelConfig
+from attnlab.data import icl, prepare, sources
 from attnlab.errors import ConfigError
 
 
@@ -21,12 +22,11 @@ def _task(source, **fields):
 def test_task_registry_matches_the_config_sources():
     from attnlab.icl.evaluate import REPORTS
 
-    assert tuple(icl.TOKEN_TASKS) == TASK_SOURCES
-    assert set(icl.ICL_SOURCES) == set(REPORTS)  # every task has its report in attnlab icl
-    assert icl.task_of(DataConfig(source="markov")) is None
+    assert set(sources.task_sources()) == set(REPORTS)  # every task has its report
+    assert sources.task_of(DataConfig(source="markov")) is None
 
 
-@pytest.mark.parametrize("source", TASK_SOURCES)
+@pytest.mark.parametrize("source", ["induction", "mqar"])
 def test_batch_i_is_a_pure_function_of_seed_and_index(source):
     corpus = prepare(DataConfig(source=source, seq_len=40, task_vocab=64))
     a = corpus.train_batches(40, 6, seed=3)
@@ -147,13 +147,13 @@ def test_impossible_task_settings_are_refused_naming_the_field(fields, field):
 ])
 def test_task_fields_are_refused_where_nothing_reads_them(fields, field):
     with pytest.raises(ConfigError, match=f"^config.{field}"):
-        DataConfig(**fields)
+        sources.validate(DataConfig(**fields))
 
 
 def test_task_vocab_must_fit_the_model_and_frees_the_byte_rule():
-    Config(model=ModelConfig(vocab_size=64), data=DataConfig(source="induction"))
+    check(Config(model=ModelConfig(vocab_size=64), data=DataConfig(source="induction")))
     with pytest.raises(ConfigError, match="^config.model.vocab_size"):
-        Config(model=ModelConfig(vocab_size=32), data=DataConfig(source="induction"))
+        check(Config(model=ModelConfig(vocab_size=32), data=DataConfig(source="induction")))
 
 
 # ------------------------------------------------------------------------------------------
@@ -255,7 +255,7 @@ def assert_crash_resume_ends_as_uninterrupted(cfg, run_dir, capfd):
 
 def test_answer_weights_mark_the_queried_keys_values():
     data = DataConfig(source="mqar", task_vocab=32, mqar_pairs=4, seq_len=20, loss_on="answers")
-    weights = icl.target_weights(data)
+    weights = sources.target_weights(data)
     assert weights.shape == (20,) and set(np.unique(weights)) == {0.0, 1.0}
     windows = prepare(data).train_batches(20, 8, seed=0)[0]
     keys = (windows >= 1) & (windows <= icl.MQARTask(20, 32, 4).keys)
@@ -263,7 +263,7 @@ def test_answer_weights_mark_the_queried_keys_values():
     queried = np.array([[keys[b, t] and windows[b, t] in windows[b, :t] for t in range(20)]
                         for b in range(8)])
     np.testing.assert_array_equal(np.broadcast_to(weights > 0, queried.shape), queried)
-    assert icl.target_weights(dataclasses.replace(data, loss_on="all")) is None
+    assert sources.target_weights(dataclasses.replace(data, loss_on="all")) is None
     # The optimum of the reported loss: every answer is determined by its context.
     assert prepare(data).manifest["optimal_loss_nats"] == 0.0
     assert prepare(dataclasses.replace(data, loss_on="all")).manifest["optimal_loss_nats"] > 0
@@ -282,7 +282,7 @@ def test_the_answer_loss_is_the_cross_entropy_at_the_answers_alone():
                                    ffn="none"), data=data)
     graphdef, params = init_model(cfg.model, seed=0)
     windows = prepare(data).train_batches(16, 4, seed=0)[0]
-    weights = icl.target_weights(data)
+    weights = sources.target_weights(data)
     logits = np.asarray(apply(graphdef, params, windows[:, :-1]), np.float64)
     shifted = logits - logits.max(-1, keepdims=True)
     logp = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
@@ -311,4 +311,4 @@ def test_the_answer_loss_is_the_cross_entropy_at_the_answers_alone():
 ])
 def test_the_answer_loss_is_refused_where_there_are_no_answers(data, model):
     with pytest.raises(ConfigError, match="^config.data.loss_on"):
-        Config(model=ModelConfig(vocab_size=512, **model), data=DataConfig(**data))
+        check(Config(model=ModelConfig(vocab_size=512, **model), data=DataConfig(**data)))

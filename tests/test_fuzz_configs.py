@@ -31,11 +31,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from attnlab.config import (DATA_SOURCES, DTYPES, SCHEDULES, TOKENIZERS, Config, DataConfig,
+from attnlab.config import (DTYPES, SCHEDULES, TOKENIZERS, Config, DataConfig,
                             ModelConfig, TrainConfig, check_warmup, from_config_dict)
-from attnlab.data import icl
+from attnlab.checks import check
+from attnlab.data import icl, sources
 from attnlab.errors import ConfigError
-from attnlab.model import apply, check, decode_step, init_model, init_state, resolve
+from attnlab.model import apply, decode_step, init_model, init_state, resolve
 from attnlab.model import moe_dispatch
 from attnlab.model.architecture import REMATS, SELECTORS
 from attnlab.model.attention import IMPLEMENTATIONS
@@ -83,7 +84,7 @@ CHOICES: dict[str, list] = {
     "model.dtype": [*DTYPES, "float16"],
     "model.attention_impl": [*IMPLEMENTATIONS, "flash"],
     "model.remat": [*REMATS, "all"],
-    "data.source": [*DATA_SOURCES, "tfds:lm1b/text", "nosuch"],
+    "data.source": [*sources.SOURCES, "tfds:lm1b/text", "nosuch"],
     "data.tokenizer": [*TOKENIZERS, "sentencepiece"],
     "data.seq_len": [1, 2, 5, 8, 16, 0, -4],
     "data.batch_size": [1, 2, 4, 0],
@@ -278,7 +279,7 @@ def trace_tiny(cfg: Config) -> str:
     _, init, train_step, forward, decode = _programs(cfg)
     seq, batch, accum = cfg.data.seq_len, cfg.data.batch_size, cfg.train.grad_accum
     state = jax.eval_shape(init)
-    row, dtype = icl.window_layout(cfg.data)
+    row, dtype = sources.window_layout(cfg.data)
     tokens = jax.ShapeDtypeStruct((accum, batch // accum, *row), dtype)
     new_state, out = jax.eval_shape(train_step, state, tokens)
     assert jax.tree.structure(new_state) == jax.tree.structure(state)

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from attnlab.config import (COOLDOWNS, DataConfig, ModelConfig, TrainConfig, check_warmup,
                             from_config_dict)
 from attnlab.errors import ConfigError
-from attnlab.model import check
+from attnlab.checks import check
 from attnlab.sweep import plan, spec_from_config_dict, tuning
 from attnlab.sweep.rules import LR_RULES, WARMUP_RULES, LearningRateRule, WarmupRule
 from attnlab.sweep.sections import Branches, CentreRule, Ladder, Resources, Tune

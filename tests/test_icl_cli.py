@@ -103,7 +103,7 @@ def test_attention_draws_a_hybrids_mamba_and_softmax_layers(tmp_path):
 ])
 def test_the_icl_study_plans_every_mixer_at_every_width(scale, mixers, widths):
     from attnlab.data import prepare
-    from attnlab.model import check
+    from attnlab.checks import check
     from attnlab.sweep import load_spec, plan
 
     runs = plan(load_spec(f"experiments/icl.py:{scale}"))
@@ -123,7 +123,7 @@ def test_the_icl_study_plans_every_mixer_at_every_width(scale, mixers, widths):
 ])
 def test_the_regression_study_plans_every_mixer_at_every_width(scale, mixers, widths, dim):
     from attnlab.data import prepare
-    from attnlab.model import check
+    from attnlab.checks import check
     from attnlab.sweep import load_spec, plan
 
     runs = plan(load_spec(f"experiments/icl_regression_mixers.py:{scale}"))
@@ -141,7 +141,7 @@ def test_the_task_configs_are_valid(config):
     from attnlab.cli_flags import parse
     from attnlab.config import from_config_dict
     from attnlab.data import prepare
-    from attnlab.model import check
+    from attnlab.checks import check
 
     cfg = from_config_dict(parse([f"--config={config}"]).config)
     check(cfg)

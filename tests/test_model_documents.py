@@ -14,7 +14,9 @@ import pytest
 from flax import nnx
 
 from attnlab.config import DataConfig, ModelConfig
-from attnlab.data.tokenizer import ByteTokenizer, separator_id
+from attnlab.data import sources
+from attnlab.data.sources import separator_id
+from attnlab.data.tokenizer import ByteTokenizer
 from attnlab.errors import ConfigError
 from attnlab.model import resolve
 from attnlab.model.attention import CAUSAL_HALVES_MIN_LEN, dot_product_attention
@@ -338,4 +340,4 @@ def test_a_window_of_one_document_has_the_same_loss_with_the_mask(name):
 ])
 def test_sources_without_documents_refuse_the_mask(overrides, field):
     with pytest.raises(ConfigError, match=field):
-        DataConfig(**overrides)
+        sources.validate(DataConfig(**overrides))

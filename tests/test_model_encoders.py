@@ -13,7 +13,8 @@ from flax import nnx
 
 from attnlab.config import from_config_dict
 from attnlab.errors import ConfigError
-from attnlab.model import (ModelConfig, attention_weights, check, count_state_params, param_counts,
+from attnlab.checks import check
+from attnlab.model import (ModelConfig, attention_weights, count_state_params, param_counts,
                            resolve)
 from attnlab.model.attention import CrossAttention
 from attnlab.model.decoding import (NoMaskError, decode_spans, fill_masks, init_encdec_state,

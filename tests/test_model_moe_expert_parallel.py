@@ -31,7 +31,7 @@ SCRIPT = textwrap.dedent("""
     from jax.sharding import NamedSharding, PartitionSpec as P
     from attnlab.config import Config, DataConfig, ModelConfig, TrainConfig
     from attnlab.model import init_model
-    from attnlab.model.architecture import check
+    from attnlab.checks import check
     from attnlab.train.optimizer import optimizer_for
     from attnlab.train.programs import traced_on
     from attnlab.train.sharding import TRAIN_BATCH_SPEC, make_mesh, state_shardings
@@ -203,7 +203,7 @@ DROPLESS = textwrap.dedent("""
     from jax.sharding import NamedSharding, PartitionSpec as P
     from attnlab.config import Config, DataConfig, ModelConfig, TrainConfig
     from attnlab.model import init_model
-    from attnlab.model.architecture import check
+    from attnlab.checks import check
     from attnlab.model.objectives import masking_key
     from attnlab.train.optimizer import optimizer_for
     from attnlab.train.programs import traced_on

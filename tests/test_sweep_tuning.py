@@ -23,7 +23,7 @@ from ml_collections import ConfigDict
 from attnlab import rundir
 from attnlab.config import base_config_dict
 from attnlab.errors import ConfigError
-from attnlab.model import check
+from attnlab.checks import check
 from attnlab.sweep import SweepSpecError, load_spec, plan, spec_from_config_dict
 from attnlab.sweep import stages, tuning
 

@@ -8,7 +8,7 @@ BPE tokenizers, and deterministic, resumable, exactly counted batches.
 """
 
 from attnlab.data.batches import Batches, check_budget, validation_batches
-from attnlab.data.corpus import Corpus, load_corpus, prepare
+from attnlab.data.corpus import Corpus, load_corpus
 from attnlab.data.errors import (
     CacheError,
     CorpusTooSmallError,
@@ -17,6 +17,7 @@ from attnlab.data.errors import (
     UnknownDatasetError,
 )
 from attnlab.data.markov import window_loss_floor
+from attnlab.data.sources import prepare
 from attnlab.data.tokenizer import BpeTokenizer, ByteTokenizer, Tokenizer
 
 __all__ = [

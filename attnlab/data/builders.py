@@ -122,7 +122,7 @@ def _file_splits(builder, config: FilesConfig):
             documents[split].append((f.relpath, data))
     for split in ("train", "validation"):
         if not documents[split]:
-            raise DataSourceError(_empty_split_message(config, split))
+            raise DataSourceError(_empty_split_message(builder, config, split))
     whole = hashlib.sha256()
     for _, data in sorted(d for docs in documents.values() for d in docs):
         whole.update(data)
@@ -154,8 +154,8 @@ def _split_manifest(documents: list[tuple[str, bytes]]) -> dict:
     }
 
 
-def _empty_split_message(config: FilesConfig, split: str) -> str:
-    where = "data.path" if config.source == "text_files" else config.source
+def _empty_split_message(builder, config: FilesConfig, split: str) -> str:
+    where = builder.EMPTY_SPLIT_NAMES or config.source
     if config.max_bytes:
         share = config.max_bytes * files_lib.SPLIT_PERCENT[split] // 100
         return (
@@ -172,6 +172,7 @@ class AttnlabPystdlib(tfds.core.GeneratorBasedBuilder):
     """The ``.py`` files of the running interpreter's standard library (no site-packages)."""
 
     VERSION = tfds.core.Version(VERSION)
+    EMPTY_SPLIT_NAMES = ""  # what an empty split's message names ("": the source)
 
     def _info(self) -> tfds.core.DatasetInfo:
         return _info(self, "Python standard library sources, one document per file.")
@@ -189,6 +190,7 @@ class AttnlabTextFiles(tfds.core.GeneratorBasedBuilder):
     """A user's directory or glob of text files, one document per file."""
 
     VERSION = tfds.core.Version(VERSION)
+    EMPTY_SPLIT_NAMES = "data.path"  # the user chose the files
 
     def _info(self) -> tfds.core.DatasetInfo:
         return _info(self, "User text files, one document per file.")

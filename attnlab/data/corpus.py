@@ -1,18 +1,17 @@
 """A prepared corpus: every split as one memory-mapped token array, plus its manifest.
 
-:func:`prepare` turns a :class:`~attnlab.config.DataConfig` into a :class:`Corpus`. The first
-call builds the TFDS dataset (array_record), tokenizes every split (training a BPE on the
-training split if asked) and writes ``<split>.npy`` files next to a ``manifest.json``; later calls
-only memory-map them. Within a split, documents are concatenated in a fixed order, each followed
-by the end-of-document id (the Markov source is one stream and has no separator).
+:func:`prepare_built` turns a source's TFDS builder (``attnlab.data.sources``) into a
+:class:`Corpus`. The first call builds the TFDS dataset (array_record), tokenizes every split
+(training a BPE on the training split if asked) and writes ``<split>.npy`` files next to a
+``manifest.json``; later calls only memory-map them. Within a split, documents are concatenated
+in a fixed order, each followed by the end-of-document id (the Markov source is one stream and
+has no separator).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
-import os
 import platform
 import warnings
 from pathlib import Path
@@ -20,13 +19,16 @@ from pathlib import Path
 import numpy as np
 import tensorflow_datasets as tfds
 
-from attnlab.config import TASK_SOURCES, VECTOR_SOURCES, DataConfig, validate_data
-from attnlab.data import builders, icl
+from attnlab.config import DataConfig
+from attnlab.data import builders
 from attnlab.data.batches import Batches, check_budget, validation_batches
-from attnlab.data.cache import atomic_directory, build_lock, cache_root
-from attnlab.data.errors import CacheError, DataSourceError, UnknownDatasetError
+from attnlab.data.cache import atomic_directory, build_lock
+from attnlab.data.errors import CacheError, DataSourceError
 from attnlab.data.files import SPLITS
-from attnlab.data.tokenizer import EOS_BYTE, BpeTokenizer, ByteTokenizer, Tokenizer
+from attnlab.data.tfds_build import TfdsBuild
+from attnlab.data.shards import HUB_KIND
+from attnlab.data.tokenizer import (EOS_BYTE, BpeTokenizer, ByteTokenizer, HubTokenizer,
+                                    Tokenizer)
 from attnlab.errors import ConfigError
 
 FORMAT_VERSION = 1
@@ -68,7 +70,8 @@ class Corpus:
         return tuple(self._arrays)
 
     def stream(self, split: str) -> np.ndarray:
-        """[n_tokens] read-only memory map in the stored dtype (uint8 / uint16 / int32)."""
+        """[n_tokens] read-only memory map in the stored dtype (uint8 / uint16 / int32 /
+        uint32)."""
         if split not in self._arrays:
             raise DataSourceError(
                 f"unknown split {split!r} of {self.name}; valid splits are {', '.join(self.splits)}"
@@ -101,41 +104,15 @@ class Corpus:
         return f"Corpus({self.name!r}, tokenizer={self.tokenizer.name}, tokens: {counts})"
 
 
-@dataclasses.dataclass
-class _Source:
-    """A TFDS builder and how to read documents from it."""
-
-    name: str
-    builder: tfds.core.DatasetBuilder
-    feature: str
-    split_names: dict[str, str]  # our split -> TFDS split
-    separated: bool  # documents end with EOS (False: the records of a split form one stream)
-    own_builder: bool  # an attnlab builder: sort by path, manifest in the metadata
-    key: Path  # relative directory of the prepared data
-
-
-def prepare(cfg: DataConfig) -> Corpus | icl.TaskCorpus:
-    """Builds (once, cached) or loads the corpus described by ``cfg``; a token task or
-    in-context regression (:mod:`attnlab.data.icl`) is sampled as it is read, with nothing to
-    build.
-
-    Raises:
-      ConfigError: a bad field of ``cfg``.
-      DataSourceError: missing / empty / unreadable input, an empty split.
-      UnknownDatasetError: an unknown TFDS name or feature.
-      CacheError: the cache cannot be written or read back.
-    """
-    validate_data(cfg)
-    if cfg.source in TASK_SOURCES:
-        return icl.TaskCorpus(icl.token_task(cfg), icl.target_weights(cfg))
-    if cfg.source in VECTOR_SOURCES:
-        return icl.RegressionCorpus(icl.regression_task(cfg))
+def check_bpe_size(cfg: DataConfig) -> None:
     if cfg.tokenizer == "bpe" and cfg.bpe_vocab_size <= 256:
         raise ConfigError(
             "data.bpe_vocab_size", f"must exceed the 256 byte tokens, got {cfg.bpe_vocab_size}"
         )
-    root = cache_root(cfg.cache_dir)
-    source = _resolve_source(cfg, root)
+
+
+def prepare_built(source: TfdsBuild, cfg: DataConfig, root: Path) -> Corpus:
+    """Builds (once, cached) or loads the corpus of the TFDS builder ``source``."""
     tokenizer_key = "byte" if cfg.tokenizer == "byte" else f"bpe{cfg.bpe_vocab_size}"
     directory = root / "prepared" / source.key / tokenizer_key
     if not directory.exists():
@@ -153,6 +130,8 @@ def load_corpus(directory: Path, name: str | None = None) -> Corpus:
             raise ValueError(f"format_version {manifest.get('format_version')!r}")
         if manifest["tokenizer"]["name"] == "byte":
             tokenizer = ByteTokenizer()
+        elif manifest["tokenizer"].get("kind") == HUB_KIND:  # shards read with a tokenizer.json
+            tokenizer = HubTokenizer(directory / TOKENIZER_FILE, manifest["separator"]["id"])
         else:
             tokenizer = BpeTokenizer.load(directory / TOKENIZER_FILE)
         arrays = {}
@@ -167,74 +146,6 @@ def load_corpus(directory: Path, name: str | None = None) -> Corpus:
         ) from e
     manifest["prepared_dir"] = str(directory)
     return Corpus(name or manifest["name"], directory, manifest, tokenizer, arrays)
-
-
-def _resolve_source(cfg: DataConfig, root: Path) -> _Source:
-    data_dir = builders.builder_data_dir(root)
-    if cfg.source.startswith("tfds:"):
-        return _catalog_source(cfg.source, root)
-    if cfg.source == "pystdlib":
-        builder = builders.AttnlabPystdlib(
-            config=builders.pystdlib_config(cfg.max_bytes), data_dir=data_dir
-        )
-    elif cfg.source == "text_files":
-        builder = builders.AttnlabTextFiles(
-            config=builders.text_files_config(cfg.path, cfg.max_bytes), data_dir=data_dir
-        )
-    else:  # markov; validate_data admits nothing else
-        config = builders.markov_config(
-            cfg.markov_order, cfg.markov_branching, cfg.markov_seed, cfg.markov_tokens
-        )
-        builder = builders.AttnlabMarkov(config=config, data_dir=data_dir)
-    return _Source(
-        name=cfg.source,
-        builder=builder,
-        feature=builders.TEXT_FEATURE,
-        split_names={s: s for s in SPLITS},
-        separated=cfg.source != "markov",
-        own_builder=True,
-        key=Path(builder.name) / builder.builder_config.name / str(builder.version),
-    )
-
-
-def _catalog_source(source: str, root: Path) -> _Source:
-    name, _, feature = source[len("tfds:") :].rpartition("/")
-    if not name or not feature:
-        raise UnknownDatasetError(
-            f"data.source: {source!r} should be tfds:<name>/<feature>, e.g. tfds:lm1b/text"
-        )
-    # Datasets the user prepared elsewhere (TFDS's own convention) are found via TFDS_DATA_DIR.
-    data_dir = os.environ.get("TFDS_DATA_DIR") or builders.builder_data_dir(root)
-    try:
-        builder = tfds.builder(name, data_dir=data_dir)
-    except tfds.core.DatasetNotFoundError as e:
-        raise UnknownDatasetError(
-            f"data.source: no TFDS dataset named {name!r} (see tfds.list_builders())"
-        ) from e
-    except (ValueError, KeyError, AttributeError) as e:
-        raise UnknownDatasetError(f"data.source: TFDS cannot load {name!r}: {e}") from e
-    features = builder.info.features
-    if feature not in features.keys():
-        raise UnknownDatasetError(
-            f"data.source: {name} has no feature {feature!r}; its features are "
-            f"{', '.join(sorted(features.keys()))}"
-        )
-    spec = features[feature]
-    if np.dtype(spec.np_dtype) != np.dtype(object) or tuple(spec.shape) != ():
-        raise UnknownDatasetError(
-            f"data.source: feature {feature!r} of {name} is {type(spec).__name__} "
-            f"{spec.np_dtype} {spec.shape}, not a text string"
-        )
-    config_name = builder.builder_config.name if builder.builder_config else "default"
-    return _Source(
-        name=source,
-        builder=builder,
-        feature=feature,
-        split_names={},  # known once the dataset is prepared
-        separated=True,
-        own_builder=False,
-        key=Path("tfds") / builder.name / config_name / str(builder.version) / feature,
-    )
 
 
 def _catalog_splits(builder: tfds.core.DatasetBuilder) -> dict[str, str]:
@@ -253,7 +164,7 @@ def _catalog_splits(builder: tfds.core.DatasetBuilder) -> dict[str, str]:
     return {"train": "train", "validation": validation, "test": test}
 
 
-def _prepare_builder(source: _Source) -> None:
+def _prepare_builder(source: TfdsBuild) -> None:
     try:
         builders.prepare_builder(source.builder)
     except (DataSourceError, CacheError):
@@ -270,7 +181,7 @@ def _prepare_builder(source: _Source) -> None:
         raise DataSourceError(_catalog_failure(source, e)) from e
 
 
-def _catalog_failure(source: _Source, e: Exception) -> str:
+def _catalog_failure(source: TfdsBuild, e: Exception) -> str:
     return (
         f"data.source: TFDS could not download and prepare {source.builder.name} in the "
         f"array_record format under {source.builder.data_dir!r} ({type(e).__name__}: {e}). "
@@ -279,7 +190,7 @@ def _catalog_failure(source: _Source, e: Exception) -> str:
     )
 
 
-def _read_documents(source: _Source, split: str) -> list[bytes]:
+def _read_documents(source: TfdsBuild, split: str) -> list[bytes]:
     """The documents of one split, in a fixed order ([one stream] when not separated)."""
     tfds_split = source.split_names[split]
     try:
@@ -354,7 +265,7 @@ def _sha256(documents: list[bytes]) -> str:
     return h.hexdigest()
 
 
-def _build(source: _Source, cfg: DataConfig, directory: Path) -> None:
+def _build(source: TfdsBuild, cfg: DataConfig, directory: Path) -> None:
     _prepare_builder(source)
     if not source.own_builder:
         source.split_names = _catalog_splits(source.builder)
@@ -402,7 +313,7 @@ def _build(source: _Source, cfg: DataConfig, directory: Path) -> None:
         warnings.warn(f"{source.name}: the test split is empty", stacklevel=3)
 
 
-def _source_manifest(source: _Source, documents: dict[str, list[bytes]]) -> dict:
+def _source_manifest(source: TfdsBuild, documents: dict[str, list[bytes]]) -> dict:
     builder = source.builder
     tfds_record = {
         "builder": builder.name,

@@ -37,7 +37,12 @@ def path_digest(relpath: str) -> bytes:
 
 def split_of(relpath: str) -> str:
     """The split a file belongs to, a pure function of its relative path (see SPLIT_RULE)."""
-    bucket = int.from_bytes(path_digest(relpath)[:8], "big") % 100
+    return split_of_digest(path_digest(relpath))
+
+
+def split_of_digest(digest: bytes) -> str:
+    """The split of a SHA-256 ``digest``: the bucket of SPLIT_RULE."""
+    bucket = int.from_bytes(digest[:8], "big") % 100
     if bucket < SPLIT_PERCENT["train"]:
         return "train"
     if bucket < SPLIT_PERCENT["train"] + SPLIT_PERCENT["validation"]:

@@ -27,7 +27,6 @@ import math
 
 import numpy as np
 
-from attnlab.config import VECTOR_SOURCES
 from attnlab.data.icl_functions import FunctionClass, Linear, function_of
 from attnlab.errors import ConfigError
 
@@ -198,26 +197,12 @@ class MQARTask(TokenTask):
         return out  # answers and padding: determined
 
 
-TOKEN_TASKS = {c.name: c for c in (InductionTask, MQARTask)}
-
-
-def token_task(cfg) -> TokenTask:
-    """The token task of a data config (``data.source`` in :data:`TOKEN_TASKS`), checked."""
-    cls = TOKEN_TASKS[cfg.source]
+def token_task(cls: type[TokenTask], cfg) -> TokenTask:
+    """The token task ``cls`` sized by a data config, checked."""
     extra = {"pairs": cfg.mqar_pairs} if cls is MQARTask else {}
     task = cls(seq_len=cfg.seq_len, vocab=cfg.task_vocab, **extra)
     task.validate()
     return task
-
-
-def target_weights(cfg) -> np.ndarray | None:
-    """``[seq_len]`` float32: each next-token target's weight in the loss of a data config,
-    or None (every target, ``data.loss_on=all``). ``answers``: MQAR's answers alone, as Zoology
-    trains (its labels are ignored elsewhere): the random keys and values of the context are
-    noise no model can predict, and they would outweigh the recall 3 to 1 in the loss."""
-    if cfg.loss_on == "all":
-        return None
-    return token_task(cfg).answer_targets().astype(np.float32)
 
 
 class TaskBatches:
@@ -509,26 +494,6 @@ def regression_task(cfg) -> RegressionTask:
                           function=function_of(cfg))
     task.validate()
     return task
-
-
-ICL_SOURCES = (*TOKEN_TASKS, *VECTOR_SOURCES)  # every data.source that is an ICL task
-
-
-def task_of(cfg) -> TokenTask | RegressionTask | None:
-    """The in-context-learning task of a data config (a token task or regression), checked;
-    None for a source that is not a task (a corpus)."""
-    if cfg.source not in ICL_SOURCES:
-        return None
-    return regression_task(cfg) if cfg.source in VECTOR_SOURCES else token_task(cfg)
-
-
-def window_layout(cfg) -> tuple[tuple[int, ...], type]:
-    """``(shape, dtype)`` of one row of a batch of the data config ``cfg``: token windows
-    ``[seq_len + 1]`` int32, or regression prompts ``[seq_len, icl_dim + 1]`` float32 (the
-    prompt and the loss weights, :meth:`RegressionTask.window`)."""
-    if cfg.source in VECTOR_SOURCES:
-        return (cfg.seq_len, cfg.icl_dim + 1), np.float32
-    return (cfg.seq_len + 1,), np.int32
 
 
 class RegressionBatches(TaskBatches):

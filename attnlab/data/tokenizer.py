@@ -22,7 +22,6 @@ import tokenizers
 from tokenizers import Regex, models, pre_tokenizers, trainers
 
 from attnlab.data.errors import DataError
-from attnlab.config import STREAM_SOURCES
 from attnlab.errors import ConfigError
 
 EOS_BYTE = 0
@@ -211,7 +210,7 @@ class HubTokenizer:
     ids are decoded to UTF-8 text. Not byte-exact for every input, unlike the two above: that is
     the imported model's own tokenizer."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, eos_id: int = -1):
         self.path = str(path)
         try:
             self._hf = tokenizers.Tokenizer.from_file(self.path)
@@ -219,7 +218,7 @@ class HubTokenizer:
             raise DataError(f"{path}: not a readable tokenizer.json ({e})") from None
         self.vocab_size = self._hf.get_vocab_size()
         self.name = f"hf{self.vocab_size}"
-        self.eos_id = -1  # unknown: attnlab's corpora are not tokenized with it
+        self.eos_id = eos_id  # -1: unknown (an imported checkpoint's tokenizer)
 
     def encode(self, data: bytes | str) -> np.ndarray:
         text = data.decode("utf-8") if isinstance(data, bytes) else data
@@ -230,14 +229,8 @@ class HubTokenizer:
         return self._hf.decode(ids, skip_special_tokens=False).encode("utf-8")
 
 
-def separator_id(cfg) -> int | None:
-    """The end-of-document id of the corpus ``cfg`` (a ``DataConfig``) prepares, known before
-    it is built: the byte tokenizer's 0, or the BPE's id of the byte 0x00 (its alphabet's
-    characters take the first ids in code-point order, and 0x00 is never merged); None for the
-    sources without documents (markov, the ICL tasks)."""
-    if cfg.source in STREAM_SOURCES:
-        return None
-    if cfg.tokenizer == "byte":
-        return ByteTokenizer.eos_id
+def bpe_separator_id() -> int:
+    """The trained BPE's id of the byte 0x00, known before it is trained: its alphabet's
+    characters take the first ids in code-point order, and 0x00 is never merged."""
     return sorted(_ALPHABET).index(_ALPHABET[EOS_BYTE])
 

@@ -39,7 +39,7 @@ from tqdm.auto import tqdm
 
 import attnlab
 from attnlab import model as lm
-from attnlab.config import TASK_SOURCES, VECTOR_SOURCES, Config, ModelConfig
+from attnlab.config import Config, ModelConfig
 from attnlab.extrapolation import protocol
 from attnlab.extrapolation.protocol import PROTOCOLS, EvaluationError, WindowPlan
 from attnlab.extrapolation.reports import (FORMAT_VERSION, checkpoint_fingerprint, is_current,
@@ -413,13 +413,13 @@ def evaluate_run(run_dir: str | Path, settings: EvalSettings = EvalSettings(), *
       EvaluationError: bad settings, a directory without a finished checkpoint, lengths that
         the model cannot represent at all or that the validation split is too short for.
     """
-    from attnlab.data import prepare
+    from attnlab.data import prepare, sources
     from attnlab.train import load_config, load_params
 
     run_dir = Path(run_dir)
     settings.validate()
-    if (run_dir / "config.json").exists() and load_config(run_dir).data.source in (
-            *TASK_SOURCES, *VECTOR_SOURCES):
+    if (run_dir / "config.json").exists() and sources.resolve(
+            load_config(run_dir).data.source).is_task:
         # A task's windows are fixed-length structures, not a text to read at longer contexts.
         raise EvaluationError(f"{run_dir}: data.source={load_config(run_dir).data.source} is "
                               f"an in-context learning task, not a corpus; use attnlab icl")

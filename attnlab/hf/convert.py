@@ -19,7 +19,8 @@ from attnlab.config import Config, DataConfig
 from attnlab.hf.families import Family, HFError, family_of_config, family_of_model
 from attnlab.hf.files import (Weights, check_target, read_config, staged, tokenizer_file,
                               write_directory)
-from attnlab.model import check, resolve
+from attnlab.checks import check
+from attnlab.model import resolve
 from attnlab.train.checkpoint import Checkpoints, path_name, param_shapes
 from attnlab.train.load import load_config, load_params
 from attnlab.train.optimizer import optimizer_for

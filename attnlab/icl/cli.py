@@ -71,12 +71,13 @@ def icl_main(argv: list[str]) -> int:
 
     cfg = load_config(run)
     from attnlab.data import icl as icl_data
+    from attnlab.data import sources
     from attnlab.icl.evaluate import evaluate_run
 
-    task = icl_data.task_of(cfg.data)
+    task = sources.task_of(cfg.data)
     if task is None:
         raise AttnlabError(f"--run={run} trained on data.source={cfg.data.source}, not an "
-                           f"in-context learning task ({', '.join(icl_data.ICL_SOURCES)})")
+                           f"in-context learning task ({', '.join(sources.task_sources())})")
     if pairs and not isinstance(task, icl_data.MQARTask):
         raise AttnlabError(f"--pairs applies to mqar runs; --run={run} trained on "
                            f"{cfg.data.source}")
@@ -125,7 +126,7 @@ def attention_main(argv: list[str]) -> int:
     import numpy as np
 
     from attnlab.data import icl as icl_data
-    from attnlab.data import prepare
+    from attnlab.data import prepare, sources
     from attnlab.model import resolve
 
     arch = resolve(cfg.model)
@@ -135,7 +136,7 @@ def attention_main(argv: list[str]) -> int:
     if arch.decoder is not None:
         raise AttnlabError(f"model.objective={cfg.model.objective}: attnlab attention draws a "
                            "single stack's maps, not the encoder-decoder's")
-    task = icl_data.task_of(cfg.data)
+    task = sources.task_of(cfg.data)
     if example and task is None:
         raise AttnlabError(f"--task-example: --run={run} trained on data.source="
                            f"{cfg.data.source}, not a task; use --text")

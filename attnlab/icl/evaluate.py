@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnlab.config import Config
-from attnlab.data import icl
+from attnlab.data import icl, sources
 from attnlab.errors import ConfigError
 from attnlab.model import apply, inspect, resolve
 from attnlab.model.objectives import token_losses
@@ -215,12 +215,12 @@ def report_of(result: dict) -> TaskReport:
 
 def evaluate_run(cfg: Config, graphdef, params, **kwargs) -> dict:
     """The evaluation of ``cfg``'s own task (``data.source``)."""
-    if cfg.data.source not in REPORTS:
+    task = sources.task_of(cfg.data)
+    if task is None:
         raise ConfigError("data.source", f"{cfg.data.source} is not an in-context learning "
                           f"task; attnlab icl evaluates runs of {', '.join(REPORTS)}")
     arch = resolve(cfg.model)
     if not arch.objective.causal or arch.decoder is not None:
         raise ConfigError("model.objective", f"{cfg.model.objective}: attnlab icl evaluates "
                           "causal decoders (clm, regression)")
-    task = icl.task_of(cfg.data)
     return REPORTS[task.name].evaluate(cfg, graphdef, params, task, **kwargs)

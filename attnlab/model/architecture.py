@@ -35,7 +35,7 @@ import dataclasses
 import functools
 from typing import Any
 
-from attnlab.config import VECTOR_SOURCES, Config, ModelConfig
+from attnlab.config import Config, ModelConfig
 from attnlab.errors import ConfigError
 from attnlab.model import attention, blocks, ffn, heads, layers, masks, mixers, moe, ngpt
 from attnlab.model import objectives
@@ -277,24 +277,6 @@ def check(cfg: Config) -> Architecture:
     """:func:`resolve` of the model section, plus the rules between the model and the data and
     train sections (raises ConfigError naming the field)."""
     arch = resolve(cfg.model)
-    if arch.inputs.reads_tokens == (cfg.data.source in VECTOR_SOURCES):
-        raise ConfigError("model.inputs",
-                          f"{cfg.model.inputs} models cannot be trained on data.source="
-                          f"{cfg.data.source}, whose batches are "
-                          + ("prompts of vectors: set model.inputs=vectors and "
-                             "model.objective=regression" if arch.inputs.reads_tokens else
-                             "token ids; they are trained on in-context regression prompts "
-                             "(data.source=regression)"))
-    if arch.objective.reads_vectors != (cfg.data.source in VECTOR_SOURCES):
-        raise ConfigError("model.objective", f"{cfg.model.objective} cannot be trained on "
-                          f"data.source={cfg.data.source} (in-context regression prompts are "
-                          "trained with model.objective=regression, token windows without)")
-    if cfg.data.source in VECTOR_SOURCES and cfg.model.input_dim != cfg.data.icl_dim:
-        raise ConfigError("model.input_dim", f"{cfg.model.input_dim} differs from the "
-                          f"regression prompts' data.icl_dim={cfg.data.icl_dim}")
-    if cfg.data.source in VECTOR_SOURCES and cfg.train.eval_masked_spans:
-        raise ConfigError("train.eval_masked_spans", "in-context regression prompts have no "
-                          "token spans to score")
     limit = arch.encoding.max_positions()
     if limit is not None and cfg.data.seq_len > limit:
         raise ConfigError(
@@ -315,14 +297,6 @@ def check(cfg: Config) -> Architecture:
             "whole window)"))
     arch.block.check_train(cfg.train)
     arch.ffn.check_train(cfg.train)
-    if arch.objective.uses_mask:
-        # [MASK] is the model's last id (model.vocab_size - 1): it must lie past every token id.
-        ids = 256 if cfg.data.tokenizer == "byte" else cfg.data.bpe_vocab_size
-        if cfg.data.source != "markov" and cfg.model.vocab_size <= ids:
-            raise ConfigError("model.vocab_size",
-                              f"model.objective={cfg.model.objective} needs a [MASK] id after the "
-                              f"{cfg.data.tokenizer} tokenizer's {ids} ids: set model.vocab_size "
-                              f">= {ids + 1}, got {cfg.model.vocab_size}")
     return arch
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from attnlab.config import Config
 from attnlab.errors import ConfigError
-from attnlab.model import check
+from attnlab.checks import check
 from attnlab.sweep.modes import MODES, Mode
 from attnlab.sweep.rules import LearningRateRule, WarmupRule
 from attnlab.sweep.sections import (Branches, CentreRule, Ladder, Resources, Shape,

@@ -25,7 +25,7 @@ from attnlab import cli_flags
 from attnlab.config import (Config, DataConfig, ModelConfig, TrainConfig, build_dataclass, coerce,
                             from_config_dict)
 from attnlab.errors import ConfigError
-from attnlab.model import check
+from attnlab.checks import check
 from attnlab.model.architecture import PARAMETERIZATIONS
 from attnlab.sweep.definition import SweepSpec, Variant, variant_spec
 from attnlab.sweep import modes

@@ -54,7 +54,7 @@ ENV_FLAGS = [Flag("json", "string", "", "Also write the report to this JSON file
 
 def _config(values) -> Config:
     """The command line's config, every rule between its parts checked (before compiling)."""
-    from attnlab.model import check
+    from attnlab.checks import check
 
     cfg = from_config_dict(values.config)
     check(cfg)
@@ -358,6 +358,18 @@ def _fill_in(cfg: Config, graphdef, params, tokenizer, objective, text: str, max
         out = np.asarray(fill_masks(graphdef, params, cfg.model, prompt))[0]
     out = out[(out < tokenizer.vocab_size) | (out == mask)]  # ids the tokenizer can write
     sys.stdout.write(decode_with_masks(tokenizer, out, mask).decode("utf-8", "replace") + "\n")
+    return 0
+
+
+def prepare_main(argv: list[str]) -> int:
+    """``attnlab prepare --config=configs/x.py [--config.data.a=v ...]``: builds the corpus of
+    the config's data section into the cache (once; an interrupted build resumes), as the first
+    ``attnlab train`` would, and prints its token counts."""
+    from attnlab.data import prepare
+
+    values = parse(argv, prog="attnlab prepare", description=prepare_main.__doc__)
+    corpus = prepare(_config(values).data)
+    print(repr(corpus))
     return 0
 
 

@@ -35,9 +35,9 @@ from jax.sharding import PartitionSpec as P
 from attnlab import rundir
 from attnlab.config import Config
 from attnlab.data import prepare
-from attnlab.data.icl import target_weights
+from attnlab.data.sources import target_weights
 from attnlab.ensembles import check_members, optimizer_key
-from attnlab.model import check
+from attnlab.checks import check
 from attnlab.train.loop import _Training
 from attnlab.train.memory import check_training_fits
 from attnlab.train.optimizer import optimizer_for

@@ -8,7 +8,7 @@ import jax
 from flax import nnx
 
 from attnlab.config import Config, from_config_dict
-from attnlab.model import check
+from attnlab.checks import check
 from attnlab.train import workdir as wd
 from attnlab.train.checkpoint import (Checkpoints, CheckpointError, DamagedCheckpointError,
                                      check_compatible, param_shapes)

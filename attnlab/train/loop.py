@@ -26,9 +26,10 @@ import numpy as np
 
 from attnlab import rundir
 from attnlab.config import Config, check_warmup
-from attnlab.data.icl import window_layout
+from attnlab.data.sources import window_layout
 from attnlab.errors import ConfigError
-from attnlab.model import check, flops_per_token, param_counts, recorded_counts, resolve
+from attnlab.checks import check
+from attnlab.model import flops_per_token, param_counts, recorded_counts, resolve
 from attnlab.train.branch import branch_record
 from attnlab.train import environment
 from attnlab.train.checkpoint import Checkpoints

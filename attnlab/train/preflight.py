@@ -13,7 +13,7 @@ import jax
 from attnlab import rundir
 from attnlab.config import Config
 from attnlab.data import Corpus, prepare
-from attnlab.data.tokenizer import separator_id
+from attnlab.data.sources import separator_id
 from attnlab.errors import ConfigError
 from attnlab.model import resolve
 from attnlab.train.branch import branch_start

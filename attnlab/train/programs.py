@@ -25,7 +25,7 @@ import optax
 from flax import nnx
 
 from attnlab.config import Config
-from attnlab.data.icl import target_weights, window_layout
+from attnlab.data.sources import target_weights, window_layout
 from attnlab.train.checkpoint import param_shapes, with_shardings
 from attnlab.train.optimizer import optimizer_for
 from attnlab.train.sharding import (EVAL_BATCH_SPEC, REPLICATED, TRAIN_BATCH_SPEC, make_mesh,

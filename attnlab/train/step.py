@@ -17,8 +17,7 @@ import optax
 from flax import nnx
 
 from attnlab.config import Config
-from attnlab.data.icl import target_weights
-from attnlab.data.tokenizer import separator_id
+from attnlab.data.sources import separator_id, target_weights
 from attnlab.model.masks import Packing, documents_from_segments, left_pad, prompt_segments
 from attnlab.model.objectives import Scores, token_losses
 from attnlab.model.moe import record_routing
@@ -41,7 +40,7 @@ def batch_scores(graphdef: nnx.GraphDef, params: nnx.State, tokens: jax.Array,
     """The objective's :class:`~attnlab.model.objectives.Scores` (sums of loss, hits and
     scored positions) of windows ``tokens [batch, seq_len + 1]``, corrupted with ``key``
     (default: the key of batch 0); ``packing``: documents kept apart (:func:`packing_for`);
-    ``weights [seq_len]``: each target's weight (:func:`attnlab.data.icl.target_weights`), None
+    ``weights [seq_len]``: each target's weight (:func:`attnlab.data.sources.target_weights`), None
     for all."""
     model = nnx.merge(graphdef, params)
     key = masking_key(0, 0) if key is None else key
@@ -188,7 +187,7 @@ def make_eval_step(graphdef: nnx.GraphDef, *, masked_spans: bool = False,
     same key at every evaluation. ``masked_spans`` (``train.eval_masked_spans``) adds
     ``span_nats`` and ``span_count``, the sums of the objectives' common measure
     (:meth:`~attnlab.model.objectives.Objective.span_scores`). ``weights [seq_len]``: the
-    targets scored, as in training (:func:`attnlab.data.icl.target_weights`)."""
+    targets scored, as in training (:func:`attnlab.data.sources.target_weights`)."""
 
     def eval_step(params: nnx.State, batch: jax.Array, index=0) -> dict:
         key = masking_key(EVAL_SEED, index)
