@@ -1,6 +1,7 @@
 """The cluster bootstrap (a ladder's trunk with its branches drawn whole), the refusal of an
 interval when too many refits fail, and what fits say about both."""
 
+import dataclasses
 import importlib.util
 import json
 from pathlib import Path
@@ -156,3 +157,22 @@ def test_cluster_bootstrap_covers_where_the_row_bootstrap_does_not():
     assert (rate["cluster", ["alpha", "E", "a"]].mean()
             - rate["row", ["alpha", "E", "a"]].mean()) >= 0.12, rate
     assert not frame["refused"].any()
+
+
+def test_intervals_too_wide_to_act_on_are_unpinned_and_shown_by_name():
+    from attnlab.scaling.cli import format_report
+
+    fit = _fit(100, 100)  # a, b in [0.4, 0.6]: width ~0.2, pinned
+    assert fit.too_wide == {} and fit.to_dict()["unpinned"] == []
+    wide = dataclasses.replace(fit, samples={**fit.samples, "a": np.linspace(0.2, 0.6, 100)})
+    assert set(wide.too_wide) == {"a"} and wide.to_dict()["unpinned"] == ["a"]
+    report = format_report(wide, "runs.csv", [])
+    assert "pinned: b, k_N, k_D; not pinned (an interval too wide to act on): a" in report
+    row = next(line for line in report.splitlines() if line.strip().startswith("a "))
+    assert "not pinned" in row and "0.5" not in row.split()[1]
+    e = ScalingFit(part=resolve("chinchilla", 3), params={"E": 2.0}, ci_level=0.95,
+                   samples={"E": np.linspace(1.6, 2.4, 200)}, n_points=20, objective=0.0,
+                   objective_name="", n_bootstrap_requested=200)
+    assert "E" in e.too_wide  # width 0.78 > 30% of 2.0
+    narrow = dataclasses.replace(e, samples={"E": np.linspace(1.8, 2.2, 200)})
+    assert narrow.too_wide == {}
