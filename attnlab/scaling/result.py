@@ -225,6 +225,7 @@ class ScalingFit:
                                   for c in budgets for m in overtrain]
         out["degenerate"] = self.degenerate
         out["unpinned"] = list(self.not_pinned)
+        out["undetermined"] = list(self.unpinned)  # what makes the fit degenerate
         out["too_wide"] = self.too_wide
         out["pin_rule"] = (f"an exponent's interval wider than {MAX_EXPONENT_WIDTH:g}, E's wider "
                            f"than {100 * MAX_E_RELATIVE_WIDTH:g}% of E")
