@@ -170,7 +170,10 @@ def test_intervals_too_wide_to_act_on_are_unpinned_and_shown_by_name():
     wide = dataclasses.replace(fit, samples={**fit.samples, "a": np.linspace(0.2, 0.6, 100)})
     assert set(wide.too_wide) == {"a"} and wide.to_dict()["unpinned"] == ["a"]
     report = format_report(wide, "runs.csv", [])
-    assert "pinned: b, k_N, k_D; not pinned (an interval too wide to act on): a" in report
+    assert "not pinned, an interval too wide to act on (an exponent's interval wider than " \
+        "0.25, E's wider than 30% of E): a\n" in report
+    rows = [line.split()[0] for line in report.splitlines() if line.startswith("  ")]
+    assert rows[-1] == "a"  # below the pinned ones
     row = next(line for line in report.splitlines() if line.strip().startswith("a "))
     assert "not pinned" in row and "0.5" not in row.split()[1]
     e = ScalingFit(part=resolve("chinchilla", 3), params={"E": 2.0}, ci_level=0.95,

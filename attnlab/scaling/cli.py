@@ -34,6 +34,7 @@ from attnlab.scaling.grouped import GroupedFits, fit_by, format_grouped
 from attnlab.scaling.holdout import HoldoutResult, format_holdout, holdout_prediction
 from attnlab.scaling.laws import Law
 from attnlab.scaling.multiplier import format_multipliers, multipliers_against
+from attnlab.scaling.result import PIN_RULE as RULE
 from attnlab.scaling.result import ScalingFit, jsonable
 from attnlab.scaling.table import (ScalingTable, parse_columns, prepare_curves, prepare_points,
                                    read_curves, read_table)
@@ -309,10 +310,8 @@ def format_report(fit: ScalingFit, source: str, budgets: list[float],
     else:
         lines.append("bootstrap: none (pass --bootstrap=N for intervals)")
     ci, wide = fit.ci, fit.too_wide
-    pinned = [name for name in fit.params if name not in fit.not_pinned]
-    if wide:  # lead with what the data pin
-        lines.append(f"pinned: {', '.join(pinned) or 'none'}; not pinned (an interval too wide "
-                     f"to act on): {', '.join(wide)}")
+    if wide:  # lead with what the data pin: these go below the others, by name
+        lines.append(f"not pinned, an interval too wide to act on ({RULE}): {', '.join(wide)}")
     lines += ["", f"  {'parameter':<10}{'estimate':>14}{level + ' low':>14}{level + ' high':>14}"]
     for name in sorted(fit.params, key=lambda n: n in fit.not_pinned):
         value = fit.params[name]

@@ -18,6 +18,8 @@ MAX_EXPONENT_WIDTH = 0.25
 EXPONENTS = ("alpha", "beta", "a", "b", "alpha_N", "alpha_D")
 # ... or E's wider than this fraction of E.
 MAX_E_RELATIVE_WIDTH = 0.30
+PIN_RULE = (f"an exponent's interval wider than {MAX_EXPONENT_WIDTH:g}, E's wider than "
+            f"{100 * MAX_E_RELATIVE_WIDTH:g}% of E")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -227,8 +229,7 @@ class ScalingFit:
         out["unpinned"] = list(self.not_pinned)
         out["undetermined"] = list(self.unpinned)  # what makes the fit degenerate
         out["too_wide"] = self.too_wide
-        out["pin_rule"] = (f"an exponent's interval wider than {MAX_EXPONENT_WIDTH:g}, E's wider "
-                           f"than {100 * MAX_E_RELATIVE_WIDTH:g}% of E")
+        out["pin_rule"] = PIN_RULE
         out["warnings"] = list(self.warnings)
         out["notes"] = list(self.notes)
         return out
