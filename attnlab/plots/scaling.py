@@ -301,9 +301,9 @@ def _allocation_line(ax, fit: ScalingFit, name: str, budgets: np.ndarray,
         return f"{name}(C) not drawn: the fit does not determine it"
     with np.errstate(all="ignore"):
         drawn = _line(ax, budgets, fit.optimal(budgets)[name], color=colour, lw=1.8, label="fit")
-        if drawn and fit.samples:
+        if drawn and fit.interval_samples:
             replicated = fit.optimal(budgets[:, None],
-                                     {k: v[None, :] for k, v in fit.samples.items()})
+                                     {k: v[None, :] for k, v in fit.interval_samples.items()})
             tail = 50 * (1 - fit.ci_level)
             low, high = _positive(np.nanpercentile(_positive(replicated[name]),
                                                    [tail, 100 - tail], axis=1))

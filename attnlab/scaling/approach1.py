@@ -119,6 +119,8 @@ def fit_approach1(run_id, n, d, loss, flops, *, n_bootstrap: int = 0, ci_level: 
                       objective_name="sum of squared residuals of log N_opt against log C "
                                      "on the envelope",
                       n_bootstrap_requested=n_bootstrap, notes=tuple(notes),
+                      resampling={"unit": "run", "column": "run_id",
+                                  "clusters": int(len(size_of_run))},
                       details={"envelope": envelope, "runs": int(len(size_of_run)),
                                "envelope_points": int(len(inner))})
 

@@ -18,15 +18,18 @@ How each budget's minimum is found (``profile``):
 - ``"whole"``: one parabola over the whole ladder (Chinchilla's own narrow ladders; the old
   default).
 
-Edge check: a budget whose best run is the smallest or the largest size of its ladder has its
-minimum outside the sizes trained; it is excluded from the fit, loudly (a warning naming it).
+Edge check: a budget whose best run is the smallest or the largest size at that budget (its
+profile's, or its slice's on a ladder, not the whole ladder's) has its minimum outside the sizes
+trained; it is excluded from the fit, loudly (a warning naming it).
 
 Intervals and weights: bootstrap replicates resample the runs within each budget (a stratified
-bootstrap keeps every profile) and redo both stages. The spread of each budget's log N_opt over
-the replicates is its standard error (reported per budget, with a percentile interval); the
-power law log N_opt = a log C + log k_N is then fit by weighted least squares with weights
-1/se^2 (Porian et al. 2024), so a budget whose minimum is poorly determined counts less. Without
-a bootstrap the weights are equal.
+bootstrap keeps every profile), or, when the table has clusters (a ladder's trunks), whole
+clusters across budgets, and redo both stages. A replicate with fewer than two usable profiles
+fails; past ``bootstrap.MAX_FAILED_SHARE`` of failures the fit reports no interval. The
+spread of each budget's log N_opt over the replicates is its standard error (reported per
+budget, with a percentile interval); the power law log N_opt = a log C + log k_N is then fit by
+weighted least squares with weights 1/se^2 (Porian et al. 2024), so a budget whose minimum is
+poorly determined counts less. Without a bootstrap the weights are equal.
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ import numpy as np
 from scipy.interpolate import Akima1DInterpolator
 
 from attnlab.scaling import laws
-from attnlab.scaling.bootstrap import percentile_interval, resample_within_groups
+from attnlab.scaling.bootstrap import (cluster_index, percentile_interval, resample_rows,
+                                       resample_within_groups)
 from attnlab.scaling.errors import FitInputError
 from attnlab.scaling.result import ScalingFit
 
@@ -120,7 +124,7 @@ def isoflop_profiles(log_n, log_d, loss, labels, *, profile: str = "window",
         best = sizes[int(np.argmin(mean_loss))]
         if profile != "whole" and best in (sizes[0], sizes[-1]):
             end = "smallest" if best == sizes[0] else "largest"
-            edges.append((float(budget), f"its best run is the {end} size of the ladder "
+            edges.append((float(budget), f"its best run is the {end} size at this budget "
                                          f"(N = {np.exp(best):.3g}), so its minimum lies outside "
                                          f"the sizes trained"))
             continue
@@ -185,10 +189,13 @@ def _optima(profiles, budgets):
 
 def fit_approach2(n, d, loss, flops, *, budget=None, n_bootstrap: int = 0,
                   ci_level: float = 0.95, seed: int = 0, source: str = "data",
-                  profile: str = "window", window: float = DEFAULT_WINDOW) -> ScalingFit:
+                  profile: str = "window", window: float = DEFAULT_WINDOW,
+                  clusters=None) -> ScalingFit:
     """Fits N_opt ~ C^a, D_opt ~ C^b from IsoFLOP profiles. n, d, loss, flops: [points];
     budget: optional [points] budget labels (else FLOPs are clustered); profile, window: how
-    each budget's minimum is found (module docstring). Each profile in ``details["profiles"]``
+    each budget's minimum is found (module docstring); clusters: [points] labels a replicate
+    draws whole, across budgets (None: runs resampled within each budget). Each profile in
+    ``details["profiles"]``
     carries its N_opt interval and standard error from the bootstrap."""
     if profile not in PROFILES:
         raise FitInputError(f"--profile must be one of {', '.join(PROFILES)}, not {profile!r}")
@@ -222,8 +229,10 @@ def fit_approach2(n, d, loss, flops, *, budget=None, n_bootstrap: int = 0,
     if n_bootstrap > 0:
         rng = np.random.default_rng(seed)
         used = np.flatnonzero(np.isin(labels, fitted))
+        groups = None if clusters is None else cluster_index(np.asarray(clusters)[used])
         for _ in range(n_bootstrap):
-            index = used[resample_within_groups(labels[used], rng)]
+            index = used[resample_within_groups(labels[used], rng) if groups is None
+                         else resample_rows(len(used), rng, groups)]
             replicate, _, _ = isoflop_profiles(log_n[index], log_d[index], loss[index],
                                                labels[index], profile=profile, window=window)
             replicates.append(_optima(replicate, fitted))
@@ -288,8 +297,8 @@ class IsoFLOP(laws.ChinchillaLaw):
     n_parameters = 4
     isoflop_profiles = True
 
-    def fit(self, table, *, n_bootstrap, ci_level, seed, profile, window, **_):
+    def fit(self, table, *, n_bootstrap, ci_level, seed, profile, window, clusters=None, **_):
         return fit_approach2(table.array("params"), table.array("tokens"), table.array("loss"),
                              table.array("flops"), budget=table.budget, profile=profile,
                              window=window, n_bootstrap=n_bootstrap, ci_level=ci_level,
-                             seed=seed, source=table.source)
+                             seed=seed, source=table.source, clusters=clusters)

@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnlab.scaling import laws
-from attnlab.scaling.bootstrap import resample_weights
+from attnlab.scaling.bootstrap import cluster_index, resample_weights
 from attnlab.scaling.errors import FitError, FitInputError, GridEdgeWarning
 from attnlab.scaling.multistart import minimise_many
 from attnlab.scaling.result import ScalingFit
@@ -200,11 +200,12 @@ def fit_approach3(n, d, loss, *, grid: InitGrid = CHINCHILLA_GRID, n_bootstrap: 
                   bootstrap_grid_starts: int = 4, ci_level: float = 0.95, seed: int = 0,
                   max_steps: int = 500,
                   flops_per_param_token: float = laws.FLOPS_PER_PARAM_TOKEN,
-                  source: str = "data") -> ScalingFit:
+                  source: str = "data", clusters=None) -> ScalingFit:
     """Fits E + A/N^alpha + B/D^beta to points (N [points], D [points], L [points]).
 
     n_bootstrap replicates refit from the full-data estimate plus ``bootstrap_grid_starts``
-    random grid starts each. Warns (GridEdgeWarning) when the estimate lies on or beyond the
+    random grid starts each; clusters: [points] labels whose points a replicate draws together
+    (None: the points themselves). Warns (GridEdgeWarning) when the estimate lies on or beyond the
     grid's edge. Raises FitInputError for fewer points than the 5 parameters, FitError when no
     start converges to an admissible law (alpha, beta > 0). A fit the data cannot pin is
     returned with ``unpinned`` set and a warning, not raised.
@@ -264,7 +265,8 @@ def fit_approach3(n, d, loss, *, grid: InitGrid = CHINCHILLA_GRID, n_bootstrap: 
                "max_steps": max_steps}
     if n_bootstrap > 0:
         rng = np.random.default_rng(seed)
-        weights = resample_weights(n_points, n_bootstrap, rng)
+        weights = resample_weights(n_points, n_bootstrap, rng,
+                                   None if clusters is None else cluster_index(clusters))
         k = min(bootstrap_grid_starts, len(starts))
         grid_picks = np.stack([rng.choice(len(starts), size=k, replace=False)
                                for _ in range(n_bootstrap)]) if k else np.zeros((n_bootstrap, 0),
@@ -317,8 +319,9 @@ class Parametric(laws.ChinchillaLaw):
     def optimal(self, params, c, flops_per_param_token):
         return laws.chinchilla_optimal(params, c, flops_per_param_token)
 
-    def fit(self, table, *, n_bootstrap, ci_level, seed, grid, flops_per_param_token, **_):
+    def fit(self, table, *, n_bootstrap, ci_level, seed, grid, flops_per_param_token,
+            clusters=None, **_):
         return fit_approach3(table.array("params"), table.array("tokens"), table.array("loss"),
                              grid=grid, flops_per_param_token=flops_per_param_token,
                              n_bootstrap=n_bootstrap, ci_level=ci_level, seed=seed,
-                             source=table.source)
+                             source=table.source, clusters=clusters)

@@ -37,7 +37,7 @@ import pandas as pd
 from scipy import stats
 
 from attnlab.scaling import laws
-from attnlab.scaling.bootstrap import percentile_interval
+from attnlab.scaling.bootstrap import MAX_FAILED_SHARE, percentile_interval
 from attnlab.scaling.errors import FitInputError
 
 PARAMS = ("a", "b", "c", "d")
@@ -143,6 +143,7 @@ class ClarkFit:
             "ci_method": "student-t from the least-squares covariance",
             "bootstrap_ci": {k: list(v) for k, v in self.bootstrap_ci.items()},
             "n_bootstrap": self.n_bootstrap, "n_bootstrap_requested": self.n_bootstrap_requested,
+            "resampling": {"unit": "row", "column": None, "clusters": self.n_points},
             "ci_level": self.ci_level, "dof": self.dof, "residual_std": self.residual_std,
             "n_points": self.n_points, "experts": list(self.experts), "sizes": list(self.sizes),
             "saturation": list(self.saturation) if self.saturation else None,
@@ -212,7 +213,13 @@ def fit_clark(n, e, loss, *, ci_level: float = 0.95, saturation: tuple[float, fl
     params = {p: float(v) for p, v in zip(PARAMS, theta)}
     ci = {p: (float(v - h), float(v + h)) for p, v, h in zip(PARAMS, theta, half)}
     boot_ci, usable = _bootstrap(x, y, n_bootstrap, ci_level, seed)
-    return ClarkFit(lack_of_fit=lack_of_fit(n, e, residual),params=params, covariance=covariance, ci=ci, ci_level=ci_level, dof=dof,
+    if n_bootstrap - usable > MAX_FAILED_SHARE * n_bootstrap:  # conditional on success
+        boot_ci = {}
+        notes = tuple(notes) + (f"bootstrap intervals not computed: {n_bootstrap - usable} of "
+                                f"{n_bootstrap} draws had too few values of E or N (more than "
+                                f"{100 * MAX_FAILED_SHARE:g}%)",)
+    return ClarkFit(lack_of_fit=lack_of_fit(n, e, residual), params=params,
+                    covariance=covariance, ci=ci, ci_level=ci_level, dof=dof,
                     residual_std=math.sqrt(s2), n_points=len(y),
                     experts=tuple(float(v) for v in np.unique(e)),
                     sizes=tuple(float(v) for v in np.unique(n)),
@@ -397,7 +404,7 @@ class Clark(laws.Law):
     own_flags = ("saturation",)
     scope = "one fit of log L(N, E) over a sweep's runs"
     refused_flags = ("curves", "approach", "by", "budget", "overtrain", "multiplier-against",
-                     "holdout")
+                     "holdout", "floor", "cluster")
 
     def options(self, given) -> dict:
         text = given.get("saturation")

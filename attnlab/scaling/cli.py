@@ -25,6 +25,7 @@ from attnlab.errors import AttnlabError
 from attnlab.scaling import hparams, registry
 from attnlab.scaling.approach2 import DEFAULT_WINDOW, PROFILES
 from attnlab.scaling.approach3 import CHINCHILLA_GRID, InitGrid
+from attnlab.scaling.bootstrap import MAX_FAILED_SHARE
 from attnlab.scaling.compare import DEFAULT_MATCH, format_differences, paired_differences
 from attnlab.scaling.ladder import isoflop_slices
 from attnlab.scaling.errors import FitInputError, GridEdgeWarning
@@ -33,6 +34,7 @@ from attnlab.scaling.grouped import GroupedFits, fit_by, format_grouped
 from attnlab.scaling.holdout import HoldoutResult, format_holdout, holdout_prediction
 from attnlab.scaling.laws import Law
 from attnlab.scaling.multiplier import format_multipliers, multipliers_against
+from attnlab.scaling.result import PIN_RULE as RULE
 from attnlab.scaling.result import ScalingFit, jsonable
 from attnlab.scaling.table import (ScalingTable, parse_columns, prepare_curves, prepare_points,
                                    read_curves, read_table)
@@ -75,6 +77,9 @@ INPUT_FLAGS = [
                                             "side of each budget's best run."),
     Flag("by", "string", None, "Fit each group of runs sharing a value of this results column "
                                "(e.g. model.pos_encoding) and show the fits side by side."),
+    Flag("cluster", "string", None, "The bootstrap's unit of independence: rows sharing this "
+         "column's value are resampled together (default: a ladder's 'trunk' column when the "
+         "table has one; 'none': every row on its own)."),
 ]
 FIT_FLAGS = INPUT_FLAGS + [
     Flag("bootstrap", "integer", 200, "Bootstrap refits for the intervals (0: none)."),
@@ -90,6 +95,8 @@ FIT_FLAGS = INPUT_FLAGS + [
     Flag("holdout", "string", None, "Fit without these runs and report how well the law "
          "predicts their loss: largest-budget, budget:C[,C...], or flops>X / params>X / "
          "tokens>X (>= too)."),
+    Flag("floor", "float", None, "A known floor of the loss (e.g. a corpus's entropy rate): "
+         "flag every predicted loss below it (--budget, --holdout)."),
     Flag("saturation", "string", None, "--law=clark: E_START,E_MAX of Clark et al.'s "
          "saturating transform of E (e.g. 1.847,314.478, their S-BASE fit; default: none)."),
     Flag("optimum", "enum", None, "--law=hparams: how each (N, D) group's best learning rate "
@@ -116,6 +123,7 @@ class FitInputs:
     profile: str = "window"
     window: float = DEFAULT_WINDOW
     by: str | None = None
+    cluster: str | None = None
 
     @classmethod
     def from_flags(cls, values: flags.FlagValues) -> FitInputs:
@@ -125,7 +133,8 @@ class FitInputs:
                    form=values["form"].value, columns=values["columns"].value,
                    ci_level=values["ci-level"].value, seed=values["seed"].value,
                    grid=values["grid"].value, profile=values["profile"].value,
-                   window=values["window"].value, by=values["by"].value)
+                   window=values["window"].value, by=values["by"].value,
+                   cluster=values["cluster"].value)
 
     def part(self, default: str | None = None) -> Law:
         """The law --law (or ``default``) names, in the variant --approach / --form select."""
@@ -180,7 +189,8 @@ def load_table(inputs: FitInputs, law: Law) -> ScalingTable:
     if not inputs.results:
         raise FitInputError("--results=FILE is required (a sweep directory or a .parquet/.csv)")
     raw = read_table(inputs.results)
-    table = prepare_points(raw, law=law, source=str(inputs.results), columns=columns)
+    table = prepare_points(raw, law=law, source=str(inputs.results), columns=columns,
+                           cluster=inputs.cluster)
     if law.isoflop_profiles and table.budget is None and "role" in raw.columns:
         table = isoflop_slices(table)  # a ladder's branches lie on lines of constant N
     return table
@@ -203,16 +213,17 @@ def run_grouped(inputs: FitInputs, law: Law, n_bootstrap: int) -> GroupedFits:
         curves = read_curves(inputs.curves or inputs.results)
     return fit_by(read_table(inputs.results), inputs.by, law=law,
                   source=str(inputs.results), columns=parse_columns(inputs.columns),
-                  curves=curves, **inputs.fit_options(n_bootstrap))
+                  curves=curves, cluster=inputs.cluster, **inputs.fit_options(n_bootstrap))
 
 
-def run_holdout(inputs: FitInputs, law: Law, n_bootstrap: int,
-                holdout: str) -> HoldoutResult:
-    """The fit without the held-out runs, and its predictions for them."""
+def run_holdout(inputs: FitInputs, law: Law, n_bootstrap: int, holdout: str,
+                floor: float | None = None) -> HoldoutResult:
+    """The fit without the held-out runs, and its predictions for them (and a naive
+    baseline's)."""
     table = load_table(inputs, law)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", GridEdgeWarning)
-        return holdout_prediction(table, law=law, holdout=holdout,
+        return holdout_prediction(table, law=law, holdout=holdout, floor=floor,
                                   **inputs.fit_options(n_bootstrap))
 
 
@@ -268,7 +279,29 @@ def format_overtrained(fit: ScalingFit, budgets: list[float], multipliers: list[
     return "\n".join(lines) + "\n"
 
 
-def format_report(fit: ScalingFit, source: str, budgets: list[float]) -> str:
+def bootstrap_line(fit: ScalingFit) -> str:
+    """What the bootstrap resampled, how many refits it kept, and whether it gives intervals."""
+    drawn = fit.resampling or {"unit": "row", "clusters": fit.n_points}
+    unit = (f"resampling {drawn['clusters']} clusters, the rows sharing a value of "
+            f"{drawn['column']!r} drawn together" if drawn["unit"] == "cluster"
+            else f"resampling {drawn['clusters']} {drawn['unit']}s")
+    head = f"bootstrap ({unit}): {fit.n_bootstrap} of {fit.n_bootstrap_requested} refits"
+    if fit.intervals_refused:
+        return (f"{head}; {fit.n_bootstrap_failed} failed, more than "
+                f"{100 * MAX_FAILED_SHARE:g}%: intervals not computed (percentiles over the "
+                f"refits that succeeded would be conditional on success)")
+    return f"{head}, {100 * fit.ci_level:g}% percentile intervals"
+
+
+def below_floor(fit: ScalingFit, budgets: list[float], floor: float | None) -> list[float]:
+    """The budgets whose predicted compute-optimal loss lies below ``floor``."""
+    if floor is None or not fit.has_loss_model or not fit.allocation_determined:
+        return []
+    return [c for c in budgets if fit.predict_optimal(c)["loss"] < floor]
+
+
+def format_report(fit: ScalingFit, source: str, budgets: list[float],
+                  floor: float | None = None) -> str:
     """The human-readable table printed by ``attnlab fit``."""
     level = f"{100 * fit.ci_level:g}%"
     unit = "runs" if fit.part.needs_curves else "points"
@@ -277,20 +310,21 @@ def format_report(fit: ScalingFit, source: str, budgets: list[float]) -> str:
     if "starts_converged" in fit.details:
         lines.append(f"grid: {fit.details['grid']['starts']} L-BFGS starts, "
                      f"{fit.details['starts_converged']} converged; kept the best converged")
-    if fit.samples:
-        lines.append(f"bootstrap: {fit.n_bootstrap} of {fit.n_bootstrap_requested} refits, "
-                     f"{level} percentile intervals")
-    elif fit.n_bootstrap_requested:
-        lines.append(f"bootstrap: none of {fit.n_bootstrap_requested} refits succeeded, so no "
-                     f"intervals")
+    if fit.n_bootstrap_requested:
+        lines.append(bootstrap_line(fit))
     else:
         lines.append("bootstrap: none (pass --bootstrap=N for intervals)")
-    ci = fit.ci
+    ci, wide = fit.ci, fit.too_wide
+    if wide:  # lead with what the data pin: these go below the others, by name
+        lines.append(f"not pinned, an interval too wide to act on ({RULE}): {', '.join(wide)}")
     lines += ["", f"  {'parameter':<10}{'estimate':>14}{level + ' low':>14}{level + ' high':>14}"]
-    for name, value in fit.params.items():
+    for name in sorted(fit.params, key=lambda n: n in fit.not_pinned):
+        value = fit.params[name]
         low, high = ci.get(name, (None, None))
-        flag = "   not pinned by the data" if name in fit.unpinned else ""
-        lines.append(f"  {name:<10}{_number(value):>14}{_number(low):>14}{_number(high):>14}"
+        flag = ("   not pinned by the data" if name in fit.unpinned
+                else "   not pinned: " + wide[name] if name in wide else "")
+        shown = "not pinned" if name in wide else _number(value)
+        lines.append(f"  {name:<10}{shown:>14}{_number(low):>14}{_number(high):>14}"
                      f"{flag}")
     for budget in budgets:
         convention = (f"C = {fit.flops_per_param_token:.3g}·N·D" if fit.predicts_loss
@@ -309,6 +343,9 @@ def format_report(fit: ScalingFit, source: str, budgets: list[float]) -> str:
                              f"loss; use approach 3)")
                 continue
             lines.append(f"  {name:<10}{_number(value):>14}{_number(low):>14}{_number(high):>14}")
+        if budget in below_floor(fit, [budget], floor):
+            lines.append(f"  warning: the predicted loss is below the floor {floor:.6g}: the law "
+                         f"extrapolates past what any model can reach")
     for warning in fit.warnings:
         lines.append(f"warning: {warning}")
     for note in fit.notes:
@@ -357,12 +394,17 @@ def fit_main(argv: list[str]) -> int:
         if overtrain and (inputs.by or values["holdout"].value):
             raise FitInputError("--overtrain reports on one fit: leave out --by and --holdout")
         n_bootstrap, holdout = values["bootstrap"].value, values["holdout"].value
+        floor = values["floor"].value
+        if floor is not None and not floor > 0:
+            raise FitInputError(f"--floor must be a loss > 0, not {floor}")
         against = values["multiplier-against"].value
         if against and not inputs.by:
             raise FitInputError("--multiplier-against compares groups: add --by=COLUMN")
         if against and not law.closed_frontier:
             raise FitInputError("--multiplier-against needs approach 3's law: --law=chinchilla "
                                 "--approach=3")
+        if floor is not None and inputs.by:
+            raise FitInputError("--floor flags one fit's predictions: leave out --by")
         if inputs.by and holdout:
             raise FitInputError("--by and --holdout: run one fit per group with --holdout "
                                 "on each group's own table; together they are not supported")
@@ -375,15 +417,20 @@ def fit_main(argv: list[str]) -> int:
                 sys.stdout.write("\n" + format_multipliers(frame))
                 payload["multipliers"] = jsonable(frame.to_dict(orient="records"))
         elif holdout:
-            held = run_holdout(inputs, law, n_bootstrap, holdout)
+            held = run_holdout(inputs, law, n_bootstrap, holdout, floor)
             sys.stdout.write(format_report(held.fit, inputs.results or "", budgets) + "\n"
                              + format_holdout(held))
             payload = held.to_dict()
         else:
             table, fit = run_fit(inputs, law, n_bootstrap)
-            sys.stdout.write(format_report(fit, table.source, budgets)
+            sys.stdout.write(format_report(fit, table.source, budgets, floor)
                              + format_overtrained(fit, budgets, overtrain))
             payload = fit.to_dict(budgets, overtrain)
+            if floor is not None:
+                low = below_floor(fit, budgets, floor)
+                payload["floor"] = floor
+                for prediction in payload.get("predictions", []):
+                    prediction["below_floor"] = prediction["C"] in low
         if values["json"].value:
             _write_json(values["json"].value, payload)
     except AttnlabError as error:  # also when called directly, not through attnlab.cli

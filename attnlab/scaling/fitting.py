@@ -9,6 +9,7 @@ import numpy as np
 from attnlab.scaling import registry
 from attnlab.scaling.approach2 import DEFAULT_WINDOW
 from attnlab.scaling.approach3 import CHINCHILLA_GRID, InitGrid
+from attnlab.scaling.bootstrap import MIN_CLUSTERS
 from attnlab.scaling.errors import FitInputError
 from attnlab.scaling.laws import Law
 from attnlab.scaling.result import ScalingFit
@@ -28,8 +29,8 @@ def fit_table(table: ScalingTable, *, law: str | Law, approach: int | None = Non
               window: float = DEFAULT_WINDOW) -> ScalingFit:
     """Fits ``law`` (a name with its approach or form, or a resolved ``Law``) to a checked
     table (points for Kaplan and approaches 2-3, curves for approach 1); the table's notes are
-    carried into the fit's notes. profile, window: how approach 2 finds each budget's
-    minimum."""
+    carried into the fit's notes, its ``resampling`` (rows or clusters, ``table.clusters``)
+    into the fit's. profile, window: how approach 2 finds each budget's minimum."""
     part = registry.resolve(law, approach, form)
     if not part.fits_table:
         raise FitInputError(f"--law={part.name} is fitted by attnlab fit --law={part.name}, "
@@ -40,5 +41,13 @@ def fit_table(table: ScalingTable, *, law: str | Law, approach: int | None = Non
         raise FitInputError(f"--bootstrap must be >= 0, not {n_bootstrap}")
     fit = part.fit(table, n_bootstrap=n_bootstrap, ci_level=ci_level, seed=seed, grid=grid,
                    profile=profile, window=window,
-                   flops_per_param_token=flops_per_param_token(table))
-    return dataclasses.replace(fit, notes=tuple(table.notes) + fit.notes)
+                   flops_per_param_token=flops_per_param_token(table), clusters=table.clusters)
+    resampling = fit.resampling or table.resampling()
+    few = (n_bootstrap and resampling["unit"] == "cluster"
+           and resampling["clusters"] < MIN_CLUSTERS)
+    warned = (f"the bootstrap resamples only {resampling['clusters']} clusters (rows sharing "
+              f"{resampling['column']!r}): its intervals' coverage is unchecked below "
+              f"{MIN_CLUSTERS} and tends to fall short; more trunks or seeds per size, or "
+              f"--cluster=none for the row bootstrap's (too narrow) intervals",) if few else ()
+    return dataclasses.replace(fit, notes=tuple(table.notes) + fit.notes,
+                               warnings=fit.warnings + warned, resampling=resampling)

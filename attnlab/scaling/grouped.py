@@ -57,11 +57,13 @@ def group_values(results: pd.DataFrame, by: str, source: str) -> list:
 
 def fit_by(results: pd.DataFrame, by: str, *, law: str | Law, approach: int | None = None,
            form: str = "nd", source: str = "results", columns: dict | None = None,
-           curves: pd.DataFrame | None = None, **fit_kwargs) -> GroupedFits:
+           curves: pd.DataFrame | None = None, cluster: str | None = None,
+           **fit_kwargs) -> GroupedFits:
     """Fits ``law`` to the runs of each value of column ``by``. A group whose fit cannot be made
     (too few runs, one budget for approach 2, no start converging) is skipped with its reason;
     when no group can be fitted, FitInputError says why for each. Approach 1 reads ``curves``
-    (one row per logged step), grouped through each run's ``run_id``."""
+    (one row per logged step), grouped through each run's ``run_id``. cluster: the column a
+    bootstrap resamples whole (``prepare_points``)."""
     part = registry.resolve(law, approach, form)
     fits, tables, skipped = {}, {}, {}
     for value in group_values(results, by, source):
@@ -76,7 +78,8 @@ def fit_by(results: pd.DataFrame, by: str, *, law: str | Law, approach: int | No
                 table = prepare_curves(group_curves, law=part, source=where, columns=columns,
                                        runs=runs)
             else:
-                table = prepare_points(runs, law=part, source=where, columns=columns)
+                table = prepare_points(runs, law=part, source=where, columns=columns,
+                                       cluster=cluster)
                 if part.isoflop_profiles and table.budget is None and "role" in runs.columns:
                     table = isoflop_slices(table)  # a ladder's branches: lines of constant N
             with warnings.catch_warnings():

@@ -17,6 +17,18 @@ Which runs are held out (``holdout``):
   tokens>X              or token column
   tokens_per_param>X    runs trained on more than X tokens per parameter (D / N): e.g. a
                         ladder's over-trained branches
+
+A naive baseline stands beside the law (a forecast means little without one): each held-out
+run's loss predicted by the nearest kept run, in this order of rules:
+
+  smaller size, same D  the kept run of the largest N below the held-out N trained on the same
+                        tokens (within 5%; several such runs, e.g. seeds: their mean loss)
+  same N, fewer tokens  else the kept run of the same size with the most tokens below the
+                        held-out D (the last observed point of that size)
+
+The law's skill is the ratio of its mean |relative error| to the baseline's over the runs both
+predict (< 1: the law beats the baseline). ``floor`` (e.g. a corpus's entropy rate, below which
+no model's loss can go) flags every prediction under it.
 """
 
 from __future__ import annotations
@@ -36,6 +48,9 @@ from attnlab.scaling.laws import Law
 from attnlab.scaling.result import ScalingFit
 from attnlab.scaling.table import ScalingTable
 
+# Two runs' N or D within this relative difference are "the same" for the naive baseline.
+SAME = 0.05
+BASELINE_RULES = ("smaller size, same D", "same N, fewer tokens")
 _THRESHOLD = re.compile(r"^(flops|params|tokens_per_param|tokens)\s*(>=|>)\s*([0-9.eE+-]+)$")
 
 
@@ -82,31 +97,63 @@ class HoldoutResult:
     fit: the ScalingFit of the kept runs; spec: the holdout rule; frame: one row per held-out
     run: params, tokens, flops, observed, predicted, relative_error = (predicted - observed) /
     observed, low / high (the prediction's bootstrap interval, NaN without a bootstrap) and
-    inside (observed within [low, high]).
+    inside (observed within [low, high]); baseline, baseline_rule, baseline_error (the naive
+    baseline's prediction, its rule and relative error; NaN / None without one); below_floor
+    (predicted < ``floor``, False without a floor).
     """
 
     fit: ScalingFit
     spec: str
     n_kept: int
     frame: pd.DataFrame
+    floor: float | None = None
 
     def summary(self) -> dict:
         errors = np.abs(self.frame["relative_error"].to_numpy())
         with_interval = self.frame["low"].notna()
+        both = self.frame["baseline"].notna().to_numpy()
+        law_mae = float(errors[both].mean()) if both.any() else None
+        base_mae = (float(np.abs(self.frame["baseline_error"].to_numpy()[both]).mean())
+                    if both.any() else None)
         return {"holdout": self.spec, "kept_runs": self.n_kept, "held_out_runs": len(self.frame),
                 "mean_abs_relative_error": float(errors.mean()),
                 "max_abs_relative_error": float(errors.max()),
                 "inside_interval": int(self.frame.loc[with_interval, "inside"].sum()),
-                "with_interval": int(with_interval.sum())}
+                "with_interval": int(with_interval.sum()),
+                "baseline": {"rules": list(BASELINE_RULES),
+                             "runs": int(both.sum()),
+                             "rule_counts": {rule: int((self.frame["baseline_rule"] == rule).sum())
+                                             for rule in BASELINE_RULES},
+                             "law_mean_abs_relative_error": law_mae,
+                             "mean_abs_relative_error": base_mae,
+                             "skill": (law_mae / base_mae if both.any() and base_mae > 0
+                                       else None)},
+                "floor": self.floor,
+                "below_floor": int(self.frame["below_floor"].sum())}
 
     def to_dict(self) -> dict:
         runs = self.frame.replace({np.nan: None}).to_dict(orient="records")
         return {**self.summary(), "runs": runs, "fit": self.fit.to_dict()}
 
 
+def naive_baseline(kept: pd.DataFrame, n: float, d: float) -> tuple[float, str | None]:
+    """(loss, rule) of the naive prediction for a run of N = n, D = d from the kept runs
+    (module docstring), or (NaN, None) when no kept run qualifies."""
+    params, tokens = kept["params"].to_numpy(), kept["tokens"].to_numpy()
+    same_d = np.isclose(tokens, d, rtol=SAME) & (params < n * (1 - SAME))
+    if same_d.any():
+        nearest = same_d & np.isclose(params, params[same_d].max(), rtol=SAME)
+        return float(kept["loss"].to_numpy()[nearest].mean()), BASELINE_RULES[0]
+    same_n = np.isclose(params, n, rtol=SAME) & (tokens < d * (1 - SAME))
+    if same_n.any():
+        last = same_n & np.isclose(tokens, tokens[same_n].max(), rtol=SAME)
+        return float(kept["loss"].to_numpy()[last].mean()), BASELINE_RULES[1]
+    return float("nan"), None
+
+
 def holdout_prediction(table: ScalingTable, *, law: str | Law, holdout: str,
-                       approach: int | None = None, form: str = "nd", **fit_kwargs
-                       ) -> HoldoutResult:
+                       approach: int | None = None, form: str = "nd",
+                       floor: float | None = None, **fit_kwargs) -> HoldoutResult:
     """Fits ``law`` to the runs ``holdout`` keeps and predicts the loss of the others.
 
     Raises FitInputError when the law predicts no loss (Chinchilla approaches 1-2), when the
@@ -131,9 +178,9 @@ def holdout_prediction(table: ScalingTable, *, law: str | Law, holdout: str,
     n, d, observed = (test[c].to_numpy(np.float64) for c in ("params", "tokens", "loss"))
     with np.errstate(all="ignore"):
         predicted = np.asarray(fit.run_loss(n, d), np.float64)
-        if fit.samples:
+        if fit.interval_samples:
             replicated = fit.run_loss(n[:, None], d[:, None],
-                                      {k: v[None, :] for k, v in fit.samples.items()})
+                                      {k: v[None, :] for k, v in fit.interval_samples.items()})
             bounds = np.array([percentile_interval(row, fit.ci_level) for row in replicated])
         else:
             bounds = np.full((len(test), 2), np.nan)
@@ -142,9 +189,14 @@ def holdout_prediction(table: ScalingTable, *, law: str | Law, holdout: str,
                           "relative_error": (predicted - observed) / observed,
                           "low": bounds[:, 0], "high": bounds[:, 1]})
     frame["inside"] = (frame["low"] <= frame["observed"]) & (frame["observed"] <= frame["high"])
+    baseline = [naive_baseline(kept.frame, a, b) for a, b in zip(n, d)]
+    frame["baseline"] = [loss for loss, _ in baseline]
+    frame["baseline_rule"] = [rule for _, rule in baseline]
+    frame["baseline_error"] = (frame["baseline"] - frame["observed"]) / frame["observed"]
+    frame["below_floor"] = (frame["predicted"] < floor) if floor is not None else False
     if "run_id" in test:
         frame.insert(0, "run_id", test["run_id"].to_numpy())
-    return HoldoutResult(fit=fit, spec=holdout, n_kept=kept_rows, frame=frame)
+    return HoldoutResult(fit=fit, spec=holdout, n_kept=kept_rows, frame=frame, floor=floor)
 
 
 def format_holdout(result: HoldoutResult) -> str:
@@ -154,15 +206,38 @@ def format_holdout(result: HoldoutResult) -> str:
     lines = [f"held-out prediction (--holdout={result.spec}): fitted on {summary['kept_runs']} "
              f"runs, predicting {summary['held_out_runs']}",
              f"  {'N':>11}{'D':>11}{'observed':>10}{'predicted':>11}{'error':>9}"
-             f"{level + ' interval':>22}"]
+             f"{level + ' interval':>22}{'baseline':>10}{'error':>9}"]
     for row in result.frame.itertuples():
         interval = (f"[{row.low:.4g}, {row.high:.4g}]" if np.isfinite(row.low) else "n/a")
         mark = "" if not np.isfinite(row.low) else ("" if row.inside else "  outside")
+        base = (f"{row.baseline:>10.4f}{100 * row.baseline_error:>8.2f}%"
+                if np.isfinite(row.baseline) else f"{'n/a':>10}{'':>9}")
+        floor = "  below the floor" if row.below_floor else ""
         lines.append(f"  {row.params:>11.4g}{row.tokens:>11.4g}{row.observed:>10.4f}"
                      f"{row.predicted:>11.4f}{100 * row.relative_error:>8.2f}%"
-                     f"{interval:>22}{mark}")
+                     f"{interval:>22}{base}{mark}{floor}")
     lines.append(f"  mean |error| {100 * summary['mean_abs_relative_error']:.2f}%, max "
                  f"{100 * summary['max_abs_relative_error']:.2f}%"
                  + (f"; {summary['inside_interval']} of {summary['with_interval']} observed "
                     f"losses inside their {level} interval" if summary["with_interval"] else ""))
+    lines.append(_baseline_line(summary["baseline"]))
+    if result.floor is not None:
+        lines.append(f"  floor {result.floor:.6g}: {summary['below_floor']} of "
+                     f"{summary['held_out_runs']} predictions below it")
     return "\n".join(lines) + "\n"
+
+
+def _baseline_line(baseline: dict) -> str:
+    if not baseline["runs"]:
+        return ("  naive baseline: no kept run of a smaller size at the same D or of the same "
+                "size with fewer tokens, so no skill")
+    rules = ", ".join(f"{rule}: {count}" for rule, count in baseline["rule_counts"].items()
+                      if count)
+    law, naive, skill = (baseline[k] for k in ("law_mean_abs_relative_error",
+                                               "mean_abs_relative_error", "skill"))
+    verdict = ("the law beats the baseline" if skill is not None and skill < 1
+               else "the baseline does at least as well as the law")
+    return (f"  naive baseline ({rules}): mean |error| {100 * naive:.2f}% against the law's "
+            f"{100 * law:.2f}% on the {baseline['runs']} runs both predict; skill (law / "
+            f"baseline mean |error|) " + (f"{skill:.2f}" if skill is not None else "n/a")
+            + f": {verdict}")

@@ -8,7 +8,8 @@
 - form "d": L(D) = (D_c/D)^alpha_D (Eq. 1.2) on the lowest loss at each token count.
 
 N is the non-embedding parameter count (Kaplan's convention). Bootstrap replicates resample the
-points and refit from the full-data estimate.
+points (whole clusters of them, e.g. a ladder's trunk with its branches, when the table has
+clusters) and refit from the full-data estimate.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import pandas as pd
 from scipy.optimize import least_squares
 
 from attnlab.scaling import laws
+from attnlab.scaling.bootstrap import cluster_index, resample_rows
 from attnlab.scaling.errors import FitError, FitInputError
 from attnlab.scaling.result import ScalingFit
 
@@ -98,11 +100,12 @@ class KaplanJoint(laws.KaplanLaw):
                  "alpha_N": float(alpha_n), "alpha_D": float(alpha_d)}, 2.0 * result.cost,
                 result.x)
 
-    def fit(self, table, *, n_bootstrap, ci_level, seed, flops_per_param_token, **_):
+    def fit(self, table, *, n_bootstrap, ci_level, seed, flops_per_param_token, clusters=None,
+            **_):
         return fit_kaplan(table.array("params"), table.array("tokens"), table.array("loss"),
                           form=self.variant, n_bootstrap=n_bootstrap, ci_level=ci_level,
                           seed=seed, flops_per_param_token=flops_per_param_token,
-                          source=table.source)
+                          source=table.source, clusters=clusters)
 
 
 class KaplanSize(KaplanJoint):
@@ -146,8 +149,9 @@ FORMS = {c.variant: c for c in (KaplanJoint, KaplanSize, KaplanData)}
 
 def fit_kaplan(n, d, loss, *, form: str = "nd", n_bootstrap: int = 0, ci_level: float = 0.95,
                seed: int = 0, flops_per_param_token: float = laws.FLOPS_PER_PARAM_TOKEN,
-               source: str = "data") -> ScalingFit:
-    """Fits Kaplan's L(N, D), L(N) or L(D) to points (N, D, L: [points] each)."""
+               source: str = "data", clusters=None) -> ScalingFit:
+    """Fits Kaplan's L(N, D), L(N) or L(D) to points (N, D, L: [points] each); clusters:
+    [points] labels a bootstrap replicate draws whole (None: the points)."""
     if form not in FORMS:
         raise FitInputError(f"Kaplan form must be one of {', '.join(FORMS)}, not {form!r}")
     law = FORMS[form]()
@@ -159,6 +163,11 @@ def fit_kaplan(n, d, loss, *, form: str = "nd", n_bootstrap: int = 0, ci_level: 
             notes.append(f"form {form}: kept the lowest loss of each of {len(keep)} distinct "
                          f"{law.per} ({len(loss)} points)")
         n, d, loss = n[keep], d[keep], loss[keep]
+        clusters = None if clusters is None else np.asarray(clusters)[keep]
+    if clusters is not None:
+        clusters = cluster_index(clusters)
+        if clusters.max() + 1 == len(clusters):
+            clusters = None
     n_params, names = law.n_parameters, law.parameter_names
     if len(loss) < n_params:
         raise FitInputError(f"{source}: Kaplan form {form} fits {n_params} parameters ({names}) "
@@ -183,7 +192,7 @@ def fit_kaplan(n, d, loss, *, form: str = "nd", n_bootstrap: int = 0, ci_level: 
         rng = np.random.default_rng(seed)
         failed = 0
         for _ in range(n_bootstrap):
-            index = rng.integers(0, len(loss), len(loss))
+            index = resample_rows(len(loss), rng, clusters)
             if len(np.unique(law.keys(n, d)[index])) < 2:
                 failed += 1  # a line through one distinct x is undefined
                 continue

@@ -12,9 +12,11 @@ square of their ratio of N: with branches over a factor R of D/N per size, three
 slice only if neighbouring sizes are at most R^(1/4) apart (R = 32, 5-160 tokens per
 parameter: 2.4x).
 
-The sliced points are interpolations, not runs: approach 2's bootstrap then resamples them
-within each budget, which treats neighbouring slices of one size as independent (an interval
-somewhat narrower than resampling the branches would give).
+The sliced points are interpolations, not runs. Without clusters approach 2's bootstrap
+resamples them within each budget, which treats neighbouring slices of one size as independent
+(an interval somewhat narrower than resampling the branches would give); with a ``cluster``
+column (a ladder's trunk) every slice point of a size keeps its size's trunks as its cluster, so
+a size's points across budgets are drawn together.
 """
 
 from __future__ import annotations
@@ -54,8 +56,10 @@ def isoflop_slices(table: ScalingTable, *, per_decade: int = PER_DECADE,
         log_c = np.log(group["flops"].to_numpy())
         if len(group) < 2 or np.any(np.diff(log_c) <= 0):
             continue  # one branch (or two at one C) gives no line to read a slice off
+        cluster = ("+".join(sorted(group["cluster"].unique())) if "cluster" in group
+                   else None)
         sizes.append((float(n), log_c, group["loss"].to_numpy(),
-                      float((group["flops"] / group["tokens"]).mean())))
+                      float((group["flops"] / group["tokens"]).mean()), cluster))
     if not sizes:
         raise FitInputError(f"{table.source}: no size of the ladder has two branches to slice")
     budgets = slice_budgets(np.exp([s[1][0] for s in sizes]), np.exp([s[1][-1] for s in sizes]),
@@ -65,10 +69,13 @@ def isoflop_slices(table: ScalingTable, *, per_decade: int = PER_DECADE,
         inside = [s for s in sizes if s[1][0] - 1e-9 <= np.log(c) <= s[1][-1] + 1e-9]
         if len(inside) < min_sizes:
             continue
-        for n, log_c, loss, per_token in inside:
+        for n, log_c, loss, per_token, cluster in inside:
             rows.append({"params": n, "tokens": c / per_token, "flops": c, "budget": c,
-                         "loss": float(np.interp(np.log(c), log_c, loss))})
-    sliced = pd.DataFrame(rows, columns=["params", "tokens", "loss", "flops", "budget"])
+                         "loss": float(np.interp(np.log(c), log_c, loss)), "cluster": cluster})
+    columns = ["params", "tokens", "loss", "flops", "budget"]
+    sliced = pd.DataFrame(rows, columns=columns + ["cluster"])
+    if "cluster" not in frame:
+        sliced = sliced[columns]
     kept = sliced["budget"].nunique() if len(sliced) else 0
     if kept < 2:
         raise FitInputError(f"{table.source}: approach 2 on a ladder needs two or more IsoFLOP "

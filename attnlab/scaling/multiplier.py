@@ -88,6 +88,9 @@ def effective_multiplier(base: ScalingFit, other: ScalingFit, reference: float, 
         out["note"] = (f"its loss {loss:.4g} is at or below the baseline's fitted floor "
                        f"E = {base.params['E']:.4g}: the baseline never reaches it")
     replicates = min(base.n_bootstrap, other.n_bootstrap)
+    if base.intervals_refused or other.intervals_refused:
+        replicates = 0  # too many failed refits: no interval conditioned on the survivors
+        out["ci_note"] = "not computed: more than 10% of a fit's bootstrap refits failed"
     if replicates:
         # fit_by seeds every group's bootstrap alike, so replicate i of two groups resampled the
         # same row positions; a random pairing makes the pairs independent draws.

@@ -10,7 +10,17 @@ import numpy as np
 import pandas as pd
 
 from attnlab.scaling import laws
-from attnlab.scaling.bootstrap import intervals, percentile_interval
+from attnlab.scaling.bootstrap import MAX_FAILED_SHARE, intervals, percentile_interval
+
+# Intervals too wide to act on: an exponent's wider than this (a spread of 0.25 in N_opt ~ C^a
+# moves N_opt by 10x over four decades of compute) ...
+MAX_EXPONENT_WIDTH = 0.25
+EXPONENTS = ("alpha", "beta", "a", "b", "alpha_N", "alpha_D")
+# ... or E's wider than this fraction of E.
+MAX_E_RELATIVE_WIDTH = 0.30
+PIN_RULE = (f"an exponent's interval wider than {MAX_EXPONENT_WIDTH:g}, E's wider than "
+            f"{100 * MAX_E_RELATIVE_WIDTH:g}% of E")
+
 
 @dataclasses.dataclass(frozen=True)
 class ScalingFit:
@@ -25,6 +35,7 @@ class ScalingFit:
     entries that are numpy arrays are for plots and stay out of ``to_dict``.
     unpinned: parameters the data cannot determine (a degenerate fit; ``warnings`` says why):
     their estimates are one of many equally good values, so nothing should be read from them.
+    resampling: what the bootstrap drew ({"unit", "column", "clusters"}; ``table.resampling``).
     """
 
     part: laws.Law
@@ -40,6 +51,28 @@ class ScalingFit:
     notes: tuple[str, ...] = ()
     details: dict[str, Any] = dataclasses.field(default_factory=dict)
     unpinned: tuple[str, ...] = ()
+    resampling: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def too_wide(self) -> dict[str, str]:
+        """name -> why, for the parameters whose interval is too wide to act on: an exponent's
+        wider than MAX_EXPONENT_WIDTH, E's wider than MAX_E_RELATIVE_WIDTH of E."""
+        found = {}
+        for name, (low, high) in self.ci.items():
+            width = high - low
+            if name in EXPONENTS and not width <= MAX_EXPONENT_WIDTH:
+                found[name] = (f"its {100 * self.ci_level:g}% interval [{low:.3g}, {high:.3g}] is "
+                               f"wider than {MAX_EXPONENT_WIDTH:g}")
+            elif name == "E" and not width <= MAX_E_RELATIVE_WIDTH * abs(self.params["E"]):
+                found[name] = (f"its {100 * self.ci_level:g}% interval [{low:.3g}, {high:.3g}] is "
+                               f"wider than {100 * MAX_E_RELATIVE_WIDTH:g}% of E")
+        return found
+
+    @property
+    def not_pinned(self) -> tuple[str, ...]:
+        """``unpinned`` (the data do not determine them) and ``too_wide`` (their intervals are
+        too wide to act on): the names a report shows instead of numbers."""
+        return tuple(dict.fromkeys(self.unpinned + tuple(self.too_wide)))
 
     @property
     def degenerate(self) -> bool:
@@ -71,13 +104,28 @@ class ScalingFit:
 
     @property
     def ci(self) -> dict[str, tuple[float, float]]:
-        """name -> percentile interval over the bootstrap replicates."""
-        return intervals(self.samples, self.ci_level)
+        """name -> percentile interval over the bootstrap replicates (none when refused)."""
+        return intervals(self.interval_samples, self.ci_level)
 
     @property
     def n_bootstrap(self) -> int:
         """Bootstrap replicates that produced an estimate (failed refits are dropped)."""
         return len(next(iter(self.samples.values()))) if self.samples else 0
+
+    @property
+    def n_bootstrap_failed(self) -> int:
+        return self.n_bootstrap_requested - self.n_bootstrap if self.n_bootstrap_requested else 0
+
+    @property
+    def intervals_refused(self) -> bool:
+        """More than MAX_FAILED_SHARE of the refits failed: percentiles over the survivors
+        would be conditional on success, so no interval is reported."""
+        return self.n_bootstrap_failed > MAX_FAILED_SHARE * self.n_bootstrap_requested
+
+    @property
+    def interval_samples(self) -> dict[str, np.ndarray]:
+        """The replicates intervals are read from: ``samples``, or none when refused."""
+        return {} if self.intervals_refused else self.samples
 
     @property
     def has_loss_model(self) -> bool:
@@ -110,8 +158,8 @@ class ScalingFit:
     def predict_loss(self, n: float, d: float) -> dict[str, Any]:
         """{"N", "D", "loss", "ci": [low, high] or None} at one (N, D)."""
         value = float(self.loss(n, d))
-        ci = (percentile_interval(self.loss(n, d, self.samples), self.ci_level)
-              if self.samples else None)
+        ci = (percentile_interval(self.loss(n, d, self.interval_samples), self.ci_level)
+              if self.interval_samples else None)
         return {"N": float(n), "D": float(d), "loss": value, "ci": ci}
 
     def predict_optimal(self, budget: float) -> dict[str, Any]:
@@ -127,8 +175,8 @@ class ScalingFit:
         point = self.optimal(budget)
         out.update({k: (None if v is None else float(v)) for k, v in point.items()})
         out["ci"] = {}
-        if self.samples:
-            replicated = self.optimal(budget, self.samples)
+        if self.interval_samples:
+            replicated = self.optimal(budget, self.interval_samples)
             out["ci"] = {k: percentile_interval(v, self.ci_level)
                          for k, v in replicated.items() if v is not None}
         return out
@@ -146,9 +194,9 @@ class ScalingFit:
         out: dict[str, Any] = {"C": float(budget), "multiplier": float(multiplier), "N": n,
                                "D": d, "loss": loss,
                                "change": loss - float(self.loss(n, point["D_opt"])), "ci": {}}
-        if self.samples:
-            over = np.asarray(self.loss(n, d, self.samples), np.float64)
-            at_opt = np.asarray(self.loss(n, point["D_opt"], self.samples), np.float64)
+        if self.interval_samples:
+            over = np.asarray(self.loss(n, d, self.interval_samples), np.float64)
+            at_opt = np.asarray(self.loss(n, point["D_opt"], self.interval_samples), np.float64)
             out["ci"] = {"loss": percentile_interval(over, self.ci_level),
                          "change": percentile_interval(over - at_opt, self.ci_level)}
         return out
@@ -166,6 +214,11 @@ class ScalingFit:
                     "n_bootstrap": self.n_bootstrap,
                     "n_bootstrap_requested": self.n_bootstrap_requested,
                     "flops_per_param_token": self.flops_per_param_token})
+        if self.n_bootstrap_requested:
+            out.update({"resampling": jsonable(self.resampling),
+                        "n_bootstrap_failed": self.n_bootstrap_failed,
+                        "intervals_refused": self.intervals_refused,
+                        "max_failed_share": MAX_FAILED_SHARE})
         out["details"] = jsonable(self.details)
         if budgets:
             out["predictions"] = [jsonable(self.predict_optimal(c)) for c in budgets]
@@ -173,7 +226,10 @@ class ScalingFit:
             out["overtrained"] = [jsonable(self.predict_overtrained(c, m))
                                   for c in budgets for m in overtrain]
         out["degenerate"] = self.degenerate
-        out["unpinned"] = list(self.unpinned)
+        out["unpinned"] = list(self.not_pinned)
+        out["undetermined"] = list(self.unpinned)  # what makes the fit degenerate
+        out["too_wide"] = self.too_wide
+        out["pin_rule"] = PIN_RULE
         out["warnings"] = list(self.warnings)
         out["notes"] = list(self.notes)
         return out

@@ -60,3 +60,23 @@ def learning_curves(params: dict, sizes, *, tokens_per_param_max: float = 400.0,
                                   "params": float(n), "tokens": d, "loss": loss,
                                   "flops": laws.training_flops(n, d)}))
     return pd.concat(rows, ignore_index=True)
+
+
+def ladder_points(params: dict, sizes, *, trunks_per_size: int = 5,
+                  tokens_per_param=(5.0, 10.0, 20.0, 40.0, 80.0), trunk_noise: float = 0.01,
+                  noise: float = 0.002, rng: np.random.Generator) -> pd.DataFrame:
+    """A ladder from Chinchilla's L(N, D): per size N, ``trunks_per_size`` trunks (seeds), each
+    with one branch per tokens-per-parameter ratio. A trunk's branches share its random effect
+    (initialisation, data order, stable phase): L = L_true · exp(trunk_noise · u_trunk +
+    noise · z_row). Columns params, tokens, loss, flops, trunk."""
+    rows = []
+    for i, n in enumerate(sizes):
+        for t in range(trunks_per_size):
+            d = n * np.asarray(tokens_per_param, np.float64)
+            shared = trunk_noise * rng.standard_normal()
+            loss = laws.chinchilla_loss(params, n, d) * np.exp(
+                shared + noise * rng.standard_normal(len(d)))
+            rows.append(pd.DataFrame({"params": float(n), "tokens": d, "loss": loss,
+                                      "flops": laws.training_flops(n, d),
+                                      "trunk": f"n{i}-t{t}"}))
+    return pd.concat(rows, ignore_index=True)

@@ -17,6 +17,11 @@ match ``attnlab.results``' sweep tables, and can be renamed with ``--columns=par
   budget  optional, ``budget``: the IsoFLOP target of each run (approach 2)
   run_id, step  curves only
   experts  Clark et al.'s law only (``attnlab.scaling.clark``): ``model.moe_experts``
+  cluster  optional: the unit a bootstrap resamples whole (``cluster`` below). A ladder's
+          ``trunk`` column by default (a trunk's branches share its initialisation, data order
+          and stable phase); ``--cluster=COLUMN`` names another (e.g. a seed shared by an
+          ensemble's members), ``--cluster=none`` resamples rows. Rows with no value are their
+          own clusters.
 
 Rows whose ``status`` is not ``completed`` are dropped with a note. Every used value must be
 finite and positive: one bad value raises FitInputError naming the file, column and rows.
@@ -33,10 +38,14 @@ import pandas as pd
 from attnlab import results as sweep_results
 from attnlab.errors import AttnlabError
 from attnlab.scaling import laws, registry
+from attnlab.scaling.bootstrap import cluster_index
 from attnlab.scaling.errors import FitInputError
 from attnlab.scaling.laws import Law
 
 CANONICAL = ("params", "tokens", "loss", "flops", "budget", "run_id", "step", "experts")
+# The column whose value a ladder's branches share with their trunk: the default cluster.
+TRUNK_COLUMN = "trunk"
+NO_CLUSTER = "none"  # --cluster=none: every row its own unit
 # Evaluations a run needs for approach 1 to read its validation curve rather than the training
 # loss (a noisy minibatch estimate that also lags the weights by the averaging of the log).
 MIN_VALIDATION_POINTS = 4
@@ -57,6 +66,22 @@ class ScalingTable:
     source: str
     columns: dict[str, str]
     notes: tuple[str, ...] = ()
+
+    @property
+    def clusters(self) -> np.ndarray | None:
+        """[rows] cluster indices for the bootstrap (None: every row its own cluster)."""
+        if "cluster" not in self.frame:
+            return None
+        index = cluster_index(self.frame["cluster"])
+        return None if index.max() + 1 == len(index) else index
+
+    def resampling(self) -> dict:
+        """What a bootstrap of this table draws: {"unit", "column", "clusters"}."""
+        clusters = self.clusters
+        if clusters is None:
+            return {"unit": "row", "column": None, "clusters": len(self.frame)}
+        column = self.columns.get("cluster")
+        return {"unit": "cluster", "column": column, "clusters": int(clusters.max()) + 1}
 
     def __len__(self) -> int:
         return len(self.frame)
@@ -188,9 +213,12 @@ def _flops_column(df, law, mapping, source):
 
 
 def prepare_points(df: pd.DataFrame, *, law: str | Law, source: str = "results",
-                   columns: dict[str, str] | None = None) -> ScalingTable:
+                   columns: dict[str, str] | None = None,
+                   cluster: str | None = None) -> ScalingTable:
     """Checks a results table (one row per run) and returns its canonical columns: those
-    ``law`` (a ``--law`` name or a resolved law) reads."""
+    ``law`` (a ``--law`` name or a resolved law) reads. cluster: the column whose rows a
+    bootstrap resamples together (default: ``trunk`` when the table has one; ``"none"``:
+    rows)."""
     law = registry.resolve(law)
     mapping = dict(columns or {})
     notes: list[str] = []
@@ -208,7 +236,28 @@ def prepare_points(df: pd.DataFrame, *, law: str | Law, source: str = "results",
     budget = _pick(df, "budget", ("budget",), mapping, source, "", required=False)
     if budget:
         used["budget"] = budget
+    _cluster_column(df, cluster, used, source, notes)
     return _finish(df, used, law, source, notes)
+
+
+def _cluster_column(df, cluster, used, source, notes) -> None:
+    """Adds the cluster column to ``used`` (--cluster=COLUMN, else a ladder's trunk)."""
+    if cluster == NO_CLUSTER:
+        return
+    if cluster is not None and cluster not in df.columns:
+        raise FitInputError(f"{source}: no column {cluster!r} (--cluster); columns are: "
+                            f"{', '.join(map(str, df.columns))}")
+    column = cluster or (TRUNK_COLUMN if TRUNK_COLUMN in df.columns else None)
+    if column is None or not df[column].notna().any():
+        return
+    groups = df[column].nunique()
+    if groups == len(df):  # every row its own cluster: the row bootstrap
+        return
+    used["cluster"] = column
+    notes.append(f"bootstrap resamples clusters of rows sharing {column!r} ({groups} "
+                 + ("trunks, each with its branches, chosen automatically; --cluster=none "
+                    "resamples rows" if cluster is None else "values, --cluster")
+                 + ")")
 
 
 def prepare_curves(df: pd.DataFrame, *, law: str | Law, source: str = "curves",
@@ -284,6 +333,11 @@ def _finish(df, used, law, source, notes) -> ScalingTable:
     for name in ("params", "tokens", "loss", "flops", "budget", "step"):
         if name in frame:
             frame[name] = pd.to_numeric(frame[name]).astype(np.float64)
+    if "cluster" in frame:  # a row without a value is its own unit
+        missing = frame["cluster"].isna()
+        frame["cluster"] = frame["cluster"].astype(object)
+        frame.loc[missing, "cluster"] = [f"row {i}" for i in frame.index[missing]]
+        frame["cluster"] = frame["cluster"].astype(str)
     if "flops" not in frame:
         frame["flops"] = laws.training_flops(frame["params"], frame["tokens"])
         notes.append("no FLOPs column: C = 6·N·D")

@@ -113,16 +113,20 @@ def draw_plots(table: ScalingTable, fit3: ScalingFit | None, fit2: ScalingFit | 
 
 def headline(fit3: ScalingFit) -> str:
     """The fitted law and the allocation exponents, next to the published ones. A parameter the
-    data do not pin is shown by its name, not by a value that means nothing."""
+    data do not pin (``ScalingFit.not_pinned``: undetermined, or an interval too wide to act on)
+    is shown by its name, not by a value that means nothing."""
     p = fit3.params
 
     def value(name: str, spec: str) -> str:
-        return name if name in fit3.unpinned else format(p[name], spec)
+        return name if name in fit3.not_pinned else format(p[name], spec)
 
     lines = ["fitted law (L: validation loss in nats per token, N: parameters, D: tokens):",
              f"  L(N, D) = {value('E', '.3f')} + {value('A', '.4g')} / N^{value('alpha', '.3f')} "
              f"+ {value('B', '.4g')} / D^{value('beta', '.3f')}"]
-    if fit3.allocation_determined:
+    if fit3.allocation_determined and "a" in fit3.too_wide:
+        lines.append(f"  N_opt ~ C^a: not pinned, {fit3.too_wide['a']} (Hoffmann et al. 2022, "
+                     f"approach 3: C^0.46)")
+    elif fit3.allocation_determined:
         lines.append(f"  N_opt ~ C^{p['a']:.3f}, D_opt ~ C^{p['b']:.3f}   (Hoffmann et al. 2022, "
                      f"approach 3: C^0.46, C^0.54)")
     else:
