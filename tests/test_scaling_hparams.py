@@ -138,3 +138,16 @@ def test_token_counts_rounded_per_batch_size_form_one_group():
     assert any("one group" in note for note in notes)
     assert hparams.merge_close(np.array([100.0, 100.5, 103.0])).tolist() == pytest.approx(
         [np.sqrt(100 * 100.5)] * 2 + [103.0])
+
+
+def test_two_tables_comma_separated_are_read_as_one(tmp_path):
+    """A sweep and the sweep that widened its grid: one table, a run in both read once."""
+    frame = table().assign(run_id=lambda f: [f"r{i}" for i in range(len(f))])
+    frame.to_csv(tmp_path / "all.csv", index=False)
+    frame.iloc[:120].to_csv(tmp_path / "a.csv", index=False)
+    frame.iloc[100:].to_csv(tmp_path / "b.csv", index=False)  # rows 100-119 in both
+    whole = _cli(f"--results={tmp_path / 'all.csv'}", "--law=hparams", "--bootstrap=0")
+    parts = _cli(f"--results={tmp_path / 'a.csv'},{tmp_path / 'b.csv'}", "--law=hparams",
+                 "--bootstrap=0")
+    assert whole.returncode == parts.returncode == 0, parts.stderr
+    assert whole.stdout.split("\n", 1)[1] == parts.stdout.split("\n", 1)[1]

@@ -53,7 +53,8 @@ Fit Kaplan, Chinchilla or Clark et al. scaling laws to a sweep's results, with i
 # Where the table comes from and how to fit it: the flags of both `fit` and `plot`.
 INPUT_FLAGS = [
     Flag("results", "string", None, "A sweep directory or a results .parquet/.csv with columns "
-                                    "params, tokens, loss (optional flops, budget)."),
+                                    "params, tokens, loss (optional flops, budget); several, "
+                                    "comma-separated, are read as one table."),
     Flag("curves", "string", None, "Learning curves for approach 1: a .parquet/.csv with run_id, "
                                    "step, tokens, params, loss (optional flops), a directory "
                                    "holding curves.parquet, or a sweep directory."),

@@ -7,9 +7,10 @@ sec. 3; Li et al. 2025, "Step Law"):
 fitted in two stages to runs that differ in learning rate and batch size at several (N, D):
 
 1. per (N, D) group, the optimum, by one of two methods (``--optimum``):
-   smooth  Porian et al.: per batch size a parabola of the loss in log lr gives that batch's
-           best lr and loss; a parabola of those losses in log batch gives the best batch, and
-           the best lr there is interpolated in log batch. An optimum outside the grid it was
+   smooth  Porian et al.: per batch size a parabola of the loss in log lr (through the best
+           rate and its two neighbours) gives that batch's best lr and loss; a parabola of
+           those losses in log batch gives the best batch, and the best lr there is
+           interpolated in log batch. An optimum outside the grid it was
            fitted on is at the grid's edge: reported, and left out of the law.
    near    Step Law's spirit: the runs within ``--near`` percent of the group's best loss; the
            optimum is their geometric mean.
@@ -63,17 +64,20 @@ class PowerLaw:
 
 
 def _parabola_min(x: np.ndarray, y: np.ndarray) -> tuple[float, float, bool]:
-    """(x*, y*, inside) of a least-squares parabola through (x, y) (at least 3 distinct x);
-    without a minimum inside [min x, max x] the best point is returned with inside False."""
-    if np.unique(x).size < 3:
+    """(x*, y*, inside): the vertex of the parabola through the best point (mean y per distinct
+    x) and its two neighbours in x. A loss against the learning rate is not a parabola far from
+    its minimum (past a critical rate training diverges, a cliff), so only the neighbours
+    shape it. The best point at either end of the grid is returned with inside False."""
+    xs = np.unique(x)
+    if xs.size < 3:
         raise ValueError("fewer than 3 distinct values")
-    c2, c1, c0 = np.polyfit(x, y, 2)
-    if c2 > 0:
-        x_star = -c1 / (2 * c2)
-        if x.min() <= x_star <= x.max():
-            return float(x_star), float(c0 + c1 * x_star + c2 * x_star**2), True
-    best = int(np.argmin(y))
-    return float(x[best]), float(y[best]), False
+    ys = np.array([y[x == v].mean() for v in xs])
+    best = int(np.argmin(ys))
+    if best in (0, xs.size - 1):
+        return float(xs[best]), float(ys[best]), False
+    c2, c1, c0 = np.polyfit(xs[best - 1:best + 2], ys[best - 1:best + 2], 2)
+    x_star = -c1 / (2 * c2) if c2 > 0 else xs[best]
+    return float(x_star), float(c0 + c1 * x_star + c2 * x_star**2), True
 
 
 def smooth_optimum(lr: np.ndarray, batch: np.ndarray, loss: np.ndarray) -> Optimum:

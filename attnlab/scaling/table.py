@@ -108,7 +108,12 @@ def parse_columns(spec: str | None) -> dict[str, str]:
 
 
 def read_table(path: str | Path) -> pd.DataFrame:
-    """A results table: a sweep directory, or a .parquet / .csv file."""
+    """A results table: a sweep directory, or a .parquet / .csv file; several, comma-separated,
+    are read as one (a sweep and the sweep that widened its grid), a run in two once."""
+    if isinstance(path, str) and "," in path and not Path(path).exists():
+        frames = [read_table(part) for part in path.split(",") if part]
+        table = pd.concat(frames, ignore_index=True)
+        return table.drop_duplicates("run_id") if "run_id" in table.columns else table
     try:
         return sweep_results.load(path)
     except AttnlabError as error:
