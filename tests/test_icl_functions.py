@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from attnlab.config import DataConfig, ModelConfig, TrainConfig, Config
-from attnlab.data import icl, prepare
+from attnlab.data import icl, prepare, sources
 from attnlab.data.icl_functions import FUNCTIONS, ReluNet, SparseLinear
 from attnlab.errors import ConfigError
 
@@ -105,7 +105,7 @@ def test_a_class_built_directly_checks_its_parameter_too():
 
 def test_a_function_class_is_refused_where_nothing_reads_it():
     with pytest.raises(ConfigError, match="^config.data.icl_function"):
-        DataConfig(source="mqar", icl_function="relu_net")
+        sources.validate(DataConfig(source="mqar", icl_function="relu_net"))
 
 
 @pytest.mark.parametrize("function, extra, claim", [

@@ -10,6 +10,7 @@ import pytest
 from flax import nnx
 
 from attnlab import model as lm
+from attnlab.checks import check
 from attnlab.config import Config, DataConfig, ModelConfig, TrainConfig
 from attnlab.data import icl, prepare
 from attnlab.errors import ConfigError
@@ -112,7 +113,7 @@ def test_the_squared_error_objective_sums_the_weighted_x_positions_in_float64():
 ])
 def test_bad_regression_settings_are_refused_naming_the_field(model, data, field):
     with pytest.raises(ConfigError, match=f"^config.{field}"):
-        lm.check(Config(model=_model(**model), data=_data(**data)))
+        check(Config(model=_model(**model), data=_data(**data)))
 
 
 def _train(workdir, steps=4, examples=5, **train):
