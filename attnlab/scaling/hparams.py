@@ -30,6 +30,7 @@ import pandas as pd
 
 from attnlab.scaling import laws
 from attnlab.scaling.bootstrap import percentile_interval
+from attnlab.scaling.columns import drop_unfinished, pick_column
 from attnlab.scaling.errors import FitInputError
 
 METHODS = ("smooth", "near")
@@ -38,6 +39,8 @@ MERGE = 0.01  # params or tokens this close (relative) belong to one (N, D) grou
 COLUMNS = {"params": ("active_params", "params"), "tokens": ("tokens",),
            "lr": ("lr", "train.learning_rate"), "batch": ("batch",),
            "loss": ("loss", "final_val_loss")}
+WHY = {"params": "N", "tokens": "D", "lr": "the peak learning rate",
+       "batch": "tokens per step", "loss": "the final loss"}
 TARGETS = ("lr", "batch")
 
 
@@ -151,9 +154,9 @@ def group_optima(frame: pd.DataFrame, method: str, near: float) -> dict[tuple, O
     return found
 
 
-def fit_laws(frame: pd.DataFrame, method: str, near: float) -> tuple[dict, dict, list[str]]:
-    """The groups' optima, the power laws fitted to those inside their grids, and notes."""
-    optima = group_optima(frame, method, near)
+def fit_laws(optima: dict[tuple, Optimum]) -> tuple[dict, list[str]]:
+    """The power laws fitted to the group optima inside their grids, and notes; ValueError
+    when too few are."""
     inner = {k: o for k, o in optima.items() if not o.edge}
     keys = list(inner)
     n, d = (np.array([k[i] for k in keys], np.float64) for i in (0, 1))
@@ -163,7 +166,7 @@ def fit_laws(frame: pd.DataFrame, method: str, near: float) -> tuple[dict, dict,
         fitted[target], note = fit_power_law(n, d, y)
         if note and note not in notes:
             notes.append(note)
-    return optima, fitted, notes
+    return fitted, notes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,7 +220,7 @@ def _bootstrap(frame, method, near, n_bootstrap, seed, ci_level):
     for _ in range(n_bootstrap):
         rows = np.concatenate([rng.choice(c, size=c.size, replace=True) for c in cells])
         try:
-            _, fitted, _ = fit_laws(frame.loc[rows], method, near)
+            fitted, _ = fit_laws(group_optima(frame.loc[rows], method, near))
         except ValueError:
             failed += 1
             continue
@@ -235,22 +238,17 @@ def read_runs(frame: pd.DataFrame, source: str, columns: dict | None) -> tuple[p
                                                                                 list[str]]:
     """The completed runs' params, tokens, lr, batch (tokens per step) and loss."""
     mapping, notes = dict(columns or {}), []
-    if "status" in frame.columns:
-        frame = frame[frame["status"].astype(str) == "completed"]
-    if frame.empty:
-        raise FitInputError(f"{source}: no completed runs")
+    frame = drop_unfinished(frame, notes, source)
     out = {}
     for name, candidates in COLUMNS.items():
-        column = mapping.get(name) or next((c for c in candidates if c in frame.columns), None)
-        if column is None and name == "batch" and {"tokens", "steps"} <= set(frame.columns):
+        derived = name == "batch" and {"tokens", "steps"} <= set(frame.columns)
+        column = pick_column(frame, name, candidates, mapping, source, WHY[name],
+                             required=not derived)
+        if column is None:
             out[name] = frame["tokens"] / frame["steps"]
             notes.append("batch = tokens / steps (tokens per step)")
-            continue
-        if column not in frame.columns:
-            raise FitInputError(f"{source}: missing column {name!r} (looked for "
-                                f"{' or '.join(map(repr, candidates))}); map one with "
-                                f"--columns={name}:NAME")
-        out[name] = pd.to_numeric(frame[column], errors="coerce")
+        else:
+            out[name] = pd.to_numeric(frame[column], errors="coerce")
     runs = pd.DataFrame(out).reset_index(drop=True)
     bad = ~np.isfinite(runs.to_numpy(np.float64)).all(axis=1) | (runs <= 0).any(axis=1)
     if bad.any():
@@ -284,10 +282,11 @@ def merge_close(values: np.ndarray, rel: float | None = None) -> np.ndarray:
 def fit_hparams(frame: pd.DataFrame, *, method: str = "smooth", near: float = 0.0025,
                 n_bootstrap: int = 200, seed: int = 0, ci_level: float = 0.95,
                 notes: list[str] | None = None) -> HParamsFit:
+    optima = group_optima(frame, method, near)
     try:
-        optima, fitted, fit_notes = fit_laws(frame, method, near)
+        fitted, fit_notes = fit_laws(optima)
     except ValueError:
-        raise FitInputError(_too_few(frame, method, near)) from None
+        raise FitInputError(_too_few(frame, optima)) from None
     edge = [k for k, o in optima.items() if o.edge]
     if edge:
         fit_notes.append(f"{len(edge)} of {len(optima)} group optima at their grid's edge, "
@@ -300,10 +299,9 @@ def fit_hparams(frame: pd.DataFrame, *, method: str = "smooth", near: float = 0.
                       tuple((notes or []) + fit_notes), ci_level)
 
 
-def _too_few(frame: pd.DataFrame, method: str, near: float) -> str:
+def _too_few(frame: pd.DataFrame, optima: dict[tuple, Optimum]) -> str:
     """Why the law cannot be fitted, in one line: how many groups have an optimum inside their
     grid, and on which side the others lie."""
-    optima = group_optima(frame, method, near)
     groups = frame.groupby(["params", "tokens"]).ngroups
     edges = []
     for target in TARGETS:

@@ -39,6 +39,7 @@ from attnlab import results as sweep_results
 from attnlab.errors import AttnlabError
 from attnlab.scaling import laws, registry
 from attnlab.scaling.bootstrap import cluster_index
+from attnlab.scaling.columns import drop_unfinished, pick_column
 from attnlab.scaling.errors import FitInputError
 from attnlab.scaling.laws import Law
 
@@ -146,24 +147,6 @@ def read_curves(path: str | Path) -> pd.DataFrame:
     raise FitInputError(f"{path}: curves must be a .parquet or .csv file or a directory")
 
 
-def _pick(df: pd.DataFrame, name: str, candidates: tuple[str, ...], mapping: dict[str, str],
-          source: str, why: str, required: bool = True) -> str | None:
-    if name in mapping:
-        if mapping[name] not in df.columns:
-            raise FitInputError(f"{source}: no column {mapping[name]!r} (mapped to {name} by "
-                                f"--columns); columns are: {', '.join(map(str, df.columns))}")
-        return mapping[name]
-    for candidate in candidates:
-        if candidate in df.columns and df[candidate].notna().any():
-            return candidate
-    if required:
-        raise FitInputError(f"{source}: missing column {name!r} ({why}; looked for "
-                            f"{' or '.join(repr(c) for c in candidates)}); columns are: "
-                            f"{', '.join(map(str, df.columns))}. Map another column with "
-                            f"--columns={name}:NAME")
-    return None
-
-
 def _check_positive(frame: pd.DataFrame, columns: dict[str, str], source: str) -> None:
     for name in ("params", "tokens", "loss", "flops", "budget"):
         if name not in frame:
@@ -180,26 +163,6 @@ def _check_positive(frame: pd.DataFrame, columns: dict[str, str], source: str) -
                                 f"and > 0")
 
 
-def _drop_unfinished(df: pd.DataFrame, notes: list[str], source: str = "results") -> pd.DataFrame:
-    if df.empty:  # say so, rather than "missing column" for a table that has its header
-        raise FitInputError(f"{source}: the table has no rows (columns: "
-                            f"{', '.join(map(str, df.columns)) or 'none'})")
-    if "status" not in df.columns:
-        return df
-    done = df["status"].astype(str) == "completed"
-    if not done.all():
-        counts = df.loc[~done, "status"].astype(str).value_counts()
-        if not done.any():
-            # Say so plainly: otherwise the all-NaN loss column reads as a "missing column".
-            raise FitInputError(
-                f"{source}: none of the {len(df)} runs has status 'completed' ("
-                + ", ".join(f"{k}: {v}" for k, v in counts.items())
-                + "); see the 'error' column or each run's train.log")
-        notes.append(f"dropped {int((~done).sum())} of {len(df)} rows whose status is not "
-                     f"'completed' (" + ", ".join(f"{k}: {v}" for k, v in counts.items()) + ")")
-    return df[done]
-
-
 def _drop_trunks(df: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
     """A ladder sweep's trunks trained at a constant learning rate, a schedule cut short: the
     points of the law are their cooldown branches (``role`` branch)."""
@@ -214,7 +177,7 @@ def _drop_trunks(df: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
 
 
 def _flops_column(df, law, mapping, source):
-    return _pick(df, "flops", law.flops_columns, mapping, source, "", required=False)
+    return pick_column(df, "flops", law.flops_columns, mapping, source, "", required=False)
 
 
 def prepare_points(df: pd.DataFrame, *, law: str | Law, source: str = "results",
@@ -227,18 +190,19 @@ def prepare_points(df: pd.DataFrame, *, law: str | Law, source: str = "results",
     law = registry.resolve(law)
     mapping = dict(columns or {})
     notes: list[str] = []
-    df = _drop_trunks(_drop_unfinished(df, notes, source), notes)
+    df = _drop_trunks(drop_unfinished(df, notes, source), notes)
     params_candidates = law.params_columns
     used = {
-        "params": _pick(df, "params", params_candidates, mapping, source,
+        "params": pick_column(df, "params", params_candidates, mapping, source,
                         "model parameters N"),
-        "tokens": _pick(df, "tokens", ("tokens",), mapping, source, "training tokens D"),
-        "loss": _pick(df, "loss", ("loss", "final_val_loss"), mapping, source, "final loss L"),
+        "tokens": pick_column(df, "tokens", ("tokens",), mapping, source, "training tokens D"),
+        "loss": pick_column(df, "loss", ("loss", "final_val_loss"), mapping, source,
+                            "final loss L"),
     }
     flops = _flops_column(df, law, mapping, source)
     if flops:
         used["flops"] = flops
-    budget = _pick(df, "budget", ("budget",), mapping, source, "", required=False)
+    budget = pick_column(df, "budget", ("budget",), mapping, source, "", required=False)
     if budget:
         used["budget"] = budget
     _cluster_column(df, cluster, used, source, notes)
@@ -275,8 +239,9 @@ def prepare_curves(df: pd.DataFrame, *, law: str | Law, source: str = "curves",
     law = registry.resolve(law)
     mapping = dict(columns or {})
     notes: list[str] = []
-    df = _drop_trunks(_drop_unfinished(df, notes, source), notes)
-    run_column = _pick(df, "run_id", ("run_id",), mapping, source, "which run a step belongs to")
+    df = _drop_trunks(drop_unfinished(df, notes, source), notes)
+    run_column = pick_column(df, "run_id", ("run_id",), mapping, source,
+                             "which run a step belongs to")
     params_candidates = law.params_columns
     if runs is not None and not any(c in df.columns for c in params_candidates) \
             and "params" not in mapping and "run_id" in runs.columns:
@@ -285,15 +250,16 @@ def prepare_curves(df: pd.DataFrame, *, law: str | Law, source: str = "curves",
                       how="left", suffixes=("", "_runs"))
     used = {
         "run_id": run_column,
-        "params": _pick(df, "params", params_candidates, mapping, source, "model parameters N"),
-        "tokens": _pick(df, "tokens", ("tokens",), mapping, source, "tokens seen D"),
-        "loss": _pick(df, "loss", _curve_loss_columns(df, run_column, mapping, notes, source),
+        "params": pick_column(df, "params", params_candidates, mapping, source,
+                              "model parameters N"),
+        "tokens": pick_column(df, "tokens", ("tokens",), mapping, source, "tokens seen D"),
+        "loss": pick_column(df, "loss", _curve_loss_columns(df, run_column, mapping, notes, source),
                       mapping, source, "loss L"),
     }
     flops = _flops_column(df, law, mapping, source)
     if flops:
         used["flops"] = flops
-    step = _pick(df, "step", ("step",), mapping, source, "", required=False)
+    step = pick_column(df, "step", ("step",), mapping, source, "", required=False)
     if step:
         used["step"] = step
     logged = df[used["loss"]].notna() & (pd.to_numeric(df[used["tokens"]], errors="coerce") != 0)

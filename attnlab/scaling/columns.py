@@ -1,0 +1,52 @@
+"""Reading a results table's columns, for every law that reads one: which column holds a
+quantity (``--columns`` first), and the completed runs."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from attnlab.scaling.errors import FitInputError
+
+
+def pick_column(df: pd.DataFrame, name: str, candidates: tuple[str, ...],
+                mapping: dict[str, str], source: str, why: str,
+                required: bool = True) -> str | None:
+    """The column that holds ``name``: the one ``--columns`` maps to it, else the first of
+    ``candidates`` with a value; None, or FitInputError naming the flag, when there is none."""
+    if name in mapping:
+        if mapping[name] not in df.columns:
+            raise FitInputError(f"{source}: no column {mapping[name]!r} (mapped to {name} by "
+                                f"--columns); columns are: {', '.join(map(str, df.columns))}")
+        return mapping[name]
+    for candidate in candidates:
+        if candidate in df.columns and df[candidate].notna().any():
+            return candidate
+    if required:
+        raise FitInputError(f"{source}: missing column {name!r} ({why}; looked for "
+                            f"{' or '.join(repr(c) for c in candidates)}); columns are: "
+                            f"{', '.join(map(str, df.columns))}. Map another column with "
+                            f"--columns={name}:NAME")
+    return None
+
+
+def drop_unfinished(df: pd.DataFrame, notes: list[str],
+                    source: str = "results") -> pd.DataFrame:
+    """The rows whose status is ``completed`` (all, without a status column), with a note on
+    those dropped; FitInputError for an empty table or one with none completed."""
+    if df.empty:  # say so, rather than "missing column" for a table that has its header
+        raise FitInputError(f"{source}: the table has no rows (columns: "
+                            f"{', '.join(map(str, df.columns)) or 'none'})")
+    if "status" not in df.columns:
+        return df
+    done = df["status"].astype(str) == "completed"
+    if not done.all():
+        counts = df.loc[~done, "status"].astype(str).value_counts()
+        if not done.any():
+            # Say so plainly: otherwise the all-NaN loss column reads as a "missing column".
+            raise FitInputError(
+                f"{source}: none of the {len(df)} runs has status 'completed' ("
+                + ", ".join(f"{k}: {v}" for k, v in counts.items())
+                + "); see the 'error' column or each run's train.log")
+        notes.append(f"dropped {int((~done).sum())} of {len(df)} rows whose status is not "
+                     f"'completed' (" + ", ".join(f"{k}: {v}" for k, v in counts.items()) + ")")
+    return df[done]
