@@ -36,6 +36,7 @@ from attnlab.data.cache import atomic_directory, build_lock
 from attnlab.data.errors import DataSourceError
 from attnlab.data.files import SPLIT_RULE, SPLITS, split_of_digest
 from attnlab.data.tokenizer import EOS_BYTE, ByteTokenizer
+from attnlab.rundir import write_json_atomic
 
 FORMAT_VERSION = 1
 TOKENIZER_FILE = "tokenizer.json"
@@ -198,18 +199,13 @@ def tokenize_shard(job: dict) -> dict:
         os.replace(tmp[split], shard_tokens(out, index, split))
     record = {"file": str(path), "bytes": path.stat().st_size, "sha256": _file_sha256(path),
               "splits": stats}
-    tmp = out / f"{job['index']:05d}.json.tmp"
-    tmp.write_text(json.dumps(record, sort_keys=True))
-    os.replace(tmp, out / f"{job['index']:05d}.json")
+    write_json_atomic(out / f"{job['index']:05d}.json", record)
     return record
 
 
 def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 class Progress:
