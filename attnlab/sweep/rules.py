@@ -10,7 +10,8 @@ import dataclasses
 import math
 
 from attnlab.model.architecture import PARAMETERIZATIONS
-from attnlab.sweep.sections import Shape, SweepSpecError, number_at_least_zero
+from attnlab.sweep.sections import (Shape, SweepSpecError, number_at_least_zero,
+                                    positive_number)
 
 
 class _Rule:
@@ -52,10 +53,7 @@ class LearningRate:
 
     def check(self, rule: LearningRateRule, field: str) -> None:
         for factor in rule.factors:
-            if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not (
-                    0 < factor < math.inf):
-                raise SweepSpecError(f"{field}.factors", f"each factor must be a positive "
-                                                         f"number, got {factor!r}")
+            positive_number(factor, f"{field}.factors")
         if len(set(rule.factors)) != len(rule.factors):
             raise SweepSpecError(f"{field}.factors", f"repeats a factor: {rule.factors}")
         for name in ("base_lr", "report", "tuned_d_model"):
