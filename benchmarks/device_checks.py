@@ -7,7 +7,8 @@ GPU, and at "highest", true float32) and in bfloat16.
 
 Tolerances (logits and losses relative to the largest magnitude compared; parameters as the L2
 norm of the difference over the L2 norm of the update, see ``update_error``):
-float32 1e-3 (a GPU's float32 matmuls may run in TF32, 10 mantissa bits: ~5e-4 per product),
+float32 1e-2 (a GPU's float32 matmuls may run in TF32, 10 mantissa bits: ~5e-4 per product,
+magnified in the updates as below; 1e-3 failed at 3.4e-3 on an H200 where "highest" gave 3.5e-6),
 float32 at "highest" 1e-4 (23 bits; Adam's first steps move a parameter by about the learning
 rate whatever its gradient's size, which magnifies a rounding of a tiny gradient), bfloat16 3e-2 (8 mantissa bits: ~4e-3 per rounding, a few roundings deep). Exit status 1 if any
 check fails; the table says by how much each passed or failed.
@@ -33,9 +34,10 @@ from attnlab.train.optimizer import optimizer_for  # noqa: E402
 from attnlab.train.state import init_train_state  # noqa: E402
 from attnlab.train.step import make_train_step  # noqa: E402
 
-# (dtype, matmul precision): tolerance. On a lent H200 the default float32 row measured 3.4e-3
-# for the parameter updates: the highest-precision row says whether TF32 accounts for it.
-TOLERANCE = {("float32", "default"): 1e-3, ("float32", "highest"): 1e-4,
+# (dtype, matmul precision): tolerance. On a lent H200 (2026-11-27, twice) the default float32
+# row measured 3.4e-3 for the parameter updates and the "highest" row 3.5e-6: TF32's rounding,
+# magnified by Adam's first steps as in bf16, not the ensemble, so TF32 is held to 1e-2.
+TOLERANCE = {("float32", "default"): 1e-2, ("float32", "highest"): 1e-4,
              ("bfloat16", "default"): 3e-2}
 VOCAB, SEQ, BATCH = 512, 64, 8
 SHAPES = {"gpu": {"d_model": 128, "n_layers": 4, "n_heads": 4},  # the quickstart gpu plan's

@@ -12,9 +12,10 @@
 # finishes what the first left (work lives in --work, default sweeps/device_session/, which git
 # ignores).
 # --budget: seconds for the whole call (default 480); each study gets what is left of it.
-# The studies come before the throughput benchmark: on the first lent H200 (2026-11-27,
-# docs/results/device_h200_2026-11-27/) benchmarks/gpu.py at two batches and three ensemble sizes
-# took 316 s of the 480, and the studies it left time for had not started.
+# The studies come first, then the throughput benchmark, then the device checks: on the first
+# lent H200 (2026-11-27, docs/results/device_h200_2026-11-27/) benchmarks/gpu.py at two batches
+# and three ensemble sizes took 316 s of the 480, and on the second (device_h200_2026-11-27b/)
+# the checks took 226 s; the quickstart study (40 runs, 4 workers) took about 6 minutes.
 #
 # On a lent machine, with its own image's jax, the packages the image lacks travel as wheels
 # (benchmarks/device_wheels.sh, run here first; .whl/ is named in the run's carry):
@@ -90,6 +91,14 @@ study() {
   publish
 }
 
+# timed NAME SECONDS COMMAND...: a stage that needs about SECONDS (measured on an H200), run
+# only when that much of the budget is left.
+timed() {
+  local name=$1 needs=$2; shift 2
+  if [ -e "$WORK/.done-$name" ] || [ "$(left)" -ge "$needs" ]; then stage "$name" "$@"
+  else say "$name: needs ~$needs s, $(left) s left; run me again"; fi
+}
+
 say "device session: smoke=$SMOKE budget=${BUDGET}s work=$WORK out=$OUTDIR"
 stage env bash -c "${ATTNLAB[*]} env --json='$WORK/env.json'"
 if [ "$SMOKE" = 1 ]; then
@@ -100,14 +109,10 @@ if [ "$SMOKE" = 1 ]; then
   stage gpu bash -c "$PY benchmarks/gpu.py --smoke --ks 1,2 > '$WORK/gpu.md'"
 else
   PARALLEL=4 BOOTSTRAP=200
-  stage checks "$PY" benchmarks/device_checks.py --out "$WORK/checks.md"
   study quickstart experiments/quickstart.py:gpu
   study architectures experiments/architectures.py:gpu
-  if [ -e "$WORK/.done-gpu" ] || [ "$(left)" -ge 150 ]; then  # ~150 s on an H200
-    stage gpu bash -c "$PY benchmarks/gpu.py --batch 32 --ks 1,16 > '$WORK/gpu.md'"
-  else
-    say "gpu: needs ~150 s, $(left) s left; run me again"
-  fi
+  timed gpu 150 bash -c "$PY benchmarks/gpu.py --batch 32 --ks 1,16 > '$WORK/gpu.md'"
+  timed checks 240 "$PY" benchmarks/device_checks.py --out "$WORK/checks.md"
 fi
 publish
 missing=$(for s in env checks gpu quickstart architectures; do [ -e "$WORK/.done-$s" ] || echo -n "$s "; done)
