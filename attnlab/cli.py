@@ -15,7 +15,7 @@ from attnlab.cli_flags import HelpRequested
 from attnlab.errors import AttnlabError
 from attnlab.interrupts import (EXIT_INTERRUPTED, exit_at_once_on_interrupt,
                                  ignore_from_now_on, watchdog)
-from attnlab import outputs
+from attnlab import outputs, rundir
 
 
 # name -> (module, function, one-line help)
@@ -113,6 +113,8 @@ def _one_line(error: Exception) -> str:
     a missing directory) as its reason and the file it names."""
     if isinstance(error, AttnlabError) or not isinstance(error, OSError):
         return str(error)
+    if (failure := rundir.write_failure(error)) is not None:  # the storage refused a write
+        return str(failure)
     where = f": {error.filename}" if error.filename else ""
     return f"{error.strerror or type(error).__name__}{where}"
 
@@ -199,6 +201,10 @@ def console_main() -> int:
         code = EXIT_INTERRUPTED
     finally:
         ignore_from_now_on()
+    # CPython remembers a KeyboardInterrupt that escaped code run by exec() of a string (how
+    # dataclasses and namedtuple build methods, so an interrupt during an import can) and then
+    # exits by SIGINT whatever status sys.exit gives; a string exec that succeeds forgets it.
+    exec("None")
     return code
 
 

@@ -115,15 +115,21 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    tmp.touch(exist_ok=False)  # permissions from the umask, like any new file
     try:
-        yield tmp
-        with open(tmp, "rb") as handle:  # on disk before the rename makes it visible
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+        tmp.touch(exist_ok=False)  # permissions from the umask, like any new file
+        try:
+            yield tmp
+            with open(tmp, "rb") as handle:  # on disk before the rename makes it visible
+                os.fsync(handle.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+    except OSError as error:
+        # A failed write (ENOSPC, EROFS) names the file the user asked for, not the temporary.
+        if error.filename not in (None, str(tmp)):
+            raise
+        raise OSError(error.errno, error.strerror, str(path)) from error
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:

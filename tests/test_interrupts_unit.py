@@ -89,6 +89,29 @@ def test_an_interrupt_swallowed_by_a_gc_callback_exits_130_in_one_line():
         "interrupted; exiting now (rerun the same command to resume)"]
 
 
+def test_an_interrupt_during_an_import_exits_130_not_by_sigint(tmp_path):
+    """An interrupt that lands while a module builds code with exec() of a string (dataclasses,
+    namedtuple: an import in the command's first second) makes CPython exit by SIGINT (-2)
+    after the script's sys.exit(130), unless the console script clears that memory. Run as
+    `python -m`, as `attnlab` is: 1 in 30 SIGTERMs at 1.2-1.6 s into `attnlab quickstart` did."""
+    (tmp_path / "interrupted_import.py").write_text(textwrap.dedent("""
+        import sys
+        from attnlab import cli
+
+        def command(argv):
+            exec("raise KeyboardInterrupt")  # as SIGTERM inside a dataclass's exec would
+
+        cli.COMMANDS["interrupted-import"] = (__name__, "command", "")
+        sys.argv = ["attnlab", "interrupted-import"]
+        sys.exit(cli.console_main())
+    """))
+    done = subprocess.run([sys.executable, "-m", "interrupted_import"], cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, str(tmp_path)])},
+                          capture_output=True, text=True, timeout=60, preexec_fn=_default_signals)
+    assert done.returncode == interrupts.EXIT_INTERRUPTED, (done.returncode, done.stderr)
+    assert "Traceback" not in done.stderr
+
+
 def test_a_second_interrupt_exits_at_once_even_when_the_first_was_caught():
     done = _python("""
         import os, signal, time

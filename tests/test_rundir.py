@@ -1,7 +1,9 @@
 """attnlab.rundir: the on-disk names, atomic writes under concurrent writers, tolerant reads."""
 
+import errno
 import json
 import multiprocessing
+import os
 
 import pytest
 
@@ -69,6 +71,26 @@ def test_a_failed_write_keeps_the_old_file_and_no_temporary(tmp_path):
             raise RuntimeError("writer died")
     assert target.read_text() == "old\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results.csv"]
+
+
+def test_a_full_disk_names_the_file_asked_for_not_the_temporary(tmp_path):
+    # A write that runs out of space raises an OSError with no file name; the one error line
+    # the commands print must still say which file could not be written.
+    target = tmp_path / "fit.json"
+    target.write_text("old\n")
+    with pytest.raises(OSError) as caught:
+        with rundir.atomic_path(target) as tmp:
+            tmp.write_text("half")
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    assert caught.value.errno == errno.ENOSPC and caught.value.filename == str(target)
+    assert target.read_text() == "old\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fit.json"]
+    # An error about another file keeps its own name.
+    other = tmp_path / "elsewhere" / "x"
+    with pytest.raises(FileNotFoundError) as caught:
+        with rundir.atomic_path(target):
+            other.read_text()
+    assert caught.value.filename == str(other)
 
 
 def test_reads_say_what_missing_or_partial_means(tmp_path):

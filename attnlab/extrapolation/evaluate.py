@@ -39,6 +39,7 @@ from tqdm.auto import tqdm
 
 import attnlab
 from attnlab import model as lm
+from attnlab import rundir
 from attnlab.config import Config, ModelConfig
 from attnlab.extrapolation import protocol
 from attnlab.extrapolation.protocol import PROTOCOLS, EvaluationError, WindowPlan
@@ -436,6 +437,8 @@ def evaluate_run(run_dir: str | Path, settings: EvalSettings = EvalSettings(), *
     paths = report_paths(run_dir, tag)
     if not force and is_current(run_dir, settings, tag):
         return json.loads(paths["json"].read_text())
+    # Refused before the evaluation rather than after it: a read-only run cannot take the report.
+    rundir.check_can_write_file(paths["json"], "--run")
 
     fingerprint = checkpoint_fingerprint(run_dir, step)  # of the files about to be read
     cfg, _, state = load_params(run_dir, step)

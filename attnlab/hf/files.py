@@ -152,6 +152,10 @@ class staged:
     def __exit__(self, kind, value, traceback) -> None:
         if kind is not None:
             shutil.rmtree(self.stage, ignore_errors=True)
+            if isinstance(value, OSError) and (not value.filename
+                                               or str(value.filename).startswith(str(self.stage))):
+                # A full disk names the directory the user asked for, not the temporary one.
+                raise OSError(value.errno, value.strerror, str(self.target)) from value
             return
         if self.target.exists():
             self.target.rmdir()  # empty (checked on entry)
