@@ -140,6 +140,10 @@ class MixtureCorpus:
                          "weight": float(w), "manifest": c.manifest}
                         for e, w, c in zip(entries, self.weights, corpora)],
             "tokenizer": corpora[0].manifest["tokenizer"],
+            "separator": (documented or corpora)[0].manifest.get("separator"),
+            "splits": {s: {k: sum(c.manifest.get("splits", {}).get(s, {}).get(k, 0)
+                                  for c in corpora) for k in ("documents", "bytes")}
+                       for s in self.splits},
             "tokens": {s: self.num_tokens(s) for s in self.splits},
         }
 
