@@ -172,7 +172,8 @@ BAD = [
     ("wiki=1,markov=1", "unknown source 'wiki'"),
     ("shards=1,markov=1", "needs a directory"),
     ("shards:=1,markov=1", "an empty path"),
-    ("induction=1,markov=1", "a task"),
+    ("induction=1,markov=1", "induction is not one"),  # a task: sampled as it is read
+    ("mixture=1,markov=1", "mixture is not one"),
     ("markov=1", "two or more sources"),
     ("markov=1,markov=2", "two sources named 'markov'"),
 ]

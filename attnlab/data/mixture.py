@@ -86,6 +86,19 @@ def _entry(text: str, path_sources) -> Entry:
                  text=text)
 
 
+def for_entry(entry: Entry, function, *args, errors=ConfigError):
+    """``function(*args)`` for ``entry``: an error about its source or path (which the entry
+    gives), or about its data, names data.mixture and the entry."""
+    try:
+        return function(*args)
+    except errors as e:
+        if isinstance(e, ConfigError):
+            if e.field not in ("data.source", "data.path"):
+                raise
+            raise ConfigError(FIELD, f"{entry.text!r}: {e.reason}") from None
+        raise type(e)(f"{FIELD} entry {entry.text!r}: {e}") from None
+
+
 def apportion(total: int, weights: np.ndarray) -> np.ndarray:
     """Integers summing to ``total`` in the proportions of ``weights`` (largest remainders)."""
     exact = total * weights / weights.sum()

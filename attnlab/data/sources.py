@@ -22,7 +22,7 @@ from attnlab.config import DataConfig, is_tokenizer_file, validate_data
 from attnlab.data import builders, corpus, icl, mixture, shards
 from attnlab.data.cache import cache_root
 from attnlab.data.errors import DataError, UnknownDatasetError
-from attnlab.data.tfds_build import TfdsBuild
+from attnlab.data.tfds_build import TfdsBuild, check_feature
 from attnlab.data.files import SPLITS
 from attnlab.data.tokenizer import ByteTokenizer, bpe_separator_id
 from attnlab.errors import ConfigError
@@ -45,6 +45,11 @@ class Source:
     def reads(self, d) -> tuple[str, ...]:
         """The source-specific data fields this source reads (:attr:`fields`)."""
         return self.fields
+
+    @property
+    def mixable(self) -> bool:
+        """Whether it can be an entry of a mixture: a corpus, not a task sampled as read."""
+        return not self.is_task
 
     def validate(self, d) -> None:
         """The data section's rules that depend on this source."""
@@ -184,28 +189,13 @@ class Tfds(Source):
             ) from e
         except (ValueError, KeyError, AttributeError) as e:
             raise UnknownDatasetError(f"data.source: TFDS cannot load {name!r}: {e}") from e
-        _check_feature(builder, name, feature)
+        check_feature(builder, name, feature)
         config_name = builder.builder_config.name if builder.builder_config else "default"
         return TfdsBuild(name=self.name, builder=builder, feature=feature,
                          split_names={},  # known once the dataset is prepared
                          separated=True, own_builder=False,
                          key=Path("tfds") / builder.name / config_name / str(builder.version)
                          / feature)
-
-
-def _check_feature(builder, name: str, feature: str) -> None:
-    features = builder.info.features
-    if feature not in features.keys():
-        raise UnknownDatasetError(
-            f"data.source: {name} has no feature {feature!r}; its features are "
-            f"{', '.join(sorted(features.keys()))}"
-        )
-    spec = features[feature]
-    if np.dtype(spec.np_dtype) != np.dtype(object) or tuple(spec.shape) != ():
-        raise UnknownDatasetError(
-            f"data.source: feature {feature!r} of {name} is {type(spec).__name__} "
-            f"{spec.np_dtype} {spec.shape}, not a text string"
-        )
 
 
 class Shards(Source):
@@ -356,22 +346,23 @@ class Mixture(Source):
     name = "mixture"
     fields = ("mixture",)
     tokenizer_files = True  # and data.document_mask: each entry's source decides
+    mixable = False  # entries are sources, not mixtures
 
     def parts(self, d) -> list[tuple[mixture.Entry, Source, object]]:
         """``(entry, its source, its data section)`` of each entry, each checked."""
         paths = tuple(n for n, cls in SOURCES.items() if cls.reads_path)
         out = []
         for entry in mixture.parse(d.mixture, paths):
-            source = _named(entry, resolve, entry.source)
+            source = mixture.for_entry(entry, resolve, entry.source)
+            if not source.mixable:
+                raise ConfigError("data.mixture", f"{entry.text!r}: a mixture mixes corpora; "
+                                  f"{entry.source} is not one")
             others = {f for cls in SOURCES.values() for f in cls.fields} - set(source.fields)
             if not source.slices:  # data.max_bytes slices the entries that can be sliced
                 others.add("max_bytes")
             section = dataclasses.replace(d, source=entry.source, path=entry.path,
                                           **{f: _DEFAULTS[f] for f in others})  # and mixture
-            _named(entry, validate, section)
-            if source.is_task:
-                raise ConfigError("data.mixture", f"{entry.text!r}: {entry.source} is a task "
-                                  "sampled as it is read; a mixture mixes corpora")
+            mixture.for_entry(entry, validate, section)
             out.append((entry, source, section))
         return out
 
@@ -405,21 +396,9 @@ class Mixture(Source):
 
     def prepare(self, d):
         parts = self.parts(d)
-        corpora = [_named(e, s.prepare, section, errors=DataError) for e, s, section in parts]
+        corpora = [mixture.for_entry(e, s.prepare, section, errors=DataError)
+                   for e, s, section in parts]
         return mixture.MixtureCorpus(d.mixture, [e for e, _, _ in parts], corpora)
-
-
-def _named(entry, function, *args, errors=ConfigError):
-    """``function(*args)`` for a mixture's ``entry``: an error about its source or path (which
-    the entry gives), or about its data, names data.mixture and the entry."""
-    try:
-        return function(*args)
-    except errors as e:
-        if isinstance(e, ConfigError):
-            if e.field not in ("data.source", "data.path"):
-                raise
-            raise ConfigError("data.mixture", f"{entry.text!r}: {e.reason}") from None
-        raise type(e)(f"data.mixture entry {entry.text!r}: {e}") from None
 
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(DataConfig)}
