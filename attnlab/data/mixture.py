@@ -11,7 +11,8 @@ Global row r of the training stream (batch i holds rows ``[i B, (i + 1) B)``) go
 source's own :class:`~attnlab.data.batches.Batches` maps to a window (its epochs, its seeded
 order). The pattern is a period of ``P = 2^16`` rows holding ``n_s`` rows of source s
 (``n_s / P`` = its weight, rounded by largest remainders), each source's rows spread evenly
-over the period: any run of m rows holds within ``K`` rows of ``m w_s`` rows of source s. So
+over the period: any run of m rows holds ``m w_s`` rows of source s to within a couple of rows
+(measured in docs/data.md), in every batch and not only on average. So
 batch i is a pure function of (the sources' corpora, the weights, seed, i), with no state.
 """
 
