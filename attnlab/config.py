@@ -145,6 +145,9 @@ class DataConfig:
 
     source: str = "pystdlib"  # a source of attnlab/data/sources.py, or tfds:<name>/<feature>
     path: str = ""  # text_files: a directory or a glob; shards: also several, comma-separated
+    # Several sources with weights, e.g. "web@shards:/data/web=0.7,pystdlib=0.3"
+    # (attnlab/data/mixture.py); each reads the rest of this section.
+    mixture: str = ""
     text_field: str = "text"  # shards: the Parquet column / JSON key of each document's text
     workers: int = 0  # shards: processes that tokenize (0: one per core)
     max_bytes: int = 0  # >0 builds a smaller, separately cached slice of the corpus

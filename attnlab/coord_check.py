@@ -223,10 +223,11 @@ def _measured_step(cfg: Config, probe: jax.Array) -> Callable:
 
 def _config_batches(cfg: Config) -> Callable[[int], np.ndarray]:
     """Batch ``i`` of the config's training data."""
-    from attnlab.data import Batches, prepare
+    from attnlab.data import prepare
 
-    corpus = prepare(cfg.data)
-    train = Batches(corpus, "train", cfg.data.seq_len, cfg.data.batch_size, cfg.data.seed)
+    # The corpus's own batches: a mixture's draw across its sources.
+    train = prepare(cfg.data).train_batches(cfg.data.seq_len, cfg.data.batch_size,
+                                            cfg.data.seed)
     return lambda i: np.asarray(train[i])
 
 

@@ -13,8 +13,13 @@ Columns of the table (swept config fields keep their dotted names, e.g. ``model.
   run_id, status, sweep, mode, [budget], [role, trunk, shared_flops], <swept fields...>,
   model.objective (always: clm, mlm or span, see attnlab/model/objectives.py), params,
   non_embedding_params,
-  embedding_params, tokens, steps, total_steps, flops, flops_chinchilla, final_val_loss,
-  best_val_loss, final_train_loss, wall_seconds, tokens_per_s, mfu, error
+  embedding_params, tokens, unique_tokens, epochs, steps, total_steps, flops,
+  flops_chinchilla, final_val_loss, best_val_loss, final_train_loss, wall_seconds,
+  tokens_per_s, mfu, error, [unique_tokens/<source>, tokens/<source>, epochs/<source>]
+
+``unique_tokens`` is the training split's tokens (a mixture's: summed over its sources) and
+``epochs`` = tokens / unique_tokens, the U_D and repeats of a data-constrained law; a mixture's
+runs add those of each source, named as in ``data.mixture``.
 
 ``status`` is one of completed, diverged, failed (final), partial (started: a checkpoint, metrics
 or an interrupted attempt exists; rerunning the sweep resumes it), pending (not started).
@@ -48,9 +53,13 @@ DEFAULT_OBJECTIVE = ModelConfig().objective
 # Ladder sweeps: a trunk's or a cooldown branch's role, a branch's trunk (run id) and the 6ND
 # FLOPs it shares with the trunk (its ``flops`` count them too: the compute of its result).
 _LADDER = ["role", "trunk", "shared_flops"]
-_TRAILING = ["params", "non_embedding_params", "embedding_params", "tokens", "steps",
-             "total_steps", "flops", "flops_chinchilla", "final_val_loss", "best_val_loss",
-             "final_train_loss", "wall_seconds", "tokens_per_s", "mfu", "error"]
+_TRAILING = ["params", "non_embedding_params", "embedding_params", "tokens", "unique_tokens",
+             "epochs", "steps", "total_steps", "flops", "flops_chinchilla", "final_val_loss",
+             "best_val_loss", "final_train_loss", "wall_seconds", "tokens_per_s", "mfu", "error"]
+
+
+# A mixture's columns per source, each name followed by the source's: unique_tokens/web, ...
+PER_SOURCE = ("unique_tokens/", "tokens/", "epochs/")
 
 
 class ResultsError(AttnlabError):
@@ -93,6 +102,12 @@ def run_row(run_dir: str | Path) -> dict[str, Any]:
     finished = status in FINAL_STATUSES and bool(summary)
     row["tokens"] = summary.get("tokens") if finished else planned.get("tokens")
     row["steps"] = summary.get("step", 0) if summary else 0
+    # The training split's tokens (recorded when the run starts) and the times it was read.
+    row["unique_tokens"] = summary.get("unique_tokens")
+    row["epochs"] = (row["tokens"] / row["unique_tokens"]
+                     if row["tokens"] is not None and row["unique_tokens"] else None)
+    if finished:
+        row.update({k: v for k, v in summary.items() if k.startswith(PER_SOURCE)})
     row["total_steps"] = planned.get("steps")
     per_token = planned.get("flops_per_token", {})
     tokens = row["tokens"] or 0
@@ -125,11 +140,15 @@ def build_table(workdir: str | Path) -> pd.DataFrame:
     if not rows:
         return pd.DataFrame(columns=[c for c in _LEADING if c != "budget"] + _TRAILING)
     swept: list[str] = []
+    per_source: list[str] = []
     for row in rows:
-        swept += [k for k in row if k not in _LEADING + _TRAILING + _LADDER and k not in swept]
+        per_source += [k for k in row if k.startswith(PER_SOURCE) and k not in per_source]
+        swept += [k for k in row if k not in _LEADING + _TRAILING + _LADDER + per_source
+                  and k not in swept]
     has_budget = any("budget" in row for row in rows)
     ladder = [c for c in _LADDER if any(c in row for row in rows)]
-    columns = [c for c in _LEADING if c != "budget" or has_budget] + ladder + swept + _TRAILING
+    columns = ([c for c in _LEADING if c != "budget" or has_budget] + ladder + swept + _TRAILING
+               + per_source)
     df = pd.DataFrame(rows, columns=columns)
     sort_by = (["budget"] if has_budget else []) + ["non_embedding_params", "tokens", "run_id"]
     return _uniform_columns(df.sort_values(sort_by, kind="stable").reset_index(drop=True))
@@ -207,7 +226,8 @@ def curves(path: str | Path) -> pd.DataFrame:
         merged["flops"] = merged["tokens"] * per_token.get("kaplan_6n", math.nan)
         merged["flops_chinchilla"] = merged["tokens"] * per_token.get("chinchilla", math.nan)
         keys = {k: v for k, v in row.items() if (k not in _TRAILING or
-                k in ("params", "non_embedding_params")) and k != "shared_flops"}
+                k in ("params", "non_embedding_params")) and k != "shared_flops"
+                and not k.startswith(PER_SOURCE)}  # per step in the metrics instead
         keys.pop("sweep", None)
         keys.pop("mode", None)
         for i, (key, value) in enumerate(keys.items()):
@@ -252,7 +272,7 @@ def seed_spread(df: pd.DataFrame, metric: str = "final_val_loss") -> pd.DataFram
     if not seeds or done[seeds].drop_duplicates().shape[0] < 2:
         return pd.DataFrame(columns=["seeds", "mean", "std", "range"])
     fixed = {"run_id", "status", "sweep", "mode", OBJECTIVE_COLUMN, *seeds, *_TRAILING}
-    point = [c for c in df.columns if c not in fixed]
+    point = [c for c in df.columns if c not in fixed and not c.startswith(PER_SOURCE)]
     groups = done.groupby(point, dropna=False)[metric] if point else [((), done[metric])]
     rows = [dict(zip(point, key if isinstance(key, tuple) else (key,)),
                  seeds=len(values), mean=values.mean(), std=values.std(ddof=1),

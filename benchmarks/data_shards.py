@@ -3,6 +3,7 @@ batch encoding of the same text, at 1 and N worker processes, and the build's pe
 
     python benchmarks/data_shards.py                       # 64 MB, an 8,192-id BPE, 1 and 2 workers
     python benchmarks/data_shards.py --mb 1000 --vocab 50257 --workers 1 2 16
+    python benchmarks/data_shards.py --corpus=runs/web_corpus --mb=16  # only write the corpus
 
 The corpus is generated here (Zipf-distributed words in documents of 20-2,000 words), half
 Parquet and half JSONL.zst shards, and the tokenizer.json is trained here on a 2 MB sample.
@@ -60,8 +61,9 @@ print(seconds)
 """
 
 
-def generate(directory: Path, megabytes: int, seed: int = 0) -> int:
-    """Writes ``megabytes`` of documents as alternating Parquet / JSONL.zst shards."""
+def generate(directory: Path, megabytes: float, seed: int = 0, shard_mb: float = SHARD_MB) -> int:
+    """Writes ``megabytes`` of documents as alternating Parquet / JSONL.zst shards of
+    ``shard_mb``."""
     rng = np.random.default_rng(seed)
     words = np.array(["".join(rng.choice(list("etaoinshrdlucmfwypvbgk"), size=n))
                       for n in rng.integers(2, 10, size=20_000)])
@@ -70,7 +72,7 @@ def generate(directory: Path, megabytes: int, seed: int = 0) -> int:
     written, index = 0, 0
     while written < megabytes * 1_000_000:
         docs, size = [], 0
-        while size < SHARD_MB * 1_000_000:
+        while size < shard_mb * 1_000_000:
             doc = " ".join(rng.choice(words, size=int(rng.integers(20, 2000)), p=weights))
             docs.append(doc)
             size += len(doc)
@@ -108,10 +110,18 @@ def run(code: str, *args: str, threads: str | None = None) -> list[float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--mb", type=int, default=64)
+    parser.add_argument("--mb", type=float, default=64)
     parser.add_argument("--vocab", type=int, default=8192)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--corpus", help="write the generated shards (and a tokenizer.json) to "
+                                         "this directory and stop: a corpus to train on")
     args = parser.parse_args()
+    if args.corpus:
+        Path(args.corpus).mkdir(parents=True, exist_ok=True)
+        total = generate(Path(args.corpus), args.mb)
+        train_tokenizer(Path(args.corpus), args.vocab, Path(args.corpus) / "tokenizer.json")
+        print(f"{total / 1e6:.0f} MB of shards and tokenizer.json in {args.corpus}")
+        return
     with tempfile.TemporaryDirectory() as tmp:
         shards, tokenizer = Path(tmp) / "shards", Path(tmp) / "tokenizer.json"
         shards.mkdir()

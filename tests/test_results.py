@@ -80,6 +80,27 @@ def test_table_rows_planned_then_finished(sweep_dir):
     assert by_id.loc[runs[2].run_id, "error"] == "DataError: no files"
 
 
+def test_unique_tokens_and_epochs_columns(sweep_dir):
+    """unique_tokens from the summary (written when a run starts), epochs = tokens / unique
+    tokens (the planned tokens until the run finishes); a mixture's columns per source come
+    last and are no axis of a seed replicate."""
+    workdir, runs, dirs = sweep_dir
+    unique = runs[0].tokens * 4
+    write(dirs[0] / "summary.json", summary(runs[0], unique_tokens=unique, epochs=0.25,
+                                            **{"unique_tokens/web": unique // 4,
+                                               "tokens/web": runs[0].tokens // 2,
+                                               "epochs/web": 0.5}))
+    write(dirs[1] / "summary.json", {"status": "running", "step": 1, "unique_tokens": 1000})
+    table = results.write_table(workdir).set_index("run_id")
+    done, running = table.loc[runs[0].run_id], table.loc[runs[1].run_id]
+    assert done["unique_tokens"] == unique and done["epochs"] == 0.25
+    assert done["tokens/web"] == runs[0].tokens // 2 and done["epochs/web"] == 0.5
+    assert running["epochs"] == runs[1].tokens / 1000 and math.isnan(running["epochs/web"])
+    assert math.isnan(table.loc[runs[2].run_id, "epochs"])  # pending: nothing known yet
+    assert list(table.columns[-3:]) == ["unique_tokens/web", "tokens/web", "epochs/web"]
+    assert list(pd.read_csv(workdir / "results.csv").columns) == ["run_id", *table.columns]
+
+
 def test_write_table_is_atomic_and_loads_back(sweep_dir):
     workdir, runs, dirs = sweep_dir
     write(dirs[0] / "summary.json", summary(runs[0]))

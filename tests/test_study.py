@@ -85,6 +85,19 @@ def test_quickstart_plan_supports_approaches_2_and_3(scale):
         assert run.cfg.train.schedule == "cosine" and run.cfg.train.tokens == run.tokens
 
 
+def test_the_quickstart_on_shards_is_the_quickstart_on_the_named_shards(tmp_path):
+    """experiments/quickstart_shards.py (docs/data.md): the quickstart's runs, each reading the
+    shards at the path after the colon. (Its study end to end takes ~50 s even at one budget,
+    too long for the default lane; docs/data.md has the command and its table.)"""
+    (tmp_path / "0.jsonl").write_text('{"text": "a document"}\n')
+    runs = _plan(f"experiments/quickstart_shards.py:{tmp_path}")
+    quickstart = _plan("experiments/quickstart.py")
+    assert [(r.budget, r.params, r.tokens) for r in runs] == [
+        (r.budget, r.params, r.tokens) for r in quickstart]
+    assert {(r.cfg.data.source, r.cfg.data.path) for r in runs} == {("shards", str(tmp_path))}
+    assert max(r.tokens for r in runs) < 0.9 * 14e6  # the 16 MB corpus, read less than once
+
+
 @pytest.mark.parametrize("scale", ["cpu", "gpu"])
 def test_chinchilla_isoflop_has_3_budgets_by_5_sizes(scale):
     runs = _plan(f"experiments/chinchilla_isoflop.py:{scale}")

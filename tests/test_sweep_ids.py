@@ -19,7 +19,7 @@ EXPERIMENTS = ("tiny_isoflop", "quickstart", "tiny_grid", "tiny_pe", "kaplan",
                "gpt_vs_bert", "icl", "tiny_ladder", "moe", "mup_transfer", "mup_tuned",
                "quickstart_ladder", "wsd_cosine", "markov_ladder",
                "moe_dense", "architectures_tuned", "mqar_seeds", "icl_regression_mixers",
-               "hparams")
+               "hparams", "quickstart_shards")
 
 TINY_ISOFLOP_CPU = [
     "d16-l1-rope-t13.6k-s0-f45cac28", "d32-l2-rope-t3.58k-s0-dd589dd0",
@@ -122,6 +122,9 @@ PLAN_DIGESTS = {
     "hparams:cpu": ("c2810bff2cc8ba1c", "96e2e72ff7cf8d68"),
     "hparams:gpu": ("2f36f0e2194e2bc5", "0885d7cf5b484fae"),
     "hparams:cpu_refined": ("5321b4bce2b78ceb", "c78a95166d0aacc1"),  # the cpu grid moved
+    # The quickstart on shards (new): the quickstart's runs reading data.source=shards at the
+    # path after the colon (the corpus benchmarks/data_shards.py --corpus writes).
+    "quickstart_shards:runs/web_corpus": ("f30c683c96b29609", "84a50f75f2bd9cc1"),
 }
 
 

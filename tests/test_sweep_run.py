@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from attnlab import cli_flags, results
-from attnlab.data import DataError
+from attnlab.data import DataError, prepare
 from attnlab.sweep import dry_run, load_spec, plan, run_sweep, spec_from_config_dict
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -68,6 +68,9 @@ def test_grid_completes_and_the_table_matches_the_plan(grid):
         assert 0 < row.final_val_loss < math.log(256) and row.best_val_loss <= row.final_val_loss
         assert row.flops == pytest.approx(6.0 * run.params["non_embedding"] * run.tokens)
         assert row.wall_seconds > 0 and row.tokens_per_s > 0
+        # U_D and repeats: the training split's tokens, and the tokens trained over them
+        assert row.unique_tokens == prepare(run.cfg.data).num_tokens("train")
+        assert row.epochs == pytest.approx(row.tokens / row.unique_tokens, rel=1e-12)
     assert sorted(table["model.pos_encoding"].unique()) == ["alibi", "rope"]
     # the columns `attnlab fit` reads
     for column in ("params", "tokens", "final_val_loss", "flops", "non_embedding_params",
@@ -439,7 +442,7 @@ def test_an_ensembled_sweep_gives_the_table_of_lone_runs(tmp_path, cache_dir):
     alone = run_sweep(spec, tmp_path / "alone", progress=False, cache_dir=cache_dir,
                       ensemble_max=1)
     assert set(together["status"]) == {"completed"}
-    exact = ["run_id", "status", "params", "tokens"]
+    exact = ["run_id", "status", "params", "tokens", "unique_tokens", "epochs"]
     pd.testing.assert_frame_equal(together[exact], alone[exact])
     # Float rounding of the batched matmuls only (measured: <= 1e-6 relative after 24 steps).
     np.testing.assert_allclose(together["final_val_loss"], alone["final_val_loss"], rtol=1e-5)

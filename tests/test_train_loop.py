@@ -68,6 +68,9 @@ def test_run_leaves_config_metrics_summary_checkpoints(trained):
     assert summary["params"] == {k: counts[k] for k in ("total", "non_embedding", "embedding")}
     tokens = STEPS * cfg.data.batch_size * cfg.data.seq_len
     assert summary["tokens"] == tokens
+    # U_D and repeats of a data-constrained law, a single source's too
+    assert summary["unique_tokens"] == prepare(cfg.data).num_tokens("train")
+    assert summary["epochs"] == tokens / summary["unique_tokens"]
     assert summary["flops"]["6nd"] == pytest.approx(6 * counts["non_embedding"] * tokens)
     assert summary["flops"]["chinchilla"] > summary["flops"]["6nd"]
     assert summary["final_val_loss"] < math.log(256)  # it learned something in 12 steps

@@ -35,6 +35,33 @@ def _num_windows(corpus: "Corpus", split: str, seq_len: int) -> int:
     return (n - 1) // seq_len
 
 
+class BatchRows:
+    """``rows(i)`` -> [batch_size // process_count] int64: the global rows of the stream in
+    this process's part of batch i (rows ``[i B, (i + 1) B)``, cut into contiguous blocks)."""
+
+    def __init__(self, batch_size: int, process_index: int = 0, process_count: int = 1):
+        if batch_size < 1:
+            raise ConfigError("data.batch_size", f"must be positive, got {batch_size}")
+        if process_count < 1 or batch_size % process_count:
+            raise ConfigError(
+                "data.batch_size",
+                f"{batch_size} must be divisible by the number of processes ({process_count})",
+            )
+        if not 0 <= process_index < process_count:
+            raise ConfigError(
+                "train.process_id", f"{process_index} is not in 0..{process_count - 1}"
+            )
+        self.batch_size, self.process_index = batch_size, process_index
+        self.local_batch_size = batch_size // process_count
+
+    def __call__(self, i: int) -> np.ndarray:
+        i = operator.index(i)
+        if i < 0:
+            raise IndexError(f"batch index must be >= 0, got {i}")
+        first = i * self.batch_size + self.process_index * self.local_batch_size
+        return first + np.arange(self.local_batch_size)
+
+
 class Batches:
     """``batches[i]`` -> [batch_size // process_count, seq_len + 1] int32: this process's rows of
     global batch i (inputs are ``[:, :-1]``, targets ``[:, 1:]``)."""
@@ -49,17 +76,7 @@ class Batches:
         process_index: int = 0,
         process_count: int = 1,
     ):
-        if batch_size < 1:
-            raise ConfigError("data.batch_size", f"must be positive, got {batch_size}")
-        if process_count < 1 or batch_size % process_count:
-            raise ConfigError(
-                "data.batch_size",
-                f"{batch_size} must be divisible by the number of processes ({process_count})",
-            )
-        if not 0 <= process_index < process_count:
-            raise ConfigError(
-                "train.process_id", f"{process_index} is not in 0..{process_count - 1}"
-            )
+        self.rows = BatchRows(batch_size, process_index, process_count)
         self.windows_per_epoch = _num_windows(corpus, split, seq_len)
         if self.windows_per_epoch < batch_size:
             raise CorpusTooSmallError(
@@ -77,6 +94,7 @@ class Batches:
         self.process_count = process_count
         self.local_batch_size = batch_size // process_count
         self.tokens_per_batch = batch_size * seq_len  # predicted tokens of one global batch
+        self.unique_tokens = corpus.num_tokens(split)
         self._stream = np.asarray(corpus.stream(split))  # plain ndarray view of the memory map
         self._offsets = np.arange(seq_len + 1)
         self._orders: dict[int, np.ndarray] = {}  # memo of window_order; never changes results
@@ -93,12 +111,14 @@ class Batches:
 
     def window_indices(self, i: int) -> np.ndarray:
         """[local_batch_size] int64: the windows in this process's rows of batch i."""
-        i = operator.index(i)
-        if i < 0:
-            raise IndexError(f"batch index must be >= 0, got {i}")
-        first = i * self.batch_size + self.process_index * self.local_batch_size
-        rows = first + np.arange(self.local_batch_size)
+        return self.windows_of_rows(self.rows(i))
+
+    def windows_of_rows(self, rows: np.ndarray) -> np.ndarray:
+        """The window of each global row of the stream (row r: epoch r // W, its place in that
+        epoch's order r mod W); a mixture reads its sources' rows through this."""
         epochs, positions = np.divmod(rows, self.windows_per_epoch)
+        if not len(rows):
+            return rows
         if epochs[0] == epochs[-1]:
             return self.window_order(int(epochs[0]))[positions]
         out = np.empty_like(rows)
@@ -108,7 +128,11 @@ class Batches:
         return out
 
     def __getitem__(self, i: int) -> np.ndarray:
-        starts = self.window_indices(i) * self.seq_len
+        return self.windows(self.window_indices(i))
+
+    def windows(self, indices: np.ndarray) -> np.ndarray:
+        """[len(indices), seq_len + 1] int32: the token windows of ``indices``."""
+        starts = indices * self.seq_len
         return self._stream[starts[:, None] + self._offsets].astype(np.int32)
 
     def epoch(self, i: int) -> float:
@@ -118,6 +142,14 @@ class Batches:
     def tokens_after(self, i: int) -> int:
         """Predicted tokens consumed once batches 0..i are done (global): the D of L(N, D)."""
         return (i + 1) * self.tokens_per_batch
+
+    def unique(self) -> dict[str, int]:
+        """``unique_tokens``: the tokens of the split, the U_D of a data-constrained law."""
+        return {"unique_tokens": self.unique_tokens}
+
+    def consumed(self, steps: int) -> dict[str, float]:
+        """``epochs`` once ``steps`` batches are done: predicted tokens / unique tokens."""
+        return {"epochs": steps * self.tokens_per_batch / self.unique_tokens}
 
 
 def validation_batches(corpus: "Corpus", seq_len: int, batch_size: int, n_batches: int) -> np.ndarray:

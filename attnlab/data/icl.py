@@ -232,6 +232,12 @@ class TaskBatches:
     def tokens_after(self, i: int) -> int:
         return (i + 1) * self.tokens_per_batch
 
+    def unique(self) -> dict:
+        return {}  # an endless stream: no finite set of unique tokens, nothing repeated
+
+    def consumed(self, steps: int) -> dict:
+        return {}
+
 
 class TaskCorpus:
     """A token task in the place of a prepared corpus: its name, manifest and vocabulary, its

@@ -18,11 +18,11 @@ from pathlib import Path
 import numpy as np
 import tensorflow_datasets as tfds
 
-from attnlab.config import is_tokenizer_file, validate_data
-from attnlab.data import builders, corpus, icl, shards
+from attnlab.config import DataConfig, is_tokenizer_file, validate_data
+from attnlab.data import builders, corpus, icl, mixture, shards
 from attnlab.data.cache import cache_root
-from attnlab.data.errors import UnknownDatasetError
-from attnlab.data.tfds_build import TfdsBuild
+from attnlab.data.errors import DataError, UnknownDatasetError
+from attnlab.data.tfds_build import TfdsBuild, check_feature
 from attnlab.data.files import SPLITS
 from attnlab.data.tokenizer import ByteTokenizer, bpe_separator_id
 from attnlab.errors import ConfigError
@@ -39,6 +39,17 @@ class Source:
     fields: tuple[str, ...] = ()  # the data fields that only sources of this kind read
     scores_answers = False  # data.loss_on=answers means something here
     tokenizer_files = False  # data.tokenizer may be the path of a tokenizer.json
+    reads_path = False  # data.path says where its files are
+    slices = False  # data.max_bytes > 0 builds a slice of it (in a mixture: of those that do)
+
+    def reads(self, d) -> tuple[str, ...]:
+        """The source-specific data fields this source reads (:attr:`fields`)."""
+        return self.fields
+
+    @property
+    def mixable(self) -> bool:
+        """Whether it can be an entry of a mixture: a corpus, not a task sampled as read."""
+        return not self.is_task
 
     def validate(self, d) -> None:
         """The data section's rules that depend on this source."""
@@ -113,6 +124,7 @@ class Pystdlib(Source):
     """The ``.py`` files of the running interpreter's standard library (the default)."""
 
     name = "pystdlib"
+    slices = True
 
     def build(self, d, root):
         config = builders.pystdlib_config(d.max_bytes)
@@ -124,6 +136,8 @@ class TextFiles(Source):
     """Text files under ``data.path`` (a directory or a glob), one document per file."""
 
     name = "text_files"
+    reads_path = True
+    slices = True
 
     def validate(self, d):
         if not d.path:
@@ -175,28 +189,13 @@ class Tfds(Source):
             ) from e
         except (ValueError, KeyError, AttributeError) as e:
             raise UnknownDatasetError(f"data.source: TFDS cannot load {name!r}: {e}") from e
-        _check_feature(builder, name, feature)
+        check_feature(builder, name, feature)
         config_name = builder.builder_config.name if builder.builder_config else "default"
         return TfdsBuild(name=self.name, builder=builder, feature=feature,
                          split_names={},  # known once the dataset is prepared
                          separated=True, own_builder=False,
                          key=Path("tfds") / builder.name / config_name / str(builder.version)
                          / feature)
-
-
-def _check_feature(builder, name: str, feature: str) -> None:
-    features = builder.info.features
-    if feature not in features.keys():
-        raise UnknownDatasetError(
-            f"data.source: {name} has no feature {feature!r}; its features are "
-            f"{', '.join(sorted(features.keys()))}"
-        )
-    spec = features[feature]
-    if np.dtype(spec.np_dtype) != np.dtype(object) or tuple(spec.shape) != ():
-        raise UnknownDatasetError(
-            f"data.source: feature {feature!r} of {name} is {type(spec).__name__} "
-            f"{spec.np_dtype} {spec.shape}, not a text string"
-        )
 
 
 class Shards(Source):
@@ -206,6 +205,7 @@ class Shards(Source):
     name = "shards"
     fields = ("text_field", "workers")
     tokenizer_files = True
+    reads_path = True
 
     def validate(self, d):
         if not d.path:
@@ -338,8 +338,72 @@ class Regression(Source):
         return (d.seq_len, d.icl_dim + 1), np.float32
 
 
+class Mixture(Source):
+    """Several sources with weights (``data.mixture``, attnlab/data/mixture.py). Each entry is
+    the data section with its source and path: checked, prepared and cached by its own class
+    as it would be alone; data.tokenizer is theirs, so they share one vocabulary."""
+
+    name = "mixture"
+    fields = ("mixture",)
+    tokenizer_files = True  # and data.document_mask: each entry's source decides
+    mixable = False  # entries are sources, not mixtures
+
+    def parts(self, d) -> list[tuple[mixture.Entry, Source, object]]:
+        """``(entry, its source, its data section)`` of each entry, each checked."""
+        paths = tuple(n for n, cls in SOURCES.items() if cls.reads_path)
+        out = []
+        for entry in mixture.parse(d.mixture, paths):
+            source = mixture.for_entry(entry, resolve, entry.source)
+            if not source.mixable:
+                raise ConfigError("data.mixture", f"{entry.text!r}: a mixture mixes corpora; "
+                                  f"{entry.source} is not one")
+            others = {f for cls in SOURCES.values() for f in cls.fields} - set(source.fields)
+            if not source.slices:  # data.max_bytes slices the entries that can be sliced
+                others.add("max_bytes")
+            section = dataclasses.replace(d, source=entry.source, path=entry.path,
+                                          **{f: _DEFAULTS[f] for f in others})  # and mixture
+            mixture.for_entry(entry, validate, section)
+            out.append((entry, source, section))
+        return out
+
+    def reads(self, d):
+        return self.fields + tuple(f for _, s, _ in self.parts(d) for f in s.fields)
+
+    def validate(self, d):
+        if d.path:
+            raise ConfigError("data.path", "a mixture's paths are its entries': "
+                              "data.mixture='<source>:<path>=<weight>,...'")
+        if d.tokenizer == "bpe":
+            raise ConfigError("data.tokenizer", "a mixture's sources share one tokenizer (byte "
+                              "or a tokenizer.json); bpe would train one per source")
+        self.parts(d)
+
+    def token_ids(self, d):
+        ids = [s.token_ids(section) for _, s, section in self.parts(d)]
+        return max((i for i in ids if i is not None), default=None)
+
+    def check_model(self, cfg):
+        for _, source, section in self.parts(cfg.data):
+            source.check_model(dataclasses.replace(cfg, data=section))
+
+    def check_architecture(self, cfg, arch):
+        for _, source, section in self.parts(cfg.data):
+            source.check_architecture(dataclasses.replace(cfg, data=section), arch)
+
+    def separator_id(self, d):
+        ids = (s.separator_id(section) for _, s, section in self.parts(d))
+        return next((i for i in ids if i is not None), None)
+
+    def prepare(self, d):
+        parts = self.parts(d)
+        corpora = [mixture.for_entry(e, s.prepare, section, errors=DataError)
+                   for e, s, section in parts]
+        return mixture.MixtureCorpus(d.mixture, [e for e, _, _ in parts], corpora)
+
+
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(DataConfig)}
 SOURCES = {s.name: s for s in (Pystdlib, TextFiles, Markov, Induction, Mqar, Regression,
-                                Shards)}
+                                Shards, Mixture)}
 PREFIXES = {Tfds.prefix: Tfds}  # sources named by a prefix and the rest of the name
 
 
@@ -355,16 +419,27 @@ def resolve(name: str) -> Source:
                                      f"{', '.join(SOURCES)}, or {forms}")
 
 
+def source_of(d) -> Source:
+    """The source of the data section ``d``: its mixture when ``data.mixture`` is set (with
+    data.source unset or ``mixture``)."""
+    if not d.mixture:
+        return resolve(d.source)
+    if d.source not in (_DEFAULTS["source"], Mixture.name):
+        raise ConfigError("data.mixture", f"names the sources and data.source={d.source} names "
+                          "one: put it in data.mixture and leave data.source unset")
+    return Mixture()
+
+
 def validate(d) -> Source:
     """The data section ``d`` with its source's rules (raises ConfigError naming the field)."""
-    source = resolve(d.source)
-    defaults = {f.name: f.default for f in dataclasses.fields(d)}
+    source = source_of(d)
     readers = {}
     for cls in SOURCES.values():
         for field in cls.fields:
             readers.setdefault(field, []).append(cls.name)
+    read = source.reads(d)
     for field, names in readers.items():
-        if field not in source.fields and getattr(d, field) != defaults[field]:
+        if field not in read and getattr(d, field) != _DEFAULTS[field]:
             raise ConfigError(f"data.{field}", f"is read only by data.source "
                               f"{' or '.join(names)}; data.source={d.source} does not use it")
     if is_tokenizer_file(d.tokenizer) and not source.tokenizer_files:
@@ -404,7 +479,7 @@ def task_sources() -> tuple[str, ...]:
 
 def task_of(d):
     """The in-context-learning task of the data section ``d``, checked; None for a corpus."""
-    return resolve(d.source).task(d)
+    return source_of(d).task(d)
 
 
 def target_weights(d) -> np.ndarray | None:
@@ -419,12 +494,12 @@ def target_weights(d) -> np.ndarray | None:
 
 def separator_id(d) -> int | None:
     """The end-of-document id of the corpus ``d`` prepares (None: no documents)."""
-    return resolve(d.source).separator_id(d)
+    return source_of(d).separator_id(d)
 
 
 def window_layout(d) -> tuple[tuple[int, ...], type]:
     """``(shape, dtype)`` of one row of a batch of the data section ``d``."""
-    return resolve(d.source).window_layout(d)
+    return source_of(d).window_layout(d)
 
 
 def check(cfg) -> Source:

@@ -352,9 +352,10 @@ def _parse_budgets(raw: Any) -> tuple[float, ...]:
 # Columns the results table already has (attnlab.results): a variant column must not shadow one.
 _RESERVED_COLUMNS = ("run_id", "status", "sweep", "mode", "budget", "role", "trunk",
                      "shared_flops", "params", "non_embedding_params", "embedding_params",
-                     "active_params", "active_non_embedding_params", "tokens", "steps", "total_steps",
-                     "flops", "flops_chinchilla", "final_val_loss", "best_val_loss",
-                     "final_train_loss", "wall_seconds", "tokens_per_s", "mfu", "error")
+                     "active_params", "active_non_embedding_params", "tokens", "unique_tokens",
+                     "epochs", "steps", "total_steps", "flops", "flops_chinchilla",
+                     "final_val_loss", "best_val_loss", "final_train_loss", "wall_seconds",
+                     "tokens_per_s", "mfu", "error")
 
 
 def _variant_column(raw: Any) -> str:

@@ -160,6 +160,7 @@ class _Training:
         self.batches = found.corpus.train_batches(
             cfg.data.seq_len, cfg.data.batch_size, cfg.data.seed,
             process_index=jax.process_index(), process_count=jax.process_count())
+        self.summary.update(self.batches.unique())  # U_D of a data-constrained law
         # Evaluated in micro-batches (memory as in training); these are the windows that
         # eval_batches full batches would hold, so the validation set ignores grad_accum.
         self.row_shape, self.dtype = window_layout(cfg.data)  # tokens, or regression prompts
@@ -299,8 +300,8 @@ class _Training:
         if step % train.log_every == 0 or step in (1, total):
             rate = self.record.throughput.rate()
             extra = scalar_metrics({k: v for k, v in out.items() if k not in STEP_METRICS})
-            self.metrics.log({**line, **extra, **({"tokens_per_s": rate, "mfu": self.mfu(rate)}
-                                                  if rate else {})})
+            self.metrics.log({**line, **self.batches.consumed(step), **extra,
+                              **({"tokens_per_s": rate, "mfu": self.mfu(rate)} if rate else {})})
         if step % train.eval_every == 0 or step == total:
             self._validate(step, state_fn())
         if step % train.checkpoint_every == 0 or step == total or step in train.keep_steps:
@@ -355,7 +356,7 @@ class _Training:
         tokens_per_s = record.throughput.mean_rate()
         losses, paused = record.recent_losses, record.throughput.paused_seconds
         self.summary.update(
-            status=status, tokens=tokens,
+            status=status, tokens=tokens, **self.batches.consumed(self.summary["step"]),
             flops={"6nd": flops["6n"] * tokens, "chinchilla": flops["chinchilla"] * tokens,
                    "mfu_count": flops["mfu"] * tokens},
             final_val_loss=record.last_val, best_val_loss=record.best_val,
