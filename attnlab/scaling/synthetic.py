@@ -95,3 +95,15 @@ def repeated_points(params: dict, *, sizes, unique_tokens, epochs, noise: float 
     truth = registry.resolve("data_constrained").run_loss(params, n, e * u, unique_tokens=u)
     return pd.DataFrame({"params": n, "tokens": e * u, "unique_tokens": u, "epochs": e,
                          "loss": _noisy(truth, noise, rng), "flops": laws.training_flops(n, e * u)})
+
+
+def overtrain_points(params: dict, *, budgets, ratios, noise: float = 0.005,
+                     rng: np.random.Generator) -> pd.DataFrame:
+    """Runs of every (C, M) from Gadre et al. 2024's L(C, M) (``params``: E, a, b, eta):
+    N = sqrt(C/(6M)), D = M·N. Columns params, tokens, loss, flops (= 6ND)."""
+    c, m = (a.ravel() for a in np.meshgrid(np.asarray(budgets, np.float64),
+                                           np.asarray(ratios, np.float64), indexing="ij"))
+    n = np.sqrt(c / (laws.FLOPS_PER_PARAM_TOKEN * m))
+    truth = registry.resolve("overtrain").loss(params, n, m * n)
+    return pd.DataFrame({"params": n, "tokens": m * n, "loss": _noisy(truth, noise, rng),
+                         "flops": c})
