@@ -26,6 +26,7 @@ Repeats come from the table's ``unique_tokens`` column (with ``tokens``), else i
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import jax.numpy as jnp
@@ -169,8 +170,7 @@ def _check_repeats(table):
                             f"{int(bad.sum())} value(s) {limit} (rows {rows}): repeats R_D = "
                             f"D/U_D - 1 must be >= 0")
     frame["unique_tokens"] = np.minimum(unique, frame["tokens"])
-    return table.__class__(frame=frame.drop(columns=["epochs"], errors="ignore"),
-                           source=table.source, columns=table.columns, notes=table.notes)
+    return dataclasses.replace(table, frame=frame.drop(columns=["epochs"], errors="ignore"))
 
 
 class DataConstrained(laws.Law):

@@ -12,14 +12,16 @@ data arrays (rows identical) so that the objective stays one compiled program wh
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import jax.numpy as jnp
 import numpy as np
 
 from attnlab.scaling.bootstrap import cluster_index, resample_weights
 from attnlab.scaling.errors import FitError, FitInputError
+from attnlab.scaling.laws import Law
 from attnlab.scaling.multistart import minimise_many
+from attnlab.scaling.result import ScalingFit
 
 HUBER_DELTA = 1e-3  # on log L: Hoffmann et al. 2022 Sec. 3.3
 
@@ -170,25 +172,23 @@ class Model:
     coordinates held), theta -> named parameters, which thetas are laws at all, and the
     parameters a fit's points cannot determine (``unpinned(params, data) -> name -> why``)."""
 
-    part: object
+    part: Law
     coordinates: Coordinates
-    objective: object
-    held_objective: object
-    params_from_theta: object
-    admissible: object
-    unpinned: object
+    objective: Callable
+    held_objective: Callable
+    params_from_theta: Callable[[np.ndarray], dict]
+    admissible: Callable[[np.ndarray], np.ndarray]
+    unpinned: Callable[[dict, tuple], dict[str, str]]
     admissible_text: str = "alpha, beta > 0"
 
 
 def fit_model(model: Model, data: tuple, starts: np.ndarray, *, n_bootstrap: int = 0,
               ci_level: float = 0.95, seed: int = 0, fixed=None, clusters=None,
               source: str = "data", grid_starts: int = 4, max_steps: int = 500,
-              flops_per_param_token: float = 6.0, details=None):
+              flops_per_param_token: float = 6.0, details=None) -> ScalingFit:
     """The best usable start of the grid ``starts`` for ``data`` (a tuple of [points] arrays,
     the last log L), the held parameters at their values (``fixed``), bootstrap refits (clusters
     drawn whole) and the parameters not pinned, as a ``ScalingFit``."""
-    from attnlab.scaling.result import ScalingFit  # result -> laws -> ... -> here
-
     fixed = dict(fixed or {})
     mask, values = model.coordinates.held(fixed, model.part.name)
     free, n_points = int((~mask).sum()), len(data[0])
