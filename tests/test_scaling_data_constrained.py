@@ -207,3 +207,21 @@ def test_approach3_holds_a_fixed_exponent_exactly(tmp_path, fit_cli):
     assert (written["alpha"], written["E"]) == (0.34, 1.69)
     assert written["ci"]["alpha"] == [0.34, 0.34]
     assert written["beta"] == pytest.approx(0.28, abs=0.03)
+
+
+@pytest.mark.slow
+def test_decay_constant_intervals_cover_the_truth_over_many_draws():
+    """30 draws of the 84 runs, the Chinchilla part frozen, 95% intervals of 100 refits each.
+    Measured: R*_N inside in 30 of 30 draws, R*_D in 25 of 30 (also with 4 grid starts per
+    refit): the percentile intervals of R*_D, whose objective is flat, are too narrow (about
+    83% for a nominal 95%, docs/scaling.md); this guards against their getting worse."""
+    hits = {"R_D": [], "R_N": []}
+    for seed in range(30):
+        frame = runs(100 + seed)
+        fit = dc.fit_data_constrained(frame.params, frame.tokens, frame.unique_tokens,
+                                      frame.loss, fixed=CHINCHILLA_PART, n_bootstrap=100,
+                                      seed=seed, grid_starts=0)
+        for name in hits:
+            hits[name].append(fit.ci[name][0] <= TRUTH[name] <= fit.ci[name][1])
+    print({name: float(np.mean(inside)) for name, inside in hits.items()})  # the coverage
+    assert 0.75 <= np.mean(hits["R_D"]) and 0.85 <= np.mean(hits["R_N"]), hits

@@ -1,4 +1,4 @@
-"""``attnlab fit``: Kaplan, Chinchilla or Clark et al. scaling-law fits of a sweep's results, with
+"""``attnlab fit``: scaling-law fits of a sweep's results (the laws of ``registry.LAWS``), with
 intervals.
 
     attnlab fit --results=sweeps/isoflop --law=chinchilla --approach=3 --bootstrap=1000 \
@@ -41,7 +41,7 @@ from attnlab.scaling.table import (ScalingTable, parse_columns, prepare_curves, 
                                    read_curves, read_table)
 
 FIT_HELP = """\
-Fit Kaplan, Chinchilla or Clark et al. scaling laws to a sweep's results, with intervals.
+Fit scaling laws (--law, below) to a sweep's results, with intervals.
 
     attnlab fit --results=sweeps/isoflop --law=chinchilla --approach=3 --bootstrap=1000 \\
         --budget=1e18 --json=fit.json
