@@ -121,6 +121,8 @@ def test_fix_holds_values_exactly_and_json_names_parameters_top_level(table, tmp
     assert written["law"] == "data_constrained"
     assert {"R_D", "R_N"} <= set(written) and {"R_D", "R_N"} <= set(written["ci"])
     assert "held by --fix" in out
+    assert [line.split()[0] for line in out.splitlines() if line.endswith("held by --fix")] \
+        == list(CHINCHILLA_PART)
 
 
 def test_epochs_column_gives_the_unique_tokens_fit(tmp_path, fit_cli):

@@ -322,7 +322,8 @@ def format_report(fit: ScalingFit, source: str, budgets: list[float],
         value = fit.params[name]
         low, high = ci.get(name, (None, None))
         flag = ("   not pinned by the data" if name in fit.unpinned
-                else "   not pinned: " + wide[name] if name in wide else "")
+                else "   not pinned: " + wide[name] if name in wide
+                else "   held by --fix" if name in fit.details.get("fixed", {}) else "")
         shown = "not pinned" if name in wide else _number(value)
         lines.append(f"  {name:<10}{shown:>14}{_number(low):>14}{_number(high):>14}"
                      f"{flag}")
