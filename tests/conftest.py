@@ -69,3 +69,15 @@ def _serial_tests_compile_as_a_user_would(request, monkeypatch):
     can finish the run before the signal lands)."""
     if request.node.get_closest_marker("serial"):
         monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
+
+
+@pytest.fixture
+def fit_cli(capsys):
+    """``attnlab fit`` with these arguments: (exit code, stdout, stderr stripped)."""
+    from attnlab.scaling.cli import fit_main
+
+    def run(args):
+        code = fit_main(args)
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err.strip()
+    return run

@@ -90,20 +90,20 @@ def chinchilla_optimum(c):
     return g * (c / 6) ** a, (c / 6) ** b / g
 
 
-def test_overtrained_prediction_matches_the_law(tmp_path, capsys):
+def test_trained_longer_prediction_matches_the_law(tmp_path, capsys):
     from attnlab import cli
 
     path = tmp_path / "ladder.csv"
     ladder_table(np.geomspace(1e5, 1e8, 8), (5, 10, 20, 40, 80, 160)).to_csv(path, index=False)
     out_json = tmp_path / "fit.json"
     code = cli.main(["fit", f"--results={path}", "--law=chinchilla", "--approach=3",
-                     "--bootstrap=0", "--budget=1e18", "--overtrain=10,100",
+                     "--bootstrap=0", "--budget=1e18", "--train-longer=10,100",
                      f"--json={out_json}"])
     out = capsys.readouterr().out
     assert code == 0, out
-    assert "over-trained" in out
+    assert "trained longer" in out
     import json
-    rows = json.loads(out_json.read_text())["overtrained"]
+    rows = json.loads(out_json.read_text())["trained_longer"]
     n_opt, d_opt = chinchilla_optimum(1e18)
     for row, m in zip(rows, (10, 100)):
         assert row["N"] == pytest.approx(n_opt, rel=0.02)

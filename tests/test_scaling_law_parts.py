@@ -86,7 +86,8 @@ def test_a_registered_law_is_fitted_reported_and_held_out_by_attnlab_fit(
 def test_an_unregistered_law_is_refused_with_the_registered_names(results, capsys):
     assert fit_main([f"--results={results}", "--law=kaplan_floor"]) == 2
     assert capsys.readouterr().err.strip() == (
-        "error: --law must be one of kaplan, chinchilla, clark, hparams, not 'kaplan_floor'")
+        "error: --law must be one of kaplan, chinchilla, clark, hparams, data_constrained, "
+        "overtrain, not 'kaplan_floor'")
 
 
 @pytest.mark.parametrize("law, approach, form, expected", [

@@ -39,13 +39,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnlab.scaling import laws
-from attnlab.scaling.bootstrap import cluster_index, resample_weights
+from attnlab.scaling import parametric
 from attnlab.scaling.errors import FitError, FitInputError, GridEdgeWarning
 from attnlab.scaling.multistart import minimise_many
+from attnlab.scaling.parametric import HUBER_DELTA, best_converged, huber
 from attnlab.scaling.result import ScalingFit
 
-HUBER_DELTA = 1e-3
 THETA_NAMES = ("a", "b", "e", "alpha", "beta")  # order of the optimised vector
+# The parameters --fix can hold, and where they sit in theta.
+COORDINATES = parametric.Coordinates(THETA_NAMES, {"E": "e", "A": "a", "B": "b"},
+                                     {"alpha": "alpha", "beta": "beta"})
 # A term below this fraction of the predicted loss at every point is invisible to the fit.
 NEGLIGIBLE_TERM = 1e-3
 # An exponent below this makes X^-exponent ~ 1 over any ladder: the term is a constant.
@@ -116,13 +119,6 @@ class InitGrid:
 CHINCHILLA_GRID = InitGrid()
 
 
-def huber(residual, delta):
-    """Huber loss: r^2/2 for |r| <= delta, delta·(|r| - delta/2) beyond."""
-    magnitude = jnp.abs(residual)
-    return jnp.where(magnitude <= delta, 0.5 * residual * residual,
-                     delta * (magnitude - 0.5 * delta))
-
-
 def huber_objective(theta, data, weights):
     """sum_i w_i Huber(LSE(a - alpha log N_i, b - beta log D_i, e) - log L_i).
 
@@ -157,23 +153,14 @@ def admissible(theta) -> np.ndarray:
     return np.all(np.isfinite(theta), axis=-1) & (theta[..., 3] > 0) & (theta[..., 4] > 0)
 
 
-def unpinned_parameters(theta, data) -> dict[str, str]:
-    """The parameters these points cannot determine at ``theta``, each with the reason.
-
-    theta: [5] (a, b, e, alpha, beta); data: (log N, log D, log L), each [points]. The N term is
-    A/N^alpha = exp(a - alpha log N); when it is below NEGLIGIBLE_TERM of the predicted loss at
-    every point, any smaller A (or larger alpha) fits as well, so neither is pinned; when alpha
-    < MIN_EXPONENT the term is ~A everywhere and only E + A is pinned. Likewise for D. The
-    allocation a, b, G derives from A, B, alpha, beta and inherits their problems.
-    """
-    log_n, log_d, _ = (np.asarray(c, np.float64) for c in data)
-    a, b, e, alpha, beta = np.asarray(theta, np.float64)
-    with np.errstate(all="ignore"):
-        n_term, d_term = np.exp(a - alpha * log_n), np.exp(b - beta * log_d)
-        predicted = n_term + d_term + np.exp(e)
+def unpinned_terms(terms, predicted) -> dict[str, str]:
+    """The parameters of power-law terms that the points cannot determine, each with the
+    reason. terms: (coefficient, exponent, [points] term values, exponent value, axis) per
+    term; predicted: [points] the predicted loss. A term below NEGLIGIBLE_TERM of the loss at
+    every point leaves its coefficient and exponent free (any smaller coefficient fits as
+    well); an exponent below MIN_EXPONENT makes the term a constant that E absorbs."""
     found: dict[str, str] = {}
-    for (coefficient, exponent), term, value, axis in (
-            (("A", "alpha"), n_term, alpha, "N"), (("B", "beta"), d_term, beta, "D")):
+    for coefficient, exponent, term, value, axis in terms:
         share = float(np.max(term / predicted)) if np.all(np.isfinite(term)) else np.inf
         if share < NEGLIGIBLE_TERM:
             reason = (f"{coefficient}/{axis}^{exponent} is below {NEGLIGIBLE_TERM:g} of the loss "
@@ -183,6 +170,24 @@ def unpinned_parameters(theta, data) -> dict[str, str]:
             reason = (f"{exponent}={value:.3g} ~ 0: {coefficient}/{axis}^{exponent} is a constant "
                       f"that E absorbs")
             found.update({coefficient: reason, exponent: reason, "E": reason})
+    return found
+
+
+def unpinned_parameters(theta, data) -> dict[str, str]:
+    """The parameters these points cannot determine at ``theta`` (``unpinned_terms`` of the N
+    and D terms), each with the reason.
+
+    theta: [5] (a, b, e, alpha, beta); data: (log N, log D, log L), each [points]. The N term is
+    A/N^alpha = exp(a - alpha log N). The allocation a, b, G derives from A, B, alpha, beta and
+    inherits their problems.
+    """
+    log_n, log_d = (np.asarray(c, np.float64) for c in data[:2])
+    a, b, e, alpha, beta = np.asarray(theta, np.float64)
+    with np.errstate(all="ignore"):
+        n_term, d_term = np.exp(a - alpha * log_n), np.exp(b - beta * log_d)
+        predicted = n_term + d_term + np.exp(e)
+    found = unpinned_terms((("A", "alpha", n_term, alpha, "N"), ("B", "beta", d_term, beta, "D")),
+                           predicted)
     if any(name in found for name in _ALLOCATION_INPUTS):
         cause = ", ".join(name for name in _ALLOCATION_INPUTS if name in found)
         for name in ("a", "b", "G"):
@@ -190,45 +195,54 @@ def unpinned_parameters(theta, data) -> dict[str, str]:
     return found
 
 
-def _best_converged(objective: np.ndarray, converged: np.ndarray) -> int | None:
-    if not converged.any():
-        return None
-    return int(np.argmin(np.where(converged, objective, np.inf)))
+held_huber_objective = parametric.holding(huber_objective)  # --fix: some coordinates held
+
+
+def _check_points(n, d, free: int, source: str) -> None:
+    n_points, distinct = len(n), len(set(zip(n, d)))
+    what = ("approach 3 fits 5 parameters (E, A, B, alpha, beta)" if free == len(THETA_NAMES)
+            else f"approach 3 fits {free} of its 5 parameters (the others held by --fix)")
+    if free == 0:
+        raise FitInputError("--fix holds every parameter of approach 3: nothing to fit")
+    if n_points < free:
+        raise FitInputError(f"{source}: {what} but has only {n_points} usable point(s)")
+    if distinct < free:  # repeated runs of one (N, D) pin nothing more
+        raise FitInputError(f"{source}: {what} but the {n_points} points have only {distinct} "
+                            f"distinct (N, D) pair(s)")
 
 
 def fit_approach3(n, d, loss, *, grid: InitGrid = CHINCHILLA_GRID, n_bootstrap: int = 0,
                   bootstrap_grid_starts: int = 4, ci_level: float = 0.95, seed: int = 0,
                   max_steps: int = 500,
                   flops_per_param_token: float = laws.FLOPS_PER_PARAM_TOKEN,
-                  source: str = "data", clusters=None) -> ScalingFit:
+                  source: str = "data", clusters=None, fixed=None) -> ScalingFit:
     """Fits E + A/N^alpha + B/D^beta to points (N [points], D [points], L [points]).
 
     n_bootstrap replicates refit from the full-data estimate plus ``bootstrap_grid_starts``
     random grid starts each; clusters: [points] labels whose points a replicate draws together
-    (None: the points themselves). Warns (GridEdgeWarning) when the estimate lies on or beyond the
-    grid's edge. Raises FitInputError for fewer points than the 5 parameters, FitError when no
-    start converges to an admissible law (alpha, beta > 0). A fit the data cannot pin is
+    (None: the points themselves); fixed: parameter -> value held through the fit and every
+    refit (``--fix``). Warns (GridEdgeWarning) when the estimate lies on or beyond the
+    grid's edge. Raises FitInputError for fewer points than the free parameters, FitError when
+    no start converges to an admissible law (alpha, beta > 0). A fit the data cannot pin is
     returned with ``unpinned`` set and a warning, not raised.
     """
     n, d, loss = (np.asarray(x, np.float64) for x in (n, d, loss))
+    fixed = dict(fixed or {})
+    mask, values = COORDINATES.held(fixed, "chinchilla")
+    _check_points(n, d, int((~mask).sum()), source)
     n_points = len(loss)
-    if n_points < len(THETA_NAMES):
-        raise FitInputError(f"{source}: approach 3 fits 5 parameters (E, A, B, alpha, beta) but "
-                            f"has only {n_points} usable point(s)")
-    distinct = len({(a, b) for a, b in zip(n, d)})
-    if distinct < len(THETA_NAMES):  # repeated runs of one (N, D) pin nothing more
-        raise FitInputError(f"{source}: approach 3 fits 5 parameters (E, A, B, alpha, beta) but "
-                            f"the {n_points} points have only {distinct} distinct (N, D) "
-                            f"pair(s)")
     data = (np.log(n), np.log(d), np.log(loss))
-    starts = grid.points()
+    objective, fit_data = huber_objective, data
+    if mask.any():
+        objective, fit_data = held_huber_objective, parametric.with_held(data, mask, values)
+    starts = parametric.held_starts(grid.points(), mask, values)
     ones = np.ones((len(starts), n_points))
-    solved = minimise_many(huber_objective, starts, data, ones, max_steps=max_steps)
+    solved = minimise_many(objective, starts, fit_data, ones, max_steps=max_steps)
     if not solved.converged.any():
         raise FitError(f"{source}: none of the {len(starts)} starts of the grid converged within "
                        f"{max_steps} L-BFGS steps; check the data or widen the grid")
-    unconstrained = _best_converged(solved.objective, solved.converged)
-    best = _best_converged(solved.objective, solved.converged & admissible(solved.params))
+    unconstrained = best_converged(solved.objective, solved.converged)
+    best = best_converged(solved.objective, solved.converged & admissible(solved.params))
     if best is None:
         alpha, beta = solved.params[unconstrained, 3:]
         raise FitError(f"{source}: no start of the grid converged to a scaling law (alpha, beta "
@@ -243,13 +257,13 @@ def fit_approach3(n, d, loss, *, grid: InitGrid = CHINCHILLA_GRID, n_bootstrap: 
             f"beta={rejected['beta']:.3g} (objective {solved.objective[unconstrained]:.4g}), not "
             f"a scaling law; kept the best fit with alpha, beta > 0 "
             f"(objective {solved.objective[best]:.4g})")
-    unpinned = unpinned_parameters(theta, data)
+    unpinned = {k: v for k, v in unpinned_parameters(theta, data).items() if k not in fixed}
     if unpinned:
         reasons = dict.fromkeys(unpinned.values())  # each reason once, in order
         warn_list.append(f"degenerate fit: the data do not pin {', '.join(unpinned)} ("
                          + "; ".join(reasons) + "); its allocation and predictions beyond the "
                          "runs are not meaningful: add sizes or budgets")
-    edges = grid.edges_reached(theta)
+    edges = grid.edges_reached(np.where(mask, np.nan, theta))
     if edges:
         message = (f"the best fit lies on the edge of the initialisation grid ({'; '.join(edges)});"
                    f" the optimum may be outside the grid's basin: widen the grid (--grid)")
@@ -257,46 +271,33 @@ def fit_approach3(n, d, loss, *, grid: InitGrid = CHINCHILLA_GRID, n_bootstrap: 
         warn_list.append(message)
 
     samples: dict[str, np.ndarray] = {}
-    notes = []
+    notes = [f"held by --fix: {', '.join(f'{k}={v:g}' for k, v in fixed.items())}"] if fixed \
+        else []
     details = {"grid": grid.describe(), "huber_delta": HUBER_DELTA,
                "starts_converged": int(solved.converged.sum()),
                "best_start": dict(zip(THETA_NAMES, map(float, starts[best]))),
                "theta": dict(zip(THETA_NAMES, map(float, theta))),
-               "max_steps": max_steps}
+               "max_steps": max_steps, "fixed": fixed}
     if n_bootstrap > 0:
-        rng = np.random.default_rng(seed)
-        weights = resample_weights(n_points, n_bootstrap, rng,
-                                   None if clusters is None else cluster_index(clusters))
         k = min(bootstrap_grid_starts, len(starts))
-        grid_picks = np.stack([rng.choice(len(starts), size=k, replace=False)
-                               for _ in range(n_bootstrap)]) if k else np.zeros((n_bootstrap, 0),
-                                                                                int)
-        # Warm starts first, grid starts after: chunks of warm starts converge and stop early.
-        boot_starts = np.concatenate([np.repeat(theta[None], n_bootstrap, axis=0),
-                                      starts[grid_picks.T.reshape(-1)]])
-        boot_weights = np.concatenate([weights] + [weights] * k)
-        boot = minimise_many(huber_objective, boot_starts, data, boot_weights,
-                             max_steps=max_steps)
-        objective = boot.objective.reshape(k + 1, n_bootstrap)
-        converged = boot.converged.reshape(k + 1, n_bootstrap)
-        params = boot.params.reshape(k + 1, n_bootstrap, len(THETA_NAMES))
-        usable = converged & admissible(params)
-        chosen = [_best_converged(objective[:, r], usable[:, r]) for r in range(n_bootstrap)]
-        kept = [r for r, c in enumerate(chosen) if c is not None]
-        replicate_theta = np.array([params[chosen[r], r] for r in kept]).reshape(-1, 5)
-        samples = params_from_theta(replicate_theta)
-        if len(kept) < n_bootstrap:
-            notes.append(f"{n_bootstrap - len(kept)} of {n_bootstrap} bootstrap refits did not "
-                         f"converge to a law with alpha, beta > 0 and were dropped")
-        on_edge = sum(bool(grid.edges_reached(t)) for t in replicate_theta)
+        replicate_theta = parametric.bootstrap_refits(
+            objective, theta, starts, fit_data, n_points, n_bootstrap=n_bootstrap,
+            grid_starts=k, seed=seed, clusters=clusters, admissible=admissible,
+            max_steps=max_steps)
+        samples = parametric.exactly(params_from_theta(replicate_theta), fixed)
+        notes += parametric.dropped_note(len(replicate_theta), n_bootstrap,
+                                         "did not converge to a law with alpha, beta > 0")
+        on_edge = sum(bool(grid.edges_reached(np.where(mask, np.nan, t)))
+                      for t in replicate_theta)
         if on_edge:
-            message = (f"{on_edge} of {len(kept)} bootstrap refits lie on the edge of the "
-                       f"initialisation grid")
+            message = (f"{on_edge} of {len(replicate_theta)} bootstrap refits lie on the edge of "
+                       f"the initialisation grid")
             warn_list.append(message)
         details["bootstrap_starts"] = {"warm": 1, "grid": k}
 
-    return ScalingFit(part=Parametric(),
-                      params={k: float(v) for k, v in params_from_theta(theta).items()},
+    params = parametric.exactly({k: float(v) for k, v in params_from_theta(theta).items()},
+                                fixed)
+    return ScalingFit(part=Parametric(), params=params,
                       samples=samples, ci_level=ci_level, n_points=n_points,
                       objective=float(solved.objective[best]),
                       objective_name=f"sum of Huber(delta={HUBER_DELTA:g}) terms on log L",
@@ -312,6 +313,7 @@ class Parametric(laws.ChinchillaLaw):
     title = "Chinchilla approach 3: L(N, D) = E + A/N^alpha + B/D^beta"
     n_parameters = 5
     predicts_loss = has_loss_model = closed_frontier = True
+    fixable = COORDINATES.fixable
 
     def loss(self, params, n, d):
         return laws.chinchilla_loss(params, n, d)
@@ -320,8 +322,8 @@ class Parametric(laws.ChinchillaLaw):
         return laws.chinchilla_optimal(params, c, flops_per_param_token)
 
     def fit(self, table, *, n_bootstrap, ci_level, seed, grid, flops_per_param_token,
-            clusters=None, **_):
+            clusters=None, fixed=None, **_):
         return fit_approach3(table.array("params"), table.array("tokens"), table.array("loss"),
                              grid=grid, flops_per_param_token=flops_per_param_token,
                              n_bootstrap=n_bootstrap, ci_level=ci_level, seed=seed,
-                             source=table.source, clusters=clusters)
+                             source=table.source, clusters=clusters, fixed=fixed)

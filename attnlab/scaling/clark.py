@@ -403,8 +403,8 @@ class Clark(laws.Law):
     fits_table = False
     own_flags = ("saturation",)
     scope = "one fit of log L(N, E) over a sweep's runs"
-    refused_flags = ("curves", "approach", "by", "budget", "overtrain", "multiplier-against",
-                     "holdout", "floor", "cluster")
+    refused_flags = ("curves", "approach", "by", "budget", "train-longer", "multiplier-against",
+                     "fix", "holdout", "floor", "cluster")
 
     def options(self, given) -> dict:
         text = given.get("saturation")

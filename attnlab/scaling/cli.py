@@ -1,4 +1,4 @@
-"""``attnlab fit``: Kaplan, Chinchilla or Clark et al. scaling-law fits of a sweep's results, with
+"""``attnlab fit``: scaling-law fits of a sweep's results (the laws of ``registry.LAWS``), with
 intervals.
 
     attnlab fit --results=sweeps/isoflop --law=chinchilla --approach=3 --bootstrap=1000 \
@@ -22,7 +22,7 @@ from absl import flags
 from attnlab import cli_flags, outputs
 from attnlab.cli_flags import Flag
 from attnlab.errors import AttnlabError
-from attnlab.scaling import hparams, registry
+from attnlab.scaling import hparams, parametric, registry
 from attnlab.scaling.approach2 import DEFAULT_WINDOW, PROFILES
 from attnlab.scaling.approach3 import CHINCHILLA_GRID, InitGrid
 from attnlab.scaling.bootstrap import MAX_FAILED_SHARE
@@ -34,13 +34,14 @@ from attnlab.scaling.grouped import GroupedFits, fit_by, format_grouped
 from attnlab.scaling.holdout import HoldoutResult, format_holdout, holdout_prediction
 from attnlab.scaling.laws import Law
 from attnlab.scaling.multiplier import format_multipliers, multipliers_against
+from attnlab.scaling.parametric import parse_fix, positive_list
 from attnlab.scaling.result import PIN_RULE as RULE
 from attnlab.scaling.result import ScalingFit, jsonable
 from attnlab.scaling.table import (ScalingTable, parse_columns, prepare_curves, prepare_points,
                                    read_curves, read_table)
 
 FIT_HELP = """\
-Fit Kaplan, Chinchilla or Clark et al. scaling laws to a sweep's results, with intervals.
+Fit scaling laws (--law, below) to a sweep's results, with intervals.
 
     attnlab fit --results=sweeps/isoflop --law=chinchilla --approach=3 --bootstrap=1000 \\
         --budget=1e18 --json=fit.json
@@ -48,7 +49,10 @@ Fit Kaplan, Chinchilla or Clark et al. scaling laws to a sweep's results, with i
     attnlab fit --results=sweeps/pe --law=chinchilla --approach=2 --by=model.pos_encoding
     attnlab fit --results=runs/architectures --law=chinchilla --by=architecture \\
         --multiplier-against=gpt --budget=1e15
-    attnlab fit --results=sweeps/moe --law=clark    # Clark et al. 2022: log L(N, E)"""
+    attnlab fit --results=sweeps/moe --law=clark    # Clark et al. 2022: log L(N, E)
+    attnlab fit --results=runs.csv --law=data_constrained \
+        --fix=E=1.869,A=520.8,B=1487.7,alpha=0.3527,beta=0.3527   # Muennighoff et al. 2023
+    attnlab fit --results=runs.csv --law=overtrain --budget=1e21 --tokens-per-param=20,200"""
 
 # Where the table comes from and how to fit it: the flags of both `fit` and `plot`.
 INPUT_FLAGS = [
@@ -81,14 +85,23 @@ INPUT_FLAGS = [
     Flag("cluster", "string", None, "The bootstrap's unit of independence: rows sharing this "
          "column's value are resampled together (default: a ladder's 'trunk' column when the "
          "table has one; 'none': every row on its own)."),
+    Flag("fix", "string", None, "Hold parameters at given values through the fit and every "
+         "bootstrap refit, e.g. E=1.869,A=520.8,B=1487.7,alpha=0.3527,beta=0.3527 (approach 3, "
+         "--law=data_constrained, --law=overtrain)."),
 ]
 FIT_FLAGS = INPUT_FLAGS + [
     Flag("bootstrap", "integer", 200, "Bootstrap refits for the intervals (0: none)."),
     Flag("budget", "string", None, "FLOP budget(s), comma-separated: print the compute-optimal "
                                    "N, D and loss there, with intervals."),
-    Flag("overtrain", "string", None, "Token multipliers, comma-separated (e.g. 10,100): with "
-         "--budget, the loss of each budget's compute-optimal model trained on that many times "
-         "its compute-optimal tokens, with intervals (approach 3, Kaplan nd)."),
+    Flag("train-longer", "string", None, "Token multipliers, comma-separated (e.g. 10,100): "
+         "with --budget, the loss of each budget's compute-optimal model trained that many "
+         "times longer (M x its tokens, M x the budget's FLOPs), with intervals (approach 3, "
+         "Kaplan nd). For the loss at a fixed tokens-per-parameter ratio and the compute "
+         "penalty of a smaller model, fit --law=overtrain with --tokens-per-param."),
+    Flag("tokens-per-param", "string", None, "--law=overtrain: ratios M = D/N, comma-separated "
+         "(e.g. 20,200): with --budget, the loss of a run of C FLOPs at each M and the compute "
+         "penalty C_M/C_M* of M against the law's optimal ratio at equal loss, with "
+         "intervals."),
     Flag("multiplier-against", "string", None, "With --by (approach 3): each group's effective "
          "compute multiplier against this group at each --budget (default: the largest run's "
          "compute), and the loss difference at the largest budget both ran, with intervals."),
@@ -125,6 +138,7 @@ class FitInputs:
     window: float = DEFAULT_WINDOW
     by: str | None = None
     cluster: str | None = None
+    fix: str | None = None
 
     @classmethod
     def from_flags(cls, values: flags.FlagValues) -> FitInputs:
@@ -135,7 +149,7 @@ class FitInputs:
                    ci_level=values["ci-level"].value, seed=values["seed"].value,
                    grid=values["grid"].value, profile=values["profile"].value,
                    window=values["window"].value, by=values["by"].value,
-                   cluster=values["cluster"].value)
+                   cluster=values["cluster"].value, fix=values["fix"].value)
 
     def part(self, default: str | None = None) -> Law:
         """The law --law (or ``default``) names, in the variant --approach / --form select."""
@@ -148,31 +162,16 @@ class FitInputs:
         """The keyword arguments of ``fit_table`` that these flags set."""
         grid = InitGrid.parse(self.grid) if self.grid else CHINCHILLA_GRID
         return dict(form=self.form, n_bootstrap=n_bootstrap, ci_level=self.ci_level,
-                    seed=self.seed, grid=grid, profile=self.profile, window=self.window)
+                    seed=self.seed, grid=grid, profile=self.profile, window=self.window,
+                    fixed=parse_fix(self.fix))
 
 
 def _multipliers(text: str | None) -> list[float]:
-    try:
-        values = [float(v) for v in (text or "").split(",") if v.strip()]
-    except ValueError:
-        raise FitInputError(f"--overtrain: {text!r} is not a comma-separated list of token "
-                            f"multipliers (e.g. 10,100)") from None
-    if not all(v > 0 for v in values):
-        raise FitInputError(f"--overtrain: multipliers must be > 0, got {text!r}")
-    return values
+    return positive_list(text, "--train-longer", "token multipliers", "10,100")
 
 
 def _budgets(text: str | None) -> list[float]:
-    if not text:
-        return []
-    try:
-        values = [float(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise FitInputError(f"--budget: {text!r} is not a comma-separated list of FLOP counts "
-                            f"(e.g. 1e18,1e19)") from None
-    if not all(v > 0 for v in values):
-        raise FitInputError(f"--budget: FLOP budgets must be > 0, got {text!r}")
-    return values
+    return positive_list(text, "--budget", "FLOP budgets", "1e18,1e19")
 
 
 def load_table(inputs: FitInputs, law: Law) -> ScalingTable:
@@ -252,25 +251,25 @@ def _number(value) -> str:
     return "n/a" if value is None else f"{value:.5g}"
 
 
-def format_overtrained(fit: ScalingFit, budgets: list[float], multipliers: list[float]) -> str:
-    """The lines ``--overtrain`` adds: per budget and multiplier M, N_opt(C) trained on
+def format_trained_longer(fit: ScalingFit, budgets: list[float], multipliers: list[float]) -> str:
+    """The lines ``--train-longer`` adds: per budget and multiplier M, N_opt(C) trained on
     M·D_opt(C) tokens, its predicted loss and the change from the compute-optimal loss."""
     if not multipliers:
         return ""
     if not budgets:
-        raise FitInputError("--overtrain needs --budget=C[,C...]: it over-trains each budget's "
-                            "compute-optimal model")
+        raise FitInputError("--train-longer needs --budget=C[,C...]: it trains each budget's "
+                            "compute-optimal model longer")
     if not (fit.has_loss_model and fit.allocation_determined):
-        return (f"\nover-training: {fit.name} predicts no loss at an allocation (use "
+        return (f"\ntrained longer: {fit.name} predicts no loss at an allocation (use "
                 f"--law=chinchilla --approach=3 or --law=kaplan --form=nd)\n")
     level = f"{100 * fit.ci_level:g}%"
-    lines = ["", f"over-trained: N_opt(C) on M x D_opt(C) tokens (M x C FLOPs), {level} "
+    lines = ["", f"trained longer: N_opt(C) on M x D_opt(C) tokens (M x C FLOPs), {level} "
                  f"intervals at fixed (N, D):",
              f"  {'C':>10}{'M':>7}{'N':>11}{'D':>11}{'D/N':>9}{'loss':>9}{'low':>9}"
              f"{'high':>9}{'change':>9}{'low':>9}{'high':>9}"]
     for budget in budgets:
         for m in multipliers:
-            p = fit.predict_overtrained(budget, m)
+            p = fit.predict_trained_longer(budget, m)
             lo, hi = p["ci"].get("loss", (None, None))
             elo, ehi = p["ci"].get("change", (None, None))
             cells = [f"{v:>9.4f}" if v is not None else f"{'n/a':>9}"
@@ -323,7 +322,8 @@ def format_report(fit: ScalingFit, source: str, budgets: list[float],
         value = fit.params[name]
         low, high = ci.get(name, (None, None))
         flag = ("   not pinned by the data" if name in fit.unpinned
-                else "   not pinned: " + wide[name] if name in wide else "")
+                else "   not pinned: " + wide[name] if name in wide
+                else "   held by --fix" if name in fit.details.get("fixed", {}) else "")
         shown = "not pinned" if name in wide else _number(value)
         lines.append(f"  {name:<10}{shown:>14}{_number(low):>14}{_number(high):>14}"
                      f"{flag}")
@@ -359,6 +359,7 @@ def _check_law_flags(values: flags.FlagValues, law: Law) -> None:
     for name in law.refused_flags:
         if values[name].value is not None:
             raise FitInputError(f"--{name} does not apply to --law={law.name} ({law.scope})")
+    parametric.check_fixable(law, parse_fix(values["fix"].value))
     for owner in registry.LAWS.values():
         for name in owner.own_flags:
             if values[name].value is not None and name not in law.own_flags:
@@ -391,9 +392,11 @@ def fit_main(argv: list[str]) -> int:
         if not law.fits_table:
             return _own_fit_main(values, inputs, law)
         budgets = _budgets(values["budget"].value)
-        overtrain = _multipliers(values["overtrain"].value)
-        if overtrain and (inputs.by or values["holdout"].value):
-            raise FitInputError("--overtrain reports on one fit: leave out --by and --holdout")
+        longer = _multipliers(values["train-longer"].value)
+        own = {name: values[name].value for name in law.own_flags}
+        for name in ("train-longer",) + law.own_flags:
+            if values[name].value and (inputs.by or values["holdout"].value):
+                raise FitInputError(f"--{name} reports on one fit: leave out --by and --holdout")
         n_bootstrap, holdout = values["bootstrap"].value, values["holdout"].value
         floor = values["floor"].value
         if floor is not None and not floor > 0:
@@ -424,9 +427,10 @@ def fit_main(argv: list[str]) -> int:
             payload = held.to_dict()
         else:
             table, fit = run_fit(inputs, law, n_bootstrap)
+            extra, entries = law.extra_report(fit, budgets, own)
             sys.stdout.write(format_report(fit, table.source, budgets, floor)
-                             + format_overtrained(fit, budgets, overtrain))
-            payload = fit.to_dict(budgets, overtrain)
+                             + format_trained_longer(fit, budgets, longer) + extra)
+            payload = fit.to_dict(budgets, longer) | entries
             if floor is not None:
                 low = below_floor(fit, budgets, floor)
                 payload["floor"] = floor

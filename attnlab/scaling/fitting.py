@@ -12,6 +12,7 @@ from attnlab.scaling.approach3 import CHINCHILLA_GRID, InitGrid
 from attnlab.scaling.bootstrap import MIN_CLUSTERS
 from attnlab.scaling.errors import FitInputError
 from attnlab.scaling.laws import Law
+from attnlab.scaling.parametric import check_fixable
 from attnlab.scaling.result import ScalingFit
 from attnlab.scaling.table import ScalingTable
 
@@ -26,11 +27,13 @@ def flops_per_param_token(table: ScalingTable) -> float:
 def fit_table(table: ScalingTable, *, law: str | Law, approach: int | None = None,
               form: str = "nd", n_bootstrap: int = 0, ci_level: float = 0.95, seed: int = 0,
               grid: InitGrid = CHINCHILLA_GRID, profile: str = "window",
-              window: float = DEFAULT_WINDOW) -> ScalingFit:
+              window: float = DEFAULT_WINDOW, fixed: dict | None = None) -> ScalingFit:
     """Fits ``law`` (a name with its approach or form, or a resolved ``Law``) to a checked
     table (points for Kaplan and approaches 2-3, curves for approach 1); the table's notes are
     carried into the fit's notes, its ``resampling`` (rows or clusters, ``table.clusters``)
-    into the fit's. profile, window: how approach 2 finds each budget's minimum."""
+    into the fit's. profile, window: how approach 2 finds each budget's minimum; fixed:
+    parameter -> value the fit holds (``--fix``; FitInputError naming the parameter for a law
+    that holds none)."""
     part = registry.resolve(law, approach, form)
     if not part.fits_table:
         raise FitInputError(f"--law={part.name} is fitted by attnlab fit --law={part.name}, "
@@ -39,8 +42,9 @@ def fit_table(table: ScalingTable, *, law: str | Law, approach: int | None = Non
         raise FitInputError(f"--ci-level must lie in (0, 1), not {ci_level}")
     if n_bootstrap < 0:
         raise FitInputError(f"--bootstrap must be >= 0, not {n_bootstrap}")
+    check_fixable(part, fixed)
     fit = part.fit(table, n_bootstrap=n_bootstrap, ci_level=ci_level, seed=seed, grid=grid,
-                   profile=profile, window=window,
+                   profile=profile, window=window, fixed=fixed,
                    flops_per_param_token=flops_per_param_token(table), clusters=table.clusters)
     resampling = fit.resampling or table.resampling()
     few = (n_bootstrap and resampling["unit"] == "cluster"

@@ -176,11 +176,13 @@ def holdout_prediction(table: ScalingTable, *, law: str | Law, holdout: str,
     fit = fit_table(kept, law=part, **fit_kwargs)
     test = table.frame[held].reset_index(drop=True)
     n, d, observed = (test[c].to_numpy(np.float64) for c in ("params", "tokens", "loss"))
+    columns = {c: test[c].to_numpy(np.float64) for c in part.run_columns}
     with np.errstate(all="ignore"):
-        predicted = np.asarray(fit.run_loss(n, d), np.float64)
+        predicted = np.asarray(fit.run_loss(n, d, **columns), np.float64)
         if fit.interval_samples:
             replicated = fit.run_loss(n[:, None], d[:, None],
-                                      {k: v[None, :] for k, v in fit.interval_samples.items()})
+                                      {k: v[None, :] for k, v in fit.interval_samples.items()},
+                                      **{c: v[:, None] for c, v in columns.items()})
             bounds = np.array([percentile_interval(row, fit.ci_level) for row in replicated])
         else:
             bounds = np.full((len(test), 2), np.nan)

@@ -358,8 +358,8 @@ class HParams(laws.Law):
     fits_table = False
     own_flags = ("optimum", "near")
     scope = "one law over a sweep's (N, D) groups of learning rates and batch sizes"
-    refused_flags = ("curves", "approach", "by", "budget", "overtrain", "multiplier-against",
-                     "holdout")
+    refused_flags = ("curves", "approach", "by", "budget", "train-longer", "multiplier-against",
+                     "fix", "holdout")
 
     def options(self, given: dict) -> dict:
         near = given.get("near")

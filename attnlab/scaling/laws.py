@@ -131,6 +131,10 @@ class Law:
     has_allocation = False   # N_opt(C), D_opt(C)
     closed_frontier = False  # L*(C) = E + K (C/k)^-gamma inverts in closed form (multipliers)
     own_flags: tuple[str, ...] = ()      # fit flags only this law reads
+    fixable: tuple[str, ...] = ()        # the parameters --fix can hold
+    # Parameters whose interval is read as an exponent's (``ScalingFit.too_wide``).
+    exponents: tuple[str, ...] = ("alpha", "beta", "a", "b", "alpha_N", "alpha_D")
+    run_columns: tuple[str, ...] = ()    # table columns beyond N and D a run's loss reads
     refused_flags: tuple[str, ...] = ()  # fit flags that would mean nothing to this law
     scope: str = ""                      # what one fit of this law is, for those refusals
 
@@ -159,12 +163,28 @@ class Law:
         """A law with its own fit: the report ``attnlab fit`` prints."""
         raise NotImplementedError
 
+    def table_columns(self, df, mapping: Mapping, source: str) -> dict[str, str]:
+        """The columns beyond N, D, L and C this law reads from a results table (canonical
+        name -> column), for ``table.prepare_points``."""
+        return {}
+
+    def check_table(self, table):
+        """The checked table with this law's own columns derived and checked (e.g. the
+        repeats of a data-constrained run); the table as it is by default."""
+        return table
+
+    def extra_report(self, fit, budgets, given: Mapping) -> tuple[str, dict]:
+        """A table law's report beyond the parameters, from the values of its ``own_flags``:
+        (text, JSON entries); nothing by default."""
+        return "", {}
+
     def loss(self, params: Mapping, n, d):
         raise FitError(f"{self.title} has no L(N, D); fit --law=kaplan (form nd) or "
                           f"--law=chinchilla --approach=3 to predict losses")
 
-    def run_loss(self, params: Mapping, n, d):
-        """The loss predicted for a run of N parameters trained on D tokens."""
+    def run_loss(self, params: Mapping, n, d, **columns):
+        """The loss predicted for a run of N parameters trained on D tokens (``columns``: the
+        run's values of ``run_columns``)."""
         return self.loss(params, n, d)
 
     def optimal(self, params: Mapping, c, flops_per_param_token: float):

@@ -11,14 +11,15 @@ the class's ``name`` and its ``variant`` the ``--approach`` or ``--form`` that s
 
 from __future__ import annotations
 
-from attnlab.scaling import approach1, approach2, approach3, clark, hparams, kaplan
+from attnlab.scaling import (approach1, approach2, approach3, clark, data_constrained, hparams,
+                             kaplan, overtrain)
 from attnlab.scaling.errors import FitInputError
 from attnlab.scaling.laws import Law
 
 LAWS = {(c.name, c.variant): c for c in (
     kaplan.KaplanJoint, kaplan.KaplanSize, kaplan.KaplanData,
     approach1.Envelope, approach2.IsoFLOP, approach3.Parametric,
-    clark.Clark, hparams.HParams)}
+    clark.Clark, hparams.HParams, data_constrained.DataConstrained, overtrain.Overtrain)}
 
 
 def names() -> tuple[str, ...]:

@@ -15,7 +15,6 @@ from attnlab.scaling.bootstrap import MAX_FAILED_SHARE, intervals, percentile_in
 # Intervals too wide to act on: an exponent's wider than this (a spread of 0.25 in N_opt ~ C^a
 # moves N_opt by 10x over four decades of compute) ...
 MAX_EXPONENT_WIDTH = 0.25
-EXPONENTS = ("alpha", "beta", "a", "b", "alpha_N", "alpha_D")
 # ... or E's wider than this fraction of E.
 MAX_E_RELATIVE_WIDTH = 0.30
 PIN_RULE = (f"an exponent's interval wider than {MAX_EXPONENT_WIDTH:g}, E's wider than "
@@ -60,7 +59,7 @@ class ScalingFit:
         found = {}
         for name, (low, high) in self.ci.items():
             width = high - low
-            if name in EXPONENTS and not width <= MAX_EXPONENT_WIDTH:
+            if name in self.part.exponents and not width <= MAX_EXPONENT_WIDTH:
                 found[name] = (f"its {100 * self.ci_level:g}% interval [{low:.3g}, {high:.3g}] is "
                                f"wider than {MAX_EXPONENT_WIDTH:g}")
             elif name == "E" and not width <= MAX_E_RELATIVE_WIDTH * abs(self.params["E"]):
@@ -144,10 +143,11 @@ class ScalingFit:
         """Predicted loss at (N, D) (Kaplan L(N, D) or Chinchilla approach 3)."""
         return self.part.loss(self.params if params is None else params, n, d)
 
-    def run_loss(self, n, d, params=None):
+    def run_loss(self, n, d, params=None, **columns):
         """The loss the law predicts for a run of N parameters trained on D tokens: L(N, D), or
-        Kaplan's L(N) / L(D), which ignore the other argument."""
-        return self.part.run_loss(self.params if params is None else params, n, d)
+        Kaplan's L(N) / L(D), which ignore the other argument; ``columns``: the run's values of
+        the law's ``run_columns`` (e.g. its unique tokens)."""
+        return self.part.run_loss(self.params if params is None else params, n, d, **columns)
 
     def optimal(self, budget, params=None) -> dict[str, Any]:
         """Compute-optimal N_opt, D_opt (and the loss there, when the law models it) at FLOP
@@ -181,7 +181,7 @@ class ScalingFit:
                          for k, v in replicated.items() if v is not None}
         return out
 
-    def predict_overtrained(self, budget: float, multiplier: float) -> dict[str, Any]:
+    def predict_trained_longer(self, budget: float, multiplier: float) -> dict[str, Any]:
         """The compute-optimal model at ``budget`` trained on ``multiplier`` times its
         compute-optimal tokens (``multiplier`` x the budget's compute): {"C", "multiplier", "N",
         "D", "loss", "change" (over the compute-optimal loss), "ci": name -> [low, high]}.
@@ -201,7 +201,7 @@ class ScalingFit:
                          "change": percentile_interval(over - at_opt, self.ci_level)}
         return out
 
-    def to_dict(self, budgets=(), overtrain=()) -> dict[str, Any]:
+    def to_dict(self, budgets=(), longer=()) -> dict[str, Any]:
         """JSON-ready: the approach, every fitted parameter at top level, ``ci`` (name ->
         [low, high]), ``n_points``, the objective, and predictions at the given budgets."""
         out: dict[str, Any] = {"law": self.law, "approach": self.approach,
@@ -222,9 +222,9 @@ class ScalingFit:
         out["details"] = jsonable(self.details)
         if budgets:
             out["predictions"] = [jsonable(self.predict_optimal(c)) for c in budgets]
-        if budgets and overtrain and self.has_loss_model and self.allocation_determined:
-            out["overtrained"] = [jsonable(self.predict_overtrained(c, m))
-                                  for c in budgets for m in overtrain]
+        if budgets and longer and self.has_loss_model and self.allocation_determined:
+            out["trained_longer"] = [jsonable(self.predict_trained_longer(c, m))
+                                     for c in budgets for m in longer]
         out["degenerate"] = self.degenerate
         out["unpinned"] = list(self.not_pinned)
         out["undetermined"] = list(self.unpinned)  # what makes the fit degenerate

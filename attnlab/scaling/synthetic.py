@@ -10,6 +10,9 @@ from attnlab.scaling import laws, registry
 
 CHINCHILLA_PUBLISHED = {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28}
 KAPLAN_PUBLISHED = {"N_c": 8.8e13, "D_c": 5.4e13, "alpha_N": 0.076, "alpha_D": 0.095}
+# Muennighoff et al. 2023's fit (their Sec. 5): the Chinchilla part, then the decay constants.
+MUENNIGHOFF_PUBLISHED = {"E": 1.869, "A": 520.8, "B": 1487.7, "alpha": 0.3527, "beta": 0.3527,
+                         "R_D": 15.4, "R_N": 5.3}
 
 
 def _noisy(loss, noise, rng):
@@ -80,3 +83,27 @@ def ladder_points(params: dict, sizes, *, trunks_per_size: int = 5,
                                       "flops": laws.training_flops(n, d),
                                       "trunk": f"n{i}-t{t}"}))
     return pd.concat(rows, ignore_index=True)
+
+
+def repeated_points(params: dict, *, sizes, unique_tokens, epochs, noise: float = 0.005,
+                    rng: np.random.Generator) -> pd.DataFrame:
+    """Runs of every (N, U_D, epochs) from the data-constrained law (Muennighoff et al. 2023):
+    D = epochs·U_D. Columns params, tokens, unique_tokens, epochs, loss, flops."""
+    n, u, e = (a.ravel() for a in np.meshgrid(np.asarray(sizes, np.float64),
+                                              np.asarray(unique_tokens, np.float64),
+                                              np.asarray(epochs, np.float64), indexing="ij"))
+    truth = registry.resolve("data_constrained").run_loss(params, n, e * u, unique_tokens=u)
+    return pd.DataFrame({"params": n, "tokens": e * u, "unique_tokens": u, "epochs": e,
+                         "loss": _noisy(truth, noise, rng), "flops": laws.training_flops(n, e * u)})
+
+
+def overtrain_points(params: dict, *, budgets, ratios, noise: float = 0.005,
+                     rng: np.random.Generator) -> pd.DataFrame:
+    """Runs of every (C, M) from Gadre et al. 2024's L(C, M) (``params``: E, a, b, eta):
+    N = sqrt(C/(6M)), D = M·N. Columns params, tokens, loss, flops (= 6ND)."""
+    c, m = (a.ravel() for a in np.meshgrid(np.asarray(budgets, np.float64),
+                                           np.asarray(ratios, np.float64), indexing="ij"))
+    n = np.sqrt(c / (laws.FLOPS_PER_PARAM_TOKEN * m))
+    truth = registry.resolve("overtrain").loss(params, n, m * n)
+    return pd.DataFrame({"params": n, "tokens": m * n, "loss": _noisy(truth, noise, rng),
+                         "flops": c})

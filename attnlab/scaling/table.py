@@ -17,6 +17,8 @@ match ``attnlab.results``' sweep tables, and can be renamed with ``--columns=par
   budget  optional, ``budget``: the IsoFLOP target of each run (approach 2)
   run_id, step  curves only
   experts  Clark et al.'s law only (``attnlab.scaling.clark``): ``model.moe_experts``
+  unique_tokens, epochs  the data-constrained law only (``attnlab.scaling.data_constrained``):
+          the distinct tokens a run saw, or its epochs (tokens / unique_tokens)
   cluster  optional: the unit a bootstrap resamples whole (``cluster`` below). A ladder's
           ``trunk`` column by default (a trunk's branches share its initialisation, data order
           and stable phase); ``--cluster=COLUMN`` names another (e.g. a seed shared by an
@@ -43,7 +45,10 @@ from attnlab.scaling.columns import drop_unfinished, pick_column
 from attnlab.scaling.errors import FitInputError
 from attnlab.scaling.laws import Law
 
-CANONICAL = ("params", "tokens", "loss", "flops", "budget", "run_id", "step", "experts")
+CANONICAL = ("params", "tokens", "loss", "flops", "budget", "run_id", "step", "experts",
+             "unique_tokens", "epochs")
+# Columns read as numbers, each finite and > 0.
+POSITIVE = ("params", "tokens", "loss", "flops", "budget", "unique_tokens", "epochs")
 # The column whose value a ladder's branches share with their trunk: the default cluster.
 TRUNK_COLUMN = "trunk"
 NO_CLUSTER = "none"  # --cluster=none: every row its own unit
@@ -148,7 +153,7 @@ def read_curves(path: str | Path) -> pd.DataFrame:
 
 
 def _check_positive(frame: pd.DataFrame, columns: dict[str, str], source: str) -> None:
-    for name in ("params", "tokens", "loss", "flops", "budget"):
+    for name in POSITIVE:
         if name not in frame:
             continue
         values = pd.to_numeric(frame[name], errors="coerce").to_numpy(np.float64)
@@ -205,8 +210,9 @@ def prepare_points(df: pd.DataFrame, *, law: str | Law, source: str = "results",
     budget = pick_column(df, "budget", ("budget",), mapping, source, "", required=False)
     if budget:
         used["budget"] = budget
+    used.update(law.table_columns(df, mapping, source))
     _cluster_column(df, cluster, used, source, notes)
-    return _finish(df, used, law, source, notes)
+    return law.check_table(_finish(df, used, law, source, notes))
 
 
 def _cluster_column(df, cluster, used, source, notes) -> None:
@@ -301,7 +307,7 @@ def _finish(df, used, law, source, notes) -> ScalingTable:
     frame = pd.DataFrame({name: df[column].to_numpy() for name, column in used.items()},
                          index=df.index)
     _check_positive(frame, used, source)
-    for name in ("params", "tokens", "loss", "flops", "budget", "step"):
+    for name in POSITIVE + ("step",):
         if name in frame:
             frame[name] = pd.to_numeric(frame[name]).astype(np.float64)
     if "cluster" in frame:  # a row without a value is its own unit
