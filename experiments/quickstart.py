@@ -43,7 +43,7 @@ inverse-width rule above (3e-3 at d_model = 128), untuned. The first run on an H
 (2026-11-27, docs/results/device_h200_2026-11-27b/: 40 runs in about 6 minutes with 4 workers)
 was centred on N* = 1.5M (C / 1e14)^0.6; every budget's best run was its smallest size below
 1e14, so approach 2 had one usable profile and approach 3's a was not pinned ([0.04, 0.92]).
-The centre above comes from that run; the runs the two plans share keep their run ids.
+The centre above comes from that run; the 22 runs the two plans share keep their run ids.
 """
 
 from ml_collections import ConfigDict

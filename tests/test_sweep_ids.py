@@ -19,7 +19,7 @@ EXPERIMENTS = ("tiny_isoflop", "quickstart", "tiny_grid", "tiny_pe", "kaplan",
                "gpt_vs_bert", "icl", "tiny_ladder", "moe", "mup_transfer", "mup_tuned",
                "quickstart_ladder", "wsd_cosine", "markov_ladder",
                "moe_dense", "architectures_tuned", "mqar_seeds", "icl_regression_mixers",
-               "hparams", "quickstart_shards")
+               "hparams", "quickstart_shards", "data_constrained")
 
 TINY_ISOFLOP_CPU = [
     "d16-l1-rope-t13.6k-s0-f45cac28", "d32-l2-rope-t3.58k-s0-dd589dd0",
@@ -54,7 +54,9 @@ PLAN_DIGESTS = {
     "quickstart:cpu": ("714625b649065f27", "1feca2663aba54a4"),
     # Changed on purpose: four budgets, each centred, two seeds, no data repeated (the design
     # check's targets met; the old plan read pystdlib 2.9 times).
-    "quickstart:gpu": ("dabcd8dcbcafffdf", "e35cadd7295ff229"),
+    # Recentred on purpose on its first H200 run (docs/results/device_h200_2026-11-27b/): the
+    # 22 runs both plans share keep their ids.
+    "quickstart:gpu": ("98e51b63cc22a3c5", "f48649555c71dd95"),
     "tiny_grid:cpu": ("12716b60dc65c6fe", "7f9d63fd785960a4"),
     "tiny_grid:gpu": ("12716b60dc65c6fe", "7f9d63fd785960a4"),
     # tiny_pe and pe_extrapolation changed on purpose in issue #14 (T5 bias, a sliding-window
@@ -125,6 +127,9 @@ PLAN_DIGESTS = {
     # The quickstart on shards (new): the quickstart's runs reading data.source=shards at the
     # path after the colon (the corpus benchmarks/data_shards.py --corpus writes).
     "quickstart_shards:runs/web_corpus": ("f30c683c96b29609", "84a50f75f2bd9cc1"),
+    # Repeated data for Muennighoff et al.'s law (new): corpus slices read 1-16 times.
+    "data_constrained:cpu": ("41004588639399ce", "741439e59b58f16b"),
+    "data_constrained:gpu": ("a4112609097168f7", "e304faa5e060ebdc"),
 }
 
 
