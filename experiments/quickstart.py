@@ -35,15 +35,17 @@ inside its ladder, and a loose approach 3 (L = 1.39 + 81/N^0.56 + 5.2e8/D^1.56, 
 [0.15, 0.89]): ladders centred on each optimum vary N and D together (docs/results.md).
 
 `scale=gpu` (`--config=experiments/quickstart.py:gpu`) keeps the layout at ~200x the compute:
-budgets 1e13, 2e13, 5e13, 1e14 FLOPs, each with the sizes (of nine, 33k to 6.4M parameters)
-within 4x of N* = 0.6M (C / 1e14)^0.75, batches of 32 x 256 tokens, bfloat16, at least 100 steps
-per run, two seeds per point: 32 runs, 1.4e15 FLOPs. Its design check (`--dry-run`) expects 95%
-widths of 0.21 for approach 3's a and 0.13 for E at 1% seed noise. Peak learning rate: the
+budgets 1e13, 2e13, 5e13, 1e14 FLOPs, each with the sizes (of eleven, 33k to 6.4M parameters)
+within 2.4x of N* = 0.6M (C / 1e14)^0.75, batches of 32 x 256 tokens, bfloat16, at least 100
+steps per run, three seeds per point: 42 runs, 2.1e15 FLOPs, no run reading the 28.6M-token
+corpus more than once (the smallest size at 1e14, 0.43M, reads it 0.98 times). Its design
+check (`--dry-run`) expects 95% widths of 0.24 for approach 3's a and 0.20 for E at 1% seed
+noise (two seeds: 0.30, over the 0.25 target). Peak learning rate: the
 inverse-width rule above (3e-3 at d_model = 128), untuned. The first run on an H200
 (2026-11-27, docs/results/device_h200_2026-11-27b/: 40 runs in about 6 minutes with 4 workers)
 was centred on N* = 1.5M (C / 1e14)^0.6; every budget's best run was its smallest size below
 1e14, so approach 2 had one usable profile and approach 3's a was not pinned ([0.04, 0.92]).
-The centre above comes from that run; the 22 runs the two plans share keep their run ids.
+The centre above comes from that run; the 20 runs the two plans share keep their run ids.
 """
 
 from ml_collections import ConfigDict
@@ -86,14 +88,15 @@ def get_config(scale: str = "cpu") -> ConfigDict:
         sweep.budgets = (1e13, 2e13, 5e13, 1e14)
         # (d_model, n_layers, n_heads): 35k to 6.4M parameters, head_dim 24-32.
         sweep.shapes = ((32, 2, 1), (48, 2, 2), (64, 2, 2), (96, 2, 3), (128, 2, 4),
-                        (128, 4, 4), (192, 4, 6), (192, 6, 6), (256, 8, 8))
-        # Each budget's sizes within 4x of N* = 0.6M (C / 1e14)^0.75: the first run of this
+                        (128, 3, 4), (128, 4, 4), (160, 4, 5), (192, 4, 6), (192, 6, 6),
+                        (256, 8, 8))
+        # Each budget's sizes within 2.4x of N* = 0.6M (C / 1e14)^0.75: the first run of this
         # plan on an H200 (docs/results/device_h200_2026-11-27b/, centred on 1.5M (C/1e14)^0.6)
         # found every budget's best run at its smallest size below 1e14, and 0.43M and 0.82M
-        # tied at 1e14. The smallest size at 1e14 (0.25M) reads the 28M-token corpus 1.75 times.
+        # tied at 1e14. Below 0.43M a run at 1e14 would read the corpus more than once.
         sweep.centre = ConfigDict({"n_opt": 6e5, "budget": 1e14, "exponent": 0.75,
-                                   "span": 4.0})
-        sweep.axes.train.seed = (0, 1)  # two seeds per point, trained as one vmapped ensemble
+                                   "span": 2.4})
+        sweep.axes.train.seed = (0, 1, 2)  # three seeds per point, one vmapped ensemble
     else:
         base.data.seq_len = 128
         base.data.batch_size = 8

@@ -214,14 +214,14 @@ def _dry_run_notes(experiment: str, tmp_path) -> list[str]:
 
 def test_the_quickstart_gpu_plan_can_conclude(tmp_path):
     """The plan a lent GPU runs first (benchmarks/device_session.sh): the dry run's design
-    check expects approach 3's a and E within their targets, and every point has two seeds."""
+    check expects approach 3's a and E within their targets, and every point has three seeds."""
     notes = _dry_run_notes("quickstart.py:gpu", tmp_path)
     assert [n for n in notes if n.startswith("design:")], notes
     assert not [n for n in notes if "may not pin" in n or "cannot separate" in n], notes
     seeds: dict = {}
     for run in _plan("experiments/quickstart.py:gpu"):
         seeds.setdefault((run.budget, run.params["total"]), set()).add(run.cfg.train.seed)
-    assert seeds and all(s == {0, 1} for s in seeds.values())
+    assert seeds and all(s == {0, 1, 2} for s in seeds.values())
 
 
 @pytest.mark.parametrize("experiment", ["quickstart.py:gpu", "architectures.py:gpu"])
