@@ -8,6 +8,7 @@ import pytest
 
 from attnlab.scaling import (FitInputError, GridEdgeWarning, InitGrid, fit_approach1,
                              fit_approach2, fit_approach3, fit_kaplan, laws, prepare_curves)
+from attnlab.scaling.cli import bootstrap_line
 from attnlab.scaling.synthetic import (CHINCHILLA_PUBLISHED, KAPLAN_PUBLISHED, grid_points,
                                        isoflop_points, learning_curves)
 
@@ -120,6 +121,10 @@ def test_approach2_recovers_the_allocation_exponent():
         assert 6 * profile["N_opt"] * profile["D_opt"] == pytest.approx(profile["budget"])
     low, high = fit.ci["a"]
     assert low < fit.params["a"] < high
+    # The replicates are stratified by budget, and the fit says so rather than "rows".
+    assert fit.resampling == {"unit": "run", "column": "run_id", "within": "budget",
+                              "clusters": fit.n_points}
+    assert "resampling 54 runs within each budget" in bootstrap_line(fit)
     # Without a budget column the runs are grouped by their FLOPs.
     unlabelled = fit_approach2(frame["params"], frame["tokens"], frame["loss"], frame["flops"],
                                n_bootstrap=100)

@@ -284,6 +284,11 @@ def fit_approach2(n, d, loss, flops, *, budget=None, n_bootstrap: int = 0,
                                      "log C",
                       n_bootstrap_requested=n_bootstrap, warnings=tuple(warn),
                       notes=tuple(notes),
+                      # Without clusters a replicate redraws each budget's runs from that
+                      # budget alone (stratified); with them, the table's clusters say it.
+                      resampling={} if clusters is not None else {
+                          "unit": "run", "column": "run_id", "within": "budget",
+                          "clusters": int(sum(p["n_points"] for p in profiles))},
                       details={"profiles": profiles, "profile": profile, "window": window,
                                "excluded_budgets": [{"budget": c, "reason": why}
                                                     for c, why in edges]})

@@ -284,7 +284,8 @@ def bootstrap_line(fit: ScalingFit) -> str:
     drawn = fit.resampling or {"unit": "row", "clusters": fit.n_points}
     unit = (f"resampling {drawn['clusters']} clusters, the rows sharing a value of "
             f"{drawn['column']!r} drawn together" if drawn["unit"] == "cluster"
-            else f"resampling {drawn['clusters']} {drawn['unit']}s")
+            else f"resampling {drawn['clusters']} {drawn['unit']}s"
+            + (f" within each {drawn['within']}" if drawn.get("within") else ""))
     head = f"bootstrap ({unit}): {fit.n_bootstrap} of {fit.n_bootstrap_requested} refits"
     if fit.intervals_refused:
         return (f"{head}; {fit.n_bootstrap_failed} failed, more than "
