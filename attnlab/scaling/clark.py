@@ -38,6 +38,7 @@ from scipy import stats
 
 from attnlab.scaling import laws
 from attnlab.scaling.bootstrap import MAX_FAILED_SHARE, percentile_interval
+from attnlab.scaling.columns import pick_column
 from attnlab.scaling.errors import FitInputError
 
 PARAMS = ("a", "b", "c", "d")
@@ -296,17 +297,7 @@ def table_points(df: pd.DataFrame, *, source: str, columns: dict[str, str] | Non
         df = df[done]
 
     def pick(name: str, candidates: tuple[str, ...], what: str) -> str:
-        if name in mapping:
-            if mapping[name] not in df.columns:
-                raise FitInputError(f"{source}: no column {mapping[name]!r} (mapped to {name} "
-                                    f"by --columns)")
-            return mapping[name]
-        for candidate in candidates:
-            if candidate in df.columns and df[candidate].notna().any():
-                return candidate
-        raise FitInputError(f"{source}: missing column {name!r} ({what}; looked for "
-                            f"{' or '.join(map(repr, candidates))}); map one with "
-                            f"--columns={name}:NAME")
+        return pick_column(df, name, candidates, mapping, source, what)
 
     used = {"params": pick("params", PARAMS_COLUMNS, "N"),
             "experts": pick("experts", (EXPERTS_COLUMN, "experts"), "the number of experts E"),
