@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnlab.scaling import laws, parametric
-from attnlab.scaling.approach3 import unpinned_terms
+from attnlab.scaling.approach3 import admissible, unpinned_terms  # theta opens as approach 3's
 from attnlab.scaling.columns import pick_column
 from attnlab.scaling.errors import FitError, FitInputError
 from attnlab.scaling.parametric import HUBER_DELTA, huber
@@ -96,11 +96,6 @@ def huber_objective(theta, data, weights):
 def params_from_theta(theta) -> dict:
     with np.errstate(all="ignore"):
         return _params(np.asarray(theta, np.float64))
-
-
-def admissible(theta) -> np.ndarray:
-    theta = np.asarray(theta, np.float64)
-    return np.all(np.isfinite(theta), axis=-1) & (theta[..., 3] > 0) & (theta[..., 4] > 0)
 
 
 def unpinned_parameters(params: dict, data) -> dict[str, str]:
