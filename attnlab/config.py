@@ -25,22 +25,13 @@ from typing import Any, Mapping
 import ml_collections
 
 from attnlab.errors import ConfigError
+from attnlab.schedules import COOLDOWN_SHAPES, COSINE_DECAY, SCHEDULES, wsd_decay_start
 
 __all__ = ["Config", "DataConfig", "ModelConfig", "TrainConfig", "base_config_dict",
            "from_config_dict", "validate_data", "validate_model", "validate_train"]
 
 DTYPES = ("float32", "bfloat16")
 
-# Each schedule's values for the decay settings a config leaves unset (None): cosine decays to
-# 10% of its peak (Hoffmann et al. 2022); wsd cools down with 1 - sqrt over the last 20% of the
-# steps to zero (Hägele et al. 2024, sec. 3 and fig. 4). Settings a schedule does not read hold
-# cosine's values, so the run ids of configs that never set them are unchanged.
-_COSINE_DECAY = {"min_lr_ratio": 0.1, "decay_fraction": 0.2, "cooldown": "linear"}
-SCHEDULE_DEFAULTS = {"cosine": _COSINE_DECAY, "noam": _COSINE_DECAY,
-                     "wsd": {"min_lr_ratio": 0.0, "decay_fraction": 0.2, "cooldown": "1-sqrt"},
-                     "constant": _COSINE_DECAY}
-SCHEDULES = tuple(SCHEDULE_DEFAULTS)
-COOLDOWNS = ("linear", "1-sqrt", "cosine")  # shapes of the wsd decay (Hägele et al. 2024)
 TOKENIZERS = ("byte", "bpe")
 # Fields of the tasks (attnlab/data/sources.py says which source reads which) that must be
 # positive, and those that may be 0 (no noise; no curriculum; the function class's default).
@@ -202,7 +193,7 @@ class TrainConfig:
     learning_rate: float = 3e-3
     schedule: str = "cosine"
     warmup_steps: int = 100
-    # The decay's settings; None: the schedule's own (SCHEDULE_DEFAULTS), see :meth:`decay`.
+    # The decay's settings; None: the schedule's own (its ``decay_defaults``, attnlab/schedules.py).
     min_lr_ratio: float | None = None  # cosine / wsd floor as a fraction of the peak
     decay_fraction: float | None = None  # wsd: fraction of steps spent decaying
     cooldown: str | None = None  # wsd: shape of the decay: linear | 1-sqrt | cosine
@@ -241,7 +232,7 @@ class TrainConfig:
     def decay(self) -> TrainConfig:
         """This section with the decay settings it leaves unset at its schedule's values: what
         the optimizer reads, and what a run's saved config and run id hold."""
-        unset = {name: value for name, value in SCHEDULE_DEFAULTS[self.schedule].items()
+        unset = {name: value for name, value in SCHEDULES[self.schedule].decay_defaults.items()
                  if getattr(self, name) is None}
         return dataclasses.replace(self, **unset) if unset else self
 
@@ -502,7 +493,7 @@ def validate_data(d: DataConfig) -> None:
 
 def validate_train(t: TrainConfig) -> None:
     """Every field of the train section; raises ConfigError on the first bad one."""
-    check_choice("train.schedule", t.schedule, SCHEDULES)
+    check_choice("train.schedule", t.schedule, tuple(SCHEDULES))
     for name in ("steps", "learning_rate", "eval_every", "eval_batches", "log_every",
                  "checkpoint_every", "keep_checkpoints", "grad_accum", "num_processes"):
         check_positive(f"train.{name}", getattr(t, name))
@@ -516,7 +507,7 @@ def validate_train(t: TrainConfig) -> None:
     if t.decay_fraction is not None and not 0 < t.decay_fraction <= 1:
         raise ConfigError("train.decay_fraction", f"must be in (0, 1], got {t.decay_fraction}")
     if t.cooldown is not None:
-        check_choice("train.cooldown", t.cooldown, COOLDOWNS)
+        check_choice("train.cooldown", t.cooldown, tuple(COOLDOWN_SHAPES))
     if any(isinstance(s, bool) or not isinstance(s, int) or s <= 0 for s in t.keep_steps):
         raise ConfigError("train.keep_steps", f"must be positive step numbers, got "
                                               f"{t.keep_steps}")
@@ -526,9 +517,10 @@ def validate_train(t: TrainConfig) -> None:
         raise ConfigError("train.branch_step" if t.branch_from else "train.branch_from",
                           "a cooldown branch needs both train.branch_from (the trunk's run "
                           "directory) and train.branch_step > 0 (the trunk's checkpoint step)")
-    if t.branch_from and t.schedule != "wsd":
+    if t.branch_from and not SCHEDULES[t.schedule].branches:
+        stable = " or ".join(name for name, s in SCHEDULES.items() if s.branches)
         raise ConfigError("train.schedule", f"a cooldown branch (train.branch_from) decays "
-                                            f"with schedule wsd, got {t.schedule!r}")
+                                            f"with schedule {stable}, got {t.schedule!r}")
     if t.mesh_expert < 1:
         raise ConfigError("train.mesh_expert", f"must be >= 1, got {t.mesh_expert}")
     if t.mesh_fsdp < 1 or (t.mesh_data < 1 and t.mesh_data != -1):
@@ -555,18 +547,11 @@ def validate_sections(cfg: Config) -> None:
                           f"model.objective={cfg.model.objective} chooses its own")
 
 
-def wsd_decay_start(total_steps: int, warmup_steps: int, decay_fraction: float) -> int:
-    """The number of updates of a wsd schedule before its decay: the last
-    ``round(decay_fraction * total_steps)`` updates decay (at least one), never the warmup's."""
-    decay_steps = max(1, round(decay_fraction * total_steps))
-    return max(warmup_steps, total_steps - decay_steps)
-
-
 def check_warmup(train: TrainConfig, total_steps: int) -> None:
-    """A warmup longer than the run never reaches the peak learning rate (the schedules other
-    than noam, whose warmup is its shape). Checked with the rules between sections, so that a
-    sweep refuses such a run before it starts rather than recording it as failed."""
-    if train.warmup_steps > total_steps and train.schedule != "noam":
+    """A warmup longer than the run never reaches the peak learning rate (for the schedules that
+    ask it to fit, ``warmup_within_run``: noam's warmup is its shape). Checked with the rules
+    between sections, so that a sweep refuses such a run before it starts rather than recording it as failed."""
+    if train.warmup_steps > total_steps and SCHEDULES[train.schedule].warmup_within_run:
         raise ConfigError("train.warmup_steps",
                           f"{train.warmup_steps} is longer than the run ({total_steps} steps)")
 
@@ -582,6 +567,6 @@ def base_config_dict() -> ml_collections.ConfigDict:
     config.model.n_kv_heads = ml_collections.config_dict.placeholder(int)
     config.model.d_ff = ml_collections.config_dict.placeholder(int)
     # Unset, so that a config choosing train.schedule=wsd gets wsd's own decay.
-    for name, value in _COSINE_DECAY.items():
+    for name, value in COSINE_DECAY.items():
         config.train[name] = ml_collections.config_dict.placeholder(type(value))
     return config

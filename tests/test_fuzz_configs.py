@@ -31,11 +31,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from attnlab.config import (DTYPES, SCHEDULES, TOKENIZERS, Config, DataConfig,
-                            ModelConfig, TrainConfig, check_warmup, from_config_dict)
+from attnlab.config import (DTYPES, TOKENIZERS, Config, DataConfig, ModelConfig, TrainConfig,
+                            check_warmup, from_config_dict)
 from attnlab.checks import check
 from attnlab.data import icl, sources
 from attnlab.errors import ConfigError
+from attnlab.schedules import SCHEDULES
 from attnlab.model import apply, decode_step, init_model, init_state, resolve
 from attnlab.model import moe_dispatch
 from attnlab.model.architecture import REMATS, SELECTORS

@@ -25,9 +25,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from attnlab.config import (COOLDOWNS, DataConfig, ModelConfig, TrainConfig, check_warmup,
-                            from_config_dict)
+from attnlab.config import DataConfig, ModelConfig, TrainConfig, check_warmup, from_config_dict
 from attnlab.errors import ConfigError
+from attnlab.schedules import COOLDOWN_SHAPES
 from attnlab.checks import check
 from attnlab.sweep import plan, spec_from_config_dict, tuning
 from attnlab.sweep.rules import LR_RULES, WARMUP_RULES, LearningRateRule, WarmupRule
@@ -197,7 +197,7 @@ def branches(draw):
     if draw(present(0.3)):
         out["params"] = draw(maybe(["total", "non_embedding"], 6, [*BAD, "active"]))
     if draw(present(0.3)):
-        out["cooldown"] = draw(maybe(list(COOLDOWNS), 6, [*BAD, "exp"]))
+        out["cooldown"] = draw(maybe(list(COOLDOWN_SHAPES), 6, [*BAD, "exp"]))
     if draw(present(0.3)):
         out["fraction"] = draw(maybe([0.2, 0.5], 8, [*BAD, 1.0]))
     return out

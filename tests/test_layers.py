@@ -101,9 +101,11 @@ def test_the_graph_is_read_from_the_source():
 
 def test_the_config_is_a_leaf_and_the_model_reads_only_it():
     # The config names parts and checks each field alone; attnlab.model resolves it into parts.
+    # The schedules are jax-free parts the config asks for its training rules.
     graph = layer_graph()
-    assert graph["attnlab.config"] <= {"attnlab.errors"}
-    assert graph["attnlab.model"] <= {"attnlab.errors", "attnlab.config"}
+    assert graph["attnlab.schedules"] <= {"attnlab.errors"}
+    assert graph["attnlab.config"] <= {"attnlab.errors", "attnlab.schedules"}
+    assert graph["attnlab.model"] <= {"attnlab.errors", "attnlab.config", "attnlab.schedules"}
 
 
 def test_importing_the_config_imports_no_jax():

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from attnlab import results
-from attnlab.config import wsd_decay_start
+from attnlab.schedules import wsd_decay_start
 from attnlab.scaling.table import prepare_points
 from ml_collections import ConfigDict
 

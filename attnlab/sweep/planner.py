@@ -14,7 +14,8 @@ import json
 import math
 from typing import Any, Mapping
 
-from attnlab.config import Config, ModelConfig, check_warmup, wsd_decay_start
+from attnlab.config import Config, ModelConfig, check_warmup
+from attnlab.schedules import wsd_decay_start
 from attnlab.errors import ConfigError
 from attnlab.checks import check
 from attnlab.model import flops_per_token, param_counts, recorded_counts

@@ -10,7 +10,7 @@ import dataclasses
 import math
 from typing import Any
 
-from attnlab.config import COOLDOWNS
+from attnlab.schedules import COOLDOWN_SHAPES
 from attnlab.errors import ConfigError
 
 
@@ -94,9 +94,9 @@ class Branches:
         if self.params not in ("total", "non_embedding"):
             raise SweepSpecError(f"{field}.params", f"unknown count {self.params!r}; valid "
                                                     f"counts are total, non_embedding")
-        if self.cooldown not in COOLDOWNS:
+        if self.cooldown not in COOLDOWN_SHAPES:
             raise SweepSpecError(f"{field}.cooldown", f"unknown shape {self.cooldown!r}; valid "
-                                                      f"shapes are {', '.join(COOLDOWNS)}")
+                                                      f"shapes are {', '.join(COOLDOWN_SHAPES)}")
         if not 0 < self.fraction < 1:
             raise SweepSpecError(f"{field}.fraction", f"must be in (0, 1), got {self.fraction}")
         return dataclasses.replace(self, **{name: tuple(sorted(values))})

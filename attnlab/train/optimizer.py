@@ -1,10 +1,5 @@
-"""AdamW with global-norm clipping, a weight-decay mask, and the learning-rate schedules.
-
-Every schedule maps the number of updates already applied, ``t = 0, 1, ...`` (optax's ``count``),
-to the learning rate of update ``t``. Warmups count the update being made, ``(t + 1) / warmup``,
-so the first update is not wasted at lr = 0, and decays reach their floor one update after the
-last, ``t = total_steps``: with a floor of zero the last update is not wasted either.
-"""
+"""AdamW with global-norm clipping and a weight-decay mask, driven by the learning-rate schedule
+of ``train.schedule`` (attnlab/schedules.py)."""
 
 from __future__ import annotations
 
@@ -15,116 +10,19 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from attnlab.config import Config, TrainConfig, check_warmup, wsd_decay_start
-from attnlab.errors import ConfigError
+from attnlab.config import Config, TrainConfig, check_warmup
 from attnlab.model import Architecture, param_shapes, resolve
-
-
-def _warmup(t: jax.Array, peak: float, warmup_steps: int) -> jax.Array:
-    """Linear ramp ``peak * (t + 1) / warmup_steps`` for ``t < warmup_steps``, ``peak`` after."""
-    if warmup_steps == 0:
-        return jnp.full_like(t, peak, dtype=jnp.float32)
-    return peak * jnp.minimum(1.0, (t + 1.0) / warmup_steps)
-
-
-def _decay_progress(t: jax.Array, start: int, total_steps: int) -> jax.Array:
-    """Fraction of a decay phase done after update ``t``: 0 before ``start``, ``L / (L + 1)`` at
-    the last update ``total_steps - 1`` of a decay of ``L`` updates (1 one update later)."""
-    length = max(1, total_steps - start)
-    return jnp.clip((t - start + 1.0) / (length + 1.0), 0.0, 1.0)
-
-
-def cosine_schedule(peak: float, warmup_steps: int, total_steps: int,
-                    min_lr_ratio: float) -> optax.Schedule:
-    """Linear warmup, then cosine decay from ``peak`` to ``min_lr_ratio * peak`` over the rest.
-
-    One cosine cycle matched to the run's length (Hoffmann et al. 2022, sec. 3.1: a cycle longer
-    than the run overestimates the loss of short runs).
-    """
-    floor = peak * min_lr_ratio
-
-    def schedule(count):
-        t = jnp.asarray(count, jnp.float32)
-        p = _decay_progress(t, warmup_steps, total_steps)
-        decayed = floor + (peak - floor) * 0.5 * (1.0 + jnp.cos(jnp.pi * p))
-        return jnp.where(t < warmup_steps, _warmup(t, peak, warmup_steps), decayed)
-
-    return schedule
-
-
-def noam_schedule(learning_rate: float, d_model: int, warmup_steps: int) -> optax.Schedule:
-    """The original Transformer schedule (Vaswani et al. 2017, eq. 3), scaled by ``learning_rate``.
-
-    ``lr(s) = learning_rate * d_model^-0.5 * min(s^-0.5, s * warmup^-1.5)`` with ``s = t + 1``.
-    ``learning_rate`` is a dimensionless multiplier: 1.0 reproduces the paper exactly, and the peak,
-    reached at ``s = warmup``, is ``learning_rate / sqrt(d_model * warmup)`` (e.g. 1.0 with
-    d_model=512, warmup=4000 peaks at 7.0e-4). ``min_lr_ratio`` is not used: the decay is s^-0.5.
-    """
-    if warmup_steps <= 0:
-        raise ConfigError("train.warmup_steps", "the noam schedule needs warmup_steps > 0")
-    scale = learning_rate * d_model**-0.5
-
-    def schedule(count):
-        s = jnp.asarray(count, jnp.float32) + 1.0
-        return scale * jnp.minimum(s**-0.5, s * warmup_steps**-1.5)
-
-    return schedule
-
-
-# The cooldown's shape g(p): the fraction of the way from the floor to the peak left after a
-# fraction p of the decay (Hägele et al. 2024, sec. 3 and eq. 1: 1 - sqrt(p) is their best).
-COOLDOWN_SHAPES: dict[str, Callable[[jax.Array], jax.Array]] = {
-    "linear": lambda p: 1.0 - p,
-    "1-sqrt": lambda p: 1.0 - jnp.sqrt(p),
-    "cosine": lambda p: 0.5 * (1.0 + jnp.cos(jnp.pi * p)),
-}
-
-
-def wsd_schedule(peak: float, warmup_steps: int, total_steps: int, decay_fraction: float,
-                 min_lr_ratio: float, cooldown: str = "linear") -> optax.Schedule:
-    """Warmup-stable-decay (Hu et al. 2024, MiniCPM; Hägele et al. 2024): linear warmup, constant
-    ``peak``, then a cooldown to ``min_lr_ratio * peak`` over the last ``decay_fraction`` of the
-    steps, ``lr = floor + (peak - floor) * g(p)`` with ``g`` the ``cooldown`` shape
-    (:data:`COOLDOWN_SHAPES`) and ``p`` the fraction of the cooldown done. A run's stable-phase
-    checkpoints can be cooled down separately to get several budgets (cooldown branches).
-    """
-    floor = peak * min_lr_ratio
-    decay_start = wsd_decay_start(total_steps, warmup_steps, decay_fraction)
-    shape = COOLDOWN_SHAPES[cooldown]
-
-    def schedule(count):
-        t = jnp.asarray(count, jnp.float32)
-        p = _decay_progress(t, decay_start, total_steps)
-        decayed = jnp.where(p > 0, floor + (peak - floor) * shape(p), peak)
-        return jnp.where(t < warmup_steps, _warmup(t, peak, warmup_steps), decayed)
-
-    return schedule
-
-
-def constant_schedule(peak: float, warmup_steps: int) -> optax.Schedule:
-    """Linear warmup (if any), then ``peak`` for ever."""
-
-    def schedule(count):
-        return _warmup(jnp.asarray(count, jnp.float32), peak, warmup_steps)
-
-    return schedule
+from attnlab.schedules import SCHEDULES
 
 
 def make_schedule(train: TrainConfig, total_steps: int, d_model: int) -> optax.Schedule:
-    """The schedule named by ``train.schedule``; raises ConfigError for impossible settings."""
+    """The schedule named by ``train.schedule`` as an optax schedule; raises ConfigError for
+    impossible settings."""
     check_warmup(train, total_steps)
-    train = train.decay()
-    if train.schedule == "cosine":
-        return cosine_schedule(train.learning_rate, train.warmup_steps, total_steps,
-                               train.min_lr_ratio)
-    if train.schedule == "noam":
-        return noam_schedule(train.learning_rate, d_model, train.warmup_steps)
-    if train.schedule == "wsd":
-        return wsd_schedule(train.learning_rate, train.warmup_steps, total_steps,
-                            train.decay_fraction, train.min_lr_ratio, train.cooldown)
-    if train.schedule == "constant":
-        return constant_schedule(train.learning_rate, train.warmup_steps)
-    raise ConfigError("train.schedule", f"unknown schedule {train.schedule!r}")
+    t = train.decay()
+    schedule = SCHEDULES[t.schedule](t.learning_rate, t.warmup_steps, total_steps, t.min_lr_ratio,
+                                     t.decay_fraction, t.cooldown, d_model)
+    return functools.partial(schedule.lr, xp=jnp)
 
 
 def _path_names(path) -> list[str]:
