@@ -186,6 +186,9 @@ def test_the_study_trains_each_arm_at_its_pick():
     by_width = {r.cfg.model.d_model: r.cfg.train.learning_rate for r in runs
                 if r.axes["arm"] == "sp"}
     assert by_width[128] < by_width[16]
+    mup_line, sp_line = tuning.describe(out)  # each arm's pick in its rule's words
+    assert sp_line.startswith("tuned sp (sp): best d16 0.0156") and "(d_model / 16)^-" in sp_line
+    assert mup_line.startswith("tuned mup (mup): ") and "lr 0.00781 at every width" in mup_line
 
 
 def _refusal(config):

@@ -72,6 +72,15 @@ class LearningRate:
         """The run's learning rate before rounding (None: the base config's)."""
         raise NotImplementedError
 
+    # The rules a tuning stage picks (``tuning.json``'s arms name them) read their pick:
+    def from_pick(self, pick: dict) -> dict:
+        """The ``LearningRateRule`` fields of a tuning stage's pick of this rule."""
+        raise NotImplementedError(f"rule {self.name!r} is not picked by a tuning stage")
+
+    def describe_pick(self, pick: dict) -> str:
+        """The pick in words, for the sweep's report."""
+        raise NotImplementedError(f"rule {self.name!r} is not picked by a tuning stage")
+
 
 class Fixed(LearningRate):
     """The base config's train.learning_rate for every shape."""
@@ -177,6 +186,14 @@ class Transfer(LearningRate):
                                  f"by an axis?)")
         return rule.base_lr
 
+    def from_pick(self, pick):
+        return {"base_lr": pick["learning_rate"]}
+
+    def describe_pick(self, pick):
+        lo, hi = pick["interval"]
+        return (f"lr {pick['learning_rate']:.3g} at every width (transfer, from d_model "
+                f"{pick['tuned_d_model']}; 90% interval [{lo:.3g}, {hi:.3g}])")
+
 
 class Tuned(LearningRate):
     """From the sweep's own tuning stage (``sweep.tune``, attnlab.sweep.tuning): a muP arm gets
@@ -201,6 +218,15 @@ class Tuned(LearningRate):
                                  "before it plans the study (in Python: "
                                  "attnlab.sweep.tuning.resolve(spec, picks))")
         return rule.base * (cfg.model.d_model / rule.ref_d_model) ** -rule.exponent
+
+    def from_pick(self, pick):
+        return {"base": pick["base"], "ref_d_model": pick["ref_d_model"],
+                "exponent": pick["exponent"]}
+
+    def describe_pick(self, pick):
+        lo, hi = pick["exponent_interval"]
+        return (f"lr = {pick['base']:.3g} (d_model / {pick['ref_d_model']})^-"
+                f"{pick['exponent']:.3g} (90% interval of the exponent [{lo:.2f}, {hi:.2f}])")
 
 
 LR_RULES = {c.name: c for c in (Fixed, PerShape, PowerLaw, InverseWidth, Transfer, Tuned)}

@@ -35,12 +35,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from attnlab import rundir
 from attnlab.model.architecture import PARAMETERIZATIONS
 from attnlab.sweep.planner import PlannedRun, plan
-from attnlab.sweep.rules import LearningRateRule
+from attnlab.sweep.rules import LR_RULES, LearningRateRule, Transfer, Tuned
 from attnlab.sweep.sections import SweepSpecError
 from attnlab.sweep.definition import SweepSpec, variant_spec
 
@@ -120,7 +119,7 @@ def tuning_plan(spec: SweepSpec) -> list[PlannedRun]:
 def placeholder(spec: SweepSpec) -> dict[str, dict[str, Any]]:
     """Picks that plan the study at each arm's base learning rate: its shapes, tokens and FLOPs
     are right, its learning rates and run ids are not (a dry run before the tuning)."""
-    return {name: {"rule": "tuned", "base": arm.base.train.learning_rate, "ref_d_model": 1,
+    return {name: {"rule": Tuned.name, "base": arm.base.train.learning_rate, "ref_d_model": 1,
                    "exponent": 0.0} for name, arm in arms(spec)}
 
 
@@ -128,10 +127,7 @@ def resolve(spec: SweepSpec, picks: dict[str, dict[str, Any]]) -> SweepSpec:
     """The study: every tuned arm's rule from its pick (``tuning.json``'s ``arms``), no tuning
     stage left."""
     def rule(pick: dict[str, Any]) -> LearningRateRule:
-        if pick["rule"] == "transfer":
-            return LearningRateRule("transfer", base_lr=pick["learning_rate"])
-        return LearningRateRule("tuned", base=pick["base"], ref_d_model=pick["ref_d_model"],
-                                exponent=pick["exponent"])
+        return LearningRateRule(pick["rule"], **LR_RULES[pick["rule"]]().from_pick(pick))
 
     def keeping_factors(picked: LearningRateRule, given: LearningRateRule) -> LearningRateRule:
         return dataclasses.replace(picked, factors=given.factors)  # a grid around the pick
@@ -226,13 +222,13 @@ def choose(spec: SweepSpec, runs: list[PlannedRun], rows: dict[str, dict[str, An
         pick: dict[str, Any] = {"parameterization": arm.base.model.parameterization,
                                 "widths": table}
         if transfers(arm):
-            pick.update(rule="transfer", learning_rate=float(grid[best[-1]]),
+            pick.update(rule=Transfer.name, learning_rate=float(grid[best[-1]]),
                         tuned_d_model=widths[-1], interval=table[-1]["interval"])
         else:
             x = np.log2(widths)
             slope, at_ref = _fit(x, np.log2(grid[best]))
             lo, hi = np.quantile(-_fit(x, np.log2(grid[boot]))[0], [0.05, 0.95])
-            pick.update(rule="tuned", ref_d_model=widths[0], base=_sig(2.0 ** at_ref),
+            pick.update(rule=Tuned.name, ref_d_model=widths[0], base=_sig(2.0 ** at_ref),
                         exponent=_rounded(-slope),
                         exponent_interval=[_rounded(lo), _rounded(hi)])
         pick["warnings"] = warnings
@@ -248,14 +244,7 @@ def describe(tuning: dict[str, Any]) -> list[str]:
     lines = []
     for name, pick in tuning["arms"].items():
         widths = ", ".join(f"d{t['d_model']} {t['best_lr']:.3g}" for t in pick["widths"])
-        if pick["rule"] == "transfer":
-            lo, hi = pick["interval"]
-            rule = (f"lr {pick['learning_rate']:.3g} at every width (transfer, from d_model "
-                    f"{pick['tuned_d_model']}; 90% interval [{lo:.3g}, {hi:.3g}])")
-        else:
-            lo, hi = pick["exponent_interval"]
-            rule = (f"lr = {pick['base']:.3g} (d_model / {pick['ref_d_model']})^-"
-                    f"{pick['exponent']:.3g} (90% interval of the exponent [{lo:.2f}, {hi:.2f}])")
+        rule = LR_RULES[pick["rule"]]().describe_pick(pick)
         lines.append(f"tuned {name} ({pick['parameterization']}): best {widths}; {rule}")
     for pick in tuning["arms"].values():
         lines += [f"warning: {w}" for w in pick["warnings"]]
