@@ -13,9 +13,8 @@ from attnlab import cli_flags
 from attnlab.cli_flags import Flag
 from attnlab.errors import AttnlabError
 from attnlab.plots import scaling as scaling_plots
-from attnlab.scaling.cli import (INPUT_FLAGS, FitInputs, load_table, run_fit, run_grouped,
-                                 run_holdout)
-from attnlab.scaling import registry
+from attnlab.plots.figures import FIGURES
+from attnlab.scaling.cli import INPUT_FLAGS, FitInputs
 from attnlab.scaling.errors import FitInputError
 
 PLOT_HELP = """\
@@ -23,20 +22,12 @@ Draw the standard scaling-law figures (PNG or PDF, by the --out extension).
 
     attnlab plot --results=sweeps/isoflop --kind=isoflop --out=isoflop.png"""
 
-PLOT_KINDS = ("loss-vs-params", "loss-vs-compute", "isoflop", "contours", "allocation",
-              "holdout", "frontiers")
-
 PLOT_FLAGS = INPUT_FLAGS + [
-    Flag("kind", "enum", None, "loss-vs-params: loss against N per D with Kaplan lines; "
-         "loss-vs-compute: loss against FLOPs with the frontier; isoflop: IsoFLOP parabolas "
-         "(Chinchilla Fig. 3); contours: fitted L(N, D) with the efficient frontier (Chinchilla "
-         "Fig. 4); allocation: N_opt(C) and D_opt(C) with interval bands; holdout: predicted "
-         "against observed loss of the runs --holdout leaves out; frontiers: every --by group's "
-         "compute-optimal frontier in one figure.",
-         enum_values=PLOT_KINDS, required=True),
+    Flag("kind", "enum", None, "; ".join(f"{f.name}: {f.help}" for f in FIGURES.values())
+         + ".", enum_values=tuple(FIGURES), required=True),
     Flag("out", "string", None, "Output file, .png or .pdf.", required=True),
-    Flag("bootstrap", "integer", None, "Bootstrap refits for the bands (default 200 for "
-                                       "allocation, holdout and frontiers, else 0)."),
+    Flag("bootstrap", "integer", None, "Bootstrap refits for the bands (default: " + ", ".join(
+        f"{f.bootstrap} for {f.name}" for f in FIGURES.values() if f.bootstrap) + ", else 0)."),
     Flag("holdout", "string", None, "--kind=holdout: the runs to leave out (as attnlab fit "
                                     "--holdout)."),
 ]
@@ -50,47 +41,19 @@ def plot_main(argv: list[str]) -> int:
         kind, out = values["kind"].value, values["out"].value
         if Path(out).suffix.lower() not in (".png", ".pdf"):
             raise FitInputError(f"--out must end in .png or .pdf, not {out!r}")
+        figure, holdout = FIGURES[kind](), values["holdout"].value
         n_bootstrap = values["bootstrap"].value
         if n_bootstrap is None:
-            n_bootstrap = 200 if kind in ("allocation", "holdout", "frontiers") else 0
+            n_bootstrap = figure.bootstrap
         law = inputs.part("chinchilla")
         if not law.fits_table:
             raise FitInputError(f"--law={law.name}: attnlab plot draws fits of (N, D, L) "
                                 f"tables; fit {law.title} with attnlab fit --law={law.name}")
-        if kind == "holdout" and not values["holdout"].value:
-            raise FitInputError("--kind=holdout needs --holdout=... (e.g. largest-budget)")
-        if kind == "frontiers" and not inputs.by:
-            raise FitInputError("--kind=frontiers needs --by=COLUMN (e.g. model.pos_encoding)")
-        figure = _draw(kind, inputs, n_bootstrap, values["holdout"].value)
-        sys.stdout.write(f"wrote {scaling_plots.save_figure(figure, out)}\n")
+        figure.check(inputs, holdout)
+        drawn = figure.draw(inputs, n_bootstrap, holdout)
+        sys.stdout.write(f"wrote {scaling_plots.save_figure(drawn, out)}\n")
     except AttnlabError as error:  # also when called directly, not through attnlab.cli
         sys.stderr.write(f"error: {error}\n")
         return 2
     return 0
 
-
-def _draw(kind: str, inputs: FitInputs, n_bootstrap: int, holdout: str | None = None):
-    """The figure of ``kind``, with the fit it needs (each kind has its default law)."""
-    if kind in ("holdout", "frontiers"):
-        law = inputs.part("chinchilla")
-        if kind == "holdout":
-            return scaling_plots.plot_holdout(run_holdout(inputs, law, n_bootstrap, holdout))
-        return scaling_plots.plot_group_frontiers(run_grouped(inputs, law, n_bootstrap))
-    if kind == "loss-vs-params":
-        table, fit = run_fit(inputs, inputs.part("kaplan"), n_bootstrap)
-        return scaling_plots.plot_loss_vs_params(table.frame, fit)
-    if kind == "loss-vs-compute":
-        name = inputs.law or "chinchilla"
-        if inputs.curves:
-            table, fit = run_fit(inputs, registry.resolve(name, 1, inputs.form), n_bootstrap)
-            return scaling_plots.plot_loss_vs_compute(table.frame, fit)
-        return scaling_plots.plot_loss_vs_compute(
-            load_table(inputs, registry.resolve(name, None, inputs.form)).frame)
-    if kind == "isoflop":
-        _, fit = run_fit(inputs, registry.resolve("chinchilla", 2), n_bootstrap)
-        return scaling_plots.plot_isoflops(fit)
-    if kind == "contours":
-        table, fit = run_fit(inputs, registry.resolve("chinchilla", 3), n_bootstrap)
-        return scaling_plots.plot_loss_contours(fit, table.frame)
-    table, fit = run_fit(inputs, inputs.part("chinchilla"), n_bootstrap)  # allocation
-    return scaling_plots.plot_optimal_allocation(fit, table.frame)

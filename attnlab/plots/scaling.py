@@ -318,7 +318,7 @@ def plot_optimal_allocation(fit: ScalingFit, frame: pd.DataFrame | None = None,
     """N_opt(C) and D_opt(C) with bootstrap interval bands (from the fit's replicates), plus the
     points each approach measured (IsoFLOP minima, envelope points) when it has them."""
     if not fit.has_allocation:
-        raise FitInputError("this fit has no compute-optimal allocation (Kaplan L(N) / L(D))")
+        raise FitInputError(f"{fit.title} has no compute-optimal allocation to draw")
     if budgets is None:
         if frame is not None and len(frame):
             budgets = np.geomspace(frame["flops"].min() / 3, frame["flops"].max() * 100, 120)

@@ -120,6 +120,10 @@ class KaplanSize(KaplanJoint):
     def run_loss(self, params, n, d):
         return laws.kaplan_loss_n(params, n) + 0 * np.asarray(d, np.float64)
 
+    def optimal(self, params, c, flops_per_param_token):
+        raise FitError(f"{self.title} has no compute-optimal allocation; fit the joint "
+                       f"L(N, D) (--form=nd)")
+
     def fit_points(self, log_n, log_d, log_l, starts=None):
         n_c, alpha, sse = _line(log_n, log_l)
         return {"N_c": n_c, "alpha_N": alpha}, sse, None

@@ -188,8 +188,7 @@ class Law:
         return self.loss(params, n, d)
 
     def optimal(self, params: Mapping, c, flops_per_param_token: float):
-        raise FitError(f"{self.title} has no compute-optimal allocation; fit the joint "
-                          f"L(N, D) (form nd)")
+        raise FitError(f"{self.title} has no compute-optimal allocation")
 
 
 class KaplanLaw(Law):
