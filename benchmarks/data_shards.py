@@ -3,6 +3,7 @@ batch encoding of the same text, at 1 and N worker processes, and the build's pe
 
     python benchmarks/data_shards.py                       # 64 MB, an 8,192-id BPE, 1 and 2 workers
     python benchmarks/data_shards.py --mb 1000 --vocab 50257 --workers 1 2 16
+    python benchmarks/data_shards.py --mb 160 --workers 1 2 1 2 1 2  # interleaved, medians
     python benchmarks/data_shards.py --corpus=runs/web_corpus --mb=16  # only write the corpus
 
 The corpus is generated here (Zipf-distributed words in documents of 20-2,000 words), half
@@ -16,10 +17,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -130,15 +131,22 @@ def main() -> None:
         (baseline,) = run(BASELINE, str(shards), str(tokenizer), threads="1")
         print(f"corpus {total / 1e6:.0f} MB in {len(list(shards.iterdir()))} shards; "
               f"tokenizers encode_batch, 1 thread: {total / 1e6 / baseline:.2f} MB/s")
-        for workers in args.workers:
+        rates: dict[int, list[float]] = {}
+        for i, workers in enumerate(args.workers):  # repeat counts to interleave them: 1 2 1 2
             seconds, tokens, peak = run(BUILD, str(shards), str(tokenizer),
-                                        str(Path(tmp) / f"cache{workers}"), str(workers),
+                                        str(Path(tmp) / f"cache{i}"), str(workers),
                                         threads="1" if workers == 1 else None)
+            shutil.rmtree(Path(tmp) / f"cache{i}")
             rate = total / 1e6 / seconds
+            rates.setdefault(workers, []).append(rate)
             print(f"build, {workers} worker(s): {seconds:.1f} s, {rate:.2f} MB/s "
                   f"({rate / workers:.2f} MB/s per worker, "
                   f"{rate / workers / (total / 1e6 / baseline):.2f}x the baseline per core), "
                   f"{tokens / 1e6:.1f}M tokens, peak RSS {peak / 1e9:.2f} GB")
+        one = np.median(rates.get(1, [np.nan]))
+        for workers, measured in sorted(rates.items()):
+            print(f"median of {len(measured)}, {workers} worker(s): "
+                  f"{np.median(measured):.2f} MB/s, {np.median(measured) / one:.2f}x one worker")
 
 
 if __name__ == "__main__":

@@ -64,8 +64,18 @@ def test_recovers_known_coefficients_exactly(saturation):
     np.testing.assert_allclose(fit.predict(n, e), loss, rtol=1e-10)
     # The routing slope d log10 L / d log10 E = b + c log10 N, and its sign change at
     # N = 10^(-b/c) (Clark et al.'s N_cutoff): 1e12 for S-BASE's rounded coefficients.
-    assert fit.expert_slope(1e8)["slope"] == pytest.approx(TRUE["b"] + 8 * TRUE["c"], abs=1e-10)
-    assert fit.expert_slope(10 ** (-TRUE["b"] / TRUE["c"]))["slope"] == pytest.approx(0, abs=1e-9)
+    # Saturated, it is per log E (not per log Ê): the derivative of the fitted log10 L along
+    # log10 E, here by central differences in float64.
+    cutoff = 10 ** (-TRUE["b"] / TRUE["c"])
+    for at in ((None,) if saturation is None else (2.0, 64.0)):
+        slope = fit.expert_slope(1e8, at)["slope"]
+        if saturation is None:
+            assert slope == pytest.approx(TRUE["b"] + 8 * TRUE["c"], abs=1e-10)
+        else:
+            h = 1e-5
+            up, down = (np.log10(fit.predict([1e8], [at * 10 ** s])) for s in (h, -h))
+            assert slope == pytest.approx((up - down)[0] / (2 * h), rel=1e-6)
+        assert fit.expert_slope(cutoff, at)["slope"] == pytest.approx(0, abs=1e-9)
     assert fit.size_slope(8.0)["slope"] == pytest.approx(TRUE["a"] + math.log10(8) * TRUE["c"],
                                                          abs=1e-10)
 

@@ -70,6 +70,17 @@ def saturate(experts, e_start: float | None = None, e_max: float | None = None) 
     return 1.0 / (1.0 / (experts - 1.0 + shift) + 1.0 / e_max)
 
 
+def saturation_log_slope(experts, e_start: float | None = None,
+                         e_max: float | None = None) -> np.ndarray:
+    """d log Ê / d log E at E: 1 without saturation; else, from eq. 1's Ê,
+    dÊ/dE = Ê^2 / (E - 1 + shift)^2, so d log Ê / d log E = E Ê / (E - 1 + shift)^2."""
+    experts = np.asarray(experts, np.float64)
+    if e_start is None and e_max is None:
+        return np.ones_like(experts)
+    shift = 1.0 / (1.0 / e_start - 1.0 / e_max)
+    return experts * saturate(experts, e_start, e_max) / (experts - 1.0 + shift) ** 2
+
+
 def clark_log_loss(n, e_hat, a: float, b: float, c: float, d: float) -> np.ndarray:
     """log10 L of eq. 1 at parameters n [points] and (saturated) expert counts e_hat [points]."""
     log_n, log_e = np.log10(n), np.log10(e_hat)
@@ -121,11 +132,22 @@ class ClarkFit:
                 * math.sqrt(float(gradient @ self.covariance @ gradient)))
         return value, value - half, value + half
 
-    def expert_slope(self, n: float) -> dict:
-        """d log10 L / d log10 Ê = b + c log10 N at N = n (Clark et al. eq. 8): negative where
-        more experts lower the loss; its t interval."""
+    def expert_slope(self, n: float, e: float | None = None) -> dict:
+        """d log10 L / d log10 E at N = n: b + c log10 N (Clark et al. eq. 8) times
+        d log10 Ê / d log10 E, which is 1 without saturation and depends on E = e with it;
+        negative where more experts lower the loss; its t interval."""
         value, low, high = self._t_interval(np.array([0.0, 1.0, math.log10(n), 0.0]))
-        return {"N": float(n), "slope": value, "ci": (low, high)}
+        if self.saturation is None:
+            return {"N": float(n), "slope": value, "ci": (low, high)}
+        factor = float(saturation_log_slope(e, *self.saturation))  # > 0: the interval keeps
+        return {"N": float(n), "E": float(e), "slope": value * factor,
+                "ci": (low * factor, high * factor)}
+
+    def expert_slopes(self) -> list[dict]:
+        """The routing slope at the smallest and largest N (and, saturated, E) fitted."""
+        experts = (None,) if self.saturation is None else (min(self.experts), max(self.experts))
+        return [self.expert_slope(n, e) for n in (min(self.sizes), max(self.sizes))
+                for e in experts]
 
     def size_slope(self, e: float) -> dict:
         """d log10 L / d log10 N = a + c log10 Ê at Ê = e (Clark et al. eq. 8), t interval."""
@@ -149,8 +171,7 @@ class ClarkFit:
             "n_points": self.n_points, "experts": list(self.experts), "sizes": list(self.sizes),
             "saturation": list(self.saturation) if self.saturation else None,
             "lack_of_fit": self.lack_of_fit,
-            "expert_slopes": [_listed(self.expert_slope(n)) for n in (min(self.sizes),
-                                                                      max(self.sizes))],
+            "expert_slopes": [_listed(slope) for slope in self.expert_slopes()],
             "notes": list(self.notes),
         }
 
@@ -358,15 +379,16 @@ def format_clark(fit: ClarkFit, source: str) -> str:
             row += "".join(_cell(v) for v in fit.bootstrap_ci.get(p, (math.nan, math.nan)))
         row += "".join(f"{published[p]:>10g}" for published in CLARK_2022.values())
         lines.append(row)
-    lines += ["", f"routing slope d log10 L / d log10 E = b + c log10 N ({level}; negative: "
-                  f"more experts, lower loss):"]
-    for n in (min(fit.sizes), max(fit.sizes)):
-        slope = fit.expert_slope(n)
+    slope_of = ("b + c log10 N" if fit.saturation is None else
+                "(b + c log10 N) d log10 Ê / d log10 E, per N and E")
+    lines += ["", f"routing slope d log10 L / d log10 E = {slope_of} ({level}; negative: more "
+                  f"experts, lower loss):"]
+    for slope in fit.expert_slopes():
         low, high = slope["ci"]
         verdict = ("more experts lower the loss" if high < 0 else
                    "more experts raise the loss" if low > 0 else "undetermined: contains 0")
-        lines.append(f"  N = {n:<10.3g}{slope['slope']:>10.4f}  [{low:.4f}, {high:.4f}]  "
-                     f"{verdict}")
+        at = f"N = {slope['N']:<10.3g}" + (f"E = {slope['E']:<6g}" if "E" in slope else "")
+        lines.append(f"  {at}{slope['slope']:>10.4f}  [{low:.4f}, {high:.4f}]  {verdict}")
     for p, meaning in (("b", "the routing slope extrapolated to N = 1"),
                        ("c", "how the routing slope changes with N")):
         low, high = fit.ci[p]
