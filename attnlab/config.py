@@ -274,61 +274,6 @@ class Config:
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 
-    def identity(self) -> dict[str, Any]:
-        """What the run computes, for run ids and resume checks: :meth:`to_dict` less the fields
-        added since the first release while they hold their defaults (see
-        :func:`without_new_defaults`)."""
-        return without_new_defaults(self.to_dict())
-
-
-# Every field of the first release (run directories and sweep ids made then must keep resuming
-# and matching). A field added since enters a run's identity only when set away from its default,
-# so adding a variant (a new config field) changes no existing run id or saved config.
-FIRST_RELEASE_FIELDS = frozenset({
-    "name", "model.vocab_size", "model.d_model", "model.n_layers", "model.n_heads",
-    "model.n_kv_heads", "model.d_ff", "model.max_len", "model.pos_encoding", "model.rope_theta",
-    "model.norm", "model.norm_position", "model.norm_eps", "model.ffn", "model.tie_embeddings",
-    "model.qk_norm", "model.attention_impl", "model.attention_chunk", "model.dropout",
-    "model.dtype", "model.init_std", "data.source", "data.path", "data.max_bytes",
-    "data.cache_dir", "data.tokenizer", "data.bpe_vocab_size", "data.seq_len", "data.batch_size",
-    "data.seed", "data.markov_order", "data.markov_branching", "data.markov_seed",
-    "data.markov_tokens", "train.steps", "train.tokens", "train.seed", "train.learning_rate",
-    "train.schedule", "train.warmup_steps", "train.min_lr_ratio", "train.decay_fraction",
-    "train.b1", "train.b2", "train.eps", "train.weight_decay", "train.grad_clip",
-    "train.grad_accum", "train.eval_every", "train.eval_batches", "train.log_every",
-    "train.checkpoint_every", "train.keep_checkpoints", "train.mesh_data", "train.mesh_fsdp",
-    "train.distributed", "train.coordinator_address", "train.num_processes", "train.process_id",
-})
-
-
-def _defaults() -> dict[str, Any]:
-    """Dotted field name -> default value, for every field of :class:`Config`."""
-    flat: dict[str, Any] = {}
-    for section, values in Config().to_dict().items():
-        if isinstance(values, dict):
-            flat.update({f"{section}.{key}": value for key, value in values.items()})
-        else:
-            flat[section] = values
-    return flat
-
-
-def without_new_defaults(raw: Mapping[str, Any]) -> dict[str, Any]:
-    """A config dict (``Config.to_dict()`` or a saved config.json) without the fields added since
-    the first release that hold their defaults; absent fields are treated as defaults, so a
-    config saved before a field existed equals one saved after with the field at its default."""
-    defaults = _defaults()
-    out: dict[str, Any] = {}
-    for section, values in raw.items():
-        if not isinstance(values, Mapping):
-            keep = section in FIRST_RELEASE_FIELDS or values != defaults.get(section, values)
-            if keep:
-                out[section] = values
-            continue
-        out[section] = {key: value for key, value in values.items()
-                        if f"{section}.{key}" in FIRST_RELEASE_FIELDS
-                        or value != defaults.get(f"{section}.{key}", object())}
-    return out
-
 
 _SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
 
@@ -550,7 +495,8 @@ def validate_sections(cfg: Config) -> None:
 def check_warmup(train: TrainConfig, total_steps: int) -> None:
     """A warmup longer than the run never reaches the peak learning rate (for the schedules that
     ask it to fit, ``warmup_within_run``: noam's warmup is its shape). Checked with the rules
-    between sections, so that a sweep refuses such a run before it starts rather than recording it as failed."""
+    between sections, so that a sweep refuses such a run before it starts rather than recording
+    it as failed."""
     if train.warmup_steps > total_steps and SCHEDULES[train.schedule].warmup_within_run:
         raise ConfigError("train.warmup_steps",
                           f"{train.warmup_steps} is longer than the run ({total_steps} steps)")

@@ -168,17 +168,18 @@ def test_fields_added_since_the_first_release_count_only_away_from_their_default
     """Adding a config field must not change existing run ids or refuse to resume old runs: a
     new field at its default is left out of a run's identity, and a saved config that lacks it
     compares equal. (qk_norm stands in for a field added later.)"""
-    import attnlab.config as config_module
+    import attnlab.identity as identity_module
+    from attnlab.identity import identity
     from attnlab.sweep.planner import run_id
     from attnlab.train.workdir import config_differences
 
-    later = config_module.FIRST_RELEASE_FIELDS - {"model.qk_norm"}
-    monkeypatch.setattr(config_module, "FIRST_RELEASE_FIELDS", later)
+    later = identity_module.FIRST_RELEASE_FIELDS - {"model.qk_norm"}
+    monkeypatch.setattr(identity_module, "FIRST_RELEASE_FIELDS", later)
     cfg = Config()
-    assert "qk_norm" not in cfg.identity()["model"]
-    assert cfg.identity()["model"]["d_model"] == cfg.model.d_model
+    assert "qk_norm" not in identity(cfg)["model"]
+    assert identity(cfg)["model"]["d_model"] == cfg.model.d_model
     on = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, qk_norm=True))
-    assert on.identity()["model"]["qk_norm"] is True
+    assert identity(on)["model"]["qk_norm"] is True
     assert run_id(on) != run_id(cfg)
     # A config.json written before the field existed resumes under today's default...
     saved = cfg.to_dict()

@@ -128,6 +128,7 @@ def test_run_directory_and_results_modules_stay_low():
     assert graph["attnlab.rundir"] <= {"attnlab.errors"}
     assert graph["attnlab.results"] <= {"attnlab.errors", "attnlab.rundir", "attnlab.config"}
     assert graph["attnlab.cli_flags"] <= {"attnlab.errors"}
+    assert graph["attnlab.identity"] <= {"attnlab.config"}
 
 
 def test_scaling_works_on_tables_and_imports_no_training_code_or_plots():

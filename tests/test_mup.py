@@ -14,6 +14,7 @@ import pytest
 
 from attnlab.config import Config, DataConfig, ModelConfig, TrainConfig
 from attnlab.errors import ConfigError
+from attnlab.identity import identity
 from attnlab.model import apply, init_model, param_shapes, resolve
 from attnlab.model.parameterization import path_name
 from attnlab.train.optimizer import optimizer_for
@@ -268,6 +269,6 @@ def test_checkpoint_of_the_other_parameterization_is_refused():
 def test_default_identity_is_unchanged():
     """The new fields at their defaults leave every run's identity (ids, saved configs) as it
     was; set, they enter it."""
-    assert "parameterization" not in Config().identity()["model"]
+    assert "parameterization" not in identity(Config())["model"]
     cfg = Config(model=mup(64, 32), data=DataConfig())
-    assert cfg.identity()["model"]["parameterization"] == "mup"
+    assert identity(cfg)["model"]["parameterization"] == "mup"

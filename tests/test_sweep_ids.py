@@ -12,6 +12,7 @@ import pathlib
 
 import pytest
 
+from attnlab.identity import identity
 from attnlab.sweep import load_spec, plan, tuning
 
 EXPERIMENTS = ("tiny_isoflop", "quickstart", "tiny_grid", "tiny_pe", "kaplan",
@@ -158,7 +159,7 @@ def test_every_experiment_plans_the_same_runs_as_before(key):
     runs = planned(name, scale)
     ids, plans = PLAN_DIGESTS[key]
     assert sha256([r.run_id for r in runs])[:16] == ids
-    records = [{"id": r.run_id, "cfg": r.cfg.identity(), "axes": r.axes, "budget": r.budget,
+    records = [{"id": r.run_id, "cfg": identity(r.cfg), "axes": r.axes, "budget": r.budget,
                 "params": r.params, "fpt": r.flops_per_token} for r in runs]
     assert sha256(records)[:16] == plans
 

@@ -17,6 +17,7 @@ from typing import Any, Mapping
 from attnlab.config import Config, ModelConfig, check_warmup
 from attnlab.schedules import wsd_decay_start
 from attnlab.errors import ConfigError
+from attnlab.identity import identity
 from attnlab.checks import check
 from attnlab.model import flops_per_token, param_counts, recorded_counts
 from attnlab.rundir import RESUMABLE_DIFFERENCES
@@ -236,7 +237,7 @@ def run_id(cfg: Config) -> str:
     """``d128-l4-rope-t2.05M-s0-1a2b3c4d``: a readable prefix plus the first 8 hex digits of the
     SHA-256 of the config's identity as sorted JSON (less :data:`NOT_IN_RUN_ID`; fields added
     since the first release count only when set away from their defaults)."""
-    raw = cfg.identity()
+    raw = identity(cfg)
     for dotted in NOT_IN_RUN_ID:
         section, _, key = dotted.rpartition(".")
         (raw[section] if section else raw).pop(key, None)
