@@ -253,3 +253,20 @@ def test_a_table_with_no_completed_run_says_so(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "none of the 2 runs has status 'completed' (failed: 1, diverged: 1)" in err
     assert err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("form, curve", [("n", True), ("d", False), ("nd", False)])
+def test_loss_vs_params_draws_the_size_curve_only_of_a_law_fitted_per_size(form, curve):
+    """Kaplan's L(N) is drawn as its own line; the law says whether it has one (no name
+    compared), and L(D) and L(N, D) draw their lines per D instead."""
+    from attnlab.plots.scaling import plot_loss_vs_params
+    from attnlab.scaling import fit_table, registry
+    from attnlab.scaling.table import prepare_points
+
+    frame = isoflop_points(CHINCHILLA_PUBLISHED, np.geomspace(1e18, 1e20, 3),
+                           rng=np.random.default_rng(6))
+    law = registry.resolve("kaplan", None, form)
+    table = prepare_points(frame, law=law)
+    figure = plot_loss_vs_params(table.frame, fit_table(table, law=law))
+    labels = [line.get_label() for line in figure.axes[0].get_lines()]
+    assert ("L(N) fit" in labels) == curve

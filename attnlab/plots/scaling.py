@@ -139,10 +139,10 @@ def plot_loss_vs_params(frame: pd.DataFrame, fit: ScalingFit | None = None) -> F
             with np.errstate(all="ignore"):
                 predicted = fit.loss(n_line, tokens)
             drawn.append(_line(ax, n_line, predicted, color=colours[tokens], lw=1.2))
-    if fit is not None and fit.form == "n":
-        with np.errstate(all="ignore"):
-            predicted = np.exp(fit.params["alpha_N"] * np.log(fit.params["N_c"] / n_line))
-        drawn.append(_line(ax, n_line, predicted, color="black", lw=1.2, label="L(N) fit"))
+    with np.errstate(all="ignore"):
+        size_curve = fit.part.size_curve(fit.params, n_line) if fit is not None else None
+    if size_curve is not None:
+        drawn.append(_line(ax, n_line, size_curve, color="black", lw=1.2, label="L(N) fit"))
     if fit is not None:
         problems = _fit_problems(fit)
         if not all(drawn):

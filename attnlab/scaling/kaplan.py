@@ -124,6 +124,9 @@ class KaplanSize(KaplanJoint):
         raise FitError(f"{self.title} has no compute-optimal allocation; fit the joint "
                        f"L(N, D) (--form=nd)")
 
+    def size_curve(self, params, n):
+        return laws.kaplan_loss_n(params, n)
+
     def fit_points(self, log_n, log_d, log_l, starts=None):
         n_c, alpha, sse = _line(log_n, log_l)
         return {"N_c": n_c, "alpha_N": alpha}, sse, None
@@ -136,6 +139,9 @@ class KaplanData(KaplanSize):
     title = "Kaplan L(D) = (D_c/D)^alpha_D"
     parameter_names = "D_c, alpha_D"
     per = "token counts"
+
+    def size_curve(self, params, n):
+        return None
 
     def keys(self, n, d):
         return d

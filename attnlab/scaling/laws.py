@@ -182,6 +182,11 @@ class Law:
         raise FitError(f"{self.title} has no L(N, D); fit --law=kaplan (form nd) or "
                           f"--law=chinchilla --approach=3 to predict losses")
 
+    def size_curve(self, params: Mapping, n):
+        """L(N) alone, for a law fitted on the best loss of each size (Kaplan's L(N)); None for
+        the others."""
+        return None
+
     def run_loss(self, params: Mapping, n, d, **columns):
         """The loss predicted for a run of N parameters trained on D tokens (``columns``: the
         run's values of ``run_columns``)."""
