@@ -23,8 +23,8 @@ from attnlab.config import from_config_dict
 from attnlab.train import load_params, run
 from attnlab.train import checkpoint as _checkpoint  # noqa: F401 - installs its log filters
 
-# Signals, timings or a machine-wide resource: the slow lane runs these one at a time.
-pytestmark = pytest.mark.serial
+# No signals or timings (a kill is simulated by copying the run): the slow lane runs these two
+# at a time, with the shared compilation cache.
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 OVERRIDES = {"train.steps": 20, "train.checkpoint_every": 10, "train.keep_checkpoints": 3}

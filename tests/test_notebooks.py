@@ -18,8 +18,8 @@ from attnlab.extrapolation import EvalSettings
 from attnlab.extrapolation import run_study as run_extrapolation_study
 from attnlab.sweep import load_spec, run_sweep
 
-# Signals, timings or a machine-wide resource: the slow lane runs these one at a time.
-pytestmark = pytest.mark.serial
+# No signals or timings (each kernel on its own ports): the slow lane runs these two at a time,
+# with the shared compilation cache.
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
