@@ -84,15 +84,15 @@ def test_damaged_checkpoint_messages_drop_tensorstore_internals():
 def test_probes_leave_nothing_behind(tmp_path):
     (tmp_path / "existing").mkdir()
     (tmp_path / "file.json").write_text("{}")
-    check_can_create_dir(tmp_path / "new" / "deeper")
-    check_can_create_dir(tmp_path / "existing")
+    check_can_create_dir(tmp_path / "new" / "deeper", "--run")
+    check_can_create_dir(tmp_path / "existing", "--run")
     check_can_write_file(tmp_path / "out.png", "--plot")
     check_can_write_file(tmp_path / "file.json", "--json")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["existing", "file.json"]
     assert not any((tmp_path / "existing").iterdir())
     assert (tmp_path / "file.json").read_text() == "{}"
     with pytest.raises(WorkdirError, match="exists and is not a directory"):
-        check_can_create_dir(tmp_path / "file.json")
+        check_can_create_dir(tmp_path / "file.json", "--run")
 
 
 def test_allow_nonempty_uses_a_directory_of_other_files(tmp_path):
