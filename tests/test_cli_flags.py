@@ -13,29 +13,29 @@ from attnlab.cli_flags import Flag, HelpRequested, UsageError, parse, rename_old
 FLAGS = [
     Flag("law", "enum", None, "Which law.", enum_values=("kaplan", "chinchilla")),
     Flag("bootstrap", "integer", 200, "Refits."),
-    Flag("out", "string", None, "Output file.", required=True),
+    Flag("plot", "string", None, "Output file.", required=True),
 ]
 
 
 def test_a_command_without_a_config():
-    values = parse(["--law", "kaplan", "--out=a.png"], FLAGS, prog="attnlab x",
+    values = parse(["--law", "kaplan", "--plot=a.png"], FLAGS, prog="attnlab x",
                    takes_config=False)
-    assert (values["law"].value, values["bootstrap"].value, values["out"].value) == (
+    assert (values["law"].value, values["bootstrap"].value, values["plot"].value) == (
         "kaplan", 200, "a.png")
     with pytest.raises(HelpRequested) as info:
         parse(["--help"], FLAGS, prog="attnlab x", takes_config=False, description="Does x.")
     assert info.value.text.startswith("Does x.\n\nusage: attnlab x [flags]\n")
     assert "--config" not in info.value.text and "--law (kaplan|chinchilla)" in info.value.text
     with pytest.raises(UsageError, match="config"):
-        parse(["--config=configs/tiny.py", "--out=a"], FLAGS, takes_config=False)
+        parse(["--config=configs/tiny.py", "--plot=a"], FLAGS, takes_config=False)
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--law=power", "--out=a"], "--law=power: value should be one of <kaplan|chinchilla>"),
-    (["--bootstrap=many", "--out=a"], "--bootstrap=many"),
-    (["--bootsrap=3", "--out=a"], "Unknown command line flag 'bootsrap'"),
-    (["--law=kaplan"], "--out is required"),
-    (["results.csv", "--out=a"], "unexpected argument 'results.csv'"),
+    (["--law=power", "--plot=a"], "--law=power: value should be one of <kaplan|chinchilla>"),
+    (["--bootstrap=many", "--plot=a"], "--bootstrap=many"),
+    (["--bootsrap=3", "--plot=a"], "Unknown command line flag 'bootsrap'"),
+    (["--law=kaplan"], "--plot is required"),
+    (["results.csv", "--plot=a"], "unexpected argument 'results.csv'"),
 ])
 def test_usage_errors_name_the_flag(argv, message):
     with pytest.raises(UsageError) as info:
