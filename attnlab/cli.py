@@ -11,7 +11,8 @@ import importlib
 import os
 import sys
 
-from attnlab.cli_flags import HelpRequested
+from attnlab import cli_flags
+from attnlab.cli_flags import Flag, HelpRequested
 from attnlab.errors import AttnlabError
 from attnlab.interrupts import (EXIT_INTERRUPTED, exit_at_once_on_interrupt,
                                  ignore_from_now_on, watchdog)
@@ -24,7 +25,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
             "versions, devices, MFU peak and the fast paths this machine has"),
     "model-info": ("attnlab.train.cli", "model_info_main",
                    "parameter counts and FLOPs per token of a config"),
-    "train": ("attnlab.train.cli", "train_main", "train one model; resumes in the same workdir"),
+    "train": ("attnlab.train.cli", "train_main", "train one model; resumes in the same --run"),
     "prepare": ("attnlab.train.cli", "prepare_main",
                 "build a config's corpus into the cache (as the first train does)"),
     "generate": ("attnlab.train.cli", "generate_main", "sample text from a trained run"),
@@ -50,13 +51,27 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
                   "draw every head's attention map and score its induction pattern"),
 }
 
+# name -> "module:attribute" of its flags (a list of attnlab.cli_flags.Flag, or a function
+# returning one): the dispatcher rewrites their old spellings before it checks output paths.
+FLAG_LISTS: dict[str, str] = {
+    "env": "attnlab.train.cli:ENV_FLAGS", "model-info": "attnlab.train.cli:MODEL_INFO_FLAGS",
+    "train": "attnlab.train.cli:TRAIN_FLAGS", "prepare": "attnlab.train.cli:PREPARE_FLAGS",
+    "generate": "attnlab.train.cli:GENERATE_FLAGS", "sweep": "attnlab.sweep.cli:FLAGS",
+    "fit": "attnlab.scaling.cli:FIT_FLAGS", "compare": "attnlab.scaling.cli:COMPARE_FLAGS",
+    "plot": "attnlab.plots.cli:PLOT_FLAGS", "extrapolate": "attnlab.extrapolation.cli:FLAGS",
+    "coord-check": "attnlab.coord_check:command_flags",
+    "quickstart": "attnlab.study.quickstart:FLAGS", "import-hf": "attnlab.hf.cli:IMPORT_FLAGS",
+    "export-hf": "attnlab.hf.cli:EXPORT_FLAGS", "icl": "attnlab.icl.cli:ICL_FLAGS",
+    "attention": "attnlab.icl.cli:ATTENTION_FLAGS",
+}
+
 # Flags naming a file a command writes (True: a figure), checked here before the command loads
 # or fits anything (attnlab.outputs). These commands also take --overwrite.
 OUTPUT_FLAGS: dict[str, dict[str, bool]] = {
     "env": {"json": False}, "fit": {"json": False}, "compare": {"json": False},
-    "plot": {"out": True}, "icl": {"json": False, "plot": True},
-    "attention": {"out": True, "json": False}, "coord-check": {"json": False, "plot": True},
-    "model-info": {"plot-positions": True},
+    "plot": {"plot": True}, "icl": {"json": False, "plot": True},
+    "attention": {"plot": True, "json": False}, "coord-check": {"json": False, "plot": True},
+    "model-info": {"plot": True},
 }
 OVERWRITE_HELP = ("  --overwrite  replace an existing output file that this command did not "
                   "write (a run's or sweep's own files never are)\n")
@@ -81,9 +96,10 @@ def main(argv: list[str] | None = None, *, exiting: bool = False) -> int:
     module_name, function_name, _ = COMMANDS[name]
     with watchdog(leave_ignored=exiting):
         try:
+            command = getattr(importlib.import_module(module_name), function_name)
+            rest = rename_old_flags(name, rest)
             rest, overwrite = _overwrite_flag(name, rest)
             check_output_paths(name, rest, overwrite=overwrite)
-            command = getattr(importlib.import_module(module_name), function_name)
             code = int(command(rest) or 0)
             if code == 0:
                 record_outputs(name, rest)
@@ -133,6 +149,25 @@ def _first_line(error: Exception) -> str:
     for prefix in ("RESOURCE_EXHAUSTED: ", "INTERNAL: ", "Error dispatching computation: "):
         line = line.removeprefix(prefix)
     return line
+
+
+def command_flags(name: str) -> list[Flag]:
+    """The flags of command ``name`` (FLAG_LISTS), [] for a command without a list."""
+    where = FLAG_LISTS.get(name)
+    if where is None:
+        return []
+    module_name, _, attribute = where.partition(":")
+    found = getattr(importlib.import_module(module_name), attribute)
+    return list(found() if callable(found) else found)
+
+
+def rename_old_flags(name: str, argv: list[str]) -> list[str]:
+    """``argv`` in the current spellings of the command's flags; a notice on stderr for each
+    old one (the command's own parse then finds none)."""
+    argv, notices = cli_flags.rename_old_flags(argv, command_flags(name))
+    for notice in notices:
+        sys.stderr.write(notice + "\n")
+    return argv
 
 
 def _overwrite_flag(name: str, argv: list[str]) -> tuple[list[str], bool]:

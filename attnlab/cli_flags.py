@@ -1,9 +1,12 @@
 """Command-line flags of every ``attnlab`` sub-command: one parser, one ``--help``, one error style.
 
 Flags are ``--name=value`` (absl; ``--name value`` too, and ``--flag`` / ``--noflag`` for booleans).
+The flags several commands take are declared once, with their meaning, in
+:mod:`attnlab.cli_vocab`; their former spellings are rewritten here, with a notice.
 Commands that take a config follow the Flax-examples convention: ``--config=configs/x.py`` names a
 file whose ``get_config()`` returns an ``ml_collections.ConfigDict``, and
-``--config.model.n_layers=4`` overrides one field; commands without one (``fit``, ``plot``) pass
+``--config.model.n_layers=4`` overrides one field; a command declares it with
+``cli_vocab.CONFIG.flag()`` among its flags, and commands without one (``fit``, ``plot``) pass
 ``takes_config=False``. Each call gets its own ``FlagValues``, so no global flag state leaks
 between sub-commands (or between tests). Bad usage raises :class:`UsageError` naming the flag,
 which the dispatcher prints as one ``error: ...`` line with exit code 2.
@@ -12,16 +15,20 @@ which the dispatcher prints as one ``error: ...`` line with exit code 2.
 from __future__ import annotations
 
 import ast
-import dataclasses
 import os
+import sys
 import traceback
-from typing import Any, Callable
+from typing import Callable
 
 import ml_collections
 from absl import flags
 from ml_collections import config_flags
 
+from attnlab.cli_vocab import CONFIG, Flag, OldName
 from attnlab.errors import AttnlabError
+
+__all__ = ["Flag", "HelpRequested", "OldName", "UsageError", "help_text", "parse",
+           "rename_old_flags"]
 
 
 class UsageError(AttnlabError):
@@ -36,14 +43,15 @@ class HelpRequested(Exception):
         self.text = text
 
 
-def help_text(prog: str, extra: list["Flag"], *, config_required: bool = True,
+def help_text(prog: str, extra: list[Flag], *, config_required: bool = True,
               takes_config: bool = True, description: str = "") -> str:
+    config, extra = _split_config(extra, takes_config, config_required)
     lines = [description.strip(), ""] if description else []
-    if takes_config:
-        config = "--config=FILE" if config_required else "[--config=FILE]"
-        lines += [f"usage: {prog} {config} [--config.SECTION.KEY=VALUE ...] [flags]", "",
-                  "flags:", "  --config=FILE  a config file defining get_config()"
-                  + ("" if config_required else " (optional)"),
+    if config is not None:
+        usage = "--config=FILE" if config.required else "[--config=FILE]"
+        lines += [f"usage: {prog} {usage} [--config.SECTION.KEY=VALUE ...] [flags]", "",
+                  "flags:", f"  --config=FILE  {config.help}"
+                  + ("" if config.required else " (optional)"),
                   "  --config.SECTION.KEY=VALUE  override one field, e.g. "
                   "--config.model.n_layers=4"]
     else:
@@ -60,16 +68,53 @@ def help_text(prog: str, extra: list["Flag"], *, config_required: bool = True,
     return "\n".join(lines) + "\n"
 
 
-@dataclasses.dataclass
-class Flag:
-    """A plain flag beside --config: DEFINE_<kind>(name, default, help)."""
+def _split_config(extra, takes_config: bool,
+                  config_required: bool) -> tuple[Flag | None, list[Flag]]:
+    """The config flag (declared in ``extra``, else CONFIG when ``takes_config``) and the rest."""
+    declared = [flag for flag in extra if flag.kind == "config"]
+    rest = [flag for flag in extra if flag.kind != "config"]
+    if declared:
+        return declared[0], rest
+    return (CONFIG.flag(required=config_required) if takes_config else None), rest
 
-    name: str
-    kind: str  # "string" | "integer" | "float" | "bool" | "enum"
-    default: Any
-    help: str
-    enum_values: tuple[str, ...] = ()
-    required: bool = False
+
+def rename_old_flags(argv: list[str], extra) -> tuple[list[str], list[str]]:
+    """``argv`` with the former spellings of ``extra``'s flags (their ``old_names``) in the
+    current ones, and one notice line per former spelling given."""
+    table = {old.name: (flag, old) for flag in extra for old in flag.old_names}
+    renamed, notices = [], {}
+    for i, arg in enumerate(argv):
+        if arg == "--":  # absl reads what follows as positional arguments
+            renamed += argv[i:]
+            break
+        found = _renamed(arg, argv[i + 1] if i + 1 < len(argv) else None, table)
+        if found is None:
+            renamed.append(arg)
+            continue
+        renamed.append(found[0])
+        notices.setdefault(found[1], found[2])
+    return renamed, list(notices.values())
+
+
+def _renamed(arg: str, following: str | None, table) -> tuple[str, str, str] | None:
+    """(the argument in its current spelling, the old name, the notice), or None."""
+    dashes = "--" if arg.startswith("--") else "-" if arg.startswith("-") else ""
+    name, eq, value = arg[len(dashes):].partition("=")
+    negated = (dashes and name not in table and name.startswith("no") and not eq
+               and name[2:] in table and table[name[2:]][0].kind == "bool")
+    name = name[2:] if negated else name
+    if not dashes or name not in table:
+        return None
+    flag, old = table[name]
+    given = value if eq else (following if flag.kind != "bool" else None)
+    if old.when is not None and (given is None or not old.when(given)):
+        return None  # the current flag of that name
+    new = f"{dashes}{'no' if negated else ''}{flag.name}{eq}{value}"
+    if old.when is None:
+        return new, old.name, (f"note: --{old.name} is now --{flag.name}{old.why}; the old "
+                               f"name will be removed")
+    return new, old.name, (f"note: --{old.name}={given} is now --{flag.name}={given}{old.why}; "
+                           f"the old use will be removed")
 
 
 def parse(argv: list[str], extra: list[Flag] = (), *, prog: str = "attnlab",
@@ -78,25 +123,31 @@ def parse(argv: list[str], extra: list[Flag] = (), *, prog: str = "attnlab",
     """Parses ``argv`` (without the program name) into a fresh FlagValues.
 
     Args:
-      extra: the command's flags besides ``--config``.
+      extra: the command's flags; a flag of kind "config" (attnlab.cli_vocab.CONFIG) declares
+        ``--config``, and then the two arguments below are not read.
       config_required: ``--config`` must be given (else it is optional).
       takes_config: False for commands without a config file: no ``--config`` flag at all.
       description: the first lines of ``--help``.
 
-    Returns the FlagValues; ``values.config`` is the ConfigDict with overrides applied.
+    Old spellings of the flags (``Flag.old_names``) are rewritten first, each with a notice on
+    stderr. Returns the FlagValues; ``values.config`` is the ConfigDict with overrides applied.
     Raises UsageError naming the flag at fault, HelpRequested for ``--help``.
     """
     if any(arg in ("-h", "--help", "--helpfull") for arg in argv):
         raise HelpRequested(help_text(prog, list(extra), config_required=config_required,
                                       takes_config=takes_config, description=description))
+    argv, notices = rename_old_flags(list(argv), extra)
+    for notice in notices:
+        sys.stderr.write(notice + "\n")
+    config, extra = _split_config(extra, takes_config, config_required)
+    takes_config, config_required = config is not None, bool(config and config.required)
     argv, scale = _scale_as_config_argument(list(argv)) if takes_config else (list(argv), None)
     values = flags.FlagValues()
     args = [prog, *argv]
     if takes_config:
         # sys_argv: the overrides are read from these args, not from the process's sys.argv.
         config_flags.DEFINE_config_file(
-            "config", None, "Path to a config file defining get_config().", flag_values=values,
-            lock_config=True, sys_argv=args)
+            "config", None, config.help, flag_values=values, lock_config=True, sys_argv=args)
     definers: dict[str, Callable] = {
         "string": flags.DEFINE_string, "integer": flags.DEFINE_integer,
         "float": flags.DEFINE_float, "bool": flags.DEFINE_bool,

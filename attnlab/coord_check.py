@@ -272,19 +272,21 @@ def _shade(t: int, steps: int):
 __all__ = ["LAYER_TYPES", "CoordReport", "activations", "arm", "coord_check", "plot"]
 
 
-def _flags():
+def command_flags():
+    """The flags of ``attnlab coord-check`` (made on call: absl loads only for the command)."""
+    from attnlab import cli_vocab as vocab
     from attnlab.cli_flags import Flag
 
     return [
+        vocab.CONFIG.flag(required=True),
         Flag("widths", "string", "64,128,256,512", "Comma-separated d_model values (>= 2)."),
         Flag("steps", "integer", 4, "Adam steps per width."),
         Flag("lr", "float", None, "Learning rate (default the config's train.learning_rate)."),
         Flag("base", "integer", None, "muP's base width (default the smallest width)."),
         Flag("seeds", "integer", 1, "Initialisations averaged per width."),
-        Flag("json", "string", "", "Write {sp: {layer type: slope}, mup: {...}} here."),
-        Flag("plot", "string", "", "Write the figure (PNG or PDF) here."),
-        Flag("allow-large", "bool", False, "Run even if the widest model's estimated memory "
-                                            "exceeds the machine's."),
+        vocab.JSON.flag("The slopes, {sp: {layer type: slope}, mup: {...}}.", default=""),
+        vocab.PLOT.flag("PNG or PDF.", default=""),
+        vocab.ALLOW_LARGE.flag("The widest model is the one estimated.", default=False),
     ]
 
 
@@ -306,7 +308,7 @@ def coord_check_main(argv: list[str]) -> int:
     from attnlab.cli_flags import parse
     from attnlab.config import from_config_dict
 
-    values = parse(argv, _flags(), prog="attnlab coord-check")
+    values = parse(argv, command_flags(), prog="attnlab coord-check")
     cfg = from_config_dict(values.config)
     widths = parse_widths(values.widths)
     if values.steps < 1:

@@ -1,4 +1,4 @@
-"""Files a command writes where the user points it (``--json``, ``--out``, ``--plot``): checked
+"""Files a command writes where the user points it (``--json``, ``--plot``): checked
 before the command does any work, written whole or not at all, and never over a file that the
 command did not write itself.
 

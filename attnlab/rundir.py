@@ -1,6 +1,6 @@
 """The files of run and sweep directories: their names, atomic writes and tolerant reads.
 
-A run directory (``attnlab train --workdir`` or a sweep's ``runs/<run_id>/``)::
+A run directory (``attnlab train --run`` or a sweep's ``runs/<run_id>/``)::
 
     config.json      the full resolved config (training)
     metrics.jsonl    one JSON object a line (training; the last line may be cut short by a kill)
@@ -157,7 +157,7 @@ def existing_ancestor(path: Path) -> Path:
     return path
 
 
-def check_can_create_dir(path: str | os.PathLike, flag: str = "--workdir") -> None:
+def check_can_create_dir(path: str | os.PathLike, flag: str) -> None:
     """Raises WorkdirError (``flag`` and the path named) unless ``path`` is a directory this
     process can write into, or can be created: its nearest existing ancestor is a directory in
     which a directory can be made. Nothing is left behind."""
@@ -174,17 +174,17 @@ def check_can_create_dir(path: str | os.PathLike, flag: str = "--workdir") -> No
         raise WorkdirError(f"{flag} {path}: cannot {what} ({e.strerror or e})") from None
 
 
-def check_not_foreign(path: Path, ours: frozenset[str], what: str, *,
+def check_not_foreign(path: Path, ours: frozenset[str], what: str, flag: str, *,
                       allow_nonempty: bool = False) -> None:
-    """Raises WorkdirError unless ``path`` is missing, empty, or holds one of the names ``ours``
-    (an attnlab ``what``, e.g. "run"): as ``git clone`` does, a directory full of someone else's
-    files is not written into unless ``allow_nonempty``."""
+    """Raises WorkdirError (naming ``flag``) unless ``path`` is missing, empty, or holds one of
+    the names ``ours`` (an attnlab ``what``, e.g. "run"): as ``git clone`` does, a directory full
+    of someone else's files is not written into unless ``allow_nonempty``."""
     if allow_nonempty or not path.is_dir():
         return
     names = {entry.name for entry in os.scandir(path)}
     if names and not names & ours:
         shown = ", ".join(sorted(names)[:3]) + (", ..." if len(names) > 3 else "")
-        raise WorkdirError(f"--workdir {path} is not empty ({len(names)} entries: {shown}) and "
+        raise WorkdirError(f"{flag} {path} is not empty ({len(names)} entries: {shown}) and "
                            f"holds no attnlab {what}; pass an empty or new directory, or "
                            f"--allow-nonempty to write into it anyway")
 

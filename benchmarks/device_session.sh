@@ -85,7 +85,7 @@ study() {
   seconds=$(left)
   if [ "$seconds" -lt 30 ]; then say "$name: no time left this call; run me again"; return; fi
   stage "$name" bash -c "timeout --signal=TERM --kill-after=30 $seconds ${ATTNLAB[*]} \
-      quickstart --config=$experiment --workdir='$WORK/$name' --parallel=$PARALLEL \
+      quickstart --config=$experiment --sweep='$WORK/$name' --parallel=$PARALLEL \
       --bootstrap=$BOOTSTRAP --noprogress > '$WORK/${name}_report.txt'"
   cp -f "$WORK/$name/results.csv" "$WORK/$name.csv" 2>/dev/null
   publish

@@ -1,7 +1,7 @@
 """The small default: a 4-layer, d=128 byte-level LM on the embedded pystdlib corpus (~0.8M params).
 
 Trains in a few minutes on a 2-core CPU. Override any field from the command line, e.g.
-``attnlab train --config=configs/default.py --config.model.pos_encoding=alibi --workdir=runs/x``.
+``attnlab train --config=configs/default.py --config.model.pos_encoding=alibi --run=runs/x``.
 """
 
 from attnlab.config import base_config_dict

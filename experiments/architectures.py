@@ -1,8 +1,8 @@
 """The architecture scaling study: one IsoFLOP ladder per sequence mixer, one law each.
 
-    attnlab quickstart --config=experiments/architectures.py --workdir=sweeps/architectures
-    attnlab sweep --config=experiments/architectures.py --workdir=sweeps/architectures --dry-run
-    attnlab quickstart --config=experiments/architectures.py:gpu --workdir=sweeps/arch_gpu
+    attnlab quickstart --config=experiments/architectures.py --sweep=sweeps/architectures
+    attnlab sweep --config=experiments/architectures.py --sweep=sweeps/architectures --dry-run
+    attnlab quickstart --config=experiments/architectures.py:gpu --sweep=sweeps/arch_gpu
 
 Each architecture is a named variant of one sweep (``sweep.variants``): the same budgets, shape
 list, data order (one data seed, one corpus), learning-rate rule and schedule rules, with the

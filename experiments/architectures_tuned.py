@@ -1,8 +1,8 @@
 """The architecture study's arms, each with its own tuned learning rate (a tuning stage run by the
 same command: ``sweep.tune``, learning-rate rule ``tuned``; docs/sweeps.md, docs/mup.md).
 
-    attnlab sweep --config=experiments/architectures_tuned.py --workdir=sweeps/arch_tuned --dry-run
-    attnlab sweep --config=experiments/architectures_tuned.py --workdir=sweeps/arch_tuned
+    attnlab sweep --config=experiments/architectures_tuned.py --sweep=sweeps/arch_tuned --dry-run
+    attnlab sweep --config=experiments/architectures_tuned.py --sweep=sweeps/arch_tuned
 
 ``attnlab sweep`` first trains every arm's proxies (``DIR/tune``: widths 16, 32, 64 at a
 factor-2 learning-rate grid, two seeds), writes each arm's pick to ``DIR/tuning.json``, then trains

@@ -1,11 +1,11 @@
 """Hoffmann et al. 2022 (Chinchilla): IsoFLOP profiles for approaches 2 and 3.
 
-    attnlab sweep --config=experiments/chinchilla_isoflop.py --workdir=runs/chinchilla --dry-run
-    attnlab sweep --config=experiments/chinchilla_isoflop.py --workdir=runs/chinchilla --parallel=2
-    attnlab fit --results=runs/chinchilla --law=chinchilla --approach=2 --bootstrap=1000
-    attnlab fit --results=runs/chinchilla --law=chinchilla --approach=3 --bootstrap=1000
-    attnlab quickstart --config=experiments/chinchilla_isoflop.py --workdir=runs/chinchilla
-    attnlab plot --results=runs/chinchilla --kind=isoflop --out=isoflop.png
+    attnlab sweep --config=experiments/chinchilla_isoflop.py --sweep=runs/chinchilla --dry-run
+    attnlab sweep --config=experiments/chinchilla_isoflop.py --sweep=runs/chinchilla --parallel=2
+    attnlab fit --sweep=runs/chinchilla --law=chinchilla --approach=2 --bootstrap=1000
+    attnlab fit --sweep=runs/chinchilla --law=chinchilla --approach=3 --bootstrap=1000
+    attnlab quickstart --config=experiments/chinchilla_isoflop.py --sweep=runs/chinchilla
+    attnlab plot --sweep=runs/chinchilla --kind=isoflop --plot=isoflop.png
 
 Three compute budgets C a factor of 3 apart, times seven sizes about 2x apart in parameters
 (Chinchilla's N: all parameters); each (C, N) pair trains for D = C / (FLOPs per token) tokens.

@@ -2,10 +2,10 @@
 the Python standard library corpus repeated about 1-16 times, fitted by ``attnlab fit
 --law=data_constrained`` (docs/scaling.md, "The data-constrained law").
 
-    attnlab sweep --config=experiments/data_constrained.py --workdir=sweeps/data_constrained \
+    attnlab sweep --config=experiments/data_constrained.py --sweep=sweeps/data_constrained \
         --dry-run
-    attnlab sweep --config=experiments/data_constrained.py --workdir=sweeps/data_constrained
-    attnlab fit --results=sweeps/data_constrained --law=data_constrained --bootstrap=200
+    attnlab sweep --config=experiments/data_constrained.py --sweep=sweeps/data_constrained
+    attnlab fit --sweep=sweeps/data_constrained --law=data_constrained --bootstrap=200
 
 ``data.max_bytes`` builds a smaller, separately cached slice of the corpus, 90% of it the
 training split (byte tokens: about 0.9 tokens per byte of the slice), so a run's unique tokens

@@ -2,9 +2,9 @@
 LM, Devlin et al. 2019) and an encoder-decoder (span corruption, Raffel et al. 2020) on the same
 data, at the same compute, with one IsoFLOP ladder each.
 
-    attnlab sweep --config=experiments/gpt_vs_bert.py --workdir=sweeps/gpt_vs_bert --dry-run
-    attnlab sweep --config=experiments/gpt_vs_bert.py --workdir=sweeps/gpt_vs_bert
-    attnlab fit --results=sweeps/gpt_vs_bert --law=chinchilla --approach=2 --by=model.objective
+    attnlab sweep --config=experiments/gpt_vs_bert.py --sweep=sweeps/gpt_vs_bert --dry-run
+    attnlab sweep --config=experiments/gpt_vs_bert.py --sweep=sweeps/gpt_vs_bert
+    attnlab fit --sweep=sweeps/gpt_vs_bert --law=chinchilla --approach=2 --by=model.objective
 
 Each objective is a named variant of one sweep (``sweep.variants``; the ``stack`` column names it,
 ``model.objective`` is recorded in every row): the same corpus (pystdlib, bytes), data order,

@@ -2,9 +2,9 @@
 batch sizes, on the Markov chain (a known entropy rate, no repeated data), fitted by
 ``attnlab fit --law=hparams`` (docs/scaling.md, "The hyperparameter law").
 
-    attnlab sweep --config=experiments/hparams.py --workdir=sweeps/hparams --dry-run
-    attnlab sweep --config=experiments/hparams.py --workdir=sweeps/hparams
-    attnlab fit --results=sweeps/hparams --law=hparams --bootstrap=200
+    attnlab sweep --config=experiments/hparams.py --sweep=sweeps/hparams --dry-run
+    attnlab sweep --config=experiments/hparams.py --sweep=sweeps/hparams
+    attnlab fit --sweep=sweeps/hparams --law=hparams --bootstrap=200
 
 Scale cpu: 3 two-layer shapes (d_model 16, 32, 48) x 2 token counts (0.25M, 0.5M) x 3 batch sizes
 (8, 16, 32 sequences of 64 tokens) x 5 learning rates (the prior 7.5e-3 x 32 / d_model times

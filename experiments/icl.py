@@ -1,8 +1,8 @@
 """In-context learning across sequence mixers: multi-query associative recall (Arora et al. 2023,
 "Zoology", Fig. 2) at several widths per mixer.
 
-    attnlab sweep --config=experiments/icl.py --workdir=sweeps/icl --dry-run
-    attnlab sweep --config=experiments/icl.py --workdir=sweeps/icl
+    attnlab sweep --config=experiments/icl.py --sweep=sweeps/icl --dry-run
+    attnlab sweep --config=experiments/icl.py --sweep=sweeps/icl
     attnlab icl --sweep=sweeps/icl          # accuracy per run, the table and the plot
 
 Each mixer is a named variant (``sweep.variants``) on one grid of widths; every run trains on

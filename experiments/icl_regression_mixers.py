@@ -1,7 +1,7 @@
 """In-context linear regression across sequence mixers (Garg et al. 2022's task; the mixers of
 experiments/icl.py): each mixer at several widths, scored against least squares.
 
-    attnlab sweep --config=experiments/icl_regression_mixers.py --workdir=sweeps/icl_regression
+    attnlab sweep --config=experiments/icl_regression_mixers.py --sweep=sweeps/icl_regression
     attnlab icl --sweep=sweeps/icl_regression   # error / d at the largest k per run, table, plot
 
 Every run trains on fresh prompts (``data.source=regression``) of a vector model

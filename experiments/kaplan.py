@@ -1,11 +1,11 @@
 """Kaplan et al. 2020: a model-size sweep with long training, for L(N), L(D) and L(N, D).
 
-    attnlab sweep --config=experiments/kaplan.py --workdir=runs/kaplan --dry-run   # plan + time
-    attnlab sweep --config=experiments/kaplan.py --workdir=runs/kaplan --parallel=2
-    attnlab fit --results=runs/kaplan --law=kaplan --form=n     # L(N) = (N_c/N)^alpha_N
-    attnlab fit --results=runs/kaplan --law=kaplan              # L(N, D), N non-embedding
-    attnlab fit --results=runs/kaplan --law=chinchilla --approach=1   # from the learning curves
-    attnlab plot --results=runs/kaplan --kind=loss-vs-params --out=kaplan.png
+    attnlab sweep --config=experiments/kaplan.py --sweep=runs/kaplan --dry-run   # plan + time
+    attnlab sweep --config=experiments/kaplan.py --sweep=runs/kaplan --parallel=2
+    attnlab fit --sweep=runs/kaplan --law=kaplan --form=n     # L(N) = (N_c/N)^alpha_N
+    attnlab fit --sweep=runs/kaplan --law=kaplan              # L(N, D), N non-embedding
+    attnlab fit --sweep=runs/kaplan --law=chinchilla --approach=1   # from the learning curves
+    attnlab plot --sweep=runs/kaplan --kind=loss-vs-params --plot=kaplan.png
 
 Six sizes (Kaplan's N: non-embedding parameters, ~2.3 decades) x five token budgets D, each a
 factor of 2 apart, all on the embedded `pystdlib` corpus. Every (N, D) pair is its own run with

@@ -1,9 +1,9 @@
 """A known-answer scaling study: an IsoFLOP sweep on the `markov` corpus, whose entropy rate is
 known exactly, so the irreducible loss E that approach 3 fits can be checked against the truth.
 
-    attnlab sweep --config=experiments/markov_floor.py --workdir=runs/markov_floor --dry-run
-    attnlab quickstart --config=experiments/markov_floor.py --workdir=runs/markov_floor
-    attnlab fit --results=runs/markov_floor --law=chinchilla --approach=3 --bootstrap=1000
+    attnlab sweep --config=experiments/markov_floor.py --sweep=runs/markov_floor --dry-run
+    attnlab quickstart --config=experiments/markov_floor.py --sweep=runs/markov_floor
+    attnlab fit --sweep=runs/markov_floor --law=chinchilla --approach=3 --bootstrap=1000
 
 The corpus is a seeded order-1 Markov chain over bytes in which each byte can be followed by 64
 others (attnlab.data.markov): its entropy rate H = 3.7384 nats per byte is the loss of the best

@@ -3,8 +3,8 @@ with (1 - sqrt) cooldown branches at 0.5M-8M tokens, to see whether a decade of 
 pins approach 3's E nearer the chain's entropy rate (3.7384 nats/byte) than the IsoFLOP plan of
 experiments/markov_floor.py does.
 
-    attnlab sweep --config=experiments/markov_ladder.py --workdir=sweeps/markov_ladder
-    attnlab fit --results=sweeps/markov_ladder --law=chinchilla --approach=3 --bootstrap=200
+    attnlab sweep --config=experiments/markov_ladder.py --sweep=sweeps/markov_ladder
+    attnlab fit --sweep=sweeps/markov_ladder --law=chinchilla --approach=3 --bootstrap=200
 
 Five 2-layer shapes, d_model 16-64 (10k-115k parameters), branches at 0.5M, 1M, 2M, 4M, 8M tokens
 of the order-1, 64-successor chain (batches 16 x 64): 30 runs, 1.95e13 FLOPs (the IsoFLOP plan:

@@ -4,9 +4,9 @@ Models", eq. 1)
 
     log10 L(N, E) = a log10 N + b log10 E + c log10 N log10 E + d
 
-    attnlab sweep --config=experiments/moe.py --workdir=sweeps/moe --dry-run
-    attnlab sweep --config=experiments/moe.py --workdir=sweeps/moe
-    attnlab fit --results=sweeps/moe --law=clark      # N: active non-embedding parameters
+    attnlab sweep --config=experiments/moe.py --sweep=sweeps/moe --dry-run
+    attnlab sweep --config=experiments/moe.py --sweep=sweeps/moe
+    attnlab fit --sweep=sweeps/moe --law=clark      # N: active non-embedding parameters
 
 As in Clark et al., every model trains on the same tokens (their 130B; here ``train.tokens``)
 and N is the size of the dense model the experts are added to: each shape's FFN of every layer

@@ -3,8 +3,8 @@ quickstart's IsoFLOP plan with each FFN replaced by 8 experts of its width and S
 routing (Fedus et al. 2021), so a shape's active parameters and FLOPs per token are the dense
 model's plus the router's, and its total parameters ~8x the FFN's.
 
-    attnlab sweep --config=experiments/moe_dense.py --workdir=sweeps/moe_dense --dry-run
-    attnlab quickstart --config=experiments/moe_dense.py --workdir=sweeps/moe_dense
+    attnlab sweep --config=experiments/moe_dense.py --sweep=sweeps/moe_dense --dry-run
+    attnlab quickstart --config=experiments/moe_dense.py --sweep=sweeps/moe_dense
 
 ``attnlab quickstart`` on this sweep of variants (column ``ffn``) fits approach 3 and approach 2
 per arm, and reports the MoE arm's effective compute multiplier against dense (``sweep.baseline``)

@@ -3,7 +3,7 @@
 initialisation seeds per width, trained on Zoology's number of windows (Arora et al. 2023 train
 on ~6.4M; ``configs/mqar.py`` sees 192k).
 
-    attnlab sweep --config=experiments/mqar_seeds.py:gpu --workdir=sweeps/mqar_seeds
+    attnlab sweep --config=experiments/mqar_seeds.py:gpu --sweep=sweeps/mqar_seeds
     attnlab icl --sweep=sweeps/mqar_seeds          # accuracy per run and seed
 
 Every seed of a width differs from the others in ``train.seed`` alone, so ``--ensemble=auto``

@@ -3,7 +3,7 @@ factor-2 learning-rate grid at widths 8x apart, under the standard parameterisat
 muP (base width 16), two seeds each; the report plots loss against learning rate per width and
 prints each width's best learning rate with a bootstrap interval over seeds.
 
-    attnlab sweep --config=experiments/mup_transfer.py --workdir=sweeps/mup_transfer
+    attnlab sweep --config=experiments/mup_transfer.py --sweep=sweeps/mup_transfer
     python experiments/mup_transfer.py sweeps/mup_transfer [--plot=docs/mup_transfer.png] \
         [--json=mup_lr.json]
 

@@ -2,8 +2,8 @@
 learning rate that experiments/mup_transfer.py found best at the muP base width, read from its
 report by the sweep rule ``learning_rate.rule = 'transfer'`` (docs/sweeps.md, docs/mup.md).
 
-    attnlab sweep --config=experiments/mup_tuned.py --workdir=sweeps/mup_tuned
-    attnlab sweep --config=experiments/mup_tuned.py --workdir=sweeps/mup_tuned64 \\
+    attnlab sweep --config=experiments/mup_tuned.py --sweep=sweeps/mup_tuned
+    attnlab sweep --config=experiments/mup_tuned.py --sweep=sweeps/mup_tuned64 \\
         --config.sweep.name=mup_tuned64 --config.sweep.learning_rate.tuned_d_model=64
 
 Scale ``cpu``: the transfer sweep's model and data (2 layers, 2 heads, base width 16, 100 steps

@@ -1,6 +1,6 @@
 """Positional encodings and length extrapolation (Press et al. 2022, Figure 1, at CPU scale).
 
-    attnlab extrapolate --sweep=experiments/pe_extrapolation.py --workdir=sweeps/pe_extrapolation \
+    attnlab extrapolate --config=experiments/pe_extrapolation.py --sweep=sweeps/pe_extrapolation \
         --multipliers=1,2,4,8,16 --max-tokens=32768 --parallel=2
 
 One command trains the 24 runs (resumable), evaluates each finished run at 1-16 x L_train on the

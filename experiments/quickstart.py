@@ -1,8 +1,8 @@
 """The quick scaling study behind `attnlab quickstart`: an IsoFLOP sweep on the embedded corpus.
 
     attnlab quickstart                                     # sweep + Chinchilla fits + plots
-    attnlab quickstart --config.scale=gpu --workdir=runs/quickstart_gpu
-    attnlab sweep --config=experiments/quickstart.py --workdir=runs/quickstart --dry-run
+    attnlab quickstart --config.scale=gpu --sweep=runs/quickstart_gpu
+    attnlab sweep --config=experiments/quickstart.py --sweep=runs/quickstart --dry-run
 
 Three compute budgets C a factor of 2.5 apart (1.2e11, 3e11, 7.5e11 FLOPs), each with the
 byte-level models near its own optimum: from a list of twelve shapes (4.9k to 115k parameters,

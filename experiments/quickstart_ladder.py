@@ -3,9 +3,9 @@ profiles: every size trained once at a constant learning rate, with (1 - sqrt) c
 at 0.25M-4M tokens, so approach 3 sees each size over 16x of tokens at about the quickstart's
 compute.
 
-    attnlab sweep --config=experiments/quickstart_ladder.py --workdir=sweeps/qs_ladder --dry-run
-    attnlab quickstart --config=experiments/quickstart_ladder.py --workdir=sweeps/qs_ladder
-    attnlab fit --results=sweeps/qs_ladder --law=chinchilla --holdout='params>=6e4'
+    attnlab sweep --config=experiments/quickstart_ladder.py --sweep=sweeps/qs_ladder --dry-run
+    attnlab quickstart --config=experiments/quickstart_ladder.py --sweep=sweeps/qs_ladder
+    attnlab fit --sweep=sweeps/qs_ladder --law=chinchilla --holdout='params>=6e4'
 
 Five 2-layer shapes, d_model 12-48 (6.6k-68k parameters, 10x), each a trunk to 3.2M tokens and
 five branches at 0.25M, 0.5M, 1M, 2M and 4M tokens (the last 20% of each a cooldown to zero,

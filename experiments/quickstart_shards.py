@@ -4,7 +4,7 @@ JSON-lines shards (``data.source=shards``) instead of the embedded corpus.
 
     python benchmarks/data_shards.py --corpus=runs/web_corpus --mb=16      # ~16 MB of shards
     attnlab quickstart --config=experiments/quickstart_shards.py:runs/web_corpus \\
-        --workdir=runs/quickstart_shards
+        --sweep=runs/quickstart_shards
 
 The part after the colon is ``data.path``: the generated corpus above (Zipf-distributed words
 in documents of 20-2,000 words, alternating Parquet and JSONL.zst shards of 8 MB), or any

@@ -1,7 +1,7 @@
 """A tiny grid sweep (used by the tests): 2 shapes x 2 positional encodings = 4 runs of 24 steps.
 
-    attnlab sweep --config=experiments/tiny_grid.py --workdir=sweeps/tiny_grid --dry-run
-    attnlab sweep --config=experiments/tiny_grid.py --workdir=sweeps/tiny_grid
+    attnlab sweep --config=experiments/tiny_grid.py --sweep=sweeps/tiny_grid --dry-run
+    attnlab sweep --config=experiments/tiny_grid.py --sweep=sweeps/tiny_grid
 
 Each run takes seconds on a laptop CPU; the whole sweep well under a minute.
 """

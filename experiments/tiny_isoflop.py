@@ -5,7 +5,7 @@ ratio d_model / n_layers = 16; each run trains for D = C / (FLOPs per token) tok
 schedule spanning exactly that run and its warmup 10% of it (Porian et al. 2024: short warmups
 and schedules matched to each run's length matter most at small scale).
 
-    attnlab sweep --config=experiments/tiny_isoflop.py --workdir=sweeps/tiny_isoflop
+    attnlab sweep --config=experiments/tiny_isoflop.py --sweep=sweeps/tiny_isoflop
 """
 
 from ml_collections import ConfigDict

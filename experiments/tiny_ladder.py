@@ -1,8 +1,8 @@
 """A tiny ladder sweep (used by the tests): 2 shapes, each one constant-LR trunk and three
 cooldown branches at 10, 20 and 40 steps (a 1-sqrt cooldown over the last 20% of each).
 
-    attnlab sweep --config=experiments/tiny_ladder.py --workdir=sweeps/tiny_ladder --dry-run
-    attnlab sweep --config=experiments/tiny_ladder.py --workdir=sweeps/tiny_ladder
+    attnlab sweep --config=experiments/tiny_ladder.py --sweep=sweeps/tiny_ladder --dry-run
+    attnlab sweep --config=experiments/tiny_ladder.py --sweep=sweeps/tiny_ladder
 
 The trunk trains steps 1-32 once; the branches train 2, 4 and 8 cooldown steps from its
 checkpoints at steps 8, 16 and 32: 46 steps per shape instead of 70 for three separate runs.

@@ -2,8 +2,8 @@
 one shape, 12 steps each; used by the tests (hybrids: ``model.attention_every``, see
 tests/test_mixers_train.py).
 
-    attnlab sweep --config=experiments/tiny_mixers.py --workdir=sweeps/tiny_mixers --dry-run
-    attnlab sweep --config=experiments/tiny_mixers.py --workdir=sweeps/tiny_mixers
+    attnlab sweep --config=experiments/tiny_mixers.py --sweep=sweeps/tiny_mixers --dry-run
+    attnlab sweep --config=experiments/tiny_mixers.py --sweep=sweeps/tiny_mixers
 
 No positional encoding (NoPE): a pure Mamba stack refuses encodings that act inside attention.
 """

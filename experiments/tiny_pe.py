@@ -1,6 +1,6 @@
 """A tiny positional-encoding extrapolation study (used by the tests): 6 encodings x 1 seed.
 
-    attnlab extrapolate --sweep=experiments/tiny_pe.py --workdir=sweeps/tiny_pe --multipliers=1,2,4
+    attnlab extrapolate --config=experiments/tiny_pe.py --sweep=sweeps/tiny_pe --multipliers=1,2,4
 
 Same shape, data, token budget, seed and data order for every encoding; only
 ``model.pos_encoding`` varies (and ``model.attention_window``, when that axis is overridden).

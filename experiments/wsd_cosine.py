@@ -1,9 +1,9 @@
 """The known answer behind cooldown ladders: WSD with a short (1 - sqrt) cooldown against a cosine
 schedule of the same length, at the same tokens, several sizes and seeds.
 
-    attnlab sweep --config=experiments/wsd_cosine.py --workdir=sweeps/wsd_cosine --dry-run
-    attnlab sweep --config=experiments/wsd_cosine.py --workdir=sweeps/wsd_cosine
-    attnlab compare --results=sweeps/wsd_cosine --by=schedule --baseline=cosine
+    attnlab sweep --config=experiments/wsd_cosine.py --sweep=sweeps/wsd_cosine --dry-run
+    attnlab sweep --config=experiments/wsd_cosine.py --sweep=sweeps/wsd_cosine
+    attnlab compare --sweep=sweeps/wsd_cosine --by=schedule --baseline=cosine
 
 Hägele et al. 2024 ("Scaling Laws and Compute-Optimal Training Beyond Fixed Training Durations",
 Fig. 3-4): warmup, a constant learning rate, then a cooldown over the last ~20% of the steps in

@@ -172,7 +172,7 @@ def test_two_identical_variants_are_refused():
 
 
 def test_bad_variant_exits_2_on_the_command_line(capsys, tmp_path):
-    code = cli.main(["sweep", f"--config={EXPERIMENT}", f"--workdir={tmp_path / 'w'}",
+    code = cli.main(["sweep", f"--config={EXPERIMENT}", f"--sweep={tmp_path / 'w'}",
                      "--dry-run", "--probe=none",
                      "--config.sweep.variants.mamba.model.mixer=lstm"])
     err = capsys.readouterr().err
@@ -181,7 +181,7 @@ def test_bad_variant_exits_2_on_the_command_line(capsys, tmp_path):
 
 
 def test_dry_run_shows_the_architecture_column(capsys, tmp_path):
-    assert cli.main(["sweep", f"--config={EXPERIMENT}", f"--workdir={tmp_path / 'w'}",
+    assert cli.main(["sweep", f"--config={EXPERIMENT}", f"--sweep={tmp_path / 'w'}",
                      "--dry-run", "--probe=none"]) == 0
     out = capsys.readouterr().out
     assert "architecture" in out and "mamba" in out and "ngpt" in out
@@ -299,7 +299,7 @@ def test_tiny_study_fits_ranks_and_plots_each_architecture(straight_study, capsy
     assert "effective compute multiplier against architecture=gpt" in out
 
     # The same fits from `attnlab fit --by=architecture`.
-    assert cli.main(["fit", f"--results={workdir}", "--law=chinchilla", "--approach=3",
+    assert cli.main(["fit", f"--sweep={workdir}", "--law=chinchilla", "--approach=3",
                      "--by=architecture", "--bootstrap=0"]) == 0
     assert "one fit per architecture" in capsys.readouterr().out
 

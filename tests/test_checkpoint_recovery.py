@@ -47,7 +47,7 @@ def _cli(*argv, timeout=300):
 
 
 def _train_argv(workdir):
-    return ["train", "--config=configs/tiny.py", f"--workdir={workdir}", "--noprogress",
+    return ["train", "--config=configs/tiny.py", f"--run={workdir}", "--noprogress",
             *(f"--config.{k}={v}" for k, v in OVERRIDES.items())]
 
 

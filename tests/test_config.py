@@ -77,12 +77,12 @@ def test_unknown_keys_and_types_are_named():
 def test_command_line_overrides(tmp_path):
     values = parse(
         ["--config=configs/default.py", "--config.model.n_kv_heads=2",
-         "--config.model.pos_encoding=alibi", "--workdir", str(tmp_path)],
-        [Flag("workdir", "string", None, "run directory", required=True)],
+         "--config.model.pos_encoding=alibi", "--run", str(tmp_path)],
+        [Flag("run", "string", None, "run directory", required=True)],
     )
     cfg = from_config_dict(values.config)
     assert cfg.model.kv_heads == 2 and cfg.model.pos_encoding == "alibi"
-    assert values.workdir == str(tmp_path)
+    assert values.run == str(tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -124,7 +124,7 @@ def test_cli_help_and_unknown_command(capsys):
 def test_help_of_a_config_command_lists_its_flags(capsys):
     assert cli.main(["train", "--help"]) == 0
     out = capsys.readouterr().out
-    assert "--config=FILE" in out and "--workdir" in out
+    assert "--config=FILE" in out and "--run" in out
 
 
 def test_configs_validate_when_built_and_when_replaced():

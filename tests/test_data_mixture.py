@@ -181,7 +181,7 @@ BAD = [
 
 @pytest.mark.parametrize("spec, says", BAD)
 def test_a_bad_mixture_exits_2_in_one_line_naming_the_field(spec, says, tmp_path, capsys):
-    code = cli.main(["train", "--config=configs/tiny.py", f"--workdir={tmp_path / 'run'}",
+    code = cli.main(["train", "--config=configs/tiny.py", f"--run={tmp_path / 'run'}",
                      f"--config.data.mixture={spec}", f"--config.data.cache_dir={tmp_path}"])
     err = capsys.readouterr().err
     assert code == 2

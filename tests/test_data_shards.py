@@ -243,7 +243,7 @@ def test_attnlab_prepare_builds_the_corpus_once(corpus_dir, tmp_path, capsys):
 def test_attnlab_train_trains_on_shards_with_a_tokenizer_json(corpus_dir, tokenizer_file,
                                                               tmp_path):
     root, _ = corpus_dir
-    code = cli.main(["train", "--config=configs/tiny.py", f"--workdir={tmp_path / 'run'}",
+    code = cli.main(["train", "--config=configs/tiny.py", f"--run={tmp_path / 'run'}",
                      "--config.data.source=shards", f"--config.data.path={root}",
                      f"--config.data.tokenizer={tokenizer_file}",
                      f"--config.data.cache_dir={tmp_path / 'cache'}",

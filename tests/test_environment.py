@@ -71,7 +71,7 @@ def test_a_run_logs_its_environment_first(tmp_path, capsys):
     from attnlab.train.cli import train_main
 
     workdir = tmp_path / "run"
-    assert train_main(["--config=configs/tiny.py", f"--workdir={workdir}", "--noprogress",
+    assert train_main(["--config=configs/tiny.py", f"--run={workdir}", "--noprogress",
                        "--config.train.steps=2", "--config.train.eval_every=2",
                        "--config.train.checkpoint_every=2"]) == 0
     err = capsys.readouterr().err.splitlines()

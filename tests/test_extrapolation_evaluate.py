@@ -242,8 +242,11 @@ def test_bad_input_raises_one_clear_error(runs, rope, tmp_path):
     (["--run={learned}", "--lengths=4096"], "none of the requested lengths [4096] can be represented"),
     (["--run={rope}", "--lengths=a,b"], "--lengths: expected comma-separated integers"),
     (["--multipliers=1,2"], "give exactly one of --run"),
-    (["--run={rope}", "--sweep=experiments/tiny_pe.py"], "give exactly one of --run"),
-    (["--sweep=experiments/tiny_pe.py"], "--workdir is required with --sweep"),
+    (["--run={rope}", "--config=experiments/tiny_pe.py"], "give exactly one of --run"),
+    (["--config=experiments/tiny_pe.py"], "--sweep is required with --config"),
+    (["--run={rope}", "--sweep={fresh}"], "--sweep is the sweep directory of --config"),
+    (["--sweep={fresh}"], "name the experiment with --config"),
+    (["--run={rope}", "--config.sweep.mode=curves"], "spec overrides need --config"),
 ])
 def test_command_line_bad_input_exits_2_without_traceback(runs, rope, tmp_path, capsys, argv,
                                                            message):

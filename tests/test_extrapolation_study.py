@@ -53,8 +53,8 @@ def test_study_evaluates_every_run_and_resumes_without_redoing_work(tmp_path):
 
 @pytest.mark.slow
 def test_command_runs_the_five_encoding_study(tmp_path, capsys):
-    code = cli.main(["extrapolate", "--sweep=experiments/tiny_pe.py",
-                     f"--workdir={tmp_path / 'study'}", "--multipliers=1,2,4", "--noprogress",
+    code = cli.main(["extrapolate", "--config=experiments/tiny_pe.py",
+                     f"--sweep={tmp_path / 'study'}", "--multipliers=1,2,4", "--noprogress",
                      f"--config.base.data.cache_dir={tmp_path / 'data'}"])
     out = capsys.readouterr().out
     assert code in (0, 1)  # 1: red flags, which 8-step models may well raise

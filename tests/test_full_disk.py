@@ -74,11 +74,11 @@ def _params(workdir, step=None):
 def test_a_full_disk_stops_train_in_one_line_and_the_rerun_finishes(tiny_disk, tmp_path):
     mount, grow = tiny_disk
     reference = tmp_path / "reference"
-    done = _attnlab(*TRAIN, f"--workdir={reference}")
+    done = _attnlab(*TRAIN, f"--run={reference}")
     assert done.returncode == 0, done.stderr
 
     workdir = mount / "run"
-    full = _attnlab(*TRAIN, f"--workdir={workdir}")
+    full = _attnlab(*TRAIN, f"--run={workdir}")
     # what a run logs first (attnlab.train.environment.run_lines), then the one error line
     lines = [line for line in full.stderr.strip().splitlines()
              if not line.startswith(("python ", "backend ", "MFU peak: "))]
@@ -96,7 +96,7 @@ def test_a_full_disk_stops_train_in_one_line_and_the_rerun_finishes(tiny_disk, t
 
     grow()
     # (with progress lines, which say where it resumes)
-    rerun = _attnlab(*[a for a in TRAIN if a != "--noprogress"], f"--workdir={workdir}")
+    rerun = _attnlab(*[a for a in TRAIN if a != "--noprogress"], f"--run={workdir}")
     assert rerun.returncode == 0, rerun.stderr
     assert f"resuming {workdir} from step {complete[-1]}/40" in rerun.stderr, rerun.stderr
     summary = json.loads((workdir / rundir.SUMMARY_FILE).read_text())
@@ -144,7 +144,7 @@ def test_write_failure_names_the_path_and_the_reason():
 
 
 def _sweep(workdir, cache_dir) -> subprocess.CompletedProcess:
-    return _attnlab("sweep", "--config=experiments/tiny_grid.py", f"--workdir={workdir}",
+    return _attnlab("sweep", "--config=experiments/tiny_grid.py", f"--sweep={workdir}",
                     f"--cache-dir={cache_dir}", "--parallel=1", "--noprogress")
 
 

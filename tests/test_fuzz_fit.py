@@ -83,7 +83,7 @@ def fit_one(text: str, law: list[str]) -> None:
         path.write_text(text)
         out, err = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = cli.main(["fit", f"--results={path}", *law, "--bootstrap=0"])
+            code = cli.main(["fit", f"--sweep={path}", *law, "--bootstrap=0"])
     errors = [line for line in err.getvalue().splitlines() if line.startswith("error")]
     assert "Traceback" not in out.getvalue() + err.getvalue(), err.getvalue()
     if code == 2:

@@ -582,7 +582,7 @@ def logits_of(run, tokens):
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_import_equals_the_float64_reference_and_round_trips_bitwise(tmp_path, family, capsys):
     source, config, tensors = checkpoint(tmp_path, family, shards=2 if family == "llama" else 1)
-    code, out = run_cli("import-hf", f"--from={source}", f"--workdir={tmp_path / 'run'}",
+    code, out = run_cli("import-hf", f"--from={source}", f"--run={tmp_path / 'run'}",
                         capsys=capsys)
     assert code == 0, out.err
     tokens = np.random.default_rng(1).integers(0, V, CTX)
@@ -621,7 +621,7 @@ def test_import_equals_the_float64_reference_and_round_trips_bitwise(tmp_path, f
                        "classifier_dropout", "dropout_rate", "decoder_start_token_id",
                        "output_past"):
             assert written[key] == value, key
-    assert run_cli("import-hf", f"--from={tmp_path / 'out'}", f"--workdir={tmp_path / 'again'}",
+    assert run_cli("import-hf", f"--from={tmp_path / 'out'}", f"--run={tmp_path / 'again'}",
                    capsys=capsys)[0] == 0
     cfg2, params2, logits2 = logits_of(tmp_path / "again", tokens)
     assert cfg2.model == cfg.model
@@ -638,7 +638,7 @@ def test_bfloat16_tensors_and_the_tokenizer_come_in(tmp_path, capsys):
     tensors = llama_tensors(np.random.default_rng(0), config)
     halves = {k: v.astype(ml_dtypes.bfloat16) for k, v in tensors.items()}
     source = write_hf(tmp_path / "hf", config, halves, tokenizer=True)
-    assert run_cli("import-hf", f"--from={source}", f"--workdir={tmp_path / 'run'}",
+    assert run_cli("import-hf", f"--from={source}", f"--run={tmp_path / 'run'}",
                    capsys=capsys)[0] == 0
     _, params, _ = logits_of(tmp_path / "run", [1, 2])
     cfg, _, params = load_params(tmp_path / "run")
@@ -693,7 +693,7 @@ def test_dynamic_ntk_equals_the_formula_in_a_forward_pass_and_in_cached_decoding
                           rope_scaling={"rope_type": "dynamic", "factor": 2.0})
     tensors = llama_tensors(np.random.default_rng(0), config)
     source = write_hf(tmp_path / "hf", config, tensors)
-    assert run_cli("import-hf", f"--from={source}", f"--workdir={tmp_path / 'run'}",
+    assert run_cli("import-hf", f"--from={source}", f"--run={tmp_path / 'run'}",
                    capsys=capsys)[0] == 0
     tokens = np.random.default_rng(1).integers(0, V, CTX)
     cfg, params, logits = logits_of(tmp_path / "run", tokens)
@@ -744,7 +744,7 @@ def test_bert_pretraining_saves_come_in_and_the_token_type_fold_is_said(tmp_path
                       tensors["bert.embeddings.word_embeddings.weight"],
                   "cls.predictions.decoder.bias": tensors["cls.predictions.bias"]})
     source = write_hf(tmp_path / "hf", config, saved)
-    code, out = run_cli("import-hf", f"--from={source}", f"--workdir={tmp_path / 'run'}",
+    code, out = run_cli("import-hf", f"--from={source}", f"--run={tmp_path / 'run'}",
                         capsys=capsys)
     assert code == 0, out.err
     assert "note: token types: row 0 of token_type_embeddings" in out.out
@@ -805,7 +805,7 @@ def test_bad_bert_and_t5_checkpoints_are_refused_in_one_line(tmp_path, family, c
     config = make_config()
     config, tensors = change(config, make_tensors(np.random.default_rng(0), config))
     source = write_hf(tmp_path / "hf", config, tensors)
-    code, out = run_cli("import-hf", f"--from={source}", f"--workdir={tmp_path / 'run'}",
+    code, out = run_cli("import-hf", f"--from={source}", f"--run={tmp_path / 'run'}",
                         capsys=capsys)
     assert code == 2
     assert out.err.count("\n") == 1 and words in out.err, out.err
@@ -869,7 +869,7 @@ def test_bad_checkpoints_are_refused_in_one_line(tmp_path, case, capsys):
     config = llama_config()
     config, tensors = change(config, llama_tensors(np.random.default_rng(0), config))
     source = write_hf(tmp_path / "hf", config, tensors)
-    code, out = run_cli("import-hf", f"--from={source}", f"--workdir={tmp_path / 'run'}",
+    code, out = run_cli("import-hf", f"--from={source}", f"--run={tmp_path / 'run'}",
                         capsys=capsys)
     assert code == 2
     assert out.err.count("\n") == 1 and words in out.err, out.err
@@ -881,11 +881,11 @@ def test_truncated_and_missing_files_are_refused(tmp_path, capsys):
     source, _, _ = checkpoint(tmp_path, "gpt2")
     weights = source / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-100])
-    code, out = run_cli("import-hf", f"--from={source}", f"--workdir={tmp_path / 'run'}",
+    code, out = run_cli("import-hf", f"--from={source}", f"--run={tmp_path / 'run'}",
                         capsys=capsys)
     assert code == 2 and f"{weights}: not a readable safetensors file" in out.err, out.err
     weights.unlink()
-    code, out = run_cli("import-hf", f"--from={source}", f"--workdir={tmp_path / 'run'}",
+    code, out = run_cli("import-hf", f"--from={source}", f"--run={tmp_path / 'run'}",
                         capsys=capsys)
     assert code == 2 and "holds neither model.safetensors" in out.err
     assert not (tmp_path / "run").exists()
@@ -925,11 +925,11 @@ def test_an_imported_run_fine_tunes_generates_and_round_trips_bitwise(tmp_path, 
                 "--config.train.steps=2", "--config.train.warmup_steps=1",
                 "--config.train.eval_every=2", "--config.train.eval_batches=1",
                 "--config.train.checkpoint_every=2", "--config.train.log_every=1"]
-    code, out = run_cli("import-hf", f"--from={source}", f"--workdir={run}", *settings,
+    code, out = run_cli("import-hf", f"--from={source}", f"--run={run}", *settings,
                         capsys=capsys)
     assert code == 0, out.err
     _, imported, _ = logits_of(run, [1])
-    code, out = run_cli("train", f"--workdir={run}", "--noprogress", capsys=capsys)
+    code, out = run_cli("train", f"--run={run}", "--noprogress", capsys=capsys)
     assert code == 0, out.err
     cfg, trained, _ = logits_of(run, [1])
     assert cfg.train.steps == 2 and cfg.data.source == "markov"
@@ -949,7 +949,7 @@ def test_an_imported_run_fine_tunes_generates_and_round_trips_bitwise(tmp_path, 
     # The trained run, exported and imported again: identical parameters and logits.
     assert run_cli("export-hf", f"--run={run}", f"--to={tmp_path / 'out'}", capsys=capsys)[0] == 0
     assert (tmp_path / "out" / "tokenizer.json").is_file()
-    assert run_cli("import-hf", f"--from={tmp_path / 'out'}", f"--workdir={tmp_path / 'again'}",
+    assert run_cli("import-hf", f"--from={tmp_path / 'out'}", f"--run={tmp_path / 'again'}",
                    capsys=capsys)[0] == 0
     tokens = np.arange(CTX) % V
     _, params, logits = logits_of(run, tokens)

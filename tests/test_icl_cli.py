@@ -70,7 +70,7 @@ def test_attention_draws_every_head_and_scores_the_task_example(runs):
     run = runs["induction"]
     out, scores = run / "maps.png", run / "maps.json"
     assert cli.main(["attention", f"--run={run}", "--task-example", "--example=3",
-                     f"--out={out}", f"--json={scores}"]) == 0
+                     f"--plot={out}", f"--json={scores}"]) == 0
     image = matplotlib.image.imread(out)
     assert image.shape[0] > 200 and image.shape[1] > 200
     result = json.loads(scores.read_text())
@@ -87,7 +87,7 @@ def test_attention_draws_a_hybrids_mamba_and_softmax_layers(tmp_path):
                                       batch_size=4), "hybrid", mixer="mamba", attention_every=2,
                  pos_encoding="none", ssm_scan="sequential")
     out, scores = run / "maps.png", run / "maps.json"
-    assert cli.main(["attention", f"--run={run}", "--task-example", f"--out={out}",
+    assert cli.main(["attention", f"--run={run}", "--task-example", f"--plot={out}",
                      f"--json={scores}"]) == 0
     assert matplotlib.image.imread(out).shape[1] > 8 * 100  # 8 columns: Mamba's channel groups
     result = json.loads(scores.read_text())

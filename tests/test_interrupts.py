@@ -104,7 +104,7 @@ TRAIN = ["train", "--config=configs/tiny.py", "--config.train.steps=300",
 def train_reference(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("train") / "reference"
     log = workdir.parent / "reference.log"
-    assert _start([*TRAIN, f"--workdir={workdir}"], log).wait(timeout=600) == 0, _tail(log)
+    assert _start([*TRAIN, f"--run={workdir}"], log).wait(timeout=600) == 0, _tail(log)
     return workdir
 
 
@@ -117,14 +117,14 @@ def test_train_interrupted_exits_130_in_one_line_and_resumes_bitwise(train_refer
     at = random.Random(SEED + sig).randint(3, 45)
     context = f"seed {SEED}: {sig.name} after {at} steps"
     workdir, log = tmp_path / "run", tmp_path / "run.log"
-    proc = _start([*TRAIN, f"--workdir={workdir}"], log)
+    proc = _start([*TRAIN, f"--run={workdir}"], log)
     returncode = _signal_at(proc, workdir, at, [sig], to_group=False, context=context)
     assert returncode == 130, f"{context}: {_tail(log)}"
     _assert_one_interrupt_line(log, context)
     assert results.run_status(workdir) == "partial", context
 
     rerun_log = tmp_path / "rerun.log"
-    assert _start([*TRAIN, f"--workdir={workdir}"], rerun_log).wait(timeout=600) == 0, \
+    assert _start([*TRAIN, f"--run={workdir}"], rerun_log).wait(timeout=600) == 0, \
         f"{context}: {_tail(rerun_log)}"
     _, _, want = load_params(train_reference)
     _, _, got = load_params(workdir)
@@ -143,7 +143,7 @@ def test_train_interrupted_exits_130_in_one_line_and_resumes_bitwise(train_refer
 
 
 def _sweep_argv(workdir, cache_dir, parallel, config=GRID):
-    return ["sweep", f"--config={config}", f"--workdir={workdir}", f"--cache-dir={cache_dir}",
+    return ["sweep", f"--config={config}", f"--sweep={workdir}", f"--cache-dir={cache_dir}",
             f"--parallel={parallel}", "--noprogress"]
 
 
@@ -314,7 +314,7 @@ def test_quickstart_interrupted_then_rerun_completes_every_run(tmp_path, cache_d
     at = random.Random(SEED + sig).randint(1, max(1, total - 2))
     context = f"seed {SEED}: {sig.name} to the quickstart's group after {at} of {total} lines"
     workdir, log = tmp_path / "study", tmp_path / "study.log"
-    proc = _start([*QUICKSTART, f"--workdir={workdir}"], log)
+    proc = _start([*QUICKSTART, f"--sweep={workdir}"], log)
     returncode = _signal_at(proc, workdir, at, [sig], to_group=sig == signal.SIGINT,
                             context=context)
     if returncode in (0, 1):
@@ -324,7 +324,7 @@ def test_quickstart_interrupted_then_rerun_completes_every_run(tmp_path, cache_d
     assert "failed" not in [results.run_status(d) for d in results.run_dirs(workdir)], context
 
     rerun_log = tmp_path / "rerun.log"
-    rerun = _start([*QUICKSTART, f"--workdir={workdir}"], rerun_log)
+    rerun = _start([*QUICKSTART, f"--sweep={workdir}"], rerun_log)
     assert rerun.wait(timeout=900) == 0, f"{context}: {_tail(rerun_log)}"
     _assert_same_results(workdir, reference, context)
     assert (workdir / "results.csv").exists()
@@ -340,7 +340,7 @@ def test_ctrl_c_while_building_an_enormous_model_exits_promptly(tmp_path):
 
     workdir, log = tmp_path / "deep", tmp_path / "deep.log"
     proc = _start(["train", "--config=configs/tiny.py", "--config.model.n_layers=3000",
-                   "--allow-large", f"--workdir={workdir}", "--noprogress"], log)
+                   "--allow-large", f"--run={workdir}", "--noprogress"], log)
     # Tracing 3000 layers takes minutes (the workdir appears only after it): 20 s in, the
     # command is inside JAX, where a Ctrl-C can land in a garbage-collector callback.
     deadline = time.time() + 20

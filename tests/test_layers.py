@@ -127,7 +127,8 @@ def test_run_directory_and_results_modules_stay_low():
     graph = layer_graph()
     assert graph["attnlab.rundir"] <= {"attnlab.errors"}
     assert graph["attnlab.results"] <= {"attnlab.errors", "attnlab.rundir", "attnlab.config"}
-    assert graph["attnlab.cli_flags"] <= {"attnlab.errors"}
+    assert graph["attnlab.cli_flags"] <= {"attnlab.errors", "attnlab.cli_vocab"}
+    assert graph["attnlab.cli_vocab"] == set()
     assert graph["attnlab.identity"] <= {"attnlab.config"}
 
 

@@ -28,7 +28,7 @@ SLOW_MIXERS = ("mamba", "hybrid")
                                                else ()) for n in OVERRIDES])
 def test_each_mixer_trains_and_generates_through_the_cli(name, tmp_path, capsys):
     workdir = tmp_path / name
-    argv = ["train", "--config=configs/tiny.py", f"--workdir={workdir}", *OVERRIDES[name],
+    argv = ["train", "--config=configs/tiny.py", f"--run={workdir}", *OVERRIDES[name],
             "--config.train.steps=3", "--config.train.eval_every=3",
             "--config.train.checkpoint_every=3", "--config.train.log_every=1"]
     assert cli.main(argv) == 0
@@ -50,7 +50,7 @@ def test_model_info_counts_each_mixer(capsys):
 
 
 def test_a_bad_combination_is_one_line_and_exit_2(tmp_path, capsys):
-    argv = ["train", "--config=configs/tiny.py", f"--workdir={tmp_path / 'x'}",
+    argv = ["train", "--config=configs/tiny.py", f"--run={tmp_path / 'x'}",
             "--config.model.mixer=performer", "--config.model.pos_encoding=alibi"]
     assert cli.main(argv) == 2
     err = capsys.readouterr().err.strip()
@@ -87,7 +87,7 @@ def test_a_checkpoint_written_before_the_mixer_fields_existed_still_loads():
 @pytest.mark.slow
 def test_a_mamba_run_is_evaluated_at_16x_its_training_context(tmp_path, capsys):
     workdir = tmp_path / "mamba"
-    assert cli.main(["train", "--config=configs/tiny.py", f"--workdir={workdir}",
+    assert cli.main(["train", "--config=configs/tiny.py", f"--run={workdir}",
                      *OVERRIDES["mamba"], "--config.train.steps=2",
                      "--config.train.eval_every=2", "--config.train.checkpoint_every=2"]) == 0
     assert cli.main(["extrapolate", f"--run={workdir}", "--multipliers=1,16",

@@ -108,7 +108,7 @@ def test_hand_worked_bias_count():
 
 def test_linear_bias_trains_through_the_cli(tmp_path):
     workdir = tmp_path / "bias"
-    argv = ["train", "--config=configs/tiny.py", f"--workdir={workdir}",
+    argv = ["train", "--config=configs/tiny.py", f"--run={workdir}",
             "--config.model.linear_bias=True", "--config.train.steps=3",
             "--config.train.eval_every=3", "--config.train.checkpoint_every=3",
             "--config.train.log_every=1"]

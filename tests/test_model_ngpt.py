@@ -110,7 +110,7 @@ def test_norms_stay_one_through_real_training_steps(tmp_path):
 
 
 def test_ngpt_trains_through_the_cli(tmp_path):
-    argv = ["train", "--config=configs/tiny.py", f"--workdir={tmp_path / 'run'}",
+    argv = ["train", "--config=configs/tiny.py", f"--run={tmp_path / 'run'}",
             "--config.model.ngpt=true", "--config.model.ffn=swiglu",
             "--config.train.warmup_steps=0", "--config.train.weight_decay=0",
             "--config.train.steps=3", "--config.train.eval_every=3",

@@ -236,7 +236,7 @@ def train_argv(data_dir, workdir, *extra):
             "--config.train.log_every=1", "--config.train.eval_every=3",
             "--config.train.checkpoint_every=3", "--config.train.eval_batches=2",
             "--config.model.scan_layers=True", "--config.model.remat=save_dots",
-            f"--workdir={workdir}", *extra]
+            f"--run={workdir}", *extra]
 
 
 @pytest.fixture(scope="module")
@@ -321,7 +321,7 @@ REFUSED = {
 
 @pytest.mark.parametrize("overrides, names", REFUSED.values(), ids=list(REFUSED))
 def test_layers_that_differ_are_refused_in_one_line(overrides, names, tmp_path, capsys):
-    argv = ["train", "--config=configs/tiny.py", f"--workdir={tmp_path / 'x'}",
+    argv = ["train", "--config=configs/tiny.py", f"--run={tmp_path / 'x'}",
             "--config.model.scan_layers=True", *overrides]
     assert cli.main(argv) == 2
     err = capsys.readouterr().err.strip()
@@ -331,7 +331,7 @@ def test_layers_that_differ_are_refused_in_one_line(overrides, names, tmp_path, 
 
 
 def test_an_unknown_remat_policy_is_refused(tmp_path, capsys):
-    argv = ["train", "--config=configs/tiny.py", f"--workdir={tmp_path / 'x'}",
+    argv = ["train", "--config=configs/tiny.py", f"--run={tmp_path / 'x'}",
             "--config.model.remat=everything"]
     assert cli.main(argv) == 2
     err = capsys.readouterr().err.strip()

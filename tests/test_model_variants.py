@@ -524,7 +524,7 @@ def test_each_variant_trains_through_attnlab_train(overrides, data_dir, tmp_path
     code = cli.main(["train", "--config=configs/tiny.py", f"--config.data.cache_dir={data_dir}",
                      "--config.train.steps=2", "--config.train.warmup_steps=1",
                      "--config.train.eval_every=2", "--config.train.checkpoint_every=2",
-                     "--config.train.log_every=1", *overrides, f"--workdir={workdir}"])
+                     "--config.train.log_every=1", *overrides, f"--run={workdir}"])
     assert code == 0, capsys.readouterr().err
     cfg, graphdef, state = load_params(workdir)
     prompt = jnp.asarray([[100, 101, 102]], jnp.int32)

@@ -72,7 +72,7 @@ def test_a_file_the_command_did_not_write_needs_overwrite(tmp_path, capsys):
     assert "versions" in json.loads(notes.read_text())
     # written by env now: rewriting it needs no flag, but another command may not
     assert cli.main(["env", f"--json={notes}"]) == 0
-    assert cli.main(["compare", f"--json={notes}", "--results=x", "--by=y"]) == 2
+    assert cli.main(["compare", f"--json={notes}", "--sweep=x", "--by=y"]) == 2
     assert "attnlab compare did not write it" in capsys.readouterr().err
     # a file changed since env wrote it is someone else's again
     notes.write_text("edited")

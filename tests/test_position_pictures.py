@@ -1,5 +1,5 @@
 """Pictures of what a positional encoding does with positions (``attnlab.model.inspect``,
-``attnlab model-info --plot-positions``), each against a float64 NumPy reference written from
+``attnlab model-info --plot``), each against a float64 NumPy reference written from
 its paper's equation."""
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ def test_whether_an_encoding_has_pictures_is_known_before_drawing(encoding):
 
 def test_model_info_draws_a_configs_encoding(tmp_path, capsys):
     out = tmp_path / "rope.png"
-    assert cli.main(["model-info", f"--config={TINY}", f"--plot-positions={out}"]) == 0
+    assert cli.main(["model-info", f"--config={TINY}", f"--plot={out}"]) == 0
     assert out.stat().st_size > 1000
     assert "initial weights" in capsys.readouterr().out
 
@@ -113,19 +113,19 @@ def test_model_info_draws_a_trained_runs_table(tmp_path, capsys):
     run = tmp_path / "run"
     assert cli.main(["train", f"--config={TINY}", "--config.model.pos_encoding=learned",
                      "--config.train.steps=2", "--config.train.warmup_steps=1",
-                     f"--workdir={run}", "--noprogress"]) == 0
+                     f"--run={run}", "--noprogress"]) == 0
     out = tmp_path / "learned.png"
-    assert cli.main(["model-info", f"--run={run}", f"--plot-positions={out}"]) == 0
+    assert cli.main(["model-info", f"--run={run}", f"--plot={out}"]) == 0
     printed = capsys.readouterr().out
     assert "pos=learned" in printed and "trained weights" in printed
     assert out.stat().st_size > 1000
 
 
 @pytest.mark.parametrize("argv, words", [
-    (["--config.model.pos_encoding=none", "--plot-positions={d}/x.png"],
+    (["--config.model.pos_encoding=none", "--plot={d}/x.png"],
      "model.pos_encoding=none adds nothing"),
-    (["--plot-positions={d}/missing/x.png"], "missing does not exist"),
-    (["--run={d}", "--plot-positions={d}/x.png"], "give --config or --run, not both"),
+    (["--plot={d}/missing/x.png"], "missing does not exist"),
+    (["--run={d}", "--plot={d}/x.png"], "give --config or --run, not both"),
 ])
 def test_model_info_refuses_what_it_cannot_draw(argv, words, tmp_path, capsys):
     argv = [a.format(d=tmp_path) for a in argv]

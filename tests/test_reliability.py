@@ -84,15 +84,15 @@ def test_damaged_checkpoint_messages_drop_tensorstore_internals():
 def test_probes_leave_nothing_behind(tmp_path):
     (tmp_path / "existing").mkdir()
     (tmp_path / "file.json").write_text("{}")
-    check_can_create_dir(tmp_path / "new" / "deeper")
-    check_can_create_dir(tmp_path / "existing")
-    check_can_write_file(tmp_path / "out.png", "--out")
+    check_can_create_dir(tmp_path / "new" / "deeper", "--run")
+    check_can_create_dir(tmp_path / "existing", "--run")
+    check_can_write_file(tmp_path / "out.png", "--plot")
     check_can_write_file(tmp_path / "file.json", "--json")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["existing", "file.json"]
     assert not any((tmp_path / "existing").iterdir())
     assert (tmp_path / "file.json").read_text() == "{}"
     with pytest.raises(WorkdirError, match="exists and is not a directory"):
-        check_can_create_dir(tmp_path / "file.json")
+        check_can_create_dir(tmp_path / "file.json", "--run")
 
 
 def test_allow_nonempty_uses_a_directory_of_other_files(tmp_path):
@@ -145,7 +145,7 @@ def test_an_out_of_memory_under_allow_large_is_one_line_and_a_recorded_failure(t
 
     workdir = tmp_path / "run"
     assert cli.main(["train", f"--config={TINY}", "--noprogress", "--allow-large",
-                     "--config.model.d_model=1000000", f"--workdir={workdir}"]) == 2
+                     "--config.model.d_model=1000000", f"--run={workdir}"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("error: out of memory: ") and "bytes" in err[-1]
     assert "Traceback" not in "\n".join(err)

@@ -169,7 +169,7 @@ def sweep_csv(tmp_path_factory):
 
 def test_cli_fits_a_sweep_table(sweep_csv, tmp_path, capsys):
     out = tmp_path / "clark.json"
-    rc = fit_main([f"--results={sweep_csv}", "--law=clark", "--bootstrap=100", f"--json={out}"])
+    rc = fit_main([f"--sweep={sweep_csv}", "--law=clark", "--bootstrap=100", f"--json={out}"])
     captured = capsys.readouterr()
     assert rc == 0, captured.err
     assert "Clark et al. 2022" in captured.out and "S-BASE" in captured.out
@@ -183,7 +183,7 @@ def test_cli_fits_a_sweep_table(sweep_csv, tmp_path, capsys):
         assert low < result[p] < high
         assert abs(result[p] - TRUE[p]) < 5 * result["std_errors"][p]
     # Fitting N = all parameters instead: the note says which column was used.
-    rc = fit_main([f"--results={sweep_csv}", "--law=clark", "--bootstrap=0",
+    rc = fit_main([f"--sweep={sweep_csv}", "--law=clark", "--bootstrap=0",
                    "--columns=params:params"])
     assert rc == 0 and "N = params, E = model.moe_experts" in capsys.readouterr().out
 
@@ -195,7 +195,7 @@ def test_cli_saturation_flag(tmp_path, capsys):
     path = tmp_path / "r.csv"
     pd.DataFrame({"params": n, "experts": e, "loss": loss}).to_csv(path, index=False)
     out = tmp_path / "fit.json"
-    assert fit_main([f"--results={path}", "--law=clark", "--saturation=1.847,314.478",
+    assert fit_main([f"--sweep={path}", "--law=clark", "--saturation=1.847,314.478",
                      f"--json={out}"]) == 0
     result = json.loads(out.read_text())
     assert result["saturation"] == list(sat)
@@ -211,7 +211,7 @@ def test_cli_saturation_flag(tmp_path, capsys):
     (["--columns=experts:nope"], "no column 'nope'"),
 ])
 def test_cli_refusals(sweep_csv, extra, message, capsys):
-    assert fit_main([f"--results={sweep_csv}", "--law=clark"] + extra) == 2
+    assert fit_main([f"--sweep={sweep_csv}", "--law=clark"] + extra) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
 
@@ -220,16 +220,16 @@ def test_cli_refuses_a_single_expert_count(tmp_path, capsys):
     path = tmp_path / "dense.csv"
     pd.DataFrame({"params": [1e4, 2e4, 4e4, 8e4, 1.6e5], "model.moe_experts": 1,
                   "loss": [3.0, 2.9, 2.8, 2.7, 2.6]}).to_csv(path, index=False)
-    assert fit_main([f"--results={path}", "--law=clark"]) == 2
+    assert fit_main([f"--sweep={path}", "--law=clark"]) == 2
     err = capsys.readouterr().err
     assert "at least 2 values of E" in err and err.count("\n") == 1
-    assert plot_main([f"--results={path}", "--law=clark", "--kind=loss-vs-params",
-                      f"--out={tmp_path / 'x.png'}"]) == 2
+    assert plot_main([f"--sweep={path}", "--law=clark", "--kind=loss-vs-params",
+                      f"--plot={tmp_path / 'x.png'}"]) == 2
     assert "attnlab fit --law=clark" in capsys.readouterr().err
 
 
 def test_saturation_is_refused_for_the_other_laws(sweep_csv, capsys):
-    assert fit_main([f"--results={sweep_csv}", "--law=kaplan", "--saturation=2,300"]) == 2
+    assert fit_main([f"--sweep={sweep_csv}", "--law=kaplan", "--saturation=2,300"]) == 2
     assert "--saturation applies to --law=clark only" in capsys.readouterr().err
 
 

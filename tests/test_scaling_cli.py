@@ -37,7 +37,7 @@ def isoflop_csv(tmp_path_factory):
 
 def test_fit_chinchilla_approach3_report_and_json(chinchilla_csv, tmp_path, capsys):
     out = tmp_path / "fit.json"
-    rc = fit_main([f"--results={chinchilla_csv}", "--law=chinchilla", "--approach=3",
+    rc = fit_main([f"--sweep={chinchilla_csv}", "--law=chinchilla", "--approach=3",
                    "--bootstrap=20", "--budget=1e21", f"--json={out}", SMALL_GRID])
     captured = capsys.readouterr()
     assert rc == 0, captured.err
@@ -73,7 +73,7 @@ def test_fit_kaplan_on_a_sweep_results_table(tmp_path, capsys):
     path = tmp_path / "results.parquet"
     table.to_parquet(path)
     out = tmp_path / "kaplan.json"
-    rc = fit_main([f"--results={path}", "--law=kaplan", "--bootstrap=30", f"--json={out}"])
+    rc = fit_main([f"--sweep={path}", "--law=kaplan", "--bootstrap=30", f"--json={out}"])
     captured = capsys.readouterr()
     assert rc == 0, captured.err
     assert "dropped 3 of 60 rows whose status is not 'completed' (failed: 3)" in captured.out
@@ -85,7 +85,7 @@ def test_fit_kaplan_on_a_sweep_results_table(tmp_path, capsys):
 
 
 def test_fit_approach2_with_mapped_columns(isoflop_csv, capsys):
-    rc = fit_main([f"--results={isoflop_csv}", "--law=chinchilla", "--approach=2",
+    rc = fit_main([f"--sweep={isoflop_csv}", "--law=chinchilla", "--approach=2",
                    "--columns=params:Model Size,tokens:Tokens,loss:Loss,budget:Budget",
                    "--bootstrap=50", "--budget=1e22"])
     captured = capsys.readouterr()
@@ -109,7 +109,7 @@ def test_fit_approach1_from_curves(tmp_path, capsys):
 
 
 def test_attnlab_dispatcher_runs_fit(isoflop_csv, capsys):
-    rc = attnlab_main(["fit", f"--results={isoflop_csv}", "--law=chinchilla", "--approach=2",
+    rc = attnlab_main(["fit", f"--sweep={isoflop_csv}", "--law=chinchilla", "--approach=2",
                        "--bootstrap=0", "--columns=params:Model Size,tokens:Tokens,loss:Loss"])
     assert rc == 0, capsys.readouterr().err
 
@@ -155,7 +155,7 @@ def test_bad_input_gives_one_clear_error(case, message, tmp_path, capsys):
     else:
         path = _write(tmp_path, frame)
         args.append("--columns=params:Size")
-    rc = fit_main([f"--results={path}"] + args)
+    rc = fit_main([f"--sweep={path}"] + args)
     captured = capsys.readouterr()
     assert rc == 2
     assert captured.err.startswith("error: ") and message in captured.err, captured.err
@@ -179,26 +179,26 @@ def test_plot_writes_png_and_pdf(kind, extra, isoflop_csv, tmp_path, capsys):
         source = isoflop_csv
     for suffix, magic in ((".png", b"\x89PNG"), (".pdf", b"%PDF")):
         out = tmp_path / f"{kind}{suffix}"
-        rc = plot_main([f"--results={source}", f"--kind={kind}", f"--out={out}"] + extra)
+        rc = plot_main([f"--sweep={source}", f"--kind={kind}", f"--plot={out}"] + extra)
         assert rc == 0, capsys.readouterr().err
         assert out.read_bytes()[:4] == magic
 
 
 def test_plot_contours_and_curves(chinchilla_csv, tmp_path, capsys):
     out = tmp_path / "contours.png"
-    assert plot_main([f"--results={chinchilla_csv}", "--kind=contours", f"--out={out}",
+    assert plot_main([f"--sweep={chinchilla_csv}", "--kind=contours", f"--plot={out}",
                       SMALL_GRID]) == 0
     curves = tmp_path / "curves.csv"
     learning_curves(CHINCHILLA_PUBLISHED, np.geomspace(1e7, 1e9, 8),
                     rng=np.random.default_rng(7)).to_csv(curves, index=False)
     out = tmp_path / "frontier.png"
-    assert plot_main([f"--curves={curves}", "--kind=loss-vs-compute", f"--out={out}"]) == 0
+    assert plot_main([f"--curves={curves}", "--kind=loss-vs-compute", f"--plot={out}"]) == 0
     assert out.stat().st_size > 10_000
 
 
 def test_plot_rejects_unknown_format(chinchilla_csv, tmp_path, capsys):
-    rc = plot_main([f"--results={chinchilla_csv}", "--kind=loss-vs-params",
-                    f"--out={tmp_path / 'figure.svg'}"])
+    rc = plot_main([f"--sweep={chinchilla_csv}", "--kind=loss-vs-params",
+                    f"--plot={tmp_path / 'figure.svg'}"])
     assert rc == 2 and "must end in .png or .pdf" in capsys.readouterr().err
 
 
@@ -233,7 +233,7 @@ def test_fit_from_a_sweep_directory(tmp_path, capsys):
     """approach 1 reads the runs' learning curves through attnlab.results.curves."""
     _fake_sweep(tmp_path, np.geomspace(1e7, 3e9, 10))
     out = tmp_path / "fit.json"
-    rc = fit_main([f"--results={tmp_path}", "--law=chinchilla", "--approach=1",
+    rc = fit_main([f"--sweep={tmp_path}", "--law=chinchilla", "--approach=1",
                    "--bootstrap=0", f"--json={out}"])
     captured = capsys.readouterr()
     assert rc == 0, captured.err
@@ -249,7 +249,7 @@ def test_a_table_with_no_completed_run_says_so(tmp_path, capsys):
         "tokens": [1e7, 1e7], "final_val_loss": [np.nan, np.nan]})
     path = tmp_path / "results.csv"
     table.to_csv(path, index=False)
-    assert fit_main([f"--results={path}", "--law=chinchilla", "--bootstrap=0"]) == 2
+    assert fit_main([f"--sweep={path}", "--law=chinchilla", "--bootstrap=0"]) == 2
     err = capsys.readouterr().err
     assert "none of the 2 runs has status 'completed' (failed: 1, diverged: 1)" in err
     assert err.count("\n") == 1 and "Traceback" not in err

@@ -41,7 +41,7 @@ def _rope_only(sweep_csv, tmp_path):
 
 def test_fit_holdout_reports_the_error_on_the_largest_budget(sweep_csv, tmp_path, capsys):
     out = tmp_path / "holdout.json"
-    rc = fit_main([f"--results={_rope_only(sweep_csv, tmp_path)}", "--law=chinchilla",
+    rc = fit_main([f"--sweep={_rope_only(sweep_csv, tmp_path)}", "--law=chinchilla",
                    "--holdout=largest-budget", "--bootstrap=20", SMALL_GRID, f"--json={out}"])
     captured = capsys.readouterr()
     assert rc == 0, captured.err
@@ -54,7 +54,7 @@ def test_fit_holdout_reports_the_error_on_the_largest_budget(sweep_csv, tmp_path
 
 def test_fit_by_fits_each_group_side_by_side(sweep_csv, tmp_path, capsys):
     out = tmp_path / "by.json"
-    rc = fit_main([f"--results={sweep_csv}", "--law=chinchilla", "--approach=2",
+    rc = fit_main([f"--sweep={sweep_csv}", "--law=chinchilla", "--approach=2",
                    "--by=model.pos_encoding", "--bootstrap=30", f"--json={out}",
                    "--budget=1e22"])
     captured = capsys.readouterr()
@@ -67,7 +67,7 @@ def test_fit_by_fits_each_group_side_by_side(sweep_csv, tmp_path, capsys):
 
 
 def test_fit_profile_whole_is_selectable(sweep_csv, tmp_path, capsys):
-    rc = fit_main([f"--results={_rope_only(sweep_csv, tmp_path)}", "--law=chinchilla",
+    rc = fit_main([f"--sweep={_rope_only(sweep_csv, tmp_path)}", "--law=chinchilla",
                    "--approach=2", "--profile=whole", "--bootstrap=0"])
     assert rc == 0
     assert "a parabola over each budget's whole ladder" in capsys.readouterr().out
@@ -78,7 +78,7 @@ def test_fit_profile_whole_is_selectable(sweep_csv, tmp_path, capsys):
 def test_plot_holdout_and_frontiers(kind, extra, sweep_csv, tmp_path, capsys):
     out = tmp_path / f"{kind}.png"
     results = sweep_csv if kind == "frontiers" else _rope_only(sweep_csv, tmp_path)
-    rc = plot_main([f"--results={results}", f"--kind={kind}", f"--out={out}", "--bootstrap=5",
+    rc = plot_main([f"--sweep={results}", f"--kind={kind}", f"--plot={out}", "--bootstrap=5",
                     SMALL_GRID, *extra])
     assert rc == 0, capsys.readouterr().err
     assert out.read_bytes()[:4] == b"\x89PNG"
@@ -97,7 +97,7 @@ def test_plot_holdout_and_frontiers(kind, extra, sweep_csv, tmp_path, capsys):
 def test_bad_holdout_and_by_input_is_one_line_exit_2(argv, message, sweep_csv, tmp_path,
                                                      capsys):
     results = sweep_csv if "--by" in " ".join(argv) else _rope_only(sweep_csv, tmp_path)
-    rc = fit_main([f"--results={results}", "--bootstrap=0", SMALL_GRID, *argv])
+    rc = fit_main([f"--sweep={results}", "--bootstrap=0", SMALL_GRID, *argv])
     err = capsys.readouterr().err
     assert rc == 2
     assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err
@@ -107,6 +107,6 @@ def test_bad_holdout_and_by_input_is_one_line_exit_2(argv, message, sweep_csv, t
 def test_plot_kinds_need_their_flags(sweep_csv, tmp_path, capsys):
     for kind, message in (("holdout", "--kind=holdout needs --holdout"),
                           ("frontiers", "--kind=frontiers needs --by")):
-        rc = plot_main([f"--results={sweep_csv}", f"--kind={kind}",
-                        f"--out={tmp_path / 'x.png'}"])
+        rc = plot_main([f"--sweep={sweep_csv}", f"--kind={kind}",
+                        f"--plot={tmp_path / 'x.png'}"])
         assert rc == 2 and message in capsys.readouterr().err

@@ -97,7 +97,7 @@ def test_an_interval_is_refused_when_too_many_refits_fail():
 
 def test_approach2_on_the_markov_ladder_refuses_rather_than_conditions(tmp_path, capsys):
     out = tmp_path / "fit.json"
-    assert fit_main([f"--results={MARKOV}", "--law=chinchilla", "--approach=2",
+    assert fit_main([f"--sweep={MARKOV}", "--law=chinchilla", "--approach=2",
                      "--bootstrap=100", f"--json={out}"]) == 0
     report = capsys.readouterr().out
     payload = json.loads(out.read_text())
@@ -136,7 +136,7 @@ def test_the_fit_report_states_a_row_bootstrap(tmp_path, capsys):
                           rng=np.random.default_rng(2))
     path = tmp_path / "runs.csv"
     frame.to_csv(path, index=False)
-    assert fit_main([f"--results={path}", "--law=kaplan", "--bootstrap=10",
+    assert fit_main([f"--sweep={path}", "--law=kaplan", "--bootstrap=10",
                      "--cluster=none"]) == 0
     assert f"bootstrap (resampling {len(frame)} rows): 10 of 10 refits" in capsys.readouterr().out
 

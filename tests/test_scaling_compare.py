@@ -87,7 +87,7 @@ def test_compare_command_prints_and_writes_json(tmp_path, capsys):
     path = tmp_path / "results.csv"
     _table(np.random.default_rng(3)).to_csv(path, index=False)
     out = tmp_path / "compare.json"
-    assert compare_main([f"--results={path}", "--by=schedule", "--baseline=cosine",
+    assert compare_main([f"--sweep={path}", "--by=schedule", "--baseline=cosine",
                          f"--json={out}"]) == 0
     text = capsys.readouterr().out
     assert "minus 'cosine' at the same params, tokens" in text and POOLED in text
@@ -105,7 +105,7 @@ def test_compare_command_prints_and_writes_json(tmp_path, capsys):
 def test_bad_input_is_one_line(tmp_path, capsys, argv, words):
     path = tmp_path / "results.csv"
     _table(np.random.default_rng(4)).to_csv(path, index=False)
-    assert compare_main([f"--results={path}", *argv]) == 2
+    assert compare_main([f"--sweep={path}", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and words in err
 

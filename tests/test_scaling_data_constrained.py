@@ -111,7 +111,7 @@ def table(tmp_path):
 
 def test_fix_holds_values_exactly_and_json_names_parameters_top_level(table, tmp_path, fit_cli):
     out_json = tmp_path / "fit.json"
-    code, out, err = fit_cli([f"--results={table}", "--law=data_constrained", FIX,
+    code, out, err = fit_cli([f"--sweep={table}", "--law=data_constrained", FIX,
                            "--bootstrap=8", f"--json={out_json}"])
     assert code == 0, err
     written = json.loads(out_json.read_text())
@@ -131,7 +131,7 @@ def test_epochs_column_gives_the_unique_tokens_fit(tmp_path, fit_cli):
     for name, columns in (("unique", ["epochs"]), ("epochs", ["unique_tokens"])):
         path, out_json = tmp_path / f"{name}.csv", tmp_path / f"{name}.json"
         frame.drop(columns=columns).to_csv(path, index=False)
-        code, _, err = fit_cli([f"--results={path}", "--law=data_constrained", FIX,
+        code, _, err = fit_cli([f"--sweep={path}", "--law=data_constrained", FIX,
                              "--bootstrap=0", f"--json={out_json}"])
         assert code == 0, err
         fits.append(json.loads(out_json.read_text()))
@@ -139,7 +139,7 @@ def test_epochs_column_gives_the_unique_tokens_fit(tmp_path, fit_cli):
 
 
 def test_holdout_reports_the_law_beside_a_naive_baseline(table, fit_cli):
-    code, out, err = fit_cli([f"--results={table}", "--law=data_constrained", FIX,
+    code, out, err = fit_cli([f"--sweep={table}", "--law=data_constrained", FIX,
                            "--bootstrap=0", "--holdout=tokens_per_param>300"])
     assert code == 0, err
     assert "naive baseline" in out and "the law beats the baseline" in out
@@ -150,7 +150,7 @@ def test_cluster_resampling_is_respected(tmp_path, fit_cli):
     frame["seed_group"] = (np.arange(len(frame)) // 2).astype(str)
     path, out_json = tmp_path / "runs.csv", tmp_path / "fit.json"
     frame.to_csv(path, index=False)
-    code, _, err = fit_cli([f"--results={path}", "--law=data_constrained", FIX, "--bootstrap=8",
+    code, _, err = fit_cli([f"--sweep={path}", "--law=data_constrained", FIX, "--bootstrap=8",
                          "--cluster=seed_group", f"--json={out_json}"])
     assert code == 0, err
     assert json.loads(out_json.read_text())["resampling"] == {
@@ -163,12 +163,12 @@ def test_cluster_resampling_is_respected(tmp_path, fit_cli):
     ("--fix=E", "error: --fix: 'E' is not NAME=VALUE with a finite number"),
 ])
 def test_fix_refuses_what_cannot_be_held(table, fit_cli, fix, message):
-    code, _, err = fit_cli([f"--results={table}", "--law=data_constrained", fix])
+    code, _, err = fit_cli([f"--sweep={table}", "--law=data_constrained", fix])
     assert code == 2 and err.startswith(message) and "\n" not in err
 
 
 def test_fix_is_refused_naming_the_parameter_for_a_law_that_holds_none(table, fit_cli):
-    code, _, err = fit_cli([f"--results={table}", "--law=kaplan", "--fix=alpha_N=0.07"])
+    code, _, err = fit_cli([f"--sweep={table}", "--law=kaplan", "--fix=alpha_N=0.07"])
     assert code == 2 and err.startswith("error: --fix: alpha_N cannot be held") \
         and "\n" not in err
 
@@ -183,7 +183,7 @@ def test_fix_is_refused_naming_the_parameter_for_a_law_that_holds_none(table, fi
 def test_bad_repeats_are_one_line_naming_the_column(tmp_path, fit_cli, change, message):
     path = tmp_path / "runs.csv"
     change(runs(0)).to_csv(path, index=False)
-    code, _, err = fit_cli([f"--results={path}", "--law=data_constrained", FIX])
+    code, _, err = fit_cli([f"--sweep={path}", "--law=data_constrained", FIX])
     assert code == 2 and message in err and "\n" not in err
 
 
@@ -191,7 +191,7 @@ def test_columns_maps_another_epochs_column(tmp_path, fit_cli):
     path = tmp_path / "runs.csv"
     runs(0).drop(columns=["unique_tokens"]).rename(columns={"epochs": "Epochs"}).to_csv(
         path, index=False)
-    code, _, err = fit_cli([f"--results={path}", "--law=data_constrained", FIX, "--bootstrap=0",
+    code, _, err = fit_cli([f"--sweep={path}", "--law=data_constrained", FIX, "--bootstrap=0",
                          "--columns=epochs:Epochs"])
     assert code == 0, err
 
@@ -201,7 +201,7 @@ def test_approach3_holds_a_fixed_exponent_exactly(tmp_path, fit_cli):
     path, out_json = tmp_path / "grid.csv", tmp_path / "fit.json"
     synthetic.grid_points(synthetic.CHINCHILLA_PUBLISHED, n_points=40, rng=rng).to_csv(
         path, index=False)
-    code, _, err = fit_cli([f"--results={path}", "--law=chinchilla", "--fix=alpha=0.34,E=1.69",
+    code, _, err = fit_cli([f"--sweep={path}", "--law=chinchilla", "--fix=alpha=0.34,E=1.69",
                          "--grid=a:0:20:10,b:0:20:10", "--bootstrap=4",
                          f"--json={out_json}"])
     assert code == 0, err

@@ -217,6 +217,6 @@ def test_repeated_points_and_an_empty_table_are_one_line_errors(tmp_path, capsys
     empty = tmp_path / "empty.csv"
     empty.write_text("params,tokens,loss\n")
     for path, message in ((same, "only 1 distinct (N, D) pair"), (empty, "has no rows")):
-        assert fit_main([f"--results={path}", "--law=chinchilla", "--bootstrap=0"]) == 2
+        assert fit_main([f"--sweep={path}", "--law=chinchilla", "--bootstrap=0"]) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: ") and message in err and err.count("\n") == 1

@@ -94,7 +94,7 @@ def test_dry_run_prints_the_design_check(capsys, tmp_path):
     for experiment, expected in (("tiny_isoflop", "may not pin"),
                                  ("tiny_ladder", "cannot separate")):
         assert cli.main(["sweep", f"--config=experiments/{experiment}.py",
-                         f"--workdir={tmp_path}/{experiment}", "--dry-run",
+                         f"--sweep={tmp_path}/{experiment}", "--dry-run",
                          "--probe=none"]) == 0
         out = capsys.readouterr().out
         assert "# design: " in out and "expected 95% widths" in out

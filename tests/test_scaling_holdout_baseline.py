@@ -50,7 +50,7 @@ def test_markov_ladder_holdout_prints_the_baseline_that_beats_the_law():
 def test_floor_flags_budget_predictions_in_report_and_json(tmp_path, capsys):
     path, out = tmp_path / "runs.csv", tmp_path / "fit.json"
     grid_points(CHINCHILLA_PUBLISHED, n_points=60, rng=np.random.default_rng(0)).to_csv(path)
-    args = [f"--results={path}", "--law=chinchilla", "--bootstrap=0", "--budget=1e20,1e22",
+    args = [f"--sweep={path}", "--law=chinchilla", "--bootstrap=0", "--budget=1e20,1e22",
             "--grid=a:4:8:2,b:4:8:2,e:0:1:1,alpha:0.2:0.5:0.3,beta:0.2:0.5:0.3"]
     assert fit_main(args + ["--floor=100", f"--json={out}"]) == 0
     payload = json.loads(out.read_text())

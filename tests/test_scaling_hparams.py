@@ -100,7 +100,7 @@ def _cli(*args):
 def test_attnlab_fit_law_hparams_writes_the_documented_json(tmp_path):
     path = tmp_path / "runs.csv"
     table(noise=0.001).drop(columns=["batch"]).to_csv(path, index=False)  # batch from steps
-    out = _cli(f"--results={path}", "--law=hparams", "--bootstrap=50",
+    out = _cli(f"--sweep={path}", "--law=hparams", "--bootstrap=50",
                f"--json={tmp_path / 'fit.json'}")
     assert out.returncode == 0, out.stderr
     assert "lr*" in out.stdout and "batch = tokens / steps" in out.stdout
@@ -114,12 +114,12 @@ def test_attnlab_fit_law_hparams_writes_the_documented_json(tmp_path):
 def test_the_cli_refuses_what_the_law_cannot_read(tmp_path):
     path = tmp_path / "runs.csv"
     table().drop(columns=["train.learning_rate"]).to_csv(path, index=False)
-    out = _cli(f"--results={path}", "--law=hparams")
+    out = _cli(f"--sweep={path}", "--law=hparams")
     assert out.returncode == 2 and "missing column 'lr'" in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
-    out = _cli(f"--results={path}", "--law=chinchilla", "--optimum=near")
+    out = _cli(f"--sweep={path}", "--law=chinchilla", "--optimum=near")
     assert out.returncode == 2 and "--optimum applies to --law=hparams only" in out.stderr
-    out = _cli(f"--results={path}", "--law=hparams", "--budget=1e18")
+    out = _cli(f"--sweep={path}", "--law=hparams", "--budget=1e18")
     assert out.returncode == 2 and "--budget does not apply" in out.stderr
 
 
@@ -146,8 +146,8 @@ def test_two_tables_comma_separated_are_read_as_one(tmp_path):
     frame.to_csv(tmp_path / "all.csv", index=False)
     frame.iloc[:120].to_csv(tmp_path / "a.csv", index=False)
     frame.iloc[100:].to_csv(tmp_path / "b.csv", index=False)  # rows 100-119 in both
-    whole = _cli(f"--results={tmp_path / 'all.csv'}", "--law=hparams", "--bootstrap=0")
-    parts = _cli(f"--results={tmp_path / 'a.csv'},{tmp_path / 'b.csv'}", "--law=hparams",
+    whole = _cli(f"--sweep={tmp_path / 'all.csv'}", "--law=hparams", "--bootstrap=0")
+    parts = _cli(f"--sweep={tmp_path / 'a.csv'},{tmp_path / 'b.csv'}", "--law=hparams",
                  "--bootstrap=0")
     assert whole.returncode == parts.returncode == 0, parts.stderr
     assert whole.stdout.split("\n", 1)[1] == parts.stdout.split("\n", 1)[1]

@@ -74,7 +74,7 @@ def test_attnlab_fit_slices_a_ladder_table_for_approach_2(tmp_path, capsys):
 
     path = tmp_path / "ladder.csv"
     ladder_table(np.geomspace(1e5, 1e8, 16), (5, 10, 20, 40, 80, 160)).to_csv(path, index=False)
-    code = cli.main(["fit", f"--results={path}", "--law=chinchilla", "--approach=2",
+    code = cli.main(["fit", f"--sweep={path}", "--law=chinchilla", "--approach=2",
                      "--bootstrap=0"])
     out = capsys.readouterr().out
     assert code == 0, out
@@ -96,7 +96,7 @@ def test_trained_longer_prediction_matches_the_law(tmp_path, capsys):
     path = tmp_path / "ladder.csv"
     ladder_table(np.geomspace(1e5, 1e8, 8), (5, 10, 20, 40, 80, 160)).to_csv(path, index=False)
     out_json = tmp_path / "fit.json"
-    code = cli.main(["fit", f"--results={path}", "--law=chinchilla", "--approach=3",
+    code = cli.main(["fit", f"--sweep={path}", "--law=chinchilla", "--approach=3",
                      "--bootstrap=0", "--budget=1e18", "--train-longer=10,100",
                      f"--json={out_json}"])
     out = capsys.readouterr().out
@@ -124,7 +124,7 @@ def test_held_out_overtrained_branches_are_predicted(tmp_path, capsys):
 
     path = tmp_path / "ladder.csv"
     ladder_table(np.geomspace(1e5, 1e8, 8), (5, 10, 20, 40, 80, 160)).to_csv(path, index=False)
-    code = cli.main(["fit", f"--results={path}", "--law=chinchilla", "--approach=3",
+    code = cli.main(["fit", f"--sweep={path}", "--law=chinchilla", "--approach=3",
                      "--bootstrap=0", "--holdout=tokens_per_param>60"])
     out = capsys.readouterr().out
     assert code == 0, out

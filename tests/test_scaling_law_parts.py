@@ -67,7 +67,7 @@ def results(tmp_path):
 def test_a_registered_law_is_fitted_reported_and_held_out_by_attnlab_fit(
         floor_law, results, tmp_path, capsys):
     out = tmp_path / "fit.json"
-    assert fit_main([f"--results={results}", "--law=kaplan_floor", "--bootstrap=20",
+    assert fit_main([f"--sweep={results}", "--law=kaplan_floor", "--bootstrap=20",
                      f"--json={out}"]) == 0
     assert KaplanFloor.title in capsys.readouterr().out
     fitted = json.loads(out.read_text())
@@ -77,14 +77,14 @@ def test_a_registered_law_is_fitted_reported_and_held_out_by_attnlab_fit(
         low, high = fitted["ci"][name]
         assert low <= fitted[name] <= high
     held = tmp_path / "held.json"
-    assert fit_main([f"--results={results}", "--law=kaplan_floor", "--holdout=params>5e8",
+    assert fit_main([f"--sweep={results}", "--law=kaplan_floor", "--holdout=params>5e8",
                      f"--json={held}"]) == 0
     summary = json.loads(held.read_text())
     assert summary["held_out_runs"] == 2 and summary["mean_abs_relative_error"] < 0.01
 
 
 def test_an_unregistered_law_is_refused_with_the_registered_names(results, capsys):
-    assert fit_main([f"--results={results}", "--law=kaplan_floor"]) == 2
+    assert fit_main([f"--sweep={results}", "--law=kaplan_floor"]) == 2
     assert capsys.readouterr().err.strip() == (
         "error: --law must be one of kaplan, chinchilla, clark, hparams, data_constrained, "
         "overtrain, not 'kaplan_floor'")

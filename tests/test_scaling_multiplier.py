@@ -135,7 +135,7 @@ def test_fit_command_reports_and_writes_the_multipliers(tmp_path, capsys):
     path = tmp_path / "results.csv"
     _results({"gpt": BASE, "smaller_a": LAWS["smaller_a"]}, seeds=2).to_csv(path, index=False)
     out = tmp_path / "fit.json"
-    argv = [f"--results={path}", "--law=chinchilla", "--by=architecture", "--bootstrap=10",
+    argv = [f"--sweep={path}", "--law=chinchilla", "--by=architecture", "--bootstrap=10",
             "--multiplier-against=gpt", f"--budget={C_REF:g}", f"--json={out}"]
     assert fit_main(argv) == 0
     text = capsys.readouterr().out

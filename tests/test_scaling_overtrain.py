@@ -80,7 +80,7 @@ def test_small_runs_predict_larger_over_trained_runs_beside_a_baseline(tmp_path,
     frame = frame[(frame.flops >= 2e17) | (frame.tokens / frame.params <= 40)]
     path, out_json = tmp_path / "runs.csv", tmp_path / "held.json"
     frame.to_csv(path, index=False)
-    code, out, err = fit_cli([f"--results={path}", "--law=overtrain", "--bootstrap=0",
+    code, out, err = fit_cli([f"--sweep={path}", "--law=overtrain", "--bootstrap=0",
                            "--holdout=flops>=2e17", f"--json={out_json}"])
     assert code == 0, err
     summary = json.loads(out_json.read_text())
@@ -94,7 +94,7 @@ def test_small_runs_predict_larger_over_trained_runs_beside_a_baseline(tmp_path,
 def test_tokens_per_param_reports_the_loss_at_m_and_the_compute_penalty(table, tmp_path,
                                                                        fit_cli):
     out_json = tmp_path / "fit.json"
-    code, out, err = fit_cli([f"--results={table}", "--law=overtrain", "--bootstrap=8",
+    code, out, err = fit_cli([f"--sweep={table}", "--law=overtrain", "--bootstrap=8",
                            "--budget=1e21", "--tokens-per-param=20,200",
                            "--fix=eta=0.17", f"--json={out_json}"])
     assert code == 0, err
@@ -119,7 +119,7 @@ def test_tokens_per_param_reports_the_loss_at_m_and_the_compute_penalty(table, t
     (["--law=overtrain", "--fix=alpha=0.3"], "--fix: alpha is not a parameter --law=overtrain"),
 ])
 def test_refusals_are_one_line(table, fit_cli, args, message):
-    code, _, err = fit_cli([f"--results={table}", "--bootstrap=0", *args])
+    code, _, err = fit_cli([f"--sweep={table}", "--bootstrap=0", *args])
     assert code == 2 and message in err and "\n" not in err
 
 

@@ -28,7 +28,7 @@ PLOT_KINDS = ("loss_vs_compute", "loss_vs_params", "contours", "allocation")
 def test_help_lists_the_flags(capsys):
     assert cli.main(["quickstart", "--help"]) == 0
     out = capsys.readouterr().out
-    for flag in ("--workdir", "--bootstrap", "--parallel", "--config"):
+    for flag in ("--sweep", "--bootstrap", "--parallel", "--config"):
         assert flag in out
 
 
@@ -48,7 +48,7 @@ def test_default_config_is_the_shipped_quickstart():
     (["--config=experiments/missing.py"], "--config"),
 ])
 def test_bad_input_exits_2_naming_the_field(argv, field, capsys, tmp_path):
-    assert cli.main(["quickstart", f"--workdir={tmp_path / 'study'}", *argv]) == 2
+    assert cli.main(["quickstart", f"--sweep={tmp_path / 'study'}", *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and field in err
     assert "Traceback" not in err
@@ -138,7 +138,7 @@ def test_quickstart_end_to_end_then_reuses_the_runs(tmp_path, capsys):
     on another (XLA:CPU codegen differs in the last bits), so the test accepts both outcomes but
     checks each completely."""
     workdir = tmp_path / "study"
-    assert cli.main(["quickstart", f"--workdir={workdir}", *TINY]) == 0
+    assert cli.main(["quickstart", f"--sweep={workdir}", *TINY]) == 0
     out = capsys.readouterr().out
     assert "Traceback" not in out
 
@@ -197,7 +197,7 @@ def test_quickstart_end_to_end_then_reuses_the_runs(tmp_path, capsys):
     # Rerunning reuses every finished run and gives the same fit.
     summaries = {p: p.stat().st_mtime_ns for p in (workdir / "runs").glob("*/summary.json")}
     assert len(summaries) == 6
-    assert cli.main(["quickstart", f"--workdir={workdir}", *TINY]) == 0
+    assert cli.main(["quickstart", f"--sweep={workdir}", *TINY]) == 0
     again = capsys.readouterr().out
     assert "6 completed" in again
     assert {p: p.stat().st_mtime_ns for p in summaries} == summaries

@@ -140,7 +140,7 @@ SEED = int(os.environ.get("ATTNLAB_INTERRUPT_SEED", time.time()))
 def _sweep(workdir, cache_dir, log) -> subprocess.Popen:
     handle = open(log, "w")
     return subprocess.Popen([sys.executable, "-m", "attnlab.cli", "sweep", f"--config={LADDER}",
-                             f"--workdir={workdir}", f"--cache-dir={cache_dir}", "--noprogress",
+                             f"--sweep={workdir}", f"--cache-dir={cache_dir}", "--noprogress",
                              "--config.base.train.log_every=1"],  # a line per step
                             cwd=ROOT, env=ENV, stdout=handle, stderr=subprocess.STDOUT,
                             start_new_session=True)

@@ -23,7 +23,7 @@ ENV = dict(os.environ, JAX_PLATFORMS="cpu")
 
 def _sweep(workdir, *extra):
     return subprocess.Popen([sys.executable, "-m", "attnlab.cli", "sweep", f"--config={GRID}",
-                             f"--workdir={workdir}", "--noprogress", *extra], cwd=ROOT, env=ENV,
+                             f"--sweep={workdir}", "--noprogress", *extra], cwd=ROOT, env=ENV,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

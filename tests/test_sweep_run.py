@@ -115,7 +115,7 @@ def test_attnlab_fit_reads_the_table(grid, capsys):
     from attnlab.cli import main
 
     _, workdir, _ = grid
-    assert main(["fit", f"--results={workdir / 'results.parquet'}", "--law=kaplan", "--form=n",
+    assert main(["fit", f"--sweep={workdir / 'results.parquet'}", "--law=kaplan", "--form=n",
                  "--bootstrap=0"]) == 0
     assert "(4 points)" in capsys.readouterr().out
 
@@ -193,7 +193,7 @@ def test_full_tiny_isoflop(tmp_path, cache_dir, capsys):
 
     # The table is readable by the fits (tiny runs are too short for meaningful parabolas, so
     # this fits Kaplan's L(N), which takes any sizes).
-    assert main(["fit", f"--results={tmp_path}", "--law=kaplan", "--form=n",
+    assert main(["fit", f"--sweep={tmp_path}", "--law=kaplan", "--form=n",
                  "--bootstrap=0"]) == 0
     assert "3 distinct model sizes (6 points)" in capsys.readouterr().out
 
@@ -219,7 +219,7 @@ def test_failed_run_is_recorded_and_retried_only_when_asked(tmp_path):
     # The command line first: a failed run makes it exit with 1.
     result = subprocess.run(
         [sys.executable, "-m", "attnlab.cli", "sweep", f"--config={GRID}",
-         f"--workdir={workdir}", "--config.sweep.shapes=((16,1,2,1e-2),)",
+         f"--sweep={workdir}", "--config.sweep.shapes=((16,1,2,1e-2),)",
          "--config.sweep.axes.model.pos_encoding=('rope',)", "--noprogress"],
         capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert result.returncode == 1, result.stderr
@@ -242,7 +242,7 @@ def test_a_bad_data_source_stops_the_sweep_before_any_run(tmp_path):
     workdir = tmp_path / "sweep"
     result = subprocess.run(
         [sys.executable, "-m", "attnlab.cli", "sweep", f"--config={GRID}",
-         f"--workdir={workdir}", "--config.base.data.source=text_files",
+         f"--sweep={workdir}", "--config.base.data.source=text_files",
          f"--config.base.data.path={empty}", "--noprogress"],
         capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert result.returncode == 2, result.stderr
@@ -305,7 +305,7 @@ def test_ray_launcher_matches_local(sweep, request, tmp_path, cache_dir):
 
 def _sweep_command(workdir, cache_dir):
     return [sys.executable, "-m", "attnlab.cli", "sweep", f"--config={GRID}",
-            f"--workdir={workdir}", f"--cache-dir={cache_dir}", "--noprogress"]
+            f"--sweep={workdir}", f"--cache-dir={cache_dir}", "--noprogress"]
 
 
 def _interrupted_midway(workdir):

@@ -311,7 +311,7 @@ def test_launcher_arguments_are_checked(tmp_path):
 def test_cli_bad_input_exits_2_without_traceback(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "attnlab.cli", "sweep", "--config=experiments/tiny_grid.py",
-         f"--workdir={tmp_path}/w", "--config.sweep.axes.train.seed=()"],
+         f"--sweep={tmp_path}/w", "--config.sweep.axes.train.seed=()"],
         capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
     assert "sweep.axes.train.seed" in result.stderr and "Traceback" not in result.stderr
@@ -320,7 +320,7 @@ def test_cli_bad_input_exits_2_without_traceback(tmp_path):
 def test_cli_dry_run_prints_the_plan(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "attnlab.cli", "sweep", "--config=experiments/tiny_isoflop.py",
-         f"--workdir={tmp_path}/w", "--dry-run", "--probe=none"],
+         f"--sweep={tmp_path}/w", "--dry-run", "--probe=none"],
         capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     for run in plan(load_spec("experiments/tiny_isoflop.py")):

@@ -328,7 +328,7 @@ def test_tune_then_study_interrupted_resumed_and_rerun(tmp_path):
     source = tmp_path / "tiny_tuned.py"
     source.write_text(TINY)
     workdir = tmp_path / "sweep"
-    argv = [f"--config={source}", f"--workdir={workdir}", "--noprogress"]
+    argv = [f"--config={source}", f"--sweep={workdir}", "--noprogress"]
     log = tmp_path / "first.log"
     proc = _sweep(argv, log)
     # Interrupt once the first tuning ensemble has logged some steps.

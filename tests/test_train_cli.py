@@ -77,8 +77,8 @@ def test_model_info_forward_reads_a_regression_loss_against_predicting_zero(caps
 
 @pytest.mark.parametrize("argv, message", [
     (["model-info"], "--config is required"),
-    (["train", "--config=configs/tiny.py"], "--workdir is required"),
-    (["train", "--config=configs/nope.py", "--workdir=x"], "cannot"),
+    (["train", "--config=configs/tiny.py"], "--run is required"),
+    (["train", "--config=configs/nope.py", "--run=x"], "cannot"),
     (["generate", "--prompt=x"], "--run is required"),
 ])
 def test_usage_errors_exit_2(argv, message, capsys):

@@ -157,7 +157,7 @@ def test_divergence_is_a_result_with_exit_code_3(data_dir, tmp_path, capsys):
     args = ["train", "--config=configs/tiny.py", f"--config.data.cache_dir={data_dir}",
             "--config.data.max_bytes=200000", "--config.train.learning_rate=1e30",
             "--config.train.schedule=constant", "--config.train.warmup_steps=0",
-            f"--workdir={workdir}"]
+            f"--run={workdir}"]
     assert cli.main(args) == 3
     assert "diverged at step" in capsys.readouterr().err
     summary = json.loads((workdir / "summary.json").read_text())
@@ -187,7 +187,7 @@ def assert_untouched(workdir: Path, before: dict | None):
 def test_bad_config_exits_2_before_writing(data_dir, tmp_path, capsys, override, message):
     workdir = tmp_path / "run"
     code = cli.main(["train", "--config=configs/tiny.py", f"--config.data.cache_dir={data_dir}",
-                     override, f"--workdir={workdir}"])
+                     override, f"--run={workdir}"])
     assert code == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err

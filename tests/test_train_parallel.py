@@ -33,7 +33,7 @@ def train_args(data_dir, workdir, *extra):
             f"--config.data.cache_dir={data_dir}", "--config.data.max_bytes=200000",
             f"--config.train.steps={STEPS}", "--config.train.log_every=1",
             "--config.train.eval_every=6", "--config.train.checkpoint_every=6",
-            "--config.train.eval_batches=2", f"--workdir={workdir}", *extra]
+            "--config.train.eval_batches=2", f"--run={workdir}", *extra]
 
 
 def env_with_devices(n: int, tmp_path) -> dict:
@@ -103,7 +103,7 @@ SHARDING_CHECK = textwrap.dedent("""
     from attnlab.train.state import init_train_state, abstract_train_state
     assert jax.device_count() == 8
     code = cli.main(sys.argv[1:])
-    workdir = next(a for a in sys.argv if a.startswith("--workdir=")).split("=", 1)[1]
+    workdir = next(a for a in sys.argv if a.startswith("--run=")).split("=", 1)[1]
     cfg = load_config(workdir)
     tx, _ = make_optimizer(cfg.train, cfg.total_steps, cfg.model.d_model)
     mesh = make_mesh(cfg)

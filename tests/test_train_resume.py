@@ -37,7 +37,7 @@ def train_command(data_dir, workdir):
             f"--config.train.steps={STEPS}", "--config.train.log_every=1",
             "--config.train.eval_every=30", "--config.train.eval_batches=2",
             "--config.train.checkpoint_every=3", "--config.train.keep_checkpoints=2",
-            f"--workdir={workdir}"]
+            f"--run={workdir}"]
 
 
 def start(command, log: Path, env) -> subprocess.Popen:

@@ -166,7 +166,7 @@ def test_workdir_refuses_another_config_and_allows_launch_changes(tmp_path):
     relaunched = make_config(mesh_fsdp=2, process_id=0, num_processes=1)
     assert wd.check_workdir(tmp_path, relaunched) is None
     with pytest.raises(wd.WorkdirError,
-                       match=r"(?s)train.steps: saved 1000, given 5.*another --workdir"):
+                       match=r"(?s)train.steps: saved 1000, given 5.*another --run"):
         wd.check_workdir(tmp_path, make_config(steps=5))
     assert (tmp_path / rundir.CONFIG_FILE).read_bytes() == before
     (tmp_path / "elsewhere" / "checkpoints").mkdir(parents=True)

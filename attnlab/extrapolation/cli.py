@@ -2,7 +2,7 @@
 
     attnlab extrapolate --run=RUN_DIR [--multipliers=1,2,4,8,16 | --lengths=64,128,...]
                         [--protocol=nonoverlapping|sliding|both] [--stride=S]
-    attnlab extrapolate --sweep=experiments/pe_extrapolation.py --workdir=DIR
+    attnlab extrapolate --config=experiments/pe_extrapolation.py --sweep=DIR
                         [--config.sweep.axes.train.seed=(0,1)]   # spec overrides, as for sweep
 
 Exit codes: 0 done; 1 done, but the study raised red flags (see its report); 2 bad input
@@ -14,18 +14,24 @@ from __future__ import annotations
 from pathlib import Path
 
 from attnlab import cli_flags
-from attnlab.cli_flags import Flag, UsageError
+from attnlab import cli_vocab as vocab
+from attnlab.cli_flags import Flag, OldName, UsageError
 from attnlab.extrapolation.evaluate import (EVERY_SCALING, ROPE_SCALINGS, EvalSettings,
                                             evaluate_run)
 from attnlab.extrapolation.reports import report_paths, results_frame
 from attnlab.extrapolation.study import ratio_table, run_study
-from attnlab.sweep import load_spec
+from attnlab.sweep import spec_from_config_dict
+from attnlab.sweep.spec import config_source
 
+# Before --sweep named the sweep directory it named the experiment file (now --config).
+_OLD_SWEEP = " (an experiment file; --sweep names the sweep directory now, as --workdir did)"
 FLAGS = [
-    Flag("run", "string", "", "A trained run directory to evaluate."),
-    Flag("sweep", "string", "", "An experiment file (experiments/*.py[:gpu]): run its sweep "
-                                "(resuming), evaluate every completed run, write table and plots."),
-    Flag("workdir", "string", "", "Sweep directory (with --sweep)."),
+    vocab.RUN.flag("A trained one to evaluate.", default=""),
+    vocab.CONFIG.flag("The experiment (experiments/*.py[:gpu]): its sweep is run (resuming) "
+                      "in --sweep, every completed run evaluated, table and plots written.",
+                      old_names=(OldName("sweep", vocab.is_experiment_file, _OLD_SWEEP),)),
+    vocab.SWEEP.flag("Where the experiment of --config runs (rerunning resumes).", default="",
+                     old_names=("workdir",)),
     Flag("multipliers", "string", "1,2,4,8,16", "Evaluation lengths as multiples of the "
                                                 "training length."),
     Flag("lengths", "string", "", "Absolute evaluation lengths (comma separated); replaces "
@@ -41,15 +47,14 @@ FLAGS = [
     Flag("rope-scaling", "enum", "none", "RoPE context extension at evaluation: none (zero-shot), "
                                          "ntk (NTK-aware base), pi (position interpolation), "
                                          "yarn (NTK-by-parts + temperature), or all (with "
-                                         "--sweep: each of them, compared in one report).",
+                                         "--config: each of them, compared in one report).",
          enum_values=(*ROPE_SCALINGS, EVERY_SCALING)),
     Flag("rope-factor", "float", 0.0, "Scale factor s of --rope-scaling; 0 = longest length / "
                                       "training length."),
     Flag("force", "bool", False, "Re-evaluate even when extrapolation.json is current."),
-    Flag("launcher", "enum", "local", "With --sweep: where runs train.",
-         enum_values=("local", "ray")),
-    Flag("parallel", "integer", 1, "With --sweep and the local launcher: runs at a time."),
-    Flag("progress", "bool", True, "Show progress bars."),
+    vocab.LAUNCHER.flag("With --config.", default="local"),
+    vocab.PARALLEL.flag("With --config.", default=1),
+    vocab.PROGRESS.flag("As bars.", default=True),
 ]
 
 
@@ -77,26 +82,34 @@ def settings_from_flags(values):
     return settings
 
 
+def _refuse_overrides_without_config(argv: list[str]) -> None:
+    """``--config.*`` overrides belong to the experiment's spec: without ``--config`` they are
+    refused here, before absl calls them unknown flags."""
+    renamed, _ = cli_flags.rename_old_flags(argv, FLAGS)  # parse prints the notices
+    overrides = [a.split("=")[0] for a in renamed if a.startswith("--config.")]
+    if overrides and not any(a == "--config" or a.startswith("--config=") for a in renamed):
+        raise UsageError(f"{overrides[0]}: spec overrides need --config=experiments/FILE.py")
+
+
 def extrapolate_main(argv: list[str]) -> int:
-    # --config.* overrides belong to the sweep spec (as in `attnlab sweep`); the rest are ours.
-    overrides = [a for a in argv if a.startswith("--config.")]
-    if any(a == "--config" or a.startswith("--config=") for a in argv):
-        raise UsageError("--config: name the experiment with --sweep=FILE (or a run with --run)")
-    values = cli_flags.parse([a for a in argv if not a.startswith("--config.")], FLAGS,
-                             prog="attnlab extrapolate", takes_config=False,
-                             description=__doc__)
-    run, sweep = values["run"].value, values["sweep"].value
-    if bool(run) == bool(sweep):
-        raise UsageError("give exactly one of --run=RUN_DIR or --sweep=experiments/FILE.py")
-    if overrides and not sweep:
-        raise UsageError(f"{overrides[0].split('=')[0]}: spec overrides need --sweep")
+    _refuse_overrides_without_config(argv)
+    values = cli_flags.parse(argv, FLAGS, prog="attnlab extrapolate", description=__doc__)
+    run, sweep, config = values["run"].value, values["sweep"].value, values.config
+    if not run and config is None and sweep:
+        raise UsageError(f"--sweep={sweep} is the sweep directory; name the experiment with "
+                         f"--config=experiments/FILE.py")
+    if bool(run) == (config is not None):
+        raise UsageError("give exactly one of --run=RUN_DIR or --config=experiments/FILE.py")
     settings = settings_from_flags(values)
     progress = values["progress"].value
     if run:
+        if sweep:
+            raise UsageError("--sweep is the sweep directory of --config; --run evaluates one "
+                             "run")
         return _evaluate_one(run, settings, force=values["force"].value, progress=progress)
-    if not values["workdir"].value:
-        raise UsageError("--workdir is required with --sweep")
-    return _evaluate_sweep(sweep, overrides, values, settings, progress)
+    if not sweep:
+        raise UsageError("--sweep is required with --config (the sweep directory)")
+    return _evaluate_sweep(values, settings, progress)
 
 
 def _evaluate_one(run: str, settings, *, force: bool, progress: bool) -> int:
@@ -114,9 +127,10 @@ def _evaluate_one(run: str, settings, *, force: bool, progress: bool) -> int:
     return 1 if report["warnings"] else 0
 
 
-def _evaluate_sweep(sweep: str, overrides: list[str], values, settings, progress: bool) -> int:
-    spec = load_spec(sweep, overrides)
-    study = run_study(spec, values["workdir"].value, settings, launcher=values["launcher"].value,
+def _evaluate_sweep(values, settings, progress: bool) -> int:
+    spec = spec_from_config_dict(values.config,
+                                 source=config_source(values["config"].config_filename))
+    study = run_study(spec, values["sweep"].value, settings, launcher=values["launcher"].value,
                       parallel=values["parallel"].value, force=values["force"].value,
                       progress=progress)
     for name in sorted(set(study.table["protocol"])):

@@ -148,7 +148,7 @@ def rescaled_model_config(model_cfg: ModelConfig, settings: EvalSettings,
       EvaluationError: the run's encoding has no such rescaling (e.g. ntk on a learned table).
     """
     if settings.rope_scaling == EVERY_SCALING:
-        raise EvaluationError("rope_scaling: all evaluates a study (--sweep) under every "
+        raise EvaluationError("rope_scaling: all evaluates a study (--config) under every "
                               "rescaling; name one for a single run")
     try:
         return lm.rescaled(model_cfg, settings.rope_scaling, rope_factor, train_length)

@@ -104,7 +104,7 @@ def settings_per_run(settings: EvalSettings, model_cfg) -> list[EvalSettings]:
 
 
 def raise_no_runs(workdir: Path, warnings: list[str]) -> None:
-    raise EvaluationError(f"--workdir: no completed run to evaluate in {workdir}"
+    raise EvaluationError(f"--sweep: no completed run to evaluate in {workdir}"
                           + (": " + "; ".join(warnings) if warnings else ""))
 
 

@@ -7,31 +7,32 @@ import dataclasses
 import json
 from pathlib import Path
 
+from attnlab import cli_vocab as vocab
 from attnlab import outputs
 from attnlab.cli_flags import Flag, parse
 from attnlab.errors import AttnlabError
 
 ICL_FLAGS = [
-    Flag("run", "string", "", "Run directory (its latest checkpoint is used)."),
-    Flag("sweep", "string", "", "A sweep directory of task runs: every finished run is "
-         "evaluated; writes icl_table.csv, icl.json and icl_accuracy.png there."),
-    Flag("step", "integer", None, "Checkpoint step (default: the latest)."),
-    Flag("json", "string", "", "Where to write the results (default RUN/icl.json)."),
-    Flag("plot", "string", "", "Where to draw them (default RUN/icl.png)."),
+    vocab.RUN.flag("Its latest checkpoint is used.", default=""),
+    vocab.SWEEP.flag("Of task runs: every finished run is evaluated; writes icl_table.csv, "
+                     "icl.json and icl_accuracy.png there.", default=""),
+    vocab.STEP.flag(),
+    vocab.JSON.flag("The results (default RUN/icl.json).", default=""),
+    vocab.PLOT.flag("The results drawn (default RUN/icl.png).", default=""),
     Flag("batches", "integer", 8, "Validation batches of data.batch_size windows to evaluate."),
     Flag("pairs", "string", "", "mqar: numbers of pairs to evaluate, e.g. 1,2,4,8 (default "
          "powers of two up to the trained number)."),
 ]
 
 ATTENTION_FLAGS = [
-    Flag("run", "string", None, "Run directory (its latest checkpoint is used).", required=True),
-    Flag("step", "integer", None, "Checkpoint step (default: the latest)."),
+    vocab.RUN.flag("Its latest checkpoint is used.", required=True),
+    vocab.STEP.flag(),
     Flag("text", "string", "", "Text to look at (runs trained on text)."),
     Flag("task-example", "bool", False, "Look at one validation window of the run's task."),
     Flag("example", "integer", 0, "Which validation window (--task-example)."),
-    Flag("out", "string", "", "The PNG grid of maps, layers x heads (default "
-         "RUN/attention.png)."),
-    Flag("json", "string", "", "Head scores as JSON (default RUN/attention.json)."),
+    vocab.PLOT.flag("The grid of maps, layers x heads (default RUN/attention.png).", default="",
+                    old_names=("out",)),
+    vocab.JSON.flag("The head scores (default RUN/attention.json).", default=""),
 ]
 
 
@@ -110,7 +111,7 @@ def _print_result(result: dict) -> None:
 
 
 def attention_main(argv: list[str]) -> int:
-    """``attnlab attention --run=DIR (--task-example | --text=TEXT) [--out=PNG] [--json=FILE]``."""
+    """``attnlab attention --run=DIR (--task-example | --text=TEXT) [--plot=PNG] [--json=FILE]``."""
     _refuse_config(argv, "attention")
     values = parse(argv, ATTENTION_FLAGS, prog="attnlab attention", takes_config=False)
     run, text, example = values.run, values.text, values["task-example"].value
@@ -118,7 +119,7 @@ def attention_main(argv: list[str]) -> int:
         raise AttnlabError("give exactly one of --text=TEXT and --task-example")
     if values.example < 0:
         raise AttnlabError(f"--example must be >= 0, got {values.example}")
-    out_path = _output(values, "out", run, "attention.png")
+    out_path = _output(values, "plot", run, "attention.png")
     json_path = _output(values, "json", run, "attention.json")
     from attnlab.train.load import load_config
 

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from attnlab import cli_flags
+from attnlab import cli_vocab as vocab
 from attnlab.cli_flags import Flag
 from attnlab.errors import AttnlabError
 from attnlab.plots import scaling as scaling_plots
@@ -18,18 +19,17 @@ from attnlab.scaling.cli import INPUT_FLAGS, FitInputs
 from attnlab.scaling.errors import FitInputError
 
 PLOT_HELP = """\
-Draw the standard scaling-law figures (PNG or PDF, by the --out extension).
+Draw the standard scaling-law figures (PNG or PDF, by the --plot extension).
 
-    attnlab plot --results=sweeps/isoflop --kind=isoflop --out=isoflop.png"""
+    attnlab plot --sweep=sweeps/isoflop --kind=isoflop --plot=isoflop.png"""
 
 PLOT_FLAGS = INPUT_FLAGS + [
     Flag("kind", "enum", None, "; ".join(f"{f.name}: {f.help}" for f in FIGURES.values())
          + ".", enum_values=tuple(FIGURES), required=True),
-    Flag("out", "string", None, "Output file, .png or .pdf.", required=True),
-    Flag("bootstrap", "integer", None, "Bootstrap refits for the bands (default: " + ", ".join(
+    vocab.PLOT.flag("A .png or .pdf.", required=True, old_names=("out",)),
+    vocab.BOOTSTRAP.flag("For the bands (default: " + ", ".join(
         f"{f.bootstrap} for {f.name}" for f in FIGURES.values() if f.bootstrap) + ", else 0)."),
-    Flag("holdout", "string", None, "--kind=holdout: the runs to leave out (as attnlab fit "
-                                    "--holdout)."),
+    vocab.HOLDOUT.flag("For --kind=holdout."),
 ]
 
 
@@ -38,9 +38,9 @@ def plot_main(argv: list[str]) -> int:
         values = cli_flags.parse(argv, PLOT_FLAGS, prog="attnlab plot", takes_config=False,
                                  description=PLOT_HELP)
         inputs = FitInputs.from_flags(values)
-        kind, out = values["kind"].value, values["out"].value
+        kind, out = values["kind"].value, values["plot"].value
         if Path(out).suffix.lower() not in (".png", ".pdf"):
-            raise FitInputError(f"--out must end in .png or .pdf, not {out!r}")
+            raise FitInputError(f"--plot must end in .png or .pdf, not {out!r}")
         figure, holdout = FIGURES[kind](), values["holdout"].value
         n_bootstrap = values["bootstrap"].value
         if n_bootstrap is None:

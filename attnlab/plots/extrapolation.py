@@ -3,11 +3,12 @@
     plot_perplexity_ratio(table, "DIR/extrapolation_ratio")       # -> [.png, .pdf]
     plot_position_loss(curves, "DIR/extrapolation_positions")
 
-``table`` is the combined table of ``attnlab extrapolate --sweep`` (``DIR/extrapolation.csv``):
-one row per (run, protocol, length) with columns pos_encoding, seed, protocol, length,
-multiplier, status, perplexity, ppl_ratio. ``curves`` has one row per (run, position) with
-pos_encoding, seed, position, loss. Figures are drawn on ``matplotlib.figure.Figure`` objects
-(Agg canvas, no pyplot state), so plotting is safe in threads, servers and tests.
+``table`` is the combined table of ``attnlab extrapolate --config=FILE --sweep=DIR``
+(``DIR/extrapolation.csv``): one row per (run, protocol, length) with columns pos_encoding, seed,
+protocol, length, multiplier, status, perplexity, ppl_ratio. ``curves`` has one row per (run,
+position) with pos_encoding, seed, position, loss. Figures are drawn on
+``matplotlib.figure.Figure`` objects (Agg canvas, no pyplot state), so plotting is safe in
+threads, servers and tests.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Pictures of what a positional encoding does with positions (the data:
-:func:`attnlab.model.inspect.position_pictures`), drawn by ``attnlab model-info --plot-positions``."""
+:func:`attnlab.model.inspect.position_pictures`), drawn by ``attnlab model-info --plot``."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """``attnlab fit``: scaling-law fits of a sweep's results (the laws of ``registry.LAWS``), with
 intervals.
 
-    attnlab fit --results=sweeps/isoflop --law=chinchilla --approach=3 --bootstrap=1000 \
+    attnlab fit --sweep=sweeps/isoflop --law=chinchilla --approach=3 --bootstrap=1000 \
         --budget=1e18 --json=fit.json
 
 :data:`INPUT_FLAGS`, :class:`FitInputs` and :func:`run_fit` are shared with ``attnlab plot``
@@ -20,6 +20,7 @@ from pathlib import Path
 from absl import flags
 
 from attnlab import cli_flags, outputs
+from attnlab import cli_vocab as vocab
 from attnlab.cli_flags import Flag
 from attnlab.errors import AttnlabError
 from attnlab.scaling import hparams, parametric, registry
@@ -43,22 +44,22 @@ from attnlab.scaling.table import (ScalingTable, parse_columns, prepare_curves, 
 FIT_HELP = """\
 Fit scaling laws (--law, below) to a sweep's results, with intervals.
 
-    attnlab fit --results=sweeps/isoflop --law=chinchilla --approach=3 --bootstrap=1000 \\
+    attnlab fit --sweep=sweeps/isoflop --law=chinchilla --approach=3 --bootstrap=1000 \\
         --budget=1e18 --json=fit.json
-    attnlab fit --results=sweeps/isoflop --law=chinchilla --holdout=largest-budget
-    attnlab fit --results=sweeps/pe --law=chinchilla --approach=2 --by=model.pos_encoding
-    attnlab fit --results=runs/architectures --law=chinchilla --by=architecture \\
+    attnlab fit --sweep=sweeps/isoflop --law=chinchilla --holdout=largest-budget
+    attnlab fit --sweep=sweeps/pe --law=chinchilla --approach=2 --by=model.pos_encoding
+    attnlab fit --sweep=runs/architectures --law=chinchilla --by=architecture \\
         --multiplier-against=gpt --budget=1e15
-    attnlab fit --results=sweeps/moe --law=clark    # Clark et al. 2022: log L(N, E)
-    attnlab fit --results=runs.csv --law=data_constrained \
+    attnlab fit --sweep=sweeps/moe --law=clark    # Clark et al. 2022: log L(N, E)
+    attnlab fit --sweep=runs.csv --law=data_constrained \
         --fix=E=1.869,A=520.8,B=1487.7,alpha=0.3527,beta=0.3527   # Muennighoff et al. 2023
-    attnlab fit --results=runs.csv --law=overtrain --budget=1e21 --tokens-per-param=20,200"""
+    attnlab fit --sweep=runs.csv --law=overtrain --budget=1e21 --tokens-per-param=20,200"""
 
 # Where the table comes from and how to fit it: the flags of both `fit` and `plot`.
 INPUT_FLAGS = [
-    Flag("results", "string", None, "A sweep directory or a results .parquet/.csv with columns "
-                                    "params, tokens, loss (optional flops, budget); several, "
-                                    "comma-separated, are read as one table."),
+    vocab.SWEEP.flag("Or its results table: a .parquet/.csv with columns params, tokens, loss "
+                     "(optional flops, budget); several, comma-separated, are read as one "
+                     "table.", old_names=("results",)),
     Flag("curves", "string", None, "Learning curves for approach 1: a .parquet/.csv with run_id, "
                                    "step, tokens, params, loss (optional flops), a directory "
                                    "holding curves.parquet, or a sweep directory."),
@@ -70,8 +71,8 @@ INPUT_FLAGS = [
     Flag("form", "enum", "nd", "Kaplan law: L(N, D), L(N) or L(D).",
          enum_values=registry.variants("kaplan")),
     Flag("columns", "string", None, "Rename columns, e.g. 'params:Model Size,tokens:Tokens'."),
-    Flag("ci-level", "float", 0.95, "Coverage of the percentile intervals."),
-    Flag("seed", "integer", 0, "Bootstrap seed."),
+    vocab.CI_LEVEL.flag("They are percentile intervals.", default=0.95),
+    vocab.BOOTSTRAP_SEED.flag(default=0, old_names=("seed",)),
     Flag("grid", "string", None, "Approach 3 initialisation grid overrides, NAME:START:STOP:STEP "
                                  "for NAME in a, b, e, alpha, beta (default: Hoffmann et al.'s "
                                  "grid)."),
@@ -80,8 +81,8 @@ INPUT_FLAGS = [
          "parabola over the whole ladder (whole).", enum_values=PROFILES),
     Flag("window", "float", DEFAULT_WINDOW, "Approach 2, --profile=window: decades of N either "
                                             "side of each budget's best run."),
-    Flag("by", "string", None, "Fit each group of runs sharing a value of this results column "
-                               "(e.g. model.pos_encoding) and show the fits side by side."),
+    vocab.BY.flag("Each group is fitted and the fits shown side by side (e.g. "
+                  "model.pos_encoding)."),
     Flag("cluster", "string", None, "The bootstrap's unit of independence: rows sharing this "
          "column's value are resampled together (default: a ladder's 'trunk' column when the "
          "table has one; 'none': every row on its own)."),
@@ -90,7 +91,7 @@ INPUT_FLAGS = [
          "--law=data_constrained, --law=overtrain)."),
 ]
 FIT_FLAGS = INPUT_FLAGS + [
-    Flag("bootstrap", "integer", 200, "Bootstrap refits for the intervals (0: none)."),
+    vocab.BOOTSTRAP.flag("For the intervals.", default=200),
     Flag("budget", "string", None, "FLOP budget(s), comma-separated: print the compute-optimal "
                                    "N, D and loss there, with intervals."),
     Flag("train-longer", "string", None, "Token multipliers, comma-separated (e.g. 10,100): "
@@ -105,10 +106,8 @@ FIT_FLAGS = INPUT_FLAGS + [
     Flag("multiplier-against", "string", None, "With --by (approach 3): each group's effective "
          "compute multiplier against this group at each --budget (default: the largest run's "
          "compute), and the loss difference at the largest budget both ran, with intervals."),
-    Flag("json", "string", None, "Write the fit as JSON to this file."),
-    Flag("holdout", "string", None, "Fit without these runs and report how well the law "
-         "predicts their loss: largest-budget, budget:C[,C...], or flops>X / params>X / "
-         "tokens>X (>= too)."),
+    vocab.JSON.flag("The fit."),
+    vocab.HOLDOUT.flag("Reports how well the law predicts their loss."),
     Flag("floor", "float", None, "A known floor of the loss (e.g. a corpus's entropy rate): "
          "flag every predicted loss below it (--budget, --holdout)."),
     Flag("saturation", "string", None, "--law=clark: E_START,E_MAX of Clark et al.'s "
@@ -143,10 +142,10 @@ class FitInputs:
     @classmethod
     def from_flags(cls, values: flags.FlagValues) -> FitInputs:
         approach = values["approach"].value
-        return cls(results=values["results"].value, curves=values["curves"].value,
+        return cls(results=values["sweep"].value, curves=values["curves"].value,
                    law=values["law"].value, approach=int(approach) if approach else None,
                    form=values["form"].value, columns=values["columns"].value,
-                   ci_level=values["ci-level"].value, seed=values["seed"].value,
+                   ci_level=values["ci-level"].value, seed=values["bootstrap-seed"].value,
                    grid=values["grid"].value, profile=values["profile"].value,
                    window=values["window"].value, by=values["by"].value,
                    cluster=values["cluster"].value, fix=values["fix"].value)
@@ -180,14 +179,15 @@ def load_table(inputs: FitInputs, law: Law) -> ScalingTable:
     if law.needs_curves:
         source = inputs.curves or inputs.results
         if not source:
-            raise FitInputError("approach 1 needs --curves=FILE (or --results=SWEEP_DIR)")
+            raise FitInputError("approach 1 needs --curves=FILE (or --sweep=DIR)")
         runs = None
         if inputs.results and Path(inputs.results).exists() and inputs.curves:
             runs = read_table(inputs.results)
         return prepare_curves(read_curves(source), law=law, source=str(source),
                               columns=columns, runs=runs)
     if not inputs.results:
-        raise FitInputError("--results=FILE is required (a sweep directory or a .parquet/.csv)")
+        raise FitInputError("--sweep=DIR is required (a sweep directory or its results "
+                            ".parquet/.csv)")
     raw = read_table(inputs.results)
     table = prepare_points(raw, law=law, source=str(inputs.results), columns=columns,
                            cluster=inputs.cluster)
@@ -207,7 +207,8 @@ def run_fit(inputs: FitInputs, law: Law, n_bootstrap: int) -> tuple[ScalingTable
 def run_grouped(inputs: FitInputs, law: Law, n_bootstrap: int) -> GroupedFits:
     """One fit per value of ``inputs.by`` (``attnlab fit --by``)."""
     if not inputs.results:
-        raise FitInputError("--by needs --results=FILE (a sweep directory or a .parquet/.csv)")
+        raise FitInputError("--by needs --sweep=DIR (a sweep directory or its results "
+                            ".parquet/.csv)")
     curves = None
     if law.needs_curves:
         curves = read_curves(inputs.curves or inputs.results)
@@ -371,7 +372,8 @@ def _own_fit_main(values: flags.FlagValues, inputs: FitInputs, law: Law) -> int:
     """A law with its own fit and report (Clark et al.'s log L(N, E), the hyperparameter law)
     on a results table."""
     if not inputs.results:
-        raise FitInputError("--results=FILE is required (a sweep directory or a .parquet/.csv)")
+        raise FitInputError("--sweep=DIR is required (a sweep directory or its results "
+                            ".parquet/.csv)")
     source = str(inputs.results)
     options = law.options({name: values[name].value for name in law.own_flags})
     fit = law.fit(read_table(inputs.results), source=source,
@@ -449,14 +451,14 @@ COMPARE_HELP = """\
 Compare the arms of a sweep at matched points: each value of --by minus --baseline, mean over
 seeds, with Welch's t interval over seeds, per point and pooled.
 
-    attnlab compare --results=sweeps/wsd_cosine --by=schedule --baseline=cosine \\
+    attnlab compare --sweep=sweeps/wsd_cosine --by=schedule --baseline=cosine \\
         --pair=train.seed
-    attnlab compare --results=sweeps/pe --by=model.pos_encoding --baseline=rope \\
+    attnlab compare --sweep=sweeps/pe --by=model.pos_encoding --baseline=rope \\
         --match=params,tokens --json=compare.json"""
 
 COMPARE_FLAGS = [
-    Flag("results", "string", None, "A sweep directory or a results .parquet/.csv."),
-    Flag("by", "string", None, "The results column whose values are the arms."),
+    vocab.SWEEP.flag("Or its results table (.parquet/.csv).", old_names=("results",)),
+    vocab.BY.flag("Its values are the arms."),
     Flag("baseline", "string", None, "The arm the others are compared with."),
     Flag("match", "string", ",".join(DEFAULT_MATCH), "Columns that must be equal for two runs "
                                                      "to be compared (comma-separated)."),
@@ -464,8 +466,8 @@ COMPARE_FLAGS = [
     Flag("pair", "string", None, "Pair the runs of two arms by this column (e.g. train.seed: "
                                  "the same seed, the same initialisation and data order) and "
                                  "compare per-pair differences."),
-    Flag("ci-level", "float", 0.95, "Coverage of the intervals."),
-    Flag("json", "string", None, "Write the table as JSON to this file."),
+    vocab.CI_LEVEL.flag(default=0.95),
+    vocab.JSON.flag("The table."),
 ]
 
 
@@ -473,7 +475,7 @@ def compare_main(argv: list[str]) -> int:
     try:
         values = cli_flags.parse(argv, COMPARE_FLAGS, prog="attnlab compare", takes_config=False,
                                  description=COMPARE_HELP)
-        for name in ("results", "by", "baseline"):
+        for name in ("sweep", "by", "baseline"):
             if not values[name].value:
                 raise FitInputError(f"--{name} is required")
         level = values["ci-level"].value
@@ -483,7 +485,7 @@ def compare_main(argv: list[str]) -> int:
         if not match:
             raise FitInputError("--match: give at least one column")
         by, baseline, metric = (values[n].value for n in ("by", "baseline", "metric"))
-        frame = paired_differences(read_table(values["results"].value), by=by,
+        frame = paired_differences(read_table(values["sweep"].value), by=by,
                                    baseline=baseline, match=match, metric=metric,
                                    level=level, pair=values["pair"].value)
     except AttnlabError as error:

@@ -1,6 +1,6 @@
 """Studies in one command: ``attnlab quickstart`` runs a whole scaling study.
 
-    attnlab quickstart [--workdir=runs/quickstart] [--config=experiments/quickstart.py[:gpu]]
+    attnlab quickstart [--sweep=runs/quickstart] [--config=experiments/quickstart.py[:gpu]]
                        [--config.sweep.budgets='(1e11,3e11,1e12)'] [--bootstrap=200]
 
 1. runs the IsoFLOP sweep of the experiment file (``attnlab.sweep.run_sweep``: finished runs are
@@ -9,7 +9,7 @@
    approach 2 (IsoFLOP parabolas) when the sweep has budgets;
 3. prints the fitted parameters and the compute-optimal N, D and loss at 1x, 10x and 100x the
    largest run's compute, and writes the fits as JSON (the format of ``attnlab fit --json``);
-4. draws the standard figures (``attnlab.plots.scaling``) as PNGs into ``WORKDIR/plots/``.
+4. draws the standard figures (``attnlab.plots.scaling``) as PNGs into ``SWEEP/plots/``.
 
 A sweep of named variants (``sweep.variants``, e.g. experiments/architectures.py) is a comparison
 study instead: one approach-3 and one approach-2 fit per variant (``attnlab fit --by``, with

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from attnlab import cli_flags, rundir
-from attnlab.cli_flags import Flag
+from attnlab import cli_vocab as vocab
 from attnlab.study.common import (DEFAULT_EXPERIMENT, DEFAULT_WORKDIR, PLOTS_DIR,
                                   PREDICTION_MULTIPLIERS, StudyError, StudyResult, save_figures,
                                   write_fits)
@@ -21,20 +21,19 @@ if TYPE_CHECKING:  # the heavy imports (JAX, pandas) wait until the command runs
     from attnlab.sweep import SweepSpec
 
 FLAGS = [
-    Flag("workdir", "string", DEFAULT_WORKDIR, "Study directory: the sweep's runs, results table, "
-                                               "fits and plots (rerun to reuse finished runs)."),
-    Flag("bootstrap", "integer", 200, "Bootstrap refits for the intervals (0: none)."),
-    Flag("parallel", "integer", 1, "Runs at a time, each pinned to cpu_count/parallel cores."),
-    Flag("progress", "bool", True, "Show the sweep's progress bar and one line per run."),
-    Flag("allow-large", "bool", False, "Run even if a run's estimated memory exceeds the "
-                                        "machine's."),
-    Flag("allow-nonempty", "bool", False, "Use an existing --workdir that holds other files "
-                                           "(not a study)."),
+    vocab.CONFIG.flag("The experiment (default experiments/quickstart.py)."),
+    vocab.SWEEP.flag("The study's: the sweep's runs, results table, fits and plots (rerun to "
+                     "reuse finished runs).", default=DEFAULT_WORKDIR, old_names=("workdir",)),
+    vocab.BOOTSTRAP.flag("For the intervals.", default=200),
+    vocab.PARALLEL.flag(default=1),
+    vocab.PROGRESS.flag("The sweep's bar and one line per run.", default=True),
+    vocab.ALLOW_LARGE.flag(default=False),
+    vocab.ALLOW_NONEMPTY.flag(default=False),
 ]
 # Printed above the flags by --help.
 SUMMARY = ("attnlab quickstart: the sweep of experiments/quickstart.py (or of --config), "
            "Chinchilla\nfits with bootstrap intervals, compute-optimal predictions, PNG plots in "
-           "WORKDIR/plots/.\nRerun the same command to reuse the finished runs.\n\n")
+           "SWEEP/plots/.\nRerun the same command to reuse the finished runs.\n\n")
 
 
 def default_argv(argv: list[str]) -> list[str]:
@@ -226,12 +225,12 @@ def quickstart_main(argv: list[str]) -> int:
     from attnlab.sweep.spec import config_source
 
     values = cli_flags.parse(default_argv(argv), FLAGS, prog="attnlab quickstart",
-                             config_required=False, description=SUMMARY)
+                             description=SUMMARY)
     spec = spec_from_config_dict(values.config,
                                  source=config_source(values["config"].config_filename))
     if values["bootstrap"].value < 0:
         raise cli_flags.UsageError(f"--bootstrap must be >= 0, got {values['bootstrap'].value}")
-    workdir = values["workdir"].value
+    workdir = values["sweep"].value
     try:
         result = run_study(spec, workdir, n_bootstrap=values["bootstrap"].value,
                            parallel=values["parallel"].value, progress=values["progress"].value,

@@ -1,4 +1,4 @@
-"""``attnlab sweep --config=experiments/<name>.py --workdir=DIR [flags]``.
+"""``attnlab sweep --config=experiments/<name>.py --sweep=DIR [flags]``.
 
 Exit codes: 0 every planned run ended completed or diverged (a diverged run is a result of the
 study, e.g. a learning rate too high); 1 some run failed (see the results table's ``error``
@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 
 from attnlab import cli_flags
+from attnlab import cli_vocab as vocab
 from attnlab.cli_flags import Flag
 from attnlab.rundir import COMPLETED, DIVERGED, TABLE_FILE
 from attnlab.sweep.launchers import SweepInterrupted
@@ -19,11 +20,11 @@ from attnlab.sweep.stages import dry_run_stages, run_sweep
 from attnlab.sweep.spec import config_source, spec_from_config_dict
 
 FLAGS = [
-    Flag("workdir", "string", None, "Sweep directory (created if missing).", required=True),
-    Flag("launcher", "enum", "local", "Where runs execute: local worker processes or Ray.",
-         enum_values=("local", "ray")),
-    Flag("parallel", "integer", 1, "Local launcher: runs at a time, each pinned to "
-                                    "cpu_count/parallel cores."),
+    vocab.CONFIG.flag("The experiment (experiments/*.py).", required=True),
+    vocab.SWEEP.flag("The one to write (created if missing); rerunning resumes.", required=True,
+                     old_names=("workdir",)),
+    vocab.LAUNCHER.flag(default="local"),
+    vocab.PARALLEL.flag(default=1),
     Flag("dry-run", "bool", False, "Print the planned runs with estimated times; run nothing."),
     Flag("probe", "enum", "steps", "Dry run: time a few real train steps of the smallest and "
                                    "largest shape (steps), or skip the estimate (none).",
@@ -42,11 +43,9 @@ FLAGS = [
                                      "compiled program; off: every run alone.",
          enum_values=("auto", "off")),
     Flag("ensemble-max", "integer", 8, "Most runs in one ensemble (also capped by memory)."),
-    Flag("progress", "bool", True, "Show a progress bar and one line per finished run."),
-    Flag("allow-large", "bool", False, "Run even if a run's estimated memory exceeds the "
-                                        "machine's."),
-    Flag("allow-nonempty", "bool", False, "Use an existing --workdir that holds other files "
-                                           "(not a sweep)."),
+    vocab.PROGRESS.flag("A bar and one line per finished run.", default=True),
+    vocab.ALLOW_LARGE.flag(default=False),
+    vocab.ALLOW_NONEMPTY.flag(default=False),
 ]
 
 
@@ -54,7 +53,7 @@ def sweep_main(argv: list[str]) -> int:
     values = cli_flags.parse(argv, FLAGS, prog="attnlab sweep")
     spec = spec_from_config_dict(values.config,
                                  source=config_source(values["config"].config_filename))
-    workdir = values["workdir"].value
+    workdir = values["sweep"].value
     if values["ensemble-max"].value < 1:
         raise cli_flags.UsageError(f"--ensemble-max must be >= 1, got "
                                    f"{values['ensemble-max'].value}")

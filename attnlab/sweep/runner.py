@@ -51,29 +51,29 @@ def check_sweep_dir(workdir: Path, name: str, *, allow_nonempty: bool = False) -
     """Refuses, before anything is written, a directory this sweep must not write into.
 
     Raises SweepDirError naming the directory: a file; not writable; a training run's directory
-    (``attnlab train --workdir``); the directory of another sweep (``sweep.json`` names another
+    (``attnlab train --run``); the directory of another sweep (``sweep.json`` names another
     spec: its rows would be merged into this sweep's results table); in use by another sweep
     (its lock is held); a directory of someone else's files (unless ``allow_nonempty``).
     """
     try:
-        rundir.check_can_create_dir(workdir)
+        rundir.check_can_create_dir(workdir, "--sweep")
     except rundir.WorkdirError as e:
         raise SweepDirError(str(e)) from None
     if not workdir.exists():
         return
     if any((workdir / f).exists() for f in (rundir.CONFIG_FILE, rundir.SUMMARY_FILE,
                                             rundir.CHECKPOINT_DIR)):
-        raise SweepDirError(f"--workdir {workdir} holds a training run ({rundir.CONFIG_FILE}), "
-                            f"not a sweep: pass another --workdir")
+        raise SweepDirError(f"--sweep {workdir} holds a training run ({rundir.CONFIG_FILE}), "
+                            f"not a sweep: pass another --sweep")
     try:
-        rundir.check_not_foreign(workdir, rundir.SWEEP_DIR_NAMES, "sweep",
+        rundir.check_not_foreign(workdir, rundir.SWEEP_DIR_NAMES, "sweep", "--sweep",
                                  allow_nonempty=allow_nonempty)
     except rundir.WorkdirError as e:
         raise SweepDirError(str(e)) from None
     previous = rundir.read_json_or_none(workdir / rundir.SWEEP_FILE)
     if isinstance(previous, dict) and previous.get("name") not in (None, name):
-        raise SweepDirError(f"--workdir {workdir} holds sweep {previous['name']!r}, not "
-                            f"{name!r}: pass another --workdir (one sweep per directory)")
+        raise SweepDirError(f"--sweep {workdir} holds sweep {previous['name']!r}, not "
+                            f"{name!r}: pass another --sweep (one sweep per directory)")
     if (workdir / rundir.SWEEP_LOCK_FILE).exists():  # refused before the costlier checks
         with open(workdir / rundir.SWEEP_LOCK_FILE) as handle:
             _take_lock(handle, workdir)  # released as the file closes

@@ -58,7 +58,7 @@ def check_compatible(meta: dict, model: ModelConfig, expected_shapes: dict[str, 
     """Raises CheckpointError naming the first difference between a checkpoint and the model."""
     if meta.get("format") != FORMAT_VERSION or "param_shapes" not in meta:
         raise CheckpointError(f"{where} was not written by attnlab's trainer (no parameter "
-                              "record); move it away or use a fresh --workdir")
+                              "record); move it away or use a fresh --run")
     # A field the record lacks was added to ModelConfig after the checkpoint was written; its
     # default reproduces the old model (every new field's rule), so it compares as the default.
     saved_model = {**dataclasses.asdict(type(model)()), **meta.get("model", {})}
@@ -75,7 +75,7 @@ def check_compatible(meta: dict, model: ModelConfig, expected_shapes: dict[str, 
         raise CheckpointError(
             f"{where} is from an incompatible model: " + "; ".join(diffs[:4])
             + ("; ..." if len(diffs) > 4 else "")
-            + ". Use a fresh --workdir for this model, or the config the checkpoint was made with")
+            + ". Use a fresh --run for this model, or the config the checkpoint was made with")
 
 
 def with_shardings(abstract_tree, shardings):

@@ -10,31 +10,33 @@ import json
 import sys
 from pathlib import Path
 
+from attnlab import cli_vocab as vocab
 from attnlab.cli_flags import Flag, parse
 from attnlab.config import Config, check_warmup, from_config_dict
 from attnlab.errors import AttnlabError
 
 TRAIN_FLAGS = [
-    Flag("workdir", "string", None, "Run directory; rerunning with the same one resumes.",
-         required=True),
-    Flag("progress", "bool", True, "Progress bar on a terminal, plain lines otherwise."),
-    Flag("allow-large", "bool", False, "Train even if the estimated memory exceeds the "
-                                        "machine's."),
-    Flag("allow-nonempty", "bool", False, "Train in an existing directory that holds other "
-                                           "files (not a run)."),
+    vocab.CONFIG.flag("Optional with a --run that holds its config.json (to resume, or to "
+                      "fine-tune an imported run)."),
+    vocab.RUN.flag("The run to write; rerunning with the same one resumes.", required=True,
+                   old_names=("workdir",)),
+    vocab.PROGRESS.flag("A bar on a terminal, plain lines otherwise.", default=True),
+    vocab.ALLOW_LARGE.flag(default=False),
+    vocab.ALLOW_NONEMPTY.flag(default=False),
 ]
 MODEL_INFO_FLAGS = [
+    vocab.CONFIG.flag("Give it or --run."),
     Flag("forward", "bool", False, "Also build the model and print the loss of one forward "
          "pass over a validation batch (untrained weights)."),
-    Flag("run", "string", "", "A run directory instead of --config: its config, and its latest "
-         "checkpoint's weights for --plot-positions."),
-    Flag("plot-positions", "string", "", "Draw the positional encoding over data.seq_len "
-         "positions to this PNG: the similarity of the positions' vectors (sinusoidal, "
-         "learned), the q/k kernel against distance (RoPE), the score bias against distance "
-         "per head (ALiBi, T5)."),
+    vocab.RUN.flag("Instead of --config: its config, and its latest checkpoint's weights for "
+                   "--plot.", default=""),
+    vocab.PLOT.flag("Draws the positional encoding over data.seq_len positions (PNG): the "
+                    "similarity of the positions' vectors (sinusoidal, learned), the q/k kernel "
+                    "against distance (RoPE), the score bias against distance per head (ALiBi, "
+                    "T5).", default="", old_names=("plot-positions",)),
 ]
 GENERATE_FLAGS = [
-    Flag("run", "string", None, "Run directory (its latest checkpoint is used).", required=True),
+    vocab.RUN.flag("Its latest checkpoint is used.", required=True),
     Flag("prompt", "string", "", "Text to continue; for masked-objective runs (model.objective "
          "mlm / span) text with [MASK] where tokens are to be filled in. Give it or "
          "--prompts-file."),
@@ -43,13 +45,12 @@ GENERATE_FLAGS = [
          "per prompt."),
     Flag("max-new-tokens", "integer", 200, "Tokens to generate."),
     Flag("temperature", "float", 0.8, "Sampling temperature; 0 is greedy."),
-    Flag("seed", "integer", 0, "Sampling seed."),
-    Flag("step", "integer", None, "Checkpoint step (default: the latest)."),
-    Flag("allow-large", "bool", False, "Generate even if the estimated memory (KV cache) "
-                                        "exceeds the machine's."),
+    vocab.SEED.flag(default=0),
+    vocab.STEP.flag(),
+    vocab.ALLOW_LARGE.flag("The estimate counts the KV cache.", default=False),
 ]
-
-ENV_FLAGS = [Flag("json", "string", "", "Also write the report to this JSON file.")]
+PREPARE_FLAGS = [vocab.CONFIG.flag(required=True)]
+ENV_FLAGS = [vocab.JSON.flag("The report, also printed.", default="")]
 
 
 def _config(values) -> Config:
@@ -62,7 +63,7 @@ def _config(values) -> Config:
     return cfg
 
 
-def _run_config(workdir: str) -> Config:
+def _run_config(run: str) -> Config:
     """Without ``--config``: the config a run directory already holds (a run to resume, or one
     written by ``attnlab import-hf`` to fine-tune)."""
     from pathlib import Path
@@ -70,31 +71,31 @@ def _run_config(workdir: str) -> Config:
     from attnlab.rundir import CONFIG_FILE
     from attnlab.train.load import load_config
 
-    if not (Path(workdir) / CONFIG_FILE).is_file():
-        raise AttnlabError(f"--config is required: --workdir={workdir} holds no {CONFIG_FILE} "
+    if not (Path(run) / CONFIG_FILE).is_file():
+        raise AttnlabError(f"--config is required: --run={run} holds no {CONFIG_FILE} "
                            "to resume from")
-    return load_config(workdir)
+    return load_config(run)
 
 
 def train_main(argv: list[str]) -> int:
-    """``attnlab train --config=configs/x.py [--config.a.b=v ...] --workdir=DIR``, or
-    ``attnlab train --workdir=DIR`` for a run directory that already holds its config."""
+    """``attnlab train --config=configs/x.py [--config.a.b=v ...] --run=DIR``, or
+    ``attnlab train --run=DIR`` for a run directory that already holds its config."""
     from attnlab.interrupts import EXIT_INTERRUPTED
     from attnlab.train.loop import EXIT_COMPLETED, EXIT_DIVERGED, run
 
-    values = parse(argv, TRAIN_FLAGS, prog="attnlab train", config_required=False)
-    cfg = _config(values) if values.config is not None else _run_config(values.workdir)
+    values = parse(argv, TRAIN_FLAGS, prog="attnlab train")
+    cfg = _config(values) if values.config is not None else _run_config(values.run)
     try:
-        summary = run(cfg, values.workdir, progress=values.progress,
+        summary = run(cfg, values.run, progress=values.progress,
                       allow_large=values["allow-large"].value,
                       allow_nonempty=values["allow-nonempty"].value)
     except KeyboardInterrupt:
         sys.stderr.write(f"\ninterrupted; rerun the same command to resume from the latest "
-                         f"checkpoint in {values.workdir}\n")
+                         f"checkpoint in {values.run}\n")
         return EXIT_INTERRUPTED
     if summary["status"] == "diverged":
         sys.stderr.write(f"diverged at step {summary.get('diverged_at_step')}: non-finite loss or "
-                         f"gradient; see {values.workdir}/summary.json\n")
+                         f"gradient; see {values.run}/summary.json\n")
         return EXIT_DIVERGED
     tokens_per_s = summary.get("tokens_per_s")
     speed = f", {tokens_per_s:,.0f} tokens/s" if tokens_per_s else ""
@@ -104,7 +105,7 @@ def train_main(argv: list[str]) -> int:
     print(f"final validation loss: {summary['final_val_loss']:.4f} {unit} "
           f"(best {summary['best_val_loss']:.4f}) after {summary['step']} steps, "
           f"{summary['tokens']:,} tokens{speed}")
-    print(f"summary: {values.workdir}/summary.json")
+    print(f"summary: {values.run}/summary.json")
     return EXIT_COMPLETED
 
 
@@ -114,11 +115,11 @@ def _format_count(n: float) -> str:
 
 def model_info_main(argv: list[str]) -> int:
     """``attnlab model-info --config=configs/x.py [overrides] | --run=DIR [--forward]
-    [--plot-positions=PNG]``: counts from the config alone (nothing is compiled), optionally one
+    [--plot=PNG]``: counts from the config alone (nothing is compiled), optionally one
     forward pass on real data and the positional encoding's pictures."""
     from attnlab.model import flops_per_token, param_counts, resolve
 
-    values = parse(argv, MODEL_INFO_FLAGS, prog="attnlab model-info", config_required=False)
+    values = parse(argv, MODEL_INFO_FLAGS, prog="attnlab model-info")
     if values.run and values.config is not None:
         raise AttnlabError("give --config or --run, not both: --run uses the run's own config")
     if not values.run and values.config is None:
@@ -131,7 +132,7 @@ def model_info_main(argv: list[str]) -> int:
         cfg = _config(values)
     m, seq_len = cfg.model, cfg.data.seq_len
     arch = resolve(m)
-    plot_path = _positions_plot_path(cfg, arch, values["plot-positions"].value)
+    plot_path = _positions_plot_path(cfg, arch, values.plot)
     counts = param_counts(m)
     flops = flops_per_token(m, seq_len)
     tokens = cfg.total_steps * cfg.data.batch_size * seq_len
@@ -175,7 +176,7 @@ def model_info_main(argv: list[str]) -> int:
 
 
 def _positions_plot_path(cfg: Config, arch, path: str) -> Path | None:
-    """``--plot-positions``'s file, refused before anything is built when it cannot be
+    """``--plot``'s file, refused before anything is built when it cannot be
     written or the model (``arch``, the resolved ``cfg.model``) has nothing to draw."""
     from attnlab.model.inspect import has_position_pictures
 
@@ -183,12 +184,12 @@ def _positions_plot_path(cfg: Config, arch, path: str) -> Path | None:
         return None
     out = Path(path)
     if out.is_dir() or not out.parent.is_dir():
-        raise AttnlabError(f"--plot-positions={path}: not a file in an existing directory")
+        raise AttnlabError(f"--plot={path}: not a file in an existing directory")
     if arch.decoder is not None:
-        raise AttnlabError(f"--plot-positions: model.objective={cfg.model.objective} has two "
+        raise AttnlabError(f"--plot: model.objective={cfg.model.objective} has two "
                            "stacks; it draws a single stack's encoding")
     if not has_position_pictures(arch.stack.encoding):
-        raise AttnlabError(f"--plot-positions: model.pos_encoding={cfg.model.pos_encoding} adds "
+        raise AttnlabError(f"--plot: model.pos_encoding={cfg.model.pos_encoding} adds "
                            "nothing that depends on position; there is nothing to draw")
     return out
 
@@ -248,7 +249,7 @@ def generate_main(argv: list[str]) -> int:
     if any(a.startswith("--config") for a in argv):
         raise AttnlabError("generate uses the run's own config (its config.json): --config and "
                            "--config.* overrides would not be applied, so they are refused")
-    values = parse(argv, GENERATE_FLAGS, prog="attnlab generate", config_required=False)
+    values = parse(argv, GENERATE_FLAGS, prog="attnlab generate", takes_config=False)
     if bool(values.prompt) == bool(values["prompts-file"].value):
         raise AttnlabError("give exactly one of --prompt and --prompts-file")
     texts = None
@@ -367,7 +368,7 @@ def prepare_main(argv: list[str]) -> int:
     ``attnlab train`` would, and prints its token counts."""
     from attnlab.data import prepare
 
-    values = parse(argv, prog="attnlab prepare", description=prepare_main.__doc__)
+    values = parse(argv, PREPARE_FLAGS, prog="attnlab prepare", description=prepare_main.__doc__)
     corpus = prepare(_config(values).data)
     print(repr(corpus))
     return 0

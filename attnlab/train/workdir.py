@@ -42,17 +42,17 @@ def check_workdir(workdir: Path, cfg: Config, *, allow_nonempty: bool = False) -
         directory, holds someone else's files and no run (unless ``allow_nonempty``), holds a
         run with another config, or holds checkpoints without a config. Nothing is written.
     """
-    check_can_create_dir(workdir)
+    check_can_create_dir(workdir, "--run")
     if (workdir / SWEEP_FILE).exists() or (workdir / RUNS_DIR).is_dir():
-        raise WorkdirError(f"--workdir {workdir} is a sweep directory ({SWEEP_FILE}, {RUNS_DIR}/), "
-                           f"not a training run: pass another --workdir")
-    check_not_foreign(workdir, RUN_DIR_NAMES, "run", allow_nonempty=allow_nonempty)
+        raise WorkdirError(f"--run {workdir} is a sweep directory ({SWEEP_FILE}, {RUNS_DIR}/), "
+                           f"not a training run: pass another --run")
+    check_not_foreign(workdir, RUN_DIR_NAMES, "run", "--run", allow_nonempty=allow_nonempty)
     config_path = workdir / CONFIG_FILE
     if not config_path.exists():
         if (workdir / CHECKPOINT_DIR).exists():
             raise WorkdirError(
                 f"{workdir} holds checkpoints/ but no {CONFIG_FILE}, so it cannot be resumed "
-                "safely; use a fresh --workdir (or delete the directory to start over)")
+                "safely; use a fresh --run (or delete the directory to start over)")
         return None
     saved = read_json(config_path)
     diffs = config_differences(saved, cfg.to_dict())
@@ -61,6 +61,6 @@ def check_workdir(workdir: Path, cfg: Config, *, allow_nonempty: bool = False) -
         raise WorkdirError(
             f"{workdir} holds a run with a different config ({shown}). To resume it, rerun "
             f"with the config it was started with (its values are in {config_path}); to start "
-            f"fresh, pass another --workdir")
+            f"fresh, pass another --run")
     summary_path = workdir / SUMMARY_FILE
     return read_json(summary_path) if summary_path.exists() else None

@@ -72,11 +72,11 @@ def setup(bad: Path) -> dict[str, Path]:
             ("mqar", str(REPO / "configs" / "mqar.py"), []))
     for key, config, extra in runs:  # a rerun of the script keeps what it finished
         if not (p[key] / "summary.json").exists():
-            done = attnlab("train", f"--config={config}", f"--workdir={p[key]}", *steps, *extra)
+            done = attnlab("train", f"--config={config}", f"--run={p[key]}", *steps, *extra)
             assert done.returncode == 0, done.stderr[-2000:]
     if not (p["qs"] / "fit.json").exists():
         done = attnlab("quickstart", f"--config={REPO / 'experiments' / 'tiny_isoflop.py'}",
-                       f"--workdir={p['qs']}", "--bootstrap=0", "--noprogress")
+                       f"--sweep={p['qs']}", "--bootstrap=0", "--noprogress")
         assert done.returncode == 0, done.stderr[-2000:]
     (bad / "csv").mkdir(exist_ok=True)
     shutil.copy(p["qs"] / "results.csv", bad / "csv" / "good.csv")
@@ -91,30 +91,30 @@ def setup(bad: Path) -> dict[str, Path]:
 def cases(p: dict, bad: Path) -> list[tuple[str, list[str], list[Path], bool]]:
     """(id, argv, files that must stay as they are, needs root)."""
     good, t1, qs, w = bad / "csv" / "good.csv", p["t1"], p["qs"], p["w"]
-    fit = ["fit", f"--results={good}", "--law=kaplan", "--bootstrap=0"]
+    fit = ["fit", f"--sweep={good}", "--law=kaplan", "--bootstrap=0"]
     ckpt = next(t1.glob("checkpoints/*/_CHECKPOINT_METADATA"))
     zero, ro = p["zero"], p["ro"] / "t1"
     cc = ["coord-check", f"--config={TINY}", "--steps=2", "--widths=32,64"]
     return [
         ("R_DL12 fit --json onto a run's config", [*fit, f"--json={t1}/config.json"], [t1], 0),
-        ("R_DL11b fit --json onto results.csv", ["fit", f"--results={qs}", "--bootstrap=0",
+        ("R_DL11b fit --json onto results.csv", ["fit", f"--sweep={qs}", "--bootstrap=0",
                                                  f"--json={qs}/results.csv"], [qs], 0),
         ("R_DL12c fit --json onto summary.json", [*fit, f"--json={t1}/summary.json"], [t1], 0),
         ("R_DL12d fit --json onto metrics.jsonl", [*fit, f"--json={t1}/metrics.jsonl"], [t1], 0),
         ("R_DL12g fit --json onto sweep.json", [*fit, f"--json={qs}/sweep.json"], [qs], 0),
         ("R_DL12h fit --json onto checkpoint metadata", [*fit, f"--json={ckpt}"], [t1], 0),
         ("R_DL12e2 compare --json onto a run's config",
-         ["compare", f"--results={qs}", "--by=train.seed", "--baseline=0",
+         ["compare", f"--sweep={qs}", "--by=train.seed", "--baseline=0",
           f"--json={t1}/config.json"], [t1], 0),
         ("R_GM05 mlm generate with sampling flags",
          ["generate", f"--run={p['mlm']}", "--prompt=a[MASK]b", "--temperature=0.8",
           "--max-new-tokens=50"], [p["mlm"]], 0),
         ("R_HG01 --allow-large d_model 1e6",
          ["train", f"--config={TINY}", "--noprogress", "--config.model.d_model=1000000",
-          "--allow-large", f"--workdir={w}/hg01"], [], 0),
+          "--allow-large", f"--run={w}/hg01"], [], 0),
         ("R_HG08 dry run of a 1e11-parameter shape",
          ["sweep", f"--config={REPO / 'experiments' / 'tiny_grid.py'}",
-          "--config.sweep.shapes=((65536, 2, 2, 1e-2),)", f"--workdir={w}/hg08", "--dry-run",
+          "--config.sweep.shapes=((65536, 2, 2, 1e-2),)", f"--sweep={w}/hg08", "--dry-run",
           "--probe=none"], [], 0),
         ("N_CC10 coord-check huge widths",
          ["coord-check", f"--config={TINY}", "--steps=2", "--widths=1000000,2000000"], [], 0),
@@ -127,28 +127,28 @@ def cases(p: dict, bad: Path) -> list[tuple[str, list[str], list[Path], bool]]:
          ["icl", f"--run={p['mqar']}", f"--json={w}/icl29.json", f"--plot={t1}/config.json"],
          [t1, p["mqar"]], 0),
         ("N_ATT01 attention --json onto a run's config",
-         ["attention", f"--run={p['mqar']}", "--task-example", f"--out={w}/att01.png",
+         ["attention", f"--run={p['mqar']}", "--task-example", f"--plot={w}/att01.png",
           f"--json={t1}/config.json"], [t1], 0),
-        ("N_ATT02 attention --out=<config.json>",
-         ["attention", f"--run={p['mqar']}", "--task-example", f"--out={t1}/config.json",
+        ("N_ATT02 attention --plot=<config.json>",
+         ["attention", f"--run={p['mqar']}", "--task-example", f"--plot={t1}/config.json",
           f"--json={w}/att02.json"], [t1], 0),
-        ("N_IH14 import-hf --workdir=/proc/x",
-         ["import-hf", f"--from={p['hf']}", "--workdir=/proc/rel_imp"], [], 0),
+        ("N_IH14 import-hf --run=/proc/x",
+         ["import-hf", f"--from={p['hf']}", "--run=/proc/rel_imp"], [], 0),
         ("N_EH06 export-hf --to=/proc/x",
          ["export-hf", f"--run={p['llama']}", "--to=/proc/rel_hf"], [p["llama"]], 0),
         ("N_LD05 ladder with a 1-token branch (dry run)",
          ["sweep", f"--config={REPO / 'experiments' / 'tiny_ladder.py'}", "--dry-run",
-          "--probe=none", "--config.sweep.branches.tokens=(1,)", f"--workdir={w}/ld05"], [], 0),
+          "--probe=none", "--config.sweep.branches.tokens=(1,)", f"--sweep={w}/ld05"], [], 0),
         ("R_FD04 fit --json on a full disk", [*fit, f"--json={zero}/fit.json"], [], 1),
-        ("R_FD05 plot on a full disk", ["plot", f"--results={good}", "--kind=loss-vs-compute",
-                                        f"--out={zero}/p.png"], [], 1),
+        ("R_FD05 plot on a full disk", ["plot", f"--sweep={good}", "--kind=loss-vs-compute",
+                                        f"--plot={zero}/p.png"], [], 1),
         ("R_FD05e re-plot onto an existing figure, full disk",
-         ["plot", f"--results={good}", "--kind=loss-vs-compute", f"--out={zero}/old_plot.png",
+         ["plot", f"--sweep={good}", "--kind=loss-vs-compute", f"--plot={zero}/old_plot.png",
           "--overwrite"], [zero / "old_plot.png"], 1),
         ("R_FD05b export-hf onto a full disk",
          ["export-hf", f"--run={p['llama']}", f"--to={zero}/hf"], [p["llama"]], 1),
         ("R_FD05c import-hf onto a full disk",
-         ["import-hf", f"--from={p['hf']}", f"--workdir={zero}/imp"], [], 1),
+         ["import-hf", f"--from={p['hf']}", f"--run={zero}/imp"], [], 1),
         ("R_RO06 extrapolate a read-only run", ["extrapolate", f"--run={ro}", "--force"],
          [ro], 1),
     ]

@@ -70,14 +70,14 @@ def main() -> None:
     out = Path(parser.parse_args().out)
     out.mkdir(parents=True, exist_ok=True)
     paths = tables(out)
-    fit("data_constrained_frozen", [f"--results={paths['data_constrained']}",
+    fit("data_constrained_frozen", [f"--sweep={paths['data_constrained']}",
                                     "--law=data_constrained", f"--fix={FROZEN}",
                                     "--bootstrap=200"], out)
-    fit("data_constrained_joint", [f"--results={paths['data_constrained']}",
+    fit("data_constrained_joint", [f"--sweep={paths['data_constrained']}",
                                    "--law=data_constrained", "--bootstrap=100"], out)
-    fit("overtrain_holdout", [f"--results={paths['overtrain_small']}", "--law=overtrain",
+    fit("overtrain_holdout", [f"--sweep={paths['overtrain_small']}", "--law=overtrain",
                               "--bootstrap=200", "--holdout=flops>=2e18"], out)
-    fit("overtrain_ratios", [f"--results={paths['overtrain']}", "--law=overtrain",
+    fit("overtrain_ratios", [f"--sweep={paths['overtrain']}", "--law=overtrain",
                              "--bootstrap=200", "--budget=1e21",
                              "--tokens-per-param=20,200,2000"], out)
 

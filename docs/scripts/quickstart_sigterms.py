@@ -38,7 +38,7 @@ EXPERIMENT = REPO / "experiments" / "tiny_isoflop.py"
 def quickstart(workdir: Path, log: Path) -> subprocess.Popen:
     """The command in its own process group, as a shell starts a job."""
     argv = [sys.executable, "-m", "attnlab.cli", "quickstart", f"--config={EXPERIMENT}",
-            f"--workdir={workdir}", "--bootstrap=0", "--noprogress"]
+            f"--sweep={workdir}", "--bootstrap=0", "--noprogress"]
     return subprocess.Popen(argv, stdout=log.open("w"), stderr=subprocess.STDOUT,
                             start_new_session=True)
 
