@@ -16,6 +16,15 @@ os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(ROOT / ".jax_cache"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.1")
 
 
+def pytest_collection_modifyitems(config, items):
+    """The tests tests/lanes.py moves out of the default lane run in the slow one."""
+    from lanes import moved
+
+    for item in items:
+        if moved(item.nodeid):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(autouse=True)
 def _run_from_repo_root(monkeypatch):
     monkeypatch.chdir(ROOT)
