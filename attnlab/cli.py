@@ -30,8 +30,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
                 "build a config's corpus into the cache (as the first train does)"),
     "generate": ("attnlab.train.cli", "generate_main", "sample text from a trained run"),
     "sweep": ("attnlab.sweep.cli", "sweep_main",
-              "run a grid / isoflop / curves / ladder sweep (and its tuning stage)"),
-    "fit": ("attnlab.scaling.cli", "fit_main", "fit Kaplan, Chinchilla or Clark scaling laws"),
+              "run a sweep of any registered mode (and its tuning stage)"),
+    "fit": ("attnlab.scaling.cli", "fit_main", "fit a registered scaling law to a results table"),
     "compare": ("attnlab.scaling.cli", "compare_main",
                 "compare a sweep's arms at matched points, with intervals over seeds"),
     "plot": ("attnlab.plots.cli", "plot_main", "draw the standard scaling plots"),
@@ -46,7 +46,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "export-hf": ("attnlab.hf.cli", "export_main",
                   "write a run's checkpoint as a Hugging Face checkpoint directory"),
     "icl": ("attnlab.icl.cli", "icl_main",
-            "evaluate a run on its in-context learning task (induction, mqar)"),
+            "evaluate a run on its in-context learning task"),
     "attention": ("attnlab.icl.cli", "attention_main",
                   "draw every head's attention map and score its induction pattern"),
 }
@@ -76,6 +76,8 @@ OUTPUT_FLAGS: dict[str, dict[str, bool]] = {
 OVERWRITE_HELP = ("  --overwrite  replace an existing output file that this command did not "
                   "write (a run's or sweep's own files never are)\n")
 
+# The lines name no variants (modes, laws, tasks): each command's --help lists them from its
+# registry, so this stays cheap to import and cannot go stale.
 USAGE = "usage: attnlab <command> [flags]\n\ncommands:\n" + "\n".join(
     f"  {name:<12} {help_}" for name, (_, _, help_) in COMMANDS.items()
 ) + "\n\n`attnlab <command> --help` shows a command's flags.\n"
