@@ -11,7 +11,7 @@ import pytest
 
 from attnlab.checks import check
 from attnlab.config import Config, DataConfig, ModelConfig
-from attnlab.data import icl, prepare, sources
+from attnlab.data import icl, icl_regression, prepare, sources
 from attnlab.errors import ConfigError
 
 
@@ -162,12 +162,12 @@ def test_task_vocab_must_fit_the_model_and_frees_the_byte_rule():
 
 
 def test_regression_prompts_are_deterministic_and_interleaved():
-    task = icl.RegressionTask(dim=3, examples=5)
+    task = icl_regression.RegressionTask(dim=3, examples=5)
     xs, ys = task.batch(seed=1, split="train", i=4, rows=2)
     xs2, ys2 = task.batch(seed=1, split="train", i=4, rows=2)
     np.testing.assert_array_equal(xs, xs2)
     np.testing.assert_array_equal(ys, ys2)
-    prompt = icl.interleave(xs, ys)
+    prompt = icl_regression.interleave(xs, ys)
     assert prompt.shape == (2, 10, 3)
     np.testing.assert_array_equal(prompt[:, 0::2], xs)
     np.testing.assert_array_equal(prompt[:, 1::2, 0], ys)
@@ -180,9 +180,9 @@ def test_regression_prompts_are_deterministic_and_interleaved():
 @pytest.mark.parametrize("noise", [0.0, 0.5])
 def test_baselines_match_their_closed_form_expected_errors(noise):
     dim, k = 4, 10
-    xs, ys = icl.RegressionTask(dim, k, noise).batch(seed=0, split="test", i=0, rows=4000)
-    errors = icl.regression_baselines(xs, ys, noise)
-    expected = icl.expected_errors(np.arange(k), dim, noise)
+    xs, ys = icl_regression.RegressionTask(dim, k, noise).batch(seed=0, split="test", i=0, rows=4000)
+    errors = icl_regression.regression_baselines(xs, ys, noise)
+    expected = icl_regression.expected_errors(np.arange(k), dim, noise)
     for name in ("one_step_gd", "averaging", "least_squares"):
         got, want = errors[name], expected[name]
         # Noisy least squares has a heavy-tailed error near k = d (infinite variance): skip it.
@@ -197,12 +197,12 @@ def test_baselines_match_their_closed_form_expected_errors(noise):
 
 def test_gd_step_size_minimises_the_sampled_error():
     dim, k = 3, 6
-    xs, ys = icl.RegressionTask(dim, k + 1).batch(seed=2, split="test", i=0, rows=20000)
+    xs, ys = icl_regression.RegressionTask(dim, k + 1).batch(seed=2, split="test", i=0, rows=20000)
     x, y, xq, yq = xs[:, :k], ys[:, :k], xs[:, k], ys[:, k]
     g = np.einsum("bkd,bk->bd", x, y)
     etas = np.linspace(0.02, 0.25, 47)
     err = [((np.einsum("bd,bd->b", xq, eta * g) - yq) ** 2).mean() for eta in etas]
-    assert etas[int(np.argmin(err))] == pytest.approx(icl.gd_step_size(k, dim, 0.0), abs=0.015)
+    assert etas[int(np.argmin(err))] == pytest.approx(icl_regression.gd_step_size(k, dim, 0.0), abs=0.015)
 
 
 def test_a_task_run_resumed_from_a_checkpoint_ends_where_an_uninterrupted_one_does(tmp_path,

@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 from attnlab.config import (DTYPES, TOKENIZERS, Config, DataConfig, ModelConfig, TrainConfig,
                             check_warmup, from_config_dict)
 from attnlab.checks import check
-from attnlab.data import icl, sources
+from attnlab.data import icl_regression, sources
 from attnlab.errors import ConfigError
 from attnlab.schedules import SCHEDULES
 from attnlab.model import apply, decode_step, init_model, init_state, resolve
@@ -250,7 +250,7 @@ def _tokens(cfg: Config) -> np.ndarray:
     """Windows ``[batch, seq_len + 1]`` of ids below every limit: the byte tokenizer's and the
     [MASK] id (the model's last); regression prompts ``[batch, seq_len, icl_dim + 1]``."""
     if resolve(cfg.model).objective.reads_vectors:
-        return icl.regression_task(cfg.data).window(0, "train", 0, cfg.data.batch_size)
+        return icl_regression.regression_task(cfg.data).window(0, "train", 0, cfg.data.batch_size)
     high = min(256, cfg.model.vocab_size - 1)
     return np.random.default_rng(0).integers(
         0, high, (cfg.data.batch_size, cfg.data.seq_len + 1)).astype(np.int32)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from attnlab.config import DataConfig, ModelConfig, TrainConfig, Config
-from attnlab.data import icl, prepare, sources
+from attnlab.data import icl_regression, prepare, sources
 from attnlab.data.icl_functions import FUNCTIONS, ReluNet, SparseLinear
 from attnlab.errors import ConfigError
 
@@ -22,7 +22,7 @@ def _data(**fields) -> DataConfig:
 def test_linear_prompts_are_drawn_as_the_first_release_drew_them():
     # w, then x, then the noise, from the stream (seed, split, batch index): runs made before the
     # function classes existed see the same batches when resumed.
-    xs, ys = icl.RegressionTask(dim=3, examples=5, noise=0.5).batch(7, "train", 4, rows=6)
+    xs, ys = icl_regression.RegressionTask(dim=3, examples=5, noise=0.5).batch(7, "train", 4, rows=6)
     rng = np.random.default_rng([7, 0, 4])
     w = rng.standard_normal((6, 3))
     want_x = rng.standard_normal((6, 5, 3))
@@ -33,7 +33,7 @@ def test_linear_prompts_are_drawn_as_the_first_release_drew_them():
 
 
 def test_sparse_weights_have_s_nonzeros_and_unit_second_moment():
-    task = icl.RegressionTask(dim=6, examples=4, function=SparseLinear(sparsity=2))
+    task = icl_regression.RegressionTask(dim=6, examples=4, function=SparseLinear(sparsity=2))
     xs, ys, w = task.batch_functions(0, "test", 0, rows=20000)
     assert ((w != 0).sum(axis=1) == 2).all()
     np.testing.assert_allclose(ys, np.einsum("bkd,bd->bk", xs, w), rtol=1e-12)
@@ -45,7 +45,7 @@ def test_sparse_weights_have_s_nonzeros_and_unit_second_moment():
 
 
 def test_relu_networks_match_a_float64_loop_and_have_e_y2_d():
-    task = icl.RegressionTask(dim=3, examples=5, function=ReluNet(hidden=7))
+    task = icl_regression.RegressionTask(dim=3, examples=5, function=ReluNet(hidden=7))
     xs, ys, (w, a) = task.batch_functions(1, "train", 2, rows=4)
     assert w.shape == (4, 7, 3) and a.shape == (4, 7)
     for b in range(4):
@@ -53,7 +53,7 @@ def test_relu_networks_match_a_float64_loop_and_have_e_y2_d():
             units = [max(0.0, float(np.dot(w[b, i], xs[b, n]))) for i in range(7)]
             assert ys[b, n] == pytest.approx(sum(a[b, i] * units[i] for i in range(7)),
                                              rel=1e-12, abs=1e-12)
-    wide = icl.RegressionTask(dim=4, examples=8, function=ReluNet(hidden=100))
+    wide = icl_regression.RegressionTask(dim=4, examples=8, function=ReluNet(hidden=100))
     _, ys, _ = wide.batch_functions(0, "test", 0, rows=4000)
     assert (ys**2).mean() / 4 == pytest.approx(1.0, rel=0.08)
 
@@ -61,17 +61,17 @@ def test_relu_networks_match_a_float64_loop_and_have_e_y2_d():
 def test_the_support_oracle_is_exact_from_s_examples_and_linear_closed_forms_still_hold():
     dim, s, k = 5, 2, 9
     function = SparseLinear(sparsity=s)
-    xs, ys, w = icl.RegressionTask(dim, k, function=function).batch_functions(0, "test", 0, 3000)
-    errors = icl.regression_baselines(xs, ys, 0.0, function=function, functions=w)
+    xs, ys, w = icl_regression.RegressionTask(dim, k, function=function).batch_functions(0, "test", 0, 3000)
+    errors = icl_regression.regression_baselines(xs, ys, 0.0, function=function, functions=w)
     assert errors["support_oracle"][0] == pytest.approx(1.0, rel=0.1)  # predicts 0: E[y^2] / d
     assert (errors["support_oracle"][s:] < 1e-20).all()
     assert (errors["support_oracle"][1:s] > 0.1).all()
-    expected = icl.expected_errors(np.arange(k), dim, 0.0)
+    expected = icl_regression.expected_errors(np.arange(k), dim, 0.0)
     for name in ("least_squares", "one_step_gd", "averaging"):
         np.testing.assert_allclose(errors[name], expected[name], rtol=0.12, atol=0.02,
                                    err_msg=name)
     # The plain baselines take no functions: the linear class adds nothing.
-    assert set(icl.regression_baselines(xs, ys, 0.0)) == {
+    assert set(icl_regression.regression_baselines(xs, ys, 0.0)) == {
         "least_squares", "ridge", "nearest_neighbours", "averaging", "one_step_gd"}
 
 
@@ -98,9 +98,9 @@ def test_bad_function_settings_are_refused_naming_the_field(fields, field):
 
 def test_a_class_built_directly_checks_its_parameter_too():
     with pytest.raises(ConfigError, match="^config.data.icl_hidden"):
-        icl.RegressionTask(dim=4, examples=8, function=ReluNet(hidden=0)).validate()
+        icl_regression.RegressionTask(dim=4, examples=8, function=ReluNet(hidden=0)).validate()
     with pytest.raises(ConfigError, match="^config.data.icl_sparsity"):
-        icl.RegressionTask(dim=4, examples=8, function=SparseLinear(sparsity=0)).validate()
+        icl_regression.RegressionTask(dim=4, examples=8, function=SparseLinear(sparsity=0)).validate()
 
 
 def test_a_function_class_is_refused_where_nothing_reads_it():
@@ -129,7 +129,7 @@ def test_icl_scores_a_run_of_each_class_with_its_baselines_and_claim(tmp_path, f
     assert set(result["matches"]) == {claim}
     task = prepare(data).task
     xs, ys, functions = task.batch_functions(0, "test", 0, 8)  # --batches x batch_size
-    want = icl.regression_baselines(xs, ys, 0.0, function=task.function, functions=functions)
+    want = icl_regression.regression_baselines(xs, ys, 0.0, function=task.function, functions=functions)
     assert set(result["baselines"]) == set(want)
     for name, curve in want.items():
         np.testing.assert_allclose(result["baselines"][name], curve, rtol=1e-12)

@@ -12,7 +12,7 @@ from flax import nnx
 from attnlab import model as lm
 from attnlab.checks import check
 from attnlab.config import Config, DataConfig, ModelConfig, TrainConfig
-from attnlab.data import icl, prepare
+from attnlab.data import icl_regression, prepare
 from attnlab.errors import ConfigError
 from test_data_icl import assert_crash_resume_ends_as_uninterrupted
 
@@ -51,8 +51,8 @@ def test_batch_i_is_a_pure_function_of_seed_and_index_and_holds_prompts_and_weig
     np.testing.assert_array_equal(window[:, 0::2, 3], 1.0)  # every x_j scored
     np.testing.assert_array_equal(window[:, 1::2, 3], 0.0)  # never a y position
     _labels_are_linear(window, 3)
-    xs, ys = icl.RegressionTask(3, 5).batch(3, "train", 7, 6)
-    np.testing.assert_allclose(window[..., :3], icl.interleave(xs, ys), rtol=1e-6, atol=1e-6)
+    xs, ys = icl_regression.RegressionTask(3, 5).batch(3, "train", 7, 6)
+    np.testing.assert_allclose(window[..., :3], icl_regression.interleave(xs, ys), rtol=1e-6, atol=1e-6)
     val = corpus.validation_set(10, 6, 2)
     assert val.shape == (2, 6, 10, 4)
     np.testing.assert_array_equal(val, prepare(_data(icl_curriculum_every=1, icl_dim_start=1,
@@ -63,10 +63,10 @@ def test_batch_i_is_a_pure_function_of_seed_and_index_and_holds_prompts_and_weig
 def test_the_curriculum_grows_dimensions_and_scored_examples_then_is_the_full_task():
     """Garg et al.: d_s = min(d, d_0 + s) live coordinates, k_s = min(k, k_0 + 2 s) scored
     examples at stage s = i // every."""
-    task = icl.regression_task(_data(icl_dim=6, icl_examples=8, seq_len=16,
+    task = icl_regression.regression_task(_data(icl_dim=6, icl_examples=8, seq_len=16,
                                      icl_curriculum_every=3, icl_dim_start=2,
                                      icl_examples_start=3))
-    full = icl.RegressionTask(6, 8)
+    full = icl_regression.RegressionTask(6, 8)
     for i in (0, 2, 3, 7, 11, 12, 40):
         s = i // 3
         dims, examples = min(6, 2 + s), min(8, 3 + 2 * s)
@@ -84,7 +84,7 @@ def test_the_squared_error_objective_sums_the_weighted_x_positions_in_float64():
     against a float64 forward in tests/test_model_icl.py), over the curriculum's scored x_j."""
     cfg = _model()
     graphdef, state = lm.init_model(cfg, seed=1)
-    window = icl.regression_task(_data(icl_curriculum_every=1, icl_examples_start=3)
+    window = icl_regression.regression_task(_data(icl_curriculum_every=1, icl_examples_start=3)
                                  ).window(0, "train", 0, 4)  # 3 of 5 examples scored
     model = nnx.merge(graphdef, state)
     scores = model.arch.objective.scores(model, jnp.asarray(window), key=None)
@@ -148,14 +148,14 @@ def test_icl_scores_a_regression_run_against_every_baseline_on_the_same_prompts(
     assert (tmp_path / "run" / "icl.png").stat().st_size > 0
     assert result["task"] == "regression" and result["k"] == list(range(6))
     rows = 3 * 4  # --batches x data.batch_size test prompts
-    xs, ys = icl.RegressionTask(3, 6).batch(0, "test", 0, rows)
-    baselines = icl.regression_baselines(xs, ys, 0.0)
+    xs, ys = icl_regression.RegressionTask(3, 6).batch(0, "test", 0, rows)
+    baselines = icl_regression.regression_baselines(xs, ys, 0.0)
     assert set(result["baselines"]) == {"least_squares", "ridge", "nearest_neighbours",
                                         "averaging", "one_step_gd"}
     for name, curve in baselines.items():
         np.testing.assert_allclose(result["baselines"][name], curve, rtol=1e-12)
     _, graphdef, params = load_params(tmp_path / "run")
-    prompts = jnp.asarray(icl.interleave(xs, ys), jnp.float32)
+    prompts = jnp.asarray(icl_regression.interleave(xs, ys), jnp.float32)
     yhat = np.asarray(lm.apply(graphdef, params, prompts), np.float64)[:, 0::2]
     np.testing.assert_allclose(result["error"], ((yhat - ys) ** 2).mean(axis=0) / 3, rtol=1e-5)
     np.testing.assert_allclose(result["gap_to_least_squares"],
@@ -174,8 +174,8 @@ def test_attention_draws_a_regression_runs_maps_on_a_validation_prompt(tmp_path)
                      "--example=2"]) == 0
     result = json.loads((tmp_path / "run" / "attention.json").read_text())
     assert (tmp_path / "run" / "attention.png").stat().st_size > 0
-    task = icl.RegressionTask(3, 6)
-    prompt = icl.RegressionCorpus(task).validation_set(12, 3, 1)[0, 2:3, :, :3]
+    task = icl_regression.RegressionTask(3, 6)
+    prompt = icl_regression.RegressionCorpus(task).validation_set(12, 3, 1)[0, 2:3, :, :3]
     np.testing.assert_array_equal(np.asarray(result["tokens"], np.float32), prompt[0])
     _, graphdef, params = load_params(tmp_path / "run")
     maps = inspect.attention_maps(graphdef, params, prompt)

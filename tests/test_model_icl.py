@@ -324,10 +324,10 @@ def test_head_scores_of_known_patterns():
 def test_regression_evaluation_scores_every_k_on_shared_prompts():
     """A model with a zero read-out predicts 0: its error at every k is E y^2 / d = |w|^2 / d
     on the same prompts, which is the k = 0 error of every baseline."""
-    from attnlab.data import icl as icl_data
+    from attnlab.data import icl_regression
     from attnlab.icl import regression
 
-    task = icl_data.RegressionTask(dim=4, examples=6)
+    task = icl_regression.RegressionTask(dim=4, examples=6)
     cfg = tiny(inputs="vectors", input_dim=4, n_layers=1)
     graphdef, state = lm.init_model(cfg, seed=0)
     params = nnx.to_pure_dict(state)

@@ -14,7 +14,7 @@ error is ``d`` in each, and the reports' "squared error / d" is the fraction of 
 
 A class draws each prompt's function from ``rng`` (:meth:`draw`), evaluates it
 (:meth:`apply`), and names the exact float64 baselines it adds to the generic ones of
-:func:`attnlab.data.icl.regression_baselines` (:meth:`extra_baselines`).
+:func:`attnlab.data.icl_regression.regression_baselines` (:meth:`extra_baselines`).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 from attnlab.config import DataConfig, is_tokenizer_file, validate_data
-from attnlab.data import builders, corpus, icl, mixture, shards
+from attnlab.data import builders, corpus, icl, icl_regression, mixture, shards
 from attnlab.data.cache import cache_root
 from attnlab.data.errors import DataError, UnknownDatasetError
 from attnlab.data.tfds_build import TfdsBuild, check_feature
@@ -295,7 +295,7 @@ class Mqar(TokenTaskSource):
 class Regression(Source):
     """In-context regression (Garg et al. 2022): prompts of ``2 data.icl_examples`` vectors."""
 
-    name = icl.RegressionTask.name
+    name = icl_regression.RegressionTask.name
     documents = False
     vectors = True
     is_task = True
@@ -328,10 +328,10 @@ class Regression(Source):
                               "token spans to score")
 
     def task(self, d):
-        return icl.regression_task(d)
+        return icl_regression.regression_task(d)
 
     def prepare(self, d):
-        return icl.RegressionCorpus(self.task(d))
+        return icl_regression.RegressionCorpus(self.task(d))
 
     def window_layout(self, d):
         """Prompts ``[seq_len, icl_dim + 1]`` float32 (:meth:`RegressionTask.window`)."""

@@ -127,7 +127,7 @@ def attention_main(argv: list[str]) -> int:
     import numpy as np
 
     from attnlab.data import icl as icl_data
-    from attnlab.data import prepare, sources
+    from attnlab.data import icl_regression, prepare, sources
     from attnlab.model import resolve
 
     arch = resolve(cfg.model)
@@ -144,7 +144,7 @@ def attention_main(argv: list[str]) -> int:
     if text and task is not None:
         raise AttnlabError(f"--text: --run={run} trained on the token task {cfg.data.source}, "
                            "which has no text; use --task-example")
-    if isinstance(task, icl_data.RegressionTask):
+    if isinstance(task, icl_regression.RegressionTask):
         tokens, labels = _regression_example(task, values.example)
     elif task is not None:
         windows = icl_data.TaskCorpus(task).validation_set(task.seq_len, values.example + 1, 1)
@@ -189,9 +189,9 @@ def attention_main(argv: list[str]) -> int:
 def _regression_example(task, example: int):
     """Prompt ``example`` of the regression task's validation set, float32 ``[1, 2k, d]`` (the
     loss weights dropped), labelled ``x1 y1 x2 y2 ...``."""
-    from attnlab.data import icl as icl_data
+    from attnlab.data import icl_regression
 
-    corpus = icl_data.RegressionCorpus(task)
+    corpus = icl_regression.RegressionCorpus(task)
     windows = corpus.validation_set(2 * task.examples, example + 1, 1)
     prompt = windows[0, example : example + 1, :, :-1]
     labels = [f"{'xy'[i % 2]}{i // 2 + 1}" for i in range(prompt.shape[1])]

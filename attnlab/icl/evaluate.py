@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnlab.config import Config
-from attnlab.data import icl, sources
+from attnlab.data import icl, icl_regression, sources
 from attnlab.errors import ConfigError
 from attnlab.model import apply, inspect, resolve
 from attnlab.model.objectives import token_losses
@@ -121,7 +121,7 @@ class TaskReport:
 
     Adding a task is one subclass and one line in :data:`REPORTS`."""
 
-    task: type = icl.TokenTask  # or icl.RegressionTask
+    task: type = icl.TokenTask  # or icl_regression.RegressionTask
     headline = ""
     headline_stderr = ""  # the headline's standard error in the result ("" if none)
     headline_label = ""
@@ -180,7 +180,7 @@ class MQARReport(TaskReport):
 
 
 class RegressionReport(TaskReport):
-    task = icl.RegressionTask
+    task = icl_regression.RegressionTask
     headline = "error_at_largest_k"
     headline_stderr = "error_at_largest_k_stderr"
     headline_label = "squared error / d at the largest k"

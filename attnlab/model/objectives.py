@@ -396,7 +396,8 @@ class InContextRegression(Objective):
     (``model.inputs=vectors``) reads the prompt ``z = x_1, (y_1, 0..), .., x_k, (y_k, 0..)``
     and its read-out at ``x_j``'s position predicts ``y_j`` from the ``j - 1`` examples before
     it. The loss is the squared error ``sum_j m_j (yhat_j - y_j)^2 / sum_j m_j`` over the scored
-    examples ``m_j`` (the curriculum's, :meth:`attnlab.data.icl.RegressionTask.window`)."""
+    examples ``m_j`` (the curriculum's,
+    :meth:`attnlab.data.icl_regression.RegressionTask.window`)."""
 
     name = "regression"
     title = "in-context regression (squared error)"
