@@ -118,6 +118,6 @@ def test_fit_fuzz(capsys):
     _report(capsys, "fit fuzz", _fuzz(FIT_EXAMPLES))
 
 
-@pytest.mark.slow
+@pytest.mark.fuzz  # the same contract as the short run, which CI's slow lane runs
 def test_fit_fuzz_long(capsys):
     _report(capsys, "fit fuzz (long)", _fuzz(SLOW_FIT_EXAMPLES))

@@ -429,7 +429,7 @@ def test_sweep_spec_fuzz(capsys):
     _report(capsys, "sweep specs", _fuzz(EXAMPLES))
 
 
-@pytest.mark.slow
+@pytest.mark.fuzz  # the same contract as the short run, which CI's slow lane runs
 def test_sweep_spec_fuzz_long(capsys):
     _report(capsys, "sweep specs (long)", _fuzz(SLOW_EXAMPLES))
 
