@@ -129,7 +129,7 @@ PLAN_DIGESTS = {
     # path after the colon (the corpus benchmarks/data_shards.py --corpus writes).
     "quickstart_shards:runs/web_corpus": ("f30c683c96b29609", "84a50f75f2bd9cc1"),
     # Repeated data for Muennighoff et al.'s law (new): corpus slices read 1-16 times.
-    "data_constrained:cpu": ("41004588639399ce", "741439e59b58f16b"),
+    "data_constrained:cpu": ("fb556db276512cce", "1fa86b2cb31dc634"),  # eval_batches 8 -> 6
     "data_constrained:gpu": ("a4112609097168f7", "e304faa5e060ebdc"),
 }
 
