@@ -175,16 +175,36 @@ def test_fix_is_refused_naming_the_parameter_for_a_law_that_holds_none(table, fi
 
 @pytest.mark.parametrize("change, message", [
     (lambda f: f.drop(columns=["unique_tokens", "epochs"]), "missing column 'unique_tokens'"),
-    (lambda f: f.drop(columns=["epochs"]).assign(unique_tokens=lambda g: g.tokens * 2),
-     "column 'unique_tokens' (unique_tokens) has 84 value(s) above tokens"),
-    (lambda f: f.drop(columns=["unique_tokens"]).assign(epochs=0.5),
-     "column 'epochs' (epochs) has 84 value(s) below 1"),
+    (lambda f: f.drop(columns=["epochs"]).assign(unique_tokens=0),
+     "column 'unique_tokens' (unique_tokens) has 84 non-positive"),
+    (lambda f: f.drop(columns=["unique_tokens"]).assign(epochs=-1.0),
+     "column 'epochs' (epochs) has 84 non-positive"),
 ])
 def test_bad_repeats_are_one_line_naming_the_column(tmp_path, fit_cli, change, message):
     path = tmp_path / "runs.csv"
     change(runs(0)).to_csv(path, index=False)
     code, _, err = fit_cli([f"--sweep={path}", "--law=data_constrained", FIX])
     assert code == 2 and message in err and "\n" not in err
+
+
+def test_a_run_that_read_less_than_its_corpus_saw_as_many_unique_tokens(tmp_path, fit_cli):
+    """attnlab's tables record the corpus's unique tokens and epochs below 1 for a run shorter
+    than its corpus: such a run has no repeats (U_D = D), the same fit as a table saying so."""
+    path, same = tmp_path / "runs.csv", tmp_path / "same.csv"
+    frame = runs(0)
+    short = frame.epochs <= 1.0
+    frame.assign(unique_tokens=np.where(short, frame.tokens * 3, frame.unique_tokens),
+                 epochs=np.where(short, 1 / 3, frame.epochs)).to_csv(path, index=False)
+    frame.to_csv(same, index=False)
+    outputs, reports = [], []
+    for table in (path, same):
+        code, out, err = fit_cli([f"--sweep={table}", "--law=data_constrained", FIX,
+                                  "--bootstrap=0", f"--json={tmp_path / table.stem}.json"])
+        assert code == 0, err
+        reports.append(out)
+        outputs.append(json.loads((tmp_path / f"{table.stem}.json").read_text()))
+    assert f"{int(short.sum())} run(s) read less than their corpus once" in reports[0]
+    assert outputs[0]["R_D"] == outputs[1]["R_D"] and outputs[0]["R_N"] == outputs[1]["R_N"]
 
 
 def test_columns_maps_another_epochs_column(tmp_path, fit_cli):

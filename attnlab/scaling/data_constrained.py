@@ -151,21 +151,20 @@ def _repeats_column(df, mapping, source) -> dict[str, str]:
 
 
 def _check_repeats(table):
-    """The table with ``unique_tokens`` (from ``epochs`` where given); FitInputError naming
-    the column when a run has repeats R_D = D/U_D - 1 below 0."""
+    """The table with ``unique_tokens`` U_D (from ``epochs`` where given): a run that read less
+    than its corpus once saw D unique tokens (U_D = min(unique_tokens, D), as attnlab's own
+    tables record the corpus's size and epochs below 1), with a note saying how many (the
+    table's checks have refused values that are not positive)."""
     frame = table.frame.copy()
     name = "unique_tokens" if "unique_tokens" in frame else "epochs"
     unique = frame["unique_tokens"] if name == "unique_tokens" else \
         frame["tokens"] / frame["epochs"]
-    bad = (frame["tokens"] / unique - 1.0) < -REPEATS_TOLERANCE
-    if bad.any():
-        rows = ", ".join(str(r) for r in frame.index[bad][:5])
-        limit = "above tokens" if name == "unique_tokens" else "below 1"
-        raise FitInputError(f"{table.source}: column {table.columns[name]!r} ({name}) has "
-                            f"{int(bad.sum())} value(s) {limit} (rows {rows}): repeats R_D = "
-                            f"D/U_D - 1 must be >= 0")
+    once = int(((frame["tokens"] / unique - 1.0) < -REPEATS_TOLERANCE).sum())
+    note = (f"{once} run(s) read less than their corpus once: their unique tokens U_D are the "
+            f"tokens they read (no repeats)",) if once else ()
     frame["unique_tokens"] = np.minimum(unique, frame["tokens"])
-    return dataclasses.replace(table, frame=frame.drop(columns=["epochs"], errors="ignore"))
+    return dataclasses.replace(table, frame=frame.drop(columns=["epochs"], errors="ignore"),
+                               notes=tuple(table.notes) + note)
 
 
 class DataConstrained(laws.Law):
