@@ -26,12 +26,11 @@ import argparse
 import math
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
 from attnlab.config import ModelConfig
-from attnlab.model import attention_weights, resolve
+from attnlab.model import SCORE_SCALES, attention_weights, resolve
 
 HEAD_DIMS = (16, 32, 64, 128, 256)
 HEADS = 4
@@ -81,7 +80,7 @@ def main() -> None:
         print(f"\n{setting}:")
         print("| attention_scale | " + " | ".join(f"d_k={d}" for d in HEAD_DIMS) + " |")
         print("|---|" + "---|" * len(HEAD_DIMS))
-        for name in SCALES:
+        for name in SCORE_SCALES:
             cells = []
             for head_dim in HEAD_DIMS:
                 cfg = ModelConfig(d_model=HEADS * head_dim, n_heads=HEADS, attention_scale=name)
