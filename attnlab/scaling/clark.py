@@ -57,17 +57,21 @@ LAW_NAME = "Clark et al. 2022: log10 L = a log10 N + b log10 E + c log10 N log10
 MIN_POINTS = len(PARAMS) + 1
 
 
+def _shifted(experts: np.ndarray, e_start: float | None, e_max: float | None) -> np.ndarray:
+    """E - 1 + (1/E_start - 1/E_max)^-1, the denominator of eq. 1's Ê, with the range checked."""
+    if e_start is None or e_max is None or not 1 <= e_start < e_max:
+        raise FitInputError(f"--saturation: need 1 <= E_start < E_max, got E_start={e_start}, "
+                            f"E_max={e_max}")
+    return experts - 1.0 + 1.0 / (1.0 / e_start - 1.0 / e_max)
+
+
 def saturate(experts, e_start: float | None = None, e_max: float | None = None) -> np.ndarray:
     """Ê (Clark et al. eq. 1): E itself when no saturation is given, else
     1/Ê = 1/(E - 1 + (1/E_start - 1/E_max)^-1) + 1/E_max. experts: [points], >= 1."""
     experts = np.asarray(experts, np.float64)
     if e_start is None and e_max is None:
         return experts
-    if e_start is None or e_max is None or not 1 <= e_start < e_max:
-        raise FitInputError(f"--saturation: need 1 <= E_start < E_max, got E_start={e_start}, "
-                            f"E_max={e_max}")
-    shift = 1.0 / (1.0 / e_start - 1.0 / e_max)
-    return 1.0 / (1.0 / (experts - 1.0 + shift) + 1.0 / e_max)
+    return 1.0 / (1.0 / _shifted(experts, e_start, e_max) + 1.0 / e_max)
 
 
 def saturation_log_slope(experts, e_start: float | None = None,
@@ -77,8 +81,7 @@ def saturation_log_slope(experts, e_start: float | None = None,
     experts = np.asarray(experts, np.float64)
     if e_start is None and e_max is None:
         return np.ones_like(experts)
-    shift = 1.0 / (1.0 / e_start - 1.0 / e_max)
-    return experts * saturate(experts, e_start, e_max) / (experts - 1.0 + shift) ** 2
+    return experts * saturate(experts, e_start, e_max) / _shifted(experts, e_start, e_max) ** 2
 
 
 def clark_log_loss(n, e_hat, a: float, b: float, c: float, d: float) -> np.ndarray:
