@@ -1,28 +1,30 @@
 #!/usr/bin/env bash
-# One lent accelerator session, one command: the machine's environment, the invariants on its
-# device (decode = forward, ensemble member = lone run), benchmarks/gpu.py, and the two studies
-# planned for an accelerator (experiments/quickstart.py:gpu, experiments/architectures.py:gpu).
+# One lent accelerator session, one command: the machine's environment, the studies planned for an
+# accelerator, benchmarks/gpu.py, and the invariants on its device (decode = forward, ensemble
+# member = lone run).
 #
 #   benchmarks/device_session.sh [--smoke] [--out DIR] [--work DIR] [--budget SECONDS]
+#                                [--stages "quickstart hparams gpu architectures checks"]
 #
 # Every stage writes its table into DIR ($OUT on a lent machine, else sweeps/device_session/out):
-# env.json, checks.md, gpu.md, quickstart.csv + quickstart_report.txt, architectures.csv +
-# architectures_report.txt and session.log (8 files: what the device tool brings back). A stage
-# that finished is not rerun, and the studies resume, so a second call on the same warm machine
-# finishes what the first left (work lives in --work, default sweeps/device_session/, which git
-# ignores).
+# env.json, quickstart.csv + quickstart_report.txt, hparams.csv, gpu.md, architectures.csv +
+# architectures_report.txt, checks.md and session.log. The device tool brings back 8 files, so
+# --stages picks what one lease runs (default: quickstart hparams gpu). A stage that finished is
+# not rerun, and the studies resume, so a second call on the same warm machine finishes what the
+# first left (work lives in --work, default sweeps/device_session/, which git ignores).
 # --budget: seconds for the whole call (default 480); each study gets what is left of it.
-# The studies come first, then the throughput benchmark, then the device checks: on the first
-# lent H200 (2026-11-27, docs/results/device_h200_2026-11-27/) benchmarks/gpu.py at two batches
-# and three ensemble sizes took 316 s of the 480, and on the second (device_h200_2026-11-27b/)
-# the checks took 226 s; the quickstart study (40 runs, 4 workers) took about 6 minutes.
+# Measured on lent H200s (docs/results/device_h200_2026-11-27*/): the quickstart study (42 runs,
+# 4 workers) about 6 minutes with its fits; benchmarks/gpu.py at one batch and two ensemble sizes
+# about 150 s; the checks about 230 s; the architecture study 25 of its 85 runs in 230 s, more
+# than one lease holds (a fresh machine starts its sweep from nothing).
+# hparams: the hyperparameter grid (experiments/hparams.py:gpu, 90 runs in 18 ensembles) is swept
+# there and fitted here from its table (attnlab fit --law=hparams --sweep=hparams.csv).
 #
 # On a lent machine, with its own image's jax, the packages the image lacks travel as wheels
 # (benchmarks/device_wheels.sh, run here first; .whl/ is named in the run's carry):
 #   device run  command='bash benchmarks/device_session.sh'  carry=['.whl']  timeout_s=560
-# --smoke: CPU-sized stand-ins of every stage (experiments/tiny_isoflop.py for both studies, the
-# scripts' own --smoke);
-# the slow test lane runs it.
+# --smoke: CPU-sized stand-ins of every stage (experiments/tiny_isoflop.py for the isoflop studies,
+# experiments/tiny_grid.py for the grid, the scripts' own --smoke); the slow test lane runs it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
@@ -30,6 +32,7 @@ SMOKE=0
 BUDGET=480
 OUTDIR=${OUT:-}
 WORK=
+STAGES="quickstart hparams gpu"
 while [ $# -gt 0 ]; do
   case "$1" in
     --smoke) SMOKE=1 ;;
@@ -39,6 +42,8 @@ while [ $# -gt 0 ]; do
     --work=*) WORK=${1#--work=} ;;
     --budget) BUDGET=$2; shift ;;
     --budget=*) BUDGET=${1#--budget=} ;;
+    --stages) STAGES=$2; shift ;;
+    --stages=*) STAGES=${1#--stages=} ;;
     *) echo "error: unknown argument $1 (see the top of $0)" >&2; exit 2 ;;
   esac
   shift
@@ -91,6 +96,19 @@ study() {
   publish
 }
 
+# grid NAME EXPERIMENT: `attnlab sweep` alone, stopped like a study; its results table comes back
+# and is fitted here.
+grid() {
+  local name=$1 experiment=$2 seconds
+  seconds=$(left)
+  if [ "$seconds" -lt 30 ]; then say "$name: no time left this call; run me again"; return; fi
+  stage "$name" timeout --signal=TERM --kill-after=30 "$seconds" "${ATTNLAB[@]}" sweep \
+      --config="$experiment" --sweep="$WORK/$name" --parallel=$PARALLEL --noprogress
+  cp -f "$WORK/$name/results.csv" "$WORK/$name.csv" 2>/dev/null
+  publish
+}
+wanted() { case " $STAGES " in *" $1 "*) return 0 ;; esac; return 1; }
+
 # timed NAME SECONDS COMMAND...: a stage that needs about SECONDS (measured on an H200), run
 # only when that much of the budget is left.
 timed() {
@@ -99,23 +117,25 @@ timed() {
   else say "$name: needs ~$needs s, $(left) s left; run me again"; fi
 }
 
-say "device session: smoke=$SMOKE budget=${BUDGET}s work=$WORK out=$OUTDIR"
+say "device session: smoke=$SMOKE budget=${BUDGET}s stages='$STAGES' work=$WORK out=$OUTDIR"
 stage env bash -c "${ATTNLAB[*]} env --json='$WORK/env.json'"
 if [ "$SMOKE" = 1 ]; then
   PARALLEL=1 BOOTSTRAP=8
-  stage checks "$PY" benchmarks/device_checks.py --smoke --out "$WORK/checks.md"
-  study quickstart experiments/tiny_isoflop.py
-  study architectures experiments/tiny_isoflop.py
-  stage gpu bash -c "$PY benchmarks/gpu.py --smoke --ks 1,2 > '$WORK/gpu.md'"
+  wanted quickstart && study quickstart experiments/tiny_isoflop.py
+  wanted hparams && grid hparams experiments/tiny_grid.py
+  wanted gpu && stage gpu bash -c "$PY benchmarks/gpu.py --smoke --ks 1,2 > '$WORK/gpu.md'"
+  wanted architectures && study architectures experiments/tiny_isoflop.py
+  wanted checks && stage checks "$PY" benchmarks/device_checks.py --smoke --out "$WORK/checks.md"
 else
   PARALLEL=4 BOOTSTRAP=200
-  study quickstart experiments/quickstart.py:gpu
-  study architectures experiments/architectures.py:gpu
-  timed gpu 150 bash -c "$PY benchmarks/gpu.py --batch 32 --ks 1,16 > '$WORK/gpu.md'"
-  timed checks 240 "$PY" benchmarks/device_checks.py --out "$WORK/checks.md"
+  wanted quickstart && study quickstart experiments/quickstart.py:gpu
+  wanted hparams && grid hparams experiments/hparams.py:gpu
+  wanted gpu && timed gpu 150 bash -c "$PY benchmarks/gpu.py --batch 32 --ks 1,16 > '$WORK/gpu.md'"
+  wanted architectures && study architectures experiments/architectures.py:gpu
+  wanted checks && timed checks 240 "$PY" benchmarks/device_checks.py --out "$WORK/checks.md"
 fi
 publish
-missing=$(for s in env checks gpu quickstart architectures; do [ -e "$WORK/.done-$s" ] || echo -n "$s "; done)
+missing=$(for s in env $STAGES; do [ -e "$WORK/.done-$s" ] || echo -n "$s "; done)
 say "stages not done: ${missing:-none}; results in $OUTDIR"
 publish
 [ -z "$missing" ]

@@ -1,6 +1,7 @@
 """benchmarks/device_session.sh, the one command a lent accelerator session runs: its --smoke
-mode on the CPU goes through every stage (environment, device checks, benchmarks/gpu.py, two
-studies) and brings back every table, and a second call redoes nothing it finished."""
+mode on the CPU goes through every stage (environment, two studies, the hyperparameter grid,
+benchmarks/gpu.py, device checks) and brings back every table, a lease's default stages in at most
+8 files, and a second call redoes nothing it finished."""
 
 import json
 import os
@@ -14,8 +15,9 @@ import pytest
 pytestmark = pytest.mark.serial
 
 REPO = Path(__file__).resolve().parents[1]
-FILES = {"env.json", "checks.md", "gpu.md", "quickstart.csv", "quickstart_report.txt",
-         "architectures.csv", "architectures_report.txt", "session.log"}
+DEFAULT = {"env.json", "quickstart.csv", "quickstart_report.txt", "hparams.csv", "gpu.md",
+           "session.log"}
+ALL = "quickstart hparams gpu architectures checks"
 
 
 def session(tmp_path, *extra):
@@ -31,18 +33,19 @@ def test_the_device_session_smoke_runs_every_stage_and_resumes(tmp_path):
     first = session(tmp_path, "--budget=1200")
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-2000:]
     out = tmp_path / "out"
-    assert {p.name for p in out.iterdir()} == FILES  # what the device tool brings back: <= 8
+    assert {p.name for p in out.iterdir()} == DEFAULT  # what the device tool brings back: <= 8
     assert json.loads((out / "env.json").read_text())["versions"]["jax"]
+    assert "| cuDNN on (xla) |" in (out / "gpu.md").read_text()
+    assert len((out / "hparams.csv").read_text().splitlines()) == 5  # tiny_grid's 4 runs
+    second = session(tmp_path, "--budget=1200", f"--stages={ALL}")
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-2000:]
+    assert second.stdout.count("done in an earlier call") == 4  # env, quickstart, hparams, gpu
+    assert "stages not done: none" in second.stdout
     checks = (out / "checks.md").read_text()
     assert checks.count("| pass |") == 9 and "FAIL" not in checks
-    assert "| cuDNN on (xla) |" in (out / "gpu.md").read_text()
     for study in ("quickstart", "architectures"):
         assert len((out / f"{study}.csv").read_text().splitlines()) > 3
         assert "fitted law" in (out / f"{study}_report.txt").read_text()
-    second = session(tmp_path)
-    assert second.returncode == 0, second.stdout[-3000:]
-    assert second.stdout.count("done in an earlier call") == 5
-    assert "stages not done: none" in second.stdout
 
 
 def test_the_device_session_refuses_an_unknown_argument(tmp_path):
