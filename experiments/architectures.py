@@ -117,6 +117,7 @@ def get_config(scale: str = "cpu") -> ConfigDict:
                         (192, 6, 6), (256, 8, 8), (320, 8, 10))
         sweep.centre = ConfigDict({"n_opt": 1.5e6, "budget": 1e14, "exponent": 0.55,
                                    "span": 3.0})
+        sweep.max_epochs = 1.0  # checked where it runs (experiments/quickstart.py:gpu says why)
     else:
         base.data.seq_len = 128
         base.data.batch_size = 8

@@ -247,3 +247,19 @@ def test_decay_constant_intervals_cover_the_truth_over_many_draws():
             hits[name].append(fit.ci[name][0] <= TRUTH[name] <= fit.ci[name][1])
     print({name: float(np.mean(inside)) for name, inside in hits.items()})  # the coverage
     assert 0.75 <= np.mean(hits["R_D"]) and 0.85 <= np.mean(hits["R_N"]), hits
+
+
+def test_other_laws_note_runs_that_repeated_their_data():
+    """A law that does not model repetition says how many runs read their data more than once;
+    the data-constrained law, which reads the column, does not."""
+    from attnlab.scaling import prepare_points
+
+    df = pd.DataFrame({"params": [1e5, 2e5, 4e5], "tokens": [4e6, 2e6, 1e6],
+                       "loss": [3.0, 3.1, 3.3], "epochs": [2.5, 1.0, 0.5]})
+    notes = prepare_points(df, law="chinchilla").notes
+    assert [n for n in notes if n.startswith("1 of 3 runs read their training data more than "
+                                             "once (up to 2.50 epochs)")], notes
+    assert not [n for n in prepare_points(df.assign(epochs=[1.0, 0.5, 0.25]),
+                                          law="chinchilla").notes if "more than once" in n]
+    assert not [n for n in prepare_points(df, law="data_constrained").notes
+                if "more than once" in n]

@@ -198,9 +198,11 @@ def test_full_tiny_isoflop(tmp_path, cache_dir, capsys):
     assert "3 distinct model sizes (6 points)" in capsys.readouterr().out
 
 
-def single_run_spec(lr=1e-2, **data):
+def single_run_spec(lr=1e-2, steps=None, **data):
     """tiny_grid cut to one run (d16, rope) with the given learning rate and data fields."""
     config = cli_flags.parse([f"--config={GRID}"]).config
+    if steps:
+        config.base.train.steps = steps
     config.sweep.shapes = ((16, 1, 2, lr),)
     config.sweep.axes.model.pos_encoding = ("rope",)
     for key, value in data.items():
@@ -261,10 +263,47 @@ def test_a_bad_data_source_stops_the_sweep_before_any_run(tmp_path):
 
 
 def test_runs_that_repeat_data_are_named_before_the_sweep(tmp_path):
-    spec = single_run_spec(max_bytes=6_000)  # 24 steps x 256 tokens: > 1 epoch
+    spec = single_run_spec(max_bytes=3_000)  # 24 steps x 256 tokens: > 1 epoch
+    with pytest.raises(DataError, match="validation split.*fewer than the 2 x 8"):
+        dry_run(spec, tmp_path / "small", probe="none")  # and too few windows to evaluate on
+    spec = single_run_spec(max_bytes=12_000, steps=80)  # 80 x 256 tokens: 1.9 epochs
     _, notes = dry_run(spec, tmp_path, probe="none")
     repeats = [n for n in notes if "epochs of the" in n]
     assert len(repeats) == 1 and repeats[0].startswith(plan(spec)[0].run_id)
+
+
+def test_sweep_max_epochs_refuses_a_plan_that_repeats_data_on_this_machine(tmp_path):
+    """The corpus is measured where the sweep runs (pystdlib differs between machines), so a
+    plan that promises no repetition is checked there, before anything is written."""
+    from attnlab.sweep.sections import SweepSpecError
+
+    config = cli_flags.parse([f"--config={GRID}"]).config
+    config.unlock()
+    config.sweep.max_epochs = 1.0
+    dry_run(spec_from_config_dict(config), tmp_path / "fits", probe="none")  # 0.03 epochs: fine
+    config.base.data.max_bytes = 12_000
+    config.base.train.steps = 80  # 80 x 256 tokens: 1.9 epochs
+    spec = spec_from_config_dict(config)
+    with pytest.raises(SweepSpecError, match=r"sweep\.max_epochs.*4 of 4 runs would read"):
+        dry_run(spec, tmp_path / "dry", probe="none")
+    with pytest.raises(SweepSpecError, match="epochs of"):
+        run_sweep(spec, tmp_path / "sweep", progress=False)
+    assert not (tmp_path / "sweep").exists()
+    config.sweep.max_epochs = -1.0
+    with pytest.raises(SweepSpecError, match=r"sweep\.max_epochs.*>= 0"):
+        spec_from_config_dict(config)
+
+
+@pytest.mark.slow
+def test_repeated_data_is_named_on_stderr_without_the_progress_bar(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "attnlab.cli", "sweep", f"--config={GRID}",
+         f"--sweep={tmp_path / 'sweep'}", "--config.sweep.shapes=((16,1,2,1e-2),)",
+         "--config.sweep.axes.model.pos_encoding=('rope',)", "--config.base.data.max_bytes=12000",
+         "--config.base.train.steps=80", "--noprogress"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    assert "epochs of the" in result.stderr and "repeated data" in result.stderr
 
 
 @pytest.mark.slow

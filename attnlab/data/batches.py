@@ -173,6 +173,11 @@ def validation_batches(corpus: "Corpus", seq_len: int, batch_size: int, n_batche
     return rows.reshape(n_batches, batch_size, seq_len + 1)
 
 
+def epochs_read(corpus: "Corpus", tokens: int, seq_len: int) -> float:
+    """How many times ``tokens`` predicted tokens read the training split of ``corpus``."""
+    return tokens / (_num_windows(corpus, "train", seq_len) * seq_len)
+
+
 def check_budget(corpus: "Corpus", tokens: int, seq_len: int) -> list[str]:
     """Warnings about a training budget of ``tokens`` predicted tokens (also warnings.warn-ed).
 
@@ -180,7 +185,7 @@ def check_budget(corpus: "Corpus", tokens: int, seq_len: int) -> list[str]:
     L(D) away from a single-epoch scaling law (Muennighoff et al. 2023, arXiv 2305.16264).
     """
     per_epoch = _num_windows(corpus, "train", seq_len) * seq_len
-    epochs = tokens / per_epoch
+    epochs = epochs_read(corpus, tokens, seq_len)
     messages = []
     if epochs > 1:
         messages.append(

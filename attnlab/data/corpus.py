@@ -21,7 +21,7 @@ import tensorflow_datasets as tfds
 
 from attnlab.config import DataConfig
 from attnlab.data import builders
-from attnlab.data.batches import Batches, check_budget, validation_batches
+from attnlab.data.batches import Batches, check_budget, epochs_read, validation_batches
 from attnlab.data.cache import atomic_directory, build_lock
 from attnlab.data.errors import CacheError, DataSourceError
 from attnlab.data.files import SPLITS
@@ -98,6 +98,10 @@ class Corpus:
     def budget_warnings(self, tokens: int, seq_len: int) -> list[str]:
         """:func:`~attnlab.data.batches.check_budget` (data repeated past one epoch)."""
         return check_budget(self, tokens, seq_len)
+
+    def epochs(self, tokens: int, seq_len: int) -> float:
+        """Times ``tokens`` predicted tokens read the training split."""
+        return epochs_read(self, tokens, seq_len)
 
     def __repr__(self) -> str:
         counts = ", ".join(f"{s}={self.num_tokens(s):,}" for s in self.splits)

@@ -25,7 +25,8 @@ import warnings
 
 import numpy as np
 
-from attnlab.data.batches import BatchRows, Batches, check_budget, validation_batches
+from attnlab.data.batches import (BatchRows, Batches, check_budget, epochs_read,
+                                  validation_batches)
 from attnlab.errors import ConfigError
 
 PERIOD = 1 << 16  # rows of one period of the interleave (weights are exact to 1 / PERIOD)
@@ -189,6 +190,11 @@ class MixtureCorpus:
             if here.any():
                 out[here] = validation_batches(corpus, seq_len, 1, int(here.sum()))[:, 0]
         return out.reshape(n_batches, batch_size, seq_len + 1)
+
+    def epochs(self, tokens: int, seq_len: int) -> float:
+        """The most any source's training split is read by its share of ``tokens``."""
+        return max(epochs_read(c, int(tokens * w), seq_len)
+                   for w, c in zip(self.weights, self.corpora))
 
     def budget_warnings(self, tokens: int, seq_len: int) -> list[str]:
         """Each source's :func:`~attnlab.data.batches.check_budget` on its share of the

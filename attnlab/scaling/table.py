@@ -212,7 +212,22 @@ def prepare_points(df: pd.DataFrame, *, law: str | Law, source: str = "results",
         used["budget"] = budget
     used.update(law.table_columns(df, mapping, source))
     _cluster_column(df, cluster, used, source, notes)
+    _repeats_note(df, used, notes)
     return law.check_table(_finish(df, used, law, source, notes))
+
+
+def _repeats_note(df, used, notes) -> None:
+    """A note when runs read their training data more than once and the law does not model it:
+    repeated tokens are worth less than fresh ones (Muennighoff et al. 2023), which bends the
+    fitted exponents."""
+    if "epochs" not in df.columns or {"epochs", "unique_tokens"} & set(used):
+        return
+    epochs = pd.to_numeric(df["epochs"], errors="coerce")
+    repeated = epochs > 1 + 1e-9
+    if repeated.any():
+        notes.append(f"{int(repeated.sum())} of {len(df)} runs read their training data more "
+                     f"than once (up to {epochs.max():.2f} epochs), which this law does not "
+                     "model (--law=data_constrained does)")
 
 
 def _cluster_column(df, cluster, used, source, notes) -> None:

@@ -51,6 +51,7 @@ class SweepSpec:
     flops_per_token: str = "chinchilla"
     min_steps: int = 1
     curve_points: int = 0
+    max_epochs: float = 0.0  # > 0: no run may read its training split more often than this
     resources: Resources = Resources()
     source: str = ""
     variants: tuple[Variant, ...] = ()

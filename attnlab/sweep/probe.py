@@ -156,7 +156,8 @@ def dry_run(spec: SweepSpec, workdir: str | Path | None = None, *, probe: str = 
         notes.append(ladder_note(runs))
     if spec.kind.fitted_by_chinchilla:
         notes += design_notes(runs, spec.variant_column if spec.variants else None)
-    notes += check_data(todo)  # a bad data source fails the dry run too, naming its field
+    # A bad data source, or a run over sweep.max_epochs, fails the dry run too, naming its field.
+    notes += check_data(todo, spec.max_epochs)
     too_large = memory_refusals(todo)
     notes += [f"warning: {text}" for text in too_large.values()]
     runs = [run for run in runs if run.run_id not in too_large]  # probing one would not fit

@@ -24,6 +24,7 @@ import fcntl
 import json
 import os
 import socket
+import sys
 import time
 from pathlib import Path
 from typing import Iterator
@@ -149,12 +150,15 @@ def prepare_run_dirs(spec: SweepSpec, runs: list[PlannedRun], workdir: Path) -> 
     return run_dirs
 
 
-def check_data(runs: list[PlannedRun]) -> list[str]:
+def check_data(runs: list[PlannedRun], max_epochs: float = 0.0) -> list[str]:
     """Prepares each corpus of ``runs`` and checks every run against it, before any run starts.
 
     A bad data source (a missing or empty path, an unknown dataset, a corpus too small for the
     windows) is then one error naming its field, raised here, instead of a failed run per
-    configuration. Returns a note for each run whose token budget repeats data.
+    configuration. Returns a note for each run whose token budget repeats data; with
+    ``max_epochs`` > 0 (``sweep.max_epochs``) a run that would read its training split more
+    often is refused: a corpus built from the machine's own files (pystdlib) differs in size
+    between machines, so a plan checked on one can repeat data on another.
     """
     # Here, not at the top: importing attnlab.sweep (to plan) stays free of orbax and TFDS.
     from attnlab.data import prepare
@@ -166,7 +170,30 @@ def check_data(runs: list[PlannedRun]) -> list[str]:
         if run.cfg.data not in corpora:
             corpora[run.cfg.data] = prepare(run.cfg.data)
         notes += [f"{run.run_id}: {m}" for m in check_corpus(run.cfg, corpora[run.cfg.data])]
+    if max_epochs > 0:
+        _check_epochs(runs, corpora, max_epochs)
     return notes
+
+
+def _check_epochs(runs: list[PlannedRun], corpora: dict, max_epochs: float) -> None:
+    from attnlab.sweep.sections import SweepSpecError
+
+    read = {run.run_id: corpora[run.cfg.data].epochs(
+        run.cfg.total_steps * run.cfg.data.batch_size * run.cfg.data.seq_len,
+        run.cfg.data.seq_len) for run in runs}
+    over = {k: v for k, v in read.items() if v > max_epochs}
+    if over:
+        worst = max(over, key=over.get)
+        corpus = corpora[next(r.cfg.data for r in runs if r.run_id == worst)]
+        raise SweepSpecError("sweep.max_epochs", f"{len(over)} of {len(runs)} runs would read "
+                             f"their training split more than {max_epochs:g} times on this "
+                             f"machine ({worst}: {over[worst]:.2f} epochs of {corpus.name}, "
+                             f"{corpus.num_tokens('train'):,} tokens); use a larger corpus or "
+                             "fewer tokens per run")
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def longest_first(units: list[list[Path]], runs: list[PlannedRun],
@@ -312,7 +339,7 @@ def run_sweep(spec: SweepSpec, workdir: str | os.PathLike, *, launcher: str = "l
 
             for run in unfinished:
                 check_training_fits(run.cfg, where=f"run {run.run_id}: ")
-        budget_notes = check_data(unfinished)
+        budget_notes = check_data(unfinished, spec.max_epochs)
         workdir.mkdir(parents=True, exist_ok=True)
         with sweep_lock(workdir):
             return _run_sweep(spec, runs, workdir, budget_notes, launcher=launcher,
@@ -356,8 +383,8 @@ def _run_sweep(spec: SweepSpec, runs: list[PlannedRun], workdir: Path, budget_no
         + ", ".join(f"{n} {s}" for s, n in sorted(statuses.items()))
         + (f"; running {len(todo)}" if todo else "; nothing to run")
         + (f" in {len(units)} ensembles and lone runs" if len(units) < len(todo) else ""))
-    for note in budget_notes:
-        say(note)
+    for note in budget_notes:  # about the data, not progress: shown without the bar too
+        (say if progress else _stderr)(note)
     results.write_table(workdir)
     if not todo:
         return with_missing(results.load(workdir), run_dirs)

@@ -31,7 +31,8 @@ from attnlab.sweep.definition import SweepSpec, Variant, variant_spec
 from attnlab.sweep import modes
 from attnlab.sweep.rules import LearningRateRule, WarmupRule
 from attnlab.sweep.sections import (Branches, CentreRule, Ladder, Resources, Shape,
-                                    SweepSpecError, Tune, int_at_least, positive_number)
+                                    SweepSpecError, Tune, int_at_least,
+                                    number_at_least_zero, positive_number)
 
 SCALES = ("cpu", "gpu")
 # Keys of attnlab.model.flops_per_token that may define "FLOPs per token" for isoflop budgets.
@@ -40,8 +41,8 @@ FLOP_CONVENTIONS = ("chinchilla", "kaplan", "kaplan_causal", "kaplan_6n")
 _SECTIONS: dict[str, type] = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
 _TOP_LEVEL_KEYS = ("scale", "base", "sweep")
 _SWEEP_KEYS = ("name", "mode", "shapes", "ladder", "axes", "learning_rate", "warmup", "budgets",
-               "flops_per_token", "min_steps", "curve_points", "resources", "centre", "variants",
-               "variant_column", "baseline", "branches", "tune")
+               "flops_per_token", "min_steps", "max_epochs", "curve_points", "resources",
+               "centre", "variants", "variant_column", "baseline", "branches", "tune")
 
 
 _VARIANT_RULES = {"centre": CentreRule, "learning_rate": LearningRateRule, "warmup": WarmupRule}
@@ -116,6 +117,7 @@ def spec_from_config_dict(config: ml_collections.ConfigDict | Mapping[str, Any],
         centre=_section(CentreRule, sweep.get("centre"), "sweep.centre"),
         flops_per_token=sweep.get("flops_per_token", "chinchilla"),
         min_steps=int_at_least(sweep.get("min_steps", 1), 1, "sweep.min_steps"),
+        max_epochs=number_at_least_zero(sweep.get("max_epochs", 0.0), "sweep.max_epochs"),
         curve_points=int_at_least(sweep.get("curve_points", 0), 0, "sweep.curve_points"),
         resources=_resources(sweep.get("resources"), scale),
         source=source,

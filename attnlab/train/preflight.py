@@ -47,7 +47,7 @@ def check_corpus(cfg: Config, corpus) -> list[str]:
 
     Returns the budget warnings (data repeated past one epoch); raises ConfigError /
     CorpusTooSmallError naming the field (a vocabulary larger than the model's, windows longer
-    than the training split).
+    than the training split, a validation split smaller than train.eval_batches batches).
     """
     if corpus.vocab_size > cfg.model.vocab_size:
         raise ConfigError("model.vocab_size", f"{cfg.model.vocab_size} is smaller than the "
@@ -60,6 +60,8 @@ def check_corpus(cfg: Config, corpus) -> list[str]:
         raise ConfigError("data.document_mask", f"the corpus at {corpus.directory} ends its "
                           f"documents with id {corpus.tokenizer.eos_id}, not the expected "
                           f"{separator_id(cfg.data)}; rebuild it")
+    # Drawn at the first evaluation; a split too small for it is refused before anything trains.
+    corpus.validation_set(cfg.data.seq_len, cfg.data.batch_size, cfg.train.eval_batches)
     tokens = cfg.total_steps * cfg.data.batch_size * cfg.data.seq_len
     with warnings.catch_warnings():  # the caller reports them (metrics writer, sweep notes)
         warnings.simplefilter("ignore")

@@ -1,0 +1,50 @@
+"""docs/scripts/refit_results.py: every fit the docs publish a JSON of regenerates from its
+committed results table, and the comparison fails on a moved number."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("refit_results",
+                                                  REPO / "docs" / "scripts" / "refit_results.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_documented_fits_are_found_with_their_tables():
+    fits = _script().documented_fits()
+    assert "docs/results/hparams_cpu_fit.json" in fits
+    assert "docs/results/device_h200_2026-11-27c/quickstart_fit.json" in fits
+    for committed, argv in fits.items():
+        assert (REPO / committed).exists(), committed
+        tables = next(a for a in argv if a.startswith("--sweep=")).split("=", 1)[1]
+        assert all((REPO / t).exists() for t in tables.split(",")), argv
+
+
+def test_a_moved_estimate_differs_and_a_bootstrap_wobble_does_not():
+    differences = _script().differences
+    fit = json.loads((REPO / "docs/results/data_constrained_cpu_frozen.json").read_text())
+    moved = json.loads(json.dumps(fit))
+    moved["R_D"] *= 1.001
+    assert differences(fit, moved) == [f"/R_D: {fit['R_D']!r} -> {moved['R_D']!r}"]
+    wobble = json.loads(json.dumps(fit))
+    wobble["ci"]["R_D"][0] *= 1.02
+    wobble["n_bootstrap"] -= 1
+    wobble["notes"] = ["1 of 200 bootstrap refits did not converge"]
+    assert differences(fit, wobble) == []
+    wobble["ci"]["R_D"][1] *= 1.2
+    assert len(differences(fit, wobble)) == 1
+    assert differences(fit, {**fit, "law": "chinchilla"}) == [
+        "/law: 'data_constrained' -> 'chinchilla'"]
+
+
+@pytest.mark.slow
+def test_every_documented_fit_regenerates(capsys):
+    assert _script().main([]) == 0, capsys.readouterr().out
