@@ -4,12 +4,18 @@
 # member = lone run).
 #
 #   benchmarks/device_session.sh [--smoke] [--out DIR] [--work DIR] [--budget SECONDS]
-#                                [--stages "quickstart hparams gpu architectures checks"]
+#                                [--stages "quickstart gpu hparams architectures checks"]
 #
 # Every stage writes its table into DIR ($OUT on a lent machine, else sweeps/device_session/out):
 # env.json, quickstart.csv + quickstart_report.txt, hparams.csv, gpu.md, architectures.csv +
 # architectures_report.txt, checks.md and session.log. The device tool brings back 8 files, so
-# --stages picks what one lease runs (default: quickstart hparams gpu). A stage that finished is
+# --stages picks what one lease runs (default: quickstart gpu hparams; a study takes whatever
+# the budget has left, so the grid comes last and resumes in a second call).
+# --corpus ARCHIVE (default .corpus/pystdlib.tar.xz, made here by benchmarks/device_corpus.py and
+# named in the run's carry): the isoflop studies train on this machine's standard library,
+# unpacked there, as data.source=text_files. Without it they read the lent machine's own
+# pystdlib, a third of this one's (docs/benchmarks.md, "Third lent session"), and their plans'
+# sweep.max_epochs = 1 refuses them before training. A stage that finished is
 # not rerun, and the studies resume, so a second call on the same warm machine finishes what the
 # first left (work lives in --work, default sweeps/device_session/, which git ignores).
 # --budget: seconds for the whole call (default 480); each study gets what is left of it.
@@ -17,12 +23,13 @@
 # 4 workers) about 6 minutes with its fits; benchmarks/gpu.py at one batch and two ensemble sizes
 # about 150 s; the checks about 230 s; the architecture study 25 of its 85 runs in 230 s, more
 # than one lease holds (a fresh machine starts its sweep from nothing).
-# hparams: the hyperparameter grid (experiments/hparams.py:gpu, 90 runs in 18 ensembles) is swept
-# there and fitted here from its table (attnlab fit --law=hparams --sweep=hparams.csv).
+# hparams: the hyperparameter grid (experiments/hparams.py:gpu_refined, 120 runs in 24 ensembles)
+# is swept there and fitted here from its table (attnlab fit --law=hparams --sweep=hparams.csv).
 #
 # On a lent machine, with its own image's jax, the packages the image lacks travel as wheels
 # (benchmarks/device_wheels.sh, run here first; .whl/ is named in the run's carry):
-#   device run  command='bash benchmarks/device_session.sh'  carry=['.whl']  timeout_s=560
+#   device run  command='bash benchmarks/device_session.sh --budget 500'  carry=['.whl', '.corpus']
+#               timeout_s=570, then at once the same with --budget (what is left - 40 s)
 # --smoke: CPU-sized stand-ins of every stage (experiments/tiny_isoflop.py for the isoflop studies,
 # experiments/tiny_grid.py for the grid, the scripts' own --smoke); the slow test lane runs it.
 set -uo pipefail
@@ -32,7 +39,8 @@ SMOKE=0
 BUDGET=480
 OUTDIR=${OUT:-}
 WORK=
-STAGES="quickstart hparams gpu"
+CORPUS=.corpus/pystdlib.tar.xz
+STAGES="quickstart gpu hparams"
 while [ $# -gt 0 ]; do
   case "$1" in
     --smoke) SMOKE=1 ;;
@@ -42,6 +50,8 @@ while [ $# -gt 0 ]; do
     --work=*) WORK=${1#--work=} ;;
     --budget) BUDGET=$2; shift ;;
     --budget=*) BUDGET=${1#--budget=} ;;
+    --corpus) CORPUS=$2; shift ;;
+    --corpus=*) CORPUS=${1#--corpus=} ;;
     --stages) STAGES=$2; shift ;;
     --stages=*) STAGES=${1#--stages=} ;;
     *) echo "error: unknown argument $1 (see the top of $0)" >&2; exit 2 ;;
@@ -90,7 +100,7 @@ study() {
   seconds=$(left)
   if [ "$seconds" -lt 30 ]; then say "$name: no time left this call; run me again"; return; fi
   stage "$name" bash -c "timeout --signal=TERM --kill-after=30 $seconds ${ATTNLAB[*]} \
-      quickstart --config=$experiment --sweep='$WORK/$name' --parallel=$PARALLEL \
+      quickstart --config=$experiment --sweep='$WORK/$name' --parallel=$PARALLEL $STUDY_DATA \
       --bootstrap=$BOOTSTRAP --noprogress > '$WORK/${name}_report.txt'"
   cp -f "$WORK/$name/results.csv" "$WORK/$name.csv" 2>/dev/null
   publish
@@ -117,20 +127,26 @@ timed() {
   else say "$name: needs ~$needs s, $(left) s left; run me again"; fi
 }
 
-say "device session: smoke=$SMOKE budget=${BUDGET}s stages='$STAGES' work=$WORK out=$OUTDIR"
+STUDY_DATA=
+if [ -f "$CORPUS" ]; then  # unpacked once; a study's corpus is then cached by its fingerprint
+  [ -d "$WORK/corpus/pystdlib" ] || { mkdir -p "$WORK/corpus.partial" \
+      && tar -xJf "$CORPUS" -C "$WORK/corpus.partial" && mv "$WORK/corpus.partial" "$WORK/corpus"; }
+  STUDY_DATA="--config.base.data.source=text_files --config.base.data.path=$WORK/corpus/pystdlib"
+fi
+say "device session: smoke=$SMOKE budget=${BUDGET}s stages='$STAGES' corpus='${STUDY_DATA:-the machine pystdlib}' work=$WORK out=$OUTDIR"
 stage env bash -c "${ATTNLAB[*]} env --json='$WORK/env.json'"
 if [ "$SMOKE" = 1 ]; then
   PARALLEL=1 BOOTSTRAP=8
   wanted quickstart && study quickstart experiments/tiny_isoflop.py
-  wanted hparams && grid hparams experiments/tiny_grid.py
   wanted gpu && stage gpu bash -c "$PY benchmarks/gpu.py --smoke --ks 1,2 > '$WORK/gpu.md'"
+  wanted hparams && grid hparams experiments/tiny_grid.py
   wanted architectures && study architectures experiments/tiny_isoflop.py
   wanted checks && stage checks "$PY" benchmarks/device_checks.py --smoke --out "$WORK/checks.md"
 else
   PARALLEL=4 BOOTSTRAP=200
   wanted quickstart && study quickstart experiments/quickstart.py:gpu
-  wanted hparams && grid hparams experiments/hparams.py:gpu
   wanted gpu && timed gpu 150 bash -c "$PY benchmarks/gpu.py --batch 32 --ks 1,16 > '$WORK/gpu.md'"
+  wanted hparams && grid hparams experiments/hparams.py:gpu_refined
   wanted architectures && study architectures experiments/architectures.py:gpu
   wanted checks && timed checks 240 "$PY" benchmarks/device_checks.py --out "$WORK/checks.md"
 fi

@@ -12,6 +12,9 @@ Scale cpu: 3 two-layer shapes (d_model 16, 32, 48) x 2 token counts (0.25M, 0.5M
 Scale cpu_refined: the cpu grid moved where its optima sat at the edges (docs/scaling.md): the
 prior 4x higher (3e-2 x 32 / d_model) and batches of 2, 4, 8 sequences.
 Scale gpu: d_model 64-256 and 4M-16M tokens, batches 32-128 sequences.
+Scale gpu_refined: the gpu grid moved where its optima sat on a lent H200 (docs/benchmarks.md,
+"Third lent session"): rates 1-16 x the prior, batches 16-128 sequences, 2M and 8M tokens so
+that its 120 runs fit one lease.
 """
 
 from ml_collections import ConfigDict
@@ -20,9 +23,10 @@ from attnlab.config import base_config_dict
 
 
 def get_config(scale: str = "cpu") -> ConfigDict:
-    """``scale``: cpu, gpu, or cpu_refined (the cpu grid moved to where its optima sat)."""
-    refined = scale == "cpu_refined"
-    scale = "cpu" if refined else scale
+    """``scale``: cpu, gpu, or cpu_refined / gpu_refined (each grid moved to where its optima
+    sat)."""
+    refined = scale.endswith("_refined")
+    scale = scale.removesuffix("_refined")
     config = ConfigDict()
     config.scale = scale
 
@@ -53,7 +57,7 @@ def get_config(scale: str = "cpu") -> ConfigDict:
     sweep.axes = ConfigDict()
     sweep.axes.train = ConfigDict({"tokens": (250_000, 500_000)})
     sweep.axes.data = ConfigDict({"batch_size": (8, 16, 32)})
-    if refined:
+    if refined and scale == "cpu":
         # The cpu grid's optima sat at its edges (the largest rate, the smallest batch, in most
         # groups): the same grid moved 4x up in rate and 4x down in batch.
         base.train.learning_rate = 3e-2
@@ -64,4 +68,11 @@ def get_config(scale: str = "cpu") -> ConfigDict:
         sweep.shapes = ((64, 2, 2), (128, 2, 4), (256, 2, 4))
         sweep.axes.train.tokens = (4_000_000, 16_000_000)
         sweep.axes.data.batch_size = (32, 64, 128)
+    if refined and scale == "gpu":
+        # On an H200 the 16M-token groups were best at 2x the prior and 64 sequences, the
+        # 4M-token ones at the largest rate (4x) and the smallest batch (32): the grid reaches
+        # 16x and 16 sequences, at shorter runs.
+        sweep.learning_rate.factors = (1.0, 2.0, 4.0, 8.0, 16.0)
+        sweep.axes.train.tokens = (2_000_000, 8_000_000)
+        sweep.axes.data.batch_size = (16, 32, 64, 128)
     return config

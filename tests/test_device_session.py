@@ -1,6 +1,6 @@
 """benchmarks/device_session.sh, the one command a lent accelerator session runs: its --smoke
-mode on the CPU goes through every stage (environment, two studies, the hyperparameter grid,
-benchmarks/gpu.py, device checks) and brings back every table, a lease's default stages in at most
+mode on the CPU goes through every stage (environment, the hyperparameter grid,
+benchmarks/gpu.py, two studies, device checks) and brings back every table, a lease's default stages in at most
 8 files, and a second call redoes nothing it finished."""
 
 import json
@@ -15,16 +15,22 @@ import pytest
 pytestmark = pytest.mark.serial
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT = {"env.json", "quickstart.csv", "quickstart_report.txt", "hparams.csv", "gpu.md",
+DEFAULT = {"env.json", "quickstart.csv", "quickstart_report.txt", "gpu.md", "hparams.csv",
            "session.log"}
-ALL = "quickstart hparams gpu architectures checks"
+ALL = "quickstart gpu hparams architectures checks"
 
 
 def session(tmp_path, *extra):
+    corpus = tmp_path / "corpus.tar.xz"  # the studies' corpus, carried: attnlab's own source
+    if not corpus.exists():
+        subprocess.run([sys.executable, str(REPO / "benchmarks" / "device_corpus.py"),
+                        f"--out={corpus}", f"--root={REPO / 'attnlab'}"], check=True,
+                       capture_output=True, timeout=300)
     env = {**os.environ, "PYTHON": sys.executable}
     env.pop("OUT", None)
     return subprocess.run(["bash", str(REPO / "benchmarks" / "device_session.sh"), "--smoke",
-                           f"--work={tmp_path / 'work'}", f"--out={tmp_path / 'out'}", *extra],
+                           f"--work={tmp_path / 'work'}", f"--out={tmp_path / 'out'}",
+                           f"--corpus={corpus}", *extra],
                           capture_output=True, text=True, timeout=1500, env=env, cwd=REPO)
 
 
@@ -37,9 +43,12 @@ def test_the_device_session_smoke_runs_every_stage_and_resumes(tmp_path):
     assert json.loads((out / "env.json").read_text())["versions"]["jax"]
     assert "| cuDNN on (xla) |" in (out / "gpu.md").read_text()
     assert len((out / "hparams.csv").read_text().splitlines()) == 5  # tiny_grid's 4 runs
+    log = (out / "session.log").read_text()
+    assert f"data.path={tmp_path / 'work' / 'corpus' / 'pystdlib'}" in log
+    assert "quickstart: exit 0" in log
     second = session(tmp_path, "--budget=1200", f"--stages={ALL}")
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-2000:]
-    assert second.stdout.count("done in an earlier call") == 4  # env, quickstart, hparams, gpu
+    assert second.stdout.count("done in an earlier call") == 4  # env, quickstart, gpu, hparams
     assert "stages not done: none" in second.stdout
     checks = (out / "checks.md").read_text()
     assert checks.count("| pass |") == 9 and "FAIL" not in checks
