@@ -62,3 +62,15 @@ def test_a_learning_rate_axis_and_factors_are_one_too_many():
         plan(grid({"rule": "fixed", "factors": (0.5, 2.0)},
                   {"learning_rate": (1e-3, 2e-3)}))
     assert info.value.field == "sweep.axes.train.learning_rate"
+
+
+def test_the_refined_gpu_grid_reaches_past_the_edges_the_first_one_hit():
+    """experiments/hparams.py:gpu put the 4M-token optima at its largest rate (4x the prior)
+    and smallest batch (32); :gpu_refined reaches 16x and 16 sequences, 120 runs."""
+    runs = plan(load_spec(f"{HPARAMS}:gpu_refined"))
+    assert len(runs) == 3 * 2 * 4 * 5
+    factors = {round(r.cfg.train.learning_rate * r.cfg.model.d_model / 32 / 7.5e-3, 6)
+               for r in runs}
+    assert factors == {1.0, 2.0, 4.0, 8.0, 16.0}
+    assert {r.cfg.data.batch_size for r in runs} == {16, 32, 64, 128}
+    assert max(r.cfg.train.tokens for r in runs) < runs[0].cfg.data.markov_tokens  # read once
