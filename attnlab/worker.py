@@ -295,6 +295,9 @@ def main(argv: list[str] | None = None) -> int:
     log = None  # the worker's log (once the first request came) while a run has stderr
     ahead = None  # the thread compiling the next run's programs
     try:
+        # Ctrl-C raises KeyboardInterrupt from here on (the launcher started the worker with
+        # SIGINT's default action, so that one during its imports ends it without a traceback).
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         # Training's imports (orbax, TFDS: ~0.6 s) while the sweep checks its runs.
         from attnlab import train
         # Runs of one shape share their compiled programs. Host devices beyond the first are

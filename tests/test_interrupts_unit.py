@@ -294,3 +294,24 @@ def test_an_error_raised_while_an_interrupt_unwinds_counts_as_the_interrupt():
     with pytest.raises(KeyboardInterrupt, match="release unlocked lock"):
         raise_if_interrupted(caught.value)
     raise_if_interrupted(ValueError("a real failure"))  # not an interrupt: nothing raised
+
+
+def test_ctrl_c_to_a_worker_still_importing_ends_it_without_a_traceback():
+    """Ctrl-C reaches a sweep's whole process group, its workers too, and a worker started just
+    before may still be importing JAX: it ends as SIGINT's default action ends a process (the
+    launcher counts that as interrupted), printing nothing."""
+    import json
+    import time
+
+    from attnlab.sweep import launchers
+
+    settings = {"parent_pid": os.getpid(), "cpus": None, "cache_dir": "", "log_path": "unused",
+                "host_devices": 1}
+    worker = subprocess.Popen([sys.executable, "-c", launchers._WORKER_MAIN,
+                               json.dumps(settings)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(0.3)  # well inside its imports (JAX alone takes about a second here)
+    worker.send_signal(signal.SIGINT)
+    _, stderr = worker.communicate(timeout=60)
+    assert worker.returncode == -signal.SIGINT, stderr.decode()
+    assert -signal.SIGINT in launchers._INTERRUPTED and stderr == b""

@@ -38,7 +38,11 @@ from attnlab.sweep.spec import Resources
 from attnlab.worker import execute_runs, write_failure
 
 OnResult = Callable[[Path, dict], None]
-_WORKER_MAIN = "import sys; from attnlab.worker import main; sys.exit(main(sys.argv[1:]))"
+# Ctrl-C to the sweep's process group while a worker still imports JAX would print a
+# KeyboardInterrupt traceback: until worker.main takes the signal over, it ends the worker as the
+# default action does (silently; the launcher counts -SIGINT as interrupted).
+_WORKER_MAIN = ("import signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                "from attnlab.worker import main; sys.exit(main(sys.argv[1:]))")
 _INTERRUPTED = (-signal.SIGINT, -signal.SIGTERM, 128 + signal.SIGINT, 128 + signal.SIGTERM)
 STOP_GRACE_SECONDS = 10.0  # how long interrupted workers get to wind down before SIGKILL
 RAY_GRACE_SECONDS = 5.0  # how long a local Ray's processes get to exit after ray.shutdown()
