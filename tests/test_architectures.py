@@ -227,7 +227,8 @@ def _run_tiny_study(workdir, out=None):
 
 @pytest.fixture(scope="module")
 def straight_study(tmp_path_factory):
-    """The tiny study run once, straight through: (workdir, StudyResult, what it printed)."""
+    """The tiny study run once, straight through: (workdir, StudyResult, what it printed).
+    Its tests share an xdist group, so that one worker runs it once (CI: --dist loadgroup)."""
     workdir = tmp_path_factory.mktemp("architectures") / "straight"
     log = workdir.parent / "study.log"
     with open(log, "w") as out:
@@ -235,6 +236,7 @@ def straight_study(tmp_path_factory):
     return workdir, result, log.read_text()
 
 
+@pytest.mark.xdist_group("architectures_study")
 @pytest.mark.slow
 def test_tiny_study_fits_ranks_and_plots_each_architecture(straight_study, capsys):
     workdir, result, out = straight_study
@@ -324,7 +326,7 @@ def _ranking_values(workdir):
     return ranking.reset_index(drop=True)
 
 
-@pytest.mark.serial
+@pytest.mark.xdist_group("architectures_study")
 @pytest.mark.slow
 def test_a_resumed_study_gives_the_same_table(straight_study, tmp_path):
     """Interrupted mid-sweep (SIGINT once some runs are done), then rerun: the results and the
@@ -365,6 +367,7 @@ def test_a_resumed_study_gives_the_same_table(straight_study, tmp_path):
         np.testing.assert_allclose(rb[column][both], ra[column][both], rtol=0.05, err_msg=column)
 
 
+@pytest.mark.xdist_group("architectures_study")
 @pytest.mark.slow
 def test_architectures_notebook_runs_on_the_tiny_study(straight_study, tmp_path, monkeypatch):
     """notebooks/architectures.ipynb, every cell, against the tiny study (fits only: the sweep is

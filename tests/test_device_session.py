@@ -11,9 +11,6 @@ from pathlib import Path
 
 import pytest
 
-# Signals, timings or a machine-wide resource: the slow lane runs these one at a time.
-pytestmark = pytest.mark.serial
-
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT = {"env.json", "quickstart.csv", "quickstart_report.txt", "gpu.md", "hparams.csv",
            "session.log"}
