@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from attnlab.scaling.cli import compare_main
+from attnlab.scaling.compare_cli import compare_main
 from attnlab.scaling.compare import POOLED, paired_differences
 
 

@@ -1,0 +1,69 @@
+"""``attnlab compare``: the arms of a sweep at matched points, with Welch's t intervals over
+seeds (:mod:`attnlab.scaling.compare` does the arithmetic; this parses, calls it and prints)."""
+
+from __future__ import annotations
+
+import sys
+
+from attnlab import cli_flags, outputs
+from attnlab import cli_vocab as vocab
+from attnlab.cli_flags import Flag
+from attnlab.errors import AttnlabError
+from attnlab.scaling.compare import DEFAULT_MATCH, format_differences, paired_differences
+from attnlab.scaling.errors import FitInputError
+from attnlab.scaling.result import jsonable
+from attnlab.scaling.table import read_table
+
+
+COMPARE_HELP = """\
+Compare the arms of a sweep at matched points: each value of --by minus --baseline, mean over
+seeds, with Welch's t interval over seeds, per point and pooled.
+
+    attnlab compare --sweep=sweeps/wsd_cosine --by=schedule --baseline=cosine \\
+        --pair=train.seed
+    attnlab compare --sweep=sweeps/pe --by=model.pos_encoding --baseline=rope \\
+        --match=params,tokens --json=compare.json"""
+
+COMPARE_FLAGS = [
+    vocab.SWEEP.flag("Or its results table (.parquet/.csv).", old_names=("results",)),
+    vocab.BY.flag("Its values are the arms."),
+    Flag("baseline", "string", None, "The arm the others are compared with."),
+    Flag("match", "string", ",".join(DEFAULT_MATCH), "Columns that must be equal for two runs "
+                                                     "to be compared (comma-separated)."),
+    Flag("metric", "string", "final_val_loss", "The column compared."),
+    Flag("pair", "string", None, "Pair the runs of two arms by this column (e.g. train.seed: "
+                                 "the same seed, the same initialisation and data order) and "
+                                 "compare per-pair differences."),
+    vocab.CI_LEVEL.flag(default=0.95),
+    vocab.JSON.flag("The table."),
+]
+
+
+def compare_main(argv: list[str]) -> int:
+    try:
+        values = cli_flags.parse(argv, COMPARE_FLAGS, prog="attnlab compare", takes_config=False,
+                                 description=COMPARE_HELP)
+        for name in ("sweep", "by", "baseline"):
+            if not values[name].value:
+                raise FitInputError(f"--{name} is required")
+        level = values["ci-level"].value
+        if not 0 < level < 1:
+            raise FitInputError(f"--ci-level must be in (0, 1), got {level}")
+        match = tuple(c.strip() for c in values["match"].value.split(",") if c.strip())
+        if not match:
+            raise FitInputError("--match: give at least one column")
+        by, baseline, metric = (values[n].value for n in ("by", "baseline", "metric"))
+        frame = paired_differences(read_table(values["sweep"].value), by=by,
+                                   baseline=baseline, match=match, metric=metric,
+                                   level=level, pair=values["pair"].value)
+    except AttnlabError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    sys.stdout.write(format_differences(frame, by=by, baseline=baseline, metric=metric,
+                                        match=match, level=level, pair=values["pair"].value))
+    if values["json"].value:
+        payload = {"by": by, "baseline": baseline, "metric": metric, "match": list(match),
+                   "pair": values["pair"].value,
+                   "ci_level": level, "rows": jsonable(frame.to_dict(orient="records"))}
+        outputs.write_json(values["json"].value, payload, indent=1)
+    return 0
