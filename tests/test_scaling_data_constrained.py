@@ -263,3 +263,24 @@ def test_other_laws_note_runs_that_repeated_their_data():
                                           law="chinchilla").notes if "more than once" in n]
     assert not [n for n in prepare_points(df, law="data_constrained").notes
                 if "more than once" in n]
+
+
+def test_a_decay_constant_spanning_orders_of_magnitude_is_not_pinned():
+    """R*_N's 95% interval on the CPU study, [90, 1.3e14], pins nothing though it is finite:
+    a decay constant is pinned within a factor 10 (R*_D's [0.95, 1.71] is)."""
+    import dataclasses
+
+    from attnlab.scaling.result import pin_rule
+
+    frame = runs(0)
+    fit = dc.fit_data_constrained(frame.params, frame.tokens, frame.unique_tokens, frame.loss,
+                                  fixed=CHINCHILLA_PART)
+    samples = dict(fit.samples, R_D=np.linspace(0.95, 1.71, 40),
+                   R_N=np.geomspace(90.0, 1.3e14, 40))
+    wide = dataclasses.replace(fit, samples=samples, n_bootstrap_requested=40)
+    assert set(wide.too_wide) == {"R_N"} and "factor 10" in wide.too_wide["R_N"]
+    assert wide.to_dict()["unpinned"] == ["R_N"]
+    assert "R_D or R_N's spanning more than a factor 10" in wide.to_dict()["pin_rule"]
+    from attnlab.scaling import registry
+
+    assert "factor" not in pin_rule(registry.resolve("chinchilla"))

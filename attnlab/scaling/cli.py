@@ -35,7 +35,7 @@ from attnlab.scaling.holdout import HoldoutResult, format_holdout, holdout_predi
 from attnlab.scaling.laws import Law
 from attnlab.scaling.multiplier import format_multipliers, multipliers_against
 from attnlab.scaling.parametric import parse_fix, positive_list
-from attnlab.scaling.result import PIN_RULE as RULE
+from attnlab.scaling.result import pin_rule
 from attnlab.scaling.result import ScalingFit, jsonable
 from attnlab.scaling.table import (ScalingTable, parse_columns, prepare_curves, prepare_points,
                                    read_curves, read_table)
@@ -317,7 +317,8 @@ def format_report(fit: ScalingFit, source: str, budgets: list[float],
         lines.append("bootstrap: none (pass --bootstrap=N for intervals)")
     ci, wide = fit.ci, fit.too_wide
     if wide:  # lead with what the data pin: these go below the others, by name
-        lines.append(f"not pinned, an interval too wide to act on ({RULE}): {', '.join(wide)}")
+        lines.append(f"not pinned, an interval too wide to act on ({pin_rule(fit.part)}): "
+                     f"{', '.join(wide)}")
     lines += ["", f"  {'parameter':<10}{'estimate':>14}{level + ' low':>14}{level + ' high':>14}"]
     for name in sorted(fit.params, key=lambda n: n in fit.not_pinned):
         value = fit.params[name]

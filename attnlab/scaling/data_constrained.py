@@ -176,6 +176,7 @@ class DataConstrained(laws.Law):
     predicts_loss = True
     fixable = COORDINATES.fixable
     exponents = ("alpha", "beta")
+    scales = ("R_D", "R_N")  # decay constants: an interval [90, 1e14] pins nothing
     run_columns = ("unique_tokens",)
     scope = "one fit of L(N', D') over a table's runs"
     refused_flags = ("curves", "approach", "grid", "by", "budget", "multiplier-against",

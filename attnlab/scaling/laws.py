@@ -134,6 +134,9 @@ class Law:
     fixable: tuple[str, ...] = ()        # the parameters --fix can hold
     # Parameters whose interval is read as an exponent's (``ScalingFit.too_wide``).
     exponents: tuple[str, ...] = ("alpha", "beta", "a", "b", "alpha_N", "alpha_D")
+    # Positive constants read on a log scale (a decay constant): pinned within a factor of
+    # MAX_SCALE_RATIO (``ScalingFit.too_wide``).
+    scales: tuple[str, ...] = ()
     run_columns: tuple[str, ...] = ()    # table columns beyond N and D a run's loss reads
     refused_flags: tuple[str, ...] = ()  # fit flags that would mean nothing to this law
     scope: str = ""                      # what one fit of this law is, for those refusals

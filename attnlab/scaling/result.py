@@ -17,8 +17,18 @@ from attnlab.scaling.bootstrap import MAX_FAILED_SHARE, intervals, percentile_in
 MAX_EXPONENT_WIDTH = 0.25
 # ... or E's wider than this fraction of E.
 MAX_E_RELATIVE_WIDTH = 0.30
+# ... or, for a positive constant read on a log scale (a law's ``scales``), high / low above this.
+MAX_SCALE_RATIO = 10.0
 PIN_RULE = (f"an exponent's interval wider than {MAX_EXPONENT_WIDTH:g}, E's wider than "
             f"{100 * MAX_E_RELATIVE_WIDTH:g}% of E")
+
+
+def pin_rule(part: laws.Law) -> str:
+    """The rule ``too_wide`` applies to ``part``'s parameters, in words."""
+    if not part.scales:
+        return PIN_RULE
+    return (f"{PIN_RULE}, {' or '.join(part.scales)}'s spanning more than a factor "
+            f"{MAX_SCALE_RATIO:g}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,7 +65,8 @@ class ScalingFit:
     @property
     def too_wide(self) -> dict[str, str]:
         """name -> why, for the parameters whose interval is too wide to act on: an exponent's
-        wider than MAX_EXPONENT_WIDTH, E's wider than MAX_E_RELATIVE_WIDTH of E."""
+        wider than MAX_EXPONENT_WIDTH, E's wider than MAX_E_RELATIVE_WIDTH of E, a scale's
+        (``part.scales``) spanning more than MAX_SCALE_RATIO."""
         found = {}
         for name, (low, high) in self.ci.items():
             width = high - low
@@ -65,6 +76,9 @@ class ScalingFit:
             elif name == "E" and not width <= MAX_E_RELATIVE_WIDTH * abs(self.params["E"]):
                 found[name] = (f"its {100 * self.ci_level:g}% interval [{low:.3g}, {high:.3g}] is "
                                f"wider than {100 * MAX_E_RELATIVE_WIDTH:g}% of E")
+            elif name in self.part.scales and not (low > 0 and high <= MAX_SCALE_RATIO * low):
+                found[name] = (f"its {100 * self.ci_level:g}% interval [{low:.3g}, {high:.3g}] "
+                               f"spans more than a factor {MAX_SCALE_RATIO:g}")
         return found
 
     @property
@@ -229,7 +243,7 @@ class ScalingFit:
         out["unpinned"] = list(self.not_pinned)
         out["undetermined"] = list(self.unpinned)  # what makes the fit degenerate
         out["too_wide"] = self.too_wide
-        out["pin_rule"] = PIN_RULE
+        out["pin_rule"] = pin_rule(self.part)
         out["warnings"] = list(self.warnings)
         out["notes"] = list(self.notes)
         return out
