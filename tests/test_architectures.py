@@ -225,10 +225,12 @@ def _run_tiny_study(workdir, out=None):
                            out=out or open(os.devnull, "w"))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def straight_study(tmp_path_factory):
     """The tiny study run once, straight through: (workdir, StudyResult, what it printed).
-    Its tests share an xdist group, so that one worker runs it once (CI: --dist loadgroup)."""
+    Its tests share an xdist group, so that one worker runs it once (CI: --dist loadgroup);
+    session-scoped, because a module fixture is torn down when the worker's next test is
+    another module's, and the group's tests need not come in a row."""
     workdir = tmp_path_factory.mktemp("architectures") / "straight"
     log = workdir.parent / "study.log"
     with open(log, "w") as out:
