@@ -22,8 +22,7 @@ import tarfile
 from pathlib import Path
 
 from attnlab.data import files as files_lib
-
-EOS_BYTE = b"\x00"
+from attnlab.data.tokenizer import EOS_BYTE
 
 
 def kept_files(root: Path | None) -> tuple[Path, list[Path]]:
@@ -33,7 +32,8 @@ def kept_files(root: Path | None) -> tuple[Path, list[Path]]:
     else:
         root, found = files_lib.text_files(str(root / "**" / "*.py"))
     paths = [Path(f.path) for f in found]
-    return Path(root), [p for p in paths if EOS_BYTE not in p.read_bytes()]
+    # The separator byte: pystdlib skips such a file, text_files would refuse it.
+    return Path(root), [p for p in paths if bytes([EOS_BYTE]) not in p.read_bytes()]
 
 
 def main(argv: list[str] | None = None) -> int:

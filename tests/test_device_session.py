@@ -1,7 +1,7 @@
 """benchmarks/device_session.sh, the one command a lent accelerator session runs: its --smoke
-mode on the CPU goes through every stage (environment, the hyperparameter grid,
-benchmarks/gpu.py, two studies, device checks) and brings back every table, a lease's default stages in at most
-8 files, and a second call redoes nothing it finished."""
+mode on the CPU goes through every stage (environment, the quickstart, benchmarks/gpu.py, the
+hyperparameter grid, the architecture study, device checks) and brings back every table, a
+lease's default stages in at most 8 files, and a second call redoes nothing it finished."""
 
 import json
 import os

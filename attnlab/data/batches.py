@@ -185,7 +185,7 @@ def check_budget(corpus: "Corpus", tokens: int, seq_len: int) -> list[str]:
     L(D) away from a single-epoch scaling law (Muennighoff et al. 2023, arXiv 2305.16264).
     """
     per_epoch = _num_windows(corpus, "train", seq_len) * seq_len
-    epochs = epochs_read(corpus, tokens, seq_len)
+    epochs = tokens / per_epoch
     messages = []
     if epochs > 1:
         messages.append(

@@ -37,6 +37,7 @@ from attnlab.errors import WriteError
 from attnlab.ensembles import groups as ensemble_groups
 from attnlab.sweep import launchers
 from attnlab.sweep.planner import PlannedRun, plan
+from attnlab.sweep.sections import SweepSpecError
 from attnlab.sweep.spec import SweepSpec
 from attnlab.worker import STOP_ON
 
@@ -176,20 +177,17 @@ def check_data(runs: list[PlannedRun], max_epochs: float = 0.0) -> list[str]:
 
 
 def _check_epochs(runs: list[PlannedRun], corpora: dict, max_epochs: float) -> None:
-    from attnlab.sweep.sections import SweepSpecError
-
-    read = {run.run_id: corpora[run.cfg.data].epochs(
-        run.cfg.total_steps * run.cfg.data.batch_size * run.cfg.data.seq_len,
-        run.cfg.data.seq_len) for run in runs}
-    over = {k: v for k, v in read.items() if v > max_epochs}
+    read = {run.run_id: corpora[run.cfg.data].epochs(run.tokens, run.cfg.data.seq_len)
+            for run in runs}
+    over = [run for run in runs if read[run.run_id] > max_epochs]
     if over:
-        worst = max(over, key=over.get)
-        corpus = corpora[next(r.cfg.data for r in runs if r.run_id == worst)]
+        worst = max(over, key=lambda run: read[run.run_id])
+        corpus = corpora[worst.cfg.data]
         raise SweepSpecError("sweep.max_epochs", f"{len(over)} of {len(runs)} runs would read "
                              f"their training split more than {max_epochs:g} times on this "
-                             f"machine ({worst}: {over[worst]:.2f} epochs of {corpus.name}, "
-                             f"{corpus.num_tokens('train'):,} tokens); use a larger corpus or "
-                             "fewer tokens per run")
+                             f"machine ({worst.run_id}: {read[worst.run_id]:.2f} epochs of "
+                             f"{corpus.name}, {corpus.num_tokens('train'):,} tokens); use a "
+                             "larger corpus or fewer tokens per run")
 
 
 def _stderr(line: str) -> None:
