@@ -96,6 +96,17 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("ATTNLAB_CACHE_DIR") or platformdirs.user_cache_dir("attnlab"))
 
 
+def compilation_cache_dir(workdir: Path | None, given: str | os.PathLike | None = None
+                          ) -> Path | None:
+    """Where a sweep's runs keep JAX's compiled programs: ``given`` (--cache-dir), else the cache
+    JAX itself was pointed at ($JAX_COMPILATION_CACHE_DIR, shared with other sweeps), else
+    ``workdir/jax_cache``; None when there is neither (no sweep directory yet)."""
+    chosen = given or os.environ.get("JAX_COMPILATION_CACHE_DIR")
+    if chosen:
+        return Path(chosen).absolute()
+    return workdir / JAX_CACHE_DIR if workdir is not None else None
+
+
 class WorkdirError(AttnlabError):
     """A run directory holds something this run must not overwrite, or a file it cannot read."""
 

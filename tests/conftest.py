@@ -16,6 +16,23 @@ os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(ROOT / ".jax_cache"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.1")
 
 
+def pytest_configure(config):
+    """Under ``--dist loadgroup``, refuses a pytest and pytest-xdist that would spread a group's
+    tests over workers (each computing the group's shared fixture again) without a word."""
+    if config.getoption("dist", "no") != "loadgroup":
+        return
+    from importlib.metadata import version
+
+    from packaging.version import Version
+
+    xdist = Version(version("pytest-xdist"))
+    if Version(pytest.__version__) >= Version("9.2") and xdist <= Version("3.8.0"):
+        raise pytest.UsageError(
+            f"--dist loadgroup does not group tests with pytest {pytest.__version__} and "
+            f"pytest-xdist {xdist} (pytest-xdist#1386): "
+            "install the dev extra's pytest (pip install -e '.[dev]')")
+
+
 def pytest_collection_modifyitems(config, items):
     """The tests tests/lanes.py moves out of the default lane run in the slow one."""
     from lanes import moved

@@ -25,6 +25,16 @@ def test_file_names_are_the_on_disk_format():
     assert rundir.FINAL_STATUSES == ("completed", "diverged", "failed")
 
 
+def test_the_compilation_cache_is_the_flag_then_jaxs_own_then_the_sweeps(tmp_path, monkeypatch):
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
+    assert rundir.compilation_cache_dir(tmp_path) == tmp_path / "jax_cache"
+    assert rundir.compilation_cache_dir(None) is None
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(tmp_path / "shared"))
+    assert rundir.compilation_cache_dir(tmp_path) == tmp_path / "shared"
+    assert rundir.compilation_cache_dir(None) == tmp_path / "shared"
+    assert rundir.compilation_cache_dir(tmp_path, tmp_path / "given") == tmp_path / "given"
+
+
 def _write_many(path: str, writer: int, times: int) -> None:
     for i in range(times):
         # Large enough that a torn read or a shared temporary would show.

@@ -33,8 +33,9 @@ FLAGS = [
                                         "and diverged runs (from scratch)."),
     Flag("ray-address", "string", "", "Ray cluster to submit to (e.g. auto, ray://host:10001); "
                                       "empty starts a local one."),
-    Flag("cache-dir", "string", "", "JAX persistent compilation cache (default DIR/jax_cache); "
-                                    "share one between sweeps to reuse compiled programs."),
+    Flag("cache-dir", "string", "", "JAX persistent compilation cache (default "
+                                    "$JAX_COMPILATION_CACHE_DIR, else DIR/jax_cache); share one "
+                                    "between sweeps to reuse compiled programs."),
     Flag("compile-ahead", "bool", False, "Local launcher: a worker compiles its next run's "
                                           "programs while the current run trains (faster new "
                                           "shapes; the overlapped run's tokens/s reads low)."),

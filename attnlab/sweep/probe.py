@@ -107,8 +107,8 @@ def dry_run(spec: SweepSpec, workdir: str | Path | None = None, *, probe: str = 
     """The planned runs as a table (one row per run) and notes to print under it.
 
     Columns: run_id, [budget], [role, trunk (its id's hash), from_step, trained_flops
-    (chinchilla count, a branch's cooldown only): ladder mode], d_model, n_layers, n_heads, other swept values, params,
-    non_emb_params, tokens, steps, lr, warmup, flops_6nd, flops_chinchilla, status (from
+    (chinchilla count, a branch's cooldown only): ladder mode], d_model, n_layers, n_heads,
+    other swept values, params, non_emb_params, tokens, steps, lr, warmup, flops_6nd, flops_chinchilla, status (from
     ``workdir``, if it exists), unit (the runs trained together as one ensemble share it; up
     to ``ensemble_max`` runs, as the sweep groups them), est_seconds (with probe='steps').
     """
@@ -162,7 +162,7 @@ def dry_run(spec: SweepSpec, workdir: str | Path | None = None, *, probe: str = 
     notes += [f"warning: {text}" for text in too_large.values()]
     runs = [run for run in runs if run.run_id not in too_large]  # probing one would not fit
     if probe == "steps" and runs:
-        cache = workdir / rundir.JAX_CACHE_DIR if workdir and workdir.exists() else None
+        cache = rundir.compilation_cache_dir(workdir if workdir and workdir.exists() else None)
         # A sweep of variants (e.g. sequence mixers) probes each variant's own shapes: FLOP
         # rates differ by mixer (a scan runs far below a matrix product on a CPU).
         column = spec.variant_column if spec.variants else None

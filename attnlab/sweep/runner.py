@@ -285,7 +285,8 @@ def run_sweep(spec: SweepSpec, workdir: str | os.PathLike, *, launcher: str = "l
       retry_failed: also rerun failed runs (resuming) and diverged runs (from scratch).
       progress: a progress bar and one line per finished run.
       ray_address: an existing Ray cluster; None uses an initialised Ray or starts a local one.
-      cache_dir: JAX's persistent compilation cache (default DIR/jax_cache).
+      cache_dir: JAX's persistent compilation cache (default $JAX_COMPILATION_CACHE_DIR, else
+        DIR/jax_cache).
       allow_large: skip the memory estimate (attnlab.train.memory) that refuses runs larger
         than the machine.
       compile_ahead: local launcher: each worker compiles its next run's programs in a thread
@@ -324,7 +325,7 @@ def run_sweep(spec: SweepSpec, workdir: str | os.PathLike, *, launcher: str = "l
     check_sweep_dir(workdir, spec.name, allow_nonempty=allow_nonempty)
     unfinished = [run for run in runs if rundir.run_status(
         workdir / rundir.RUNS_DIR / run.run_id) != rundir.COMPLETED]
-    cache_dir = Path(cache_dir).absolute() if cache_dir else workdir / rundir.JAX_CACHE_DIR
+    cache_dir = rundir.compilation_cache_dir(workdir, cache_dir)
     # Started before the checks below, so that the workers' imports (JAX, orbax, TFDS: ~2 s)
     # overlap them; a worker writes nothing before its first run, and is killed if the checks
     # fail or nothing is left to run.
