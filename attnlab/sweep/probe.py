@@ -109,8 +109,9 @@ def dry_run(spec: SweepSpec, workdir: str | Path | None = None, *, probe: str = 
     Columns: run_id, [budget], [role, trunk (its id's hash), from_step, trained_flops
     (chinchilla count, a branch's cooldown only): ladder mode], d_model, n_layers, n_heads,
     other swept values, params, non_emb_params, tokens, steps, lr, warmup, flops_6nd,
-    flops_chinchilla, status (from ``workdir``, if it exists), unit (the runs trained together as one ensemble share it; up
-    to ``ensemble_max`` runs, as the sweep groups them), est_seconds (with probe='steps').
+    flops_chinchilla, status (from ``workdir``, if it exists), unit (the runs trained together
+    as one ensemble share it; up to ``ensemble_max`` runs, as the sweep groups them),
+    est_seconds (with probe='steps').
     """
     runs, notes = expand(spec)
     workdir = Path(workdir) if workdir else None
