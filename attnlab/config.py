@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from typing import Any, Mapping
 
 import ml_collections
 
+from attnlab.dataclass_io import build_dataclass
 from attnlab.errors import ConfigError
 from attnlab.schedules import COOLDOWN_SHAPES, COSINE_DECAY, SCHEDULES, wsd_decay_start
 
@@ -32,7 +32,6 @@ __all__ = ["Config", "DataConfig", "ModelConfig", "TrainConfig", "base_config_di
 
 DTYPES = ("float32", "bfloat16")
 
-TOKENIZERS = ("byte", "bpe")
 # Fields of the tasks (attnlab/data/sources.py says which source reads which) that must be
 # positive, and those that may be 0 (no noise; no curriculum; the function class's default).
 TASK_FIELDS = ("task_vocab", "mqar_pairs", "icl_dim", "icl_examples")
@@ -79,7 +78,8 @@ class ModelConfig:
     cosine_tau_init: float = 10.0  # attention_scale="cosine": initial temperature tau
     attention_window: int = 0  # sliding-window attention: keys i-w+1..i; 0 -> full causal
     attention_global_tokens: int = 0  # with a window: the first n tokens stay visible to all
-    attention_mask: str = "causal"  # the decoder's mask; a positive attention_window: sliding_window
+    # the decoder's mask; a positive attention_window: sliding_window
+    attention_mask: str = "causal"
     # Sequence mixers; the defaults are softmax attention.
     mixer: str = "softmax"  # softmax | linear (elu+1) | performer (FAVOR+) | mamba
     attention_every: int = 0  # hybrid: layers k-1, 2k-1, ... are softmax attention; 0 -> none
@@ -109,7 +109,8 @@ class ModelConfig:
     input_dim: int = 0  # inputs="vectors": the width of each input vector
     # Implementation choices; the defaults are the models made before them.
     linear_bias: bool = False  # biases on the attention and FFN projections (GPT-2 style)
-    embedding_norm: bool = False  # model.norm of the embeddings before the first layer (BERT, Bloom)
+    # model.norm of the embeddings before the first layer (BERT, Bloom)
+    embedding_norm: bool = False
     head: str = "linear"  # the output head: linear | bert (transform + output bias; heads.py)
     scan_layers: bool = False  # layers as one stacked module run by a scan: compile flat in depth
     remat: str = "none"  # rematerialise each layer in the backward pass: none | full | save_dots
@@ -181,6 +182,11 @@ class DataConfig:
 
     def __post_init__(self):
         validate_data(self)
+
+    @property
+    def answers_only(self) -> bool:
+        """``loss_on=answers``: a task's loss is taken on its answers alone."""
+        return self.loss_on == "answers"
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -278,57 +284,6 @@ class Config:
 _SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
 
 
-def build_dataclass(cls, values: Mapping[str, Any], path: str, *, error=ConfigError):
-    """``cls(**values)`` from a section of a config file: unknown keys, missing required keys
-    and values of the wrong type raise ``error`` naming ``<path>.<key>``; the dataclass's own
-    checks (``__post_init__``) run as it is built. Config sections and sweep specs share it."""
-    known = {f.name: f for f in dataclasses.fields(cls)}
-    kwargs = {}
-    for key, value in values.items():
-        if key not in known:
-            raise error(f"{path}.{key}", f"unknown key; valid keys are {', '.join(sorted(known))}")
-        kwargs[key] = coerce(value, known[key], f"{path}.{key}", error=error)
-    for name, f in known.items():
-        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        if required and name not in kwargs:
-            raise error(f"{path}.{name}", "missing: a required key")
-    return cls(**kwargs)
-
-
-def coerce(value: Any, field: dataclasses.Field, path: str, *, error=ConfigError) -> Any:
-    """``value`` as the type of ``field``'s annotation (an int may stand for a float; a list for
-    a tuple), or ``error`` naming ``path``. ``dataclasses.replace`` checks no types, so values
-    that reach a config any other way (a sweep's axes) pass through here too."""
-    annotation = str(field.type)
-    if value is None:
-        if "None" not in annotation:
-            raise error(path, "must not be None")
-        return None
-    if annotation.startswith("bool"):
-        if not isinstance(value, bool):
-            raise error(path, f"expected true/false, got {value!r}")
-        return value
-    if annotation.startswith("int"):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise error(path, f"expected an integer, got {value!r}")
-        return int(value)
-    if annotation.startswith("float"):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise error(path, f"expected a number, got {value!r}")
-        if not math.isfinite(value):  # NaN passes every range check (nan <= 0 is False)
-            raise error(path, f"must be a finite number, got {value!r}")
-        return float(value)
-    if annotation.startswith("str"):
-        if not isinstance(value, str):
-            raise error(path, f"expected a string, got {value!r}")
-        return value
-    if annotation.startswith("tuple"):
-        if not isinstance(value, (tuple, list)):
-            raise error(path, f"expected a tuple, got {value!r}")
-        return tuple(value)
-    return value
-
-
 def from_config_dict(config: ml_collections.ConfigDict | Mapping[str, Any]) -> Config:
     """Converts a (possibly nested) ConfigDict or plain dict into a validated :class:`Config`.
 
@@ -347,11 +302,6 @@ def from_config_dict(config: ml_collections.ConfigDict | Mapping[str, Any]) -> C
             raise ConfigError(section, f"expected a section of keys, got {values!r}")
         sections[section] = build_dataclass(cls, values, section)
     return Config(name=str(raw.get("name", "run")), **sections)
-
-
-def is_tokenizer_file(tokenizer: str) -> bool:
-    """``data.tokenizer`` names a tokenizer.json file rather than a kind of tokenizer."""
-    return tokenizer.endswith(".json")
 
 
 def check_choice(path: str, value: str, valid: tuple[str, ...]) -> None:
@@ -416,8 +366,6 @@ def validate_data(d: DataConfig) -> None:
     """Every field of the data section alone; raises ConfigError on the first bad one. The
     source names a class in ``attnlab.data.sources``, which checks it and the fields that
     depend on it when it is resolved."""
-    if not is_tokenizer_file(d.tokenizer):
-        check_choice("data.tokenizer", d.tokenizer, TOKENIZERS)
     if d.workers < 0:
         raise ConfigError("data.workers", f"must be >= 0 (0 = one per core), got {d.workers}")
     for name in ("seq_len", "batch_size", "bpe_vocab_size", "markov_order", "markov_branching",
@@ -478,7 +426,8 @@ def validate_sections(cfg: Config) -> None:
     if cfg.data.batch_size % cfg.train.grad_accum:
         raise ConfigError(
             "train.grad_accum",
-            f"data.batch_size={cfg.data.batch_size} is not divisible by grad_accum={cfg.train.grad_accum}",
+            f"data.batch_size={cfg.data.batch_size} is not divisible by "
+            f"grad_accum={cfg.train.grad_accum}",
         )
     if cfg.train.branch_from:
         start = wsd_decay_start(cfg.total_steps, cfg.train.warmup_steps,
@@ -487,7 +436,7 @@ def validate_sections(cfg: Config) -> None:
             raise ConfigError("train.branch_step", f"{cfg.train.branch_step} is past the start "
                               f"of this run's cooldown (step {start} of {cfg.total_steps}): a "
                               f"branch starts from the trunk's constant-LR phase")
-    if cfg.data.loss_on != "all" and cfg.model.objective != "clm":
+    if cfg.data.answers_only and cfg.model.objective != "clm":
         raise ConfigError("data.loss_on", f"{cfg.data.loss_on} weights next-token targets; "
                           f"model.objective={cfg.model.objective} chooses its own")
 

@@ -31,10 +31,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from attnlab.config import (DTYPES, TOKENIZERS, Config, DataConfig, ModelConfig, TrainConfig,
+from attnlab.config import (DTYPES, Config, DataConfig, ModelConfig, TrainConfig,
                             check_warmup, from_config_dict)
 from attnlab.checks import check
 from attnlab.data import icl_regression, sources
+from attnlab.data.tokenizer import TOKENIZERS
 from attnlab.errors import ConfigError
 from attnlab.schedules import SCHEDULES
 from attnlab.model import apply, decode_step, init_model, init_state, resolve

@@ -104,7 +104,9 @@ def test_the_config_is_a_leaf_and_the_model_reads_only_it():
     # The schedules are jax-free parts the config asks for its training rules.
     graph = layer_graph()
     assert graph["attnlab.schedules"] <= {"attnlab.errors"}
-    assert graph["attnlab.config"] <= {"attnlab.errors", "attnlab.schedules"}
+    assert graph["attnlab.dataclass_io"] <= {"attnlab.errors"}
+    assert graph["attnlab.config"] <= {"attnlab.errors", "attnlab.schedules",
+                                       "attnlab.dataclass_io"}
     assert graph["attnlab.model"] <= {"attnlab.errors", "attnlab.config", "attnlab.schedules"}
 
 

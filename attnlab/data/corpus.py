@@ -28,8 +28,7 @@ from attnlab.data.files import SPLITS
 from attnlab.data.tfds_build import TfdsBuild
 from attnlab.data.shards import HUB_KIND
 from attnlab.data.tokenizer import (EOS_BYTE, BpeTokenizer, ByteTokenizer, HubTokenizer,
-                                    Tokenizer)
-from attnlab.errors import ConfigError
+                                    Tokenizer, tokenizer_class)
 
 FORMAT_VERSION = 1
 TOKENIZER_FILE = "tokenizer.json"
@@ -108,17 +107,9 @@ class Corpus:
         return f"Corpus({self.name!r}, tokenizer={self.tokenizer.name}, tokens: {counts})"
 
 
-def check_bpe_size(cfg: DataConfig) -> None:
-    if cfg.tokenizer == "bpe" and cfg.bpe_vocab_size <= 256:
-        raise ConfigError(
-            "data.bpe_vocab_size", f"must exceed the 256 byte tokens, got {cfg.bpe_vocab_size}"
-        )
-
-
 def prepare_built(source: TfdsBuild, cfg: DataConfig, root: Path) -> Corpus:
     """Builds (once, cached) or loads the corpus of the TFDS builder ``source``."""
-    tokenizer_key = "byte" if cfg.tokenizer == "byte" else f"bpe{cfg.bpe_vocab_size}"
-    directory = root / "prepared" / source.key / tokenizer_key
+    directory = root / "prepared" / source.key / tokenizer_class(cfg.tokenizer).key(cfg)
     if not directory.exists():
         with build_lock(root, directory):
             if not directory.exists():  # another process may have built it meanwhile
@@ -276,11 +267,10 @@ def _build(source: TfdsBuild, cfg: DataConfig, directory: Path) -> None:
     documents = {split: _read_documents(source, split) for split in SPLITS}
     source_manifest = _source_manifest(source, documents)
 
+    kind = tokenizer_class(cfg.tokenizer)
     with atomic_directory(directory) as tmp:
-        if cfg.tokenizer == "byte":
-            tokenizer = ByteTokenizer()
-        else:
-            tokenizer = BpeTokenizer.train(documents["train"], cfg.bpe_vocab_size)
+        tokenizer = kind.for_corpus(documents["train"], cfg)
+        if kind.trained:  # kept beside the corpus it was trained on
             tokenizer.save(tmp / TOKENIZER_FILE)
         dtype = _storage_dtype(tokenizer.vocab_size)
         eos_id = tokenizer.eos_id if source.separated else None
@@ -290,7 +280,7 @@ def _build(source: TfdsBuild, cfg: DataConfig, directory: Path) -> None:
             np.save(tmp / f"{split}.npy", stream, allow_pickle=False)
             counts[split] = int(stream.shape[0])
         tokenizer_manifest = tokenizer.describe()
-        if cfg.tokenizer == "bpe":
+        if kind.trained:
             tokenizer_manifest["file"] = TOKENIZER_FILE
             tokenizer_manifest["sha256"] = hashlib.sha256(
                 (tmp / TOKENIZER_FILE).read_bytes()
@@ -306,7 +296,7 @@ def _build(source: TfdsBuild, cfg: DataConfig, directory: Path) -> None:
             "tokenizer": tokenizer_manifest,
             "tokens": counts,
         }
-        if "entropy_rate_nats" in manifest and cfg.tokenizer != "byte":
+        if "entropy_rate_nats" in manifest and not kind.one_id_per_byte:
             # A BPE token spans several bytes: the rate per token scales by bytes per token.
             bytes_per_token = manifest["splits"]["train"]["bytes"] / counts["train"]
             manifest["entropy_rate_nats_per_token"] = (

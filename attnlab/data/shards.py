@@ -35,7 +35,7 @@ import tokenizers
 from attnlab.data.cache import atomic_directory, build_lock
 from attnlab.data.errors import DataSourceError
 from attnlab.data.files import SPLIT_RULE, SPLITS, split_of_digest
-from attnlab.data.tokenizer import EOS_BYTE, ByteTokenizer
+from attnlab.data.tokenizer import EOS_BYTE, ByteTokenizer, is_tokenizer_file
 from attnlab.rundir import write_json_atomic
 
 FORMAT_VERSION = 1
@@ -149,7 +149,7 @@ def storage_dtype(vocab_size: int) -> np.dtype:
 
 def _encode(texts: list[str], tokenizer: str, path: Path) -> list[np.ndarray]:
     """Each text's ids; ``tokenizer`` is ``byte`` or the path of a tokenizer.json."""
-    if tokenizer == "byte":
+    if not is_tokenizer_file(tokenizer):
         out = [np.frombuffer(t.encode("utf-8"), np.uint8) for t in texts]
         if any((ids == EOS_BYTE).any() for ids in out):
             raise DataSourceError(f"{path}: a document contains the byte 0x00, which the byte "
@@ -317,8 +317,9 @@ def _manifest(d, records: list[dict], tokenizer: dict, counts: dict[str, int]) -
 def tokenizer_record(spec: str) -> dict:
     """What the build needs to know of ``data.tokenizer`` (``byte`` or a tokenizer.json path):
     the encoder, its end-of-document id, vocabulary, storage dtype and hash."""
-    if spec == "byte":
-        return {"name": "byte", "kind": "byte", "encoder": "byte", "file": "",
+    if not is_tokenizer_file(spec):  # byte: the sources that read shards refuse a trained one
+        name = ByteTokenizer.name
+        return {"name": name, "kind": name, "encoder": name, "file": "",
                 "eos_id": ByteTokenizer.eos_id, "vocab_size": ByteTokenizer.vocab_size,
                 "sha256": None, "dtype": storage_dtype(ByteTokenizer.vocab_size).name}
     path = str(Path(spec).expanduser().resolve())

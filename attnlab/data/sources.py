@@ -6,7 +6,8 @@ reads, the rules it adds (raising ConfigError naming the field) and how it is bu
     source = validate(cfg.data)         # and every rule of the data section with that source
     corpus = prepare(cfg.data)          # built once into the cache, then memory-mapped
 
-Adding a source is one class here (or in its own module) and one line in :data:`SOURCES`.
+Adding a source is one class (a :class:`attnlab.data.source.Source`) here or in its own module,
+and one line in :data:`SOURCES`.
 """
 
 from __future__ import annotations
@@ -18,99 +19,15 @@ from pathlib import Path
 import numpy as np
 import tensorflow_datasets as tfds
 
-from attnlab.config import DataConfig, is_tokenizer_file, validate_data
+from attnlab.config import DataConfig, validate_data
 from attnlab.data import builders, corpus, icl, icl_regression, mixture, shards
 from attnlab.data.cache import cache_root
 from attnlab.data.errors import DataError, UnknownDatasetError
 from attnlab.data.tfds_build import TfdsBuild, check_feature
 from attnlab.data.files import SPLITS
-from attnlab.data.tokenizer import ByteTokenizer, bpe_separator_id
+from attnlab.data.source import Source
+from attnlab.data.tokenizer import TOKENIZERS, is_tokenizer_file, tokenizer_class
 from attnlab.errors import ConfigError
-
-
-class Source:
-    """A ``data.source``. The defaults describe a text corpus of documents, tokenized by
-    ``data.tokenizer``, each document ended by the separator."""
-
-    name = ""
-    documents = True  # False: one stream without end-of-document separators
-    vectors = False  # batches are prompts of vectors (in-context regression), not token ids
-    is_task = False  # sampled as it is read (attnlab/data/icl.py): nothing to build
-    fields: tuple[str, ...] = ()  # the data fields that only sources of this kind read
-    scores_answers = False  # data.loss_on=answers means something here
-    tokenizer_files = False  # data.tokenizer may be the path of a tokenizer.json
-    reads_path = False  # data.path says where its files are
-    slices = False  # data.max_bytes > 0 builds a slice of it (in a mixture: of those that do)
-
-    def reads(self, d) -> tuple[str, ...]:
-        """The source-specific data fields this source reads (:attr:`fields`)."""
-        return self.fields
-
-    @property
-    def mixable(self) -> bool:
-        """Whether it can be an entry of a mixture: a corpus, not a task sampled as read."""
-        return not self.is_task
-
-    def validate(self, d) -> None:
-        """The data section's rules that depend on this source."""
-
-    def token_ids(self, d) -> int | None:
-        """The ids a [MASK] id must lie past: the tokenizer's; None when the source's ids are
-        its own."""
-        return ByteTokenizer.vocab_size if d.tokenizer == "byte" else d.bpe_vocab_size
-
-    def check_model(self, cfg) -> None:
-        """The rules between this source and the model section's sizes."""
-        if cfg.data.tokenizer == "byte" and cfg.model.vocab_size < 256:
-            raise ConfigError("model.vocab_size",
-                              f"the byte tokenizer needs >= 256, got {cfg.model.vocab_size}")
-
-    def check_architecture(self, cfg, arch) -> None:
-        """The rules between this source and the model's resolved parts."""
-        if arch.inputs.reads_tokens == self.vectors:
-            raise ConfigError("model.inputs",
-                              f"{cfg.model.inputs} models cannot be trained on data.source="
-                              f"{cfg.data.source}, whose batches are "
-                              + ("prompts of vectors: set model.inputs=vectors and "
-                                 "model.objective=regression" if arch.inputs.reads_tokens else
-                                 "token ids; they are trained on in-context regression prompts "
-                                 "(data.source=regression)"))
-        if arch.objective.reads_vectors != self.vectors:
-            raise ConfigError("model.objective", f"{cfg.model.objective} cannot be trained on "
-                              f"data.source={cfg.data.source} (in-context regression prompts "
-                              "are trained with model.objective=regression, token windows "
-                              "without)")
-        ids = self.token_ids(cfg.data)
-        # [MASK] is the model's last id (model.vocab_size - 1): it must lie past every token id.
-        if arch.objective.uses_mask and ids is not None and cfg.model.vocab_size <= ids:
-            raise ConfigError("model.vocab_size",
-                              f"model.objective={cfg.model.objective} needs a [MASK] id after "
-                              f"the {cfg.data.tokenizer} tokenizer's {ids} ids: set "
-                              f"model.vocab_size >= {ids + 1}, got {cfg.model.vocab_size}")
-
-    def task(self, d):
-        """The in-context-learning task of ``d``, checked; None for a corpus."""
-        return None
-
-    def build(self, d, root: Path) -> TfdsBuild:
-        """The TFDS builder a corpus of this source is prepared from."""
-        raise NotImplementedError
-
-    def prepare(self, d):
-        """This source's corpus of the data section ``d``: built once, then loaded."""
-        corpus.check_bpe_size(d)
-        root = cache_root(d.cache_dir)
-        return corpus.prepare_built(self.build(d, root), d, root)
-
-    def separator_id(self, d) -> int | None:
-        """The end-of-document id, known before the corpus is built (None: no documents)."""
-        if not self.documents:
-            return None
-        return ByteTokenizer.eos_id if d.tokenizer == "byte" else bpe_separator_id()
-
-    def window_layout(self, d) -> tuple[tuple[int, ...], type]:
-        """``(shape, dtype)`` of one row of a batch: token windows ``[seq_len + 1]`` int32."""
-        return (d.seq_len + 1,), np.int32
 
 
 def own_build(name: str, builder, separated: bool = True) -> TfdsBuild:
@@ -198,6 +115,12 @@ class Tfds(Source):
                          / feature)
 
 
+def _trained_tokenizer(d) -> bool:
+    """Whether ``data.tokenizer`` learns from the corpus (and so needs it whole in memory)."""
+    kind = tokenizer_class(d.tokenizer)
+    return bool(kind and kind.trained)
+
+
 class Shards(Source):
     """Local Parquet, JSON-lines and text shards under ``data.path`` (attnlab/data/shards.py),
     tokenized by ``byte`` or a tokenizer.json in ``data.workers`` processes."""
@@ -211,10 +134,10 @@ class Shards(Source):
         if not d.path:
             raise ConfigError("data.path", "source shards needs a directory, a glob or several "
                                            "of them (comma-separated) in data.path")
-        if d.tokenizer == "bpe":
+        if _trained_tokenizer(d):
             raise ConfigError("data.tokenizer", "shards are tokenized by byte or a tokenizer.json "
-                              "(train one on a sample with the tokenizers library); bpe trains on "
-                              "a corpus held in memory")
+                              "(train one on a sample with the tokenizers library); "
+                              f"{d.tokenizer} trains on a corpus held in memory")
         if d.max_bytes:
             raise ConfigError("data.max_bytes", "slices pystdlib and text_files; name fewer "
                                                 "shards in data.path")
@@ -373,9 +296,9 @@ class Mixture(Source):
         if d.path:
             raise ConfigError("data.path", "a mixture's paths are its entries': "
                               "data.mixture='<source>:<path>=<weight>,...'")
-        if d.tokenizer == "bpe":
+        if _trained_tokenizer(d):
             raise ConfigError("data.tokenizer", "a mixture's sources share one tokenizer (byte "
-                              "or a tokenizer.json); bpe would train one per source")
+                              f"or a tokenizer.json); {d.tokenizer} would train one per source")
         self.parts(d)
 
     def token_ids(self, d):
@@ -442,14 +365,17 @@ def validate(d) -> Source:
         if field not in read and getattr(d, field) != _DEFAULTS[field]:
             raise ConfigError(f"data.{field}", f"is read only by data.source "
                               f"{' or '.join(names)}; data.source={d.source} does not use it")
-    if is_tokenizer_file(d.tokenizer) and not source.tokenizer_files:
+    kind = tokenizer_class(d.tokenizer)  # None: a tokenizer.json
+    if kind:
+        kind.check(d)
+    elif not source.tokenizer_files:
         readers = " or ".join(n for n, cls in SOURCES.items() if cls.tokenizer_files)
         raise ConfigError("data.tokenizer", f"a tokenizer.json tokenizes data.source {readers}; "
-                          f"data.source={d.source} takes byte or bpe")
+                          f"data.source={d.source} takes {' or '.join(TOKENIZERS)}")
     if d.document_mask and not source.documents:
         raise ConfigError("data.document_mask", f"data.source={d.source} is one stream without "
                           "documents (no end-of-document separator)")
-    if d.loss_on == "answers" and not source.scores_answers:
+    if d.answers_only and not source.scores_answers:
         scored = " or ".join(n for n, cls in SOURCES.items() if cls.scores_answers)
         raise ConfigError("data.loss_on", f"answers are {scored}'s (data.source={scored}); "
                           f"data.source={d.source} is scored on every target (all)")
@@ -487,7 +413,7 @@ def target_weights(d) -> np.ndarray | None:
     ``d``, or None (every target, ``data.loss_on=all``). ``answers``: MQAR's answers alone, as
     Zoology trains (its labels are ignored elsewhere): the random keys and values of the
     context are noise no model can predict, and they would outweigh the recall 3 to 1."""
-    if d.loss_on == "all":
+    if not d.answers_only:
         return None
     return task_of(d).answer_targets().astype(np.float32)
 

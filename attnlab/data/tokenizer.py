@@ -64,6 +64,31 @@ class ByteTokenizer:
     def describe(self) -> dict:
         return {"name": self.name, "vocab_size": self.vocab_size, "eos_id": self.eos_id}
 
+    # What a corpus of the data section ``d`` needs to know before it is built.
+    trained = False  # learns nothing from the corpus, so any source may read it as it goes
+    one_id_per_byte = True
+
+    @classmethod
+    def check(cls, d) -> None:
+        """The data section's fields this tokenizer reads."""
+
+    @classmethod
+    def ids(cls, d) -> int:
+        return cls.vocab_size
+
+    @classmethod
+    def separator(cls, d) -> int:
+        return cls.eos_id
+
+    @classmethod
+    def key(cls, d) -> str:
+        """Names the prepared corpora this tokenizer wrote (a directory under the cache)."""
+        return cls.name
+
+    @classmethod
+    def for_corpus(cls, train_documents: list[bytes], d) -> ByteTokenizer:
+        return cls()
+
 
 MASK_TEXT = "[MASK]"
 
@@ -154,13 +179,36 @@ class BpeTokenizer:
         for token, i in vocab.items():
             self._id_bytes[i] = bytes(_FROM_ALPHABET[c] for c in token)
 
+    name = "bpe"  # an instance's name also says its size (bpe512)
+    trained = True  # on the corpus's training split, held in memory
+    one_id_per_byte = False
+
+    @classmethod
+    def check(cls, d) -> None:
+        if d.bpe_vocab_size <= 256:
+            raise ConfigError("data.bpe_vocab_size",
+                              f"must exceed the 256 byte tokens, got {d.bpe_vocab_size}")
+
+    @classmethod
+    def ids(cls, d) -> int:
+        return d.bpe_vocab_size
+
+    @classmethod
+    def separator(cls, d) -> int:
+        return bpe_separator_id()
+
+    @classmethod
+    def key(cls, d) -> str:
+        return f"{cls.name}{d.bpe_vocab_size}"
+
+    @classmethod
+    def for_corpus(cls, train_documents: list[bytes], d) -> BpeTokenizer:
+        return cls.train(train_documents, d.bpe_vocab_size)
+
     @classmethod
     def train(cls, documents: Iterable[bytes], vocab_size: int) -> BpeTokenizer:
-        """Learns merges on ``documents`` (the training split) up to ``vocab_size`` ids."""
-        if vocab_size <= 256:
-            raise ConfigError(
-                "data.bpe_vocab_size", f"must exceed the 256 byte tokens, got {vocab_size}"
-            )
+        """Learns merges on ``documents`` (the training split) up to ``vocab_size`` ids (more
+        than the 256 bytes: ``check``)."""
         hf = tokenizers.Tokenizer(models.BPE())
         hf.pre_tokenizer = pre_tokenizers.Split(Regex(_PRETOKEN_PATTERN), behavior="isolated")
         trainer = trainers.BpeTrainer(
@@ -234,3 +282,22 @@ def bpe_separator_id() -> int:
     characters take the first ids in code-point order, and 0x00 is never merged."""
     return sorted(_ALPHABET).index(_ALPHABET[EOS_BYTE])
 
+
+
+TOKENIZERS = {cls.name: cls for cls in (ByteTokenizer, BpeTokenizer)}
+
+
+def is_tokenizer_file(name: str) -> bool:
+    """``data.tokenizer`` names a tokenizer.json file rather than one of TOKENIZERS."""
+    return name.endswith(".json")
+
+
+def tokenizer_class(name: str) -> type[ByteTokenizer] | type[BpeTokenizer] | None:
+    """The tokenizer ``data.tokenizer`` names; None for the path of a tokenizer.json (which
+    the sources that read one check). Raises ConfigError("data.tokenizer") for any other."""
+    if is_tokenizer_file(name):
+        return None
+    if name not in TOKENIZERS:
+        raise ConfigError("data.tokenizer", f"unknown value {name!r}; valid values are "
+                          f"{', '.join(TOKENIZERS)}, or the path of a tokenizer.json")
+    return TOKENIZERS[name]

@@ -1,7 +1,7 @@
 """The sections of a sweep spec besides the base config: shapes, a size ladder, the branches of a
 ladder, a tuning stage, an IsoFLOP centre, a run's resources (the learning-rate and warmup rules
 are in rules.py). Each is a frozen dataclass built from its mapping by the config's generic
-builder (:func:`attnlab.config.build_dataclass`) and then checked by its own
+builder (:func:`attnlab.dataclass_io.build_dataclass`) and then checked by its own
 ``checked(field)``, which raises :class:`SweepSpecError` naming the field."""
 
 from __future__ import annotations

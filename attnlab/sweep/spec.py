@@ -22,8 +22,8 @@ from typing import Any, Mapping
 import ml_collections
 
 from attnlab import cli_flags
-from attnlab.config import (Config, DataConfig, ModelConfig, TrainConfig, build_dataclass, coerce,
-                            from_config_dict)
+from attnlab.config import Config, DataConfig, ModelConfig, TrainConfig, from_config_dict
+from attnlab.dataclass_io import build_dataclass, coerce
 from attnlab.errors import ConfigError
 from attnlab.checks import check
 from attnlab.model.architecture import PARAMETERIZATIONS
@@ -164,8 +164,8 @@ def _check_variant_relations(spec: SweepSpec, variant: Variant) -> None:
 
 def _load_base(base: Any, source: str) -> Config:
     if base is None:
-        raise SweepSpecError("base", "missing: set config.base to a train ConfigDict "
-                                     "(e.g. attnlab.config.base_config_dict()) or a configs/*.py path")
+        raise SweepSpecError("base", "missing: set config.base to a train ConfigDict (e.g. "
+                                     "attnlab.config.base_config_dict()) or a configs/*.py path")
     if isinstance(base, str):
         base = _read_config_file(base, source)
     if not isinstance(base, Mapping):
@@ -317,8 +317,8 @@ def _parse_axes(raw: Any) -> tuple[tuple[str, tuple[Any, ...]], ...]:
     axes = []
     for section, keys in raw.items():
         if section not in _SECTIONS:
-            raise SweepSpecError(f"sweep.axes.{section}", "unknown section; axes mirror the "
-                                 "config: sweep.axes.model.*, sweep.axes.data.*, sweep.axes.train.*")
+            raise SweepSpecError(f"sweep.axes.{section}", "unknown section; axes mirror the config: "
+                                 "sweep.axes.model.*, sweep.axes.data.*, sweep.axes.train.*")
         if not isinstance(keys, Mapping):
             raise SweepSpecError(f"sweep.axes.{section}", "expected a section of keys, e.g. "
                                  f"sweep.axes.{section}.<key> = (value1, value2)")
