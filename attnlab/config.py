@@ -436,9 +436,6 @@ def validate_sections(cfg: Config) -> None:
             raise ConfigError("train.branch_step", f"{cfg.train.branch_step} is past the start "
                               f"of this run's cooldown (step {start} of {cfg.total_steps}): a "
                               f"branch starts from the trunk's constant-LR phase")
-    if cfg.data.answers_only and cfg.model.objective != "clm":
-        raise ConfigError("data.loss_on", f"{cfg.data.loss_on} weights next-token targets; "
-                          f"model.objective={cfg.model.objective} chooses its own")
 
 
 def check_warmup(train: TrainConfig, total_steps: int) -> None:

@@ -69,6 +69,9 @@ class Source:
                               f"data.source={cfg.data.source} (in-context regression prompts "
                               "are trained with model.objective=regression, token windows "
                               "without)")
+        if cfg.data.answers_only and not arch.objective.weights_targets:
+            raise ConfigError("data.loss_on", f"{cfg.data.loss_on} weights next-token targets; "
+                              f"model.objective={cfg.model.objective} chooses its own")
         ids = self.token_ids(cfg.data)
         # [MASK] is the model's last id (model.vocab_size - 1): it must lie past every token id.
         if arch.objective.uses_mask and ids is not None and cfg.model.vocab_size <= ids:

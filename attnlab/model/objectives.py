@@ -220,7 +220,8 @@ class Objective:
     Class attributes: ``name`` (the ``model.objective`` value), ``causal`` (the self-attention
     of the stack that reads the input is causal), ``encoder_decoder`` (a second, decoding stack
     with cross-attention), ``uses_mask`` (needs the [MASK] id), ``reads_vectors`` (trained on
-    prompts of real vectors, not token windows).
+    prompts of real vectors, not token windows), ``weights_targets`` (scores each next-token
+    target with a weight: ``data.loss_on``).
     """
 
     cfg: ModelConfig = dataclasses.field(repr=False)
@@ -231,6 +232,7 @@ class Objective:
     encoder_decoder = False
     uses_mask = False
     reads_vectors = False  # its batches are prompts of real vectors (model.inputs=vectors)
+    weights_targets = False  # its loss takes a weight per next-token target (data.loss_on)
     loss_unit = "nats/token"  # what its loss measures
     mup_rule = True  # model.parameterization=mup is implemented for it
     fields = ()
@@ -278,6 +280,7 @@ class CausalLM(Objective):
     """Next-token prediction with a causal decoder: position ``j`` predicts token ``j + 1``."""
 
     name = "clm"
+    weights_targets = True
     title = "causal LM (decoder)"
 
     def scores(self, model, tokens, key, *, dropout_rng=None, packing=None, weights=None):
