@@ -250,6 +250,7 @@ RAY_CASES = [  # (signals, to the whole process group as a terminal's Ctrl-C doe
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("ray")  # one local Ray cluster at a time
 @pytest.mark.parametrize("signals, to_group", RAY_CASES)
 def test_ray_sweep_interrupted_then_rerun_equals_uninterrupted(sweep_reference, tmp_path,
                                                               cache_dir, signals, to_group):

@@ -8,6 +8,7 @@ batch ``i`` exactly as before.
 
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import jax
@@ -75,7 +76,16 @@ def example_scores(graphdef: nnx.GraphDef, params: nnx.State, examples, *,
     if min(len(np.asarray(e).reshape(-1)) for e in examples) < 2:
         raise ValueError("every example needs at least 2 tokens (an input and its target)")
     tokens, pads = left_pad(examples)
-    tokens, pads = jnp.asarray(tokens), jnp.asarray(pads)
+    return _padded_scores(graphdef, params, jnp.asarray(tokens), jnp.asarray(pads),
+                          packing=packing)
+
+
+@functools.partial(jax.jit, static_argnums=(0,), static_argnames=("packing",))
+def _padded_scores(graphdef: nnx.GraphDef, params: nnx.State, tokens: jax.Array,
+                   pads: jax.Array, *, packing: Packing | None) -> Scores:
+    """:func:`example_scores` of the left-padded batch ``tokens [n, length]`` with ``pads
+    [n]``: one program per batch shape, not one per operation."""
+    model = nnx.merge(graphdef, params)
     segments = prompt_segments(tokens, pads, None if packing is None else packing.separator)
     index = jnp.arange(tokens.shape[1], dtype=jnp.int32)[None, :]
     if packing is not None and packing.reset_positions:
