@@ -14,6 +14,12 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 # processes). A test that counts compilations turns it off for itself (``no_compilation_cache``).
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(ROOT / ".jax_cache"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.1")
+# Compiling is two thirds of the default lane (6,466 programs, 857 s of its first 1,117 tests,
+# 2026-11-27), and its tiny programs run for microseconds: XLA's optimizations cost more than
+# they save there. Without them a program compiles in about half the time, and the commands
+# the tests start inherit this; tests/test_compiler_options.py checks that a run trained both
+# ways ends at the same losses (users' commands compile with every optimization).
+os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
 
 
 def pytest_configure(config):
