@@ -328,6 +328,21 @@ def _ranking_values(workdir):
     return ranking.reset_index(drop=True)
 
 
+def _as_a_terminal_starts_it():
+    """Ctrl-C and SIGTERM at their defaults and unblocked, whatever this test process (an xdist
+    worker that has run studies in-process) holds."""
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, signal.SIG_DFL)
+
+
+def _signal_masks(pid: int) -> dict[str, str]:
+    """The process's blocked, ignored and caught signals (hex masks, from /proc)."""
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return {k: v.strip() for k, _, v in (line.partition(":") for line in lines)
+            if k in ("SigBlk", "SigIgn", "SigCgt")}
+
+
 @pytest.mark.xdist_group("architectures_study")
 @pytest.mark.slow
 def test_a_resumed_study_gives_the_same_table(straight_study, tmp_path):
@@ -338,7 +353,7 @@ def test_a_resumed_study_gives_the_same_table(straight_study, tmp_path):
     script = STUDY_SCRIPT.format(tests=str(Path(__file__).parent), workdir=str(resumed))
     process = subprocess.Popen([sys.executable, "-c", script], cwd=os.getcwd(),
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               start_new_session=True)
+                               start_new_session=True, preexec_fn=_as_a_terminal_starts_it)
     deadline = time.time() + 240
     runs = resumed / "runs"
     while time.time() < deadline and process.poll() is None:
@@ -347,8 +362,14 @@ def test_a_resumed_study_gives_the_same_table(straight_study, tmp_path):
             break
         time.sleep(0.2)
     assert process.poll() is None, "the study ended before it could be interrupted"
+    masks = _signal_masks(process.pid)
     os.killpg(process.pid, signal.SIGINT)
-    output = process.communicate(timeout=120)[0].decode(errors="replace")
+    try:
+        output = process.communicate(timeout=120)[0].decode(errors="replace")
+    except subprocess.TimeoutExpired as e:
+        os.killpg(process.pid, signal.SIGKILL)
+        pytest.fail(f"still running 120 s after SIGINT; its signal masks when it was sent: "
+                    f"{masks}; its output: {(e.output or b'').decode(errors='replace')}")
     assert process.returncode != 0, output
     assert not (resumed / study.RANKING_FILE).exists()  # it stopped before the fits
 
