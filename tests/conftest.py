@@ -53,16 +53,27 @@ def _run_from_repo_root(monkeypatch):
     monkeypatch.chdir(ROOT)
 
 
+# SIGINT's and SIGTERM's handlers as the test process started, before any fixture ran a
+# command in it.
+_START_SIGNAL_HANDLERS = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+
+
 @pytest.fixture(autouse=True)
 def _restore_signal_handlers():
     """A command run in-process may ignore SIGINT/SIGTERM on its way out
-    (attnlab.interrupts.ignore_from_now_on): the next test, and its child processes, must not
-    inherit that."""
-    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    (attnlab.interrupts.ignore_from_now_on), in a test or in a module or session fixture set up
+    before this one: the test's child processes must not inherit that (a child started with
+    SIGINT ignored carries on past a Ctrl-C), so the handlers the process started with are put
+    back before each test and after it."""
+    def restore():
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, list(_START_SIGNAL_HANDLERS))
+        for s, handler in _START_SIGNAL_HANDLERS.items():
+            if handler is not None:
+                signal.signal(s, handler)
+
+    restore()
     yield
-    for s, handler in saved.items():
-        if handler is not None:
-            signal.signal(s, handler)
+    restore()
 
 
 @pytest.fixture
