@@ -62,9 +62,8 @@ _START_SIGNAL_HANDLERS = {s: signal.getsignal(s) for s in (signal.SIGINT, signal
 def _restore_signal_handlers():
     """A command run in-process may ignore SIGINT/SIGTERM on its way out
     (attnlab.interrupts.ignore_from_now_on), in a test or in a module or session fixture set up
-    before this one: the test's child processes must not inherit that (a child started with
-    SIGINT ignored carries on past a Ctrl-C), so the handlers the process started with are put
-    back before each test and after it."""
+    before this one: the handlers the process started with are put back before each test and
+    after it. (The tests that signal a command start it as a terminal would: tests/terminal.py.)"""
     def restore():
         signal.pthread_sigmask(signal.SIG_UNBLOCK, list(_START_SIGNAL_HANDLERS))
         for s, handler in _START_SIGNAL_HANDLERS.items():

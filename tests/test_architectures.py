@@ -26,6 +26,7 @@ import pytest
 from attnlab import cli, study
 from attnlab.model import flops_per_token
 from attnlab.sweep import SweepSpecError, load_spec, plan, spec_from_config_dict
+from terminal import as_a_terminal_starts_it
 
 EXPERIMENT = "experiments/architectures.py"
 CPU_ARCHITECTURES = {"gpt", "alibi", "cosine", "window", "linear", "ngpt", "mamba", "moe"}
@@ -328,14 +329,6 @@ def _ranking_values(workdir):
     return ranking.reset_index(drop=True)
 
 
-def _as_a_terminal_starts_it():
-    """Ctrl-C and SIGTERM at their defaults and unblocked, whatever this test process (an xdist
-    worker that has run studies in-process) holds."""
-    signal.pthread_sigmask(signal.SIG_SETMASK, [])
-    for s in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(s, signal.SIG_DFL)
-
-
 def _signal_masks(pid: int) -> dict[str, str]:
     """The process's blocked, ignored and caught signals (hex masks, from /proc)."""
     lines = Path(f"/proc/{pid}/status").read_text().splitlines()
@@ -353,7 +346,7 @@ def test_a_resumed_study_gives_the_same_table(straight_study, tmp_path):
     script = STUDY_SCRIPT.format(tests=str(Path(__file__).parent), workdir=str(resumed))
     process = subprocess.Popen([sys.executable, "-c", script], cwd=os.getcwd(),
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               start_new_session=True, preexec_fn=_as_a_terminal_starts_it)
+                               start_new_session=True, preexec_fn=as_a_terminal_starts_it)
     deadline = time.time() + 240
     runs = resumed / "runs"
     while time.time() < deadline and process.poll() is None:
