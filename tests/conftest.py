@@ -53,8 +53,22 @@ def _run_from_repo_root(monkeypatch):
     monkeypatch.chdir(ROOT)
 
 
-# SIGINT's and SIGTERM's handlers as the test process started, before any fixture ran a
-# command in it.
+def _as_a_terminal_starts_it() -> None:
+    """The tests signal the commands they start as a terminal's Ctrl-C would, and a command
+    keeps a signal it inherited as ignored. A shell script's background job starts with SIGINT
+    and SIGQUIT ignored (nohup adds SIGHUP), so the suite puts them, and SIGTERM, at their
+    defaults, unblocked, as a foreground job from a terminal has them."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT))
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    for s in (signal.SIGTERM, signal.SIGQUIT):
+        if signal.getsignal(s) is signal.SIG_IGN:
+            signal.signal(s, signal.SIG_DFL)
+
+
+_as_a_terminal_starts_it()
+# SIGINT's and SIGTERM's handlers as the test process starts, before any fixture ran a command
+# in it.
 _START_SIGNAL_HANDLERS = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
 
 
@@ -63,7 +77,7 @@ def _restore_signal_handlers():
     """A command run in-process may ignore SIGINT/SIGTERM on its way out
     (attnlab.interrupts.ignore_from_now_on), in a test or in a module or session fixture set up
     before this one: the handlers the process started with are put back before each test and
-    after it. (The tests that signal a command start it as a terminal would: tests/terminal.py.)"""
+    after it."""
     def restore():
         signal.pthread_sigmask(signal.SIG_UNBLOCK, list(_START_SIGNAL_HANDLERS))
         for s, handler in _START_SIGNAL_HANDLERS.items():

@@ -26,7 +26,6 @@ import pytest
 from attnlab import cli, study
 from attnlab.model import flops_per_token
 from attnlab.sweep import SweepSpecError, load_spec, plan, spec_from_config_dict
-from terminal import as_a_terminal_starts_it
 
 EXPERIMENT = "experiments/architectures.py"
 CPU_ARCHITECTURES = {"gpt", "alibi", "cosine", "window", "linear", "ngpt", "mamba", "moe"}
@@ -346,7 +345,7 @@ def test_a_resumed_study_gives_the_same_table(straight_study, tmp_path):
     script = STUDY_SCRIPT.format(tests=str(Path(__file__).parent), workdir=str(resumed))
     process = subprocess.Popen([sys.executable, "-c", script], cwd=os.getcwd(),
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               start_new_session=True, preexec_fn=as_a_terminal_starts_it)
+                               start_new_session=True)
     deadline = time.time() + 240
     runs = resumed / "runs"
     while time.time() < deadline and process.poll() is None:

@@ -21,7 +21,6 @@ import psutil
 import pytest
 
 from attnlab import results
-from terminal import as_a_terminal_starts_it
 
 # Signals, timings or a machine-wide resource: the slow lane runs these one at a time.
 pytestmark = pytest.mark.serial
@@ -39,8 +38,7 @@ def _start(argv, log: pathlib.Path) -> subprocess.Popen:
     """A command in its own session (process group), as a shell runs a foreground job."""
     handle = open(log, "w")
     return subprocess.Popen([sys.executable, "-m", "attnlab.cli", *argv], cwd=ROOT, env=ENV,
-                            stdout=handle, stderr=subprocess.STDOUT, start_new_session=True,
-                            preexec_fn=as_a_terminal_starts_it)
+                            stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def _metrics_files(workdir: pathlib.Path) -> list[pathlib.Path]:

@@ -51,18 +51,9 @@ def test_console_main_turns_a_late_interrupt_into_130_and_ignores_later_ones(mon
             signal.signal(s, handler)
 
 
-def _default_signals() -> None:
-    # A child inherits an ignored SIGINT or SIGTERM (a test run started in the background by a
-    # shell without job control ignores SIGINT), and the watchdog rightly leaves an inherited
-    # SIG_IGN alone; these tests are about a terminal's Ctrl-C and a plain SIGTERM.
-    for s in interrupts.SIGNALS:
-        signal.signal(s, signal.SIG_DFL)
-
-
 def _python(code: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60,
-                          preexec_fn=_default_signals)
+                          capture_output=True, text=True, timeout=60)
 
 
 def test_an_interrupt_swallowed_by_a_gc_callback_exits_130_in_one_line():
@@ -107,7 +98,7 @@ def test_an_interrupt_during_an_import_exits_130_not_by_sigint(tmp_path):
     """))
     done = subprocess.run([sys.executable, "-m", "interrupted_import"], cwd=tmp_path,
                           env={**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, str(tmp_path)])},
-                          capture_output=True, text=True, timeout=60, preexec_fn=_default_signals)
+                          capture_output=True, text=True, timeout=60)
     assert done.returncode == interrupts.EXIT_INTERRUPTED, (done.returncode, done.stderr)
     assert "Traceback" not in done.stderr
 

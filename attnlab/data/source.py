@@ -102,4 +102,3 @@ class Source:
     def window_layout(self, d) -> tuple[tuple[int, ...], type]:
         """``(shape, dtype)`` of one row of a batch: token windows ``[seq_len + 1]`` int32."""
         return (d.seq_len + 1,), np.int32
-

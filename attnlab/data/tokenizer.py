@@ -283,7 +283,6 @@ def bpe_separator_id() -> int:
     return sorted(_ALPHABET).index(_ALPHABET[EOS_BYTE])
 
 
-
 TOKENIZERS = {cls.name: cls for cls in (ByteTokenizer, BpeTokenizer)}
 
 
