@@ -29,15 +29,30 @@ FIRST_RELEASE_FIELDS = frozenset({
 })
 
 
-def _defaults() -> dict[str, Any]:
-    """Dotted field name -> default value, for every field of :class:`Config`."""
+# How a run is launched, not what it computes: may differ when a run is resumed. (Resharding a
+# checkpoint onto another mesh is exact for the parameters; later steps then reduce in another
+# order, so the continuation matches to float rounding, not bitwise.)
+RESUMABLE_DIFFERENCES = frozenset({
+    "data.cache_dir", "data.workers", "train.distributed", "train.coordinator_address",
+    "train.num_processes", "train.process_id", "train.mesh_data", "train.mesh_fsdp",
+    "train.keep_steps",
+})
+
+
+def flatten(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """A config dict as dotted field name -> value (``{'model.d_model': 64, 'name': ...}``)."""
     flat: dict[str, Any] = {}
-    for section, values in Config().to_dict().items():
-        if isinstance(values, dict):
+    for section, values in raw.items():
+        if isinstance(values, Mapping):
             flat.update({f"{section}.{key}": value for key, value in values.items()})
         else:
             flat[section] = values
     return flat
+
+
+def _defaults() -> dict[str, Any]:
+    """Dotted field name -> default value, for every field of :class:`Config`."""
+    return flatten(Config().to_dict())
 
 
 def without_new_defaults(raw: Mapping[str, Any]) -> dict[str, Any]:
@@ -62,3 +77,12 @@ def identity(cfg: Config) -> dict[str, Any]:
     """What the run computes: ``cfg.to_dict()`` less the fields added since the first release
     while they hold their defaults."""
     return without_new_defaults(cfg.to_dict())
+
+
+def config_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+    """``['train.steps: saved 20, given 40', ...]`` ignoring :data:`RESUMABLE_DIFFERENCES`; a
+    field the saved config predates counts as its default."""
+    a, b = flatten(without_new_defaults(saved)), flatten(without_new_defaults(current))
+    return [f"{k}: saved {a.get(k)!r}, given {b.get(k)!r}"
+            for k in sorted(set(a) | set(b))
+            if k not in RESUMABLE_DIFFERENCES and a.get(k) != b.get(k)]

@@ -81,16 +81,6 @@ MISSING = "missing"  # a planned run whose run.json vanished (its directory dele
 FINAL_STATUSES = (COMPLETED, DIVERGED, FAILED)
 
 
-# How a run is launched, not what it computes: may differ when a run is resumed. (Resharding a
-# checkpoint onto another mesh is exact for the parameters; later steps then reduce in another
-# order, so the continuation matches to float rounding, not bitwise.)
-RESUMABLE_DIFFERENCES = frozenset({
-    "data.cache_dir", "data.workers", "train.distributed", "train.coordinator_address",
-    "train.num_processes", "train.process_id", "train.mesh_data", "train.mesh_fsdp",
-    "train.keep_steps",
-})
-
-
 def default_cache_dir() -> Path:
     """$ATTNLAB_CACHE_DIR, else the platform's user cache dir (e.g. ~/.cache/attnlab)."""
     return Path(os.environ.get("ATTNLAB_CACHE_DIR") or platformdirs.user_cache_dir("attnlab"))

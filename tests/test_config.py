@@ -184,7 +184,7 @@ def test_fields_added_since_the_first_release_count_only_away_from_their_default
     import attnlab.identity as identity_module
     from attnlab.identity import identity
     from attnlab.sweep.planner import run_id
-    from attnlab.train.workdir import config_differences
+    from attnlab.identity import config_differences
 
     later = identity_module.FIRST_RELEASE_FIELDS - {"model.qk_norm"}
     monkeypatch.setattr(identity_module, "FIRST_RELEASE_FIELDS", later)

@@ -17,10 +17,9 @@ from typing import Any, Mapping
 from attnlab.config import Config, ModelConfig, check_warmup
 from attnlab.schedules import wsd_decay_start
 from attnlab.errors import ConfigError
-from attnlab.identity import identity
+from attnlab.identity import RESUMABLE_DIFFERENCES, identity
 from attnlab.checks import check
 from attnlab.model import flops_per_token, param_counts, recorded_counts
-from attnlab.rundir import RESUMABLE_DIFFERENCES
 from attnlab.sweep.definition import SweepSpec, variant_spec
 from attnlab.sweep.modes import OFF_CENTRE
 from attnlab.sweep.sections import Ladder, Shape, SweepSpecError

@@ -24,7 +24,7 @@ from attnlab import rundir
 from attnlab.config import Config, from_config_dict
 from attnlab.train.checkpoint import Checkpoints, CheckpointError, check_compatible
 from attnlab.train.optimizer import make_schedule
-from attnlab.train.workdir import config_differences
+from attnlab.identity import config_differences
 
 # Fields in which a branch may differ from its trunk: its length, its schedule past the branch
 # point (checked value by value below), and how it logs and keeps checkpoints.

@@ -84,7 +84,9 @@ def train_main(argv: list[str]) -> int:
     from attnlab.train.loop import EXIT_COMPLETED, EXIT_DIVERGED, run
 
     values = parse(argv, TRAIN_FLAGS, prog="attnlab train")
-    cfg = _config(values) if values.config is not None else _run_config(values.run)
+    # run() checks every rule first, before it writes or compiles anything
+    cfg = (from_config_dict(values.config) if values.config is not None
+           else _run_config(values.run))
     try:
         summary = run(cfg, values.run, progress=values.progress,
                       allow_large=values["allow-large"].value,

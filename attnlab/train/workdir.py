@@ -6,32 +6,12 @@ The file names, atomic writes and reads are :mod:`attnlab.rundir`'s.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from attnlab.config import Config
-from attnlab.identity import without_new_defaults
-from attnlab.rundir import (CHECKPOINT_DIR, CONFIG_FILE, RESUMABLE_DIFFERENCES, RUN_DIR_NAMES,
-                            RUNS_DIR, SUMMARY_FILE, SWEEP_FILE, WorkdirError,
-                            check_can_create_dir, check_not_foreign, read_json)
-
-
-def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
-    out = {}
-    for key, value in d.items():
-        if isinstance(value, dict):
-            out.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
-def config_differences(saved: dict, current: dict) -> list[str]:
-    """``['train.steps: saved 20, given 40', ...]`` ignoring :data:`RESUMABLE_DIFFERENCES`; a
-    field the saved config predates counts as its default (``identity.without_new_defaults``)."""
-    a, b = _flatten(without_new_defaults(saved)), _flatten(without_new_defaults(current))
-    return [f"{k}: saved {a.get(k)!r}, given {b.get(k)!r}"
-            for k in sorted(set(a) | set(b))
-            if k not in RESUMABLE_DIFFERENCES and a.get(k) != b.get(k)]
+from attnlab.identity import config_differences
+from attnlab.rundir import (CHECKPOINT_DIR, CONFIG_FILE, RUN_DIR_NAMES, RUNS_DIR, SUMMARY_FILE,
+                            SWEEP_FILE, WorkdirError, check_can_create_dir, check_not_foreign,
+                            read_json)
 
 
 def check_workdir(workdir: Path, cfg: Config, *, allow_nonempty: bool = False) -> dict | None:
