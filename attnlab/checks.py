@@ -5,6 +5,10 @@ naming its field."""
 
 from __future__ import annotations
 
+import collections
+import dataclasses
+from typing import Any, Mapping
+
 from attnlab.config import Config
 from attnlab.data import sources
 from attnlab.model import architecture
@@ -16,3 +20,21 @@ def check(cfg: Config) -> architecture.Architecture:
     source = sources.check(cfg)
     source.check_architecture(cfg, architecture.resolve(cfg.model))
     return architecture.check(cfg)
+
+
+def with_values(cfg: Config, values: Mapping[str, Any]) -> Config:
+    """``cfg`` with the dotted fields of ``values`` replaced (``{'model.d_model': 64}``), checked.
+
+    Each changed section is rebuilt with ``dataclasses.replace``, which checks its fields (the
+    config dataclasses check themselves in ``__post_init__``), then the whole config
+    (:func:`check`). Raises ConfigError naming the first bad field.
+    """
+    sections: dict[str, dict[str, Any]] = collections.defaultdict(dict)
+    for dotted, value in values.items():
+        section, key = dotted.split(".")
+        sections[section][key] = value
+    cfg = dataclasses.replace(cfg, **{
+        section: dataclasses.replace(getattr(cfg, section), **changes)
+        for section, changes in sections.items()})
+    check(cfg)
+    return cfg

@@ -10,7 +10,7 @@ from typing import Any
 
 from attnlab.config import Config
 from attnlab.errors import ConfigError
-from attnlab.checks import check
+from attnlab.checks import with_values
 from attnlab.sweep.modes import MODES, Mode
 from attnlab.sweep.rules import LearningRateRule, WarmupRule
 from attnlab.sweep.sections import (Branches, CentreRule, Ladder, Resources, Shape,
@@ -91,15 +91,8 @@ def variant_spec(spec: SweepSpec, variant: Variant) -> SweepSpec:
     """
     base = spec.base
     if variant.overrides:
-        sections: dict[str, dict[str, Any]] = {}
-        for dotted, value in variant.overrides:
-            section, key = dotted.split(".")
-            sections.setdefault(section, {})[key] = value
         try:
-            base = dataclasses.replace(base, **{
-                section: dataclasses.replace(getattr(base, section), **changes)
-                for section, changes in sections.items()})
-            check(base)
+            base = with_values(base, dict(variant.overrides))
         except ConfigError as e:
             raise SweepSpecError(f"sweep.variants.{variant.name}.{e.field}", e.reason) from None
     return dataclasses.replace(

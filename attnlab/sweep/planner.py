@@ -6,19 +6,18 @@ value anywhere in a sweep is reported before the first minute of training is spe
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import hashlib
 import itertools
 import json
 import math
-from typing import Any, Mapping
+from typing import Any
 
 from attnlab.config import Config, ModelConfig, check_warmup
 from attnlab.schedules import wsd_decay_start
 from attnlab.errors import ConfigError
 from attnlab.identity import RESUMABLE_DIFFERENCES, identity
-from attnlab.checks import check
+from attnlab.checks import with_values
 from attnlab.model import flops_per_token, param_counts, recorded_counts
 from attnlab.sweep.definition import SweepSpec, variant_spec
 from attnlab.sweep.modes import OFF_CENTRE
@@ -352,25 +351,6 @@ def _ladder_run(spec: SweepSpec, template: PlannedRun, values: dict[str, Any],
     axes = {k: v for k, v in swept.items() if k not in ("train.keep_steps", "train.branch_from")}
     return dataclasses.replace(template, run_id=rid, cfg=dataclasses.replace(cfg, name=rid),
                                axes=axes, role=role)
-
-
-def with_values(cfg: Config, values: Mapping[str, Any]) -> Config:
-    """``cfg`` with the dotted fields of ``values`` replaced (``{'model.d_model': 64}``).
-
-    Each changed section is rebuilt with ``dataclasses.replace``, which checks its fields (the
-    config dataclasses check themselves in ``__post_init__``), then the Config; then the rules
-    between the model's parts and the sections (``attnlab.model.check``). Raises ConfigError
-    naming the first bad field.
-    """
-    sections: dict[str, dict[str, Any]] = collections.defaultdict(dict)
-    for dotted, value in values.items():
-        section, key = dotted.split(".")
-        sections[section][key] = value
-    cfg = dataclasses.replace(cfg, **{
-        section: dataclasses.replace(getattr(cfg, section), **changes)
-        for section, changes in sections.items()})
-    check(cfg)
-    return cfg
 
 
 def _override(spec: SweepSpec, swept: dict[str, Any]) -> Config:
