@@ -65,3 +65,17 @@ def test_bad_lengths_and_strides_raise_one_clear_error():
         protocol.scored_target_count(10, [8, 64])
     with pytest.raises(EvaluationError, match="protocol: unknown 'strided'"):
         protocol.make_plan("strided", 64, 8)
+
+
+def test_each_protocol_is_a_registered_part():
+    """A protocol is one class in PROTOCOLS: its plan, its figures' suffix and whether it takes
+    the stride; the sliding protocol at stride = length is the nonoverlapping one."""
+    assert list(protocol.PROTOCOLS) == ["nonoverlapping", "sliding"]
+    chunks = protocol.protocol_named("nonoverlapping").plan(64, 8)
+    slid = protocol.protocol_named("sliding").plan(64, 8, 8)
+    np.testing.assert_array_equal(chunks.starts, slid.starts)
+    np.testing.assert_array_equal(chunks.first_scored, slid.first_scored)
+    assert [protocol.protocol_named(n).strided for n in protocol.PROTOCOLS] == [False, True]
+    assert protocol.protocol_named("nonoverlapping").suffix == ""
+    with pytest.raises(EvaluationError, match="stride: the sliding protocol needs a stride"):
+        protocol.make_plan("sliding", 64, 8)

@@ -18,6 +18,7 @@ from attnlab import cli_vocab as vocab
 from attnlab.cli_flags import Flag, OldName, UsageError
 from attnlab.extrapolation.evaluate import (EVERY_SCALING, ROPE_SCALINGS, EvalSettings,
                                             evaluate_run)
+from attnlab.extrapolation.protocol import PROTOCOLS
 from attnlab.extrapolation.reports import report_paths, results_frame
 from attnlab.extrapolation.study import ratio_table, run_study
 from attnlab.sweep import spec_from_config_dict
@@ -25,6 +26,8 @@ from attnlab.sweep.spec import config_source
 
 # Before --sweep named the sweep directory it named the experiment file (now --config).
 _OLD_SWEEP = " (an experiment file; --sweep names the sweep directory now, as --workdir did)"
+BOTH = "both"  # --protocol: every protocol
+
 FLAGS = [
     vocab.RUN.flag("A trained one to evaluate.", default=""),
     vocab.CONFIG.flag("The experiment (experiments/*.py[:gpu]): its sweep is run (resuming) "
@@ -38,7 +41,7 @@ FLAGS = [
                                   "--multipliers. The training length is always added."),
     Flag("protocol", "enum", "nonoverlapping", "nonoverlapping chunks, a sliding window "
                                                "(stride --stride), or both.",
-         enum_values=("nonoverlapping", "sliding", "both")),
+         enum_values=(*PROTOCOLS, BOTH)),
     Flag("stride", "integer", 0, "Sliding-window stride; 0 = half the shortest length."),
     Flag("max-tokens", "integer", 0, "Use only the first N validation tokens (0 = all)."),
     Flag("batch-tokens", "integer", 16384, "Tokens per forward pass."),
@@ -70,7 +73,7 @@ def settings_from_flags(values):
     settings = EvalSettings(
         multipliers=_int_list("multipliers", values["multipliers"].value),
         lengths=_int_list("lengths", values["lengths"].value),
-        protocols=("nonoverlapping", "sliding") if protocol == "both" else (protocol,),
+        protocols=tuple(PROTOCOLS) if protocol == BOTH else (protocol,),
         stride=values["stride"].value,
         max_tokens=values["max-tokens"].value,
         batch_tokens=values["batch-tokens"].value,

@@ -42,7 +42,7 @@ from attnlab import model as lm
 from attnlab import rundir
 from attnlab.config import Config, ModelConfig
 from attnlab.extrapolation import protocol
-from attnlab.extrapolation.protocol import PROTOCOLS, EvaluationError, WindowPlan
+from attnlab.extrapolation.protocol import EvaluationError, WindowPlan
 from attnlab.extrapolation.reports import (FORMAT_VERSION, checkpoint_fingerprint, is_current,
                                            latest_checkpoint_step, report_paths, settings_record,
                                            write_report)
@@ -78,9 +78,7 @@ class EvalSettings:
         if not self.protocols:
             raise EvaluationError("protocol: no protocol given")
         for name in self.protocols:
-            if name not in PROTOCOLS:
-                raise EvaluationError(
-                    f"protocol: unknown {name!r}; valid protocols are {', '.join(PROTOCOLS)}")
+            protocol.protocol_named(name)
         _check_int("stride", self.stride, 0)
         _check_int("max_tokens", self.max_tokens, 0)
         _check_int("batch_tokens", self.batch_tokens, 1)
@@ -286,7 +284,8 @@ def evaluate_model(cfg: Config, state, stream: np.ndarray, settings: EvalSetting
     # Every length scores the same targets. The stream is cut for all requested lengths, even
     # those that are not applicable, so that runs of every encoding score the same tokens.
     n_targets = protocol.scored_target_count(stream.shape[0], lengths)
-    stride = settings.resolve_stride(lengths) if "sliding" in settings.protocols else None
+    strided = any(protocol.protocol_named(name).strided for name in settings.protocols)
+    stride = settings.resolve_stride(lengths) if strided else None
 
     graphdefs: dict[ModelConfig, Callable] = {}
     packing = packing_for(cfg)  # data.document_mask: documents kept apart, as in training
@@ -307,7 +306,8 @@ def evaluate_model(cfg: Config, state, stream: np.ndarray, settings: EvalSetting
     rows, scores = [], {}
     for name in settings.protocols:
         for length in lengths:
-            row = {"protocol": name, "stride": stride if name == "sliding" else None,
+            row = {"protocol": name,
+                   "stride": stride if protocol.protocol_named(name).strided else None,
                    "length": length, "multiplier": length / train_length}
             reason = not_applicable_reason(cfg.model, length)
             if reason is not None:

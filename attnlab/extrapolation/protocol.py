@@ -22,9 +22,6 @@ import numpy as np
 
 from attnlab.errors import AttnlabError
 
-PROTOCOLS = ("nonoverlapping", "sliding")
-
-
 class EvaluationError(AttnlabError):
     """Bad evaluation request: lengths, stride, protocol, or a run that cannot be evaluated."""
 
@@ -124,15 +121,53 @@ def sliding_plan(n_targets: int, length: int, stride: int) -> WindowPlan:
     return WindowPlan(length, starts, first_scored, n_targets)
 
 
-def make_plan(protocol: str, n_targets: int, length: int, stride: int | None = None) -> WindowPlan:
-    """The plan of ``protocol`` (see module docstring); ``stride`` is used by ``sliding`` only."""
-    if protocol == "nonoverlapping":
+class Protocol:
+    """An evaluation protocol: the windows that feed the model and the predictions scored."""
+
+    name = ""
+    suffix = ""  # of its figures' file names
+    strided = False  # its windows advance by a stride (--stride)
+
+    def plan(self, n_targets: int, length: int, stride: int | None = None) -> WindowPlan:
+        raise NotImplementedError
+
+
+class Nonoverlapping(Protocol):
+    """Consecutive chunks of the length, every prediction scored."""
+
+    name = "nonoverlapping"
+
+    def plan(self, n_targets, length, stride=None):
         return nonoverlapping_plan(n_targets, length)
-    if protocol == "sliding":
+
+
+class Sliding(Protocol):
+    """Windows of the length advancing by the stride, each scoring its last ``stride``."""
+
+    name = "sliding"
+    suffix = "_sliding"
+    strided = True
+
+    def plan(self, n_targets, length, stride=None):
         if stride is None:
             raise EvaluationError("stride: the sliding protocol needs a stride")
         return sliding_plan(n_targets, length, stride)
-    raise EvaluationError(f"protocol: unknown {protocol!r}; valid protocols are {', '.join(PROTOCOLS)}")
+
+
+PROTOCOLS = {cls.name: cls for cls in (Nonoverlapping, Sliding)}
+
+
+def protocol_named(name: str) -> Protocol:
+    """The protocol ``name``; raises EvaluationError naming the valid ones."""
+    if name not in PROTOCOLS:
+        raise EvaluationError(f"protocol: unknown {name!r}; valid protocols are "
+                              f"{', '.join(PROTOCOLS)}")
+    return PROTOCOLS[name]()
+
+
+def make_plan(protocol: str, n_targets: int, length: int, stride: int | None = None) -> WindowPlan:
+    """The plan of ``protocol`` (see module docstring); ``stride`` is used by ``sliding`` only."""
+    return protocol_named(protocol).plan(n_targets, length, stride)
 
 
 def window_tokens(stream: np.ndarray, plan: WindowPlan, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -22,7 +22,7 @@ from attnlab.config import from_config_dict
 from attnlab.extrapolation import checks
 from attnlab.extrapolation.evaluate import (EVERY_SCALING, ROPE_SCALINGS, EvalSettings,
                                             evaluate_run)
-from attnlab.extrapolation.protocol import EvaluationError
+from attnlab.extrapolation.protocol import EvaluationError, protocol_named
 from attnlab.extrapolation.reports import results_frame
 from attnlab.model import resolve
 from attnlab.model.positions import UNSCALED
@@ -138,7 +138,7 @@ def write_study(workdir: Path, stem: str, table: pd.DataFrame, curves: pd.DataFr
     table.to_csv(files[0], index=False)
     curves.to_csv(files[1], index=False)
     for name in sorted(set(table["protocol"])):
-        suffix = "" if name == "nonoverlapping" else f"_{name}"
+        suffix = protocol_named(name).suffix
         files += plots.plot_perplexity_ratio(table, workdir / f"{stem}_ratio{suffix}",
                                              protocol=name)
     train_lengths = sorted(set(table["train_length"]))
