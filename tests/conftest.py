@@ -3,6 +3,7 @@
 import os
 import pathlib
 import signal
+import sys
 
 import pytest
 
@@ -116,6 +117,24 @@ def no_compilation_cache():
     yield
     jax.config.update("jax_enable_compilation_cache", True)
     compilation_cache.reset_cache()
+
+
+@pytest.fixture(autouse=True)
+def _optimized_where_marked(request):
+    """A test marked ``optimized`` runs its programs far longer than it compiles them (fits by
+    the hundred, simulations of many fits), where the unoptimized programs above cost more than
+    they save: the default lane's fit tests take 83 s optimized against 189 s, the cluster
+    coverage simulation 125 s against 322 s (2026-11-28). JAX's in-memory caches do not key on
+    the flag, so they are cleared whenever it changes (the persistent cache does key on it)."""
+    unoptimized = (os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"] == "1"
+                   and request.node.get_closest_marker("optimized") is None)
+    jax = sys.modules.get("jax")  # not imported yet: nothing compiled, the variable decides
+    if jax is None and not unoptimized:
+        import jax
+    if jax is not None and jax.config.read("jax_disable_most_optimizations") != unoptimized:
+        jax.clear_caches()
+        jax.config.update("jax_disable_most_optimizations", unoptimized)
+    yield
 
 
 @pytest.fixture(autouse=True)

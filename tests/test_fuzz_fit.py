@@ -19,6 +19,9 @@ from hypothesis import strategies as st
 
 from attnlab import cli
 
+# Fits by the hundred: their programs run far longer than they compile (tests/conftest.py).
+pytestmark = pytest.mark.optimized
+
 FIT_EXAMPLES, SLOW_FIT_EXAMPLES = 80, 1000
 
 # A small Approach-3 grid (2^5 starts instead of 4500): the fuzz is about the inputs, not the

@@ -15,6 +15,9 @@ from attnlab.scaling.clark import CLARK_2022, PARAMS, fit_clark, saturate
 from attnlab.scaling.cli import fit_main
 from attnlab.scaling.errors import FitInputError
 
+# Fits by the hundred: their programs run far longer than they compile (tests/conftest.py).
+pytestmark = pytest.mark.optimized
+
 S_BASE = CLARK_2022["S-BASE"]
 TRUE = {p: S_BASE[p] for p in PARAMS}
 

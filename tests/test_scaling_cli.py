@@ -13,6 +13,9 @@ from attnlab.scaling.cli import fit_main
 from attnlab.scaling.synthetic import (CHINCHILLA_PUBLISHED, KAPLAN_PUBLISHED, grid_points,
                                        isoflop_points, learning_curves)
 
+# Fits by the hundred: their programs run far longer than they compile (tests/conftest.py).
+pytestmark = pytest.mark.optimized
+
 SMALL_GRID = "--grid=a:0:20:10,b:0:20:10,e:-1:1:1,alpha:0:2:1,beta:0:2:1"  # 243 starts
 
 

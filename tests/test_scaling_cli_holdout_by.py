@@ -14,6 +14,9 @@ from attnlab.plots.cli import plot_main
 from attnlab.scaling.cli import fit_main
 from attnlab.scaling.synthetic import CHINCHILLA_PUBLISHED, isoflop_points
 
+# Fits by the hundred: their programs run far longer than they compile (tests/conftest.py).
+pytestmark = pytest.mark.optimized
+
 SMALL_GRID = "--grid=a:0:20:10,b:0:20:10,e:-1:1:1,alpha:0:2:1,beta:0:2:1"  # 243 starts
 OTHER = {"E": 1.8, "A": 500.0, "B": 300.0, "alpha": 0.30, "beta": 0.36}
 

@@ -22,6 +22,9 @@ from attnlab.scaling.result import ScalingFit
 from attnlab.scaling.synthetic import CHINCHILLA_PUBLISHED, ladder_points
 from attnlab.scaling.table import prepare_points
 
+# Fits by the hundred: their programs run far longer than they compile (tests/conftest.py).
+pytestmark = pytest.mark.optimized
+
 ROOT = Path(__file__).resolve().parents[1]
 MARKOV = str(ROOT / "docs/results/markov_ladder_gpu.csv")
 COVERAGE_SCRIPT = ROOT / "docs/scripts/cluster_coverage.py"

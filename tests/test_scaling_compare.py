@@ -11,6 +11,9 @@ from scipy import stats
 from attnlab.scaling.compare_cli import compare_main
 from attnlab.scaling.compare import POOLED, paired_differences
 
+# Fits by the hundred: their programs run far longer than they compile (tests/conftest.py).
+pytestmark = pytest.mark.optimized
+
 
 def _table(rng, shifts=(0.0, -0.02), seeds=(3, 4), sizes=(1000, 2000), noise=0.01):
     rows = []

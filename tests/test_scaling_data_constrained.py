@@ -10,6 +10,9 @@ import pytest
 from attnlab.scaling import data_constrained as dc
 from attnlab.scaling import laws, synthetic
 
+# Fits by the hundred: their programs run far longer than they compile (tests/conftest.py).
+pytestmark = pytest.mark.optimized
+
 TRUTH = synthetic.MUENNIGHOFF_PUBLISHED
 CHINCHILLA_PART = {k: TRUTH[k] for k in ("E", "A", "B", "alpha", "beta")}
 FIX = "--fix=" + ",".join(f"{k}={v}" for k, v in CHINCHILLA_PART.items())

@@ -25,6 +25,9 @@ from attnlab.scaling.approach3 import (CHINCHILLA_GRID, admissible, huber_object
 from attnlab.scaling.multistart import minimise_many
 from attnlab.scaling.synthetic import CHINCHILLA_PUBLISHED, grid_points, isoflop_points
 
+# Fits by the hundred: their programs run far longer than they compile (tests/conftest.py).
+pytestmark = pytest.mark.optimized
+
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 # (parameters N, tokens D, validation loss) of the six runs.
 UNDERTRAINED = np.array([

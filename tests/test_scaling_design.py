@@ -16,6 +16,9 @@ from attnlab.scaling import laws
 from attnlab.scaling.design import (DESIGN_PRIOR, check_design, log_loss_jacobian,
                                     parameter_covariance)
 
+# Fits by the hundred: their programs run far longer than they compile (tests/conftest.py).
+pytestmark = pytest.mark.optimized
+
 PRIOR = DESIGN_PRIOR
 THETA = np.array([math.log(PRIOR["A"]), math.log(PRIOR["B"]), math.log(PRIOR["E"]),
                   PRIOR["alpha"], PRIOR["beta"]])

@@ -12,6 +12,9 @@ from attnlab.scaling.cli import bootstrap_line
 from attnlab.scaling.synthetic import (CHINCHILLA_PUBLISHED, KAPLAN_PUBLISHED, grid_points,
                                        isoflop_points, learning_curves)
 
+# Fits by the hundred: their programs run far longer than they compile (tests/conftest.py).
+pytestmark = pytest.mark.optimized
+
 # 3^5 = 243 starts: one compiled batch, fast enough for the default test run (the benchmark
 # runs the full 4,500-start grid). Values straddle Hoffmann et al.'s grid.
 SMALL_GRID = InitGrid(a=(0.0, 10.0, 20.0), b=(0.0, 10.0, 20.0), e=(-1.0, 0.0, 1.0),

@@ -12,6 +12,9 @@ from attnlab.scaling import FitInputError, laws
 from attnlab.scaling.grouped import fit_by, format_grouped
 from attnlab.scaling.synthetic import CHINCHILLA_PUBLISHED, isoflop_points
 
+# Fits by the hundred: their programs run far longer than they compile (tests/conftest.py).
+pytestmark = pytest.mark.optimized
+
 # A second law with a clearly different allocation (a = 0.36 / 0.66 = 0.545 against 0.452).
 OTHER = {"E": 1.8, "A": 500.0, "B": 300.0, "alpha": 0.30, "beta": 0.36}
 BUDGETS = np.geomspace(1e18, 1e20, 3)

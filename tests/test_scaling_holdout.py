@@ -13,6 +13,9 @@ from attnlab.scaling.holdout import format_holdout, holdout_mask, holdout_predic
 from attnlab.scaling.synthetic import (CHINCHILLA_PUBLISHED, KAPLAN_PUBLISHED, grid_points,
                                        isoflop_points)
 
+# Fits by the hundred: their programs run far longer than they compile (tests/conftest.py).
+pytestmark = pytest.mark.optimized
+
 SMALL_GRID = InitGrid(a=(0.0, 10.0, 20.0), b=(0.0, 10.0, 20.0), e=(-1.0, 0.0, 1.0),
                       alpha=(0.0, 1.0, 2.0), beta=(0.0, 1.0, 2.0))
 BUDGETS = np.geomspace(1e18, 1e21, 4)

@@ -14,6 +14,9 @@ from attnlab.scaling.holdout import (BASELINE_RULES, format_holdout, holdout_pre
 from attnlab.scaling.synthetic import CHINCHILLA_PUBLISHED, grid_points
 from attnlab.scaling.table import prepare_points
 
+# Fits by the hundred: their programs run far longer than they compile (tests/conftest.py).
+pytestmark = pytest.mark.optimized
+
 MARKOV = str(Path(__file__).resolve().parents[1] / "docs/results/markov_ladder_gpu.csv")
 
 

@@ -12,6 +12,9 @@ import pytest
 
 from attnlab.scaling import hparams, registry
 
+# Fits by the hundred: their programs run far longer than they compile (tests/conftest.py).
+pytestmark = pytest.mark.optimized
+
 LR = (2.0, {"params": -0.3, "tokens": 0.1})  # lr* = 2 N^-0.3 D^0.1
 BATCH = (0.5, {"params": 0.1, "tokens": 0.3})  # batch* = 0.5 N^0.1 D^0.3 tokens per step
 

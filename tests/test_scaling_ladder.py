@@ -11,6 +11,9 @@ from attnlab.scaling.errors import FitInputError
 from attnlab.scaling.ladder import isoflop_slices
 from attnlab.scaling.table import prepare_points
 
+# Fits by the hundred: their programs run far longer than they compile (tests/conftest.py).
+pytestmark = pytest.mark.optimized
+
 E, A, B, ALPHA, BETA = 1.69, 406.4, 410.7, 0.34, 0.28  # Hoffmann et al. 2022, eq. 10
 
 

@@ -15,6 +15,9 @@ from attnlab.scaling.cli import fit_main
 from attnlab.scaling.errors import FitInputError
 from attnlab.scaling.result import ScalingFit
 
+# Fits by the hundred: their programs run far longer than they compile (tests/conftest.py).
+pytestmark = pytest.mark.optimized
+
 TRUTH = {"E": 1.5, "N_c": 3e8, "alpha_N": 0.3}
 
 

@@ -12,6 +12,9 @@ from attnlab.scaling.approach3 import InitGrid, huber_objective, params_from_the
 from attnlab.scaling.bootstrap import percentile_interval, resample_weights
 from attnlab.scaling.synthetic import CHINCHILLA_PUBLISHED, KAPLAN_PUBLISHED
 
+# Fits by the hundred: their programs run far longer than they compile (tests/conftest.py).
+pytestmark = pytest.mark.optimized
+
 
 def test_training_flops_is_six_n_d():
     assert laws.training_flops(1e9, 2e10) == pytest.approx(6 * 1e9 * 2e10, rel=1e-15)

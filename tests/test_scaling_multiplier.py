@@ -21,6 +21,9 @@ from attnlab.scaling.multiplier import (compute_to_reach, format_multipliers,
                                         multipliers_against)
 from attnlab.scaling.synthetic import CHINCHILLA_PUBLISHED, isoflop_points
 
+# Fits by the hundred: their programs run far longer than they compile (tests/conftest.py).
+pytestmark = pytest.mark.optimized
+
 BASE = CHINCHILLA_PUBLISHED
 # Better than the baseline by a smaller N term; and by a steeper D term (a different exponent).
 LAWS = {"gpt": BASE, "smaller_a": {**BASE, "A": 250.0},

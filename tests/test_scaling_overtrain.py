@@ -11,6 +11,9 @@ from scipy.optimize import brentq, minimize_scalar
 from attnlab.scaling import laws, synthetic
 from attnlab.scaling import overtrain as ot
 
+# Fits by the hundred: their programs run far longer than they compile (tests/conftest.py).
+pytestmark = pytest.mark.optimized
+
 ETA = 0.17  # alpha = beta = 0.34, Hoffmann et al.'s alpha
 A_COEF = 406.4 * 6**ETA
 TRUTH = {"E": 1.69, "a": A_COEF, "b": A_COEF * 20 ** (2 * ETA), "eta": ETA}  # M* = 20
