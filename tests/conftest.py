@@ -138,11 +138,11 @@ def _optimized_where_marked(request):
 
 
 @pytest.fixture(autouse=True)
-def _serial_tests_compile_as_a_user_would(request, monkeypatch):
+def _uncached_tests_compile_as_a_user_would(request, monkeypatch):
     """A test that signals a command mid-run waits for a moment to signal it: its commands
     compile as a user's would, not from programs other tests left in the shared cache (which
     can finish the run before the signal lands)."""
-    if request.node.get_closest_marker("serial"):
+    if request.node.get_closest_marker("uncached"):
         monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
 
 

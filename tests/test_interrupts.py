@@ -23,7 +23,7 @@ import pytest
 from attnlab import results
 
 # Signals, timings or a machine-wide resource: the slow lane runs these one at a time.
-pytestmark = pytest.mark.serial
+pytestmark = pytest.mark.uncached
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 GRID = str(ROOT / "experiments" / "tiny_grid.py")

@@ -189,7 +189,7 @@ def test_ladder_table_has_branches_as_points(reference):
     assert len(points) == 6 and any("trunk" in note for note in points.notes)
 
 
-@pytest.mark.serial
+@pytest.mark.uncached
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["sigkill", "ctrl-c"])
 def test_interrupted_then_rerun_equals_uninterrupted_and_a_deleted_branch_retrains_alone(

@@ -321,7 +321,7 @@ def test_diverged_run_is_kept_and_restarted_on_retry(tmp_path, cache_dir):
     assert (retired / "summary.json").exists()
 
 
-@pytest.mark.serial
+@pytest.mark.uncached
 @pytest.mark.xdist_group("ray")  # one local Ray cluster at a time
 @pytest.mark.slow
 def test_ray_launcher_matches_local(grid, tmp_path, cache_dir):
@@ -368,7 +368,7 @@ def _read(path):
         return ""
 
 
-@pytest.mark.serial
+@pytest.mark.uncached
 @pytest.mark.slow
 def test_sigkill_mid_sweep_loses_nothing_and_duplicates_nothing(grid, tmp_path, cache_dir):
     _, _, uninterrupted = grid

@@ -322,7 +322,7 @@ def _summaries(workdir):
                       *workdir.glob(f"{rundir.TUNE_DIR}/runs/*/summary.json")]}
 
 
-@pytest.mark.serial
+@pytest.mark.uncached
 @pytest.mark.slow
 def test_tune_then_study_interrupted_resumed_and_rerun(tmp_path):
     source = tmp_path / "tiny_tuned.py"

@@ -24,7 +24,7 @@ from attnlab.train import load_params
 from attnlab.train.checkpoint import Checkpoints
 
 # Signals, timings or a machine-wide resource: the slow lane runs these one at a time.
-pytestmark = pytest.mark.serial
+pytestmark = pytest.mark.uncached
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 60
