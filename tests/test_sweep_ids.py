@@ -20,7 +20,7 @@ EXPERIMENTS = ("tiny_isoflop", "quickstart", "tiny_grid", "tiny_pe", "kaplan",
                "gpt_vs_bert", "icl", "tiny_ladder", "moe", "mup_transfer", "mup_tuned",
                "quickstart_ladder", "wsd_cosine", "markov_ladder",
                "moe_dense", "architectures_tuned", "mqar_seeds", "icl_regression_mixers",
-               "hparams", "quickstart_shards", "data_constrained")
+               "hparams", "quickstart_shards", "data_constrained", "induction_seeds")
 
 TINY_ISOFLOP_CPU = [
     "d16-l1-rope-t13.6k-s0-f45cac28", "d32-l2-rope-t3.58k-s0-dd589dd0",
@@ -122,6 +122,9 @@ PLAN_DIGESTS = {
     "icl_regression_mixers:cpu": ("62c5cb69d19d18cf", "c7eef07b0a48d0b8"),
     "icl_regression_mixers:gpu": ("f2a110566bcc3040", "a8854ca1ad26411d"),
     # The hyperparameter law's grid: learning rates x batch sizes per (N, D) (new).
+    # configs/induction.py's two models at three seeds (new; one plan at both scales).
+    "induction_seeds:cpu": ("f4b2f3abc659d252", "fe7d495c143e15d9"),
+    "induction_seeds:gpu": ("f4b2f3abc659d252", "fe7d495c143e15d9"),
     "hparams:cpu": ("c2810bff2cc8ba1c", "96e2e72ff7cf8d68"),
     "hparams:gpu": ("2f36f0e2194e2bc5", "0885d7cf5b484fae"),
     "hparams:cpu_refined": ("5321b4bce2b78ceb", "c78a95166d0aacc1"),  # the cpu grid moved
