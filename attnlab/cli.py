@@ -14,7 +14,7 @@ import sys
 from attnlab import cli_flags
 from attnlab.cli_flags import Flag, HelpRequested
 from attnlab.errors import AttnlabError
-from attnlab.interrupts import (EXIT_INTERRUPTED, exit_at_once_on_interrupt,
+from attnlab.interrupts import (EXIT_INTERRUPTED, deferred, exit_at_once_on_interrupt,
                                  ignore_from_now_on, watchdog)
 from attnlab import outputs, rundir
 
@@ -98,7 +98,12 @@ def main(argv: list[str] | None = None, *, exiting: bool = False) -> int:
     module_name, function_name, _ = COMMANDS[name]
     with watchdog(leave_ignored=exiting):
         try:
-            command = getattr(importlib.import_module(module_name), function_name)
+            # Imported with interrupts held: a KeyboardInterrupt raised inside a native module's
+            # initialisation (jaxlib's, which the commands import) aborts the interpreter
+            # (exit -6) instead of ending the command with 130.
+            with deferred():
+                module = importlib.import_module(module_name)
+            command = getattr(module, function_name)
             rest = rename_old_flags(name, rest)
             rest, overwrite = _overwrite_flag(name, rest)
             check_output_paths(name, rest, overwrite=overwrite)

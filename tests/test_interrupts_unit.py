@@ -103,6 +103,36 @@ def test_an_interrupt_during_an_import_exits_130_not_by_sigint(tmp_path):
     assert "Traceback" not in done.stderr
 
 
+def test_an_interrupt_while_the_command_module_imports_is_raised_once_it_is_imported(tmp_path):
+    """A SIGTERM that lands while the command's module is imported is held until the import
+    ends, then ends the command with 130: raised inside a native module's initialisation
+    (jaxlib's, 0.8 s into `attnlab sweep`) it aborted the interpreter (exit -6)."""
+    (tmp_path / "signalled_import.py").write_text(textwrap.dedent("""
+        import os, signal, time
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(20):  # where a handler that raises would run
+            time.sleep(0.01)
+        print("imported", flush=True)
+
+        def command(argv):
+            print("ran", flush=True)
+            return 0
+    """))
+    (tmp_path / "launch.py").write_text(textwrap.dedent("""
+        import sys
+        from attnlab import cli
+
+        cli.COMMANDS["signalled"] = ("signalled_import", "command", "")
+        sys.argv = ["attnlab", "signalled"]
+        sys.exit(cli.console_main())
+    """))
+    done = subprocess.run([sys.executable, "-m", "launch"], cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, str(tmp_path)])},
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == interrupts.EXIT_INTERRUPTED, (done.returncode, done.stderr)
+    assert done.stdout.split() == ["imported"] and "Traceback" not in done.stderr
+
+
 def test_a_second_interrupt_exits_at_once_even_when_the_first_was_caught():
     done = _python("""
         import os, signal, time
