@@ -80,6 +80,13 @@ def test_an_interrupt_swallowed_by_a_gc_callback_exits_130_in_one_line():
         "interrupted; exiting now (rerun the same command to resume)"]
 
 
+def _module_run(directory, module: str) -> subprocess.CompletedProcess:
+    """``python -m module`` in ``directory`` (as `attnlab` runs), with attnlab importable."""
+    return subprocess.run([sys.executable, "-m", module], cwd=directory,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, str(directory)])},
+                          capture_output=True, text=True, timeout=60)
+
+
 def test_an_interrupt_during_an_import_exits_130_not_by_sigint(tmp_path):
     """An interrupt that lands while a module builds code with exec() of a string (dataclasses,
     namedtuple: an import in the command's first second) makes CPython exit by SIGINT (-2)
@@ -96,9 +103,7 @@ def test_an_interrupt_during_an_import_exits_130_not_by_sigint(tmp_path):
         sys.argv = ["attnlab", "interrupted-import"]
         sys.exit(cli.console_main())
     """))
-    done = subprocess.run([sys.executable, "-m", "interrupted_import"], cwd=tmp_path,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, str(tmp_path)])},
-                          capture_output=True, text=True, timeout=60)
+    done = _module_run(tmp_path, "interrupted_import")
     assert done.returncode == interrupts.EXIT_INTERRUPTED, (done.returncode, done.stderr)
     assert "Traceback" not in done.stderr
 
@@ -126,9 +131,7 @@ def test_an_interrupt_while_the_command_module_imports_is_raised_once_it_is_impo
         sys.argv = ["attnlab", "signalled"]
         sys.exit(cli.console_main())
     """))
-    done = subprocess.run([sys.executable, "-m", "launch"], cwd=tmp_path,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, str(tmp_path)])},
-                          capture_output=True, text=True, timeout=60)
+    done = _module_run(tmp_path, "launch")
     assert done.returncode == interrupts.EXIT_INTERRUPTED, (done.returncode, done.stderr)
     assert done.stdout.split() == ["imported"] and "Traceback" not in done.stderr
 
