@@ -284,8 +284,9 @@ def evaluate_model(cfg: Config, state, stream: np.ndarray, settings: EvalSetting
     # Every length scores the same targets. The stream is cut for all requested lengths, even
     # those that are not applicable, so that runs of every encoding score the same tokens.
     n_targets = protocol.scored_target_count(stream.shape[0], lengths)
-    strided = any(protocol.protocol_named(name).strided for name in settings.protocols)
-    stride = settings.resolve_stride(lengths) if strided else None
+    chosen = {name: protocol.protocol_named(name) for name in settings.protocols}
+    stride = (settings.resolve_stride(lengths) if any(p.strided for p in chosen.values())
+              else None)
 
     graphdefs: dict[ModelConfig, Callable] = {}
     packing = packing_for(cfg)  # data.document_mask: documents kept apart, as in training
@@ -306,8 +307,7 @@ def evaluate_model(cfg: Config, state, stream: np.ndarray, settings: EvalSetting
     rows, scores = [], {}
     for name in settings.protocols:
         for length in lengths:
-            row = {"protocol": name,
-                   "stride": stride if protocol.protocol_named(name).strided else None,
+            row = {"protocol": name, "stride": stride if chosen[name].strided else None,
                    "length": length, "multiplier": length / train_length}
             reason = not_applicable_reason(cfg.model, length)
             if reason is not None:
@@ -325,8 +325,9 @@ def evaluate_model(cfg: Config, state, stream: np.ndarray, settings: EvalSetting
 
     # Per-position loss of the longest representable length, with every window fully scored.
     longest = max(applicable)
-    curve = scores.get(("nonoverlapping", longest)) or run_plan("nonoverlapping", longest)
-    per_position = {"protocol": "nonoverlapping", "length": longest,
+    whole = protocol.Nonoverlapping.name
+    curve = scores.get((whole, longest)) or run_plan(whole, longest)
+    per_position = {"protocol": whole, "length": longest,
                     "n_windows": int(curve.position_counts[0]),
                     "loss": curve.position_loss().tolist()}
     if longest != max(lengths):
