@@ -2,19 +2,20 @@
 with one line naming the holder's pid (exit 2), and the directory ends consistent; a lock left
 by a killed sweep is taken over."""
 
+import fcntl
 import os
 import pathlib
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 
-from attnlab import results
+from attnlab import results, rundir
+from attnlab.sweep import runner
 
-# Signals, timings or a machine-wide resource: the slow lane runs these one at a time.
-pytestmark = pytest.mark.uncached
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 GRID = str(ROOT / "experiments" / "tiny_grid.py")
@@ -27,7 +28,22 @@ def _sweep(workdir, *extra):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def test_a_refused_sweep_waits_for_the_holder_to_write_its_pid(tmp_path):
+    """The holder writes its record just after taking the lock; a sweep refused in between names
+    the holder once it has written, not 'no one'."""
+    lock = tmp_path / rundir.SWEEP_LOCK_FILE
+    with open(lock, "a+") as holder:
+        fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        late = threading.Timer(0.3, lambda: (holder.write("pid 4242 on host\n"), holder.flush()))
+        late.start()
+        with pytest.raises(runner.SweepDirError, match="in use by another sweep \\(pid 4242 "):
+            with runner.sweep_lock(tmp_path):
+                pass
+        late.join()
+
+
 @pytest.mark.slow
+@pytest.mark.uncached
 def test_two_sweeps_at_once_one_runs_the_other_is_refused(tmp_path):
     workdir = tmp_path / "sweep"
     first, second = _sweep(workdir), _sweep(workdir)
@@ -46,6 +62,7 @@ def test_two_sweeps_at_once_one_runs_the_other_is_refused(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.uncached
 def test_a_lock_left_by_a_killed_sweep_is_taken_over(tmp_path):
     workdir = tmp_path / "sweep"
     victim = _sweep(workdir)

@@ -115,10 +115,21 @@ def _take_lock(handle, workdir: Path) -> None:
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        handle.seek(0)
-        holder = handle.read().strip() or "a process that has not said its pid yet"
+        holder = _holder(handle)
         raise SweepDirError(f"{workdir} is in use by another sweep ({holder}); wait for it to "
                             f"end, or stop it, then rerun") from None
+
+
+def _holder(handle, patience: float = 2.0) -> str:
+    """The lock holder's record. The holder writes it just after taking the lock, so an empty
+    file means it is between the two: wait briefly for it rather than name no one."""
+    deadline = time.monotonic() + patience
+    while True:
+        handle.seek(0)
+        holder = handle.read().strip()
+        if holder or time.monotonic() > deadline:
+            return holder or "a process that has not said its pid yet"
+        time.sleep(0.02)
 
 
 def run_record(spec: SweepSpec, run: PlannedRun) -> dict:
