@@ -59,9 +59,11 @@ class Word:
     synonyms: tuple[str, ...] = ()
 
     def flag(self, note: str = "", *, default: Any = None, required: bool = False,
-             old_names: tuple = ()) -> Flag:
+             old_names: tuple = (), enum_values: tuple[str, ...] = ()) -> Flag:
+        """``enum_values``: the choices, where a registry the vocabulary cannot import names
+        them."""
         return Flag(self.name, self.kind, default, f"{self.meaning} {note}".strip(),
-                    self.enum_values, required, self.meaning, tuple(old_names))
+                    enum_values or self.enum_values, required, self.meaning, tuple(old_names))
 
 
 def is_experiment_file(value: str) -> bool:
@@ -94,8 +96,7 @@ ALLOW_NONEMPTY = Word("allow-nonempty", "bool", "Write into an existing director
 PROGRESS = Word("progress", "bool", "Show progress.")
 PARALLEL = Word("parallel", "integer", "Runs at a time with the local launcher, each pinned to "
                 "cpu_count/parallel cores.")
-LAUNCHER = Word("launcher", "enum", "Where runs execute: local worker processes or Ray.",
-                enum_values=("local", "ray"))
+LAUNCHER = Word("launcher", "enum", "Where runs execute: local worker processes or Ray.")
 
 WORDS = (CONFIG, RUN, SWEEP, PLOT, JSON, BOOTSTRAP_SEED, SEED, STEP, BOOTSTRAP, CI_LEVEL, BY,
          HOLDOUT, ALLOW_LARGE, ALLOW_NONEMPTY, PROGRESS, PARALLEL, LAUNCHER)

@@ -308,6 +308,19 @@ def test_launcher_arguments_are_checked(tmp_path):
         run_sweep(spec, tmp_path, parallel=0)
 
 
+def test_each_launcher_is_resolved_once_with_its_own_settings():
+    from attnlab.sweep import launchers
+    from attnlab.sweep.cli import FLAGS
+
+    local = launchers.launcher_named("local", parallel=3, compile_ahead=True, ray_address="auto")
+    assert (local.parallel, local.compile_ahead, local.longest_first()) == (3, True, True)
+    assert not launchers.launcher_named("local").longest_first()  # one worker: plan order
+    ray = launchers.launcher_named("ray", parallel=3, ray_address="auto")
+    assert ray.address == "auto" and ray.longest_first()
+    choices = next(flag.enum_values for flag in FLAGS if flag.name == "launcher")
+    assert choices == tuple(launchers.LAUNCHERS) == ("local", "ray")
+
+
 def test_cli_bad_input_exits_2_without_traceback(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "attnlab.cli", "sweep", "--config=experiments/tiny_grid.py",

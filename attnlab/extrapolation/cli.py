@@ -22,6 +22,7 @@ from attnlab.extrapolation.protocol import PROTOCOLS
 from attnlab.extrapolation.reports import report_paths, results_frame
 from attnlab.extrapolation.study import ratio_table, run_study
 from attnlab.sweep import spec_from_config_dict
+from attnlab.sweep.launchers import LAUNCHERS
 from attnlab.sweep.spec import config_source
 
 # Before --sweep named the sweep directory it named the experiment file (now --config).
@@ -55,7 +56,7 @@ FLAGS = [
     Flag("rope-factor", "float", 0.0, "Scale factor s of --rope-scaling; 0 = longest length / "
                                       "training length."),
     Flag("force", "bool", False, "Re-evaluate even when extrapolation.json is current."),
-    vocab.LAUNCHER.flag("With --config.", default="local"),
+    vocab.LAUNCHER.flag("With --config.", default="local", enum_values=tuple(LAUNCHERS)),
     vocab.PARALLEL.flag("With --config.", default=1),
     vocab.PROGRESS.flag("As bars.", default=True),
 ]

@@ -14,7 +14,7 @@ from attnlab import cli_flags
 from attnlab import cli_vocab as vocab
 from attnlab.cli_flags import Flag
 from attnlab.rundir import COMPLETED, DIVERGED, TABLE_FILE
-from attnlab.sweep.launchers import SweepInterrupted
+from attnlab.sweep.launchers import LAUNCHERS, SweepInterrupted
 from attnlab.sweep.probe import dry_run, format_table
 from attnlab.sweep.stages import dry_run_stages, run_sweep
 from attnlab.sweep.spec import config_source, spec_from_config_dict
@@ -23,7 +23,7 @@ FLAGS = [
     vocab.CONFIG.flag("The experiment (experiments/*.py).", required=True),
     vocab.SWEEP.flag("The one to write (created if missing); rerunning resumes.", required=True,
                      old_names=("workdir",)),
-    vocab.LAUNCHER.flag(default="local"),
+    vocab.LAUNCHER.flag(default="local", enum_values=tuple(LAUNCHERS)),
     vocab.PARALLEL.flag(default=1),
     Flag("dry-run", "bool", False, "Print the planned runs with estimated times; run nothing."),
     Flag("probe", "enum", "steps", "Dry run: time a few real train steps of the smallest and "

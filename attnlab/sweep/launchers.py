@@ -19,6 +19,7 @@ Both call ``on_result(run_dir, result)`` from the launching process as each run 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import queue
@@ -376,3 +377,87 @@ def _shutdown_ray(ray, preexisting: set[int]) -> None:
         with contextlib.suppress(psutil.NoSuchProcess):
             process.kill()
     psutil.wait_procs(alive, timeout=RAY_GRACE_SECONDS)
+
+
+# ------------------------------------------------------------------------------------------------
+# The launchers as parts: a sweep resolves its launcher once and asks it, never its name.
+
+
+@dataclasses.dataclass
+class Local:
+    """``parallel`` worker processes on this machine, started before the sweep's checks so
+    that their imports overlap them."""
+
+    parallel: int = 1
+    compile_ahead: bool = False
+    workers: list[WorkerProcess] = dataclasses.field(default_factory=list)
+
+    name = "local"
+
+    @classmethod
+    def from_flags(cls, *, parallel: int, compile_ahead: bool, ray_address: str | None) -> Local:
+        return cls(parallel=parallel, compile_ahead=compile_ahead)
+
+    def check(self) -> None:
+        pass
+
+    def start(self, cache_dir: str, logs_dir: Path) -> None:
+        self.workers = start_workers(self.parallel, cache_dir=cache_dir, logs_dir=logs_dir)
+
+    def longest_first(self) -> bool:
+        """Whether runs go side by side, so that the longest should start first."""
+        return self.parallel > 1
+
+    def run(self, units: list[list[Path]], on_result: OnResult, *, cache_dir: str,
+            logs_dir: Path, resources: Resources) -> None:
+        run_local(units, on_result, parallel=self.parallel, cache_dir=cache_dir,
+                  logs_dir=logs_dir, compile_ahead=self.compile_ahead, started=self.workers)
+        self.workers = []  # run_local closed them: a later phase starts its own
+
+    def close(self) -> None:
+        for worker in self.workers:
+            worker.kill()
+        self.workers = []
+
+
+@dataclasses.dataclass
+class Ray:
+    """One Ray task per unit, scheduled by the spec's resource request."""
+
+    address: str | None = None
+
+    name = "ray"
+
+    @classmethod
+    def from_flags(cls, *, parallel: int, compile_ahead: bool, ray_address: str | None) -> Ray:
+        return cls(address=ray_address)
+
+    def check(self) -> None:
+        import_ray()
+
+    def start(self, cache_dir: str, logs_dir: Path) -> None:
+        pass
+
+    def longest_first(self) -> bool:
+        return True
+
+    def run(self, units: list[list[Path]], on_result: OnResult, *, cache_dir: str,
+            logs_dir: Path, resources: Resources) -> None:
+        run_ray(units, on_result, resources=resources, cache_dir=cache_dir, address=self.address)
+
+    def close(self) -> None:
+        pass
+
+
+LAUNCHERS = {launcher.name: launcher for launcher in (Local, Ray)}
+
+
+def launcher_named(name: str, *, parallel: int = 1, compile_ahead: bool = False,
+                   ray_address: str | None = None) -> Local | Ray:
+    """The launcher ``--launcher=name`` asks for, with its settings checked."""
+    if name not in LAUNCHERS:
+        raise LauncherError(f"--launcher={name!r}: valid launchers are {', '.join(LAUNCHERS)}")
+    if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
+        raise LauncherError(f"--parallel={parallel!r}: must be an integer >= 1")
+    return LAUNCHERS[name].from_flags(parallel=parallel, compile_ahead=compile_ahead,
+                                      ray_address=ray_address)

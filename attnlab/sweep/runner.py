@@ -41,7 +41,6 @@ from attnlab.sweep.sections import SweepSpecError
 from attnlab.sweep.spec import SweepSpec
 from attnlab.worker import STOP_ON
 
-LAUNCHERS = ("local", "ray")
 
 
 class SweepDirError(rundir.WorkdirError):
@@ -322,16 +321,12 @@ def run_sweep(spec: SweepSpec, workdir: str | os.PathLike, *, launcher: str = "l
         a training run's directory, holds someone else's files (unless ``allow_nonempty``), or
         is in use by another sweep (its lock names the pid).
     """
-    if launcher not in LAUNCHERS:
-        raise launchers.LauncherError(f"--launcher={launcher!r}: valid launchers are "
-                                      f"{', '.join(LAUNCHERS)}")
-    if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
-        raise launchers.LauncherError(f"--parallel={parallel!r}: must be an integer >= 1")
+    chosen = launchers.launcher_named(launcher, parallel=parallel, compile_ahead=compile_ahead,
+                                      ray_address=ray_address)
     if isinstance(ensemble_max, bool) or not isinstance(ensemble_max, int) or ensemble_max < 1:
         raise launchers.LauncherError(f"--ensemble-max={ensemble_max!r}: must be an integer >= 1")
     runs = plan(spec)  # every run's config is validated before anything starts
-    if launcher == "ray":
-        launchers.import_ray()
+    chosen.check()
     workdir = Path(workdir).absolute()
     check_sweep_dir(workdir, spec.name, allow_nonempty=allow_nonempty)
     unfinished = [run for run in runs if rundir.run_status(
@@ -340,9 +335,8 @@ def run_sweep(spec: SweepSpec, workdir: str | os.PathLike, *, launcher: str = "l
     # Started before the checks below, so that the workers' imports (JAX, orbax, TFDS: ~2 s)
     # overlap them; a worker writes nothing before its first run, and is killed if the checks
     # fail or nothing is left to run.
-    workers = (launchers.start_workers(parallel, cache_dir=str(cache_dir),
-                                       logs_dir=workdir / rundir.LOGS_DIR)
-               if launcher == "local" and unfinished else [])
+    if unfinished:
+        chosen.start(str(cache_dir), workdir / rundir.LOGS_DIR)
     try:
         if not allow_large:  # every run to do must fit, before anything is written or started
             from attnlab.train.memory import check_training_fits
@@ -352,11 +346,9 @@ def run_sweep(spec: SweepSpec, workdir: str | os.PathLike, *, launcher: str = "l
         budget_notes = check_data(unfinished, spec.max_epochs)
         workdir.mkdir(parents=True, exist_ok=True)
         with sweep_lock(workdir):
-            return _run_sweep(spec, runs, workdir, budget_notes, launcher=launcher,
-                              parallel=parallel, retry_failed=retry_failed, progress=progress,
-                              ray_address=ray_address, cache_dir=cache_dir,
-                              compile_ahead=compile_ahead, workers=workers,
-                              ensemble_max=ensemble_max)
+            return _run_sweep(spec, runs, workdir, budget_notes, launcher=chosen,
+                              retry_failed=retry_failed, progress=progress,
+                              cache_dir=cache_dir, ensemble_max=ensemble_max)
     except Exception as e:
         # A full disk (the results table, a run's files): one line naming the path; every run
         # not finished stays partial and resumes with the next invocation.
@@ -365,16 +357,13 @@ def run_sweep(spec: SweepSpec, workdir: str | os.PathLike, *, launcher: str = "l
             raise full from None
         raise
     finally:
-        for worker in workers:  # run_local closed those it used
-            worker.kill()
+        chosen.close()  # workers a phase did not use
 
 
 def _run_sweep(spec: SweepSpec, runs: list[PlannedRun], workdir: Path, budget_notes: list[str],
-               *, launcher: str, parallel: int, retry_failed: bool, progress: bool,
-               ray_address: str | None, cache_dir: Path, compile_ahead: bool,
-               workers: list[launchers.WorkerProcess], ensemble_max: int) -> pd.DataFrame:
-    """run_sweep's work once the directory is checked and locked; ``workers``: the local
-    launcher's, already started."""
+               *, launcher: launchers.Local | launchers.Ray, retry_failed: bool,
+               progress: bool, cache_dir: Path, ensemble_max: int) -> pd.DataFrame:
+    """run_sweep's work once the directory is checked and locked, ``launcher`` started."""
     cache_dir.mkdir(parents=True, exist_ok=True)
     run_dirs = prepare_run_dirs(spec, runs, workdir)
 
@@ -387,7 +376,7 @@ def _run_sweep(spec: SweepSpec, runs: list[PlannedRun], workdir: Path, budget_no
     statuses = collections.Counter(rundir.run_status(d) for d in run_dirs)
     todo = [d for d in run_dirs if rundir.run_status(d) not in rundir.FINAL_STATUSES]
     units = ensemble_units(runs, run_dirs, set(todo), ensemble_max)
-    if launcher == "ray" or parallel > 1:
+    if launcher.longest_first():
         units = longest_first(units, runs, run_dirs)
     say(f"sweep {spec.name} ({spec.mode}): {len(runs)} runs in {workdir}; "
         + ", ".join(f"{n} {s}" for s, n in sorted(statuses.items()))
@@ -430,14 +419,8 @@ def _run_sweep(spec: SweepSpec, runs: list[PlannedRun], workdir: Path, budget_no
 
     try:
         for phase in phases(units, runs, run_dirs):
-            if launcher == "local":
-                launchers.run_local(phase, on_result, parallel=parallel,
-                                    cache_dir=str(cache_dir), logs_dir=workdir / rundir.LOGS_DIR,
-                                    compile_ahead=compile_ahead, started=workers)
-                workers = []  # run_local closed them: a later phase starts its own
-            else:
-                launchers.run_ray(phase, on_result, resources=spec.resources,
-                                  cache_dir=str(cache_dir), address=ray_address)
+            launcher.run(phase, on_result, cache_dir=str(cache_dir),
+                         logs_dir=workdir / rundir.LOGS_DIR, resources=spec.resources)
     finally:
         bar.close()
         try:
