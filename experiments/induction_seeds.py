@@ -8,7 +8,7 @@ task, data order and schedule):
 The claim (docs/icl.md): the 2-layer model's loss on the repeat is at most 0.1 ln V with an
 induction score of at least 0.5, and the 1-layer control's stays at least 0.8 ln V. The seeds
 of one depth differ in ``train.seed`` alone, so ``--ensemble=auto`` trains them as one program.
-``configs/induction.py`` is sized for the CPU (about 40 minutes here for the six runs), so both
+``configs/induction.py`` is sized for the CPU (about an hour here for the six runs), so both
 scales plan the same runs.
 """
 

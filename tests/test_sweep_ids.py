@@ -121,10 +121,11 @@ PLAN_DIGESTS = {
     # In-context regression across mixers (new).
     "icl_regression_mixers:cpu": ("62c5cb69d19d18cf", "c7eef07b0a48d0b8"),
     "icl_regression_mixers:gpu": ("f2a110566bcc3040", "a8854ca1ad26411d"),
+    # configs/induction.py's two models at three seeds (new; one plan at both scales), changed
+    # on purpose from 5,000 to 10,000 steps: at 5,000 one seed's induction head had not formed.
+    "induction_seeds:cpu": ("3cb4c25fe35e93f0", "347fa04b367ef335"),
+    "induction_seeds:gpu": ("3cb4c25fe35e93f0", "347fa04b367ef335"),
     # The hyperparameter law's grid: learning rates x batch sizes per (N, D) (new).
-    # configs/induction.py's two models at three seeds (new; one plan at both scales).
-    "induction_seeds:cpu": ("f4b2f3abc659d252", "fe7d495c143e15d9"),
-    "induction_seeds:gpu": ("f4b2f3abc659d252", "fe7d495c143e15d9"),
     "hparams:cpu": ("c2810bff2cc8ba1c", "96e2e72ff7cf8d68"),
     "hparams:gpu": ("2f36f0e2194e2bc5", "0885d7cf5b484fae"),
     "hparams:cpu_refined": ("5321b4bce2b78ceb", "c78a95166d0aacc1"),  # the cpu grid moved
