@@ -35,7 +35,6 @@ from jax.sharding import PartitionSpec as P
 from attnlab import rundir
 from attnlab.config import Config
 from attnlab.data import prepare
-from attnlab.data.sources import target_weights
 from attnlab.ensembles import check_members, optimizer_key
 from attnlab.checks import check
 from attnlab.train.loop import _Training
@@ -46,7 +45,7 @@ from attnlab.train.programs import ProgramCache, Programs, compile_programs
 from attnlab.train.sharding import (ENSEMBLE_AXIS, REPLICATED, TRAIN_BATCH_SPEC,
                                     check_batch_divides, ensemble_mesh, member_mesh)
 from attnlab.train.state import TrainState
-from attnlab.train.step import accumulated_grads, loss_grad_fn, packing_for
+from attnlab.train.step import Targets, accumulated_grads, loss_grad_fn
 from attnlab.train.workdir import check_workdir
 
 def stack(trees: list):
@@ -75,7 +74,8 @@ def make_ensemble_step(cfgs: list[Config], graphdef: nnx.GraphDef, *,
     a lone run's working set, one dispatch for all). ``mesh``: an :func:`ensemble_mesh`; with
     more than one member group each group of devices runs its own members' gradients."""
     # One data section for all members (they share a corpus).
-    grad_fn = loss_grad_fn(graphdef, packing_for(cfgs[0]), target_weights(cfgs[0].data))
+    targets = Targets.of(cfgs[0].data)
+    grad_fn = loss_grad_fn(graphdef, targets.packing, targets.weights)
     use_dropout = cfgs[0].model.dropout > 0
     optimizers = [optimizer_for(cfg) for cfg in cfgs]
     shared = len({optimizer_key(cfg) for cfg in cfgs}) == 1

@@ -25,13 +25,13 @@ import optax
 from flax import nnx
 
 from attnlab.config import Config
-from attnlab.data.sources import target_weights, window_layout
+from attnlab.data.sources import window_layout
 from attnlab.train.checkpoint import param_shapes, with_shardings
 from attnlab.train.optimizer import optimizer_for
 from attnlab.train.sharding import (EVAL_BATCH_SPEC, REPLICATED, TRAIN_BATCH_SPEC, make_mesh,
                                     state_shardings)
 from attnlab.train.state import TrainState, abstract_model, abstract_train_state, init_train_state
-from attnlab.train.step import make_eval_step, make_train_step, packing_for
+from attnlab.train.step import Targets, make_eval_step, make_train_step
 
 
 @dataclasses.dataclass
@@ -81,16 +81,17 @@ def jit_steps(cfg: Config, mesh: jax.sharding.Mesh, shardings: TrainState,
     """``(train_step, eval_step)`` jitted with the mesh's layouts; the train state is donated
     (updated in place: no second copy of parameters and optimizer state)."""
     on_mesh = lambda spec: jax.sharding.NamedSharding(mesh, spec)  # noqa: E731
+    targets = Targets.of(cfg.data)
     train_step = jax.jit(
-        traced_on(mesh, make_train_step(cfg, graphdef, optimizer, schedule)),
+        traced_on(mesh, make_train_step(cfg, graphdef, optimizer, schedule, targets)),
         in_shardings=(shardings, on_mesh(TRAIN_BATCH_SPEC)),
         out_shardings=(shardings, on_mesh(REPLICATED)),
         donate_argnums=0,
     )
     eval_step = jax.jit(traced_on(mesh, make_eval_step(graphdef,
                                                        masked_spans=cfg.train.eval_masked_spans,
-                                                       packing=packing_for(cfg),
-                                                       weights=target_weights(cfg.data))),
+                                                       packing=targets.packing,
+                                                       weights=targets.weights)),
                         in_shardings=(shardings.params, on_mesh(EVAL_BATCH_SPEC),
                                       on_mesh(REPLICATED)),
                         out_shardings=on_mesh(REPLICATED))

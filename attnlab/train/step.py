@@ -8,6 +8,7 @@ batch ``i`` exactly as before.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Callable
 
@@ -28,11 +29,29 @@ from attnlab.train.state import TrainState
 EVAL_SEED = 2**31 - 1  # validation masks: fixed, apart from every training seed's
 
 
+@dataclasses.dataclass(frozen=True)
+class Targets:
+    """What the train and eval steps need of the data source, asked once (:meth:`of`): how
+    packed documents are kept apart (None: windows are not packed documents) and each target's
+    weight ``[seq_len]`` (None: every target counts;
+    :func:`attnlab.data.sources.target_weights`)."""
+
+    packing: Packing | None = None
+    weights: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, d) -> Targets:
+        """The data section ``d``'s."""
+        return cls(_packing(d), target_weights(d))
+
+
+def _packing(d) -> Packing | None:
+    return Packing(separator_id(d), d.reset_positions) if d.document_mask else None
+
+
 def packing_for(cfg: Config) -> Packing | None:
     """How ``cfg``'s packed windows keep documents apart (``data.document_mask``), or None."""
-    if not cfg.data.document_mask:
-        return None
-    return Packing(separator_id(cfg.data), cfg.data.reset_positions)
+    return _packing(cfg.data)
 
 
 def batch_scores(graphdef: nnx.GraphDef, params: nnx.State, tokens: jax.Array,
@@ -122,9 +141,10 @@ def accumulated_grads(grad_fn: Callable, params, batch: jax.Array, step, *, seed
                       use_dropout: bool):
     """``(metrics, grads)`` of one update: ``grad_fn(params, tokens, dropout_rng, masking_key)``
     (:func:`loss_grad_fn`) averaged over the micro-batches of ``batch [grad_accum, micro_batch,
-    seq_len + 1]`` (each holds the same number of tokens, so this is the full-batch mean). Dropout masks and the
-    masked objectives' corruption depend only on (seed, step, micro-batch), so a resumed run
-    draws the same; ``seed`` and ``data_seed`` may be traced (an ensemble's members)."""
+    seq_len + 1]`` (each holds the same number of tokens, so this is the full-batch mean).
+    Dropout masks and the masked objectives' corruption depend only on (seed, step,
+    micro-batch), so a resumed run draws the same; ``seed`` and ``data_seed`` may be traced
+    (an ensemble's members)."""
     step_key = jax.random.fold_in(jax.random.key(seed), step)
 
     def micro_rng(i):
@@ -166,16 +186,18 @@ def loss_grad_fn(graphdef: nnx.GraphDef, packing: Packing | None = None,
 
 
 def make_train_step(cfg: Config, graphdef: nnx.GraphDef, optimizer: optax.GradientTransformation,
-                    schedule: optax.Schedule) -> Callable:
+                    schedule: optax.Schedule, targets: Targets | None = None) -> Callable:
     """Returns ``train_step(state, batch) -> (state, metrics)`` (not yet jitted).
 
     ``batch`` is int32 ``[grad_accum, micro_batch, seq_len + 1]``; gradients are averaged over
     the micro-batches and one optimizer update is applied. ``metrics``: ``loss`` (mean
     cross-entropy over the batch, before the update), ``grad_norm`` (global L2 norm before
     clipping), ``lr`` (of this update), and an MoE's ``moe_*`` (mean over the micro-batches;
-    :meth:`attnlab.model.moe.TokenChoice.losses`).
+    :meth:`attnlab.model.moe.TokenChoice.losses`). ``targets``: ``Targets.of(cfg.data)`` where
+    the caller has it already.
     """
-    grad_fn = loss_grad_fn(graphdef, packing_for(cfg), target_weights(cfg.data))
+    targets = Targets.of(cfg.data) if targets is None else targets
+    grad_fn = loss_grad_fn(graphdef, targets.packing, targets.weights)
 
     def train_step(state: TrainState, batch: jax.Array) -> tuple[TrainState, dict]:
         metrics, grads = accumulated_grads(grad_fn, state.params, batch, state.step,
