@@ -180,7 +180,8 @@ def check_data(runs: list[PlannedRun], max_epochs: float = 0.0) -> list[str]:
     for run in runs:
         if run.cfg.data not in corpora:
             corpora[run.cfg.data] = prepare(run.cfg.data)
-        notes += [f"{run.run_id}: {m}" for m in check_corpus(run.cfg, corpora[run.cfg.data])]
+        warned, _ = check_corpus(run.cfg, corpora[run.cfg.data])
+        notes += [f"{run.run_id}: {m}" for m in warned]
     if max_epochs > 0:
         _check_epochs(runs, corpora, max_epochs)
     return notes

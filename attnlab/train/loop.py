@@ -156,17 +156,12 @@ class _Training:
         }
         if cfg.train.branch_from:
             self.summary["branch"] = branch_record(cfg, workdir, self.flops)
-        accum = cfg.train.grad_accum
         self.batches = found.corpus.train_batches(
             cfg.data.seq_len, cfg.data.batch_size, cfg.data.seed,
             process_index=jax.process_index(), process_count=jax.process_count())
         self.summary.update(self.batches.unique())  # U_D of a data-constrained law
-        # Evaluated in micro-batches (memory as in training); these are the windows that
-        # eval_batches full batches would hold, so the validation set ignores grad_accum.
         self.row_shape, self.dtype = window_layout(cfg.data)  # tokens, or regression prompts
-        self.val_batches = np.asarray(found.corpus.validation_set(
-            cfg.data.seq_len, cfg.data.batch_size // accum,
-            cfg.train.eval_batches * accum), self.dtype)
+        self.val_batches = found.val_windows  # drawn by the preflight's check
 
     def write_summary(self) -> None:
         if self.writer:

@@ -9,11 +9,12 @@ import warnings
 from pathlib import Path
 
 import jax
+import numpy as np
 
 from attnlab import rundir
 from attnlab.config import Config
 from attnlab.data import Corpus, prepare
-from attnlab.data.sources import separator_id
+from attnlab.data.sources import separator_id, window_layout
 from attnlab.errors import ConfigError
 from attnlab.model import resolve
 from attnlab.train.branch import branch_start
@@ -36,18 +37,20 @@ class Preflight:
     state: TrainState | None = None  # restored from it (already verified readable)
     notes: list[str] = dataclasses.field(default_factory=list)  # e.g. damaged steps moved aside
     branched: bool = False  # ``latest`` is the trunk's checkpoint a cooldown branch starts from
+    val_windows: np.ndarray | None = None  # :func:`validation_windows`, drawn by the check
 
     @property
     def mesh(self) -> jax.sharding.Mesh:
         return self.programs.mesh
 
 
-def check_corpus(cfg: Config, corpus) -> list[str]:
+def check_corpus(cfg: Config, corpus) -> tuple[list[str], np.ndarray]:
     """Checks the model and the token budget of ``cfg`` against its prepared ``corpus``.
 
-    Returns the budget warnings (data repeated past one epoch); raises ConfigError /
-    CorpusTooSmallError naming the field (a vocabulary larger than the model's, windows longer
-    than the training split, a validation split smaller than train.eval_batches batches).
+    Returns the budget warnings (data repeated past one epoch) and the validation windows
+    (:func:`validation_windows`); raises ConfigError / CorpusTooSmallError naming the field (a
+    vocabulary larger than the model's, windows longer than the training split, a validation
+    split smaller than train.eval_batches batches).
     """
     if corpus.vocab_size > cfg.model.vocab_size:
         raise ConfigError("model.vocab_size", f"{cfg.model.vocab_size} is smaller than the "
@@ -60,12 +63,22 @@ def check_corpus(cfg: Config, corpus) -> list[str]:
         raise ConfigError("data.document_mask", f"the corpus at {corpus.directory} ends its "
                           f"documents with id {corpus.tokenizer.eos_id}, not the expected "
                           f"{separator_id(cfg.data)}; rebuild it")
-    # Drawn at the first evaluation; a split too small for it is refused before anything trains.
-    corpus.validation_set(cfg.data.seq_len, cfg.data.batch_size, cfg.train.eval_batches)
+    # Drawn now: a split too small for it is refused before anything trains.
+    windows = validation_windows(cfg, corpus)
     tokens = cfg.total_steps * cfg.data.batch_size * cfg.data.seq_len
     with warnings.catch_warnings():  # the caller reports them (metrics writer, sweep notes)
         warnings.simplefilter("ignore")
-        return corpus.budget_warnings(tokens, cfg.data.seq_len)
+        return corpus.budget_warnings(tokens, cfg.data.seq_len), windows
+
+
+def validation_windows(cfg: Config, corpus) -> np.ndarray:
+    """``[eval_batches * grad_accum, micro_batch, *row]``: the windows that train.eval_batches
+    full batches hold, in micro-batches (evaluated with training's memory), so the set does
+    not depend on grad_accum. Tokens, or a regression task's prompts."""
+    accum = cfg.train.grad_accum
+    _, dtype = window_layout(cfg.data)
+    return np.asarray(corpus.validation_set(cfg.data.seq_len, cfg.data.batch_size // accum,
+                                            cfg.train.eval_batches * accum), dtype)
 
 
 def preflight(cfg: Config, workdir: Path, cache: ProgramCache) -> Preflight:
@@ -73,15 +86,16 @@ def preflight(cfg: Config, workdir: Path, cache: ProgramCache) -> Preflight:
     mesh = cache.lone_mesh(cfg)
     check_batch_divides(cfg, mesh.size, jax.process_count())
     corpus = prepare(cfg.data)
-    budget_warnings = check_corpus(cfg, corpus)
-    return resume_point(cfg, workdir, corpus, budget_warnings, cache.get(cfg, mesh))
+    return resume_point(cfg, workdir, corpus, check_corpus(cfg, corpus), cache.get(cfg, mesh))
 
 
-def resume_point(cfg: Config, workdir: Path, corpus: Corpus, budget_warnings: list[str],
-                 programs: Programs) -> Preflight:
+def resume_point(cfg: Config, workdir: Path, corpus: Corpus,
+                 checked: tuple[list[str], np.ndarray], programs: Programs) -> Preflight:
     """The preflight's last check: the newest intact checkpoint in ``workdir``, read with
     ``programs``' shapes (an ensemble's members share one set); a cooldown branch without one
-    of its own starts from its trunk's (:func:`attnlab.train.branch.branch_start`)."""
+    of its own starts from its trunk's (:func:`attnlab.train.branch.branch_start`).
+    ``checked``: :func:`check_corpus`'s answer."""
+    budget_warnings, val_windows = checked
     directory = workdir / rundir.CHECKPOINT_DIR
     latest, meta, state, notes = None, {}, None, []
     if directory.exists():
@@ -89,8 +103,9 @@ def resume_point(cfg: Config, workdir: Path, corpus: Corpus, budget_warnings: li
     if latest is None and cfg.train.branch_from:  # a cooldown branch starts from its trunk
         latest, meta, state = branch_start(cfg, workdir, programs)
         return Preflight(corpus, budget_warnings, programs, latest, meta, state, notes,
-                         branched=True)
-    return Preflight(corpus, budget_warnings, programs, latest, meta, state, notes)
+                         branched=True, val_windows=val_windows)
+    return Preflight(corpus, budget_warnings, programs, latest, meta, state, notes,
+                     val_windows=val_windows)
 
 
 def newest_intact_checkpoint(cfg: Config, directory: Path, programs: Programs
