@@ -97,6 +97,18 @@ def test_bpe_is_saved_next_to_the_data_and_recorded(bpe_corpus):
     assert 256 < bpe_corpus.vocab_size <= 600
 
 
+def test_a_prepared_corpus_reloads_the_tokenizer_its_manifest_records(bpe_corpus, tmp_path):
+    from attnlab.data.tokenizer import TOKENIZER_FILE, HubTokenizer, stored_tokenizer
+
+    bpe = stored_tokenizer(bpe_corpus.manifest["tokenizer"], bpe_corpus.directory, -1)
+    assert type(bpe) is BpeTokenizer and bpe.vocab_size == bpe_corpus.vocab_size
+    assert type(stored_tokenizer({"name": "byte"}, tmp_path, 0)) is ByteTokenizer
+    # A tokenizer.json read by shards: the manifest says its kind, the separator its eos id.
+    (tmp_path / TOKENIZER_FILE).write_bytes((bpe_corpus.directory / TOKENIZER_FILE).read_bytes())
+    hub = stored_tokenizer({"name": "hf600", "kind": HubTokenizer.kind}, tmp_path, 7)
+    assert type(hub) is HubTokenizer and hub.eos_id == 7 and hub.vocab_size == bpe.vocab_size
+
+
 def test_bpe_trained_on_the_training_split_only(bpe_corpus):
     """Retraining on the training documents alone gives the same merges."""
     train = bpe_corpus.tokenizer.decode(bpe_corpus.tokens("train")).split(b"\0")[:-1]

@@ -26,12 +26,10 @@ from attnlab.data.cache import atomic_directory, build_lock
 from attnlab.data.errors import CacheError, DataSourceError
 from attnlab.data.files import SPLITS
 from attnlab.data.tfds_build import TfdsBuild
-from attnlab.data.shards import HUB_KIND
-from attnlab.data.tokenizer import (EOS_BYTE, BpeTokenizer, ByteTokenizer, HubTokenizer,
-                                    Tokenizer, tokenizer_class)
+from attnlab.data.tokenizer import (EOS_BYTE, TOKENIZER_FILE, Tokenizer, stored_tokenizer,
+                                    tokenizer_class)
 
 FORMAT_VERSION = 1
-TOKENIZER_FILE = "tokenizer.json"
 # Held-out splits of a catalog dataset, in order of preference (lm1b has only train and test).
 _VALIDATION_NAMES = ("validation", "valid", "dev", "test")
 _TEST_NAMES = ("test", "validation", "valid", "dev")
@@ -123,12 +121,8 @@ def load_corpus(directory: Path, name: str | None = None) -> Corpus:
         manifest = json.loads((directory / "manifest.json").read_text())
         if manifest.get("format_version") != FORMAT_VERSION:
             raise ValueError(f"format_version {manifest.get('format_version')!r}")
-        if manifest["tokenizer"]["name"] == "byte":
-            tokenizer = ByteTokenizer()
-        elif manifest["tokenizer"].get("kind") == HUB_KIND:  # shards read with a tokenizer.json
-            tokenizer = HubTokenizer(directory / TOKENIZER_FILE, manifest["separator"]["id"])
-        else:
-            tokenizer = BpeTokenizer.load(directory / TOKENIZER_FILE)
+        tokenizer = stored_tokenizer(manifest["tokenizer"], directory,
+                                     manifest.get("separator", {}).get("id", -1))
         arrays = {}
         for split, count in manifest["tokens"].items():
             arrays[split] = np.load(directory / f"{split}.npy", mmap_mode="r", allow_pickle=False)

@@ -35,12 +35,11 @@ import tokenizers
 from attnlab.data.cache import atomic_directory, build_lock
 from attnlab.data.errors import DataSourceError
 from attnlab.data.files import SPLIT_RULE, SPLITS, split_of_digest
-from attnlab.data.tokenizer import EOS_BYTE, ByteTokenizer, is_tokenizer_file
+from attnlab.data.tokenizer import (EOS_BYTE, TOKENIZER_FILE, ByteTokenizer, HubTokenizer,
+                                    is_tokenizer_file)
 from attnlab.rundir import write_json_atomic
 
 FORMAT_VERSION = 1
-TOKENIZER_FILE = "tokenizer.json"
-HUB_KIND = "tokenizer.json"  # the manifest's tokenizer kind of a Hugging Face tokenizer file
 READ_ROWS = 1024  # documents per record batch read and encoded at once
 # End-of-document tokens of common tokenizer.json files (GPT-2, Llama 3, T5/Llama 2, others).
 EOS_TOKENS = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "<|eos|>")
@@ -325,7 +324,7 @@ def tokenizer_record(spec: str) -> dict:
     path = str(Path(spec).expanduser().resolve())
     hub = hub_tokenizer(path)
     size = hub.get_vocab_size()
-    return {"name": f"hf{size}", "kind": HUB_KIND, "encoder": path, "file": path,
+    return {"name": f"hf{size}", "kind": HubTokenizer.kind, "encoder": path, "file": path,
             "eos_id": eos_token_id(hub), "vocab_size": size, "sha256": _file_sha256(Path(path)),
             "dtype": storage_dtype(size).name}
 

@@ -27,6 +27,9 @@ from attnlab.errors import ConfigError
 EOS_BYTE = 0
 
 
+TOKENIZER_FILE = "tokenizer.json"  # a trained or given tokenizer, beside a prepared corpus
+
+
 class Tokenizer(Protocol):
     name: str
     vocab_size: int
@@ -87,6 +90,11 @@ class ByteTokenizer:
 
     @classmethod
     def for_corpus(cls, train_documents: list[bytes], d) -> ByteTokenizer:
+        return cls()
+
+    @classmethod
+    def stored(cls, directory: Path, separator: int) -> ByteTokenizer:
+        """The tokenizer of the prepared corpus in ``directory`` (:data:`STORED`)."""
         return cls()
 
 
@@ -221,6 +229,10 @@ class BpeTokenizer:
     def load(cls, path: str | Path) -> BpeTokenizer:
         return cls(tokenizers.Tokenizer.from_file(str(path)), str(path))
 
+    @classmethod
+    def stored(cls, directory: Path, separator: int) -> BpeTokenizer:
+        return cls.load(directory / TOKENIZER_FILE)
+
     def save(self, path: str | Path) -> None:
         self._hf.save(str(path))
 
@@ -258,6 +270,8 @@ class HubTokenizer:
     ids are decoded to UTF-8 text. Not byte-exact for every input, unlike the two above: that is
     the imported model's own tokenizer."""
 
+    kind = "tokenizer.json"  # what a prepared corpus's manifest records
+
     def __init__(self, path: str | Path, eos_id: int = -1):
         self.path = str(path)
         try:
@@ -267,6 +281,10 @@ class HubTokenizer:
         self.vocab_size = self._hf.get_vocab_size()
         self.name = f"hf{self.vocab_size}"
         self.eos_id = eos_id  # -1: unknown (an imported checkpoint's tokenizer)
+
+    @classmethod
+    def stored(cls, directory: Path, separator: int) -> HubTokenizer:
+        return cls(directory / TOKENIZER_FILE, separator)
 
     def encode(self, data: bytes | str) -> np.ndarray:
         text = data.decode("utf-8") if isinstance(data, bytes) else data
@@ -284,6 +302,15 @@ def bpe_separator_id() -> int:
 
 
 TOKENIZERS = {cls.name: cls for cls in (ByteTokenizer, BpeTokenizer)}
+# A prepared corpus's tokenizer, by the kind its manifest records.
+STORED = {"byte": ByteTokenizer, "bpe": BpeTokenizer, HubTokenizer.kind: HubTokenizer}
+
+
+def stored_tokenizer(record: dict, directory: Path, separator: int) -> Tokenizer:
+    """The tokenizer of the prepared corpus in ``directory`` from its manifest's ``record``:
+    shards record their ``kind``; a TFDS build names the class (byte, bpe512)."""
+    kind = record.get("kind") or record["name"].rstrip("0123456789")
+    return STORED[kind].stored(directory, separator)
 
 
 def is_tokenizer_file(name: str) -> bool:
