@@ -79,6 +79,9 @@ SUMMARY_STATUSES = (RUNNING, COMPLETED, DIVERGED, FAILED)
 PARTIAL, PENDING = "partial", "pending"
 MISSING = "missing"  # a planned run whose run.json vanished (its directory deleted mid-sweep)
 FINAL_STATUSES = (COMPLETED, DIVERGED, FAILED)
+# A ladder sweep's roles (run.json and the results table's ``role``): the constant-LR phase a
+# size's branches share, and a cooldown from its checkpoint.
+TRUNK, BRANCH = "trunk", "branch"
 
 
 def default_cache_dir() -> Path:

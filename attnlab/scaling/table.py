@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from attnlab import results as sweep_results
+from attnlab import rundir
 from attnlab.errors import AttnlabError
 from attnlab.scaling import laws, registry
 from attnlab.scaling.bootstrap import cluster_index
@@ -173,7 +174,7 @@ def _drop_trunks(df: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
     points of the law are their cooldown branches (``role`` branch)."""
     if "role" not in df.columns:
         return df
-    trunk = df["role"].astype(str) == "trunk"
+    trunk = df["role"].astype(str) == rundir.TRUNK
     if trunk.any():
         count = df.loc[trunk, "run_id"].nunique() if "run_id" in df.columns else trunk.sum()
         notes.append(f"dropped {count} ladder trunk(s) (constant learning rate): their "
@@ -290,7 +291,7 @@ def prepare_curves(df: pd.DataFrame, *, law: str | Law, source: str = "curves",
         notes.append(f"dropped {int((~logged).sum())} step rows without a logged "
                      f"{used['loss']!r} or with zero tokens")
     if "role" in df.columns:  # a cooldown's steps before its last are no schedule's end
-        branch = df["role"].astype(str) == "branch"
+        branch = df["role"].astype(str) == rundir.BRANCH
         last = df[used["step"]] == df.groupby(run_column)[used["step"]].transform("max") \
             if step else branch
         logged &= ~branch | last

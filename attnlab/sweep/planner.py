@@ -13,6 +13,7 @@ import json
 import math
 from typing import Any
 
+from attnlab import rundir
 from attnlab.config import Config, ModelConfig, check_warmup
 from attnlab.schedules import wsd_decay_start
 from attnlab.errors import ConfigError
@@ -333,13 +334,13 @@ def ladder_runs(spec: SweepSpec, template: PlannedRun) -> list[PlannedRun]:
                                  f"{warmup}); give it more tokens")
     trunk = _ladder_run(spec, template, {
         "train.schedule": "constant", "train.tokens": max(starts) * batch,
-        "train.keep_steps": tuple(sorted(set(starts)))}, "trunk")
+        "train.keep_steps": tuple(sorted(set(starts)))}, rundir.TRUNK)
     runs = [trunk]
     for s, start in zip(steps, starts):
         runs.append(_ladder_run(spec, template, {
             "train.schedule": "wsd", "train.tokens": s * batch,
             "train.decay_fraction": b.fraction, "train.cooldown": b.cooldown,
-            "train.branch_from": trunk.run_id, "train.branch_step": start}, "branch"))
+            "train.branch_from": trunk.run_id, "train.branch_step": start}, rundir.BRANCH))
     return runs
 
 

@@ -218,7 +218,7 @@ def design_notes(runs: list[PlannedRun], column: str | None = None) -> list[str]
 
     groups: dict = {}
     for run in runs:
-        if run.role != "trunk":
+        if run.role != rundir.TRUNK:
             groups.setdefault(run.axes[column] if column else None, []).append(run)
     notes = []
     for group, members in groups.items():
@@ -232,8 +232,8 @@ def design_notes(runs: list[PlannedRun], column: str | None = None) -> list[str]
 def ladder_note(runs: list[PlannedRun]) -> str:
     """What a ladder sweep spends against its branches trained as separate runs from scratch
     (chinchilla count: each branch's flops are the separate run's)."""
-    branches = [r for r in runs if r.role == "branch"]
-    trunks = [r for r in runs if r.role == "trunk"]
+    branches = [r for r in runs if r.role == rundir.BRANCH]
+    trunks = [r for r in runs if r.role == rundir.TRUNK]
     separate = sum(r.flops("chinchilla") for r in branches)
     spent = sum(r.trained_flops("chinchilla") for r in runs if r.role)
     return (f"ladder: {len(trunks)} trunk(s) and {len(branches)} branches train "
