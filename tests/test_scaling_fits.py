@@ -260,3 +260,27 @@ def test_approach1_reads_validation_points_when_every_run_has_enough():
     table = prepare_curves(sparse, law="chinchilla", source="curves")
     assert table.columns["loss"] == "loss"
     assert any("the training loss is used" in note for note in table.notes)
+
+
+def test_a_law_that_prices_budgets_says_how_it_counts_flops():
+    """Approach 3 prices a budget as C = k·N·D with one k; the fit says so, with how far the
+    runs' own counts stray from it (none when the table's FLOPs are 6ND), and approach 2, which
+    reads each run's own FLOPs, carries no such note."""
+    from attnlab.scaling import fit_table, prepare_points
+
+    frame = grid_points(CHINCHILLA_PUBLISHED, n_points=60, noise=0.01,
+                        rng=np.random.default_rng(3))
+    exact = fit_table(prepare_points(frame, law="chinchilla"), law="chinchilla", grid=SMALL_GRID)
+    assert [n for n in exact.notes if "C = 6·N·D" in n and "range" not in n]
+    # Small models spend more per parameter on attention and the head: k falls with N.
+    frame["flops"] *= 1.0 + 1e4 / np.sqrt(frame["params"])
+    k = np.median(frame["flops"] / (frame["params"] * frame["tokens"]))
+    costed = fit_table(prepare_points(frame, law="chinchilla"), law="chinchilla", grid=SMALL_GRID)
+    assert costed.flops_per_param_token == pytest.approx(k)
+    [note] = [n for n in costed.notes if "k the median" in n]
+    low = (frame["flops"] / (frame["params"] * frame["tokens"])).min()
+    assert f"C = {k:.3g}·N·D" in note and f"range {low:.3g}-" in note
+    budgets = isoflop_points(CHINCHILLA_PUBLISHED, [1e18, 1e19, 1e20], sizes_per_budget=7,
+                             noise=0.0, rng=np.random.default_rng(0))
+    isoflop = fit_table(prepare_points(budgets, law="chinchilla"), law="chinchilla", approach=2)
+    assert not [n for n in isoflop.notes if "k the median" in n]

@@ -24,6 +24,17 @@ def flops_per_param_token(table: ScalingTable) -> float:
     return float(np.median(frame["flops"] / (frame["params"] * frame["tokens"])))
 
 
+def flops_note(table: ScalingTable, k: float) -> str:
+    """How a law that prices a budget in FLOPs counts them, and how far the table's own counts
+    stray from that one k (approach 2 reads each run's own FLOPs instead)."""
+    ratio = table.frame["flops"] / (table.frame["params"] * table.frame["tokens"])
+    low, high = float(ratio.min()), float(ratio.max())
+    spread = (f"; the runs' own range {low:.3g}-{high:.3g} ({low / k:.2f}-{high / k:.2f}x k), "
+              f"the error of pricing every size with one k" if high > low * 1.001 else "")
+    return (f"compute-optimal budgets count C = {k:.3g}·N·D, k the median FLOPs/(N·D) of the "
+            f"table{spread}; approach 2 reads each run's own FLOPs")
+
+
 def fit_table(table: ScalingTable, *, law: str | Law, approach: int | None = None,
               form: str = "nd", n_bootstrap: int = 0, ci_level: float = 0.95, seed: int = 0,
               grid: InitGrid = CHINCHILLA_GRID, profile: str = "window",
@@ -53,5 +64,7 @@ def fit_table(table: ScalingTable, *, law: str | Law, approach: int | None = Non
               f"{resampling['column']!r}): its intervals' coverage is unchecked below "
               f"{MIN_CLUSTERS} and tends to fall short; more trunks or seeds per size, or "
               f"--cluster=none for the row bootstrap's (too narrow) intervals",) if few else ()
-    return dataclasses.replace(fit, notes=tuple(table.notes) + fit.notes,
+    priced = ((flops_note(table, fit.flops_per_param_token),)
+              if part.predicts_loss and part.has_allocation else ())
+    return dataclasses.replace(fit, notes=tuple(table.notes) + fit.notes + priced,
                                warnings=fit.warnings + warned, resampling=resampling)
