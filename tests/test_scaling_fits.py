@@ -266,7 +266,9 @@ def test_a_law_that_prices_budgets_says_how_it_counts_flops():
     """Approach 3 prices a budget as C = k·N·D with one k; the fit says so, with how far the
     runs' own counts stray from it (none when the table's FLOPs are 6ND), and approach 2, which
     reads each run's own FLOPs, carries no such note."""
-    from attnlab.scaling import fit_table, prepare_points
+    from attnlab.scaling import fit_table, prepare_points, registry
+    from attnlab.scaling.approach3 import Parametric
+    from attnlab.scaling.kaplan import KaplanJoint
 
     frame = grid_points(CHINCHILLA_PUBLISHED, n_points=60, noise=0.01,
                         rng=np.random.default_rng(3))
@@ -284,3 +286,4 @@ def test_a_law_that_prices_budgets_says_how_it_counts_flops():
                              noise=0.0, rng=np.random.default_rng(0))
     isoflop = fit_table(prepare_points(budgets, law="chinchilla"), law="chinchilla", approach=2)
     assert not [n for n in isoflop.notes if "k the median" in n]
+    assert [law for law in registry.LAWS.values() if law.table_k] == [KaplanJoint, Parametric]

@@ -312,7 +312,7 @@ class Parametric(laws.ChinchillaLaw):
     variant = 3
     title = "Chinchilla approach 3: L(N, D) = E + A/N^alpha + B/D^beta"
     n_parameters = 5
-    predicts_loss = has_loss_model = closed_frontier = True
+    predicts_loss = has_loss_model = closed_frontier = table_k = True
     fixable = COORDINATES.fixable
 
     def loss(self, params, n, d):

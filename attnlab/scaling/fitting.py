@@ -65,6 +65,6 @@ def fit_table(table: ScalingTable, *, law: str | Law, approach: int | None = Non
               f"{MIN_CLUSTERS} and tends to fall short; more trunks or seeds per size, or "
               f"--cluster=none for the row bootstrap's (too narrow) intervals",) if few else ()
     priced = ((flops_note(table, fit.flops_per_param_token),)
-              if part.predicts_loss and part.has_allocation else ())
+              if part.table_k else ())
     return dataclasses.replace(fit, notes=tuple(table.notes) + fit.notes + priced,
                                warnings=fit.warnings + warned, resampling=resampling)

@@ -76,7 +76,7 @@ class KaplanJoint(laws.KaplanLaw):
     variant = "nd"
     title = "Kaplan L(N, D) = [(N_c/N)^(alpha_N/alpha_D) + D_c/D]^alpha_D"
     n_parameters, parameter_names = 4, "N_c, D_c, alpha_N, alpha_D"
-    has_loss_model = has_allocation = True
+    has_loss_model = has_allocation = table_k = True
     per = None  # every point is used
 
     def loss(self, params, n, d):
@@ -114,7 +114,7 @@ class KaplanSize(KaplanJoint):
     variant = "n"
     title = "Kaplan L(N) = (N_c/N)^alpha_N"
     n_parameters, parameter_names = 2, "N_c, alpha_N"
-    has_loss_model = has_allocation = False
+    has_loss_model = has_allocation = table_k = False
     per = "model sizes"
 
     def run_loss(self, params, n, d):

@@ -130,6 +130,7 @@ class Law:
     has_loss_model = False   # a loss at any (N, D)
     has_allocation = False   # N_opt(C), D_opt(C)
     closed_frontier = False  # L*(C) = E + K (C/k)^-gamma inverts in closed form (multipliers)
+    table_k = False  # prices a budget as C = k·N·D with k read off the table's FLOPs
     own_flags: tuple[str, ...] = ()      # fit flags only this law reads
     fixable: tuple[str, ...] = ()        # the parameters --fix can hold
     # Parameters whose interval is read as an exponent's (``ScalingFit.too_wide``).
