@@ -281,9 +281,9 @@ def test_bytes_per_token_of_a_bpe_corpus_is_its_decoded_length(tmp_path):
                                 cache_dir=str(tmp_path)))
     tokens = corpus.tokens("validation")
     decoded = corpus.tokenizer.decode(tokens)  # separators decode to the byte 0x00
-    assert ev.bytes_per_token(corpus.manifest) == pytest.approx(len(decoded) / len(tokens))
-    assert ev.bytes_per_token(prepare(DataConfig(max_bytes=200_000, cache_dir=str(tmp_path)))
-                              .manifest) == 1.0
+    assert ev.bytes_per_token(corpus) == pytest.approx(len(decoded) / len(tokens))
+    assert ev.bytes_per_token(prepare(DataConfig(max_bytes=200_000,
+                                                 cache_dir=str(tmp_path)))) == 1.0
 
 
 def test_a_document_masked_run_is_evaluated_with_its_documents_apart(rope):

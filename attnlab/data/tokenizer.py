@@ -271,6 +271,7 @@ class HubTokenizer:
     the imported model's own tokenizer."""
 
     kind = "tokenizer.json"  # what a prepared corpus's manifest records
+    one_id_per_byte = False
 
     def __init__(self, path: str | Path, eos_id: int = -1):
         self.path = str(path)

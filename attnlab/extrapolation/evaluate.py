@@ -236,18 +236,20 @@ def score_plan(losses_fn: Callable, state, stream: np.ndarray, plan: WindowPlan,
 # Whole-run evaluation.
 
 
-def bytes_per_token(manifest: dict, split: str = SPLIT) -> float:
-    """Average source bytes per token of ``split``, counting each end-of-document separator as
-    one byte (so exactly 1.0 for the byte tokenizer)."""
-    if manifest.get("tokenizer", {}).get("name") == "byte":
+def bytes_per_token(corpus, split: str = SPLIT) -> float:
+    """Average source bytes per token of ``split`` of the prepared ``corpus``, counting each
+    end-of-document separator as one byte (so exactly 1.0 for the byte tokenizer)."""
+    if getattr(corpus.tokenizer, "one_id_per_byte", False):  # a task's symbols have none
         return 1.0
+    manifest = corpus.manifest
     try:
         n_bytes = manifest["splits"][split]["bytes"]
         documents = manifest["splits"][split].get("documents", 0)
         n_tokens = manifest["tokens"][split]
     except (KeyError, TypeError) as e:
         raise EvaluationError(f"data manifest lacks the byte or token count of {split!r}: {e}")
-    separators = documents if manifest.get("separator", {}).get("kind") == "eos" else 0
+    separated = manifest.get("separator", {}).get("id") is not None
+    separators = documents if separated else 0
     return (n_bytes + separators) / n_tokens
 
 
@@ -446,7 +448,7 @@ def evaluate_run(run_dir: str | Path, settings: EvalSettings = EvalSettings(), *
     corpus = prepare(cfg.data)
     started = time.perf_counter()
     report = evaluate_model(cfg, state, corpus.tokens(SPLIT), settings,
-                            bytes_per_token=bytes_per_token(corpus.manifest), progress=progress)
+                            bytes_per_token=bytes_per_token(corpus), progress=progress)
     report = {
         "format_version": FORMAT_VERSION, "attnlab_version": attnlab.__version__,
         "run_dir": str(run_dir.absolute()), "name": cfg.name, "checkpoint_step": step,
