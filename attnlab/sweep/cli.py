@@ -15,7 +15,7 @@ from attnlab import cli_vocab as vocab
 from attnlab.cli_flags import Flag
 from attnlab.rundir import COMPLETED, DIVERGED, TABLE_FILE
 from attnlab.sweep.launchers import LAUNCHERS, SweepInterrupted
-from attnlab.sweep.probe import dry_run, format_table
+from attnlab.sweep.probe import PROBES, dry_run, format_table
 from attnlab.sweep.stages import dry_run_stages, run_sweep
 from attnlab.sweep.spec import config_source, spec_from_config_dict
 
@@ -28,7 +28,7 @@ FLAGS = [
     Flag("dry-run", "bool", False, "Print the planned runs with estimated times; run nothing."),
     Flag("probe", "enum", "steps", "Dry run: time a few real train steps of the smallest and "
                                    "largest shape (steps), or skip the estimate (none).",
-         enum_values=("steps", "none")),
+         enum_values=tuple(PROBES)),
     Flag("retry-failed", "bool", False, "Also rerun failed runs (resuming from their checkpoint) "
                                         "and diverged runs (from scratch)."),
     Flag("ray-address", "string", "", "Ray cluster to submit to (e.g. auto, ray://host:10001); "

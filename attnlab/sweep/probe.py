@@ -102,6 +102,10 @@ def estimate_seconds(run: PlannedRun, points: list[ProbePoint]) -> float:
     return (run.tokens - run.shared_tokens + eval_tokens / 3) * per_token / rate
 
 
+# --probe: whether a dry run times real train steps (its estimate) or skips them.
+PROBES = {"steps": True, "none": False}
+
+
 def dry_run(spec: SweepSpec, workdir: str | Path | None = None, *, probe: str = "steps",
             parallel: int = 1, ensemble_max: int = 1) -> tuple[pd.DataFrame, list[str]]:
     """The planned runs as a table (one row per run) and notes to print under it.
@@ -162,7 +166,7 @@ def dry_run(spec: SweepSpec, workdir: str | Path | None = None, *, probe: str = 
     too_large = memory_refusals(todo)
     notes += [f"warning: {text}" for text in too_large.values()]
     runs = [run for run in runs if run.run_id not in too_large]  # probing one would not fit
-    if probe == "steps" and runs:
+    if PROBES[probe] and runs:
         cache = rundir.compilation_cache_dir(workdir if workdir and workdir.exists() else None)
         # A sweep of variants (e.g. sequence mixers) probes each variant's own shapes: FLOP
         # rates differ by mixer (a scan runs far below a matrix product on a CPU).
