@@ -230,3 +230,27 @@ def test_the_accelerator_plans_repeat_no_data(experiment, tmp_path):
     repeated data would mix the law with repetition (Muennighoff et al. 2023)."""
     notes = _dry_run_notes(experiment, tmp_path)
     assert not [n for n in notes if "epochs of the" in n], notes
+
+
+@pytest.mark.optimized  # fits: their programs run longer than they compile
+def test_the_report_leads_with_the_allocation_the_runs_pin():
+    """On the committed CPU quickstart, approach 2 pins a within 0.25 and approach 3 does not:
+    the report's first line is approach 2's exponent, printed once; where approach 3's a is
+    pinned, its law leads as before."""
+    import dataclasses
+
+    from attnlab.scaling import fit_table, prepare_points, read_table
+    from attnlab.study.quickstart import report
+
+    table = prepare_points(read_table("docs/results/quickstart_cpu.csv"), law="chinchilla")
+    fit2 = fit_table(table, law="chinchilla", approach=2, n_bootstrap=50)
+    fit3 = fit_table(table, law="chinchilla", approach=3)
+    assert "a" not in fit2.not_pinned and fit2.ci["a"][1] - fit2.ci["a"][0] <= 0.25
+    loose = dataclasses.replace(fit3, samples={"a": np.linspace(0.36, 0.83, 100)})
+    text = report(loose, fit2, [], "qs", ())
+    assert text.startswith(f"pinned by these runs: approach 2 (IsoFLOP parabolas): N_opt ~ "
+                           f"C^{fit2.params['a']:.3f}")
+    assert text.count("approach 2 (IsoFLOP parabolas)") == 1 and "N_opt ~ C^a: not pinned" in text
+    pinned = dataclasses.replace(fit3, samples={"a": np.linspace(0.70, 0.74, 100)})
+    text = report(pinned, fit2, [], "qs", ())
+    assert text.startswith("fitted law") and text.count("approach 2 (IsoFLOP parabolas)") == 1

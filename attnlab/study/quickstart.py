@@ -203,19 +203,29 @@ def report(fit3: ScalingFit | None, fit2: ScalingFit | None, messages: list[str]
     from attnlab.scaling.cli import format_report  # the report `attnlab fit` prints
 
     lines = []
+    # The allocation the data pin comes first: approach 2's, where approach 3's is loose.
+    leads = (fit2 is not None and "a" in fit2.ci and "a" not in fit2.not_pinned
+             and (fit3 is None or "a" in fit3.not_pinned))
+    if leads:
+        lines += [f"pinned by these runs: {approach2_line(fit2)}   (Hoffmann et al. 2022, "
+                  f"approach 2: C^0.49, C^0.51)", ""]
     if fit3 is not None:
         lines += [headline(fit3), "", format_report(fit3, source, list(budgets)).rstrip()]
     if fit2 is not None:
-        ci = fit2.ci
-        interval = lambda name: (f" [{ci[name][0]:.3f}, {ci[name][1]:.3f}]"  # noqa: E731
-                                 if name in ci else "")
-        lines += ["", f"approach 2 (IsoFLOP parabolas): N_opt ~ C^{fit2.params['a']:.3f}"
-                      f"{interval('a')}, D_opt ~ C^{fit2.params['b']:.3f}{interval('b')}"]
+        lines += [""] + ([] if leads else [approach2_line(fit2)])
         lines += [f"approach 2 warning: {w}" for w in fit2.warnings]
         seen = fit3.notes if fit3 is not None else ()
         lines += [f"approach 2 note: {n}" for n in fit2.notes if n not in seen]
     lines += [f"note: {message}" for message in messages]
     return "\n".join(lines) + "\n"
+
+
+def approach2_line(fit2: ScalingFit) -> str:
+    ci = fit2.ci
+    interval = lambda name: (f" [{ci[name][0]:.3f}, {ci[name][1]:.3f}]"  # noqa: E731
+                             if name in ci else "")
+    return (f"approach 2 (IsoFLOP parabolas): N_opt ~ C^{fit2.params['a']:.3f}{interval('a')}, "
+            f"D_opt ~ C^{fit2.params['b']:.3f}{interval('b')}")
 
 
 def quickstart_main(argv: list[str]) -> int:
