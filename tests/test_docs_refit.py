@@ -1,5 +1,5 @@
-"""docs/scripts/refit_results.py: every fit the docs publish a JSON of regenerates from its
-committed results table, and the comparison fails on a moved number."""
+"""docs/scripts/refit_results.py: every fit (and paired comparison) the docs publish a JSON of
+regenerates from its committed results table, and the comparison fails on a moved number."""
 
 import importlib.util
 import json
@@ -25,7 +25,8 @@ def test_the_documented_fits_are_found_with_their_tables():
     fits = _script().documented_fits()
     assert "docs/results/hparams_cpu_fit.json" in fits
     assert "docs/results/device_h200_2026-11-27c/quickstart_fit.json" in fits
-    for committed, argv in fits.items():
+    assert fits["docs/results/wsd_cosine_cpu_compare.json"][0] == "compare"
+    for committed, (_, argv) in fits.items():
         assert (REPO / committed).exists(), committed
         tables = next(a for a in argv if a.startswith("--sweep=")).split("=", 1)[1]
         assert all((REPO / t).exists() for t in tables.split(",")), argv

@@ -1,8 +1,9 @@
 """Refits every results table the docs publish a fit of, and fails when a number moved.
 
-Each ``attnlab fit ... --json=docs/results/NAME.json`` command written in docs/*.md (a line of
-its own or continued with backslashes) is rerun with its JSON sent to a scratch directory, and
-the fresh JSON is compared with the committed one, leaf by leaf:
+Each ``attnlab fit ... --json=docs/results/NAME.json`` (or ``attnlab compare ...``) command
+written in docs/*.md (a line of its own or continued with backslashes) is rerun with its JSON
+sent to a scratch directory, and the fresh JSON is compared with the committed one, leaf by
+leaf:
 
 - point estimates, objectives and every other number: relative 1e-4 (XLA and L-BFGS differ
   in the last bits between machines; the fits are otherwise deterministic);
@@ -30,21 +31,24 @@ import tempfile
 from pathlib import Path
 
 from attnlab.scaling.cli import fit_main
+from attnlab.scaling.compare_cli import compare_main
 
 REPO = Path(__file__).resolve().parents[2]
-COMMAND = re.compile(r"attnlab fit ((?:[^\n`|]*?)--json=(docs/results/[\w./-]+\.json)[^\n`|]*)")
+COMMAND = re.compile(
+    r"attnlab (fit|compare) ((?:[^\n`|]*?)--json=(docs/results/[\w./-]+\.json)[^\n`|]*)")
+COMMANDS = {"fit": fit_main, "compare": compare_main}
 LOOSE_KEYS = {"ci", "n_bootstrap", "n_bootstrap_failed", "notes", "warnings", "too_wide",
               "starts_converged"}
 TIGHT, LOOSE = 1e-4, 0.05
 
 
-def documented_fits(docs: Path = REPO / "docs") -> dict[str, list[str]]:
-    """{committed JSON path: the fit's argv}, from every docs/*.md."""
+def documented_fits(docs: Path = REPO / "docs") -> dict[str, tuple[str, list[str]]]:
+    """{committed JSON path: (the command, its argv)}, from every docs/*.md."""
     fits = {}
     for page in sorted(docs.glob("*.md")):
         text = re.sub(r"\\\n\s*", " ", page.read_text())
         for match in COMMAND.finditer(text):
-            fits[match.group(2)] = shlex.split(match.group(1))
+            fits[match.group(3)] = (match.group(1), shlex.split(match.group(2)))
     return fits
 
 
@@ -68,12 +72,12 @@ def differences(old, new, path: str = "", loose: bool = False) -> list[str]:
     return [] if loose or old == new else [f"{path}: {old!r} -> {new!r}"]
 
 
-def refit(argv: list[str], json_path: Path) -> None:
+def refit(command: str, argv: list[str], json_path: Path) -> None:
     argv = [a for a in argv if not a.startswith("--json=")] + [f"--json={json_path}"]
     with contextlib.chdir(REPO), contextlib.redirect_stdout(io.StringIO()):
-        code = fit_main(argv)
+        code = COMMANDS[command](argv)
     if code:
-        raise SystemExit(f"error: attnlab fit {shlex.join(argv)} exited {code}")
+        raise SystemExit(f"error: attnlab {command} {shlex.join(argv)} exited {code}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,9 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     fits = documented_fits()
     failed = 0
     with tempfile.TemporaryDirectory() as scratch:
-        for committed, fit_argv in fits.items():
+        for committed, (command, fit_argv) in fits.items():
             fresh = Path(scratch) / Path(committed).name
-            refit(fit_argv, fresh)
+            refit(command, fit_argv, fresh)
             if args.write:
                 (REPO / committed).write_text(fresh.read_text())
                 print(f"wrote {committed}")
