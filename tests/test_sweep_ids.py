@@ -20,7 +20,8 @@ EXPERIMENTS = ("tiny_isoflop", "quickstart", "tiny_grid", "tiny_pe", "kaplan",
                "gpt_vs_bert", "icl", "tiny_ladder", "moe", "mup_transfer", "mup_tuned",
                "quickstart_ladder", "wsd_cosine", "markov_ladder",
                "moe_dense", "architectures_tuned", "mqar_seeds", "icl_regression_mixers",
-               "hparams", "quickstart_shards", "data_constrained", "induction_seeds")
+               "hparams", "quickstart_shards", "data_constrained", "induction_seeds",
+               "regression_seeds")
 
 TINY_ISOFLOP_CPU = [
     "d16-l1-rope-t13.6k-s0-f45cac28", "d32-l2-rope-t3.58k-s0-dd589dd0",
@@ -125,6 +126,9 @@ PLAN_DIGESTS = {
     # on purpose from 5,000 to 10,000 steps: at 5,000 one seed's induction head had not formed.
     "induction_seeds:cpu": ("3cb4c25fe35e93f0", "347fa04b367ef335"),
     "induction_seeds:gpu": ("3cb4c25fe35e93f0", "347fa04b367ef335"),
+    # configs/icl_regression.py at three seeds (new; one plan at both scales).
+    "regression_seeds:cpu": ("754b49bcac458ac4", "ee9055ae67ab6e41"),
+    "regression_seeds:gpu": ("754b49bcac458ac4", "ee9055ae67ab6e41"),
     # The hyperparameter law's grid: learning rates x batch sizes per (N, D) (new).
     "hparams:cpu": ("c2810bff2cc8ba1c", "96e2e72ff7cf8d68"),
     "hparams:gpu": ("2f36f0e2194e2bc5", "0885d7cf5b484fae"),
