@@ -109,6 +109,23 @@ def test_load_params_reproduces_the_final_validation_loss(trained):
     assert loss == pytest.approx(summary["final_val_loss"], rel=1e-6)
 
 
+def test_the_preflight_draws_the_validation_windows_once_whatever_grad_accum(data_dir):
+    """check_corpus draws the windows the loop evaluates on (handed over in the Preflight), in
+    micro-batches: the same windows as eval_batches full batches, whatever grad_accum."""
+    from attnlab.train.preflight import check_corpus
+
+    whole = tiny_config(data_dir)
+    corpus = prepare(whole.data)
+    _, windows = check_corpus(whole, corpus)
+    full = validation_batches(corpus, whole.data.seq_len, whole.data.batch_size,
+                              whole.train.eval_batches)
+    assert windows.shape == full.shape and np.array_equal(windows, full)
+    _, micro = check_corpus(tiny_config(data_dir, **{"train.grad_accum": 2}), corpus)
+    assert micro.shape == (2 * whole.train.eval_batches, whole.data.batch_size // 2,
+                           whole.data.seq_len + 1)
+    assert np.array_equal(micro.reshape(full.shape), full)
+
+
 def test_rerunning_a_completed_run_changes_nothing(trained):
     cfg, workdir, summary = trained
     before = tree_files(workdir)
