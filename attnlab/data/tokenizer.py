@@ -304,7 +304,7 @@ def bpe_separator_id() -> int:
 
 TOKENIZERS = {cls.name: cls for cls in (ByteTokenizer, BpeTokenizer)}
 # A prepared corpus's tokenizer, by the kind its manifest records.
-STORED = {"byte": ByteTokenizer, "bpe": BpeTokenizer, HubTokenizer.kind: HubTokenizer}
+STORED = {**TOKENIZERS, HubTokenizer.kind: HubTokenizer}
 
 
 def stored_tokenizer(record: dict, directory: Path, separator: int) -> Tokenizer:

@@ -17,17 +17,21 @@ from attnlab.scaling.result import ScalingFit
 from attnlab.scaling.table import ScalingTable
 
 
+def _flops_per_param_token_of_runs(table: ScalingTable):
+    frame = table.frame
+    return frame["flops"] / (frame["params"] * frame["tokens"])
+
+
 def flops_per_param_token(table: ScalingTable) -> float:
     """k in C = k·N·D: the median of flops/(N·D) over the table (6 when C was computed as 6ND).
     A FLOPs column that counts attention and the output head gives k > 6 at small scale."""
-    frame = table.frame
-    return float(np.median(frame["flops"] / (frame["params"] * frame["tokens"])))
+    return float(np.median(_flops_per_param_token_of_runs(table)))
 
 
 def flops_note(table: ScalingTable, k: float) -> str:
     """How a law that prices a budget in FLOPs counts them, and how far the table's own counts
     stray from that one k (approach 2 reads each run's own FLOPs instead)."""
-    ratio = table.frame["flops"] / (table.frame["params"] * table.frame["tokens"])
+    ratio = _flops_per_param_token_of_runs(table)
     low, high = float(ratio.min()), float(ratio.max())
     spread = (f"; the runs' own range {low:.3g}-{high:.3g} ({low / k:.2f}-{high / k:.2f}x k), "
               f"the error of pricing every size with one k" if high > low * 1.001 else "")

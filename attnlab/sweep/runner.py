@@ -42,7 +42,6 @@ from attnlab.sweep.spec import SweepSpec
 from attnlab.worker import STOP_ON
 
 
-
 class SweepDirError(rundir.WorkdirError):
     """The sweep directory cannot hold this sweep (a file, not writable, another sweep's or a
     training run's directory, or in use by another sweep)."""
