@@ -34,9 +34,9 @@ from attnlab.scaling.cli import fit_main
 from attnlab.scaling.compare_cli import compare_main
 
 REPO = Path(__file__).resolve().parents[2]
-COMMAND = re.compile(
-    r"attnlab (fit|compare) ((?:[^\n`|]*?)--json=(docs/results/[\w./-]+\.json)[^\n`|]*)")
 COMMANDS = {"fit": fit_main, "compare": compare_main}
+COMMAND = re.compile(rf"attnlab ({'|'.join(COMMANDS)}) "
+                     r"((?:[^\n`|]*?)--json=(docs/results/[\w./-]+\.json)[^\n`|]*)")
 LOOSE_KEYS = {"ci", "n_bootstrap", "n_bootstrap_failed", "notes", "warnings", "too_wide",
               "starts_converged"}
 TIGHT, LOOSE = 1e-4, 0.05
