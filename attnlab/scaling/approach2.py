@@ -187,6 +187,58 @@ def _optima(profiles, budgets):
     return log_n, log_d
 
 
+def _replicate_rows(used, labels, clusters, n_bootstrap: int, seed: int):
+    """Yields each bootstrap replicate's row indices (into the table) drawn from ``used``: runs
+    redrawn within their budget, or whole clusters when the table names them."""
+    rng = np.random.default_rng(seed)
+    groups = None if clusters is None else cluster_index(np.asarray(clusters)[used])
+    for _ in range(n_bootstrap):
+        yield used[resample_within_groups(labels[used], rng) if groups is None
+                   else resample_rows(len(used), rng, groups)]
+
+
+def _profile_weights(profiles: list[dict], replicates: list, ci_level: float,
+                     notes: list[str]) -> np.ndarray:
+    """1/se^2 of each budget's bootstrap log N_opt (equal weights without a bootstrap, or when
+    fewer than two budgets have one); records each profile's N_opt interval and se."""
+    weights = np.ones(len(profiles))
+    if not replicates:
+        return weights
+    rep_n = np.array([r[0] for r in replicates])  # [replicates, budgets]
+    for column, p in enumerate(profiles):
+        values = rep_n[:, column][np.isfinite(rep_n[:, column])]
+        se = float(np.std(values, ddof=1)) if len(values) > 1 else np.nan
+        low, high = percentile_interval(np.exp(values), ci_level)
+        p.update({"log_N_opt_se": se, "N_opt_ci": [low, high],
+                  "replicates_with_minimum": int(len(values))})
+    se = np.array([p["log_N_opt_se"] for p in profiles])
+    weights = 1.0 / np.maximum(np.nan_to_num(se, nan=np.inf), MIN_LOG_N_SE) ** 2
+    weights = np.where(np.isfinite(se), weights, 0.0)
+    if np.count_nonzero(weights) < 2:
+        notes.append("too few bootstrap replicates per budget for weights: equal weights")
+        return np.ones(len(profiles))
+    return weights
+
+
+def _refit_replicates(fitted, replicates: list, weights, notes: list[str]) -> dict:
+    """Stage 2 of the bootstrap: the weighted power laws refitted to each replicate's minima;
+    {parameter: [refits]}. A replicate with fewer than two usable profiles is counted, noted and
+    left out (ScalingFit refuses the interval when too many are)."""
+    samples: dict[str, list] = {}
+    failed = 0
+    for rep_n_opt, rep_d_opt in replicates:
+        refit = _power_laws(fitted, rep_n_opt, rep_d_opt, weights)
+        if refit is None:
+            failed += 1
+            continue
+        for name, value in refit[0].items():
+            samples.setdefault(name, []).append(value)
+    if failed:
+        notes.append(f"{failed} of {len(replicates)} bootstrap refits had fewer than two usable "
+                     f"profiles and were dropped")
+    return {k: np.asarray(v) for k, v in samples.items()}
+
+
 def fit_approach2(n, d, loss, flops, *, budget=None, n_bootstrap: int = 0,
                   ci_level: float = 0.95, seed: int = 0, source: str = "data",
                   profile: str = "window", window: float = DEFAULT_WINDOW,
@@ -227,57 +279,26 @@ def fit_approach2(n, d, loss, flops, *, budget=None, n_bootstrap: int = 0,
     # Stage 1 of the bootstrap: each budget's N_opt over replicates that resample its runs.
     replicates = []
     if n_bootstrap > 0:
-        rng = np.random.default_rng(seed)
         used = np.flatnonzero(np.isin(labels, fitted))
-        groups = None if clusters is None else cluster_index(np.asarray(clusters)[used])
-        for _ in range(n_bootstrap):
-            index = used[resample_within_groups(labels[used], rng) if groups is None
-                         else resample_rows(len(used), rng, groups)]
+        for index in _replicate_rows(used, labels, clusters, n_bootstrap, seed):
             replicate, _, _ = isoflop_profiles(log_n[index], log_d[index], loss[index],
                                                labels[index], profile=profile, window=window)
             replicates.append(_optima(replicate, fitted))
-    weights = np.ones(len(fitted))
-    if replicates:
-        rep_n = np.array([r[0] for r in replicates])  # [replicates, budgets]
-        for column, p in enumerate(profiles):
-            values = rep_n[:, column][np.isfinite(rep_n[:, column])]
-            se = float(np.std(values, ddof=1)) if len(values) > 1 else np.nan
-            low, high = percentile_interval(np.exp(values), ci_level)
-            p.update({"log_N_opt_se": se, "N_opt_ci": [low, high],
-                      "replicates_with_minimum": int(len(values))})
-        se = np.array([p["log_N_opt_se"] for p in profiles])
-        weights = 1.0 / np.maximum(np.nan_to_num(se, nan=np.inf), MIN_LOG_N_SE) ** 2
-        weights = np.where(np.isfinite(se), weights, 0.0)
-        if np.count_nonzero(weights) < 2:
-            weights = np.ones(len(fitted))
-            notes.append("too few bootstrap replicates per budget for weights: equal weights")
+    weights = _profile_weights(profiles, replicates, ci_level, notes)
     point = _power_laws(fitted, point_n, point_d, weights)
     if point is None:
         raise FitInputError(f"{source}: approach 2 has fewer than two budgets with a finite "
                             f"minimum")
     params, rss = point
 
-    # Stage 2: the weighted power law refitted to each replicate's minima.
-    samples: dict[str, list] = {}
-    failed = 0
-    for rep_n_opt, rep_d_opt in replicates:
-        refit = _power_laws(fitted, rep_n_opt, rep_d_opt, weights)
-        if refit is None:
-            failed += 1
-            continue
-        for name, value in refit[0].items():
-            samples.setdefault(name, []).append(value)
-    if failed:
-        notes.append(f"{failed} of {n_bootstrap} bootstrap refits had fewer than two usable "
-                     f"profiles and were dropped")
+    samples = _refit_replicates(fitted, replicates, weights, notes)
     rule = {"window": f"a parabola over the sizes within 10^{window:g} of each budget's best run",
             "akima": "the minimum of an Akima spline through each profile",
             "whole": "a parabola over each budget's whole ladder"}[profile]
     notes.append(f"profiles: {rule}; log N_opt on log C by "
                  + ("least squares weighted by 1/se^2 of each budget's bootstrap log N_opt"
                     if replicates else "unweighted least squares (no bootstrap)"))
-    return ScalingFit(part=IsoFLOP(), params=params,
-                      samples={k: np.asarray(v) for k, v in samples.items()},
+    return ScalingFit(part=IsoFLOP(), params=params, samples=samples,
                       ci_level=ci_level, n_points=int(sum(p["n_points"] for p in profiles)),
                       objective=rss,
                       objective_name="weighted sum of squared residuals of log N_opt against "

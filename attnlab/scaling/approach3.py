@@ -211,6 +211,41 @@ def _check_points(n, d, free: int, source: str) -> None:
                             f"distinct (N, D) pair(s)")
 
 
+def _estimate_warnings(solved, best: int, unconstrained: int, data, fixed: dict,
+                       edges: list[str]) -> tuple[list[str], dict]:
+    """What the report must say about the estimate: a rejected unconstrained optimum, the
+    parameters the data do not pin ({name: reason}), a best fit on the grid's edge."""
+    theta = solved.params[best]
+    warn_list = []
+    if unconstrained != best:
+        rejected = dict(zip(THETA_NAMES, solved.params[unconstrained]))
+        warn_list.append(
+            f"the unconstrained optimum has alpha={rejected['alpha']:.3g}, "
+            f"beta={rejected['beta']:.3g} (objective {solved.objective[unconstrained]:.4g}), not "
+            f"a scaling law; kept the best fit with alpha, beta > 0 "
+            f"(objective {solved.objective[best]:.4g})")
+    unpinned = {k: v for k, v in unpinned_parameters(theta, data).items() if k not in fixed}
+    if unpinned:
+        reasons = dict.fromkeys(unpinned.values())  # each reason once, in order
+        warn_list.append(f"degenerate fit: the data do not pin {', '.join(unpinned)} ("
+                         + "; ".join(reasons) + "); its allocation and predictions beyond the "
+                         "runs are not meaningful: add sizes or budgets")
+    if edges:
+        message = (f"the best fit lies on the edge of the initialisation grid ({'; '.join(edges)});"
+                   f" the optimum may be outside the grid's basin: widen the grid (--grid)")
+        warnings.warn(message, GridEdgeWarning, stacklevel=3)
+        warn_list.append(message)
+    return warn_list, unpinned
+
+
+def _edge_refits(replicate_theta, grid: InitGrid, mask) -> list[str]:
+    """A warning counting the bootstrap refits on the initialisation grid's edge (none if no
+    refit is)."""
+    on_edge = sum(bool(grid.edges_reached(np.where(mask, np.nan, t))) for t in replicate_theta)
+    return [f"{on_edge} of {len(replicate_theta)} bootstrap refits lie on the edge of the "
+            f"initialisation grid"] if on_edge else []
+
+
 def fit_approach3(n, d, loss, *, grid: InitGrid = CHINCHILLA_GRID, n_bootstrap: int = 0,
                   bootstrap_grid_starts: int = 4, ci_level: float = 0.95, seed: int = 0,
                   max_steps: int = 500,
@@ -249,26 +284,8 @@ def fit_approach3(n, d, loss, *, grid: InitGrid = CHINCHILLA_GRID, n_bootstrap: 
                        f"> 0); the best fit has alpha={alpha:.3g}, beta={beta:.3g}: these runs do "
                        f"not follow E + A/N^alpha + B/D^beta")
     theta = solved.params[best]
-    warn_list = []
-    if unconstrained != best:
-        rejected = dict(zip(THETA_NAMES, solved.params[unconstrained]))
-        warn_list.append(
-            f"the unconstrained optimum has alpha={rejected['alpha']:.3g}, "
-            f"beta={rejected['beta']:.3g} (objective {solved.objective[unconstrained]:.4g}), not "
-            f"a scaling law; kept the best fit with alpha, beta > 0 "
-            f"(objective {solved.objective[best]:.4g})")
-    unpinned = {k: v for k, v in unpinned_parameters(theta, data).items() if k not in fixed}
-    if unpinned:
-        reasons = dict.fromkeys(unpinned.values())  # each reason once, in order
-        warn_list.append(f"degenerate fit: the data do not pin {', '.join(unpinned)} ("
-                         + "; ".join(reasons) + "); its allocation and predictions beyond the "
-                         "runs are not meaningful: add sizes or budgets")
-    edges = grid.edges_reached(np.where(mask, np.nan, theta))
-    if edges:
-        message = (f"the best fit lies on the edge of the initialisation grid ({'; '.join(edges)});"
-                   f" the optimum may be outside the grid's basin: widen the grid (--grid)")
-        warnings.warn(message, GridEdgeWarning, stacklevel=2)
-        warn_list.append(message)
+    warn_list, unpinned = _estimate_warnings(solved, best, unconstrained, data, fixed,
+                                             grid.edges_reached(np.where(mask, np.nan, theta)))
 
     samples: dict[str, np.ndarray] = {}
     notes = [f"held by --fix: {', '.join(f'{k}={v:g}' for k, v in fixed.items())}"] if fixed \
@@ -287,12 +304,7 @@ def fit_approach3(n, d, loss, *, grid: InitGrid = CHINCHILLA_GRID, n_bootstrap: 
         samples = parametric.exactly(params_from_theta(replicate_theta), fixed)
         notes += parametric.dropped_note(len(replicate_theta), n_bootstrap,
                                          "did not converge to a law with alpha, beta > 0")
-        on_edge = sum(bool(grid.edges_reached(np.where(mask, np.nan, t)))
-                      for t in replicate_theta)
-        if on_edge:
-            message = (f"{on_edge} of {len(replicate_theta)} bootstrap refits lie on the edge of "
-                       f"the initialisation grid")
-            warn_list.append(message)
+        warn_list += _edge_refits(replicate_theta, grid, mask)
         details["bootstrap_starts"] = {"warm": 1, "grid": k}
 
     params = parametric.exactly({k: float(v) for k, v in params_from_theta(theta).items()},
