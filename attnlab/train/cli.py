@@ -239,74 +239,31 @@ def generate_main(argv: list[str]) -> int:
     import jax
     import numpy as np
 
-    from pathlib import Path
-
-    from attnlab.data import prepare
-    from attnlab.data.tokenizer import MASK_TEXT, HubTokenizer
-    from attnlab.rundir import TOKENIZER_FILE
     from attnlab.model import generate, resolve
-    from attnlab.train.load import load_params
+    from attnlab.train.load import load_config, load_params
+    from attnlab.train.memory import check_generation_fits
     from attnlab.train.step import packing_for
 
-    if any(a.startswith("--config") for a in argv):
-        raise AttnlabError("generate uses the run's own config (its config.json): --config and "
-                           "--config.* overrides would not be applied, so they are refused")
-    values = parse(argv, GENERATE_FLAGS, prog="attnlab generate", takes_config=False)
-    if bool(values.prompt) == bool(values["prompts-file"].value):
-        raise AttnlabError("give exactly one of --prompt and --prompts-file")
-    texts = None
-    if values["prompts-file"].value:
-        texts = _read_prompts(values["prompts-file"].value)
+    values, texts = _generate_flags(argv)
     max_new = values["max-new-tokens"].value
-    temperature = values.temperature
-    if max_new < 0:
-        raise AttnlabError(f"--max-new-tokens must be >= 0, got {max_new}")
-    if temperature < 0:
-        raise AttnlabError(f"--temperature must be >= 0, got {temperature}")
-    from attnlab.train.load import load_config
-    from attnlab.train.memory import check_generation_fits
-
     run_model = load_config(values.run).model
-    if texts is not None and not resolve(run_model).objective.causal:
-        raise AttnlabError(f"--prompts-file continues prompts with a causal LM; "
-                           f"model.objective={run_model.objective} fills masks: use --prompt")
-    if resolve(run_model).objective.uses_mask and MASK_TEXT not in values.prompt:
-        raise AttnlabError(f"--prompt holds no {MASK_TEXT}: model.objective={run_model.objective}"
-                           f" predicts masked tokens; write {MASK_TEXT} where they go")
-    _refuse_unused_sampling(values, resolve(run_model).objective, run_model.objective)
+    parts = resolve(run_model)  # the run's model, resolved once for every check below
+    _refuse_for_objective(values, texts, parts.objective, run_model.objective)
     check_generation_fits(run_model, max_new + 1024, allow_large=values["allow-large"].value)
     cfg, graphdef, params = load_params(values.run, values.step)
-    # An imported run (attnlab import-hf) brings its model's tokenizer.
-    hub = Path(values.run) / TOKENIZER_FILE
-    tokenizer = HubTokenizer(hub) if hub.is_file() else prepare(cfg.data).tokenizer
-    if tokenizer is None:
-        raise AttnlabError(f"--run={values.run} was trained on the token task data.source="
-                           f"{cfg.data.source}, which has no text; use attnlab attention")
-    objective = resolve(cfg.model).objective
-    if objective.uses_mask:
-        return _fill_in(cfg, graphdef, params, tokenizer, objective, values.prompt, max_new)
-    where = "--prompt" if texts is None else "--prompts-file"
-    prompts = [np.asarray(tokenizer.encode(text), np.int32)
-               for text in ([values.prompt] if texts is None else texts)]
-    if min(len(p) for p in prompts) == 0:
-        raise AttnlabError(f"{where}: a prompt encodes to no tokens; give some text to continue")
-    encoding = resolve(cfg.model).encoding
-    limit = encoding.max_positions()
-    longest = max(len(p) for p in prompts)
-    if limit is not None and longest + max_new > limit:
-        raise AttnlabError(
-            f"prompt ({longest} tokens) + --max-new-tokens ({max_new}) exceeds the "
-            f"{limit} positions of the {encoding.range_name}")
-    if len({len(p) for p in prompts}) > 1 and resolve(cfg.model).mask.global_keys:
-        raise AttnlabError(f"--prompts-file: model.attention_global_tokens="
-                           f"{cfg.model.attention_global_tokens} makes the first indices global, "
-                           "which left padding fills; give prompts of one length")
+    tokenizer = _run_tokenizer(values.run, cfg)
+    if parts.objective.uses_mask:
+        return _fill_in(cfg, graphdef, params, tokenizer, parts.objective, values.prompt,
+                        max_new)
+    prompts = _encode_prompts(tokenizer, [values.prompt] if texts is None else texts,
+                              "--prompt" if texts is None else "--prompts-file")
+    _check_prompt_lengths(prompts, max_new, parts, cfg.model)
     # A batch samples each row with its own key: a prompt's text does not depend on the others.
     keys = jax.random.key(values.seed)
     if texts is not None:
         keys = jax.random.split(keys, len(prompts))
     outs = generate(graphdef, params, cfg.model, prompts, max_new, rng=keys,
-                    temperature=temperature, packing=packing_for(cfg))
+                    temperature=values.temperature, packing=packing_for(cfg))
     # Bytes that are not valid UTF-8 (a cut multi-byte character) print as U+FFFD.
     decoded = [tokenizer.decode(np.asarray(out)).decode("utf-8", "replace") for out in outs]
     if texts is None:
@@ -315,6 +272,76 @@ def generate_main(argv: list[str]) -> int:
         for text, out in zip(texts, decoded):
             sys.stdout.write(json.dumps({"prompt": text, "text": out}) + "\n")
     return 0
+
+
+def _generate_flags(argv: list[str]):
+    """generate's flags, checked before anything loads; (values, the prompts file's lines or
+    None)."""
+    if any(a.startswith("--config") for a in argv):
+        raise AttnlabError("generate uses the run's own config (its config.json): --config and "
+                           "--config.* overrides would not be applied, so they are refused")
+    values = parse(argv, GENERATE_FLAGS, prog="attnlab generate", takes_config=False)
+    if bool(values.prompt) == bool(values["prompts-file"].value):
+        raise AttnlabError("give exactly one of --prompt and --prompts-file")
+    texts = _read_prompts(values["prompts-file"].value) if values["prompts-file"].value else None
+    if values["max-new-tokens"].value < 0:
+        raise AttnlabError(f"--max-new-tokens must be >= 0, got {values['max-new-tokens'].value}")
+    if values.temperature < 0:
+        raise AttnlabError(f"--temperature must be >= 0, got {values.temperature}")
+    return values, texts
+
+
+def _refuse_for_objective(values, texts, objective, name: str) -> None:
+    """Prompts the run's objective cannot take: a prompts file for a masked model, a prompt
+    without a mask for one, sampling flags it would ignore."""
+    from attnlab.data.tokenizer import MASK_TEXT
+
+    if texts is not None and not objective.causal:
+        raise AttnlabError(f"--prompts-file continues prompts with a causal LM; "
+                           f"model.objective={name} fills masks: use --prompt")
+    if objective.uses_mask and MASK_TEXT not in values.prompt:
+        raise AttnlabError(f"--prompt holds no {MASK_TEXT}: model.objective={name}"
+                           f" predicts masked tokens; write {MASK_TEXT} where they go")
+    _refuse_unused_sampling(values, objective, name)
+
+
+def _run_tokenizer(run: str, cfg: Config):
+    """The tokenizer a run was trained with: an imported run's (attnlab import-hf brings its
+    model's), else its corpus's."""
+    from attnlab.data import prepare
+    from attnlab.data.tokenizer import HubTokenizer
+    from attnlab.rundir import TOKENIZER_FILE
+
+    hub = Path(run) / TOKENIZER_FILE
+    tokenizer = HubTokenizer(hub) if hub.is_file() else prepare(cfg.data).tokenizer
+    if tokenizer is None:
+        raise AttnlabError(f"--run={run} was trained on the token task data.source="
+                           f"{cfg.data.source}, which has no text; use attnlab attention")
+    return tokenizer
+
+
+def _encode_prompts(tokenizer, texts: list[str], where: str) -> list:
+    import numpy as np
+
+    prompts = [np.asarray(tokenizer.encode(text), np.int32) for text in texts]
+    if min(len(p) for p in prompts) == 0:
+        raise AttnlabError(f"{where}: a prompt encodes to no tokens; give some text to continue")
+    return prompts
+
+
+def _check_prompt_lengths(prompts: list, max_new: int, parts, model) -> None:
+    """Prompt + continuation within the encoding's positions; one length when the first
+    indices are global (left padding would fill them)."""
+    limit = parts.encoding.max_positions()
+    longest = max(len(p) for p in prompts)
+    if limit is not None and longest + max_new > limit:
+        raise AttnlabError(
+            f"prompt ({longest} tokens) + --max-new-tokens ({max_new}) exceeds the "
+            f"{limit} positions of the {parts.encoding.range_name}")
+    if len({len(p) for p in prompts}) > 1 and parts.mask.global_keys:
+        raise AttnlabError(f"--prompts-file: model.attention_global_tokens="
+                           f"{model.attention_global_tokens} makes the first indices global, "
+                           "which left padding fills; give prompts of one length")
 
 
 def _read_prompts(path: str) -> list[str]:
