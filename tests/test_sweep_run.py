@@ -294,6 +294,22 @@ def test_sweep_max_epochs_refuses_a_plan_that_repeats_data_on_this_machine(tmp_p
         spec_from_config_dict(config)
 
 
+def test_a_dry_run_estimates_the_runs_that_fit_and_names_the_one_that_does_not(tmp_path):
+    """A run too large for this machine is named and not probed (probing it would not fit);
+    the others keep their time estimates."""
+    config = cli_flags.parse([f"--config={GRID}"]).config
+    config.unlock()
+    config.sweep.shapes = ((16, 1, 2, 1e-2), (100_000, 1, 2, 1e-2))
+    config.sweep.axes.model.pos_encoding = ("rope",)
+    table, notes = dry_run(spec_from_config_dict(config), tmp_path / "w", probe="steps")
+    large = table["d_model"] == 100_000
+    assert large.sum() == 1 and table.loc[large, "est_seconds"].isna().all()
+    assert (table.loc[~large, "est_seconds"] > 0).all()
+    refused = [n for n in notes if n.startswith("warning:") and "--allow-large" in n]
+    assert len(refused) == 1 and table.loc[large, "run_id"].item() in refused[0]
+    assert any(n.startswith("estimated time to run:") for n in notes)
+
+
 @pytest.mark.slow
 def test_repeated_data_is_named_on_stderr_without_the_progress_bar(tmp_path):
     result = subprocess.run(

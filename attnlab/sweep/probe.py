@@ -115,41 +115,60 @@ def dry_run(spec: SweepSpec, workdir: str | Path | None = None, *, probe: str = 
     other swept values, params, non_emb_params, tokens, steps, lr, warmup, flops_6nd,
     flops_chinchilla, status (from ``workdir``, if it exists), unit (the runs trained together
     as one ensemble share it; up to ``ensemble_max`` runs, as the sweep groups them),
-    est_seconds (with probe='steps').
+    est_seconds (with probe='steps'; none for a run too large to probe).
     """
-    runs, notes = expand(spec)
-    workdir = Path(workdir) if workdir else None
-    rows = []
-    for run in runs:
-        c = run.cfg
-        row = {"run_id": run.run_id}
-        if run.budget is not None:
-            row["budget"] = run.budget
-        if run.role:  # ladder mode: which run each branch starts from, and where
-            row.update(role=run.role, trunk=c.train.branch_from.rsplit("-", 1)[-1] or "-",
-                       from_step=c.train.branch_step,
-                       trained_flops=run.trained_flops("chinchilla"))
-        row.update(d_model=c.model.d_model, n_layers=c.model.n_layers, n_heads=c.model.n_heads)
-        for key, value in run.axes.items():
-            short = key.split(".", 1)[-1]  # a variant column has no section
-            if short not in row and key not in _SHOWN_ELSEWHERE:
-                row[short] = value
-        row.update(params=run.params["total"], non_emb_params=run.params["non_embedding"],
-                   tokens=run.tokens, steps=run.steps, lr=c.train.learning_rate,
-                   warmup=c.train.warmup_steps, flops_6nd=run.flops("kaplan_6n"),
-                   flops_chinchilla=run.flops("chinchilla"))
-        row["status"] = (rundir.run_status(workdir / rundir.RUNS_DIR / run.run_id) if workdir
-                         else rundir.PENDING)
-        rows.append(row)
-    table = pd.DataFrame(rows)
     from attnlab.sweep.runner import ensemble_units  # the sweep's own grouping
 
+    runs, notes = expand(spec)
+    workdir = Path(workdir) if workdir else None
+    table = pd.DataFrame([_plan_row(run, workdir) for run in runs])
     ids = [run.run_id for run in runs]
     units = ensemble_units(runs, ids, set(ids), ensemble_max)
     unit_of = {run_id: i for i, unit in enumerate(units) for run_id in unit}
     table["unit"] = [unit_of[run_id] for run_id in ids]
-    todo = [run for run, row in zip(runs, rows) if row["status"] not in rundir.FINAL_STATUSES]
-    notes = list(notes)
+    todo = [run for run, status in zip(runs, table["status"])
+            if status not in rundir.FINAL_STATUSES]
+    notes = list(notes) + _plan_notes(spec, runs, units, todo)
+    # A bad data source, or a run over sweep.max_epochs, fails the dry run too, naming its field.
+    notes += check_data(todo, spec.max_epochs)
+    too_large = memory_refusals(todo)
+    notes += [f"warning: {text}" for text in too_large.values()]
+    fits = [run for run in runs if run.run_id not in too_large]  # probing one would not fit
+    if PROBES[probe] and fits:
+        seconds, probe_notes, overhead = _probe_estimates(spec, fits, workdir)
+        table["est_seconds"] = [seconds.get(run_id, np.nan) for run_id in ids]
+        notes += probe_notes
+        notes.append(_time_note([seconds[run.run_id] for run in todo if run.run_id in seconds],
+                                overhead, parallel))
+    return table, notes
+
+
+def _plan_row(run, workdir: Path | None) -> dict:
+    """One planned run's row of the dry-run table."""
+    c = run.cfg
+    row = {"run_id": run.run_id}
+    if run.budget is not None:
+        row["budget"] = run.budget
+    if run.role:  # ladder mode: which run each branch starts from, and where
+        row.update(role=run.role, trunk=c.train.branch_from.rsplit("-", 1)[-1] or "-",
+                   from_step=c.train.branch_step, trained_flops=run.trained_flops("chinchilla"))
+    row.update(d_model=c.model.d_model, n_layers=c.model.n_layers, n_heads=c.model.n_heads)
+    for key, value in run.axes.items():
+        short = key.split(".", 1)[-1]  # a variant column has no section
+        if short not in row and key not in _SHOWN_ELSEWHERE:
+            row[short] = value
+    row.update(params=run.params["total"], non_emb_params=run.params["non_embedding"],
+               tokens=run.tokens, steps=run.steps, lr=c.train.learning_rate,
+               warmup=c.train.warmup_steps, flops_6nd=run.flops("kaplan_6n"),
+               flops_chinchilla=run.flops("chinchilla"))
+    row["status"] = (rundir.run_status(workdir / rundir.RUNS_DIR / run.run_id) if workdir
+                     else rundir.PENDING)
+    return row
+
+
+def _plan_notes(spec: SweepSpec, runs: list, units: list, todo: list) -> list[str]:
+    """What the plan adds up to: ensembles, runs and FLOPs, the ladder, the design's widths."""
+    notes = []
     if len(units) < len(runs):
         notes.append(f"ensembles: {len(runs)} runs in {len(units)} units of up to "
                      f"{max(map(len, units))} runs, each unit one compiled program (the time "
@@ -161,38 +180,38 @@ def dry_run(spec: SweepSpec, workdir: str | Path | None = None, *, probe: str = 
         notes.append(ladder_note(runs))
     if spec.kind.fitted_by_chinchilla:
         notes += design_notes(runs, spec.variant_column if spec.variants else None)
-    # A bad data source, or a run over sweep.max_epochs, fails the dry run too, naming its field.
-    notes += check_data(todo, spec.max_epochs)
-    too_large = memory_refusals(todo)
-    notes += [f"warning: {text}" for text in too_large.values()]
-    runs = [run for run in runs if run.run_id not in too_large]  # probing one would not fit
-    if PROBES[probe] and runs:
-        cache = rundir.compilation_cache_dir(workdir if workdir and workdir.exists() else None)
-        # A sweep of variants (e.g. sequence mixers) probes each variant's own shapes: FLOP
-        # rates differ by mixer (a scan runs far below a matrix product on a CPU).
-        column = spec.variant_column if spec.variants else None
-        groups: dict = {}
-        for run in runs:
-            groups.setdefault(run.axes[column] if column else None, []).append(run)
-        probed = {group: probe_throughput(members, cache_dir=str(cache) if cache else None)
-                  for group, members in groups.items()}
-        points_of = lambda run: probed[run.axes[column] if column else None]  # noqa: E731
-        table["est_seconds"] = [estimate_seconds(run, points_of(run)) for run in runs]
-        remaining = sum(estimate_seconds(run, points_of(run)) for run in todo)
-        for group, points in probed.items():
-            for p in points:
-                notes.append(f"probe {f'{group} ' if group else ''}{p.label}: "
-                             f"{p.tokens_per_s:,.0f} tokens/s = {p.flops_per_s / 1e9:.2f} "
-                             f"GFLOP/s (chinchilla count), start-up + compile "
-                             f"{p.overhead_seconds:.1f} s")
-        points = [p for group_points in probed.values() for p in group_points]
-        overhead = float(np.mean([p.overhead_seconds for p in points]))
-        total = (remaining + overhead * len(todo)) / parallel
-        notes.append(f"estimated time to run: {remaining / parallel / 60:.1f} min of training "
-                     f"and evaluation, {total / 60:.1f} min with ~{overhead:.0f} s start-up and "
-                     f"compilation per run ({parallel} worker(s); an upper bound: compilations "
-                     f"cached from earlier runs of a shape load faster)")
-    return table, notes
+    return notes
+
+
+def _probe_estimates(spec: SweepSpec, runs: list, workdir: Path | None
+                     ) -> tuple[dict[str, float], list[str], float]:
+    """({run_id: estimated seconds}, the probes' notes, their mean start-up + compile seconds
+    per run). A sweep of variants (e.g. sequence
+    mixers) probes each variant's own shapes: FLOP rates differ by mixer (a scan runs far below
+    a matrix product on a CPU)."""
+    cache = rundir.compilation_cache_dir(workdir if workdir and workdir.exists() else None)
+    column = spec.variant_column if spec.variants else None
+    groups: dict = {}
+    for run in runs:
+        groups.setdefault(run.axes[column] if column else None, []).append(run)
+    probed = {group: probe_throughput(members, cache_dir=str(cache) if cache else None)
+              for group, members in groups.items()}
+    seconds = {run.run_id: estimate_seconds(run, probed[run.axes[column] if column else None])
+               for run in runs}
+    notes = [
+        f"probe {f'{group} ' if group else ''}{p.label}: {p.tokens_per_s:,.0f} tokens/s = "
+        f"{p.flops_per_s / 1e9:.2f} GFLOP/s (chinchilla count), start-up + compile "
+        f"{p.overhead_seconds:.1f} s" for group, points in probed.items() for p in points]
+    overhead = float(np.mean([p.overhead_seconds for points in probed.values() for p in points]))
+    return seconds, notes, overhead
+
+
+def _time_note(remaining: list[float], overhead: float, parallel: int) -> str:
+    total = (sum(remaining) + overhead * len(remaining)) / parallel
+    return (f"estimated time to run: {sum(remaining) / parallel / 60:.1f} min of training and "
+            f"evaluation, {total / 60:.1f} min with ~{overhead:.0f} s start-up and compilation "
+            f"per run ({parallel} worker(s); an upper bound: compilations cached from earlier "
+            f"runs of a shape load faster)")
 
 
 _SHOWN_ELSEWHERE = ("train.learning_rate", "train.warmup_steps", "train.tokens",
