@@ -87,7 +87,8 @@ class EvalSettings:
             raise EvaluationError(f"rope_scaling: unknown {self.rope_scaling!r}; valid values are "
                                   f"{', '.join((*ROPE_SCALINGS, EVERY_SCALING))}")
         if not (math.isfinite(self.rope_factor) and self.rope_factor >= 0):
-            raise EvaluationError(f"rope_factor: must be >= 0 (0 = automatic), got {self.rope_factor}")
+            raise EvaluationError(f"rope_factor: must be >= 0 (0 = automatic), got "
+                                  f"{self.rope_factor}")
         if self.rope_factor and self.rope_scaling == UNSCALED:
             raise EvaluationError("rope_factor: set only with --rope_scaling "
                                   f"({', '.join(ROPE_SCALINGS[1:])})")
@@ -290,22 +291,8 @@ def evaluate_model(cfg: Config, state, stream: np.ndarray, settings: EvalSetting
     stride = (settings.resolve_stride(lengths) if any(p.strided for p in chosen.values())
               else None)
 
-    graphdefs: dict[ModelConfig, Callable] = {}
-    packing = packing_for(cfg)  # data.document_mask: documents kept apart, as in training
-
-    def losses_for(length: int) -> Callable:
-        model_cfg = eval_model_config(cfg.model, length, settings, rope_factor, train_length)
-        if model_cfg not in graphdefs:
-            graphdefs[model_cfg] = loss_function(
-                _graphdef(dataclasses.replace(cfg, model=model_cfg)), packing)
-        return graphdefs[model_cfg]
-
-    def run_plan(name: str, length: int) -> PlanScore:
-        plan = protocol.make_plan(name, n_targets, length, stride)
-        return score_plan(losses_for(length), state, stream, plan,
-                          batch_tokens=settings.batch_tokens, progress=progress,
-                          desc=f"{name} L={length}")
-
+    scorer = _Scorer(cfg, state, stream, settings, rope_factor, n_targets, stride,
+                     packing_for(cfg), progress)
     rows, scores = [], {}
     for name in settings.protocols:
         for length in lengths:
@@ -316,7 +303,7 @@ def evaluate_model(cfg: Config, state, stream: np.ndarray, settings: EvalSetting
                 rows.append({**row, **_empty_metrics(), "status": "not_applicable",
                              "reason": reason})
                 continue
-            score = scores[name, length] = run_plan(name, length)
+            score = scores[name, length] = scorer.run(name, length)
             rows.append({**row, **_metrics(score.mean_loss, bytes_per_token),
                          "n_scored": score.n_scored, "status": "ok", "reason": None})
         counts = {r["n_scored"] for r in rows if r["protocol"] == name and r["status"] == "ok"}
@@ -324,17 +311,7 @@ def evaluate_model(cfg: Config, state, stream: np.ndarray, settings: EvalSetting
         if counts != {n_targets}:  # not an `assert`: it must also hold under python -O
             raise AssertionError(f"{name}: scored-token counts differ across lengths: {counts}")
     _add_ratios(rows, train_length)
-
-    # Per-position loss of the longest representable length, with every window fully scored.
-    longest = max(applicable)
-    whole = protocol.Nonoverlapping.name
-    curve = scores.get((whole, longest)) or run_plan(whole, longest)
-    per_position = {"protocol": whole, "length": longest,
-                    "n_windows": int(curve.position_counts[0]),
-                    "loss": curve.position_loss().tolist()}
-    if longest != max(lengths):
-        per_position["note"] = (f"longest evaluated length {max(lengths)} is not applicable; "
-                                f"curve at {longest}")
+    per_position = _per_position(scorer, scores, max(applicable), max(lengths))
     report = {
         "train_length": train_length, "lengths": list(lengths), "stride": stride,
         "n_tokens": int(stream.shape[0]), "n_targets": n_targets,
@@ -345,6 +322,50 @@ def evaluate_model(cfg: Config, state, stream: np.ndarray, settings: EvalSetting
     }
     report["warnings"] = run_warnings(report)
     return report
+
+
+@dataclasses.dataclass
+class _Scorer:
+    """Scores one (protocol, length) plan of the stream; one compiled loss per model config
+    (lengths that share a config share it)."""
+    cfg: Config
+    state: object
+    stream: np.ndarray
+    settings: EvalSettings
+    rope_factor: float | None
+    n_targets: int
+    stride: int | None
+    packing: object  # data.document_mask: documents kept apart, as in training
+    progress: bool
+    compiled: dict = dataclasses.field(default_factory=dict)
+
+    def losses_for(self, length: int) -> Callable:
+        model_cfg = eval_model_config(self.cfg.model, length, self.settings, self.rope_factor,
+                                      self.cfg.data.seq_len)
+        if model_cfg not in self.compiled:
+            self.compiled[model_cfg] = loss_function(
+                _graphdef(dataclasses.replace(self.cfg, model=model_cfg)), self.packing)
+        return self.compiled[model_cfg]
+
+    def run(self, name: str, length: int) -> PlanScore:
+        plan = protocol.make_plan(name, self.n_targets, length, self.stride)
+        return score_plan(self.losses_for(length), self.state, self.stream, plan,
+                          batch_tokens=self.settings.batch_tokens, progress=self.progress,
+                          desc=f"{name} L={length}")
+
+
+def _per_position(scorer: _Scorer, scores: dict, longest: int, longest_asked: int) -> dict:
+    """Per-position loss of the longest representable length, with every window fully
+    scored (reusing its nonoverlapping score when that protocol ran)."""
+    whole = protocol.Nonoverlapping.name
+    curve = scores.get((whole, longest)) or scorer.run(whole, longest)
+    per_position = {"protocol": whole, "length": longest,
+                    "n_windows": int(curve.position_counts[0]),
+                    "loss": curve.position_loss().tolist()}
+    if longest != longest_asked:
+        per_position["note"] = (f"longest evaluated length {longest_asked} is not applicable; "
+                                f"curve at {longest}")
+    return per_position
 
 
 def _graphdef(cfg: Config):
@@ -454,7 +475,8 @@ def evaluate_run(run_dir: str | Path, settings: EvalSettings = EvalSettings(), *
         "run_dir": str(run_dir.absolute()), "name": cfg.name, "checkpoint_step": step,
         "checkpoint_fingerprint": fingerprint,
         "pos_encoding": cfg.model.pos_encoding, "max_len": cfg.model.max_len,
-        "attention_window": cfg.model.attention_window, "seed": cfg.train.seed, "data_seed": cfg.data.seed, "data_source": cfg.data.source,
+        "attention_window": cfg.model.attention_window, "seed": cfg.train.seed,
+        "data_seed": cfg.data.seed, "data_source": cfg.data.source,
         "tokenizer": cfg.data.tokenizer, "split": SPLIT, "settings": settings_record(settings),
         "seconds": round(time.perf_counter() - started, 3), **report,
     }
