@@ -121,47 +121,18 @@ def attention_main(argv: list[str]) -> int:
         raise AttnlabError(f"--example must be >= 0, got {values.example}")
     out_path = _output(values, "plot", run, "attention.png")
     json_path = _output(values, "json", run, "attention.json")
-    from attnlab.train.load import load_config
-
-    cfg = load_config(run)
-    import numpy as np
-
     from attnlab.data import icl as icl_data
-    from attnlab.data import icl_regression, prepare, sources
-    from attnlab.model import resolve
-
-    arch = resolve(cfg.model)
-    if arch.objective.reads_vectors and text:
-        raise AttnlabError(f"--text: --run={run} reads prompts of vectors (data.source="
-                           f"{cfg.data.source}), not text; use --task-example")
-    if arch.decoder is not None:
-        raise AttnlabError(f"model.objective={cfg.model.objective}: attnlab attention draws a "
-                           "single stack's maps, not the encoder-decoder's")
-    task = sources.task_of(cfg.data)
-    if example and task is None:
-        raise AttnlabError(f"--task-example: --run={run} trained on data.source="
-                           f"{cfg.data.source}, not a task; use --text")
-    if text and task is not None:
-        raise AttnlabError(f"--text: --run={run} trained on the token task {cfg.data.source}, "
-                           "which has no text; use --task-example")
-    if isinstance(task, icl_regression.RegressionTask):
-        tokens, labels = _regression_example(task, values.example)
-    elif task is not None:
-        windows = icl_data.TaskCorpus(task).validation_set(task.seq_len, values.example + 1, 1)
-        tokens = windows[0, values.example : values.example + 1, :-1]
-        labels = [str(t) for t in tokens[0]]
-    else:
-        tokenizer = prepare(cfg.data).tokenizer
-        tokens = np.asarray(tokenizer.encode(text), np.int32)[None]
-        if tokens.shape[1] > cfg.data.seq_len:
-            raise AttnlabError(f"--text is {tokens.shape[1]} tokens, longer than the run's "
-                               f"training context data.seq_len={cfg.data.seq_len}")
-        labels = [tokenizer.decode(np.asarray([t])).decode("utf-8", "replace") for t in tokens[0]]
-    from attnlab.model import inspect
-    from attnlab.train.load import load_params
-
+    from attnlab.data import sources
+    from attnlab.icl.plots import plot_maps
+    from attnlab.model import inspect, resolve
+    from attnlab.train.load import load_config, load_params
     from attnlab.train.step import packing_for
 
+    cfg = load_config(run)
+    arch = resolve(cfg.model)
+    task = sources.task_of(cfg.data)
+    _refuse_for_run(arch, cfg, task, run, text=text)
+    tokens, labels = _prompt(cfg, task, text, values.example)
     cfg, graphdef, params = load_params(run, values.step)
     packing = packing_for(cfg)  # data.document_mask: documents apart, as the run trained
     segments, positions = (None, None) if packing is None else packing.inputs(tokens)
@@ -177,13 +148,51 @@ def attention_main(argv: list[str]) -> int:
     if isinstance(task, icl_data.InductionTask):
         result.update(inspect.head_scores(attending, task.prefixes(tokens)))
     outputs.write_json(json_path, result)
-    from attnlab.icl.plots import plot_maps
-
     plot_maps([inspect.drawable(m[0]) for m in maps], labels, out_path,
               titles=[(k.mixer.name, "head") if k.mixer.map_is_distribution
                       else (f"{k.mixer.name} |alpha|", "channels") for k in kinds])
     print(f"maps: {out_path}\nscores: {json_path}")
     return 0
+
+
+def _refuse_for_run(arch, cfg, task, run: str, *, text: str) -> None:
+    """A prompt the run cannot read: text for a vector or token task, a task example for a
+    text run, and an encoder-decoder (two stacks' maps)."""
+    if arch.objective.reads_vectors and text:
+        raise AttnlabError(f"--text: --run={run} reads prompts of vectors (data.source="
+                           f"{cfg.data.source}), not text; use --task-example")
+    if arch.decoder is not None:
+        raise AttnlabError(f"model.objective={cfg.model.objective}: attnlab attention draws a "
+                           "single stack's maps, not the encoder-decoder's")
+    if not text and task is None:
+        raise AttnlabError(f"--task-example: --run={run} trained on data.source="
+                           f"{cfg.data.source}, not a task; use --text")
+    if text and task is not None:
+        raise AttnlabError(f"--text: --run={run} trained on the token task {cfg.data.source}, "
+                           "which has no text; use --task-example")
+
+
+def _prompt(cfg, task, text: str, example: int):
+    """(tokens [1, T] (or vectors [1, T, d]), a label per position): the task's validation
+    prompt ``example``, or the text."""
+    import numpy as np
+
+    from attnlab.data import icl as icl_data
+    from attnlab.data import icl_regression, prepare
+
+    if isinstance(task, icl_regression.RegressionTask):
+        return _regression_example(task, example)
+    if task is not None:
+        windows = icl_data.TaskCorpus(task).validation_set(task.seq_len, example + 1, 1)
+        tokens = windows[0, example : example + 1, :-1]
+        return tokens, [str(t) for t in tokens[0]]
+    tokenizer = prepare(cfg.data).tokenizer
+    tokens = np.asarray(tokenizer.encode(text), np.int32)[None]
+    if tokens.shape[1] > cfg.data.seq_len:
+        raise AttnlabError(f"--text is {tokens.shape[1]} tokens, longer than the run's "
+                           f"training context data.seq_len={cfg.data.seq_len}")
+    return tokens, [tokenizer.decode(np.asarray([t])).decode("utf-8", "replace")
+                    for t in tokens[0]]
 
 
 def _regression_example(task, example: int):
