@@ -75,22 +75,8 @@ def spec_from_config_dict(config: ml_collections.ConfigDict | Mapping[str, Any],
                           source: str = "") -> SweepSpec:
     """Validates an experiment ConfigDict (the output of its get_config) into a SweepSpec."""
     raw = config.to_dict() if isinstance(config, ml_collections.ConfigDict) else dict(config)
-    for key in raw:
-        if key not in _TOP_LEVEL_KEYS:
-            raise SweepSpecError(key, f"unknown top-level key; valid keys are "
-                                      f"{', '.join(_TOP_LEVEL_KEYS)}")
-    scale = raw.get("scale", "cpu")
-    if scale not in SCALES:
-        raise SweepSpecError("scale", f"unknown value {scale!r}; valid values are cpu, gpu")
+    scale, sweep = _sections(raw)
     base = _load_base(raw.get("base"), source)
-    sweep = raw.get("sweep")
-    if not isinstance(sweep, Mapping):
-        raise SweepSpecError("sweep", "missing: an experiment needs a sweep section "
-                                      "(mode, shapes or ladder, axes, ...)")
-    for key in sweep:
-        if key not in _SWEEP_KEYS:
-            raise SweepSpecError(f"sweep.{key}", f"unknown key; valid keys are "
-                                                 f"{', '.join(_SWEEP_KEYS)}")
     mode = sweep.get("mode", "grid")
     if mode not in modes.MODES:
         raise SweepSpecError("sweep.mode", f"unknown mode {mode!r}; valid modes are "
@@ -128,21 +114,47 @@ def spec_from_config_dict(config: ml_collections.ConfigDict | Mapping[str, Any],
     if not sweep.get("variants"):
         spec = _with_tuned_learning_rate(spec, "sweep.learning_rate")
     _check_relations(spec)
-    variants = _parse_variants(sweep.get("variants"), spec)
-    if variants:
-        for variant in variants:  # each variant's own sweep must be valid too
-            _check_variant_relations(spec, variant)
-        # Each variant reads the tuned learning rate for its own model (base width).
-        variants = tuple(_variant_with_tuned_learning_rate(spec, v) for v in variants)
-        spec = dataclasses.replace(spec, variants=variants,
-                                   baseline=_baseline(sweep.get("baseline"), variants))
-    elif sweep.get("baseline") is not None:
-        raise SweepSpecError("sweep.baseline", "names the variant others are compared with, but "
-                                               "the sweep has no sweep.variants")
+    spec = _with_variants(spec, sweep)
     from attnlab.sweep import tuning  # it plans sweeps: imported here, not in a cycle
 
     tuning.check(spec)
     return spec
+
+
+def _sections(raw: Mapping) -> tuple[str, Mapping]:
+    """(scale, the sweep section) of an experiment's dict, every key known."""
+    for key in raw:
+        if key not in _TOP_LEVEL_KEYS:
+            raise SweepSpecError(key, f"unknown top-level key; valid keys are "
+                                      f"{', '.join(_TOP_LEVEL_KEYS)}")
+    scale = raw.get("scale", "cpu")
+    if scale not in SCALES:
+        raise SweepSpecError("scale", f"unknown value {scale!r}; valid values are cpu, gpu")
+    sweep = raw.get("sweep")
+    if not isinstance(sweep, Mapping):
+        raise SweepSpecError("sweep", "missing: an experiment needs a sweep section "
+                                      "(mode, shapes or ladder, axes, ...)")
+    for key in sweep:
+        if key not in _SWEEP_KEYS:
+            raise SweepSpecError(f"sweep.{key}", f"unknown key; valid keys are "
+                                                 f"{', '.join(_SWEEP_KEYS)}")
+    return scale, sweep
+
+
+def _with_variants(spec: SweepSpec, sweep: Mapping) -> SweepSpec:
+    """``spec`` with its sweep.variants (each checked as its own sweep, each with the tuned
+    learning rate of its own model) and the baseline among them."""
+    variants = _parse_variants(sweep.get("variants"), spec)
+    if not variants:
+        if sweep.get("baseline") is not None:
+            raise SweepSpecError("sweep.baseline", "names the variant others are compared with, "
+                                                   "but the sweep has no sweep.variants")
+        return spec
+    for variant in variants:  # each variant's own sweep must be valid too
+        _check_variant_relations(spec, variant)
+    variants = tuple(_variant_with_tuned_learning_rate(spec, v) for v in variants)
+    return dataclasses.replace(spec, variants=variants,
+                               baseline=_baseline(sweep.get("baseline"), variants))
 
 
 def _check_variant_relations(spec: SweepSpec, variant: Variant) -> None:
@@ -317,8 +329,9 @@ def _parse_axes(raw: Any) -> tuple[tuple[str, tuple[Any, ...]], ...]:
     axes = []
     for section, keys in raw.items():
         if section not in _SECTIONS:
-            raise SweepSpecError(f"sweep.axes.{section}", "unknown section; axes mirror the config: "
-                                 "sweep.axes.model.*, sweep.axes.data.*, sweep.axes.train.*")
+            raise SweepSpecError(f"sweep.axes.{section}",
+                                 "unknown section; axes mirror the config: sweep.axes.model.*, "
+                                 "sweep.axes.data.*, sweep.axes.train.*")
         if not isinstance(keys, Mapping):
             raise SweepSpecError(f"sweep.axes.{section}", "expected a section of keys, e.g. "
                                  f"sweep.axes.{section}.<key> = (value1, value2)")
