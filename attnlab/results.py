@@ -48,14 +48,17 @@ from attnlab.rundir import (CSV_FILE, DIVERGED, FAILED, FAILURE_FILE, FINAL_STAT
                             atomic_path, read_json_or_none, read_metrics, run_status)
 
 _LEADING = ["run_id", "status", "sweep", "mode", "budget"]
+CORPUS_COLUMN = "corpus"
+CORPUS_ID_DIGITS = 12
 OBJECTIVE_COLUMN = "model.objective"
 DEFAULT_OBJECTIVE = ModelConfig().objective
 # Ladder sweeps: a trunk's or a cooldown branch's role, a branch's trunk (run id) and the 6ND
 # FLOPs it shares with the trunk (its ``flops`` count them too: the compute of its result).
 _LADDER = ["role", "trunk", "shared_flops"]
 _TRAILING = ["params", "non_embedding_params", "embedding_params", "tokens", "unique_tokens",
-             "epochs", "steps", "total_steps", "flops", "flops_chinchilla", "final_val_loss",
-             "best_val_loss", "final_train_loss", "wall_seconds", "tokens_per_s", "mfu", "error"]
+             "epochs", "corpus", "steps", "total_steps", "flops", "flops_chinchilla",
+             "final_val_loss", "best_val_loss", "final_train_loss", "wall_seconds",
+             "tokens_per_s", "mfu", "error"]
 
 
 # A mixture's columns per source, each name followed by the source's: unique_tokens/web, ...
@@ -72,6 +75,15 @@ def run_dirs(workdir: str | Path) -> list[Path]:
     if not runs.is_dir():
         return []
     return sorted(p for p in runs.iterdir() if (p / RUN_FILE).exists())
+
+
+def corpus_id(manifest: dict | None) -> str | None:
+    """``sha256:`` and the first 12 hex digits of the prepared corpus's sha256 (its
+    manifest's): runs with the same id read the same bytes. pystdlib is the running Python's
+    standard library, so its id changes with the Python version, and so do the losses. (The
+    prefix keeps a table read back from CSV from taking an all-digit id for a number.)"""
+    digest = (manifest or {}).get("sha256")
+    return f"sha256:{digest[:CORPUS_ID_DIGITS]}" if isinstance(digest, str) else None
 
 
 def run_row(run_dir: str | Path) -> dict[str, Any]:
@@ -106,6 +118,7 @@ def run_row(run_dir: str | Path) -> dict[str, Any]:
     row["unique_tokens"] = summary.get("unique_tokens")
     row["epochs"] = (row["tokens"] / row["unique_tokens"]
                      if row["tokens"] is not None and row["unique_tokens"] else None)
+    row["corpus"] = corpus_id(summary.get("dataset"))
     if finished:
         row.update({k: v for k, v in summary.items() if k.startswith(PER_SOURCE)})
     row["total_steps"] = planned.get("steps")
@@ -239,7 +252,7 @@ def curves(path: str | Path) -> pd.DataFrame:
     return _uniform_columns(pd.concat(frames, ignore_index=True))
 
 
-_NUMERIC = [c for c in _TRAILING if c != "error"] + ["shared_flops"] + [
+_NUMERIC = [c for c in _TRAILING if c not in ("error", CORPUS_COLUMN)] + ["shared_flops"] + [
     "budget", "step", "tokens", "loss", "val_loss", "lr", "grad_norm"]
 
 

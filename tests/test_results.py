@@ -101,6 +101,27 @@ def test_unique_tokens_and_epochs_columns(sweep_dir):
     assert list(pd.read_csv(workdir / "results.csv").columns) == ["run_id", *table.columns]
 
 
+def test_the_corpus_column_names_the_bytes_and_a_fit_notes_a_mix(sweep_dir):
+    """corpus: the prepared corpus's sha256 prefix from the run's manifest (pystdlib differs
+    by Python version); a fit over runs of two corpora says so, and one corpus says nothing."""
+    from attnlab.scaling.table import prepare_points
+
+    workdir, runs, dirs = sweep_dir
+    for i, (run, run_dir) in enumerate(zip(runs, dirs)):
+        digest = ("12" if i < 3 else "1e") * 32  # read back as text, not as numbers
+        write(run_dir / "summary.json", summary(run, dataset={"sha256": digest}))
+    results.write_table(workdir)
+    table = pd.read_csv(workdir / "results.csv")
+    corpus = dict(zip(table["run_id"], table["corpus"]))
+    first, second = "sha256:" + "12" * 6, "sha256:" + "1e" * 6
+    assert [corpus[run.run_id] for run in runs] == [first] * 3 + [second]
+    assert results.corpus_id({"name": "no hash"}) is None and results.corpus_id(None) is None
+    mixed = prepare_points(table, law="chinchilla")
+    assert [n for n in mixed.notes if "2 different corpora" in n and "121212121212 x 3" in n]
+    one = prepare_points(table[table["corpus"] == first], law="chinchilla")
+    assert not [n for n in one.notes if "corpora" in n]
+
+
 def test_write_table_is_atomic_and_loads_back(sweep_dir):
     workdir, runs, dirs = sweep_dir
     write(dirs[0] / "summary.json", summary(runs[0]))
