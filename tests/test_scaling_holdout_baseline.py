@@ -48,6 +48,15 @@ def test_markov_ladder_holdout_prints_the_baseline_that_beats_the_law():
     text = format_holdout(held)
     assert "naive baseline (smaller size, same D: 6): mean |error| 0.35%" in text
     assert "skill (law / baseline mean |error|)" in text and "floor 3.7384" in text
+    # The figure shows the baseline's predictions beside the law's, and the skill in its title.
+    from attnlab.plots.scaling import plot_holdout
+
+    ax = plot_holdout(held).axes[0]
+    baseline_points = [c for c in ax.collections if c.get_label() == "naive baseline"]
+    assert len(baseline_points) == 1
+    assert np.allclose(np.sort(baseline_points[0].get_offsets()[:, 1]),
+                       np.sort(held.frame["baseline"].to_numpy()))
+    assert f"skill {baseline['skill']:.2f} against the baseline" in ax.get_title()
 
 
 def test_floor_flags_budget_predictions_in_report_and_json(tmp_path, capsys):

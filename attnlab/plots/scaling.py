@@ -410,12 +410,13 @@ def plot_group_frontiers(grouped, budgets: np.ndarray | None = None) -> Figure:
 
 def plot_holdout(result) -> Figure:
     """Predicted against observed loss for the runs a fit did not see
-    (``attnlab.scaling.holdout.HoldoutResult``), with each prediction's bootstrap interval and
-    the identity line; the title gives the mean |relative error|."""
+    (``attnlab.scaling.holdout.HoldoutResult``), with each prediction's bootstrap interval, the
+    naive baseline's prediction (open markers) and the identity line; the title gives the mean
+    |relative error| and the law's skill against the baseline."""
     frame = result.frame
     figure, ax = _figure(5.6, 5.0)
-    low = np.nanmin(np.concatenate([frame["observed"], frame["predicted"]]))
-    high = np.nanmax(np.concatenate([frame["observed"], frame["predicted"]]))
+    shown = np.concatenate([frame["observed"], frame["predicted"], frame["baseline"]])
+    low, high = np.nanmin(shown), np.nanmax(shown)
     pad = 0.05 * (high - low if high > low else max(abs(high), 1.0))
     ax.plot([low - pad, high + pad], [low - pad, high + pad], color="grey", lw=1,
             label="predicted = observed")
@@ -425,14 +426,20 @@ def plot_holdout(result) -> Figure:
                     yerr=[frame["predicted"][has_interval] - frame["low"][has_interval],
                           frame["high"][has_interval] - frame["predicted"][has_interval]],
                     fmt="none", ecolor="tab:blue", alpha=0.6, label="bootstrap interval")
+    if frame["baseline"].notna().any():
+        ax.scatter(frame["observed"], frame["baseline"], facecolors="none", edgecolors="grey",
+                   zorder=2, label="naive baseline")
     points = ax.scatter(frame["observed"], frame["predicted"], c=np.log10(frame["params"]),
                         cmap="viridis", zorder=3)
     figure.colorbar(points, ax=ax, label="log10 parameters N")
     ax.set_xlabel(f"observed {LOSS_LABEL}")
     ax.set_ylabel(f"predicted {LOSS_LABEL}")
     summary = result.summary()
+    skill = summary["baseline"]["skill"]
     ax.set_title(f"held out ({result.spec}): {summary['held_out_runs']} runs, mean |error| "
-                 f"{100 * summary['mean_abs_relative_error']:.2f}%", fontsize=10)
+                 f"{100 * summary['mean_abs_relative_error']:.2f}%"
+                 + (f", skill {skill:.2f} against the baseline" if skill is not None else ""),
+                 fontsize=10)
     problems = _fit_problems(result.fit)
     if problems:
         _note(ax, "; ".join(problems))
