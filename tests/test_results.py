@@ -101,9 +101,10 @@ def test_unique_tokens_and_epochs_columns(sweep_dir):
     assert list(pd.read_csv(workdir / "results.csv").columns) == ["run_id", *table.columns]
 
 
-def test_the_corpus_column_names_the_bytes_and_a_fit_notes_a_mix(sweep_dir):
+def test_the_corpus_column_names_the_bytes_and_a_fit_notes_a_mix(sweep_dir, capsys):
     """corpus: the prepared corpus's sha256 prefix from the run's manifest (pystdlib differs
     by Python version); a fit over runs of two corpora says so, and one corpus says nothing."""
+    from attnlab.scaling.compare_cli import compare_main
     from attnlab.scaling.table import prepare_points
 
     workdir, runs, dirs = sweep_dir
@@ -120,6 +121,9 @@ def test_the_corpus_column_names_the_bytes_and_a_fit_notes_a_mix(sweep_dir):
     assert [n for n in mixed.notes if "2 different corpora" in n and "121212121212 x 3" in n]
     one = prepare_points(table[table["corpus"] == first], law="chinchilla")
     assert not [n for n in one.notes if "corpora" in n]
+    code = compare_main([f"--sweep={workdir / 'results.csv'}", "--by=model.pos_encoding",
+                         "--baseline=rope", "--match=model.d_model"])
+    assert code == 0 and "note: the runs trained on 2 different corpora" in capsys.readouterr().out
 
 
 def test_write_table_is_atomic_and_loads_back(sweep_dir):

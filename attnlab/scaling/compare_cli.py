@@ -12,7 +12,7 @@ from attnlab.errors import AttnlabError
 from attnlab.scaling.compare import DEFAULT_MATCH, format_differences, paired_differences
 from attnlab.scaling.errors import FitInputError
 from attnlab.scaling.result import jsonable
-from attnlab.scaling.table import read_table
+from attnlab.scaling.table import corpora_notes, read_table
 
 
 COMPARE_HELP = """\
@@ -53,14 +53,16 @@ def compare_main(argv: list[str]) -> int:
         if not match:
             raise FitInputError("--match: give at least one column")
         by, baseline, metric = (values[n].value for n in ("by", "baseline", "metric"))
-        frame = paired_differences(read_table(values["sweep"].value), by=by,
-                                   baseline=baseline, match=match, metric=metric,
+        table = read_table(values["sweep"].value)
+        frame = paired_differences(table, by=by, baseline=baseline, match=match, metric=metric,
                                    level=level, pair=values["pair"].value)
     except AttnlabError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     sys.stdout.write(format_differences(frame, by=by, baseline=baseline, metric=metric,
                                         match=match, level=level, pair=values["pair"].value))
+    for note in corpora_notes(table):
+        print(f"note: {note}")
     if values["json"].value:
         payload = {"by": by, "baseline": baseline, "metric": metric, "match": list(match),
                    "pair": values["pair"].value,

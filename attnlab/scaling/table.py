@@ -214,23 +214,22 @@ def prepare_points(df: pd.DataFrame, *, law: str | Law, source: str = "results",
     used.update(law.table_columns(df, mapping, source))
     _cluster_column(df, cluster, used, source, notes)
     _repeats_note(df, used, notes)
-    _corpora_note(df, notes)
+    notes += corpora_notes(df)
     return law.check_table(_finish(df, used, law, source, notes))
 
 
-def _corpora_note(df, notes) -> None:
+def corpora_notes(df: pd.DataFrame) -> list[str]:
     """A note when the rows trained on different corpora (the results table's corpus column,
     a hash of the bytes): their losses are not on one scale, e.g. pystdlib built by two Python
     versions."""
     column = sweep_results.CORPUS_COLUMN
-    if column not in df.columns:
-        return
-    counts = df[column].dropna().value_counts()
-    if len(counts) > 1:
-        found = ", ".join(f"{k} x {v}" for k, v in counts.items())
-        notes.append(f"the runs trained on {len(counts)} different corpora (column {column!r}: "
-                     f"{found}), whose losses need not be comparable; --by={column} fits each "
-                     "alone")
+    counts = df[column].dropna().value_counts() if column in df.columns else []
+    if len(counts) < 2:
+        return []
+    found = ", ".join(f"{k} x {v}" for k, v in counts.items())
+    return [f"the runs trained on {len(counts)} different corpora (column {column!r}: {found}), "
+            f"whose losses need not be comparable: fit or compare each corpus's runs alone "
+            f"(attnlab fit --by={column})"]
 
 
 def _repeats_note(df, used, notes) -> None:
