@@ -4,7 +4,7 @@
 # member = lone run).
 #
 #   benchmarks/device_session.sh [--smoke] [--out DIR] [--work DIR] [--budget SECONDS]
-#                                [--stages "quickstart gpu hparams architectures checks"]
+#                                [--stages "quickstart regression gpu hparams architectures checks"]
 #
 # Every stage writes its table into DIR ($OUT on a lent machine, else sweeps/device_session/out):
 # env.json, quickstart.csv + quickstart_report.txt, hparams.csv, gpu.md, architectures.csv +
@@ -25,6 +25,10 @@
 # than one lease holds (a fresh machine starts its sweep from nothing).
 # hparams: the hyperparameter grid (experiments/hparams.py:gpu_refined, 120 runs in 24 ensembles)
 # is swept there and fitted here from its table (attnlab fit --law=hparams --sweep=hparams.csv).
+# regression: experiments/regression_seeds.py (the in-context regression known answer at seeds
+# 0-2, one ensemble; hours on the 2-core CPU), then `attnlab icl --sweep` on it: regression.csv
+# (the sweep's table) and regression_icl.json (error per k beside every baseline, per run). With
+# env.json, session.log and the default stages' files that is the 8 files a lease brings back.
 #
 # On a lent machine, with its own image's jax, the packages the image lacks travel as wheels
 # (benchmarks/device_wheels.sh, run here first; .whl/ is named in the run's carry):
@@ -40,7 +44,7 @@ BUDGET=480
 OUTDIR=${OUT:-}
 WORK=
 CORPUS=.corpus/pystdlib.tar.xz
-STAGES="quickstart gpu hparams"
+STAGES="quickstart regression gpu hparams"
 while [ $# -gt 0 ]; do
   case "$1" in
     --smoke) SMOKE=1 ;;
@@ -119,6 +123,16 @@ grid() {
 }
 wanted() { case " $STAGES " in *" $1 "*) return 0 ;; esac; return 1; }
 
+# icl NAME EXPERIMENT: a task sweep (`grid`), then `attnlab icl --sweep` scores its finished runs.
+icl() {
+  local name=$1
+  grid "$@"
+  [ -e "$WORK/.done-$name" ] || return 0
+  stage "${name}_icl" "${ATTNLAB[@]}" icl --sweep="$WORK/$name"
+  cp -f "$WORK/$name/icl.json" "$WORK/${name}_icl.json" 2>/dev/null
+  publish
+}
+
 # timed NAME SECONDS COMMAND...: a stage that needs about SECONDS (measured on an H200), run
 # only when that much of the budget is left.
 timed() {
@@ -139,12 +153,14 @@ if [ "$SMOKE" = 1 ]; then
   PARALLEL=1 BOOTSTRAP=8
   wanted quickstart && study quickstart experiments/tiny_isoflop.py
   wanted gpu && stage gpu bash -c "$PY benchmarks/gpu.py --smoke --ks 1,2 > '$WORK/gpu.md'"
+  wanted regression && icl regression experiments/regression_seeds.py:smoke
   wanted hparams && grid hparams experiments/tiny_grid.py
   wanted architectures && study architectures experiments/tiny_isoflop.py
   wanted checks && stage checks "$PY" benchmarks/device_checks.py --smoke --out "$WORK/checks.md"
 else
   PARALLEL=4 BOOTSTRAP=200
   wanted quickstart && study quickstart experiments/quickstart.py:gpu
+  wanted regression && icl regression experiments/regression_seeds.py:gpu
   wanted gpu && timed gpu 150 bash -c "$PY benchmarks/gpu.py --batch 32 --ks 1,16 > '$WORK/gpu.md'"
   wanted hparams && grid hparams experiments/hparams.py:gpu_refined
   wanted architectures && study architectures experiments/architectures.py:gpu
@@ -152,6 +168,7 @@ else
 fi
 publish
 missing=$(for s in env $STAGES; do [ -e "$WORK/.done-$s" ] || echo -n "$s "; done)
+wanted regression && { [ -e "$WORK/.done-regression_icl" ] || missing+="regression_icl "; }
 say "stages not done: ${missing:-none}; results in $OUTDIR"
 publish
 [ -z "$missing" ]

@@ -9,7 +9,9 @@ The claim (docs/icl.md): within 0.05 of least squares at every k >= d + 2, and b
 gradient descent at every k >= d. The seeds differ in ``train.seed`` alone, so ``--ensemble=auto``
 trains them as one program. The config is sized for the CPU (one seed took 75 minutes here; the
 three together take a few hours and the sweep resumes where it stopped), so both scales plan
-the same runs.
+the same runs; a lent accelerator runs the gpu scale (benchmarks/device_session.sh, stage
+regression). ``smoke`` is a CPU-sized stand-in for that script's --smoke: 2 seeds of a 1-layer
+model for 30 steps, which tests the plumbing, not the claim.
 """
 
 from ml_collections import ConfigDict
@@ -17,7 +19,7 @@ from ml_collections import ConfigDict
 
 def get_config(scale: str = "cpu") -> ConfigDict:
     config = ConfigDict()
-    config.scale = scale
+    config.scale = "cpu" if scale == "smoke" else scale
     config.base = "configs/icl_regression.py"
     config.sweep = sweep = ConfigDict()
     sweep.name = "regression_seeds"
@@ -27,4 +29,7 @@ def get_config(scale: str = "cpu") -> ConfigDict:
     sweep.shapes = ((64, 4, 4, 1e-3),)
     sweep.axes = ConfigDict()
     sweep.axes.train = ConfigDict({"seed": (0, 1, 2)})
+    if scale == "smoke":
+        sweep.shapes = ((16, 1, 2, 1e-3),)
+        sweep.axes.train = ConfigDict({"seed": (0, 1), "steps": (30,), "warmup_steps": (3,)})
     return config
