@@ -85,7 +85,7 @@ def test_a_registered_source_adds_its_rules_and_shares_the_common_ones(counting,
 
 def test_an_unregistered_source_is_refused_with_the_registered_names(counting):
     with pytest.raises(ConfigError) as error:
-        sources.resolve("countin")
+        sources.source_named("countin")
     assert error.value.field == "data.source"
     assert "counting" in error.value.reason and "pystdlib" in error.value.reason
     assert "tfds:<name>/<feature>" in error.value.reason

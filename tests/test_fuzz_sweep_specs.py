@@ -382,7 +382,7 @@ def check_one(raw: dict) -> None:
     try:
         spec = spec_from_config_dict(raw)
         # A tuned sweep: its tuning runs, then its study at placeholder rates.
-        runs = (tuning.tuning_plan(spec) + plan(tuning.resolve(spec, tuning.placeholder(spec)))
+        runs = (tuning.tuning_plan(spec) + plan(tuning.with_picks(spec, tuning.placeholder(spec)))
                 if spec.tune else plan(spec))
     except ConfigError as e:
         assert real_field(e.field, raw), f"names no field of the spec: {e.field!r} ({e})"

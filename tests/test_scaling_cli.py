@@ -268,7 +268,7 @@ def test_loss_vs_params_draws_the_size_curve_only_of_a_law_fitted_per_size(form,
 
     frame = isoflop_points(CHINCHILLA_PUBLISHED, np.geomspace(1e18, 1e20, 3),
                            rng=np.random.default_rng(6))
-    law = registry.resolve("kaplan", None, form)
+    law = registry.law_named("kaplan", None, form)
     table = prepare_points(frame, law=law)
     figure = plot_loss_vs_params(table.frame, fit_table(table, law=law))
     labels = [line.get_label() for line in figure.axes[0].get_lines()]

@@ -17,7 +17,7 @@ from attnlab.scaling.cli import fit_main
 from attnlab.scaling.errors import FitInputError
 from attnlab.scaling.fitting import fit_table
 from attnlab.scaling.ladder import isoflop_slices
-from attnlab.scaling.registry import resolve
+from attnlab.scaling.registry import law_named
 from attnlab.scaling.result import ScalingFit
 from attnlab.scaling.synthetic import CHINCHILLA_PUBLISHED, ladder_points
 from attnlab.scaling.table import prepare_points
@@ -81,7 +81,7 @@ def test_rows_without_a_cluster_value_are_their_own_clusters():
 def _fit(requested, kept):
     samples = {"a": np.linspace(0.4, 0.6, kept), "b": np.linspace(0.4, 0.6, kept),
                "k_N": np.ones(kept), "k_D": np.ones(kept)}
-    return ScalingFit(part=resolve("chinchilla", 2), params={"a": 0.5, "b": 0.5, "k_N": 1.0,
+    return ScalingFit(part=law_named("chinchilla", 2), params={"a": 0.5, "b": 0.5, "k_N": 1.0,
                                                                "k_D": 1.0},
                       samples=samples, ci_level=0.95, n_points=20, objective=0.0,
                       objective_name="", n_bootstrap_requested=requested)
@@ -179,7 +179,7 @@ def test_intervals_too_wide_to_act_on_are_unpinned_and_shown_by_name():
     assert rows[-1] == "a"  # below the pinned ones
     row = next(line for line in report.splitlines() if line.strip().startswith("a "))
     assert "not pinned" in row and "0.5" not in row.split()[1]
-    e = ScalingFit(part=resolve("chinchilla", 3), params={"E": 2.0}, ci_level=0.95,
+    e = ScalingFit(part=law_named("chinchilla", 3), params={"E": 2.0}, ci_level=0.95,
                    samples={"E": np.linspace(1.6, 2.4, 200)}, n_points=20, objective=0.0,
                    objective_name="", n_bootstrap_requested=200)
     assert "E" in e.too_wide  # width 0.78 > 30% of 2.0

@@ -286,4 +286,4 @@ def test_a_decay_constant_spanning_orders_of_magnitude_is_not_pinned():
     assert "R_D or R_N's spanning more than a factor 10" in wide.to_dict()["pin_rule"]
     from attnlab.scaling import registry
 
-    assert "factor" not in pin_rule(registry.resolve("chinchilla"))
+    assert "factor" not in pin_rule(registry.law_named("chinchilla"))

@@ -45,7 +45,7 @@ def table(noise=0.0, seed=0, sizes=(1e5, 3e5, 1e6, 3e6), tokens=(1e8, 1e9), shif
 
 
 def fit(frame, **options):
-    return registry.resolve("hparams").fit(frame, source="t", **{
+    return registry.law_named("hparams").fit(frame, source="t", **{
         "method": "smooth", "near": 0.0025, "n_bootstrap": 0, "seed": 0, "ci_level": 0.95,
         **options})
 

@@ -101,7 +101,7 @@ def test_an_unregistered_law_is_refused_with_the_registered_names(results, capsy
     ("clark", 3, "n", ("clark", None)),
 ])
 def test_resolve_reads_each_familys_selector(law, approach, form, expected):
-    part = registry.resolve(law, approach, form)
+    part = registry.law_named(law, approach, form)
     assert (part.name, part.variant) == expected
     assert type(part) is registry.LAWS[expected]
 
@@ -109,7 +109,7 @@ def test_resolve_reads_each_familys_selector(law, approach, form, expected):
 def test_resolve_refuses_a_variant_the_family_lacks():
     with pytest.raises(FitInputError, match=r"--approach must be one of 1, 2, 3 for "
                                             r"--law=chinchilla, not 4"):
-        registry.resolve("chinchilla", approach=4)
+        registry.law_named("chinchilla", approach=4)
 
 
 def test_every_law_declares_what_its_fit_can_answer():

@@ -148,7 +148,7 @@ def planned(name: str, scale: str):
     spec = load_spec(f"experiments/{name}.py:{scale}")
     if spec.tune is None:
         return plan(spec)
-    return tuning.tuning_plan(spec) + plan(tuning.resolve(spec, tuning.placeholder(spec)))
+    return tuning.tuning_plan(spec) + plan(tuning.with_picks(spec, tuning.placeholder(spec)))
 
 
 def sha256(obj) -> str:

@@ -175,7 +175,7 @@ def test_the_study_trains_each_arm_at_its_pick():
     rows = synthetic_rows(spec, optimum, noise=0.0)
     out = tuning.choose(spec, tuning.tuning_plan(spec), rows, resamples=50)
     sp, mup = out["arms"]["sp"], out["arms"]["mup"]
-    runs = plan(tuning.resolve(spec, out["arms"]))
+    runs = plan(tuning.with_picks(spec, out["arms"]))
     assert len(runs) == 8
     for run in runs:
         d, lr = run.cfg.model.d_model, run.cfg.train.learning_rate
@@ -244,7 +244,7 @@ def test_dry_run_shows_both_stages_and_the_recorded_picks(tmp_path):
     recorded = tuning.choose(spec, tuning.tuning_plan(spec), rows, resamples=20)
     rundir.write_json_atomic(tmp_path / rundir.TUNING_FILE, recorded)
     _, (_, table, notes) = stages.dry_run_stages(spec, tmp_path, probe="none")
-    study_runs = plan(tuning.resolve(spec, recorded["arms"]))
+    study_runs = plan(tuning.with_picks(spec, recorded["arms"]))
     assert list(table["run_id"]) == [r.run_id for r in study_runs]
     assert list(table["lr"]) == [r.cfg.train.learning_rate for r in study_runs]
     assert {n.split(" (")[0] for n in notes if n.startswith("tuned ")} == {"tuned sp", "tuned mup"}
@@ -353,7 +353,7 @@ def test_tune_then_study_interrupted_resumed_and_rerun(tmp_path):
     spec = load_spec(str(source))
     assert recorded["tuning_runs"] == [r.run_id for r in tuning.tuning_plan(spec)]
     # The study's runs are those of the recorded picks, at their rates, every one completed.
-    study_runs = plan(tuning.resolve(spec, recorded["arms"]))
+    study_runs = plan(tuning.with_picks(spec, recorded["arms"]))
     from attnlab import results
 
     table = results.load(workdir)

@@ -72,7 +72,7 @@ class FunctionClass:
 
 
 @dataclasses.dataclass(frozen=True)
-class Linear(FunctionClass):
+class LinearFunction(FunctionClass):
     """Linear functions ``f(x) = w . x``, ``w ~ N(0, I_d)`` (Garg et al. 2022, section 3)."""
 
 
@@ -149,7 +149,7 @@ class ReluNet(FunctionClass):
             error[-1] < baselines["least_squares"][-1])}
 
 
-FUNCTIONS = {c.name: c for c in (Linear, SparseLinear, ReluNet)}
+FUNCTIONS = {c.name: c for c in (LinearFunction, SparseLinear, ReluNet)}
 
 
 def function_of(cfg) -> FunctionClass:

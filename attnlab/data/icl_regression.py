@@ -13,7 +13,7 @@ import dataclasses
 import numpy as np
 
 from attnlab.data.icl import TaskBatches, TaskCorpus, batch_rng
-from attnlab.data.icl_functions import FunctionClass, Linear, function_of
+from attnlab.data.icl_functions import FunctionClass, LinearFunction, function_of
 from attnlab.errors import ConfigError
 
 
@@ -40,7 +40,7 @@ class RegressionTask:
     curriculum_every: int = 0  # steps per curriculum stage; 0: none
     dim_start: int = 0  # 0: the full dim from the start
     examples_start: int = 0  # 0: every example scored from the start
-    function: FunctionClass = Linear()  # what y = f(x) each prompt draws (icl_functions.py)
+    function: FunctionClass = LinearFunction()  # what y = f(x) each prompt draws (icl_functions.py)
 
     name = "regression"
 
@@ -109,7 +109,7 @@ class RegressionTask:
         runs made before the classes existed keep their manifests)."""
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                   if f.name != "function"}
-        if self.function != Linear():
+        if self.function != LinearFunction():
             fields.update(self.function.summary())
         return {"source": self.name, **fields}
 
@@ -201,7 +201,7 @@ def _averaging(x, y, query):
 
 
 def regression_baselines(xs: np.ndarray, ys: np.ndarray, noise: float,
-                         neighbours: int = 3, function: FunctionClass = Linear(),
+                         neighbours: int = 3, function: FunctionClass = LinearFunction(),
                          functions=None) -> dict[str, np.ndarray]:
     """Each baseline's normalised squared error at every ``k`` (float64, no training):
     ``mean_b (yhat_bk - y_bk)^2 / d``, predicting ``y_k`` from the ``k`` examples before it.

@@ -2,7 +2,7 @@
 prefix, in :data:`PREFIXES`), which says what the source yields, which data fields only it
 reads, the rules it adds (raising ConfigError naming the field) and how it is built.
 
-    source = resolve(cfg.data.source)   # raises ConfigError("data.source", ...)
+    source = source_named(cfg.data.source)   # raises ConfigError("data.source", ...)
     source = validate(cfg.data)         # and every rule of the data section with that source
     corpus = prepare(cfg.data)          # built once into the cache, then memory-mapped
 
@@ -276,7 +276,7 @@ class Mixture(Source):
         paths = tuple(n for n, cls in SOURCES.items() if cls.reads_path)
         out = []
         for entry in mixture.parse(d.mixture, paths):
-            source = mixture.for_entry(entry, resolve, entry.source)
+            source = mixture.for_entry(entry, source_named, entry.source)
             if not source.mixable:
                 raise ConfigError("data.mixture", f"{entry.text!r}: a mixture mixes corpora; "
                                   f"{entry.source} is not one")
@@ -330,7 +330,7 @@ SOURCES = {s.name: s for s in (Pystdlib, TextFiles, Markov, Induction, Mqar, Reg
 PREFIXES = {Tfds.prefix: Tfds}  # sources named by a prefix and the rest of the name
 
 
-def resolve(name: str) -> Source:
+def source_named(name: str) -> Source:
     """The source ``data.source`` names. Raises ConfigError("data.source") when none does."""
     if name in SOURCES:
         return SOURCES[name]()
@@ -346,7 +346,7 @@ def source_of(d) -> Source:
     """The source of the data section ``d``: its mixture when ``data.mixture`` is set (with
     data.source unset or ``mixture``)."""
     if not d.mixture:
-        return resolve(d.source)
+        return source_named(d.source)
     if d.source not in (_DEFAULTS["source"], Mixture.name):
         raise ConfigError("data.mixture", f"names the sources and data.source={d.source} names "
                           "one: put it in data.mixture and leave data.source unset")

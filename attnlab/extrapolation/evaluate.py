@@ -443,7 +443,7 @@ def evaluate_run(run_dir: str | Path, settings: EvalSettings = EvalSettings(), *
 
     run_dir = Path(run_dir)
     settings.validate()
-    if (run_dir / "config.json").exists() and sources.resolve(
+    if (run_dir / "config.json").exists() and sources.source_named(
             load_config(run_dir).data.source).is_task:
         # A task's windows are fixed-length structures, not a text to read at longer contexts.
         raise EvaluationError(f"{run_dir}: data.source={load_config(run_dir).data.source} is "

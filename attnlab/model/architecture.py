@@ -43,13 +43,13 @@ from attnlab.model import parameterization, positions, readin, relative, rope, s
 
 ENCODINGS = {c.name: c for c in (positions.NoPE, positions.Sinusoidal, positions.LearnedPositions,
                                  rope.RoPE, positions.ALiBi, relative.T5Bias)}
-SCORE_SCALES = {c.name: c for c in (scales.InverseSqrt, scales.MuP, scales.Unscaled,
-                                    scales.LearnedTemperature, scales.Cosine)}
+SCORE_SCALES = {c.name: c for c in (scales.InverseSqrt, scales.MuPScale, scales.Unscaled,
+                                    scales.LearnedTemperature, scales.CosineScale)}
 MASKS = {c.name: c for c in (masks.Causal, masks.SlidingWindow)}
-MIXERS = {c.name: c for c in (mixers.Softmax, mixers.Linear, mixers.Performer, mixers.Mamba)}
+MIXERS = {c.name: c for c in (mixers.Softmax, mixers.LinearMixer, mixers.Performer, mixers.Mamba)}
 FFNS = {c.name: c for c in (ffn.ReLU, ffn.GELU, ffn.SwiGLU, ffn.GeGLU, ffn.NoFFN,
                              ffn.GELUErf)}
-HEADS = {c.name: c for c in (heads.Linear, heads.Bert, heads.T5)}
+HEADS = {c.name: c for c in (heads.LinearHead, heads.BertHead, heads.T5Head)}
 ROUTINGS = {c.name: c for c in (moe.Dense, moe.TokenChoice)}
 NORMS = {c.name: c for c in (layers.LayerNorm, layers.RMSNorm)}
 BLOCKS = {c.name: c for c in (blocks.PreNorm, blocks.PostNorm, ngpt.NGPT)}

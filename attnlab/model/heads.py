@@ -75,7 +75,7 @@ class Head:
         return 0.0
 
 
-class Linear(Head):
+class LinearHead(Head):
     name = "linear"
     title = "the linear head"
 
@@ -91,7 +91,7 @@ class BertHeadModule(nnx.Module):
         self.bias = nnx.Param(jnp.zeros((cfg.vocab_size,), jnp.float32))
 
 
-class Bert(Head):
+class BertHead(Head):
     """BERT's masked-LM head (module docstring)."""
 
     name = "bert"
@@ -124,7 +124,7 @@ class Bert(Head):
         return 2.0 * self.cfg.d_model ** 2
 
 
-class T5(Head):
+class T5Head(Head):
     """T5's tied head: the hidden state times ``d_model^-0.5`` (module docstring)."""
 
     name = "t5"

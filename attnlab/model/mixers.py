@@ -157,7 +157,7 @@ class Softmax(SequenceMixer):
         return 2.0 * self.mask.keys_per_query(seq_len) * self.cfg.n_heads * self.cfg.head_dim
 
 
-class Linear(SequenceMixer):
+class LinearMixer(SequenceMixer):
     """Causal linear attention with ``phi = elu + 1`` (Katharopoulos et al. 2020)."""
 
     name = "linear"
@@ -216,7 +216,7 @@ class Linear(SequenceMixer):
         return {"weights": 8.0 * d * cfg.n_heads * hd, "context": float(cfg.n_heads * per_head)}
 
 
-class Performer(Linear):
+class Performer(LinearMixer):
     """Causal linear attention with FAVOR+ positive orthogonal random features
     (Choromanski et al. 2021), ``m = model.mixer_features``, fixed per layer (see
     :mod:`attnlab.model.linear_attention`)."""

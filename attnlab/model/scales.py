@@ -73,7 +73,7 @@ class InverseSqrt(ScoreScale):
     name = "rsqrt"
 
 
-class MuP(ScoreScale):
+class MuPScale(ScoreScale):
     """``1/d_k`` (muP, Yang et al. 2022, Tensor Programs V section 4): once q and k are correlated
     (after training) their product grows like ``d_k``, so ``1/d_k`` keeps the logits ``O(1)``
     across widths. Under ``model.parameterization=mup`` it is anchored at the base head width
@@ -128,7 +128,7 @@ def l2_normalize(x: jax.Array) -> jax.Array:
     return (x32 / jnp.maximum(norm, L2_EPS)).astype(x.dtype)
 
 
-class Cosine(ScoreScale):
+class CosineScale(ScoreScale):
     """Cosine attention (Henry et al. 2020, "Query-Key Normalization for Transformers", eq. 3):
     q and k L2-normalised per head (not RMSNorm: only unit vectors make ``<q, k>`` a cosine),
     ``s = tau_h cos(q, k)`` in ``[-|tau_h|, |tau_h|]``, a learnable ``tau [heads]`` initialised to

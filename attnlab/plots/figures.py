@@ -41,18 +41,18 @@ class LossVsCompute(Figure):
     def draw(self, inputs, n_bootstrap, holdout):
         name = inputs.law or "chinchilla"
         if inputs.curves:
-            table, fit = run_fit(inputs, registry.resolve(name, 1, inputs.form), n_bootstrap)
+            table, fit = run_fit(inputs, registry.law_named(name, 1, inputs.form), n_bootstrap)
             return scaling_plots.plot_loss_vs_compute(table.frame, fit)
         return scaling_plots.plot_loss_vs_compute(
-            load_table(inputs, registry.resolve(name, None, inputs.form)).frame)
+            load_table(inputs, registry.law_named(name, None, inputs.form)).frame)
 
 
-class IsoFLOP(Figure):
+class IsoFLOPProfiles(Figure):
     name = "isoflop"
     help = "IsoFLOP parabolas (Chinchilla Fig. 3)"
 
     def draw(self, inputs, n_bootstrap, holdout):
-        _, fit = run_fit(inputs, registry.resolve("chinchilla", 2), n_bootstrap)
+        _, fit = run_fit(inputs, registry.law_named("chinchilla", 2), n_bootstrap)
         return scaling_plots.plot_isoflops(fit)
 
 
@@ -61,7 +61,7 @@ class Contours(Figure):
     help = "fitted L(N, D) with the efficient frontier (Chinchilla Fig. 4)"
 
     def draw(self, inputs, n_bootstrap, holdout):
-        table, fit = run_fit(inputs, registry.resolve("chinchilla", 3), n_bootstrap)
+        table, fit = run_fit(inputs, registry.law_named("chinchilla", 3), n_bootstrap)
         return scaling_plots.plot_loss_contours(fit, table.frame)
 
 
@@ -104,4 +104,4 @@ class Frontiers(Figure):
 
 
 FIGURES: dict[str, type[Figure]] = {c.name: c for c in (
-    LossVsParams, LossVsCompute, IsoFLOP, Contours, Allocation, Holdout, Frontiers)}
+    LossVsParams, LossVsCompute, IsoFLOPProfiles, Contours, Allocation, Holdout, Frontiers)}

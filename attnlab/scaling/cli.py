@@ -154,7 +154,7 @@ class FitInputs:
         name = self.law or default
         if name is None:
             raise FitInputError(f"--law is required: {', '.join(registry.names())}")
-        return registry.resolve(name, self.approach, self.form)
+        return registry.law_named(name, self.approach, self.form)
 
     def fit_options(self, n_bootstrap: int) -> dict:
         """The keyword arguments of ``fit_table`` that these flags set."""

@@ -49,7 +49,7 @@ def fit_table(table: ScalingTable, *, law: str | Law, approach: int | None = Non
     into the fit's. profile, window: how approach 2 finds each budget's minimum; fixed:
     parameter -> value the fit holds (``--fix``; FitInputError naming the parameter for a law
     that holds none)."""
-    part = registry.resolve(law, approach, form)
+    part = registry.law_named(law, approach, form)
     if not part.fits_table:
         raise FitInputError(f"--law={part.name} is fitted by attnlab fit --law={part.name}, "
                             f"not to a table of (N, D, L) points")

@@ -64,7 +64,7 @@ def fit_by(results: pd.DataFrame, by: str, *, law: str | Law, approach: int | No
     when no group can be fitted, FitInputError says why for each. Approach 1 reads ``curves``
     (one row per logged step), grouped through each run's ``run_id``. cluster: the column a
     bootstrap resamples whole (``prepare_points``)."""
-    part = registry.resolve(law, approach, form)
+    part = registry.law_named(law, approach, form)
     fits, tables, skipped = {}, {}, {}
     for value in group_values(results, by, source):
         label = str(value)

@@ -159,7 +159,7 @@ def holdout_prediction(table: ScalingTable, *, law: str | Law, holdout: str,
     Raises FitInputError when the law predicts no loss (Chinchilla approaches 1-2), when the
     rule holds out nothing or everything, or when fewer runs are kept than the law has
     parameters."""
-    part = registry.resolve(law, approach, form)
+    part = registry.law_named(law, approach, form)
     if not part.predicts_loss:
         raise FitInputError(f"--holdout predicts losses: use --law=kaplan or --law=chinchilla "
                             f"--approach=3 (approach {part.approach} models no loss)")

@@ -52,7 +52,7 @@ class Optimum:
 
 
 @dataclasses.dataclass(frozen=True)
-class PowerLaw:
+class FittedPowerLaw:
     """y = coef N^params D^tokens; an exponent that the groups cannot determine is None."""
 
     coef: float
@@ -121,7 +121,7 @@ def near_optimum(lr: np.ndarray, batch: np.ndarray, loss: np.ndarray,
                    float(np.exp(np.log(batch[close]).mean())), ",".join(edge))
 
 
-def fit_power_law(n: np.ndarray, d: np.ndarray, y: np.ndarray) -> tuple[PowerLaw, str]:
+def fit_power_law(n: np.ndarray, d: np.ndarray, y: np.ndarray) -> tuple[FittedPowerLaw, str]:
     """log y = log c + a log N + b log D by least squares, with a note when N or D does not
     vary, or they vary together (D/N fixed), so that one exponent is not determined."""
     log_n, log_d = np.log(n), np.log(d)
@@ -138,7 +138,7 @@ def fit_power_law(n: np.ndarray, d: np.ndarray, y: np.ndarray) -> tuple[PowerLaw
         raise ValueError(f"{len(y)} group optima for {design.shape[1]} coefficients")
     coef, *_ = np.linalg.lstsq(design, np.log(y), rcond=None)
     exponents = {k: (float(coef[1 + used.index(k)]) if k in used else None) for k in columns}
-    return PowerLaw(float(np.exp(coef[0])), exponents), note
+    return FittedPowerLaw(float(np.exp(coef[0])), exponents), note
 
 
 def group_optima(frame: pd.DataFrame, method: str, near: float) -> dict[tuple, Optimum]:
@@ -173,7 +173,7 @@ def fit_laws(optima: dict[tuple, Optimum]) -> tuple[dict, list[str]]:
 class HParamsFit:
     method: str
     optima: dict
-    laws: dict  # target -> PowerLaw
+    laws: dict  # target -> FittedPowerLaw
     intervals: dict  # target -> {coefficient name: (low, high)} or None (not computed)
     replicates: int
     failed: int

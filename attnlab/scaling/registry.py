@@ -1,7 +1,7 @@
 """The scaling laws, resolved once: the registry of laws and the one place where ``--law``,
 ``--approach`` and ``--form`` become the law a fit, a plot, a study or a hold-out asks.
 
-    law = resolve("chinchilla", approach=3)   # raises FitInputError naming the flag
+    law = law_named("chinchilla", approach=3)   # raises FitInputError naming the flag
     law.fit(table, n_bootstrap=200)           # a ScalingFit
     law.predicts_loss, law.has_allocation     # what its fit can answer
 
@@ -31,7 +31,7 @@ def variants(name: str) -> tuple:
     return tuple(v for family, v in LAWS if family == name)
 
 
-def resolve(law: str | Law, approach: int | None = None, form: str | None = None) -> Law:
+def law_named(law: str | Law, approach: int | None = None, form: str | None = None) -> Law:
     """The law ``--law`` names, in the variant ``--approach`` / ``--form`` select (each family
     reads its own selector and ignores the other's); a ``Law`` is returned as it is."""
     if isinstance(law, Law):

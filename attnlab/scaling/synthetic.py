@@ -25,7 +25,7 @@ def grid_points(params: dict, *, law: str = "chinchilla", n_range=(1e7, 1e10),
     """Runs at log-uniform random (N, D): columns params, tokens, loss, flops (= 6ND)."""
     n = np.exp(rng.uniform(*np.log(n_range), n_points))
     d = np.exp(rng.uniform(*np.log(d_range), n_points))
-    truth = registry.resolve(law).loss(params, n, d)
+    truth = registry.law_named(law).loss(params, n, d)
     return pd.DataFrame({"params": n, "tokens": d, "loss": _noisy(truth, noise, rng),
                          "flops": laws.training_flops(n, d)})
 
@@ -92,7 +92,7 @@ def repeated_points(params: dict, *, sizes, unique_tokens, epochs, noise: float 
     n, u, e = (a.ravel() for a in np.meshgrid(np.asarray(sizes, np.float64),
                                               np.asarray(unique_tokens, np.float64),
                                               np.asarray(epochs, np.float64), indexing="ij"))
-    truth = registry.resolve("data_constrained").run_loss(params, n, e * u, unique_tokens=u)
+    truth = registry.law_named("data_constrained").run_loss(params, n, e * u, unique_tokens=u)
     return pd.DataFrame({"params": n, "tokens": e * u, "unique_tokens": u, "epochs": e,
                          "loss": _noisy(truth, noise, rng), "flops": laws.training_flops(n, e * u)})
 
@@ -104,6 +104,6 @@ def overtrain_points(params: dict, *, budgets, ratios, noise: float = 0.005,
     c, m = (a.ravel() for a in np.meshgrid(np.asarray(budgets, np.float64),
                                            np.asarray(ratios, np.float64), indexing="ij"))
     n = np.sqrt(c / (laws.FLOPS_PER_PARAM_TOKEN * m))
-    truth = registry.resolve("overtrain").loss(params, n, m * n)
+    truth = registry.law_named("overtrain").loss(params, n, m * n)
     return pd.DataFrame({"params": n, "tokens": m * n, "loss": _noisy(truth, noise, rng),
                          "flops": c})

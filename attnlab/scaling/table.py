@@ -193,7 +193,7 @@ def prepare_points(df: pd.DataFrame, *, law: str | Law, source: str = "results",
     ``law`` (a ``--law`` name or a resolved law) reads. cluster: the column whose rows a
     bootstrap resamples together (default: ``trunk`` when the table has one; ``"none"``:
     rows)."""
-    law = registry.resolve(law)
+    law = registry.law_named(law)
     mapping = dict(columns or {})
     notes: list[str] = []
     df = _drop_trunks(drop_unfinished(df, notes, source), notes)
@@ -273,7 +273,7 @@ def prepare_curves(df: pd.DataFrame, *, law: str | Law, source: str = "curves",
     chosen loss was not logged (NaN, e.g. val_loss between evaluations) and step-0 rows (no
     tokens yet) are dropped. ``params`` missing from the curves is joined from ``runs`` (a
     results table) on run_id."""
-    law = registry.resolve(law)
+    law = registry.law_named(law)
     mapping = dict(columns or {})
     notes: list[str] = []
     df = _drop_trunks(drop_unfinished(df, notes, source), notes)

@@ -48,11 +48,11 @@ class Mode:
         return {}
 
 
-class Grid(Mode):
+class GridMode(Mode):
     name = "grid"
 
 
-class IsoFLOP(Mode):
+class IsoFLOPMode(Mode):
     name = "isoflop"
     uses_budgets = fitted_by_chinchilla = True
 
@@ -81,7 +81,7 @@ class IsoFLOP(Mode):
         return {"train.tokens": steps * batch_tokens}
 
 
-class Curves(Mode):
+class CurvesMode(Mode):
     name = "curves"
     uses_curve_points = True
 
@@ -94,7 +94,7 @@ class Curves(Mode):
         return {"train.eval_every": "sweep.curve_points"} if spec.curve_points > 0 else {}
 
 
-class Ladder(Mode):
+class LadderMode(Mode):
     name = "ladder"
     uses_branches = fitted_by_chinchilla = True
     # The trunk's schedule and length and each branch's cooldown come from sweep.branches.
@@ -117,7 +117,7 @@ class Ladder(Mode):
         return []  # its runs are each shape's trunk and branches (planner.ladder_runs)
 
 
-MODES = {c.name: c for c in (Grid, IsoFLOP, Curves, Ladder)}
+MODES = {c.name: c for c in (GridMode, IsoFLOPMode, CurvesMode, LadderMode)}
 
 
 def check(spec, n_shapes: int) -> None:

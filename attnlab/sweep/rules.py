@@ -216,7 +216,7 @@ class Tuned(LearningRate):
             raise SweepSpecError("sweep.learning_rate.rule", "'tuned' learning rates come from "
                                  "the sweep's tuning stage (sweep.tune): attnlab sweep runs it "
                                  "before it plans the study (in Python: "
-                                 "attnlab.sweep.tuning.resolve(spec, picks))")
+                                 "attnlab.sweep.tuning.with_picks(spec, picks))")
         return rule.base * (cfg.model.d_model / rule.ref_d_model) ** -rule.exponent
 
     def from_pick(self, pick):

@@ -15,7 +15,7 @@ from attnlab.sweep.definition import SweepSpec
 from attnlab.sweep.planner import plan
 from attnlab.sweep.probe import dry_run
 from attnlab.sweep.runner import check_sweep_dir
-from attnlab.sweep.tuning import (choose, describe, placeholder, recorded, resolve, tuning_plan,
+from attnlab.sweep.tuning import (choose, describe, placeholder, recorded, with_picks, tuning_plan,
                                   tuning_spec)
 
 
@@ -41,7 +41,7 @@ def run_tuned(spec: SweepSpec, workdir: str | Path, *, progress: bool = True,
     if not kw.get("allow_large"):  # a study too large for the machine: refused before tuning
         from attnlab.train.memory import check_training_fits
 
-        for run in plan(resolve(spec, placeholder(spec))):
+        for run in plan(with_picks(spec, placeholder(spec))):
             check_training_fits(run.cfg, where=f"study run {run.run_id.rsplit('-', 1)[0]}: ")
     tune = tuning_spec(spec)
     runs = tuning_plan(spec)
@@ -60,7 +60,7 @@ def run_tuned(spec: SweepSpec, workdir: str | Path, *, progress: bool = True,
         rundir.write_json_atomic(workdir / rundir.TUNING_FILE, tuning)
     for line in describe(tuning):
         say(line)
-    return runner.run_sweep(resolve(spec, tuning["arms"]), workdir, progress=progress,
+    return runner.run_sweep(with_picks(spec, tuning["arms"]), workdir, progress=progress,
                      allow_nonempty=allow_nonempty, **kw)
 
 
@@ -72,7 +72,7 @@ def dry_run_stages(spec: SweepSpec, workdir: str | Path | None = None, **kw):
     tune = tuning_spec(spec)
     tune_table, tune_notes = dry_run(tune, workdir / rundir.TUNE_DIR if workdir else None, **kw)
     tuning = recorded(workdir, tuning_plan(spec))
-    study = resolve(spec, tuning["arms"] if tuning else placeholder(spec))
+    study = with_picks(spec, tuning["arms"] if tuning else placeholder(spec))
     table, notes = dry_run(study, workdir, **kw)
     if tuning:
         notes = describe(tuning) + notes

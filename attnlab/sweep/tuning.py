@@ -22,7 +22,7 @@ two stages, both ordinary sweeps (idempotent, resumable, runs grouped into ensem
      narrowest proxy); ``p`` gets the same bootstrap interval;
 
    written to ``DIR/tuning.json``;
-3. **study**: the spec with those rules (:func:`resolve`), run in ``DIR``.
+3. **study**: the spec with those rules (:func:`with_picks`), run in ``DIR``.
 
 A rerun finds both stages' finished runs and trains nothing; an interrupted tuning stage resumes.
 """
@@ -82,7 +82,7 @@ def check(spec: SweepSpec) -> None:
                                  f"extrapolated in width by a power law fitted over the tuning "
                                  f"widths, which needs at least two")
     tuning_plan(spec)
-    plan(resolve(spec, placeholder(spec)))
+    plan(with_picks(spec, placeholder(spec)))
 
 
 def tuning_spec(spec: SweepSpec) -> SweepSpec:
@@ -123,7 +123,7 @@ def placeholder(spec: SweepSpec) -> dict[str, dict[str, Any]]:
                    "exponent": 0.0} for name, arm in arms(spec)}
 
 
-def resolve(spec: SweepSpec, picks: dict[str, dict[str, Any]]) -> SweepSpec:
+def with_picks(spec: SweepSpec, picks: dict[str, dict[str, Any]]) -> SweepSpec:
     """The study: every tuned arm's rule from its pick (``tuning.json``'s ``arms``), no tuning
     stage left."""
     def rule(pick: dict[str, Any]) -> LearningRateRule:
