@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from attnlab.scaling.cli import fit_main
-from attnlab.scaling.holdout import (BASELINE_RULES, format_holdout, holdout_prediction,
-                                     naive_baseline)
+from attnlab.scaling.holdout import (BASELINE_RULES, format_holdout, frontier_baseline,
+                                     holdout_prediction, naive_baseline)
 from attnlab.scaling.synthetic import CHINCHILLA_PUBLISHED, grid_points
 from attnlab.scaling.table import prepare_points
 
@@ -30,6 +30,31 @@ def test_the_baseline_takes_the_nearest_smaller_size_at_the_same_tokens():
     assert naive_baseline(kept, 4e6, 1e9) == (2.5, BASELINE_RULES[1])
     loss, rule = naive_baseline(kept, 8e6, 1e9)  # neither
     assert np.isnan(loss) and rule is None
+
+
+def test_a_predicted_optimum_has_the_best_run_within_its_compute_beside_it(tmp_path, capsys):
+    """The naive forecast of the compute-optimal loss at C: the lowest loss of the runs that
+    spent at most C (the planner's rounding allowed), none below every run's compute."""
+    frame = pd.DataFrame({"params": [1e5, 2e5, 4e5, 2e5], "tokens": [1e7, 5e6, 2.5e6, 2e7],
+                          "flops": [6e12, 6.0006e12, 6e12, 2.4e13],
+                          "loss": [2.2, 2.1, 2.3, 1.9]})
+    base = frontier_baseline(frame, 6e12)
+    assert (base["loss"], base["N"], base["C"]) == (2.1, 2e5, 6.0006e12)
+    assert frontier_baseline(frame, 1e14)["loss"] == 1.9
+    assert frontier_baseline(frame, 1e12) is None
+    table, out = tmp_path / "runs.csv", tmp_path / "fit.json"
+    points = grid_points(CHINCHILLA_PUBLISHED, n_points=40, noise=0.0,
+                         rng=np.random.default_rng(0))
+    points.to_csv(table, index=False)
+    rc = fit_main([f"--sweep={table}", "--law=chinchilla", "--approach=3", "--bootstrap=0",
+                   "--budget=1e20", f"--json={out}"])
+    assert rc == 0
+    (prediction,) = json.loads(out.read_text())["predictions"]
+    expected = frontier_baseline(prepare_points(points, law="chinchilla").frame, 1e20)
+    assert prediction["baseline"] == pytest.approx(expected)
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("  naive ")]
+    assert float(line.split()[1]) == pytest.approx(expected["loss"], rel=1e-4)
+    assert "the best run with at most this compute" in line
 
 
 def test_markov_ladder_holdout_prints_the_baseline_that_beats_the_law():

@@ -185,6 +185,13 @@ def test_quickstart_end_to_end_then_reuses_the_runs(tmp_path, capsys):
             assert fit["flops_per_param_token"] * prediction["N_opt"] * prediction["D_opt"] == \
                 pytest.approx(prediction["C"], rel=1e-9)
 
+    # Beside each predicted loss, the naive forecast: the best run within that compute (here
+    # every run's, the budgets being 1-100x the largest).
+    best = results["final_val_loss"].min()
+    predicted = [p for p in fit["predictions"] if p["loss"] is not None]
+    assert all(p["baseline"]["loss"] == pytest.approx(best) for p in predicted)
+    assert ("naive" in out) == bool(predicted)
+
     # The figures: real PNGs, listed in the output.
     for kind in PLOT_KINDS:
         path = workdir / study.PLOTS_DIR / f"{kind}.png"

@@ -31,7 +31,8 @@ from attnlab.scaling.ladder import isoflop_slices
 from attnlab.scaling.errors import FitInputError, GridEdgeWarning
 from attnlab.scaling.fitting import fit_table
 from attnlab.scaling.grouped import GroupedFits, fit_by, format_grouped
-from attnlab.scaling.holdout import HoldoutResult, format_holdout, holdout_prediction
+from attnlab.scaling.holdout import (HoldoutResult, format_holdout, frontier_baseline,
+                                     holdout_prediction, with_baselines)
 from attnlab.scaling.laws import Law
 from attnlab.scaling.multiplier import format_multipliers, multipliers_against
 from attnlab.scaling.parametric import parse_fix, positive_list
@@ -302,8 +303,10 @@ def below_floor(fit: ScalingFit, budgets: list[float], floor: float | None) -> l
 
 
 def format_report(fit: ScalingFit, source: str, budgets: list[float],
-                  floor: float | None = None) -> str:
-    """The human-readable table printed by ``attnlab fit``."""
+                  floor: float | None = None, table: ScalingTable | None = None) -> str:
+    """The human-readable table printed by ``attnlab fit``; with the fitted ``table``, each
+    predicted compute-optimal loss has the naive baseline beside it (the best run that spent at
+    most that compute)."""
     level = f"{100 * fit.ci_level:g}%"
     unit = "runs" if fit.part.needs_curves else "points"
     lines = [fit.name, f"source: {source} ({fit.n_points} {unit})",
@@ -346,6 +349,7 @@ def format_report(fit: ScalingFit, source: str, budgets: list[float],
                              f"loss; use approach 3)")
                 continue
             lines.append(f"  {name:<10}{_number(value):>14}{_number(low):>14}{_number(high):>14}")
+        lines += _baseline_line(prediction, table, budget)
         if budget in below_floor(fit, [budget], floor):
             lines.append(f"  warning: the predicted loss is below the floor {floor:.6g}: the law "
                          f"extrapolates past what any model can reach")
@@ -354,6 +358,15 @@ def format_report(fit: ScalingFit, source: str, budgets: list[float],
     for note in fit.notes:
         lines.append(f"note: {note}")
     return "\n".join(lines) + "\n"
+
+
+def _baseline_line(prediction: dict, table: ScalingTable | None, budget: float) -> list[str]:
+    base = frontier_baseline(table.frame, budget) if table is not None else None
+    if base is None or prediction.get("loss") is None:
+        return []
+    return [f"  {'naive':<10}{_number(base['loss']):>14}   {base['rule']} (N {base['N']:.3g}, "
+            f"D {base['D']:.3g}, C {base['C']:.3g}); the law: "
+            f"{100 * (prediction['loss'] / base['loss'] - 1):+.1f}%"]
 
 
 def _check_law_flags(values: flags.FlagValues, law: Law) -> None:
@@ -431,9 +444,9 @@ def fit_main(argv: list[str]) -> int:
         else:
             table, fit = run_fit(inputs, law, n_bootstrap)
             extra, entries = law.extra_report(fit, budgets, own)
-            sys.stdout.write(format_report(fit, table.source, budgets, floor)
+            sys.stdout.write(format_report(fit, table.source, budgets, floor, table)
                              + format_trained_longer(fit, budgets, longer) + extra)
-            payload = fit.to_dict(budgets, longer) | entries
+            payload = with_baselines(fit.to_dict(budgets, longer), table.frame) | entries
             if floor is not None:
                 low = below_floor(fit, budgets, floor)
                 payload["floor"] = floor

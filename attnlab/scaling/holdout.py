@@ -48,6 +48,9 @@ from attnlab.scaling.laws import Law
 from attnlab.scaling.result import ScalingFit
 from attnlab.scaling.table import ScalingTable
 
+# A run planned at a budget spends it up to the rounding of its steps (a few parts in 1e4 here).
+BUDGET_SLACK = 0.01
+FRONTIER_RULE = "the best run with at most this compute"
 # Two runs' N or D within this relative difference are "the same" for the naive baseline.
 SAME = 0.05
 BASELINE_RULES = ("smaller size, same D", "same N, fewer tokens")
@@ -134,6 +137,27 @@ class HoldoutResult:
     def to_dict(self) -> dict:
         runs = self.frame.replace({np.nan: None}).to_dict(orient="records")
         return {**self.summary(), "runs": runs, "fit": self.fit.to_dict()}
+
+
+def frontier_baseline(frame: pd.DataFrame, budget: float) -> dict | None:
+    """The naive forecast of the compute-optimal loss at ``budget``: the lowest loss among the
+    runs that spent at most that much compute (within the planner's rounding, BUDGET_SLACK),
+    i.e. the observed compute frontier's last point: {"loss", "N", "D", "C", "rule"}, or None
+    when no run spent so little."""
+    within = frame[frame["flops"] <= budget * (1 + BUDGET_SLACK)]
+    if within.empty:
+        return None
+    best = within.loc[within["loss"].idxmin()]
+    return {"loss": float(best["loss"]), "N": float(best["params"]), "D": float(best["tokens"]),
+            "C": float(best["flops"]), "rule": FRONTIER_RULE}
+
+
+def with_baselines(payload: dict, frame: pd.DataFrame) -> dict:
+    """``payload`` (a fit's JSON) with the naive baseline beside each predicted loss."""
+    for prediction in payload.get("predictions", []):
+        if prediction.get("loss") is not None:
+            prediction["baseline"] = frontier_baseline(frame, prediction["C"])
+    return payload
 
 
 def naive_baseline(kept: pd.DataFrame, n: float, d: float) -> tuple[float, str | None]:

@@ -89,13 +89,20 @@ def save_figures(figures: dict, out_dir: Path) -> tuple[dict, list[str]]:
     return written, messages
 
 
-def write_fits(workdir: Path, fit3, fit2, budgets: tuple[float, ...]) -> list[Path]:
+def write_fits(workdir: Path, fit3, fit2, budgets: tuple[float, ...],
+               table: ScalingTable | None = None) -> list[Path]:
     """The approach-3 and approach-2 fits (``ScalingFit`` or grouped fits; None: skipped) as
-    JSON, in the format of ``attnlab fit --json``, with the predictions at ``budgets``."""
+    JSON, in the format of ``attnlab fit --json``, with the predictions at ``budgets`` (and
+    their naive baselines, given the fitted ``table``)."""
+    from attnlab.scaling.holdout import with_baselines
+
     written = []
     for fit, name in ((fit3, FIT_FILE), (fit2, FIT_APPROACH2_FILE)):
         if fit is not None:
             path = workdir / name
-            path.write_text(json.dumps(fit.to_dict(budgets), indent=2) + "\n")
+            payload = fit.to_dict(budgets)
+            if table is not None:
+                payload = with_baselines(payload, table.frame)
+            path.write_text(json.dumps(payload, indent=2) + "\n")
             written.append(path)
     return written

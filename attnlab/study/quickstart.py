@@ -178,8 +178,8 @@ def run_study(spec: SweepSpec, workdir: str | Path, *, n_bootstrap: int = 200, p
     with np.errstate(all="ignore"):
         table, fit3, fit2, messages = fit_study(workdir, n_bootstrap=n_bootstrap)
         budgets = prediction_budgets(table)
-        say("\n" + report(fit3, fit2, messages, str(workdir), budgets))
-        json_paths = write_fits(workdir, fit3, fit2, budgets)
+        say("\n" + report(fit3, fit2, messages, str(workdir), budgets, table))
+        json_paths = write_fits(workdir, fit3, fit2, budgets, table)
         plots, plot_messages = draw_plots(table, fit3, fit2, workdir / PLOTS_DIR)
     for message in plot_messages:
         say(f"warning: {message}")
@@ -197,7 +197,7 @@ def run_study(spec: SweepSpec, workdir: str | Path, *, n_bootstrap: int = 200, p
 
 
 def report(fit3: ScalingFit | None, fit2: ScalingFit | None, messages: list[str], source: str,
-           budgets: tuple[float, ...]) -> str:
+           budgets: tuple[float, ...], table: ScalingTable | None = None) -> str:
     """The printed summary: the law, `attnlab fit`'s table of estimates and compute-optimal
     allocations, and approach 2's exponents."""
     from attnlab.scaling.cli import format_report  # the report `attnlab fit` prints
@@ -210,7 +210,8 @@ def report(fit3: ScalingFit | None, fit2: ScalingFit | None, messages: list[str]
         lines += [f"pinned by these runs: {approach2_line(fit2)}   (Hoffmann et al. 2022, "
                   f"approach 2: C^0.49, C^0.51)", ""]
     if fit3 is not None:
-        lines += [headline(fit3), "", format_report(fit3, source, list(budgets)).rstrip()]
+        lines += [headline(fit3), "",
+                  format_report(fit3, source, list(budgets), table=table).rstrip()]
     if fit2 is not None:
         lines += [""] + ([] if leads else [approach2_line(fit2)])
         lines += [f"approach 2 warning: {w}" for w in fit2.warnings]
