@@ -57,7 +57,7 @@ OBJECTIVES = {c.name: c for c in (objectives.CausalLM, objectives.MaskedLM,
                                   objectives.SpanCorruption, objectives.InContextRegression)}
 INPUTS = {c.name: c for c in (readin.Tokens, readin.Vectors)}
 PARAMETERIZATIONS = {c.name: c for c in (parameterization.Standard, parameterization.MuP)}
-REMATS = ("none", *layers.REMAT_POLICIES)
+REMATS = tuple(layers.REMAT_POLICIES)
 
 # The field that selects a part of each registry. Parts that act inside softmax attention
 # (the score scale and the mask) are in use only when some layer forms attention scores.

@@ -175,14 +175,15 @@ def run_layer(block: nnx.Module, remat: str, x, positions, *args, **kwargs):
     ``remat`` (``model.remat``; "none": called as is). Training only: the layer's decode state
     must not be given with a policy. What the layer records (``nnx.Intermediate``: an MoE's
     routing statistics) is left on ``block`` either way."""
-    if remat == "none":
+    policy = REMAT_POLICIES[remat]
+    if policy is None:
         return block(x, positions, *args, **kwargs)
     graphdef, state = nnx.split(block)
 
     def layer(state, x, args, kwargs):
         return call_recorded(nnx.merge(graphdef, state), x, positions, *args, **kwargs)
 
-    out, recorded = jax.checkpoint(layer, policy=REMAT_POLICIES[remat])(state, x, args, kwargs)
+    out, recorded = jax.checkpoint(layer, policy=policy)(state, x, args, kwargs)
     nnx.update(block, recorded)
     return out
 

@@ -25,7 +25,8 @@ from attnlab.config import ModelConfig
 # The projections' matmuls sit inside a custom VJP (``project`` below), where the dots policy
 # cannot see them, so their outputs are also saved by name.
 PROJECTION = "projection"
-REMAT_POLICIES = {
+REMAT_POLICIES = {  # model.remat -> the jax.checkpoint policy (None: the layer runs as is)
+    "none": None,
     "full": jax.checkpoint_policies.nothing_saveable,
     "save_dots": jax.checkpoint_policies.save_from_both_policies(
         jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
