@@ -96,6 +96,12 @@ def test_an_interval_is_refused_when_too_many_refits_fail():
     assert refused.predict_optimal(1e15)["ci"] == {}
     out = refused.to_dict([1e15])
     assert out["ci"] == {} and out["intervals_refused"] and out["n_bootstrap_failed"] == limit + 1
+    # A table of fits per group says which group's intervals were refused, and why.
+    from attnlab.scaling.grouped import GroupedFits, format_grouped
+
+    text = format_grouped(GroupedFits("arm", {"x": kept, "y": refused}, {}, {}))
+    assert f"intervals [y]: not computed: {limit + 1} of 100 bootstrap refits failed" in text
+    assert "intervals [x]" not in text
 
 
 def test_approach2_on_the_markov_ladder_refuses_rather_than_conditions(tmp_path, capsys):
