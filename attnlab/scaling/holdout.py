@@ -29,6 +29,10 @@ run's loss predicted by the nearest kept run, in this order of rules:
 The law's skill is the ratio of its mean |relative error| to the baseline's over the runs both
 predict (< 1: the law beats the baseline). ``floor`` (e.g. a corpus's entropy rate, below which
 no model's loss can go) flags every prediction under it.
+
+A predicted compute-optimal loss at a budget C (``attnlab fit --budget``) has its own naive
+baseline, :func:`frontier_baseline`: the best run that spent at most C, the observed compute
+frontier's last point.
 """
 
 from __future__ import annotations
