@@ -26,7 +26,6 @@ from attnlab.errors import AttnlabError
 from attnlab.scaling import hparams, parametric, registry
 from attnlab.scaling.approach2 import DEFAULT_WINDOW, PROFILES
 from attnlab.scaling.approach3 import CHINCHILLA_GRID, InitGrid
-from attnlab.scaling.bootstrap import MAX_FAILED_SHARE
 from attnlab.scaling.ladder import isoflop_slices
 from attnlab.scaling.errors import FitInputError, GridEdgeWarning
 from attnlab.scaling.fitting import fit_table
@@ -289,9 +288,7 @@ def bootstrap_line(fit: ScalingFit) -> str:
             + (f" within each {drawn['within']}" if drawn.get("within") else ""))
     head = f"bootstrap ({unit}): {fit.n_bootstrap} of {fit.n_bootstrap_requested} refits"
     if fit.intervals_refused:
-        return (f"{head}; {fit.n_bootstrap_failed} failed, more than "
-                f"{100 * MAX_FAILED_SHARE:g}%: intervals not computed (percentiles over the "
-                f"refits that succeeded would be conditional on success)")
+        return f"{head}; intervals {fit.refusal}"
     return f"{head}, {100 * fit.ci_level:g}% percentile intervals"
 
 

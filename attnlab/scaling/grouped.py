@@ -21,7 +21,6 @@ import numpy as np
 import pandas as pd
 
 from attnlab.scaling import registry
-from attnlab.scaling.bootstrap import MAX_FAILED_SHARE
 from attnlab.scaling.errors import FitError, FitInputError, GridEdgeWarning
 from attnlab.scaling.fitting import fit_table
 from attnlab.scaling.ladder import isoflop_slices
@@ -140,10 +139,7 @@ def format_grouped(grouped: GroupedFits, budgets=()) -> str:
         lines.append(f"skipped {grouped.by}={group}: {why}")
     for group, fit in grouped.fits.items():
         if fit.intervals_refused:  # said, not left as a table without intervals
-            lines.append(f"intervals [{group}]: not computed: {fit.n_bootstrap_failed} of "
-                         f"{fit.n_bootstrap_requested} bootstrap refits failed, more than "
-                         f"{100 * MAX_FAILED_SHARE:g}% (percentiles over the refits that "
-                         f"succeeded would be conditional on success)")
+            lines.append(f"intervals [{group}]: {fit.refusal}")
         lines += [f"warning [{group}]: {w}" for w in fit.warnings]
     return "\n".join(lines) + "\n"
 

@@ -136,6 +136,15 @@ class ScalingFit:
         return self.n_bootstrap_failed > MAX_FAILED_SHARE * self.n_bootstrap_requested
 
     @property
+    def refusal(self) -> str | None:
+        """Why the intervals are refused, in one phrase for every report (None: they are not)."""
+        if not self.intervals_refused:
+            return None
+        return (f"not computed: {self.n_bootstrap_failed} of {self.n_bootstrap_requested} "
+                f"bootstrap refits failed, more than {100 * MAX_FAILED_SHARE:g}% (percentiles "
+                f"over the refits that succeeded would be conditional on success)")
+
+    @property
     def interval_samples(self) -> dict[str, np.ndarray]:
         """The replicates intervals are read from: ``samples``, or none when refused."""
         return {} if self.intervals_refused else self.samples
