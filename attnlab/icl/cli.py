@@ -123,16 +123,19 @@ def attention_main(argv: list[str]) -> int:
     json_path = _output(values, "json", run, "attention.json")
     from attnlab.data import icl as icl_data
     from attnlab.data import sources
-    from attnlab.icl.plots import plot_maps
     from attnlab.model import inspect, resolve
-    from attnlab.train.load import load_config, load_params
-    from attnlab.train.step import packing_for
+    from attnlab.train.load import load_config
 
     cfg = load_config(run)
     arch = resolve(cfg.model)
     task = sources.task_of(cfg.data)
     _refuse_for_run(arch, cfg, task, run, text=text)
     tokens, labels = _prompt(cfg, task, text, values.example)
+    # Checkpoints, the step and matplotlib only once the run and prompt are known to be usable.
+    from attnlab.icl.plots import plot_maps
+    from attnlab.train.load import load_params
+    from attnlab.train.step import packing_for
+
     cfg, graphdef, params = load_params(run, values.step)
     packing = packing_for(cfg)  # data.document_mask: documents apart, as the run trained
     segments, positions = (None, None) if packing is None else packing.inputs(tokens)
