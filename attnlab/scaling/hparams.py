@@ -29,12 +29,11 @@ import numpy as np
 import pandas as pd
 
 from attnlab.scaling import laws
-from attnlab.scaling.bootstrap import percentile_interval
+from attnlab.scaling.bootstrap import MAX_FAILED_SHARE, percentile_interval
 from attnlab.scaling.columns import drop_unfinished, pick_column
 from attnlab.scaling.errors import FitInputError
 
 METHODS = ("smooth", "near")
-MAX_FAILED_SHARE = 0.1  # of bootstrap refits; beyond it an interval is not computed
 MERGE = 0.01  # params or tokens this close (relative) belong to one (N, D) group
 COLUMNS = {"params": ("active_params", "params"), "tokens": ("tokens",),
            "lr": ("lr", "train.learning_rate"), "batch": ("batch",),
