@@ -186,18 +186,17 @@ def _plan_notes(spec: SweepSpec, runs: list, units: list, todo: list) -> list[st
 def _probe_estimates(spec: SweepSpec, runs: list, workdir: Path | None
                      ) -> tuple[dict[str, float], list[str], float]:
     """({run_id: estimated seconds}, the probes' notes, their mean start-up + compile seconds
-    per run). A sweep of variants (e.g. sequence
-    mixers) probes each variant's own shapes: FLOP rates differ by mixer (a scan runs far below
-    a matrix product on a CPU)."""
+    per run). A sweep of variants (e.g. sequence mixers) probes each variant's own shapes: FLOP
+    rates differ by mixer (a scan runs far below a matrix product on a CPU)."""
     cache = rundir.compilation_cache_dir(workdir if workdir and workdir.exists() else None)
     column = spec.variant_column if spec.variants else None
+    group_of = {run.run_id: run.axes[column] if column else None for run in runs}
     groups: dict = {}
     for run in runs:
-        groups.setdefault(run.axes[column] if column else None, []).append(run)
+        groups.setdefault(group_of[run.run_id], []).append(run)
     probed = {group: probe_throughput(members, cache_dir=str(cache) if cache else None)
               for group, members in groups.items()}
-    seconds = {run.run_id: estimate_seconds(run, probed[run.axes[column] if column else None])
-               for run in runs}
+    seconds = {run.run_id: estimate_seconds(run, probed[group_of[run.run_id]]) for run in runs}
     notes = [
         f"probe {f'{group} ' if group else ''}{p.label}: {p.tokens_per_s:,.0f} tokens/s = "
         f"{p.flops_per_s / 1e9:.2f} GFLOP/s (chinchilla count), start-up + compile "
