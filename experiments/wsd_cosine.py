@@ -12,15 +12,24 @@ the peak; the cooldown to zero). A ladder sweep's branches are exactly such runs
 check that a branch's loss is the loss a fixed-length study would have measured.
 
 Three arms (``sweep.variants``, named in the ``schedule`` column: cosine to 10%, cosine to zero
-and wsd) of the same shapes, tokens,
-peak learning rate (7.5e-3 x 32 / d_model, the quickstart's rule), warmup and data order; three training seeds
-each (the seeds of one shape and arm train as one ensemble). `attnlab compare` pairs each
+and wsd) of the same shapes, tokens, peak learning rate (7.5e-3 x 32 / d_model, the quickstart's
+rule), warmup and data order; three training seeds each (the seeds of one shape and arm train as
+one ensemble). `attnlab compare` pairs each
 wsd point with the cosine point of the same size and tokens: the mean difference over seeds with a
 bootstrap interval, per size and pooled.
 
 Scale ``cpu``: 3 sizes (10k, 33k, 68k parameters, 2 layers) x 3 schedules x 3 seeds at 0.5M tokens
 (490 steps of 8 x 128 bytes of ``pystdlib``): 27 runs, 5.0e12 FLOPs (Chinchilla's count, the
 dry run's).
+
+Scale ``cpu_tuned`` (and ``gpu_tuned``): each schedule at its own best rate, as Hägele et al. tune
+each schedule. The same plan at 5 peak rates (the rule's times 1/2 .. 8, where the shared rate
+above sat low for cosine): 135 runs, each (shape, schedule) picking its rate by its mean loss over
+the seeds, then compared at those picks:
+
+    attnlab sweep --config=experiments/wsd_cosine.py:cpu_tuned --sweep=sweeps/wsd_cosine_tuned
+    attnlab compare --sweep=sweeps/wsd_cosine_tuned --by=schedule --baseline=cosine \
+        --pair=train.seed --best-over=train.learning_rate
 """
 
 from ml_collections import ConfigDict
@@ -39,6 +48,9 @@ SCHEDULES = {
 
 
 def get_config(scale: str = "cpu") -> ConfigDict:
+    """``scale``: cpu, gpu, or cpu_tuned / gpu_tuned (every schedule at 5 peak rates)."""
+    tuned = scale.endswith("_tuned")
+    scale = scale.removesuffix("_tuned")
     config = ConfigDict()
     config.scale = scale
 
@@ -69,4 +81,7 @@ def get_config(scale: str = "cpu") -> ConfigDict:
         base.data.batch_size = 32
         sweep.shapes = ((64, 2, 2), (128, 4, 4), (256, 8, 8))
         sweep.axes.train.tokens = (50_000_000,)
+    if tuned:
+        sweep.name = "wsd_cosine_tuned"
+        sweep.learning_rate.factors = (0.5, 1.0, 2.0, 4.0, 8.0)
     return config

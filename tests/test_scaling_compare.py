@@ -9,7 +9,7 @@ import pytest
 from scipy import stats
 
 from attnlab.scaling.compare_cli import compare_main
-from attnlab.scaling.compare import POOLED, paired_differences
+from attnlab.scaling.compare import POOLED, at_best, format_picks, paired_differences
 
 # Fits by the hundred: their programs run far longer than they compile (tests/conftest.py).
 pytestmark = pytest.mark.optimized
@@ -148,3 +148,64 @@ def test_a_shared_seed_noise_cancels_in_the_paired_interval():
     paired = paired_differences(df, by="schedule", baseline="cosine", pair="seed").iloc[-1]
     assert paired.hi - paired.lo < 0.2 * (welch.hi - welch.lo)
     assert paired.lo <= -0.02 <= paired.hi
+
+
+def _rate_grid(rng, optima, rates=(1e-3, 2e-3, 4e-3, 8e-3), seeds=3, noise=1e-4):
+    """Loss = floor + 0.1 (log2 lr - log2 lr*)^2 + seed noise, per schedule and size: each arm's
+    best rate is its own ``optima[arm]``."""
+    rows = []
+    for params in (1000, 2000):
+        for arm, (best, floor) in optima.items():
+            for lr in rates:
+                for seed in range(seeds):
+                    loss = floor + 0.1 * np.log2(lr / best) ** 2 + noise * rng.standard_normal()
+                    rows.append(dict(run_id=f"{params}-{arm}-{lr}-{seed}", status="completed",
+                                     schedule=arm, params=params, tokens=5e5, seed=seed,
+                                     learning_rate=lr, final_val_loss=loss))
+    return pd.DataFrame(rows)
+
+
+def test_each_arm_is_compared_at_its_own_best_rate():
+    # cosine is best at 4e-3, wsd at 2e-3: at one shared rate the comparison would mislead.
+    df = _rate_grid(np.random.default_rng(7), {"cosine": (4e-3, 2.0), "wsd": (2e-3, 1.95)})
+    kept, picks = at_best(df, by="schedule", match=("params", "tokens"),
+                          metric="final_val_loss", over="learning_rate")
+    best = picks.set_index(["schedule", "params"])["learning_rate"]
+    assert best.xs("cosine", level=0).tolist() == [4e-3, 4e-3]
+    assert best.xs("wsd", level=0).tolist() == [2e-3, 2e-3]
+    assert (picks["edge"] == "").all() and (picks["runs"] == 3).all()
+    assert len(kept) == 12
+    frame = paired_differences(kept, by="schedule", baseline="cosine", pair="seed")
+    pooled = frame[frame.params == POOLED].iloc[0]
+    assert abs(pooled["diff"] + 0.05) < 1e-3 and pooled.lo <= -0.05 <= pooled.hi
+
+
+def test_a_rate_with_an_unfinished_run_is_not_picked_and_an_end_pick_is_named():
+    df = _rate_grid(np.random.default_rng(8), {"cosine": (4e-3, 2.0), "wsd": (16e-3, 1.9)})
+    # One seed of cosine's best rate diverged: its other two seeds alone would win.
+    hit = (df.schedule == "cosine") & (df.learning_rate == 4e-3) & (df.seed == 0)
+    df.loc[hit, ["status", "final_val_loss"]] = ["diverged", np.nan]
+    _, picks = at_best(df, by="schedule", match=("params", "tokens"),
+                       metric="final_val_loss", over="learning_rate")
+    cosine = picks[(picks.schedule == "cosine") & (picks.params == 1000)].iloc[0]
+    assert cosine.learning_rate != 4e-3
+    wsd = picks[picks.schedule == "wsd"]
+    assert (wsd.learning_rate == 8e-3).all() and (wsd.edge == "highest").all()
+    assert "2 of 4 picks are the learning_rate grid's lowest or highest value" in \
+        format_picks(picks, over="learning_rate", metric="final_val_loss")
+
+
+def test_compare_best_over_prints_the_picks_and_writes_them(tmp_path, capsys):
+    path = tmp_path / "results.csv"
+    _rate_grid(np.random.default_rng(9), {"cosine": (4e-3, 2.0), "wsd": (2e-3, 1.95)}
+               ).to_csv(path, index=False)
+    out = tmp_path / "compare.json"
+    assert compare_main([f"--sweep={path}", "--by=schedule", "--baseline=cosine",
+                         "--pair=seed", "--best-over=learning_rate", f"--json={out}"]) == 0
+    text = capsys.readouterr().out
+    assert text.index("each arm at its best learning_rate") < text.index("minus 'cosine'")
+    payload = json.loads(out.read_text())
+    assert payload["best_over"] == "learning_rate" and len(payload["picks"]) == 4
+    assert compare_main([f"--sweep={path}", "--by=schedule", "--baseline=cosine",
+                         "--best-over=params"]) == 2
+    assert "--best-over=params: it is also --by or --match" in capsys.readouterr().err

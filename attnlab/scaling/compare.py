@@ -13,6 +13,12 @@ a percentile bootstrap of a mean undercovers badly, so the intervals are Student
 
 The pooled row averages the per-point differences: its variance is the sum of the points'
 variance terms over P^2, its degrees of freedom the Welch-Satterthwaite sum.
+
+Each arm at its own optimum (``best_over``, e.g. the learning rate): per arm and point, the runs
+at the value whose mean over seeds is lowest are the ones compared. A value with a run that did
+not finish (diverged, failed) cannot be picked. The pick and the comparison read the same runs,
+so each arm's mean is a minimum over its grid: optimistic, by a similar amount for arms with the
+same grid and spread.
 """
 
 from __future__ import annotations
@@ -46,6 +52,51 @@ def _cells(df: pd.DataFrame, by: str, match: tuple[str, ...], metric: str,
                                 f"column that tells them apart")
         cells[tuple(point), str(arm)] = values.astype(np.float64)
     return cells
+
+
+def at_best(df: pd.DataFrame, *, by: str, match: tuple[str, ...], metric: str,
+            over: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(the runs at each (arm, point)'s best value of ``over``, one row per pick: the arm, the
+    point, ``over``'s picked value, its mean metric, the runs behind it, the values tried and
+    ``edge``: "lowest"/"highest" when the pick is the grid's end, "" inside)."""
+    for column in (by, *match, metric, over):
+        if column not in df.columns:
+            raise FitInputError(f"column {column!r} is not in the results table")
+    if over in (by, *match):
+        raise FitInputError(f"--best-over={over}: it is also --by or --match; pick over a "
+                            f"column the compared runs differ in")
+    finished = pd.to_numeric(df[metric], errors="coerce").map(np.isfinite)
+    if "status" in df.columns:
+        finished &= df["status"] == "completed"
+    scored = df.assign(_score=pd.to_numeric(df[metric], errors="coerce").where(finished, np.inf))
+    kept, picks = [], []
+    for (arm, *point), cell in scored.groupby([by, *match], dropna=False):
+        means = cell.groupby(over)["_score"].mean().sort_index()
+        if not np.isfinite(means.min()):
+            continue  # no value whose every run finished: nothing to pick
+        best = means.idxmin()
+        edge = ("lowest" if best == means.index[0] else
+                "highest" if best == means.index[-1] else "") if len(means) > 1 else ""
+        kept.append(cell[cell[over] == best].drop(columns="_score"))
+        picks.append({by: str(arm), **dict(zip(match, point)), over: best,
+                      metric: float(means[best]), "runs": int((cell[over] == best).sum()),
+                      "tried": len(means), "edge": edge})
+    if not picks:
+        raise FitInputError(f"--best-over={over}: no {by} at any point has a value whose runs "
+                            f"all finished")
+    return pd.concat(kept), pd.DataFrame(picks)
+
+
+def format_picks(picks: pd.DataFrame, *, over: str, metric: str) -> str:
+    """The picks as text, with a note per pick at its grid's end."""
+    text = picks.to_string(index=False, float_format=lambda v: f"{v:.4g}")
+    lines = [f"each arm at its best {over} (lowest mean {metric} over seeds; a value with an "
+             f"unfinished run is not picked):", text]
+    ends = picks[picks["edge"] != ""]
+    if len(ends):
+        lines.append(f"note: {len(ends)} of {len(picks)} picks are the {over} grid's lowest or "
+                     f"highest value: the optimum may lie outside it; widen the grid there")
+    return "\n".join(lines) + "\n\n"
 
 
 def paired_differences(df: pd.DataFrame, *, by: str, baseline: str,

@@ -9,7 +9,8 @@ from attnlab import cli_flags, outputs
 from attnlab import cli_vocab as vocab
 from attnlab.cli_flags import Flag
 from attnlab.errors import AttnlabError
-from attnlab.scaling.compare import DEFAULT_MATCH, format_differences, paired_differences
+from attnlab.scaling.compare import (DEFAULT_MATCH, at_best, format_differences, format_picks,
+                                     paired_differences)
 from attnlab.scaling.errors import FitInputError
 from attnlab.scaling.result import jsonable
 from attnlab.scaling.table import corpora_notes, read_table
@@ -22,7 +23,9 @@ seeds, with Welch's t interval over seeds, per point and pooled.
     attnlab compare --sweep=sweeps/wsd_cosine --by=schedule --baseline=cosine \\
         --pair=train.seed
     attnlab compare --sweep=sweeps/pe --by=model.pos_encoding --baseline=rope \\
-        --match=params,tokens --json=compare.json"""
+        --match=params,tokens --json=compare.json
+    attnlab compare --sweep=sweeps/wsd_cosine_tuned --by=schedule --baseline=cosine \\
+        --pair=train.seed --best-over=train.learning_rate"""
 
 COMPARE_FLAGS = [
     vocab.SWEEP.flag("Or its results table (.parquet/.csv).", old_names=("results",)),
@@ -34,6 +37,9 @@ COMPARE_FLAGS = [
     Flag("pair", "string", None, "Pair the runs of two arms by this column (e.g. train.seed: "
                                  "the same seed, the same initialisation and data order) and "
                                  "compare per-pair differences."),
+    Flag("best-over", "string", None, "Compare each arm at its own best value of this column "
+                                      "(e.g. train.learning_rate), picked per point by the "
+                                      "mean over seeds."),
     vocab.CI_LEVEL.flag(default=0.95),
     vocab.JSON.flag("The table."),
 ]
@@ -54,11 +60,16 @@ def compare_main(argv: list[str]) -> int:
             raise FitInputError("--match: give at least one column")
         by, baseline, metric = (values[n].value for n in ("by", "baseline", "metric"))
         table = read_table(values["sweep"].value)
+        over, picks = values["best-over"].value, None
+        if over:
+            table, picks = at_best(table, by=by, match=match, metric=metric, over=over)
         frame = paired_differences(table, by=by, baseline=baseline, match=match, metric=metric,
                                    level=level, pair=values["pair"].value)
     except AttnlabError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    if picks is not None:
+        sys.stdout.write(format_picks(picks, over=over, metric=metric))
     sys.stdout.write(format_differences(frame, by=by, baseline=baseline, metric=metric,
                                         match=match, level=level, pair=values["pair"].value))
     for note in corpora_notes(table):
@@ -67,5 +78,7 @@ def compare_main(argv: list[str]) -> int:
         payload = {"by": by, "baseline": baseline, "metric": metric, "match": list(match),
                    "pair": values["pair"].value,
                    "ci_level": level, "rows": jsonable(frame.to_dict(orient="records"))}
+        if picks is not None:
+            payload |= {"best_over": over, "picks": jsonable(picks.to_dict(orient="records"))}
         outputs.write_json(values["json"].value, payload, indent=1)
     return 0
