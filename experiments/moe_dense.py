@@ -15,6 +15,15 @@ the two seeds (docs/scaling.md, "Effective compute multipliers"). FLOPs are each
 Scale ``cpu``: the quickstart's three budgets (1.2e11, 3e11, 7.5e11 FLOPs) and shapes, each budget
 the sizes within 1.8x of the quickstart's prior optimum, seeds 0 and 1 (a shape's seeds and both
 arms train as one ensemble where their shapes agree).
+
+Scale ``cpu_tuned``: the experts at their own learning rate. The largest budget's shapes at 4
+peak rates (the rule's times 1/2 .. 4), both arms, seeds 0 and 1; each (arm, shape) picks its
+rate by its mean loss over the seeds, then the arms are compared at those picks:
+
+    attnlab sweep --config=experiments/moe_dense.py:cpu_tuned --sweep=sweeps/moe_dense_tuned
+    attnlab compare --sweep=sweeps/moe_dense_tuned --by=ffn --baseline=dense \
+        --match=budget,model.d_model,model.n_layers --pair=train.seed \
+        --best-over=train.learning_rate
 """
 
 from ml_collections import ConfigDict
@@ -23,6 +32,9 @@ from attnlab.config import base_config_dict
 
 
 def get_config(scale: str = "cpu") -> ConfigDict:
+    """``scale``: cpu, or cpu_tuned (the largest budget at 4 peak rates per arm)."""
+    tuned = scale.endswith("_tuned")
+    scale = scale.removesuffix("_tuned")
     config = ConfigDict()
     config.scale = scale
 
@@ -56,4 +68,8 @@ def get_config(scale: str = "cpu") -> ConfigDict:
     sweep.shapes = ((12, 1, 1), (16, 1, 1), (20, 1, 1), (24, 1, 2), (28, 1, 2), (32, 1, 2),
                     (28, 2, 2), (32, 2, 2), (36, 2, 3), (40, 2, 2), (48, 2, 3), (64, 2, 4))
     sweep.centre = ConfigDict({"n_opt": 39e3, "budget": 9.4e11, "exponent": 0.65, "span": 1.8})
+    if tuned:
+        sweep.name = "moe_dense_tuned"
+        sweep.budgets = (7.5e11,)
+        sweep.learning_rate.factors = (0.5, 1.0, 2.0, 4.0)
     return config
