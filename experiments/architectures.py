@@ -40,13 +40,13 @@ parameters at 9e11 FLOPs, N* ~ C^0.6, docs/results.md) for the softmax family; n
 measurement exists for the others, so they start from the same prior with a wider span (approach
 2 flags a budget whose minimum sits at a ladder's edge).
 
-Scale ``cpu``: three budgets 2.5x apart (6e10, 1.5e11, 3.75e11 FLOPs), 4-5 sizes each, seven
-architectures, 99 runs, 2e13 FLOPs (before the moe arm was added: it adds 14 runs, not yet run).
-Measured on 2026-11-23 from a fresh workdir on the 2-core VM
-shared with other jobs (load 2-10): 51.8 min of sweep (Mamba's scan alone 25 min) and 1.3 min of
-fits, r(4x) and plots; results in docs/results.md ("Architecture scaling study"). `--dry-run`
-times each architecture's own shapes on your machine. Scale ``gpu``: budgets 1e13-1e14,
-0.1M-6.4M parameters, the hybrid added; not run (no GPU was used for this study).
+Scale ``cpu``: three budgets 2.5x apart (6e10, 1.5e11, 3.75e11 FLOPs), 4-5 sizes each, eight
+architectures, 112 runs, 2.3e13 FLOPs (Chinchilla's count). Measured 2026-11-28 on the 2-core VM
+beside other sweeps: 128 min of training in all (Mamba's scan 84 min of it), then 4.3 min of
+fits, r(4x) and plots; results in docs/results.md ("Architecture scaling study") and
+docs/results/architectures_cpu.csv. `--dry-run` times each architecture's own shapes on your
+machine. Scale ``gpu``: budgets 1e13-1e14, 0.1M-6.4M parameters, the hybrid added; 25 of its 85
+runs ran on a lent H200 (docs/benchmarks.md, "Second lent session").
 """
 
 from ml_collections import ConfigDict
