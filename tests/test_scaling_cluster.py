@@ -96,6 +96,12 @@ def test_an_interval_is_refused_when_too_many_refits_fail():
     assert refused.predict_optimal(1e15)["ci"] == {}
     out = refused.to_dict([1e15])
     assert out["ci"] == {} and out["intervals_refused"] and out["n_bootstrap_failed"] == limit + 1
+    # Without an interval nothing is shown to be pinned: the exponents are named, not headlined.
+    assert kept.to_dict()["unpinned"] == [] and set(out["unpinned"]) == {"a", "b"}
+    assert out["too_wide"]["a"] == f"no 95% interval: {limit + 1} of 100 bootstrap refits failed"
+    from attnlab.scaling.cli import format_report
+
+    assert "not pinned, no interval to show it: a, b\n" in format_report(refused, "t.csv", [])
     # A table of fits per group says which group's intervals were refused, and why.
     from attnlab.scaling.grouped import GroupedFits, format_grouped
 

@@ -79,7 +79,9 @@ def test_approach3_keeps_positive_exponents_and_flags_what_the_data_cannot_pin(d
     # fit.json carries the flags (and stays valid JSON: NaN becomes null).
     saved = json.loads(json.dumps(fit.to_dict([1e10]), allow_nan=False))
     assert saved["degenerate"] is True
-    assert saved["unpinned"] == list(fit.unpinned)
+    assert saved["undetermined"] == list(fit.unpinned)
+    # 2 of its 8 refits failed: no interval shows E or beta pinned either.
+    assert fit.intervals_refused and saved["unpinned"] == list(fit.unpinned) + ["E", "beta"]
     assert saved["predictions"][0]["N_opt"] is None
 
 
@@ -195,7 +197,8 @@ def test_study_reports_and_plots_a_degenerate_fit_and_no_fit(degenerate_fit, tmp
 
     table = prepare_points(_frame(UNDERTRAINED), law="chinchilla", source="six runs")
     text = study.report(degenerate_fit, None, [], "six runs", (1e10,))
-    assert "L(N, D) = 2.421 + A / N^alpha + 48.93 / D^0.409" in text
+    # Its intervals are refused (2 of 8 refits failed): E and beta are named as well.
+    assert "L(N, D) = E + A / N^alpha + 48.93 / D^beta" in text
     assert "N_opt ~ C^a: not determined" in text
     assert "not pinned by the data" in text and "compute-optimal" in text
     written, messages = study.draw_plots(table, degenerate_fit, None, tmp_path / "a")

@@ -316,7 +316,9 @@ def format_report(fit: ScalingFit, source: str, budgets: list[float],
     else:
         lines.append("bootstrap: none (pass --bootstrap=N for intervals)")
     ci, wide = fit.ci, fit.too_wide
-    if wide:  # lead with what the data pin: these go below the others, by name
+    if wide and fit.intervals_refused:
+        lines.append(f"not pinned, no interval to show it: {', '.join(wide)}")
+    elif wide:  # lead with what the data pin: these go below the others, by name
         lines.append(f"not pinned, an interval too wide to act on ({pin_rule(fit.part)}): "
                      f"{', '.join(wide)}")
     lines += ["", f"  {'parameter':<10}{'estimate':>14}{level + ' low':>14}{level + ' high':>14}"]

@@ -66,7 +66,13 @@ class ScalingFit:
     def too_wide(self) -> dict[str, str]:
         """name -> why, for the parameters whose interval is too wide to act on: an exponent's
         wider than MAX_EXPONENT_WIDTH, E's wider than MAX_E_RELATIVE_WIDTH of E, a scale's
-        (``part.scales``) spanning more than MAX_SCALE_RATIO."""
+        (``part.scales``) spanning more than MAX_SCALE_RATIO. When the intervals are refused,
+        every parameter the rule reads: without an interval nothing is shown to be pinned."""
+        if self.intervals_refused:
+            ruled = set(self.part.exponents) | set(self.part.scales) | {"E"}
+            return {name: (f"no {100 * self.ci_level:g}% interval: {self.n_bootstrap_failed} "
+                           f"of {self.n_bootstrap_requested} bootstrap refits failed")
+                    for name in self.params if name in ruled}
         found = {}
         for name, (low, high) in self.ci.items():
             width = high - low
