@@ -270,12 +270,14 @@ def _plan_one(spec: SweepSpec, shape: Shape | None, axis_values: dict[str, Any],
     per_token = flops_per_token(cfg.model, cfg.data.seq_len)
     batch_tokens = cfg.data.batch_size * cfg.data.seq_len
 
-    lr = _learning_rate(spec, shape, cfg, counts["non_embedding"], factor)
-    if lr is not None:
-        swept["train.learning_rate"] = lr
     length = spec.kind.run_length(spec, budget, counts, per_token, batch_tokens)
     if isinstance(length, str):
         return length
+    # A rule may read the run's length (a law in N and D): it sees the sized config.
+    lr = _learning_rate(spec, shape, _override(spec, {**swept, **length}),
+                        counts["non_embedding"], factor)
+    if lr is not None:
+        swept["train.learning_rate"] = lr
     swept.update(length)
     cfg = _override(spec, swept)
     if cfg.train.tokens and cfg.train.tokens < batch_tokens:

@@ -7,9 +7,11 @@ name."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 
 from attnlab.model.architecture import PARAMETERIZATIONS
+from attnlab.model.counting import param_counts
 from attnlab.sweep.sections import (Shape, SweepSpecError, number_at_least_zero,
                                     positive_number)
 
@@ -50,6 +52,7 @@ class LearningRate:
     sets_learning_rate = True   # the run's train.learning_rate comes from the rule
     from_tuning_stage = False   # sweep.tune sets the rule's fields (attnlab.sweep.tuning)
     transfers = False           # one rate tuned at the base width, for every width (muP)
+    reads_law = False           # ``report`` is a fitted hyperparameter law (read_lr_law)
 
     def check(self, rule: LearningRateRule, field: str) -> None:
         for factor in rule.factors:
@@ -58,8 +61,11 @@ class LearningRate:
             raise SweepSpecError(f"{field}.factors", f"repeats a factor: {rule.factors}")
         for name in ("base_lr", "report", "tuned_d_model"):
             if name not in self.reads and getattr(rule, name):
-                raise SweepSpecError(f"{field}.{name}", f"only rule 'transfer' reads it; the "
-                                                        f"rule is {rule.rule!r}")
+                readers = [repr(n) for n, c in LR_RULES.items() if name in c.reads]
+                who = (f"rule {readers[0]} reads" if len(readers) == 1 else
+                       f"rules {' and '.join(readers)} read")
+                raise SweepSpecError(f"{field}.{name}", f"only {who} it; the rule is "
+                                                        f"{rule.rule!r}")
 
     def check_spec(self, rule: LearningRateRule, spec) -> None:
         """The rule's needs of the rest of the spec (``spec.SweepSpec``)."""
@@ -229,7 +235,56 @@ class Tuned(LearningRate):
                 f"{pick['exponent']:.3g} (90% interval of the exponent [{lo:.2f}, {hi:.2f}])")
 
 
-LR_RULES = {c.name: c for c in (Fixed, PerShape, PowerLaw, InverseWidth, Transfer, Tuned)}
+class FromLaw(LearningRate):
+    """lr = c N^a D^b: the learning-rate law in ``report``, the JSON of ``attnlab fit
+    --law=hparams --json=FILE`` (docs/scaling.md), at each run's N (its active parameters, the
+    column that law reads) and D (its tokens). An exponent the fit left undetermined (null: its
+    runs had one N or one D) counts as 0."""
+
+    name = "law"
+    reads = ("report",)
+    reads_law = True
+
+    def check(self, rule, field):
+        super().check(rule, field)
+        if not rule.report:
+            raise SweepSpecError(f"{field}.report", "missing: rule 'law' needs a fitted "
+                                 "hyperparameter law (attnlab fit --law=hparams --json=FILE)")
+
+    def check_spec(self, rule, spec):
+        super().check_spec(rule, spec)
+        if spec.kind.uses_branches:  # a branch trains on at the rate of the trunk it leaves
+            raise SweepSpecError("sweep.learning_rate.rule", "'law' sets each run's rate from "
+                                 "its tokens, but a ladder's branches share their trunk's rate; "
+                                 "give the ladder per-shape rates (sweep.ladder.learning_rates)")
+
+    def value(self, rule, spec, shape, cfg, non_embedding):
+        coef, exponents = read_lr_law(rule.report, "sweep.learning_rate.report")
+        n = param_counts(cfg.model)["active"]
+        d = cfg.total_steps * cfg.data.batch_size * cfg.data.seq_len
+        return coef * n ** exponents["params"] * d ** exponents["tokens"]
+
+
+def read_lr_law(path: str, field: str) -> tuple[float, dict[str, float]]:
+    """(c, {"params": a, "tokens": b}) of the learning-rate law in an ``attnlab fit
+    --law=hparams`` JSON (a null exponent: 0); anything else is one error naming ``field``."""
+    try:
+        with open(path) as f:
+            law = json.load(f)["lr"]
+        coef = float(law["coef"])
+        exponents = {k: float(law["exponents"][k] or 0.0) for k in ("params", "tokens")}
+        if not (coef > 0 and all(map(math.isfinite, (coef, *exponents.values())))):
+            raise ValueError(f"coef {coef}, exponents {exponents}")
+    except (OSError, ValueError, TypeError, KeyError) as e:
+        raise SweepSpecError(field, f"{path!r} is not a fitted hyperparameter law (the JSON of "
+                                    f"attnlab fit --law=hparams --json=FILE: lr.coef > 0 and "
+                                    f"lr.exponents.params, .tokens): {type(e).__name__} {e}"
+                             ) from None
+    return coef, exponents
+
+
+LR_RULES = {c.name: c for c in (Fixed, PerShape, PowerLaw, InverseWidth, Transfer, Tuned,
+                                FromLaw)}
 
 
 @dataclasses.dataclass(frozen=True)

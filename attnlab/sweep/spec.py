@@ -29,7 +29,7 @@ from attnlab.checks import check
 from attnlab.model.architecture import PARAMETERIZATIONS
 from attnlab.sweep.definition import SweepSpec, Variant, variant_spec
 from attnlab.sweep import modes
-from attnlab.sweep.rules import LearningRateRule, WarmupRule
+from attnlab.sweep.rules import LearningRateRule, WarmupRule, read_lr_law
 from attnlab.sweep.sections import (Branches, CentreRule, Ladder, Resources, Shape,
                                     SweepSpecError, Tune, int_at_least,
                                     number_at_least_zero, positive_number)
@@ -236,11 +236,16 @@ def read_transfer_report(path: str, field: str) -> list[dict[str, Any]]:
 
 
 def _with_tuned_learning_rate(spec: SweepSpec, field: str) -> SweepSpec:
-    """``spec`` whose rule ``transfer`` has its learning rate: refused unless the base model is
+    """``spec`` whose rule ``law`` has its report found (a path the planner can open) and read,
+    and whose rule ``transfer`` has its learning rate: refused unless the base model is
     muP (only there does the optimum hold across width); a report's row is the mup one at
     ``tuned_d_model`` (default the base width) tuned with the same base width, since under muP a
     learning rate means the one of the base model (hidden matrices get ``lr * base / d``)."""
     rule, model = spec.learning_rate, spec.base.model
+    if rule.kind.reads_law:  # found and read now: a bad file is one error before planning
+        path = _find_file(rule.report, spec.source, f"{field}.report", "hyperparameter law")
+        read_lr_law(path, f"{field}.report")
+        return dataclasses.replace(spec, learning_rate=dataclasses.replace(rule, report=path))
     if not rule.kind.transfers:
         return spec
     if not PARAMETERIZATIONS[model.parameterization].transfers_learning_rate:
@@ -274,7 +279,7 @@ def _variant_with_tuned_learning_rate(spec: SweepSpec, variant: Variant) -> Vari
         if e.field.startswith("sweep.variants."):
             raise
         raise SweepSpecError(e.field, f"{e.reason} (variant {variant.name!r})") from None
-    if not tuned.kind.transfers:
+    if not (tuned.kind.transfers or tuned.kind.reads_law):
         return variant
     return dataclasses.replace(variant, learning_rate=tuned)
 
