@@ -9,8 +9,8 @@
 # Every stage writes its table into DIR ($OUT on a lent machine, else sweeps/device_session/out):
 # env.json, quickstart.csv + quickstart_report.txt, hparams.csv, gpu.md, architectures.csv +
 # architectures_report.txt, checks.md and session.log. The device tool brings back 8 files, so
-# --stages picks what one lease runs (default: quickstart gpu hparams; a study takes whatever
-# the budget has left, so the grid comes last and resumes in a second call).
+# --stages picks what one lease runs (default: quickstart regression gpu hparams; a study takes
+# whatever the budget has left, so the grid comes last and resumes in a second call).
 # --corpus ARCHIVE (default .corpus/pystdlib.tar.xz, made here by benchmarks/device_corpus.py and
 # named in the run's carry): the isoflop studies train on this machine's standard library,
 # unpacked there, as data.source=text_files. Without it they read the lent machine's own
