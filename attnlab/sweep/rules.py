@@ -248,15 +248,16 @@ class FromLaw(LearningRate):
     def check(self, rule, field):
         super().check(rule, field)
         if not rule.report:
-            raise SweepSpecError(f"{field}.report", "missing: rule 'law' needs a fitted "
-                                 "hyperparameter law (attnlab fit --law=hparams --json=FILE)")
+            raise SweepSpecError(f"{field}.report", f"missing: rule {self.name!r} needs a "
+                                 "fitted hyperparameter law (attnlab fit --law=hparams "
+                                 "--json=FILE)")
 
     def check_spec(self, rule, spec):
         super().check_spec(rule, spec)
         if spec.kind.uses_branches:  # a branch trains on at the rate of the trunk it leaves
-            raise SweepSpecError("sweep.learning_rate.rule", "'law' sets each run's rate from "
-                                 "its tokens, but a ladder's branches share their trunk's rate; "
-                                 "give the ladder per-shape rates (sweep.ladder.learning_rates)")
+            raise SweepSpecError("sweep.learning_rate.rule", f"{self.name!r} sets each run's "
+                                 "rate from its tokens, but a ladder's branches share their "
+                                 "trunk's rate; give each shape its rate (rule 'per_shape')")
 
     def value(self, rule, spec, shape, cfg, non_embedding):
         coef, exponents = read_lr_law(rule.report, "sweep.learning_rate.report")

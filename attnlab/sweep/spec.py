@@ -112,7 +112,7 @@ def spec_from_config_dict(config: ml_collections.ConfigDict | Mapping[str, Any],
         tune=_section(Tune, sweep.get("tune"), "sweep.tune"),
     )
     if not sweep.get("variants"):
-        spec = _with_tuned_learning_rate(spec, "sweep.learning_rate")
+        spec = _with_resolved_learning_rate(spec, "sweep.learning_rate")
     _check_relations(spec)
     spec = _with_variants(spec, sweep)
     from attnlab.sweep import tuning  # it plans sweeps: imported here, not in a cycle
@@ -152,7 +152,7 @@ def _with_variants(spec: SweepSpec, sweep: Mapping) -> SweepSpec:
         return spec
     for variant in variants:  # each variant's own sweep must be valid too
         _check_variant_relations(spec, variant)
-    variants = tuple(_variant_with_tuned_learning_rate(spec, v) for v in variants)
+    variants = tuple(_variant_with_resolved_learning_rate(spec, v) for v in variants)
     return dataclasses.replace(spec, variants=variants,
                                baseline=_baseline(sweep.get("baseline"), variants))
 
@@ -235,7 +235,7 @@ def read_transfer_report(path: str, field: str) -> list[dict[str, Any]]:
                                     f"{type(e).__name__} {e}") from None
 
 
-def _with_tuned_learning_rate(spec: SweepSpec, field: str) -> SweepSpec:
+def _with_resolved_learning_rate(spec: SweepSpec, field: str) -> SweepSpec:
     """``spec`` whose rule ``law`` has its report found (a path the planner can open) and read,
     and whose rule ``transfer`` has its learning rate: refused unless the base model is
     muP (only there does the optimum hold across width); a report's row is the mup one at
@@ -270,11 +270,11 @@ def _with_tuned_learning_rate(spec: SweepSpec, field: str) -> SweepSpec:
                          f"rows: {found})")
 
 
-def _variant_with_tuned_learning_rate(spec: SweepSpec, variant: Variant) -> Variant:
+def _variant_with_resolved_learning_rate(spec: SweepSpec, variant: Variant) -> Variant:
     field = (f"sweep.variants.{variant.name}.learning_rate" if variant.learning_rate
              else "sweep.learning_rate")
     try:
-        tuned = _with_tuned_learning_rate(variant_spec(spec, variant), field).learning_rate
+        tuned = _with_resolved_learning_rate(variant_spec(spec, variant), field).learning_rate
     except SweepSpecError as e:
         if e.field.startswith("sweep.variants."):
             raise
