@@ -136,6 +136,20 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         raise OSError(error.errno, error.strerror, str(path)) from error
 
 
+_ATOMIC_TEMPORARY = re.compile(r"\..+\.[0-9a-f]{32}\.tmp")
+
+
+def remove_stale_temporaries(directory: Path) -> list[str]:
+    """Removes the temporaries of :func:`atomic_path` that a writer killed between creating and
+    renaming one (SIGKILL: no cleanup runs) left in ``directory``; returns their names. Call it
+    only while holding the directory's lock, when no other writer's temporary can be live."""
+    stale = [p for p in directory.iterdir()
+             if p.is_file() and _ATOMIC_TEMPORARY.fullmatch(p.name)]
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return [p.name for p in stale]
+
+
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     """Writes ``text`` so that readers see the old file or the new one, never a part."""
     with atomic_path(path) as tmp:

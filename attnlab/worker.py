@@ -36,7 +36,8 @@ import jax
 from attnlab import rundir
 from attnlab.config import from_config_dict
 from attnlab.interrupts import EXIT_INTERRUPTED, raise_keyboard_interrupt
-from attnlab.rundir import FAILURE_FILE, LOCK_FILE, LOG_FILE, RUN_FILE
+from attnlab.rundir import (FAILURE_FILE, LOCK_FILE, LOG_FILE, RUN_FILE,
+                            remove_stale_temporaries)
 
 _PR_SET_PDEATHSIG = 1
 
@@ -64,6 +65,7 @@ def _run_lock(run_dir: Path) -> Iterator[bool]:
             yield False
             return
         try:
+            remove_stale_temporaries(run_dir)  # a killed earlier holder's half-written files
             yield True
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)

@@ -135,3 +135,24 @@ def test_run_status_from_the_files(tmp_path):
     assert rundir.run_status(run) == "partial"  # interrupted, not broken
     rundir.write_json_atomic(run / "summary.json", {"status": "completed"})
     assert rundir.run_status(run) == "completed"
+
+
+def test_a_killed_writers_temporaries_are_removed_and_nothing_else(tmp_path):
+    """SIGKILL between an atomic write's temporary and its rename leaves the temporary: the
+    next holder of the directory's lock removes it (and only such files)."""
+    from attnlab.rundir import atomic_path, remove_stale_temporaries
+    from attnlab.worker import _run_lock
+
+    target = tmp_path / "summary.json"
+    target.write_text("{}")
+    with pytest.raises(KeyboardInterrupt):
+        with atomic_path(target) as tmp:
+            left = tmp.with_name(tmp.name.replace(tmp.name.split(".")[-2], "ab" * 16))
+            tmp.rename(left)  # as a kill would leave it: cleanup cannot find it
+            raise KeyboardInterrupt
+    kept = [tmp_path / ".notes.tmp", tmp_path / "x.json.tmp", target]
+    for path in kept[:2]:
+        path.write_text("mine")
+    with _run_lock(tmp_path) as held:
+        assert held and not left.exists()
+    assert all(p.exists() for p in kept) and remove_stale_temporaries(tmp_path) == []

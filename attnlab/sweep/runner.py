@@ -99,6 +99,7 @@ def sweep_lock(workdir: Path) -> Iterator[None]:
         handle.write(f"pid {os.getpid()} on {socket.gethostname()}, since "
                      f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n")
         handle.flush()
+        rundir.remove_stale_temporaries(workdir)  # a killed earlier sweep's half-written tables
         yield
     finally:
         with contextlib.suppress(OSError):
