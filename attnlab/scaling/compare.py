@@ -33,16 +33,25 @@ DEFAULT_MATCH = ("params", "tokens")
 POOLED = "all"
 
 
+def _check_columns(df: pd.DataFrame, columns) -> None:
+    for column in columns:
+        if column not in df.columns:
+            raise FitInputError(f"column {column!r} is not in the results table (columns: "
+                                f"{', '.join(map(str, df.columns))})")
+
+
+def _finished(df: pd.DataFrame, metric: str) -> pd.Series:
+    """True for the runs that completed with a finite ``metric`` (all, without a status)."""
+    finished = np.isfinite(pd.to_numeric(df[metric], errors="coerce"))
+    return finished & (df["status"] == "completed") if "status" in df.columns else finished
+
+
 def _cells(df: pd.DataFrame, by: str, match: tuple[str, ...], metric: str,
            pair: str | None) -> dict:
     """{(point, arm): ``metric`` over the cell's finished runs, a float64 Series indexed by the
     ``pair`` column's values (or by position)}."""
-    for column in (by, *match, metric, *([pair] if pair else [])):
-        if column not in df.columns:
-            raise FitInputError(f"column {column!r} is not in the results table (columns: "
-                                f"{', '.join(map(str, df.columns))})")
-    done = df[df["status"] == "completed"] if "status" in df.columns else df
-    done = done[np.isfinite(pd.to_numeric(done[metric], errors="coerce"))]
+    _check_columns(df, (by, *match, metric, *([pair] if pair else [])))
+    done = df[_finished(df, metric)]
     cells = {}
     for (arm, *point), group in done.groupby([by, *match], dropna=False):
         values = group.set_index(pair)[metric] if pair else group[metric].reset_index(drop=True)
@@ -59,16 +68,13 @@ def at_best(df: pd.DataFrame, *, by: str, match: tuple[str, ...], metric: str,
     """(the runs at each (arm, point)'s best value of ``over``, one row per pick: the arm, the
     point, ``over``'s picked value, its mean metric, the runs behind it, the values tried and
     ``edge``: "lowest"/"highest" when the pick is the grid's end, "" inside)."""
-    for column in (by, *match, metric, over):
-        if column not in df.columns:
-            raise FitInputError(f"column {column!r} is not in the results table")
+    _check_columns(df, (by, *match, metric, over))
     if over in (by, *match):
         raise FitInputError(f"--best-over={over}: it is also --by or --match; pick over a "
                             f"column the compared runs differ in")
-    finished = pd.to_numeric(df[metric], errors="coerce").map(np.isfinite)
-    if "status" in df.columns:
-        finished &= df["status"] == "completed"
-    scored = df.assign(_score=pd.to_numeric(df[metric], errors="coerce").where(finished, np.inf))
+    # An unfinished run scores inf, so a value with one never has the lowest mean.
+    scored = df.assign(_score=pd.to_numeric(df[metric], errors="coerce")
+                       .where(_finished(df, metric), np.inf))
     kept, picks = [], []
     for (arm, *point), cell in scored.groupby([by, *match], dropna=False):
         means = cell.groupby(over)["_score"].mean().sort_index()
