@@ -209,3 +209,16 @@ def test_compare_best_over_prints_the_picks_and_writes_them(tmp_path, capsys):
     assert compare_main([f"--sweep={path}", "--by=schedule", "--baseline=cosine",
                          "--best-over=params"]) == 2
     assert "--best-over=params: it is also --by or --match" in capsys.readouterr().err
+
+
+def test_best_over_with_no_finished_value_anywhere_is_one_error(tmp_path, capsys):
+    df = _rate_grid(np.random.default_rng(10), {"cosine": (4e-3, 2.0), "wsd": (2e-3, 1.95)})
+    df.loc[df.seed == 0, ["status", "final_val_loss"]] = ["diverged", np.nan]
+    path = tmp_path / "results.csv"
+    df.to_csv(path, index=False)
+    assert compare_main([f"--sweep={path}", "--by=schedule", "--baseline=cosine",
+                         "--best-over=learning_rate"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0
+    assert "--best-over=learning_rate: no schedule at any point has a value whose runs all " \
+        "finished" in err
