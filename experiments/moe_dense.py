@@ -32,7 +32,7 @@ from attnlab.config import base_config_dict
 
 
 def get_config(scale: str = "cpu") -> ConfigDict:
-    """``scale``: cpu, or cpu_tuned (the largest budget at 4 peak rates per arm)."""
+    """``scale``: cpu, or cpu_tuned (the largest budget at 5 peak rates per arm)."""
     tuned = scale.endswith("_tuned")
     scale = scale.removesuffix("_tuned")
     config = ConfigDict()

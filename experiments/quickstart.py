@@ -46,6 +46,15 @@ inverse-width rule above (3e-3 at d_model = 128), untuned. The first run on an H
 was centred on N* = 1.5M (C / 1e14)^0.6; every budget's best run was its smallest size below
 1e14, so approach 2 had one usable profile and approach 3's a was not pinned ([0.04, 0.92]).
 The centre above comes from that run; the 20 runs the two plans share keep their run ids.
+
+Scale ``cpu_tuned`` (and ``gpu_tuned``): every (C, N) point at its own best peak rate, as
+Porian et al. 2024 tune each size before fitting. The same plan at 4 peak rates (the rule's
+times 1/2 .. 4), 80 runs at ``cpu`` (the 20 at factor 1 keep the untuned study's run ids); the
+fit reads each point at the rate with its lowest loss:
+
+    attnlab sweep --config=experiments/quickstart.py:cpu_tuned --sweep=sweeps/quickstart_tuned
+    attnlab fit --sweep=sweeps/quickstart_tuned --law=chinchilla --approach=2 \
+        --best-over=train.learning_rate
 """
 
 from ml_collections import ConfigDict
@@ -54,6 +63,9 @@ from attnlab.config import base_config_dict
 
 
 def get_config(scale: str = "cpu") -> ConfigDict:
+    """``scale``: cpu, gpu, or cpu_tuned / gpu_tuned (every point at 4 peak rates)."""
+    tuned = scale.endswith("_tuned")
+    scale = scale.removesuffix("_tuned")
     config = ConfigDict()
     config.scale = scale
 
@@ -116,4 +128,7 @@ def get_config(scale: str = "cpu") -> ConfigDict:
         # FLOPs, 22.5k at 3.75e11, 38.9k at 9.4e11; docs/results.md), N* = 39k (C / 9.4e11)^0.65.
         sweep.centre = ConfigDict({"n_opt": 39e3, "budget": 9.4e11, "exponent": 0.65,
                                    "span": 2.3})
+    if tuned:
+        sweep.name = "quickstart_tuned"
+        sweep.learning_rate.factors = (0.5, 1.0, 2.0, 4.0)
     return config

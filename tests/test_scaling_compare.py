@@ -220,5 +220,5 @@ def test_best_over_with_no_finished_value_anywhere_is_one_error(tmp_path, capsys
                          "--best-over=learning_rate"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0
-    assert "--best-over=learning_rate: no schedule at any point has a value whose runs all " \
+    assert "--best-over=learning_rate: no point has a value of learning_rate whose runs all " \
         "finished" in err

@@ -133,6 +133,13 @@ PLAN_DIGESTS = {
     "hparams:cpu": ("c2810bff2cc8ba1c", "96e2e72ff7cf8d68"),
     "hparams:gpu": ("2f36f0e2194e2bc5", "0885d7cf5b484fae"),
     "hparams:cpu_refined": ("5321b4bce2b78ceb", "c78a95166d0aacc1"),  # the cpu grid moved
+    # Each point or arm at several peak rates, for --best-over (new): the runs at factor 1 are
+    # the untuned plan's (test_tuned_plans_keep_the_untuned_runs).
+    "quickstart:cpu_tuned": ("aca22cf2aff2a6a3", "d73ea1173dc64d46"),
+    "quickstart:gpu_tuned": ("3745d46176957db6", "23c64121bc6cb463"),
+    "wsd_cosine:cpu_tuned": ("03f7a762895f5fd2", "bd37c7c8543a64fa"),
+    "wsd_cosine:gpu_tuned": ("c1f2c8d2aaede9cf", "13723fbb983612cb"),
+    "moe_dense:cpu_tuned": ("9abcd21376a1884b", "17aa2e0acbcf4031"),
     # The quickstart on shards (new): the quickstart's runs reading data.source=shards at the
     # path after the colon (the corpus benchmarks/data_shards.py --corpus writes).
     "quickstart_shards:runs/web_corpus": ("f30c683c96b29609", "84a50f75f2bd9cc1"),
@@ -203,6 +210,22 @@ def test_architectures_keeps_its_earlier_runs(key):
     name, scale = key.split(":")
     earlier = [r.run_id for r in planned(name, scale) if r.axes["architecture"] != "moe"]
     assert sha256(earlier)[:16] == ARCHITECTURES_BEFORE_MOE[key]
+
+
+# Tuned plan -> (its untuned plan, how many of that plan's runs it trains again: all of them,
+# or for moe_dense the largest budget's 20).
+TUNED_PLANS = {"quickstart:cpu_tuned": ("quickstart:cpu", 20),
+               "quickstart:gpu_tuned": ("quickstart:gpu", 42),
+               "wsd_cosine:cpu_tuned": ("wsd_cosine:cpu", 27),
+               "moe_dense:cpu_tuned": ("moe_dense:cpu", 20)}
+
+
+@pytest.mark.parametrize("key", sorted(TUNED_PLANS))
+def test_tuned_plans_keep_the_untuned_runs(key):
+    """A tuned rerun reuses the untuned study's finished runs at factor 1, not retrains them."""
+    untuned, shared = TUNED_PLANS[key]
+    ids = {run.run_id for run in planned(*key.split(":"))}
+    assert len(ids & {run.run_id for run in planned(*untuned.split(":"))}) == shared
 
 
 @pytest.mark.parametrize("key", sorted(PE_STUDIES_BEFORE_14))

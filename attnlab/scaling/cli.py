@@ -26,6 +26,7 @@ from attnlab.errors import AttnlabError
 from attnlab.scaling import hparams, parametric, registry
 from attnlab.scaling.approach2 import DEFAULT_WINDOW, PROFILES
 from attnlab.scaling.approach3 import CHINCHILLA_GRID, InitGrid
+from attnlab.scaling.compare import best_points, format_picks
 from attnlab.scaling.ladder import isoflop_slices
 from attnlab.scaling.errors import FitInputError, GridEdgeWarning
 from attnlab.scaling.fitting import fit_table
@@ -88,6 +89,10 @@ INPUT_FLAGS = [
     Flag("fix", "string", None, "Hold parameters at given values through the fit and every "
          "bootstrap refit, e.g. E=1.869,A=520.8,B=1487.7,alpha=0.3527,beta=0.3527 (approach 3, "
          "--law=data_constrained, --law=overtrain)."),
+    Flag("best-over", "string", None, "Fit each (N, D) point at its own best value of this "
+         "column (e.g. train.learning_rate): the runs at the value whose mean loss over seeds "
+         "is lowest; a value with an unfinished run is never picked. The bootstrap treats the "
+         "picks as given."),
 ]
 FIT_FLAGS = INPUT_FLAGS + [
     vocab.BOOTSTRAP.flag("For the intervals.", default=200),
@@ -137,6 +142,7 @@ class FitInputs:
     by: str | None = None
     cluster: str | None = None
     fix: str | None = None
+    best_over: str | None = None
 
     @classmethod
     def from_flags(cls, values: flags.FlagValues) -> FitInputs:
@@ -147,7 +153,8 @@ class FitInputs:
                    ci_level=values["ci-level"].value, seed=values["bootstrap-seed"].value,
                    grid=values["grid"].value, profile=values["profile"].value,
                    window=values["window"].value, by=values["by"].value,
-                   cluster=values["cluster"].value, fix=values["fix"].value)
+                   cluster=values["cluster"].value, fix=values["fix"].value,
+                   best_over=values["best-over"].value)
 
     def part(self, default: str | None = None) -> Law:
         """The law --law (or ``default``) names, in the variant --approach / --form select."""
@@ -172,6 +179,22 @@ def _budgets(text: str | None) -> list[float]:
     return positive_list(text, "--budget", "FLOP budgets", "1e18,1e19")
 
 
+def read_results(inputs: FitInputs, law: Law):
+    """(the results table, its runs at each point's best --best-over value; None without the
+    flag)."""
+    if inputs.best_over and (law.needs_curves or not law.fits_table):
+        raise FitInputError(f"--best-over does not apply to --law={law.name}: it picks runs "
+                            f"for a fit of each run's final loss")
+    if not inputs.results:
+        raise FitInputError("--sweep=DIR is required (a sweep directory or its results "
+                            ".parquet/.csv)")
+    raw = read_table(inputs.results)
+    if not inputs.best_over:
+        return raw, None
+    return best_points(raw, over=inputs.best_over, law=law, by=inputs.by,
+                       columns=parse_columns(inputs.columns), source=str(inputs.results))
+
+
 def load_table(inputs: FitInputs, law: Law) -> ScalingTable:
     """The checked table the chosen fit needs: curves for approach 1, run results otherwise."""
     columns = parse_columns(inputs.columns)
@@ -184,10 +207,7 @@ def load_table(inputs: FitInputs, law: Law) -> ScalingTable:
             runs = read_table(inputs.results)
         return prepare_curves(read_curves(source), law=law, source=str(source),
                               columns=columns, runs=runs)
-    if not inputs.results:
-        raise FitInputError("--sweep=DIR is required (a sweep directory or its results "
-                            ".parquet/.csv)")
-    raw = read_table(inputs.results)
+    raw, _ = read_results(inputs, law)
     table = prepare_points(raw, law=law, source=str(inputs.results), columns=columns,
                            cluster=inputs.cluster)
     if law.isoflop_profiles and table.budget is None and "role" in raw.columns:
@@ -211,7 +231,7 @@ def run_grouped(inputs: FitInputs, law: Law, n_bootstrap: int) -> GroupedFits:
     curves = None
     if law.needs_curves:
         curves = read_curves(inputs.curves or inputs.results)
-    return fit_by(read_table(inputs.results), inputs.by, law=law,
+    return fit_by(read_results(inputs, law)[0], inputs.by, law=law,
                   source=str(inputs.results), columns=parse_columns(inputs.columns),
                   curves=curves, cluster=inputs.cluster, **inputs.fit_options(n_bootstrap))
 
@@ -404,6 +424,10 @@ def fit_main(argv: list[str]) -> int:
         inputs = FitInputs.from_flags(values)
         law = inputs.part()
         _check_law_flags(values, law)
+        picks = read_results(inputs, law)[1] if inputs.best_over else None
+        if picks is not None:
+            sys.stdout.write(format_picks(picks, over=inputs.best_over, metric="loss",
+                                          what="each (N, D) point"))
         if not law.fits_table:
             return _own_fit_main(values, inputs, law)
         budgets = _budgets(values["budget"].value)
@@ -451,6 +475,9 @@ def fit_main(argv: list[str]) -> int:
                 payload["floor"] = floor
                 for prediction in payload.get("predictions", []):
                     prediction["below_floor"] = prediction["C"] in low
+        if picks is not None:
+            payload |= {"best_over": inputs.best_over,
+                        "picks": jsonable(picks.to_dict(orient="records"))}
         if values["json"].value:
             _write_json(values["json"].value, payload)
     except AttnlabError as error:  # also when called directly, not through attnlab.cli

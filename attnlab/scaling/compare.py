@@ -18,7 +18,8 @@ Each arm at its own optimum (``best_over``, e.g. the learning rate): per arm and
 at the value whose mean over seeds is lowest are the ones compared. A value with a run that did
 not finish (diverged, failed) cannot be picked. The pick and the comparison read the same runs,
 so each arm's mean is a minimum over its grid: optimistic, by a similar amount for arms with the
-same grid and spread.
+same grid and spread. A fit picks the same way at each (N, D) point (``best_points``, ``attnlab
+fit --best-over``), and its bootstrap treats the picks as given.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ import pandas as pd
 from scipy import stats
 
 from attnlab.scaling.errors import FitInputError
+from attnlab.scaling.laws import Law
+from attnlab.scaling.table import point_columns
 
 DEFAULT_MATCH = ("params", "tokens")
 POOLED = "all"
@@ -88,15 +91,30 @@ def at_best(df: pd.DataFrame, *, by: str, match: tuple[str, ...], metric: str,
                       metric: float(means[best]), "runs": int((cell[over] == best).sum()),
                       "tried": len(means), "edge": edge})
     if not picks:
-        raise FitInputError(f"--best-over={over}: no {by} at any point has a value whose runs "
+        raise FitInputError(f"--best-over={over}: no point has a value of {over} whose runs "
                             f"all finished")
     return pd.concat(kept), pd.DataFrame(picks)
 
 
-def format_picks(picks: pd.DataFrame, *, over: str, metric: str) -> str:
+def best_points(df: pd.DataFrame, *, over: str, law: Law, by: str | None = None,
+                columns: dict[str, str] | None = None,
+                source: str = "results") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """For a fit: at each (N, D) point (of each ``by`` group), the runs at ``over``'s best
+    value, as :func:`at_best` picks them, and the picks."""
+    used = point_columns(df, law, columns or {}, source)
+    arm = by or "_fit"
+    frame = df if by else df.assign(_fit="all")
+    kept, picks = at_best(frame, by=arm, match=(used["params"], used["tokens"]),
+                          metric=used["loss"], over=over)
+    if not by:
+        kept, picks = kept.drop(columns=arm), picks.drop(columns=arm)
+    return kept, picks
+
+
+def format_picks(picks: pd.DataFrame, *, over: str, metric: str, what: str = "each arm") -> str:
     """The picks as text, with a note per pick at its grid's end."""
     text = picks.to_string(index=False, float_format=lambda v: f"{v:.4g}")
-    lines = [f"each arm at its best {over} (lowest mean {metric} over seeds; a value with an "
+    lines = [f"{what} at its best {over} (lowest mean {metric} over seeds; a value with an "
              f"unfinished run is not picked):", text]
     ends = picks[picks["edge"] != ""]
     if len(ends):

@@ -197,14 +197,7 @@ def prepare_points(df: pd.DataFrame, *, law: str | Law, source: str = "results",
     mapping = dict(columns or {})
     notes: list[str] = []
     df = _drop_trunks(drop_unfinished(df, notes, source), notes)
-    params_candidates = law.params_columns
-    used = {
-        "params": pick_column(df, "params", params_candidates, mapping, source,
-                        "model parameters N"),
-        "tokens": pick_column(df, "tokens", ("tokens",), mapping, source, "training tokens D"),
-        "loss": pick_column(df, "loss", ("loss", "final_val_loss"), mapping, source,
-                            "final loss L"),
-    }
+    used = point_columns(df, law, mapping, source)
     flops = _flops_column(df, law, mapping, source)
     if flops:
         used["flops"] = flops
@@ -216,6 +209,19 @@ def prepare_points(df: pd.DataFrame, *, law: str | Law, source: str = "results",
     _repeats_note(df, used, notes)
     notes += corpora_notes(df)
     return law.check_table(_finish(df, used, law, source, notes))
+
+
+def point_columns(df: pd.DataFrame, law: Law, mapping: dict[str, str],
+                  source: str) -> dict[str, str]:
+    """The columns holding each run's N, D and final loss L (FitInputError naming a missing
+    one)."""
+    return {
+        "params": pick_column(df, "params", law.params_columns, mapping, source,
+                              "model parameters N"),
+        "tokens": pick_column(df, "tokens", ("tokens",), mapping, source, "training tokens D"),
+        "loss": pick_column(df, "loss", ("loss", "final_val_loss"), mapping, source,
+                            "final loss L"),
+    }
 
 
 def corpora_notes(df: pd.DataFrame) -> list[str]:

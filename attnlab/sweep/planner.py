@@ -143,7 +143,7 @@ def expand(spec: SweepSpec) -> tuple[list[PlannedRun], list[str]]:
             raise SweepSpecError("sweep", f"two runs resolve to the same config ({run.run_id}): "
                                           f"{seen[run.run_id].axes} and {run.axes}")
         seen[run.run_id] = run
-    return runs, notes
+    return runs, list(dict.fromkeys(notes))  # a shape left out at every learning-rate factor
 
 
 def _expand_variants(spec: SweepSpec) -> tuple[list[PlannedRun], list[str]]:

@@ -1,0 +1,112 @@
+"""``attnlab fit --best-over``: each (N, D) point fitted at its own best learning rate. On a
+table whose loss grows away from a known best rate per size, the fit equals the fit of the runs
+at that rate alone, and a value with an unfinished run is never picked."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from attnlab.scaling.cli import fit_main
+from attnlab.scaling.synthetic import CHINCHILLA_PUBLISHED, isoflop_points
+
+pytestmark = pytest.mark.optimized
+
+FACTORS = (0.25, 0.5, 1.0, 2.0, 4.0)
+SMALL_GRID = "--grid=a:0:20:10,b:0:20:10,e:-1:1:1,alpha:0:2:1,beta:0:2:1"
+
+
+def best_rate(params, shift=1.0):
+    """A best rate falling with size, as muP-like rules have it."""
+    return shift * 0.01 * (np.asarray(params) / 1e8) ** -0.3
+
+
+def lr_table(shift=1.0, seed=0) -> pd.DataFrame:
+    """IsoFLOP points of Chinchilla's surface, each trained at 5 rates around its best rate and
+    2 seeds: the loss rises by 0.05 per squared octave off the best rate; a seed's offset is
+    the same at every rate, so the mean over seeds is lowest exactly at the best rate."""
+    points = isoflop_points(CHINCHILLA_PUBLISHED, np.geomspace(1e18, 1e21, 4),
+                            rng=np.random.default_rng(seed))
+    rows = []
+    for _, point in points.iterrows():
+        for factor in FACTORS:
+            for s, offset in ((0, -1e-3), (1, 1e-3)):
+                rate = float(best_rate(point["params"])) * factor
+                penalty = 0.05 * np.log2(factor / shift) ** 2
+                rows.append({**point.to_dict(), "train.learning_rate": rate,
+                             "train.seed": s, "status": "completed",
+                             "loss": point["loss"] + penalty + offset})
+    return pd.DataFrame(rows)
+
+
+def fit_json(tmp_path, table, name, *flags) -> dict:
+    path, out = tmp_path / f"{name}.csv", tmp_path / f"{name}.json"
+    table.to_csv(path, index=False)
+    rc = fit_main([f"--sweep={path}", f"--json={out}", *flags])
+    assert rc == 0
+    return json.loads(out.read_text())
+
+
+def test_the_fit_at_each_points_best_rate_is_the_fit_of_those_runs(tmp_path, capsys):
+    table = lr_table()
+    flags = ("--law=chinchilla", "--approach=3", "--bootstrap=0", SMALL_GRID)
+    picked = fit_json(tmp_path, table, "all", "--best-over=train.learning_rate", *flags)
+    at_best = table[np.isclose(table["train.learning_rate"], best_rate(table["params"]))]
+    alone = fit_json(tmp_path, at_best, "alone", *flags)
+    for name in ("E", "A", "B", "alpha", "beta"):
+        assert picked[name] == pytest.approx(alone[name], rel=1e-6)  # rows in another order
+    assert picked["n_points"] == alone["n_points"] == len(at_best)
+    picks = pd.DataFrame(picked["picks"])
+    assert picked["best_over"] == "train.learning_rate"
+    assert len(picks) == len(at_best) // 2 and (picks["runs"] == 2).all()
+    assert np.allclose(picks["train.learning_rate"], best_rate(picks["params"]))
+    assert (picks["edge"] == "").all() and (picks["tried"] == len(FACTORS)).all()
+    assert "each (N, D) point at its best train.learning_rate" in capsys.readouterr().out
+
+
+def test_a_rate_with_an_unfinished_run_is_not_picked(tmp_path, capsys):
+    table = lr_table()
+    point = table["params"] == table["params"].iloc[0]
+    best = point & np.isclose(table["train.learning_rate"], best_rate(table["params"]))
+    diverged = best & (table["train.seed"] == 1)
+    table.loc[diverged, ["status", "loss"]] = ["diverged", np.nan]
+    result = fit_json(tmp_path, table, "diverged", "--best-over=train.learning_rate",
+                      "--law=chinchilla", "--approach=2", "--bootstrap=0")
+    picks = pd.DataFrame(result["picks"])
+    pick = picks[picks["params"] == table["params"].iloc[0]]
+    assert len(pick) == 1
+    assert not np.isclose(pick["train.learning_rate"].iloc[0],
+                          best_rate(table["params"].iloc[0]))
+    assert pick["runs"].iloc[0] == 2
+
+
+def test_each_group_picks_its_own_rate(tmp_path, capsys):
+    # arm b's best rate is twice arm a's: on the same grid, b's picks sit one octave higher
+    table = pd.concat([lr_table().assign(arm="a"), lr_table(shift=2.0, seed=1).assign(arm="b")])
+    result = fit_json(tmp_path, table, "by", "--best-over=train.learning_rate", "--by=arm",
+                      "--law=chinchilla", "--approach=2", "--bootstrap=0")
+    picks = pd.DataFrame(result["picks"])
+    for arm, shift in (("a", 1.0), ("b", 2.0)):
+        mine = picks[picks["arm"] == arm]
+        assert len(mine) == (table["arm"] == arm).sum() // (2 * len(FACTORS))
+        assert np.allclose(mine["train.learning_rate"], best_rate(mine["params"], shift))
+    assert set(result["groups"]) == {"a", "b"}
+
+
+@pytest.mark.parametrize("flags, message", [
+    (("--law=hparams",), "--best-over does not apply to --law=hparams"),
+    (("--law=chinchilla", "--approach=1"), "--best-over does not apply to --law=chinchilla"),
+    (("--law=chinchilla", "--approach=2", "--best-over=train.lr"),
+     "column 'train.lr' is not in the results table"),
+    (("--law=chinchilla", "--approach=2", "--best-over=params"),
+     "--best-over=params: it is also --by or --match"),
+])
+def test_bad_best_over_is_one_line(tmp_path, capsys, flags, message):
+    path = tmp_path / "runs.csv"
+    lr_table().to_csv(path, index=False)
+    over = [] if any(f.startswith("--best-over") for f in flags) else [
+        "--best-over=train.learning_rate"]
+    assert fit_main([f"--sweep={path}", *over, *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and message in err
