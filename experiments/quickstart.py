@@ -49,8 +49,9 @@ The centre above comes from that run; the 20 runs the two plans share keep their
 
 Scale ``cpu_tuned`` (and ``gpu_tuned``): every (C, N) point at its own best peak rate, as
 Porian et al. 2024 tune each size before fitting. The same plan at 4 peak rates (the rule's
-times 1/2 .. 4), 80 runs at ``cpu`` (the 20 at factor 1 keep the untuned study's run ids); the
-fit reads each point at the rate with its lowest loss:
+times 1/2 .. 4), 80 runs at ``cpu`` (the 20 at factor 1 keep the untuned study's run ids), and
+up to 2 rates more past either end for a point whose best is at the end
+(``sweep.learning_rate.refine``); the fit reads each point at the rate with its lowest loss:
 
     attnlab sweep --config=experiments/quickstart.py:cpu_tuned --sweep=sweeps/quickstart_tuned
     attnlab fit --sweep=sweeps/quickstart_tuned --law=chinchilla --approach=2 \
@@ -131,4 +132,5 @@ def get_config(scale: str = "cpu") -> ConfigDict:
     if tuned:
         sweep.name = "quickstart_tuned"
         sweep.learning_rate.factors = (0.5, 1.0, 2.0, 4.0)
+        sweep.learning_rate.refine = 2  # a point best at 1/2 or 4 tries up to 2 rates beyond
     return config

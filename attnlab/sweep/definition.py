@@ -59,6 +59,9 @@ class SweepSpec:
     baseline: str | None = None  # the variant others' compute multipliers are measured against
     branches: Branches | None = None  # mode ladder: the token counts of each shape's branches
     tune: Tune | None = None  # the tuning stage of learning-rate rule 'tuned' (sweep/tuning.py)
+    # (point, factors): the learning-rate factors a point trains at beyond
+    # learning_rate.factors, set by attnlab.sweep.refine from the results, never in a file.
+    extra_factors: tuple[tuple[str, tuple[float, ...]], ...] = ()
 
     def set_keys(self) -> dict[str, str]:
         """Config keys the sweep sets besides its axes, each mapped to the spec field that sets
@@ -81,6 +84,11 @@ class SweepSpec:
         return MODES[self.mode]()
 
 
+def variant_point(variant: str, point: str) -> str:
+    """A point of a variant's own sweep, named in the whole sweep."""
+    return f"{variant}: {point}"
+
+
 def variant_spec(spec: SweepSpec, variant: Variant) -> SweepSpec:
     """The sweep of one variant: the base config with its overrides (validated), its own rules
     where it gives them, and no variants.
@@ -95,8 +103,11 @@ def variant_spec(spec: SweepSpec, variant: Variant) -> SweepSpec:
             base = with_values(base, dict(variant.overrides))
         except ConfigError as e:
             raise SweepSpecError(f"sweep.variants.{variant.name}.{e.field}", e.reason) from None
+    prefix = variant_point(variant.name, "")
+    extra = tuple((point.removeprefix(prefix), factors) for point, factors in spec.extra_factors
+                  if point.startswith(prefix))
     return dataclasses.replace(
-        spec, base=base, variants=(),
+        spec, base=base, variants=(), extra_factors=extra,
         centre=variant.centre or spec.centre,
         learning_rate=variant.learning_rate or spec.learning_rate,
         warmup=variant.warmup or spec.warmup)

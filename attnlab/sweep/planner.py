@@ -20,7 +20,7 @@ from attnlab.errors import ConfigError
 from attnlab.identity import RESUMABLE_DIFFERENCES, identity
 from attnlab.checks import with_values
 from attnlab.model import flops_per_token, param_counts, recorded_counts
-from attnlab.sweep.definition import SweepSpec, variant_spec
+from attnlab.sweep.definition import SweepSpec, variant_point, variant_spec
 from attnlab.sweep.modes import OFF_CENTRE
 from attnlab.sweep.sections import Ladder, Shape, SweepSpecError
 
@@ -28,6 +28,9 @@ from attnlab.sweep.sections import Ladder, Shape, SweepSpecError
 # resume): they do not enter the run id, so e.g. another mesh keeps finished runs valid.
 NOT_IN_RUN_ID = ("name", *sorted(RESUMABLE_DIFFERENCES))
 _MAX_LADDER_LAYERS = 512
+# Axes whose values replicate a point rather than move it: a point's best learning rate is the
+# one with the lowest mean over them.
+REPLICATE_KEYS = ("train.seed", "data.seed")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +48,8 @@ class PlannedRun:
       flops_per_token: attnlab.model.flops_per_token at the run's seq_len.
       role: ladder mode: 'trunk' (the constant-LR phase a size's branches share) or 'branch'
         (a cooldown from the trunk's checkpoint at ``cfg.train.branch_step``); '' otherwise.
+      point: the runs that differ from this one only in learning-rate factor and seed share it
+        (:func:`point_name`); lr_factor: the run's factor of the rule's rate.
     """
 
     run_id: str
@@ -54,6 +59,8 @@ class PlannedRun:
     params: dict[str, int]
     flops_per_token: dict[str, float]
     role: str = ""
+    point: str = ""
+    lr_factor: float = 1.0
 
     @property
     def steps(self) -> int:
@@ -100,29 +107,33 @@ def expand(spec: SweepSpec) -> tuple[list[PlannedRun], list[str]]:
         return _expand_variants(spec)
     shapes: list[Shape | None] = list(resolve_shapes(spec, spec.base.model)) or [None]
     axis_keys = [key for key, _ in spec.axes]
-    combos = [(dict(zip(axis_keys, combo)), factor)
-              for combo in itertools.product(*(values for _, values in spec.axes))
-              for factor in spec.learning_rate.factors or (1.0,)]
+    combos = [dict(zip(axis_keys, combo))
+              for combo in itertools.product(*(values for _, values in spec.axes))]
+    factors, extra = spec.learning_rate.factors or (1.0,), dict(spec.extra_factors)
     budgets = spec.kind.budgets(spec)
     runs: list[PlannedRun] = []
     notes: list[str] = []
     if spec.kind.uses_branches:  # a trunk per shape, its branches the runs of each token count
         for shape in shapes:
-            for values, factor in combos:
-                runs += ladder_runs(spec, _plan_one(spec, shape, values, None, factor))
+            for values in combos:
+                for factor in factors:
+                    runs += ladder_runs(spec, _plan_one(spec, shape, values, None, factor))
     for budget in budgets:
         kept, off_centre = 0, 0
         for shape in shapes:
-            for values, factor in combos:
-                run = _plan_one(spec, shape, values, budget, factor)
-                if isinstance(run, str):
-                    label = shape.label if shape else "base"
-                    what = " ".join(filter(None, (label, _combo_label(tuple(values.values())))))
-                    notes.append(f"budget {budget:.3g}: {what} left out ({run})")
-                    off_centre += run.startswith(OFF_CENTRE)
-                else:
-                    runs.append(run)
-                    kept += 1
+            for values in combos:
+                point = point_name(shape, values, budget)
+                for factor in factors + extra.get(point, ()):
+                    run = _plan_one(spec, shape, values, budget, factor)
+                    if isinstance(run, str):
+                        label = shape.label if shape else "base"
+                        what = " ".join(filter(None, (label,
+                                                      _combo_label(tuple(values.values())))))
+                        notes.append(f"budget {budget:.3g}: {what} left out ({run})")
+                        off_centre += run.startswith(OFF_CENTRE)
+                    else:
+                        runs.append(dataclasses.replace(run, point=point, lr_factor=factor))
+                        kept += 1
         if budget is not None and kept == 0 and off_centre:
             raise SweepSpecError(
                 "sweep.centre",
@@ -160,6 +171,7 @@ def _expand_variants(spec: SweepSpec) -> tuple[list[PlannedRun], list[str]]:
             raise SweepSpecError(e.field, f"{e.reason} (variant {variant.name!r})") from None
         notes += [f"{variant.name}: {note}" for note in variant_notes]
         for run in variant_runs:
+            run = dataclasses.replace(run, point=variant_point(variant.name, run.point))
             if run.run_id in seen:
                 raise SweepSpecError(f"sweep.variants.{variant.name}",
                                      f"gives the same run as variant {seen[run.run_id]!r} "
@@ -397,6 +409,15 @@ def _isoflop_flops_for_steps(spec: SweepSpec, shape: Shape, steps: int) -> float
                            for k in ("d_model", "n_layers", "n_heads")})
     per_token = flops_per_token(cfg.model, cfg.data.seq_len)[spec.flops_per_token]
     return per_token * steps * cfg.data.batch_size * cfg.data.seq_len
+
+
+def point_name(shape: Shape | None, values: dict[str, Any], budget: float | None) -> str:
+    """What the runs of one point share: the shape, the budget and every axis value but the
+    seeds (its runs differ only in learning-rate factor and seed)."""
+    kept = {k: v for k, v in values.items() if k not in REPLICATE_KEYS}
+    label = shape.label if shape else "base"
+    where = f" at {budget:.6g} FLOPs" if budget is not None else ""
+    return label + where + (f" {json.dumps(kept, sort_keys=True, default=str)}" if kept else "")
 
 
 def _combo_label(combo: tuple[Any, ...]) -> str:

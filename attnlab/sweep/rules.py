@@ -59,6 +59,9 @@ class LearningRate:
             positive_number(factor, f"{field}.factors")
         if len(set(rule.factors)) != len(rule.factors):
             raise SweepSpecError(f"{field}.factors", f"repeats a factor: {rule.factors}")
+        if rule.refine and len(rule.factors) < 2:
+            raise SweepSpecError(f"{field}.refine", "extends a grid of learning-rate factors "
+                                 f"past its edge: give {field}.factors at least two")
         for name in ("base_lr", "report", "tuned_d_model"):
             if name not in self.reads and getattr(rule, name):
                 readers = [repr(n) for n, c in LR_RULES.items() if name in c.reads]
@@ -72,6 +75,12 @@ class LearningRate:
         if self.needs_shapes and not (spec.shapes or spec.ladder):
             raise SweepSpecError("sweep.learning_rate.rule", f"rule {rule.rule!r} needs "
                                                              "sweep.shapes or sweep.ladder")
+        if rule.refine and spec.kind.uses_branches:
+            raise SweepSpecError("sweep.learning_rate.refine", "a ladder's branches continue "
+                                 "their trunk's rate; refine the grid of a grid or IsoFLOP sweep")
+        if rule.refine and spec.tune is not None:
+            raise SweepSpecError("sweep.learning_rate.refine", "the tuning stage (sweep.tune) "
+                                 "picks the study's rates; refine a sweep without one")
 
     def value(self, rule: LearningRateRule, spec, shape: Shape | None, cfg,
               non_embedding: int) -> float | None:
@@ -213,7 +222,7 @@ class Tuned(LearningRate):
     def check(self, rule, field):
         super().check(rule, field)
         for f in dataclasses.fields(rule)[1:]:
-            if f.name != "factors" and getattr(rule, f.name):
+            if f.name not in ("factors", "refine") and getattr(rule, f.name):
                 raise SweepSpecError(f"{field}.{f.name}", "rule 'tuned' takes no fields: the "
                                      "tuning stage (sweep.tune) picks the learning rates")
 
@@ -304,6 +313,9 @@ class LearningRateRule(_Rule):
     # Each shape trains at the rule's rate times each factor (a grid around it, for the
     # hyperparameter law); empty: the rule's rate alone.
     factors: tuple[float, ...] = ()
+    # Up to this many factors more on each side of a point whose best rate is at the grid's
+    # edge, added once its runs finish (attnlab.sweep.refine).
+    refine: int = 0
 
     @staticmethod
     def registry():

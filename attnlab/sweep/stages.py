@@ -1,7 +1,9 @@
-"""A sweep with a tuning stage, run and dry-run: the tuning sweep in ``DIR/tune``, the picks
-in ``DIR/tuning.json``, then the study at those rates (:mod:`attnlab.sweep.tuning` plans and
-picks; :mod:`attnlab.sweep.runner` runs each stage). :func:`run_sweep` is the package's entry
-point: a spec without a tuning stage goes straight to the runner."""
+"""A sweep in stages, run and dry-run. With a tuning stage: the tuning sweep in ``DIR/tune``,
+the picks in ``DIR/tuning.json``, then the study at those rates (:mod:`attnlab.sweep.tuning`
+plans and picks). With ``sweep.learning_rate.refine``: the grid, then the rates its results call
+for past the grid's edge, until none does (:mod:`attnlab.sweep.refine`).
+:mod:`attnlab.sweep.runner` runs each stage. :func:`run_sweep` is the package's entry point: a
+spec with neither goes straight to the runner."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from attnlab import rundir
-from attnlab.sweep import runner
+from attnlab.sweep import refine, runner
 from attnlab.sweep.definition import SweepSpec
 from attnlab.sweep.planner import plan
 from attnlab.sweep.probe import dry_run
@@ -24,7 +26,37 @@ def run_sweep(spec: SweepSpec, workdir: str | Path, **kw):
     (:func:`run_tuned`); the same keyword arguments."""
     if spec.tune is not None:
         return run_tuned(spec, workdir, **kw)
+    if refine.refines(spec):
+        return run_refined(spec, workdir, **kw)
     return runner.run_sweep(spec, workdir, **kw)
+
+
+def run_refined(spec: SweepSpec, workdir: str | Path, *, progress: bool = True, **kw):
+    """:func:`attnlab.sweep.run_sweep` of a spec with ``sweep.learning_rate.refine``: the grid
+    and the factors already added from earlier results, then each round of new ones, until the
+    results call for none. Returns the last round's results table."""
+    say = tqdm.write if progress else (lambda _: None)
+    current = refine.grown(spec, refine.recorded(workdir))
+    while True:
+        table = runner.run_sweep(current, workdir, progress=progress, **kw)
+        bigger = refine.grown(spec, refine.outcomes(table))
+        if bigger.extra_factors == current.extra_factors:
+            return table
+        for line in refine.describe(current, bigger):
+            say(line)
+        current = bigger
+
+
+def dry_run_refined(spec: SweepSpec, workdir: str | Path | None = None, **kw):
+    """``--dry-run`` of a refined sweep: the grid with the factors its recorded results already
+    call for, and a note on what may follow."""
+    current = refine.grown(spec, refine.recorded(workdir))
+    table, notes = dry_run(current, workdir, **kw)
+    grown = sum(len(factors) for _, factors in current.extra_factors)
+    note = (f"learning_rate.refine: a point whose best rate is at its grid's edge once its runs "
+            f"finish gains the next rate beyond it (up to {spec.learning_rate.refine} a side); "
+            f"{grown} added from the results so far")
+    return [(None, table, [note] + notes)]
 
 
 # -- the two stages ---------------------------------------------------------------------------
