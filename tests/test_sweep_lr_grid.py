@@ -74,3 +74,16 @@ def test_the_refined_gpu_grid_reaches_past_the_edges_the_first_one_hit():
     assert factors == {1.0, 2.0, 4.0, 8.0, 16.0}
     assert {r.cfg.data.batch_size for r in runs} == {16, 32, 64, 128}
     assert max(r.cfg.train.tokens for r in runs) < runs[0].cfg.data.markov_tokens  # read once
+
+
+def test_the_design_check_counts_a_point_once_per_seed_at_any_number_of_rates():
+    """A fit reads each point at one rate (--best-over): 5 rates are not 5 replicates."""
+    import dataclasses
+
+    from attnlab.sweep.probe import design_notes
+
+    spec = load_spec(HPARAMS)
+    one_rate = dataclasses.replace(
+        spec, learning_rate=dataclasses.replace(spec.learning_rate, factors=()))
+    assert len(plan(spec)) == len(FACTORS) * len(plan(one_rate))
+    assert design_notes(plan(spec)) == design_notes(plan(one_rate))

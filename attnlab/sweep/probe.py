@@ -235,12 +235,16 @@ def design_notes(runs: list[PlannedRun], column: str | None = None) -> list[str]
     """Whether the planned (params, tokens) points can pin approach 3's law
     (``attnlab.scaling.design``): a line per variant (``column``: the variant column) with the
     expected interval widths, and a warning where they miss the targets. A ladder's trunks are
-    left out: its points are the branches."""
+    left out: its points are the branches. A point trained at several learning rates counts
+    once per seed, as a fit at each point's best rate (``--best-over``) reads it."""
     from attnlab.scaling.design import check_design
 
     groups: dict = {}
+    seen = set()
     for run in runs:
-        if run.role != rundir.TRUNK:
+        once = (run.point, run.cfg.train.seed, run.cfg.data.seed) if run.point else run.run_id
+        if run.role != rundir.TRUNK and once not in seen:
+            seen.add(once)
             groups.setdefault(run.axes[column] if column else None, []).append(run)
     notes = []
     for group, members in groups.items():
