@@ -47,6 +47,14 @@ fits, r(4x) and plots; results in docs/results.md ("Architecture scaling study")
 docs/results/architectures_cpu.csv. `--dry-run` times each architecture's own shapes on your
 machine. Scale ``gpu``: budgets 1e13-1e14, 0.1M-6.4M parameters, the hybrid added; 25 of its 85
 runs ran on a lent H200 (docs/benchmarks.md, "Second lent session").
+
+Scales ``cpu_tuned`` and ``gpu_tuned``: every architecture's points at their own best peak rate,
+not one rule for all: the plan at the rule's rate times 1/2, 1 and 2 (the runs at 1 are the
+untuned plan's), and up to 2 rates more past either end where a point's best is at the end
+(``sweep.learning_rate.refine``); at cpu 336 runs before refining (Mamba's are most of the
+time: about 4 hours of the 2-core VM beyond the untuned plan). Fit and compare at those rates:
+``attnlab fit --sweep=DIR --law=chinchilla --by=architecture --best-over=train.learning_rate
+--multiplier-against=gpt``.
 """
 
 from ml_collections import ConfigDict
@@ -80,6 +88,9 @@ def architectures(scale: str) -> dict:
 
 
 def get_config(scale: str = "cpu") -> ConfigDict:
+    """``scale``: cpu, gpu, or cpu_tuned / gpu_tuned (every point at 3 peak rates, refined)."""
+    tuned = scale.endswith("_tuned")
+    scale = scale.removesuffix("_tuned")
     config = ConfigDict()
     config.scale = scale
 
@@ -126,4 +137,8 @@ def get_config(scale: str = "cpu") -> ConfigDict:
         sweep.shapes = ((8, 1, 1), (12, 1, 1), (16, 1, 1), (20, 1, 1), (24, 1, 2), (32, 1, 2),
                         (32, 2, 2), (40, 2, 2), (48, 2, 3), (64, 2, 4))
         sweep.centre = ConfigDict({**_PRIOR, "span": 2.5})
+    if tuned:  # each architecture's points at their own best rate
+        sweep.name = "architectures_isoflop_tuned"
+        sweep.learning_rate.factors = (0.5, 1.0, 2.0)
+        sweep.learning_rate.refine = 2
     return config

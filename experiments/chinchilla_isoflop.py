@@ -35,6 +35,12 @@ Scales (`--config.scale=gpu`, or `--config=experiments/chinchilla_isoflop.py:gpu
        smallest model at the largest budget reads pystdlib ~3 times (Muennighoff et al. 2023: up
        to ~4 epochs are nearly as good as fresh data); point `base.data` at a bigger corpus
        (text_files, tfds:...) to go further.
+  cpu_tuned, gpu_tuned  every (C, N) point at its own best peak rate (Porian et al. 2024): the
+       plan at the rule's rate times 1/2, 1 and 2 (the runs at 1 are the untuned plan's), and up
+       to 2 rates more past either end where a point's best is at the end
+       (``sweep.learning_rate.refine``); at cpu 63 runs before refining, about 3 hours of the
+       2-core VM beyond the untuned plan. Fit each point at its best rate:
+       ``attnlab fit --sweep=DIR --law=chinchilla --best-over=train.learning_rate``.
 """
 
 from ml_collections import ConfigDict
@@ -43,6 +49,9 @@ from attnlab.config import base_config_dict
 
 
 def get_config(scale: str = "cpu") -> ConfigDict:
+    """``scale``: cpu, gpu, or cpu_tuned / gpu_tuned (every point at 3 peak rates, refined)."""
+    tuned = scale.endswith("_tuned")
+    scale = scale.removesuffix("_tuned")
     config = ConfigDict()
     config.scale = scale
 
@@ -81,4 +90,8 @@ def get_config(scale: str = "cpu") -> ConfigDict:
         sweep.shapes = ((24, 1, 2), (32, 1, 2), (32, 2, 2), (48, 2, 3), (64, 3, 4), (80, 4, 5),
                         (96, 6, 6))
         sweep.learning_rate = ConfigDict({"rule": "inverse_width", "ref_d_model": 32})
+    if tuned:
+        sweep.name = "chinchilla_isoflop_tuned"
+        sweep.learning_rate.factors = (0.5, 1.0, 2.0)
+        sweep.learning_rate.refine = 2
     return config

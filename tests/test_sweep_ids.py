@@ -140,6 +140,10 @@ PLAN_DIGESTS = {
     "wsd_cosine:cpu_tuned": ("03f7a762895f5fd2", "bd37c7c8543a64fa"),
     "wsd_cosine:gpu_tuned": ("c1f2c8d2aaede9cf", "13723fbb983612cb"),
     "moe_dense:cpu_tuned": ("9abcd21376a1884b", "17aa2e0acbcf4031"),
+    "chinchilla_isoflop:cpu_tuned": ("8add688c0f30185b", "e030e24c0af4b2ff"),
+    "chinchilla_isoflop:gpu_tuned": ("437ef52158c28326", "9e6f9406368b39a6"),
+    "architectures:cpu_tuned": ("cbde8fd9cbc8edac", "a5c0d8db3835750b"),
+    "architectures:gpu_tuned": ("9be0d6d7a3b5bfef", "e8eee43041670fb7"),
     # The quickstart on shards (new): the quickstart's runs reading data.source=shards at the
     # path after the colon (the corpus benchmarks/data_shards.py --corpus writes).
     "quickstart_shards:runs/web_corpus": ("f30c683c96b29609", "84a50f75f2bd9cc1"),
@@ -217,7 +221,11 @@ def test_architectures_keeps_its_earlier_runs(key):
 TUNED_PLANS = {"quickstart:cpu_tuned": ("quickstart:cpu", 20),
                "quickstart:gpu_tuned": ("quickstart:gpu", 42),
                "wsd_cosine:cpu_tuned": ("wsd_cosine:cpu", 27),
-               "moe_dense:cpu_tuned": ("moe_dense:cpu", 20)}
+               "moe_dense:cpu_tuned": ("moe_dense:cpu", 20),
+               "chinchilla_isoflop:cpu_tuned": ("chinchilla_isoflop:cpu", 21),
+               "chinchilla_isoflop:gpu_tuned": ("chinchilla_isoflop:gpu", 19),
+               "architectures:cpu_tuned": ("architectures:cpu", 112),
+               "architectures:gpu_tuned": ("architectures:gpu", 85)}
 
 
 @pytest.mark.parametrize("key", sorted(TUNED_PLANS))
