@@ -110,3 +110,22 @@ def test_bad_best_over_is_one_line(tmp_path, capsys, flags, message):
     assert fit_main([f"--sweep={path}", *over, *flags]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and message in err
+
+
+def test_a_study_of_several_rates_fits_each_point_at_its_best(tmp_path):
+    """attnlab quickstart on a plan with learning-rate factors fits what --best-over fits."""
+    from attnlab.study.quickstart import fit_study
+    from attnlab.sweep import load_spec
+
+    assert load_spec("experiments/quickstart.py:cpu_tuned").tries_rates
+    assert not load_spec("experiments/quickstart.py").tries_rates
+    table = lr_table()
+    path = tmp_path / "runs.csv"
+    table.to_csv(path, index=False)
+    at_best = table[np.isclose(table["train.learning_rate"], best_rate(table["params"]))]
+    picked, _, fit2, messages = fit_study(path, n_bootstrap=0, best_over="train.learning_rate")
+    at_best.to_csv(tmp_path / "alone.csv", index=False)
+    alone, _, alone2, _ = fit_study(tmp_path / "alone.csv", n_bootstrap=0)
+    assert len(picked) == len(alone) == len(at_best)
+    assert fit2.params["a"] == pytest.approx(alone2.params["a"], rel=1e-9)
+    assert any("fitted at its best train.learning_rate" in m for m in messages)

@@ -32,6 +32,28 @@ EXTRAPOLATION_MULTIPLIER = 4
 EXTRAPOLATION_MAX_TOKENS = 1 << 18
 
 
+# The column a study that trains each point at several learning rates picks the best of.
+LEARNING_RATE_COLUMN = "train.learning_rate"
+
+
+def study_results(workdir: str | Path, *, by: str | None = None,
+                  best_over: str | None = None):
+    """(the sweep's results table, notes): with ``best_over``, each (N, D) point's runs at its
+    best value of that column (``attnlab fit --best-over``'s pick) and a note saying so."""
+    from attnlab.scaling import read_table, registry
+    from attnlab.scaling.compare import best_points
+
+    results = read_table(workdir)
+    if not best_over:
+        return results, []
+    kept, picks = best_points(results, over=best_over, law=registry.law_named("chinchilla"),
+                              by=by, source=str(workdir))
+    ends = int((picks["edge"] != "").sum())
+    return kept, [f"each of the {len(picks)} (N, D) points is fitted at its best {best_over} "
+                  f"(lowest mean loss over seeds); {ends} of the picks are the end of the "
+                  f"point's grid (attnlab fit --best-over={best_over} lists them)"]
+
+
 class StudyError(AttnlabError):
     """The study cannot start (e.g. the default experiment file is missing)."""
 

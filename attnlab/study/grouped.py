@@ -15,17 +15,19 @@ from attnlab.errors import AttnlabError
 from attnlab.study.common import (EXTRAPOLATION_MAX_TOKENS, EXTRAPOLATION_MULTIPLIER,
                                   MULTIPLIERS_FILE, MULTIPLIERS_JSON_FILE, PLOTS_DIR,
                                   RANKING_FILE, RANKING_TEXT_FILE, GroupedStudy, StudyResult,
-                                  save_figures, write_fits)
+                                  save_figures, study_results, write_fits)
 
 
-def fit_grouped_study(workdir: str | Path, by: str, *, n_bootstrap: int = 200, seed: int = 0):
+def fit_grouped_study(workdir: str | Path, by: str, *, n_bootstrap: int = 200, seed: int = 0,
+                      best_over: str | None = None):
     """One approach-3 and one approach-2 fit per value of column ``by`` of a sweep directory's
-    results. Returns (results, fits3 or None, fits2 or None, messages)."""
-    from attnlab.scaling import FitInputError, read_table
+    results, each point at its best ``best_over`` value when given. Returns (results, fits3 or
+    None, fits2 or None, messages)."""
+    from attnlab.scaling import FitInputError
     from attnlab.scaling.grouped import fit_by
 
-    results = read_table(workdir)
-    fitted, messages = {}, []
+    results, messages = study_results(workdir, by=by, best_over=best_over)
+    fitted = {}
     for approach in (3, 2):
         try:
             fitted[approach] = fit_by(results, by, law="chinchilla", approach=approach,
@@ -76,7 +78,8 @@ def extrapolation_ratios(workdir: str | Path, results, by: str,
 
 
 def finish_grouped_study(workdir: str | Path, by: str, *, n_bootstrap: int = 200,
-                         say=print, failed: int = 0, baseline: str | None = None) -> StudyResult:
+                         say=print, failed: int = 0, baseline: str | None = None,
+                         best_over: str | None = None) -> StudyResult:
     """Fits, ranks, evaluates and plots a finished sweep of variants (see the module docstring);
     writes fit.json / fit_approach2.json (``attnlab fit --by --json``'s format), ranking.csv,
     ranking.txt and (given a ``baseline`` variant) multipliers.csv / multipliers.json into
@@ -88,7 +91,8 @@ def finish_grouped_study(workdir: str | Path, by: str, *, n_bootstrap: int = 200
     from attnlab.scaling.multiplier import format_multipliers, multipliers_against
 
     workdir = Path(workdir)
-    results, fits3, fits2, messages = fit_grouped_study(workdir, by, n_bootstrap=n_bootstrap)
+    results, fits3, fits2, messages = fit_grouped_study(workdir, by, n_bootstrap=n_bootstrap,
+                                                        best_over=best_over)
     table = prepare_points(results, law="chinchilla", source=str(workdir))
     # The reference compute: the largest run's (in each variant's own FLOP count), so the
     # ranking interpolates inside every variant's data rather than extrapolating.

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING
 
 from attnlab import cli_flags, rundir
 from attnlab import cli_vocab as vocab
-from attnlab.study.common import (DEFAULT_EXPERIMENT, DEFAULT_WORKDIR, PLOTS_DIR,
-                                  PREDICTION_MULTIPLIERS, StudyError, StudyResult, save_figures,
-                                  write_fits)
+from attnlab.study.common import (DEFAULT_EXPERIMENT, DEFAULT_WORKDIR, LEARNING_RATE_COLUMN,
+                                  PLOTS_DIR, PREDICTION_MULTIPLIERS, StudyError, StudyResult,
+                                  save_figures, study_results, write_fits)
 from attnlab.study.grouped import finish_grouped_study
 
 if TYPE_CHECKING:  # the heavy imports (JAX, pandas) wait until the command runs
@@ -55,17 +55,18 @@ def prediction_budgets(table: ScalingTable,
     return tuple(float(f"{m * largest:.3g}") for m in multipliers)
 
 
-def fit_study(workdir: str | Path, *, n_bootstrap: int = 200, seed: int = 0):
+def fit_study(workdir: str | Path, *, n_bootstrap: int = 200, seed: int = 0,
+              best_over: str | None = None):
     """Fits Chinchilla approach 3 (and approach 2 when the runs carry budgets) to a sweep
-    directory. Returns (table, fit3 or None, fit2 or None, messages): a fit that fails is a
-    message, so the study still reports and plots what it has."""
+    directory, each point at its best ``best_over`` value when given. Returns (table, fit3 or
+    None, fit2 or None, messages): a fit that fails is a message, so the study still reports and
+    plots what it has."""
     from attnlab.scaling import FitError, FitInputError, GridEdgeWarning, fit_table
-    from attnlab.scaling import prepare_points, read_table
+    from attnlab.scaling import prepare_points
     from attnlab.scaling.ladder import isoflop_slices
 
-    results = read_table(workdir)
+    results, messages = study_results(workdir, best_over=best_over)
     table = prepare_points(results, law="chinchilla", source=str(workdir))
-    messages = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", GridEdgeWarning)  # reported through fit.warnings
         fit3 = fit2 = None
@@ -164,10 +165,12 @@ def run_study(spec: SweepSpec, workdir: str | Path, *, n_bootstrap: int = 200, p
         say(f"warning: {failed} run(s) failed or went missing; their errors are in the 'error' "
             f"column of {workdir / 'results.csv'} and in each run's train.log. Fitting the "
             f"rest.")
+    best_over = LEARNING_RATE_COLUMN if spec.tries_rates else None
     if spec.variants:
         with np.errstate(all="ignore"):
             result = finish_grouped_study(workdir, spec.variant_column, n_bootstrap=n_bootstrap,
-                                          say=say, failed=failed, baseline=spec.baseline)
+                                          say=say, failed=failed, baseline=spec.baseline,
+                                          best_over=best_over)
         say(f"\ndone in {(time.time() - start) / 60:.1f} min (sweep {(swept - start) / 60:.1f} "
             f"min, fits, extrapolation and plots {(time.time() - swept) / 60:.1f} min); rerun "
             f"to reuse the finished runs")
@@ -176,7 +179,8 @@ def run_study(spec: SweepSpec, workdir: str | Path, *, n_bootstrap: int = 200, p
     # Bootstrap replicates of a small sweep can be degenerate (alpha + beta ~ 0, E ~ 0): their
     # overflow warnings would bury the report, and the intervals already show that spread.
     with np.errstate(all="ignore"):
-        table, fit3, fit2, messages = fit_study(workdir, n_bootstrap=n_bootstrap)
+        table, fit3, fit2, messages = fit_study(workdir, n_bootstrap=n_bootstrap,
+                                                best_over=best_over)
         budgets = prediction_budgets(table)
         say("\n" + report(fit3, fit2, messages, str(workdir), budgets, table))
         json_paths = write_fits(workdir, fit3, fit2, budgets, table)

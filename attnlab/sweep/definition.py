@@ -79,6 +79,14 @@ class SweepSpec:
         return keys
 
     @property
+    def tries_rates(self) -> bool:
+        """Whether each point trains at several learning rates (``learning_rate.factors``), so
+        that a fit reads it at its best one."""
+        rules = [self.learning_rate] + [v.learning_rate for v in self.variants
+                                        if v.learning_rate]
+        return any(len(rule.factors) > 1 for rule in rules)
+
+    @property
     def kind(self) -> Mode:
         """The mode's class in :data:`modes.MODES`."""
         return MODES[self.mode]()
