@@ -87,3 +87,20 @@ def test_the_design_check_counts_a_point_once_per_seed_at_any_number_of_rates():
         spec, learning_rate=dataclasses.replace(spec.learning_rate, factors=()))
     assert len(plan(spec)) == len(FACTORS) * len(plan(one_rate))
     assert design_notes(plan(spec)) == design_notes(plan(one_rate))
+
+
+def test_every_run_of_a_grid_records_its_rate_the_rules_own_included():
+    """With rule fixed the rule's own rate is the base config's; on a grid of factors it is
+    still written to each run's axes, so --best-over=train.learning_rate can pick it."""
+    def fixed(rule):
+        config = runpy.run_path(GRID)["get_config"]().to_dict()
+        config["sweep"]["shapes"] = ((16, 1, 2), (32, 2, 2))
+        config["sweep"]["learning_rate"] = rule
+        return plan(spec_from_config_dict(config))
+
+    runs = fixed({"rule": "fixed", "factors": (0.5, 1.0, 2.0)})
+    base = runs[0].cfg.train.learning_rate / runs[0].lr_factor
+    assert all(r.axes["train.learning_rate"] == pytest.approx(base * r.lr_factor) for r in runs)
+    alone = fixed({"rule": "fixed"})
+    assert "train.learning_rate" not in alone[0].axes  # no grid: the base config's, unrecorded
+    assert {r.run_id for r in runs if r.lr_factor == 1.0} == {r.run_id for r in alone}

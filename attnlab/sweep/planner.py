@@ -389,7 +389,9 @@ def _learning_rate(spec: SweepSpec, shape: Shape | None, cfg: Config,
     rounded; None: the base config's (rule fixed, no factor)."""
     rule = spec.learning_rate
     lr = rule.kind.value(rule, spec, shape, cfg, non_embedding)
-    if factor == 1.0 and (lr is None or rule.kind.transfers):  # nothing to round
+    # Nothing to scale or round; on a grid of factors every run records its rate, the rule's
+    # own included, so that a pick over train.learning_rate sees each one.
+    if not rule.factors and (lr is None or rule.kind.transfers):
         return lr
     lr = (cfg.train.learning_rate if lr is None else lr) * factor
     if not 0 < lr < math.inf:  # 0 after an underflow; the config checks no upper bound
