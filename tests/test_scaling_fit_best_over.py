@@ -101,10 +101,14 @@ def test_each_group_picks_its_own_rate(tmp_path, capsys):
      "column 'train.lr' is not in the results table"),
     (("--law=chinchilla", "--approach=2", "--best-over=params"),
      "--best-over=params: it is also --by or --match"),
+    (("--law=chinchilla", "--approach=2", "--best-over=batch"),
+     "--best-over=batch: 1 of 360 runs have no value of batch"),
 ])
 def test_bad_best_over_is_one_line(tmp_path, capsys, flags, message):
     path = tmp_path / "runs.csv"
-    lr_table().to_csv(path, index=False)
+    table = lr_table()
+    table.assign(batch=np.where(np.arange(len(table)) == 0, np.nan, 8.0)).to_csv(path,
+                                                                              index=False)
     over = [] if any(f.startswith("--best-over") for f in flags) else [
         "--best-over=train.learning_rate"]
     assert fit_main([f"--sweep={path}", *over, *flags]) == 2

@@ -75,6 +75,10 @@ def at_best(df: pd.DataFrame, *, by: str, match: tuple[str, ...], metric: str,
     if over in (by, *match):
         raise FitInputError(f"--best-over={over}: it is also --by or --match; pick over a "
                             f"column the compared runs differ in")
+    missing = int(df[over].isna().sum())
+    if missing:  # a groupby would drop them without a word
+        raise FitInputError(f"--best-over={over}: {missing} of {len(df)} runs have no value "
+                            f"of {over}")
     # An unfinished run scores inf, so a value with one never has the lowest mean.
     scored = df.assign(_score=pd.to_numeric(df[metric], errors="coerce")
                        .where(_finished(df, metric), np.inf))
