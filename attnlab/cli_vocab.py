@@ -87,6 +87,9 @@ STEP = Word("step", "integer", "Checkpoint step (default: the latest).")
 BOOTSTRAP = Word("bootstrap", "integer", "Bootstrap refits (0: none).")
 CI_LEVEL = Word("ci-level", "float", "Coverage of the intervals.")
 BY = Word("by", "string", "A results column whose values group the runs.")
+BEST_OVER = Word("best-over", "string", "A results column (e.g. train.learning_rate) whose best "
+                 "value each point takes: the runs at the value with the lowest mean loss over "
+                 "seeds; a value with an unfinished run is never picked.")
 HOLDOUT = Word("holdout", "string", "Runs to leave out of the fit: largest-budget, "
                "budget:C[,C...], or flops>X / params>X / tokens>X (>= too).")
 ALLOW_LARGE = Word("allow-large", "bool", "Go on even if the estimated memory exceeds the "
@@ -99,4 +102,4 @@ PARALLEL = Word("parallel", "integer", "Runs at a time with the local launcher, 
 LAUNCHER = Word("launcher", "enum", "Where runs execute: local worker processes or Ray.")
 
 WORDS = (CONFIG, RUN, SWEEP, PLOT, JSON, BOOTSTRAP_SEED, SEED, STEP, BOOTSTRAP, CI_LEVEL, BY,
-         HOLDOUT, ALLOW_LARGE, ALLOW_NONEMPTY, PROGRESS, PARALLEL, LAUNCHER)
+         BEST_OVER, HOLDOUT, ALLOW_LARGE, ALLOW_NONEMPTY, PROGRESS, PARALLEL, LAUNCHER)

@@ -89,10 +89,8 @@ INPUT_FLAGS = [
     Flag("fix", "string", None, "Hold parameters at given values through the fit and every "
          "bootstrap refit, e.g. E=1.869,A=520.8,B=1487.7,alpha=0.3527,beta=0.3527 (approach 3, "
          "--law=data_constrained, --law=overtrain)."),
-    Flag("best-over", "string", None, "Fit each (N, D) point at its own best value of this "
-         "column (e.g. train.learning_rate): the runs at the value whose mean loss over seeds "
-         "is lowest; a value with an unfinished run is never picked. The bootstrap treats the "
-         "picks as given."),
+    vocab.BEST_OVER.flag("Each (N, D) point is fitted at its own best value; the bootstrap "
+                         "treats the picks as given."),
 ]
 FIT_FLAGS = INPUT_FLAGS + [
     vocab.BOOTSTRAP.flag("For the intervals.", default=200),

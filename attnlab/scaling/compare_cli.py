@@ -37,9 +37,7 @@ COMPARE_FLAGS = [
     Flag("pair", "string", None, "Pair the runs of two arms by this column (e.g. train.seed: "
                                  "the same seed, the same initialisation and data order) and "
                                  "compare per-pair differences."),
-    Flag("best-over", "string", None, "Compare each arm at its own best value of this column "
-                                      "(e.g. train.learning_rate), picked per point by the "
-                                      "mean over seeds."),
+    vocab.BEST_OVER.flag("Each arm is compared at its own best value, per point."),
     vocab.CI_LEVEL.flag(default=0.95),
     vocab.JSON.flag("The table."),
 ]
