@@ -133,3 +133,19 @@ def test_a_study_of_several_rates_fits_each_point_at_its_best(tmp_path):
     assert len(picked) == len(alone) == len(at_best)
     assert fit2.params["a"] == pytest.approx(alone2.params["a"], rel=1e-9)
     assert any("fitted at its best train.learning_rate" in m for m in messages)
+
+
+def test_a_study_of_variants_reads_each_variants_own_best_rate(tmp_path):
+    from attnlab.study.common import study_results
+
+    table = pd.concat([lr_table().assign(arm="a"), lr_table(shift=2.0).assign(arm="b")])
+    path = tmp_path / "runs.csv"
+    table.to_csv(path, index=False)
+    kept, notes = study_results(path, by="arm", best_over="train.learning_rate")
+    for arm, shift in (("a", 1.0), ("b", 2.0)):
+        mine = kept[kept["arm"] == arm]
+        assert len(mine) == (table["arm"] == arm).sum() // len(FACTORS)
+        assert np.allclose(mine["train.learning_rate"], best_rate(mine["params"], shift))
+    assert "fitted at its best train.learning_rate" in notes[0]
+    everything, none = study_results(path, by="arm")
+    assert len(everything) == len(table) and none == []
