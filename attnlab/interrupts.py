@@ -90,6 +90,25 @@ def deferred() -> Iterator[None]:
             raise interrupted
 
 
+def reraising_lost_interrupts(previous):
+    """An unraisable-exception hook for a process whose Ctrl-C raises ``KeyboardInterrupt``: one
+    raised while Python ran a garbage-collector callback (JAX registers one) would be printed as
+    "Exception ignored ... Traceback" and lost; this raises it again in the main thread instead,
+    in silence. Everything else goes to ``previous``. The interrupt is raised from another
+    thread, a moment later: raised from the hook itself it would land in the hook."""
+    import _thread
+
+    def hook(unraisable) -> None:
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            later = threading.Timer(0.01, _thread.interrupt_main)
+            later.daemon = True
+            later.start()
+            return
+        previous(unraisable)
+
+    return hook
+
+
 def ignore_from_now_on() -> None:
     """For a process about to exit: a late Ctrl-C must not turn its exit status into a death by
     SIGINT (the status 130 or 2 it already decided is the one the caller should see)."""

@@ -35,7 +35,8 @@ import jax
 
 from attnlab import rundir
 from attnlab.config import from_config_dict
-from attnlab.interrupts import EXIT_INTERRUPTED, raise_keyboard_interrupt
+from attnlab.interrupts import (EXIT_INTERRUPTED, raise_keyboard_interrupt,
+                                reraising_lost_interrupts)
 from attnlab.rundir import (FAILURE_FILE, LOCK_FILE, LOG_FILE, RUN_FILE,
                             remove_stale_temporaries)
 
@@ -298,7 +299,9 @@ def main(argv: list[str] | None = None) -> int:
     ahead = None  # the thread compiling the next run's programs
     try:
         # Ctrl-C raises KeyboardInterrupt from here on (the launcher started the worker with
-        # SIGINT's default action, so that one during its imports ends it without a traceback).
+        # SIGINT's default action, so that one during its imports ends it without a traceback);
+        # one that lands in a garbage-collector callback is raised again, not printed and lost.
+        sys.unraisablehook = reraising_lost_interrupts(sys.unraisablehook)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         # Training's imports (orbax, TFDS: ~0.6 s) while the sweep checks its runs.
         from attnlab import train

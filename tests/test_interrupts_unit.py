@@ -80,6 +80,42 @@ def test_an_interrupt_swallowed_by_a_gc_callback_exits_130_in_one_line():
         "interrupted; exiting now (rerun the same command to resume)"]
 
 
+def test_a_workers_interrupt_swallowed_by_a_gc_callback_is_raised_again():
+    """A sweep worker (no watchdog: Ctrl-C is Python's KeyboardInterrupt) does not print the
+    "Exception ignored" traceback to the sweep's stderr and run on: the interrupt is raised
+    again in its main thread, where the worker catches it."""
+    done = _python("""
+        import gc, signal, sys, time
+        from attnlab.interrupts import reraising_lost_interrupts
+
+        sys.unraisablehook = reraising_lost_interrupts(sys.unraisablehook)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+        def interrupted(phase, info):
+            raise KeyboardInterrupt
+
+        try:
+            gc.callbacks.append(interrupted)
+            gc.collect()
+            gc.callbacks.remove(interrupted)
+            time.sleep(5)
+            print("ran on")
+        except KeyboardInterrupt:
+            print("caught")
+    """)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "caught"
+    assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr
+
+
+def test_the_workers_hook_passes_other_unraisables_on():
+    seen = []
+    hook = interrupts.reraising_lost_interrupts(seen.append)
+    info = type("Info", (), {"exc_value": ValueError("x")})()
+    hook(info)
+    assert seen == [info]
+
+
 def _module_run(directory, module: str) -> subprocess.CompletedProcess:
     """``python -m module`` in ``directory`` (as `attnlab` runs), with attnlab importable."""
     return subprocess.run([sys.executable, "-m", module], cwd=directory,
