@@ -79,12 +79,16 @@ class SweepSpec:
         return keys
 
     @property
+    def learning_rate_rules(self) -> list[LearningRateRule]:
+        """The sweep's learning-rate rule and those its variants give instead."""
+        return [self.learning_rate] + [v.learning_rate for v in self.variants
+                                       if v.learning_rate]
+
+    @property
     def tries_rates(self) -> bool:
         """Whether each point trains at several learning rates (``learning_rate.factors``), so
         that a fit reads it at its best one."""
-        rules = [self.learning_rate] + [v.learning_rate for v in self.variants
-                                        if v.learning_rate]
-        return any(len(rule.factors) > 1 for rule in rules)
+        return any(len(rule.factors) > 1 for rule in self.learning_rate_rules)
 
     @property
     def kind(self) -> Mode:

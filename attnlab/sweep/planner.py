@@ -125,15 +125,15 @@ def expand(spec: SweepSpec) -> tuple[list[PlannedRun], list[str]]:
                 point = point_name(shape, values, budget)
                 for factor in factors + extra.get(point, ()):
                     run = _plan_one(spec, shape, values, budget, factor)
-                    if isinstance(run, str):
+                    if isinstance(run, str):  # why a point is left out never reads its rate
                         label = shape.label if shape else "base"
                         what = " ".join(filter(None, (label,
                                                       _combo_label(tuple(values.values())))))
                         notes.append(f"budget {budget:.3g}: {what} left out ({run})")
                         off_centre += run.startswith(OFF_CENTRE)
-                    else:
-                        runs.append(dataclasses.replace(run, point=point, lr_factor=factor))
-                        kept += 1
+                        break
+                    runs.append(dataclasses.replace(run, point=point, lr_factor=factor))
+                    kept += 1
         if budget is not None and kept == 0 and off_centre:
             raise SweepSpecError(
                 "sweep.centre",
@@ -154,7 +154,7 @@ def expand(spec: SweepSpec) -> tuple[list[PlannedRun], list[str]]:
             raise SweepSpecError("sweep", f"two runs resolve to the same config ({run.run_id}): "
                                           f"{seen[run.run_id].axes} and {run.axes}")
         seen[run.run_id] = run
-    return runs, list(dict.fromkeys(notes))  # a shape left out at every learning-rate factor
+    return runs, notes
 
 
 def _expand_variants(spec: SweepSpec) -> tuple[list[PlannedRun], list[str]]:

@@ -31,10 +31,9 @@ from attnlab.sweep.planner import PlannedRun, plan
 METRIC = "final_val_loss"
 
 
-def refines(spec: SweepSpec) -> bool:
-    """Whether the sweep (or one of its variants) refines its learning-rate grid."""
-    rules = [spec.learning_rate] + [v.learning_rate for v in spec.variants if v.learning_rate]
-    return any(rule.refine for rule in rules)
+def refines(spec: SweepSpec) -> int:
+    """The most factors a side of the sweep's (or a variant's) grid may grow by; 0: none."""
+    return max(rule.refine for rule in spec.learning_rate_rules)
 
 
 def outcomes(table: pd.DataFrame | None) -> dict[str, tuple[str, float]]:
@@ -63,10 +62,10 @@ def grown(spec: SweepSpec, results: Mapping[str, tuple[str, float]]) -> SweepSpe
             extra += [(variant_point(variant.name, point), f) for point, f in own]
         return dataclasses.replace(spec, extra_factors=tuple(extra))
     added: dict[str, tuple[float, ...]] = {}
+    if not spec.learning_rate.refine:
+        return dataclasses.replace(spec, extra_factors=())
     while True:
         current = dataclasses.replace(spec, extra_factors=tuple(added.items()))
-        if not spec.learning_rate.refine:
-            return current
         points: dict[str, list[PlannedRun]] = {}
         for run in plan(current):
             points.setdefault(run.point, []).append(run)

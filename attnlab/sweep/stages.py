@@ -54,7 +54,7 @@ def dry_run_refined(spec: SweepSpec, workdir: str | Path | None = None, **kw):
     table, notes = dry_run(current, workdir, **kw)
     grown = sum(len(factors) for _, factors in current.extra_factors)
     note = (f"learning_rate.refine: a point whose best rate is at its grid's edge once its runs "
-            f"finish gains the next rate beyond it (up to {spec.learning_rate.refine} a side); "
+            f"finish gains the next rate beyond it (up to {refine.refines(spec)} a side); "
             f"{grown} added from the results so far")
     return [(None, table, [note] + notes)]
 
