@@ -26,7 +26,7 @@ from attnlab.errors import AttnlabError
 from attnlab.scaling import hparams, parametric, registry
 from attnlab.scaling.approach2 import DEFAULT_WINDOW, PROFILES
 from attnlab.scaling.approach3 import CHINCHILLA_GRID, InitGrid
-from attnlab.scaling.compare import best_points, format_picks
+from attnlab.scaling.compare import format_picks, read_at_best
 from attnlab.scaling.ladder import isoflop_slices
 from attnlab.scaling.errors import FitInputError, GridEdgeWarning
 from attnlab.scaling.fitting import fit_table
@@ -178,23 +178,21 @@ def _budgets(text: str | None) -> list[float]:
 
 
 def read_results(inputs: FitInputs, law: Law):
-    """(the results table, its runs at each point's best --best-over value; None without the
-    flag)."""
+    """(the results table, None); with --best-over, (its runs at each point's best value, the
+    picks)."""
     if inputs.best_over and (law.needs_curves or not law.fits_table):
         raise FitInputError(f"--best-over does not apply to --law={law.name}: it picks runs "
                             f"for a fit of each run's final loss")
     if not inputs.results:
         raise FitInputError("--sweep=DIR is required (a sweep directory or its results "
                             ".parquet/.csv)")
-    raw = read_table(inputs.results)
-    if not inputs.best_over:
-        return raw, None
-    return best_points(raw, over=inputs.best_over, law=law, by=inputs.by,
-                       columns=parse_columns(inputs.columns), source=str(inputs.results))
+    return read_at_best(inputs.results, over=inputs.best_over, law=law, by=inputs.by,
+                        columns=parse_columns(inputs.columns))
 
 
-def load_table(inputs: FitInputs, law: Law) -> ScalingTable:
-    """The checked table the chosen fit needs: curves for approach 1, run results otherwise."""
+def load_table(inputs: FitInputs, law: Law, raw=None) -> ScalingTable:
+    """The checked table the chosen fit needs: curves for approach 1, run results otherwise
+    (``raw``: the results as :func:`read_results` returned them, when already read)."""
     columns = parse_columns(inputs.columns)
     if law.needs_curves:
         source = inputs.curves or inputs.results
@@ -205,7 +203,8 @@ def load_table(inputs: FitInputs, law: Law) -> ScalingTable:
             runs = read_table(inputs.results)
         return prepare_curves(read_curves(source), law=law, source=str(source),
                               columns=columns, runs=runs)
-    raw, _ = read_results(inputs, law)
+    if raw is None:
+        raw, _ = read_results(inputs, law)
     table = prepare_points(raw, law=law, source=str(inputs.results), columns=columns,
                            cluster=inputs.cluster)
     if law.isoflop_profiles and table.budget is None and "role" in raw.columns:
@@ -213,15 +212,16 @@ def load_table(inputs: FitInputs, law: Law) -> ScalingTable:
     return table
 
 
-def run_fit(inputs: FitInputs, law: Law, n_bootstrap: int) -> tuple[ScalingTable, ScalingFit]:
-    table = load_table(inputs, law)
+def run_fit(inputs: FitInputs, law: Law, n_bootstrap: int,
+            raw=None) -> tuple[ScalingTable, ScalingFit]:
+    table = load_table(inputs, law, raw)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", GridEdgeWarning)  # reported from fit.warnings instead
         fit = fit_table(table, law=law, **inputs.fit_options(n_bootstrap))
     return table, fit
 
 
-def run_grouped(inputs: FitInputs, law: Law, n_bootstrap: int) -> GroupedFits:
+def run_grouped(inputs: FitInputs, law: Law, n_bootstrap: int, raw=None) -> GroupedFits:
     """One fit per value of ``inputs.by`` (``attnlab fit --by``)."""
     if not inputs.results:
         raise FitInputError("--by needs --sweep=DIR (a sweep directory or its results "
@@ -229,16 +229,18 @@ def run_grouped(inputs: FitInputs, law: Law, n_bootstrap: int) -> GroupedFits:
     curves = None
     if law.needs_curves:
         curves = read_curves(inputs.curves or inputs.results)
-    return fit_by(read_results(inputs, law)[0], inputs.by, law=law,
+    if raw is None:
+        raw, _ = read_results(inputs, law)
+    return fit_by(raw, inputs.by, law=law,
                   source=str(inputs.results), columns=parse_columns(inputs.columns),
                   curves=curves, cluster=inputs.cluster, **inputs.fit_options(n_bootstrap))
 
 
 def run_holdout(inputs: FitInputs, law: Law, n_bootstrap: int, holdout: str,
-                floor: float | None = None) -> HoldoutResult:
+                floor: float | None = None, raw=None) -> HoldoutResult:
     """The fit without the held-out runs, and its predictions for them (and a naive
     baseline's)."""
-    table = load_table(inputs, law)
+    table = load_table(inputs, law, raw)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", GridEdgeWarning)
         return holdout_prediction(table, law=law, holdout=holdout, floor=floor,
@@ -422,7 +424,7 @@ def fit_main(argv: list[str]) -> int:
         inputs = FitInputs.from_flags(values)
         law = inputs.part()
         _check_law_flags(values, law)
-        picks = read_results(inputs, law)[1] if inputs.best_over else None
+        raw, picks = read_results(inputs, law) if inputs.best_over else (None, None)
         if picks is not None:
             sys.stdout.write(format_picks(picks, over=inputs.best_over, metric="loss",
                                           what="each (N, D) point"))
@@ -450,7 +452,7 @@ def fit_main(argv: list[str]) -> int:
             raise FitInputError("--by and --holdout: run one fit per group with --holdout "
                                 "on each group's own table; together they are not supported")
         if inputs.by:
-            grouped = run_grouped(inputs, law, n_bootstrap)
+            grouped = run_grouped(inputs, law, n_bootstrap, raw)
             sys.stdout.write(format_grouped(grouped, budgets))
             payload = grouped.to_dict(budgets)
             if against:
@@ -458,12 +460,12 @@ def fit_main(argv: list[str]) -> int:
                 sys.stdout.write("\n" + format_multipliers(frame))
                 payload["multipliers"] = jsonable(frame.to_dict(orient="records"))
         elif holdout:
-            held = run_holdout(inputs, law, n_bootstrap, holdout, floor)
+            held = run_holdout(inputs, law, n_bootstrap, holdout, floor, raw)
             sys.stdout.write(format_report(held.fit, inputs.results or "", budgets) + "\n"
                              + format_holdout(held))
             payload = held.to_dict()
         else:
-            table, fit = run_fit(inputs, law, n_bootstrap)
+            table, fit = run_fit(inputs, law, n_bootstrap, raw)
             extra, entries = law.extra_report(fit, budgets, own)
             sys.stdout.write(format_report(fit, table.source, budgets, floor, table)
                              + format_trained_longer(fit, budgets, longer) + extra)

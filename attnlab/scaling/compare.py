@@ -30,7 +30,7 @@ from scipy import stats
 
 from attnlab.scaling.errors import FitInputError
 from attnlab.scaling.laws import Law
-from attnlab.scaling.table import point_columns
+from attnlab.scaling.table import point_columns, read_table
 
 DEFAULT_MATCH = ("params", "tokens")
 POOLED = "all"
@@ -113,6 +113,16 @@ def best_points(df: pd.DataFrame, *, over: str, law: Law, by: str | None = None,
     if not by:
         kept, picks = kept.drop(columns=arm), picks.drop(columns=arm)
     return kept, picks
+
+
+def read_at_best(source, *, over: str | None, law: Law, by: str | None = None,
+                 columns: dict[str, str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """(the results table at ``source``, None) without ``over``; with it, (its runs at each
+    point's best value of ``over``, the picks), as :func:`best_points` picks them."""
+    raw = read_table(source)
+    if not over:
+        return raw, None
+    return best_points(raw, over=over, law=law, by=by, columns=columns, source=str(source))
 
 
 def format_picks(picks: pd.DataFrame, *, over: str, metric: str, what: str = "each arm") -> str:

@@ -40,14 +40,13 @@ def study_results(workdir: str | Path, *, by: str | None = None,
                   best_over: str | None = None):
     """(the sweep's results table, notes): with ``best_over``, each (N, D) point's runs at its
     best value of that column (``attnlab fit --best-over``'s pick) and a note saying so."""
-    from attnlab.scaling import read_table, registry
-    from attnlab.scaling.compare import best_points
+    from attnlab.scaling import registry
+    from attnlab.scaling.compare import read_at_best
 
-    results = read_table(workdir)
-    if not best_over:
-        return results, []
-    kept, picks = best_points(results, over=best_over, law=registry.law_named("chinchilla"),
-                              by=by, source=str(workdir))
+    kept, picks = read_at_best(workdir, over=best_over, law=registry.law_named("chinchilla"),
+                               by=by)
+    if picks is None:
+        return kept, []
     ends = int((picks["edge"] != "").sum())
     return kept, [f"each of the {len(picks)} (N, D) points is fitted at its best {best_over} "
                   f"(lowest mean loss over seeds); {ends} of the picks are the end of the "
