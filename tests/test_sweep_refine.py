@@ -44,7 +44,7 @@ def best_at(spec, optimum):
 
 def extra(spec):
     """(shape, factors added) of each point that grew."""
-    return sorted((point.split(" ")[0], factors) for point, factors in spec.extra_factors)
+    return sorted((point.split(" ")[0], factors) for (_, point), factors in spec.refinements)
 
 
 def settle(spec, optimum):
@@ -52,7 +52,7 @@ def settle(spec, optimum):
     current = grown(spec, {})
     for _ in range(10):
         bigger = grown(spec, best_at(current, optimum))
-        if bigger.extra_factors == current.extra_factors:
+        if bigger.refinements == current.refinements:
             return current
         current = bigger
     raise AssertionError("did not settle")
@@ -101,7 +101,7 @@ def test_resuming_plans_the_same_runs():
     spec = grid()
     settled = settle(spec, {16: 64.0, 32: 0.01})
     everything = best_at(settled, {16: 64.0, 32: 0.01})
-    assert grown(spec, everything).extra_factors == settled.extra_factors  # in one call
+    assert grown(spec, everything).refinements == settled.refinements  # in one call
     assert [r.run_id for r in plan(grown(spec, everything))] == \
         [r.run_id for r in plan(settled)]
 
@@ -111,8 +111,9 @@ def test_variants_grow_their_own_points():
                           "alibi": {"model": {"pos_encoding": "alibi"}}},
                 variant_column="encoding")
     settled = settle(spec, {16: 4.0, 32: 1.0})
-    points = dict(settled.extra_factors)
-    assert sorted(points) == ["alibi: d16-l1-h2", "rope: d16-l1-h2"]
+    points = dict(settled.refinements)
+    assert sorted(points) == [("alibi", "d16-l1-h2"), ("rope", "d16-l1-h2")]
+    assert settled.extra_factors == ()  # each variant holds its own
     added = [r for r in plan(settled) if r.lr_factor == 4.0]
     assert sorted(r.axes["encoding"] for r in added) == ["alibi", "alibi", "rope", "rope"]
 

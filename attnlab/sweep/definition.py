@@ -31,6 +31,9 @@ class Variant:
     centre: CentreRule | None = None
     learning_rate: LearningRateRule | None = None
     warmup: WarmupRule | None = None
+    # (point, factors) this variant's points train at beyond its learning-rate factors, set by
+    # attnlab.sweep.refine from the results, never in a file.
+    extra_factors: tuple[tuple[str, tuple[float, ...]], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,6 +94,13 @@ class SweepSpec:
         return any(len(rule.factors) > 1 for rule in self.learning_rate_rules)
 
     @property
+    def refinements(self) -> tuple[tuple[tuple[str | None, str], tuple[float, ...]], ...]:
+        """((variant name or None, point), factors added) of the sweep and its variants."""
+        own = tuple(((None, point), f) for point, f in self.extra_factors)
+        return own + tuple(((v.name, point), f)
+                           for v in self.variants for point, f in v.extra_factors)
+
+    @property
     def kind(self) -> Mode:
         """The mode's class in :data:`modes.MODES`."""
         return MODES[self.mode]()
@@ -115,11 +125,8 @@ def variant_spec(spec: SweepSpec, variant: Variant) -> SweepSpec:
             base = with_values(base, dict(variant.overrides))
         except ConfigError as e:
             raise SweepSpecError(f"sweep.variants.{variant.name}.{e.field}", e.reason) from None
-    prefix = variant_point(variant.name, "")
-    extra = tuple((point.removeprefix(prefix), factors) for point, factors in spec.extra_factors
-                  if point.startswith(prefix))
     return dataclasses.replace(
-        spec, base=base, variants=(), extra_factors=extra,
+        spec, base=base, variants=(), extra_factors=variant.extra_factors,
         centre=variant.centre or spec.centre,
         learning_rate=variant.learning_rate or spec.learning_rate,
         warmup=variant.warmup or spec.warmup)

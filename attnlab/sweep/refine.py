@@ -54,13 +54,13 @@ def recorded(workdir: str | Path | None) -> dict[str, tuple[str, float]]:
 
 
 def grown(spec: SweepSpec, results: Mapping[str, tuple[str, float]]) -> SweepSpec:
-    """``spec`` with the extra factors its finished runs call for (``spec.extra_factors``)."""
+    """``spec`` with the extra factors its finished runs call for (``extra_factors`` of the
+    spec, or of each variant)."""
     if spec.variants:
-        extra = []
-        for variant in spec.variants:
-            own = grown(variant_spec(spec, variant), results).extra_factors
-            extra += [(variant_point(variant.name, point), f) for point, f in own]
-        return dataclasses.replace(spec, extra_factors=tuple(extra))
+        variants = [dataclasses.replace(v, extra_factors=grown(variant_spec(spec, v),
+                                                               results).extra_factors)
+                    for v in spec.variants]
+        return dataclasses.replace(spec, variants=tuple(variants))
     added: dict[str, tuple[float, ...]] = {}
     if not spec.learning_rate.refine:
         return dataclasses.replace(spec, extra_factors=())
@@ -107,11 +107,12 @@ def next_factor(spec: SweepSpec, runs: list[PlannedRun],
 
 def describe(before: SweepSpec, after: SweepSpec) -> list[str]:
     """The points that gained a factor, in words, for the sweep's log."""
-    old = dict(before.extra_factors)
+    old = dict(before.refinements)
     lines = []
-    for point, factors in after.extra_factors:
-        new = [f for f in factors if f not in old.get(point, ())]
+    for (variant, point), factors in after.refinements:
+        new = [f for f in factors if f not in old.get((variant, point), ())]
         if new:
-            lines.append(f"refine: {point}: best learning rate at the grid's edge; adding "
+            where = variant_point(variant, point) if variant else point
+            lines.append(f"refine: {where}: best learning rate at the grid's edge; adding "
                          f"factor(s) {', '.join(f'{f:g}' for f in new)}")
     return lines

@@ -40,7 +40,7 @@ def run_refined(spec: SweepSpec, workdir: str | Path, *, progress: bool = True, 
     while True:
         table = runner.run_sweep(current, workdir, progress=progress, **kw)
         bigger = refine.grown(spec, refine.outcomes(table))
-        if bigger.extra_factors == current.extra_factors:
+        if bigger.refinements == current.refinements:
             return table
         for line in refine.describe(current, bigger):
             say(line)
@@ -52,7 +52,7 @@ def dry_run_refined(spec: SweepSpec, workdir: str | Path | None = None, **kw):
     call for, and a note on what may follow."""
     current = refine.grown(spec, refine.recorded(workdir))
     table, notes = dry_run(current, workdir, **kw)
-    grown = sum(len(factors) for _, factors in current.extra_factors)
+    grown = sum(len(factors) for _, factors in current.refinements)
     note = (f"learning_rate.refine: a point whose best rate is at its grid's edge once its runs "
             f"finish gains the next rate beyond it (up to {refine.refines(spec)} a side); "
             f"{grown} added from the results so far")
