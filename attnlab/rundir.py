@@ -302,6 +302,25 @@ def run_status(run_dir: str | os.PathLike) -> str:
     return PENDING
 
 
+def interrupt_unwound(error: BaseException) -> str | None:
+    """Why ``error`` is an interruption, not a failure, if it was raised while a Ctrl-C or
+    SIGTERM unwound (a lock released twice, a file closed under a signal); None otherwise."""
+    seen, cause = {id(error)}, error.__context__ or error.__cause__
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, (KeyboardInterrupt, SystemExit)):
+            return f"interrupted ({type(error).__name__} while unwinding: {error})"
+        seen.add(id(cause))
+        cause = cause.__context__ or cause.__cause__
+    return None
+
+
+def failure_text(error: BaseException) -> str:
+    """The error a run's summary records, ``Type: message``; an error raised while an interrupt
+    unwound is recorded as a KeyboardInterrupt, so that the run counts as partial (resumable)."""
+    unwound = interrupt_unwound(error)
+    return f"KeyboardInterrupt: {unwound}" if unwound else f"{type(error).__name__}: {error}"
+
+
 def _interrupted(summary: dict) -> bool:
     error = str(summary.get("error", ""))
     return summary.get("status") == FAILED and error.startswith(("KeyboardInterrupt",

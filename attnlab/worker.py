@@ -153,13 +153,9 @@ def raise_if_interrupted(error: BaseException) -> None:
     """Raises KeyboardInterrupt if ``error`` was raised while an interrupt unwound (a lock
     released twice, a file closed under a signal): the run was interrupted, not broken, and
     resumes when the sweep is rerun."""
-    seen, cause = set(), error
-    while cause is not None and id(cause) not in seen:
-        if isinstance(cause, (KeyboardInterrupt, SystemExit)):
-            raise KeyboardInterrupt(f"interrupted ({type(error).__name__} while unwinding: "
-                                    f"{error})") from error
-        seen.add(id(cause))
-        cause = cause.__context__ or cause.__cause__
+    unwound = rundir.interrupt_unwound(error)
+    if unwound:
+        raise KeyboardInterrupt(unwound) from error
 
 
 def execute_runs(run_dirs: list[str | os.PathLike], cache_dir: str | None = None,

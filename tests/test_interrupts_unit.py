@@ -356,6 +356,33 @@ def test_an_error_raised_while_an_interrupt_unwinds_counts_as_the_interrupt():
     raise_if_interrupted(ValueError("a real failure"))  # not an interrupt: nothing raised
 
 
+@pytest.mark.parametrize("interrupted", [True, False])
+def test_a_summary_failed_while_an_interrupt_unwound_leaves_the_run_resumable(tmp_path,
+                                                                              interrupted):
+    """Training records its own summary before the worker sees the error: an error raised on
+    the way out of a Ctrl-C is written as the interrupt, so the run is partial (the sweep's
+    rerun resumes it), while a real failure stays failed."""
+    import json
+
+    from attnlab import rundir
+
+    def unwinding():
+        try:
+            raise KeyboardInterrupt
+        finally:
+            raise RuntimeError("release unlocked lock")  # noqa: B012 - what happened
+
+    def failing():
+        raise RuntimeError("a real failure")
+
+    with pytest.raises(RuntimeError) as caught:
+        (unwinding if interrupted else failing)()
+    summary = {"status": rundir.FAILED, "error": rundir.failure_text(caught.value)}
+    (tmp_path / rundir.SUMMARY_FILE).write_text(json.dumps(summary))
+    assert "RuntimeError" in summary["error"]
+    assert rundir.run_status(tmp_path) == (rundir.PARTIAL if interrupted else rundir.FAILED)
+
+
 def test_ctrl_c_to_a_worker_still_importing_ends_it_without_a_traceback():
     """Ctrl-C reaches a sweep's whole process group, its workers too, and a worker started just
     before may still be importing JAX: it ends as SIGINT's default action ends a process (the

@@ -205,7 +205,7 @@ class _Training:
     def fail(self, error: BaseException) -> None:
         """Records a crash or an interrupt as status ``failed`` (a finished run stays)."""
         if self.summary["status"] == rundir.RUNNING:
-            self.summary.update(status=rundir.FAILED, error=f"{type(error).__name__}: {error}")
+            self.summary.update(status=rundir.FAILED, error=rundir.failure_text(error))
             try:
                 self.write_summary()
             except OSError as e:  # a full disk: the error being raised is what matters
