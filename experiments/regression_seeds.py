@@ -8,9 +8,9 @@ seeds 0, 1 and 2 (the same task stream, curriculum and schedule):
 The claim (docs/icl.md): within 0.05 of least squares at every k >= d + 2, and below one step of
 gradient descent at every k >= d. The seeds differ in ``train.seed`` alone, so ``--ensemble=auto``
 trains them as one program. The config is sized for the CPU (one seed took 75 minutes here; the
-three as one ensemble took 7.6 h beside other studies, resumed 4 times; docs/icl.md has the result), so both scales plan
-the same runs; a lent accelerator runs the gpu scale (benchmarks/device_session.sh, stage
-regression). ``smoke`` is a CPU-sized stand-in for that script's --smoke: 2 seeds of a 1-layer
+three as one ensemble 7.6 h beside other studies, resumed 4 times; docs/icl.md has the result),
+so both scales plan the same runs; a lent accelerator runs the gpu scale
+(benchmarks/device_session.sh, stage regression). ``smoke`` is a CPU-sized stand-in for that script's --smoke: 2 seeds of a 1-layer
 model for 30 steps, which tests the plumbing, not the claim.
 """
 
