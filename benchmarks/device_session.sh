@@ -4,13 +4,18 @@
 # member = lone run).
 #
 #   benchmarks/device_session.sh [--smoke] [--out DIR] [--work DIR] [--budget SECONDS]
-#                                [--stages "quickstart regression gpu hparams architectures checks"]
+#                                [--stages "quickstart_tuned quickstart regression gpu hparams
+#                                           architectures checks"]
 #
 # Every stage writes its table into DIR ($OUT on a lent machine, else sweeps/device_session/out):
-# env.json, quickstart.csv + quickstart_report.txt, hparams.csv, gpu.md, architectures.csv +
-# architectures_report.txt, checks.md and session.log. The device tool brings back 8 files, so
-# --stages picks what one lease runs (default: quickstart regression gpu hparams; a study takes
-# whatever the budget has left, so the grid comes last and resumes in a second call).
+# env.json, quickstart_tuned.csv + quickstart_tuned_report.txt, quickstart.csv +
+# quickstart_report.txt, hparams.csv, gpu.md, architectures.csv + architectures_report.txt,
+# checks.md and session.log. The device tool brings back 8 files, so --stages picks what one
+# lease runs (default: quickstart_tuned gpu hparams; a study takes whatever the budget has left,
+# so the grid comes last and resumes in a second call).
+# quickstart_tuned: experiments/quickstart.py:gpu_tuned, the quickstart with every point at the
+# rule's rate times 1/2 .. 4 (one ensemble per point's rates and seeds), fitted at each point's
+# best rate; quickstart: the untuned plan, already run on three lent H200s.
 # --corpus ARCHIVE (default .corpus/pystdlib.tar.xz, made here by benchmarks/device_corpus.py and
 # named in the run's carry): the isoflop studies train on this machine's standard library,
 # unpacked there, as data.source=text_files. Without it they read the lent machine's own
@@ -26,9 +31,9 @@
 # hparams: the hyperparameter grid (experiments/hparams.py:gpu_refined, 120 runs in 24 ensembles)
 # is swept there and fitted here from its table (attnlab fit --law=hparams --sweep=hparams.csv).
 # regression: experiments/regression_seeds.py (the in-context regression known answer at seeds
-# 0-2, one ensemble; hours on the 2-core CPU), then `attnlab icl --sweep` on it: regression.csv
-# (the sweep's table) and regression_icl.json (error per k beside every baseline, per run). With
-# env.json, session.log and the default stages' files that is the 8 files a lease brings back.
+# 0-2, one ensemble; 7.6 h on the 2-core CPU, done there: docs/icl.md), then `attnlab icl
+# --sweep` on it: regression.csv (the sweep's table) and regression_icl.json (error per k beside
+# every baseline, per run).
 #
 # On a lent machine, with its own image's jax, the packages the image lacks travel as wheels
 # (benchmarks/device_wheels.sh, run here first; .whl/ is named in the run's carry):
@@ -44,7 +49,7 @@ BUDGET=480
 OUTDIR=${OUT:-}
 WORK=
 CORPUS=.corpus/pystdlib.tar.xz
-STAGES="quickstart regression gpu hparams"
+STAGES="quickstart_tuned gpu hparams"
 while [ $# -gt 0 ]; do
   case "$1" in
     --smoke) SMOKE=1 ;;
@@ -151,6 +156,7 @@ say "device session: smoke=$SMOKE budget=${BUDGET}s stages='$STAGES' corpus='${S
 stage env bash -c "${ATTNLAB[*]} env --json='$WORK/env.json'"
 if [ "$SMOKE" = 1 ]; then
   PARALLEL=1 BOOTSTRAP=8
+  wanted quickstart_tuned && study quickstart_tuned experiments/tiny_isoflop.py:cpu_tuned
   wanted quickstart && study quickstart experiments/tiny_isoflop.py
   wanted gpu && stage gpu bash -c "$PY benchmarks/gpu.py --smoke --ks 1,2 > '$WORK/gpu.md'"
   wanted regression && icl regression experiments/regression_seeds.py:smoke
@@ -159,6 +165,7 @@ if [ "$SMOKE" = 1 ]; then
   wanted checks && stage checks "$PY" benchmarks/device_checks.py --smoke --out "$WORK/checks.md"
 else
   PARALLEL=4 BOOTSTRAP=200
+  wanted quickstart_tuned && study quickstart_tuned experiments/quickstart.py:gpu_tuned
   wanted quickstart && study quickstart experiments/quickstart.py:gpu
   wanted regression && icl regression experiments/regression_seeds.py:gpu
   wanted gpu && timed gpu 150 bash -c "$PY benchmarks/gpu.py --batch 32 --ks 1,16 > '$WORK/gpu.md'"

@@ -6,6 +6,10 @@ schedule spanning exactly that run and its warmup 10% of it (Porian et al. 2024:
 and schedules matched to each run's length matter most at small scale).
 
     attnlab sweep --config=experiments/tiny_isoflop.py --sweep=sweeps/tiny_isoflop
+
+Scale ``cpu_tuned``: every point at the rule's rate times 1/2, 1 and 2, the grid refined by one
+rate where a point's best is at its edge (the CPU stand-in for ``quickstart.py:gpu_tuned`` in
+benchmarks/device_session.sh --smoke).
 """
 
 from ml_collections import ConfigDict
@@ -14,8 +18,9 @@ from attnlab.config import base_config_dict
 
 
 def get_config(scale: str = "cpu") -> ConfigDict:
+    tuned = scale.endswith("_tuned")
     config = ConfigDict()
-    config.scale = scale
+    config.scale = scale.removesuffix("_tuned")
 
     config.base = base = base_config_dict()
     base.model.max_len = 64
@@ -43,4 +48,8 @@ def get_config(scale: str = "cpu") -> ConfigDict:
     # muP-lite: lr = base * ref_d_model / d_model (base: base.train.learning_rate).
     sweep.learning_rate = ConfigDict({"rule": "inverse_width", "ref_d_model": 16})
     sweep.warmup = ConfigDict({"rule": "fraction", "fraction": 0.1})
+    if tuned:
+        sweep.name = "tiny_isoflop_tuned"
+        sweep.learning_rate.factors = (0.5, 1.0, 2.0)
+        sweep.learning_rate.refine = 1
     return config

@@ -1,8 +1,8 @@
 """benchmarks/device_session.sh, the one command a lent accelerator session runs: its --smoke
-mode on the CPU goes through every stage (environment, the quickstart, benchmarks/gpu.py, the
-regression seeds and their scores, the hyperparameter grid, the architecture study, device
-checks) and brings back every table, a
-lease's default stages in at most 8 files, and a second call redoes nothing it finished."""
+mode on the CPU goes through every stage (environment, the quickstart at each point's best rate
+and untuned, benchmarks/gpu.py, the regression seeds and their scores, the hyperparameter grid,
+the architecture study, device checks) and brings back every table, a lease's default stages in
+at most 8 files, and a second call redoes nothing it finished."""
 
 import json
 import os
@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT = {"env.json", "quickstart.csv", "quickstart_report.txt", "regression.csv",
-           "regression_icl.json", "gpu.md", "hparams.csv", "session.log"}
-ALL = "quickstart regression gpu hparams architectures checks"
+DEFAULT = {"env.json", "quickstart_tuned.csv", "quickstart_tuned_report.txt", "gpu.md",
+           "hparams.csv", "session.log"}
+ALL = "quickstart_tuned quickstart regression gpu hparams architectures checks"
 
 
 def session(tmp_path, *extra):
@@ -43,13 +43,16 @@ def test_the_device_session_smoke_runs_every_stage_and_resumes(tmp_path):
     assert len((out / "hparams.csv").read_text().splitlines()) == 5  # tiny_grid's 4 runs
     log = (out / "session.log").read_text()
     assert f"data.path={tmp_path / 'work' / 'corpus' / 'pystdlib'}" in log
-    assert "quickstart: exit 0" in log
-    scores = json.loads((out / "regression_icl.json").read_text())  # per run: error per k
-    assert len(scores) == 2 and all(len(run["error"]) == 16 for run in scores.values())
+    assert "quickstart_tuned: exit 0" in log
+    tuned = (out / "quickstart_tuned_report.txt").read_text()
+    assert "fitted at its best train.learning_rate" in tuned  # each point at its best rate
+    assert len((out / "quickstart_tuned.csv").read_text().splitlines()) > 3 * 6
     second = session(tmp_path, "--budget=1200", f"--stages={ALL}")
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-2000:]
-    # env, quickstart, regression and its scores, gpu, hparams
-    assert second.stdout.count("done in an earlier call") == 6
+    # env, quickstart_tuned, gpu, hparams
+    assert second.stdout.count("done in an earlier call") == 4
+    scores = json.loads((out / "regression_icl.json").read_text())  # per run: error per k
+    assert len(scores) == 2 and all(len(run["error"]) == 16 for run in scores.values())
     assert "stages not done: none" in second.stdout
     checks = (out / "checks.md").read_text()
     assert checks.count("| pass |") == 9 and "FAIL" not in checks

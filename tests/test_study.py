@@ -231,7 +231,8 @@ def test_the_quickstart_gpu_plan_can_conclude(tmp_path):
     assert seeds and all(s == {0, 1, 2} for s in seeds.values())
 
 
-@pytest.mark.parametrize("experiment", ["quickstart.py:gpu", "architectures.py:gpu"])
+@pytest.mark.parametrize("experiment", ["quickstart.py:gpu", "quickstart.py:gpu_tuned",
+                                        "architectures.py:gpu"])
 def test_the_accelerator_plans_repeat_no_data(experiment, tmp_path):
     """No run of a plan built for an accelerator reads its corpus more than once: a fit over
     repeated data would mix the law with repetition (Muennighoff et al. 2023)."""
