@@ -61,9 +61,9 @@ def grown(spec: SweepSpec, results: Mapping[str, tuple[str, float]]) -> SweepSpe
                                                                results).extra_factors)
                     for v in spec.variants]
         return dataclasses.replace(spec, variants=tuple(variants))
-    added: dict[str, tuple[float, ...]] = {}
     if not spec.learning_rate.refine:
         return dataclasses.replace(spec, extra_factors=())
+    added: dict[str, tuple[float, ...]] = {}
     while True:
         current = dataclasses.replace(spec, extra_factors=tuple(added.items()))
         points: dict[str, list[PlannedRun]] = {}
