@@ -51,6 +51,7 @@ _LEADING = ["run_id", "status", "sweep", "mode", "budget"]
 CORPUS_COLUMN = "corpus"
 CORPUS_ID_DIGITS = 12
 OBJECTIVE_COLUMN = "model.objective"
+LR_FACTOR_COLUMN = "lr_factor"  # a run's rate over its rule's, on a sweep's grid of rates
 DEFAULT_OBJECTIVE = ModelConfig().objective
 # Ladder sweeps: a trunk's or a cooldown branch's role, a branch's trunk (run id) and the 6ND
 # FLOPs it shares with the trunk (its ``flops`` count them too: the compute of its result).
@@ -98,6 +99,8 @@ def run_row(run_dir: str | Path) -> dict[str, Any]:
     if planned.get("budget") is not None:
         row["budget"] = float(planned["budget"])
     row.update(planned.get("axes", {}))
+    if planned.get("lr_factor") is not None:
+        row[LR_FACTOR_COLUMN] = float(planned["lr_factor"])
     # The training objective, always recorded so that `attnlab fit
     # --by=model.objective` groups decoder, encoder and encoder-decoder runs.
     model = (planned.get("config") or {}).get("model") or {}

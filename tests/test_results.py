@@ -1,8 +1,10 @@
 """attnlab.results: statuses, the table and the curves, from run directories written by hand in
 the formats that the sweep (run.json) and training (summary.json, metrics.jsonl) write."""
 
+import importlib.util
 import json
 import math
+import pathlib
 
 import numpy as np
 import pandas as pd
@@ -78,6 +80,22 @@ def test_table_rows_planned_then_finished(sweep_dir):
     assert by_id.loc[runs[1].run_id, "error"] == "diverged at step 3"
     assert by_id.loc[runs[2].run_id, "status"] == "failed"
     assert by_id.loc[runs[2].run_id, "error"] == "DataError: no files"
+
+
+def test_a_grid_of_rates_records_each_runs_multiple_of_the_rule(sweep_dir, tmp_path):
+    """lr_factor: the run's rate over its rule's, so that the rule's own runs can be the
+    baseline of a comparison; a sweep at one rate per point has no such column."""
+    assert "lr_factor" not in results.build_table(sweep_dir[0])
+    spec = load_spec("experiments/tiny_isoflop.py:cpu_tuned")
+    runs = plan(spec)
+    prepare_run_dirs(spec, runs, tmp_path / "tuned")
+    table = results.build_table(tmp_path / "tuned").set_index("run_id")
+    assert sorted(set(table["lr_factor"])) == [0.5, 1.0, 2.0]
+    for run in runs:
+        assert table.loc[run.run_id, "lr_factor"] == run.lr_factor
+    rule = table["train.learning_rate"] / table["lr_factor"]
+    per_shape = rule.groupby(table["model.d_model"]).agg(["min", "max"])
+    assert np.allclose(per_shape["min"], per_shape["max"], rtol=1e-5)
 
 
 def test_unique_tokens_and_epochs_columns(sweep_dir):
@@ -206,3 +224,23 @@ def test_seed_spread_groups_replicates_and_ignores_unfinished_runs():
     assert "2 per point at 3 points" in line and f"{np.ptp(losses, axis=1).max():.4f}" in line
     single = pd.DataFrame([r for r in rows if r["train.seed"] == 0])
     assert results.seed_spread(single).empty and results.describe_seed_spread(single) is None
+
+
+def test_the_docs_script_gives_an_older_table_the_factors_a_sweep_now_records(tmp_path):
+    """docs/scripts/lr_factors.py, on a table written before lr_factor was a column: the
+    factors it derives from the plan are the ones the sweep records; it overwrites nothing."""
+    path = pathlib.Path(__file__).resolve().parents[1] / "docs" / "scripts" / "lr_factors.py"
+    spec_file = importlib.util.spec_from_file_location("lr_factors", path)
+    script = importlib.util.module_from_spec(spec_file)
+    spec_file.loader.exec_module(script)
+    experiment = "experiments/tiny_isoflop.py:cpu_tuned"
+    spec = load_spec(experiment)
+    prepare_run_dirs(spec, plan(spec), tmp_path / "sweep")
+    recorded = results.build_table(tmp_path / "sweep")
+    older = tmp_path / "older.csv"
+    recorded.drop(columns="lr_factor").to_csv(older, index=False)
+    out = tmp_path / "factors.csv"
+    assert script.main([str(older), experiment, str(out)]) == 0
+    derived = pd.read_csv(out)
+    np.testing.assert_array_equal(derived["lr_factor"], recorded["lr_factor"])
+    assert script.main([str(older), experiment, str(out)]) == 2  # out exists: refused

@@ -10,6 +10,7 @@ from scipy import stats
 
 from attnlab.scaling.compare_cli import compare_main
 from attnlab.scaling.compare import POOLED, at_best, format_picks, paired_differences
+from attnlab.scaling.errors import FitInputError
 
 # Fits by the hundred: their programs run far longer than they compile (tests/conftest.py).
 pytestmark = pytest.mark.optimized
@@ -84,6 +85,19 @@ def test_a_single_run_has_no_interval():
                                by="schedule", baseline="cosine")
     assert frame["lo"].isna().all() and frame["hi"].isna().all()
     assert np.isfinite(frame["diff"]).all()
+
+
+def test_a_numeric_baseline_names_the_arm_of_equal_value():
+    """--by=lr_factor --baseline=1: the rule's own runs (lr_factor 1.0) are the baseline."""
+    df = _table(np.random.default_rng(6), shifts=(0.0, -0.03))
+    df["lr_factor"] = df["schedule"].map({"cosine": 1.0, "wsd": 2.0})
+    frame = paired_differences(df, by="lr_factor", baseline="1")
+    named = paired_differences(df.assign(lr_factor=df["schedule"]), by="lr_factor",
+                               baseline="cosine")
+    assert set(frame["arm"]) == {"2.0"}
+    np.testing.assert_allclose(frame["diff"], named["diff"], rtol=0, atol=1e-15)
+    with pytest.raises(FitInputError, match="'3' is not a value of column 'lr_factor'"):
+        paired_differences(df, by="lr_factor", baseline="3")
 
 
 def test_compare_command_prints_and_writes_json(tmp_path, capsys):

@@ -147,6 +147,7 @@ def paired_differences(df: pd.DataFrame, *, by: str, baseline: str,
     pairs: no seed noise to estimate)."""
     cells = _cells(df, by, match, metric, pair)
     arms = sorted({arm for _, arm in cells})
+    baseline = _arm_named(baseline, arms)
     if baseline not in arms:
         raise FitInputError(f"--baseline: {baseline!r} is not a value of column {by!r} among "
                             f"the finished runs (values: {', '.join(arms) or 'none'})")
@@ -170,6 +171,26 @@ def paired_differences(df: pd.DataFrame, *, by: str, baseline: str,
                             f"{baseline!r} and another value of {by!r}"
                             + (f" with a shared {pair}" if pair else ""))
     return pd.DataFrame(rows)
+
+
+def _arm_named(name: str, arms: list[str]) -> str:
+    """The arm ``name`` means: itself, or on a numeric column the arm of equal value (so that
+    --baseline=1 names lr_factor 1.0)."""
+    if name in arms:
+        return name
+    try:
+        value = float(name)
+    except ValueError:
+        return name
+    same = [arm for arm in arms if _number(arm) == value]
+    return same[0] if len(same) == 1 else name
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
 
 
 def _term(base: np.ndarray, other: np.ndarray, *, paired: bool) -> dict:

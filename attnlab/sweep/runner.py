@@ -140,6 +140,9 @@ def run_record(spec: SweepSpec, run: PlannedRun) -> dict:
         "flops_per_token": run.flops_per_token, "tokens": run.tokens, "steps": run.steps,
         "tokens_per_step": run.cfg.data.batch_size * run.cfg.data.seq_len,
         "config": run.cfg.to_dict(),
+        # On a grid of rates, each run's multiple of its rule's rate: the table's lr_factor, so
+        # that `attnlab compare --by=lr_factor --baseline=1` sets every rate against the rule.
+        **({"lr_factor": run.lr_factor} if spec.tries_rates else {}),
         **({"role": run.role, "trunk": run.cfg.train.branch_from or None,
             "shared_tokens": run.shared_tokens} if run.role else {}),
     }

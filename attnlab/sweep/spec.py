@@ -370,7 +370,7 @@ def _parse_budgets(raw: Any) -> tuple[float, ...]:
 
 
 # Columns the results table already has (attnlab.results): a variant column must not shadow one.
-_RESERVED_COLUMNS = ("run_id", "status", "sweep", "mode", "budget", "role", "trunk",
+_RESERVED_COLUMNS = ("run_id", "status", "sweep", "mode", "budget", "role", "trunk", "lr_factor",
                      "shared_flops", "params", "non_embedding_params", "embedding_params",
                      "active_params", "active_non_embedding_params", "tokens", "unique_tokens",
                      "epochs", "steps", "total_steps", "flops", "flops_chinchilla",
