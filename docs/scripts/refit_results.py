@@ -13,6 +13,7 @@ leaf:
 
     python docs/scripts/refit_results.py            # check: exit 1 naming each difference
     python docs/scripts/refit_results.py --write    # regenerate the committed JSONs
+    python docs/scripts/refit_results.py --only=quickstart_tuned   # those whose path holds it
 
 The slow test lane runs the check (tests/test_docs_refit.py).
 """
@@ -83,8 +84,9 @@ def refit(command: str, argv: list[str], json_path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--write", action="store_true", help="regenerate the committed JSONs")
+    parser.add_argument("--only", default="", help="just the JSONs whose path holds this text")
     args = parser.parse_args(argv)
-    fits = documented_fits()
+    fits = {k: v for k, v in documented_fits().items() if args.only in k}
     failed = 0
     with tempfile.TemporaryDirectory() as scratch:
         for committed, (command, fit_argv) in fits.items():
