@@ -4,15 +4,16 @@
 # member = lone run).
 #
 #   benchmarks/device_session.sh [--smoke] [--out DIR] [--work DIR] [--budget SECONDS]
+#                                [--corpus ARCHIVE] [--resume ARCHIVE]
 #                                [--stages "quickstart_tuned quickstart regression gpu hparams
 #                                           architectures checks"]
 #
 # Every stage writes its table into DIR ($OUT on a lent machine, else sweeps/device_session/out):
 # env.json, quickstart_tuned.csv + quickstart_tuned_report.txt, quickstart.csv +
 # quickstart_report.txt, hparams.csv, gpu.md, architectures.csv + architectures_report.txt,
-# checks.md and session.log. The device tool brings back 8 files, so --stages picks what one
-# lease runs (default: quickstart_tuned gpu hparams; a study takes whatever the budget has left,
-# so the grid comes last and resumes in a second call).
+# checks.md, session.log and runs.tar.gz. The device tool brings back 8 files, so --stages picks
+# what one lease runs (default: quickstart_tuned gpu hparams; a study takes whatever the budget
+# has left, so the grid comes last and resumes in a second call).
 # quickstart_tuned: experiments/quickstart.py:gpu_tuned, the quickstart with every point at the
 # rule's rate times 1/2 .. 4 (one ensemble per point's rates and seeds), fitted at each point's
 # best rate; quickstart: the untuned plan, already run on three lent H200s.
@@ -23,6 +24,10 @@
 # sweep.max_epochs = 1 refuses them before training. A stage that finished is
 # not rerun, and the studies resume, so a second call on the same warm machine finishes what the
 # first left (work lives in --work, default sweeps/device_session/, which git ignores).
+# A fresh machine starts bare, so every call also brings back runs.tar.gz, the finished runs of
+# its sweeps (benchmarks/device_runs.py); --resume ARCHIVE (default .resume/runs.tar.gz: copy
+# the last lease's there and name .resume in the run's carry) puts them in --work first, and
+# the studies train only what is left.
 # --budget: seconds for the whole call (default 480); each study gets what is left of it.
 # Measured on lent H200s (docs/results/device_h200_2026-11-27*/): the quickstart study (42 runs,
 # 4 workers) about 6 minutes with its fits; benchmarks/gpu.py at one batch and two ensemble sizes
@@ -37,7 +42,8 @@
 #
 # On a lent machine, with its own image's jax, the packages the image lacks travel as wheels
 # (benchmarks/device_wheels.sh, run here first; .whl/ is named in the run's carry):
-#   device run  command='bash benchmarks/device_session.sh --budget 500'  carry=['.whl', '.corpus']
+#   device run  command='bash benchmarks/device_session.sh --budget 500'
+#               carry=['.whl', '.corpus', '.resume']
 #               timeout_s=570, then at once the same with --budget (what is left - 40 s)
 # --smoke: CPU-sized stand-ins of every stage (experiments/tiny_isoflop.py for the isoflop studies,
 # experiments/tiny_grid.py for the grid, the scripts' own --smoke); the slow test lane runs it.
@@ -49,6 +55,7 @@ BUDGET=480
 OUTDIR=${OUT:-}
 WORK=
 CORPUS=.corpus/pystdlib.tar.xz
+RESUME=.resume/runs.tar.gz
 STAGES="quickstart_tuned gpu hparams"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -61,6 +68,8 @@ while [ $# -gt 0 ]; do
     --budget=*) BUDGET=${1#--budget=} ;;
     --corpus) CORPUS=$2; shift ;;
     --corpus=*) CORPUS=${1#--corpus=} ;;
+    --resume) RESUME=$2; shift ;;
+    --resume=*) RESUME=${1#--resume=} ;;
     --stages) STAGES=$2; shift ;;
     --stages=*) STAGES=${1#--stages=} ;;
     *) echo "error: unknown argument $1 (see the top of $0)" >&2; exit 2 ;;
@@ -88,7 +97,10 @@ ATTNLAB=("$PY" -m attnlab.cli)
 
 say() { echo "[$((SECONDS - START)) s] $*" | tee -a "$LOG"; }
 left() { echo $((BUDGET - (SECONDS - START))); }
-publish() { cp -f "$WORK"/*.json "$WORK"/*.md "$WORK"/*.csv "$WORK"/*.txt "$LOG" "$OUTDIR"/ 2>/dev/null; true; }
+publish() {
+  cp -f "$WORK"/*.json "$WORK"/*.md "$WORK"/*.csv "$WORK"/*.txt "$LOG" "$OUTDIR"/ 2>/dev/null
+  "$PY" benchmarks/device_runs.py pack "$WORK" "$OUTDIR/runs.tar.gz" >/dev/null; true
+}
 # stage NAME COMMAND...: runs once; a stage that exits 0 is marked done and skipped next time.
 stage() {
   local name=$1; shift
@@ -151,6 +163,9 @@ if [ -f "$CORPUS" ]; then  # unpacked once; a study's corpus is then cached by i
   [ -d "$WORK/corpus/pystdlib" ] || { mkdir -p "$WORK/corpus.partial" \
       && tar -xJf "$CORPUS" -C "$WORK/corpus.partial" && mv "$WORK/corpus.partial" "$WORK/corpus"; }
   STUDY_DATA="--config.base.data.source=text_files --config.base.data.path=$WORK/corpus/pystdlib"
+fi
+if [ -f "$RESUME" ]; then  # the last lease's finished runs: the sweeps train only the rest
+  "$PY" benchmarks/device_runs.py unpack "$RESUME" "$WORK" | tee -a "$LOG"
 fi
 say "device session: smoke=$SMOKE budget=${BUDGET}s stages='$STAGES' corpus='${STUDY_DATA:-the machine pystdlib}' work=$WORK out=$OUTDIR"
 stage env bash -c "${ATTNLAB[*]} env --json='$WORK/env.json'"

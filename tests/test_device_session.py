@@ -8,13 +8,15 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT = {"env.json", "quickstart_tuned.csv", "quickstart_tuned_report.txt", "gpu.md",
-           "hparams.csv", "session.log"}
+           "hparams.csv", "session.log", "runs.tar.gz"}
 ALL = "quickstart_tuned quickstart regression gpu hparams architectures checks"
 
 
@@ -47,6 +49,12 @@ def test_the_device_session_smoke_runs_every_stage_and_resumes(tmp_path):
     tuned = (out / "quickstart_tuned_report.txt").read_text()
     assert "fitted at its best train.learning_rate" in tuned  # each point at its best rate
     assert len((out / "quickstart_tuned.csv").read_text().splitlines()) > 3 * 6
+    # The finished runs a fresh machine's next call starts from (benchmarks/device_runs.py).
+    with tarfile.open(out / "runs.tar.gz") as tar:
+        carried = {Path(m.name).parent for m in tar.getmembers()}
+    completed = pd.read_csv(out / "quickstart_tuned.csv").query("status == 'completed'")
+    assert {f"quickstart_tuned/runs/{run}" for run in completed["run_id"]} <= {
+        str(run) for run in carried}
     second = session(tmp_path, "--budget=1200", f"--stages={ALL}")
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-2000:]
     # env, quickstart_tuned, gpu, hparams
