@@ -236,3 +236,24 @@ def test_best_over_with_no_finished_value_anywhere_is_one_error(tmp_path, capsys
     assert err.count("\n") == 0
     assert "--best-over=learning_rate: no point has a value of learning_rate whose runs all " \
         "finished" in err
+
+
+def test_a_pick_the_seeds_single_out_is_stable_and_a_tie_is_not():
+    """stability: the share of seed resamples that keep the pick. Rates far apart against the
+    seed noise: 1; two rates with the same expected loss: about a half; one seed: NaN."""
+    firm = _rate_grid(np.random.default_rng(11), {"cosine": (4e-3, 2.0)}, noise=1e-4)
+    _, picks = at_best(firm, by="schedule", match=("params", "tokens"),
+                       metric="final_val_loss", over="learning_rate")
+    assert (picks["stability"] == 1.0).all()
+    # Optimum halfway between 2e-3 and 4e-3 in log: the two tie, and the seeds pick either.
+    tied = _rate_grid(np.random.default_rng(12), {"cosine": (2.8284271e-3, 2.0)}, seeds=5,
+                      noise=0.01)
+    _, picks = at_best(tied, by="schedule", match=("params", "tokens"),
+                       metric="final_val_loss", over="learning_rate")
+    assert ((picks["stability"] > 0.2) & (picks["stability"] < 0.9)).all()
+    one = _rate_grid(np.random.default_rng(13), {"cosine": (4e-3, 2.0)}, seeds=1)
+    _, picks = at_best(one, by="schedule", match=("params", "tokens"),
+                       metric="final_val_loss", over="learning_rate")
+    assert picks["stability"].isna().all()
+    assert "stability: the share of 1000 resamples" in format_picks(
+        picks, over="learning_rate", metric="final_val_loss")

@@ -19,7 +19,10 @@ at the value whose mean over seeds is lowest are the ones compared. A value with
 not finish (diverged, failed) cannot be picked. The pick and the comparison read the same runs,
 so each arm's mean is a minimum over its grid: optimistic, by a similar amount for arms with the
 same grid and spread. A fit picks the same way at each (N, D) point (``best_points``, ``attnlab
-fit --best-over``), and its bootstrap treats the picks as given.
+fit --best-over``), and its bootstrap treats the picks as given. How firmly the seeds single
+out each pick is its ``stability``: the share of resamples of the seeds within each value that
+pick the same value (1: every resample agrees; near 1/values: the seeds cannot tell the values
+apart, and the fit's intervals, which hold the pick fixed, are too narrow there).
 """
 
 from __future__ import annotations
@@ -69,8 +72,9 @@ def _cells(df: pd.DataFrame, by: str, match: tuple[str, ...], metric: str,
 def at_best(df: pd.DataFrame, *, by: str, match: tuple[str, ...], metric: str,
             over: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(the runs at each (arm, point)'s best value of ``over``, one row per pick: the arm, the
-    point, ``over``'s picked value, its mean metric, the runs behind it, the values tried and
-    ``edge``: "lowest"/"highest" when the pick is the grid's end, "" inside)."""
+    point, ``over``'s picked value, its mean metric, the runs behind it, the values tried,
+    ``edge``: "lowest"/"highest" when the pick is the grid's end, "" inside, and
+    ``stability`` (:func:`pick_stability`))."""
     _check_columns(df, (by, *match, metric, over))
     if over in (by, *match):
         raise FitInputError(f"--best-over={over}: it is also --by or --match; pick over a "
@@ -82,6 +86,7 @@ def at_best(df: pd.DataFrame, *, by: str, match: tuple[str, ...], metric: str,
     # An unfinished run scores inf, so a value with one never has the lowest mean.
     scored = df.assign(_score=pd.to_numeric(df[metric], errors="coerce")
                        .where(_finished(df, metric), np.inf))
+    rng = np.random.default_rng(0)  # the stability column is the same on every call
     kept, picks = [], []
     for (arm, *point), cell in scored.groupby([by, *match], dropna=False):
         means = cell.groupby(over)["_score"].mean().sort_index()
@@ -91,13 +96,29 @@ def at_best(df: pd.DataFrame, *, by: str, match: tuple[str, ...], metric: str,
         edge = ("lowest" if best == means.index[0] else
                 "highest" if best == means.index[-1] else "") if len(means) > 1 else ""
         kept.append(cell[cell[over] == best].drop(columns="_score"))
+        scores = [g["_score"].to_numpy() for _, g in cell.groupby(over, sort=True)]
         picks.append({by: str(arm), **dict(zip(match, point)), over: best,
                       metric: float(means[best]), "runs": int((cell[over] == best).sum()),
-                      "tried": len(means), "edge": edge})
+                      "tried": len(means), "edge": edge,
+                      "stability": pick_stability(scores, int(np.argmin(means.to_numpy())),
+                                                  rng)})
     if not picks:
         raise FitInputError(f"--best-over={over}: no point has a value of {over} whose runs "
                             f"all finished")
     return pd.concat(kept), pd.DataFrame(picks)
+
+
+def pick_stability(scores: list[np.ndarray], best: int, rng: np.random.Generator,
+                   n_resamples: int = 1000) -> float:
+    """The share of resamples of each value's runs (with replacement, within the value) whose
+    lowest mean is still value ``best``: how firmly the seeds single out the pick. NaN when
+    every value has one run (no seed spread to resample)."""
+    if all(len(s) < 2 for s in scores):
+        return float("nan")
+    means = np.stack([s[rng.integers(0, len(s), (n_resamples, len(s)))].mean(axis=1)
+                      if np.isfinite(s).all() else np.full(n_resamples, np.inf)
+                      for s in scores])
+    return float(np.mean(np.argmin(means, axis=0) == best))
 
 
 def best_points(df: pd.DataFrame, *, over: str, law: Law, by: str | None = None,
@@ -129,7 +150,8 @@ def format_picks(picks: pd.DataFrame, *, over: str, metric: str, what: str = "ea
     """The picks as text, with a note per pick at its grid's end."""
     text = picks.to_string(index=False, float_format=lambda v: f"{v:.4g}")
     lines = [f"{what} at its best {over} (lowest mean {metric} over seeds; a value with an "
-             f"unfinished run is not picked):", text]
+             f"unfinished run is not picked; stability: the share of 1000 resamples of the "
+             f"seeds that pick the same value, NaN with one seed per value):", text]
     ends = picks[picks["edge"] != ""]
     if len(ends):
         lines.append(f"note: {len(ends)} of {len(picks)} picks are the {over} grid's lowest or "
