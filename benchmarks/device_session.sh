@@ -15,7 +15,7 @@
 # what one lease runs (default: quickstart_tuned gpu hparams; a study takes whatever the budget
 # has left, so the grid comes last and resumes in a second call).
 # quickstart_tuned: experiments/quickstart.py:gpu_tuned, the quickstart with every point at the
-# rule's rate times 1/2 .. 4 (one ensemble per point's rates and seeds), fitted at each point's
+# rule's rate times 1 .. 8 (one ensemble per point's rates and seeds), fitted at each point's
 # best rate; quickstart: the untuned plan, already run on three lent H200s.
 # --corpus ARCHIVE (default .corpus/pystdlib.tar.xz, made here by benchmarks/device_corpus.py and
 # named in the run's carry): the isoflop studies train on this machine's standard library,
