@@ -257,3 +257,18 @@ def test_a_pick_the_seeds_single_out_is_stable_and_a_tie_is_not():
     assert picks["stability"].isna().all()
     assert "stability: the share of 1000 resamples" in format_picks(
         picks, over="learning_rate", metric="final_val_loss")
+
+
+def test_a_seed_shared_by_every_rate_is_resampled_whole():
+    """Each seed ran at every rate with the same initialisation and data order, so its offset is
+    common to its runs: resampled whole (pair), it cancels and the pick is firm; resampled
+    within each rate, it does not, and the same pick looks soft."""
+    df = _rate_grid(np.random.default_rng(14), {"cosine": (3.4e-3, 2.0)}, seeds=4, noise=1e-4)
+    df["final_val_loss"] += df["seed"].map(dict(enumerate(0.2 * np.random.default_rng(15)
+                                                          .standard_normal(4))))
+    args = dict(by="schedule", match=("params", "tokens"), metric="final_val_loss",
+                over="learning_rate")
+    _, paired = at_best(df, pair="seed", **args)
+    _, alone = at_best(df, **args)
+    assert (paired["learning_rate"] == 4e-3).all() and (paired["stability"] == 1.0).all()
+    assert (alone["stability"] < 0.9).all()

@@ -70,11 +70,12 @@ def _cells(df: pd.DataFrame, by: str, match: tuple[str, ...], metric: str,
 
 
 def at_best(df: pd.DataFrame, *, by: str, match: tuple[str, ...], metric: str,
-            over: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+            over: str, pair: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(the runs at each (arm, point)'s best value of ``over``, one row per pick: the arm, the
     point, ``over``'s picked value, its mean metric, the runs behind it, the values tried,
     ``edge``: "lowest"/"highest" when the pick is the grid's end, "" inside, and
-    ``stability`` (:func:`pick_stability`))."""
+    ``stability`` (:func:`pick_stability`; with ``pair``, e.g. train.seed, a seed is resampled
+    with its runs at every value, since they share its initialisation and data order))."""
     _check_columns(df, (by, *match, metric, over))
     if over in (by, *match):
         raise FitInputError(f"--best-over={over}: it is also --by or --match; pick over a "
@@ -96,7 +97,7 @@ def at_best(df: pd.DataFrame, *, by: str, match: tuple[str, ...], metric: str,
         edge = ("lowest" if best == means.index[0] else
                 "highest" if best == means.index[-1] else "") if len(means) > 1 else ""
         kept.append(cell[cell[over] == best].drop(columns="_score"))
-        scores = [g["_score"].to_numpy() for _, g in cell.groupby(over, sort=True)]
+        scores = _scores_by_value(cell, over, pair)
         picks.append({by: str(arm), **dict(zip(match, point)), over: best,
                       metric: float(means[best]), "runs": int((cell[over] == best).sum()),
                       "tried": len(means), "edge": edge,
@@ -108,16 +109,33 @@ def at_best(df: pd.DataFrame, *, by: str, match: tuple[str, ...], metric: str,
     return pd.concat(kept), pd.DataFrame(picks)
 
 
-def pick_stability(scores: list[np.ndarray], best: int, rng: np.random.Generator,
+def _scores_by_value(cell: pd.DataFrame, over: str, pair: str | None):
+    """Each value's scores, sorted by value: a list of arrays, or with ``pair`` a (pairs,
+    values) matrix when every value ran every pair value (else the list: nothing to pair)."""
+    if pair and pair in cell.columns:
+        table = cell.pivot_table(index=pair, columns=over, values="_score", aggfunc="first")
+        if table.notna().all().all() and len(table) == len(cell) / table.shape[1]:
+            return table.sort_index(axis=1).to_numpy()
+    return [g["_score"].to_numpy() for _, g in cell.groupby(over, sort=True)]
+
+
+def pick_stability(scores, best: int, rng: np.random.Generator,
                    n_resamples: int = 1000) -> float:
-    """The share of resamples of each value's runs (with replacement, within the value) whose
-    lowest mean is still value ``best``: how firmly the seeds single out the pick. NaN when
-    every value has one run (no seed spread to resample)."""
-    if all(len(s) < 2 for s in scores):
-        return float("nan")
-    means = np.stack([s[rng.integers(0, len(s), (n_resamples, len(s)))].mean(axis=1)
-                      if np.isfinite(s).all() else np.full(n_resamples, np.inf)
-                      for s in scores])
+    """The share of resamples of the runs whose lowest mean is still value ``best``: how firmly
+    the seeds single out the pick. ``scores``: a list of each value's runs, resampled with
+    replacement within the value; or a (pairs, values) matrix whose rows (a seed's runs at
+    every value) are resampled whole. NaN when there is one run per value (no seed spread)."""
+    if isinstance(scores, np.ndarray):
+        if len(scores) < 2:
+            return float("nan")
+        rows = rng.integers(0, len(scores), (n_resamples, len(scores)))
+        means = scores[rows].mean(axis=1).T  # (values, resamples); inf stays inf
+    else:
+        if all(len(s) < 2 for s in scores):
+            return float("nan")
+        means = np.stack([s[rng.integers(0, len(s), (n_resamples, len(s)))].mean(axis=1)
+                          if np.isfinite(s).all() else np.full(n_resamples, np.inf)
+                          for s in scores])
     return float(np.mean(np.argmin(means, axis=0) == best))
 
 
@@ -198,11 +216,8 @@ def paired_differences(df: pd.DataFrame, *, by: str, baseline: str,
 def _arm_named(name: str, arms: list[str]) -> str:
     """The arm ``name`` means: itself, or on a numeric column the arm of equal value (so that
     --baseline=1 names lr_factor 1.0)."""
-    if name in arms:
-        return name
-    try:
-        value = float(name)
-    except ValueError:
+    value = _number(name)
+    if name in arms or value is None:
         return name
     same = [arm for arm in arms if _number(arm) == value]
     return same[0] if len(same) == 1 else name

@@ -60,7 +60,8 @@ def compare_main(argv: list[str]) -> int:
         table = read_table(values["sweep"].value)
         over, picks = values["best-over"].value, None
         if over:
-            table, picks = at_best(table, by=by, match=match, metric=metric, over=over)
+            table, picks = at_best(table, by=by, match=match, metric=metric, over=over,
+                                   pair=values["pair"].value)
         frame = paired_differences(table, by=by, baseline=baseline, match=match, metric=metric,
                                    level=level, pair=values["pair"].value)
     except AttnlabError as error:
