@@ -95,18 +95,32 @@ def reraising_lost_interrupts(previous):
     raised while Python ran a garbage-collector callback (JAX registers one) would be printed as
     "Exception ignored ... Traceback" and lost; this raises it again in the main thread instead,
     in silence. Everything else goes to ``previous``. The interrupt is raised from another
-    thread, a moment later: raised from the hook itself it would land in the hook."""
-    import _thread
-
+    thread once the hook has returned: raised from the hook itself it would land in the hook."""
     def hook(unraisable) -> None:
         if isinstance(unraisable.exc_value, KeyboardInterrupt):
-            later = threading.Timer(0.01, _thread.interrupt_main)
-            later.daemon = True
-            later.start()
+            _interrupt_main_after_return()
             return
         previous(unraisable)
 
     return hook
+
+
+def _interrupt_main_after_return(delay: float = 0.05) -> None:
+    """Interrupts the main thread ``delay`` seconds after the caller lets it. The thread waits
+    for ``go`` first: ``Thread.start`` blocks until the thread runs, and an interrupt sent
+    before it returned (a timer firing on a loaded machine) would land in the caller."""
+    import _thread
+    import time
+
+    go = threading.Event()
+
+    def later() -> None:
+        go.wait()
+        time.sleep(delay)
+        _thread.interrupt_main()
+
+    threading.Thread(target=later, daemon=True).start()
+    go.set()
 
 
 def ignore_from_now_on() -> None:
