@@ -226,13 +226,18 @@ def test_seed_spread_groups_replicates_and_ignores_unfinished_runs():
     assert results.seed_spread(single).empty and results.describe_seed_spread(single) is None
 
 
-def test_the_docs_script_gives_an_older_table_the_factors_a_sweep_now_records(tmp_path):
-    """docs/scripts/lr_factors.py, on a table written before lr_factor was a column: the
-    factors it derives from the plan are the ones the sweep records; it overwrites nothing."""
+def _lr_factors_script():
     path = pathlib.Path(__file__).resolve().parents[1] / "docs" / "scripts" / "lr_factors.py"
     spec_file = importlib.util.spec_from_file_location("lr_factors", path)
     script = importlib.util.module_from_spec(spec_file)
     spec_file.loader.exec_module(script)
+    return script
+
+
+def test_the_docs_script_gives_an_older_table_the_factors_a_sweep_now_records(tmp_path):
+    """docs/scripts/lr_factors.py, on a table written before lr_factor was a column: the
+    factors it derives from the plan are the ones the sweep records; it overwrites nothing."""
+    script = _lr_factors_script()
     experiment = "experiments/tiny_isoflop.py:cpu_tuned"
     spec = load_spec(experiment)
     prepare_run_dirs(spec, plan(spec), tmp_path / "sweep")
@@ -244,3 +249,20 @@ def test_the_docs_script_gives_an_older_table_the_factors_a_sweep_now_records(tm
     derived = pd.read_csv(out)
     np.testing.assert_array_equal(derived["lr_factor"], recorded["lr_factor"])
     assert script.main([str(older), experiment, str(out)]) == 2  # out exists: refused
+
+
+def test_the_docs_script_names_a_run_the_plan_does_not_have(tmp_path, capsys):
+    """A table from another plan (here a shape the experiment never trains): one line naming
+    the run, exit 2, and no output written."""
+    script = _lr_factors_script()
+    experiment = "experiments/tiny_isoflop.py:cpu_tuned"
+    spec = load_spec(experiment)
+    prepare_run_dirs(spec, plan(spec), tmp_path / "sweep")
+    table = results.build_table(tmp_path / "sweep").drop(columns="lr_factor")
+    table.loc[0, "model.d_model"] = 999
+    older, out = tmp_path / "older.csv", tmp_path / "factors.csv"
+    table.to_csv(older, index=False)
+    assert script.main([str(older), experiment, str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and f"run {table.loc[0, 'run_id']}: no planned point" in err
+    assert not out.exists()

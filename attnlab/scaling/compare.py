@@ -20,9 +20,10 @@ not finish (diverged, failed) cannot be picked. The pick and the comparison read
 so each arm's mean is a minimum over its grid: optimistic, by a similar amount for arms with the
 same grid and spread. A fit picks the same way at each (N, D) point (``best_points``, ``attnlab
 fit --best-over``), and its bootstrap treats the picks as given. How firmly the seeds single
-out each pick is its ``stability``: the share of resamples of the seeds within each value that
-pick the same value (1: every resample agrees; near 1/values: the seeds cannot tell the values
-apart, and the fit's intervals, which hold the pick fixed, are too narrow there).
+out each pick is its ``stability``: the share of resamples of the seeds (within each value;
+with ``pair``, a seed with its runs at every value) that pick the same value. 1: every resample
+agrees; near 1/values: the seeds cannot tell the values apart, and the fit's intervals, which
+hold the pick fixed, are too narrow there.
 """
 
 from __future__ import annotations

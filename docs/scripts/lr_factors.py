@@ -27,31 +27,35 @@ import pandas as pd
 from attnlab.errors import AttnlabError
 from attnlab.results import LR_FACTOR_COLUMN
 from attnlab.sweep import load_spec, plan
+from attnlab.sweep.planner import REPLICATE_KEYS
 
-RATE, SEED = "train.learning_rate", "train.seed"
+RATE = "train.learning_rate"
+NOT_OF_THE_POINT = (RATE, *REPLICATE_KEYS)
 
 
 def point_key(budget, axes: dict) -> tuple:
-    """What a point's runs share: the budget and every axis but the rate and the seed."""
-    return (budget, *sorted((k, v) for k, v in axes.items() if k not in (RATE, SEED)))
+    """What a point's runs share: the budget and every axis but the rate and the seeds."""
+    return (budget, *sorted((k, v) for k, v in axes.items() if k not in NOT_OF_THE_POINT))
 
 
 def rule_rates(experiment: str, overrides: list[str]) -> tuple[dict, list[str]]:
     """({point key: the rule's rate there}, the axis columns the keys name)."""
     runs = plan(load_spec(experiment, overrides))
     rates = {point_key(r.budget, r.axes): r.axes[RATE] for r in runs if r.lr_factor == 1.0}
-    columns = sorted({k for r in runs for k in r.axes} - {RATE, SEED})
+    columns = sorted({k for r in runs for k in r.axes} - set(NOT_OF_THE_POINT))
     return rates, columns
 
 
 def with_factors(table: pd.DataFrame, rates: dict, columns: list[str]) -> pd.DataFrame:
+    """``table`` with ``lr_factor`` after the rate column. Raises LookupError naming the first
+    run whose point the plan does not have."""
     factors = []
     for _, row in table.iterrows():
         budget = row["budget"] if "budget" in row and pd.notna(row["budget"]) else None
         key = point_key(budget, {c: row[c] for c in columns})
         if key not in rates:
-            raise SystemExit(f"error: run {row['run_id']}: no planned point {key}; plan the "
-                             f"experiment with the config and overrides it ran with")
+            raise LookupError(f"run {row['run_id']}: no planned point {key}; plan the "
+                              f"experiment with the config and overrides it ran with")
         # Rates are stored to 6 significant digits, so their ratio is the factor to about 5.
         factors.append(float(f"{row[RATE] / rates[key]:.4g}"))
     out = table.copy()
@@ -71,11 +75,12 @@ def main(argv: list[str]) -> int:
     table = pd.read_csv(args.table)
     try:
         rates, columns = rule_rates(args.experiment, overrides)
-    except AttnlabError as error:
+        out = with_factors(table, rates, columns)
+    except (AttnlabError, LookupError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    with_factors(table, rates, columns).to_csv(args.out, index=False)
-    factors = sorted(set(pd.read_csv(args.out)[LR_FACTOR_COLUMN]))
+    out.to_csv(args.out, index=False)
+    factors = sorted(set(out[LR_FACTOR_COLUMN]))
     print(f"{args.out}: {len(table)} runs at lr_factor {', '.join(map(str, factors))}")
     return 0
 
