@@ -4,7 +4,7 @@
 # member = lone run).
 #
 #   benchmarks/device_session.sh [--smoke] [--out DIR] [--work DIR] [--budget SECONDS]
-#                                [--corpus ARCHIVE] [--resume ARCHIVE]
+#                                [--corpus ARCHIVE] [--resume ARCHIVE] [--override STAGE:KEY=VALUE]
 #                                [--stages "quickstart_tuned quickstart regression gpu hparams
 #                                           architectures checks"]
 #
@@ -29,6 +29,11 @@
 # the last lease's there and name .resume in the run's carry) puts them in --work first, and
 # the studies train only what is left.
 # --budget: seconds for the whole call (default 480); each study gets what is left of it.
+# --override STAGE:KEY=VALUE (repeatable): a config override for one study or grid stage, e.g.
+# quickstart_tuned:sweep.budgets=(1e13,2e13) trains only those budgets' runs. A plan's runs keep
+# their ids under such a restriction, so a lease can finish what an earlier lease left when its
+# runs did not come back, and the two tables are fitted together here (attnlab fit
+# --sweep=A.csv,B.csv).
 # Measured on lent H200s (docs/results/device_h200_2026-11-27*/): the quickstart study (42 runs,
 # 4 workers) about 6 minutes with its fits; benchmarks/gpu.py at one batch and two ensemble sizes
 # about 150 s; the checks about 230 s; the architecture study 25 of its 85 runs in 230 s, more
@@ -57,6 +62,18 @@ WORK=
 CORPUS=.corpus/pystdlib.tar.xz
 RESUME=.resume/runs.tar.gz
 STAGES="quickstart_tuned gpu hparams"
+declare -A OVERRIDES=()
+override() {  # STAGE:KEY=VALUE -> OVERRIDES[STAGE] gains --config.KEY=VALUE, quoted for bash -c
+  local stage=${1%%:*} setting=${1#*:}
+  if [ "$stage" = "$1" ] || [ "${setting%%=*}" = "$setting" ] || [ -z "${setting%%=*}" ]; then
+    echo "error: --override $1: expected STAGE:KEY=VALUE" >&2; exit 2
+  fi
+  case " quickstart_tuned quickstart regression hparams architectures " in
+    *" $stage "*) ;;
+    *) echo "error: --override $1: $stage is not a study or grid stage" >&2; exit 2 ;;
+  esac
+  OVERRIDES[$stage]+=" $(printf %q "--config.$setting")"
+}
 while [ $# -gt 0 ]; do
   case "$1" in
     --smoke) SMOKE=1 ;;
@@ -72,6 +89,8 @@ while [ $# -gt 0 ]; do
     --resume=*) RESUME=${1#--resume=} ;;
     --stages) STAGES=$2; shift ;;
     --stages=*) STAGES=${1#--stages=} ;;
+    --override) override "$2"; shift ;;
+    --override=*) override "${1#--override=}" ;;
     *) echo "error: unknown argument $1 (see the top of $0)" >&2; exit 2 ;;
   esac
   shift
@@ -122,7 +141,7 @@ study() {
   if [ "$seconds" -lt 30 ]; then say "$name: no time left this call; run me again"; return; fi
   stage "$name" bash -c "timeout --signal=TERM --kill-after=30 $seconds ${ATTNLAB[*]} \
       quickstart --config=$experiment --sweep='$WORK/$name' --parallel=$PARALLEL $STUDY_DATA \
-      --bootstrap=$BOOTSTRAP --noprogress > '$WORK/${name}_report.txt'"
+      ${OVERRIDES[$name]:-} --bootstrap=$BOOTSTRAP --noprogress > '$WORK/${name}_report.txt'"
   cp -f "$WORK/$name/results.csv" "$WORK/$name.csv" 2>/dev/null
   publish
 }
@@ -133,8 +152,10 @@ grid() {
   local name=$1 experiment=$2 seconds
   seconds=$(left)
   if [ "$seconds" -lt 30 ]; then say "$name: no time left this call; run me again"; return; fi
+  local extra=()
+  eval "extra=(${OVERRIDES[$name]:-})"  # the words override() quoted
   stage "$name" timeout --signal=TERM --kill-after=30 "$seconds" "${ATTNLAB[@]}" sweep \
-      --config="$experiment" --sweep="$WORK/$name" --parallel=$PARALLEL --noprogress
+      --config="$experiment" --sweep="$WORK/$name" --parallel=$PARALLEL --noprogress "${extra[@]}"
   cp -f "$WORK/$name/results.csv" "$WORK/$name.csv" 2>/dev/null
   publish
 }

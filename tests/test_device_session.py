@@ -73,3 +73,38 @@ def test_the_device_session_refuses_an_unknown_argument(tmp_path):
     out = subprocess.run(["bash", str(REPO / "benchmarks" / "device_session.sh"), "--nosuch"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "--nosuch" in out.stderr
+
+
+def test_an_override_reaches_its_stage_alone(tmp_path):
+    """--override STAGE:KEY=VALUE goes to that stage's attnlab command (a study's and a grid's)
+    and no other; a field that does not exist fails the stage with attnlab's own line."""
+    out = session(tmp_path, "--stages=quickstart_tuned hparams",
+                  "--override=quickstart_tuned:sweep.budgets=(1e13,2e13)",
+                  "--override", "quickstart_tuned:sweep.nosuch=1",
+                  "--override=hparams:sweep.other=2")
+    assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-2000:]
+    log = (tmp_path / "out" / "session.log").read_text()
+    assert "quickstart_tuned: exit 2" in log and "hparams: exit 2" in log
+    assert "no such field 'nosuch'" in log and "no such field 'other'" in log
+    commands = {line.split()[2]: line for line in log.splitlines() if "attnlab.cli" in line}
+    assert "sweep.budgets=" in commands["quickstart_tuned:"]
+    assert "nosuch" not in commands["hparams:"] and "other" not in commands["quickstart_tuned:"]
+
+
+@pytest.mark.parametrize("bad", ["gpu:x=1", "quickstart:x", "sweep.budgets=(1e13,)"])
+def test_a_malformed_override_exits_2(bad):
+    out = subprocess.run(["bash", str(REPO / "benchmarks" / "device_session.sh"),
+                          f"--override={bad}"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and f"--override {bad}:" in out.stderr
+
+
+def test_a_lease_restricted_to_some_budgets_plans_the_same_runs():
+    """What lets a lease finish another's study when its runs did not come back: the gpu
+    quickstart's plan restricted to two budgets is exactly the full plan's runs at those budgets
+    (same ids), so the two tables fit as one."""
+    from attnlab.sweep import load_spec, plan
+
+    full = plan(load_spec("experiments/quickstart.py:gpu_tuned"))
+    part = plan(load_spec("experiments/quickstart.py:gpu_tuned", ["sweep.budgets=(1e13,2e13)"]))
+    assert [r.run_id for r in part] == [r.run_id for r in full if r.budget in (1e13, 2e13)]
+    assert len(part) < len(full)
