@@ -90,6 +90,8 @@ BY = Word("by", "string", "A results column whose values group the runs.")
 BEST_OVER = Word("best-over", "string", "A results column (e.g. train.learning_rate) whose best "
                  "value each point takes: the runs at the value with the lowest mean loss over "
                  "seeds; a value with an unfinished run is never picked.")
+PAIR = Word("pair", "string", "Runs sharing this column's value (e.g. train.seed: the same "
+            "initialisation and data order) are resampled together.")
 HOLDOUT = Word("holdout", "string", "Runs to leave out of the fit: largest-budget, "
                "budget:C[,C...], or flops>X / params>X / tokens>X (>= too).")
 ALLOW_LARGE = Word("allow-large", "bool", "Go on even if the estimated memory exceeds the "
@@ -102,4 +104,4 @@ PARALLEL = Word("parallel", "integer", "Runs at a time with the local launcher, 
 LAUNCHER = Word("launcher", "enum", "Where runs execute: local worker processes or Ray.")
 
 WORDS = (CONFIG, RUN, SWEEP, PLOT, JSON, BOOTSTRAP_SEED, SEED, STEP, BOOTSTRAP, CI_LEVEL, BY,
-         BEST_OVER, HOLDOUT, ALLOW_LARGE, ALLOW_NONEMPTY, PROGRESS, PARALLEL, LAUNCHER)
+         BEST_OVER, PAIR, HOLDOUT, ALLOW_LARGE, ALLOW_NONEMPTY, PROGRESS, PARALLEL, LAUNCHER)

@@ -22,7 +22,7 @@ def best_rate(params, shift=1.0):
     return shift * 0.01 * (np.asarray(params) / 1e8) ** -0.3
 
 
-def lr_table(shift=1.0, seed=0) -> pd.DataFrame:
+def lr_table(shift=1.0, seed=0, spread=1e-3) -> pd.DataFrame:
     """IsoFLOP points of Chinchilla's surface, each trained at 5 rates around its best rate and
     2 seeds: the loss rises by 0.05 per squared octave off the best rate; a seed's offset is
     the same at every rate, so the mean over seeds is lowest exactly at the best rate."""
@@ -31,7 +31,7 @@ def lr_table(shift=1.0, seed=0) -> pd.DataFrame:
     rows = []
     for _, point in points.iterrows():
         for factor in FACTORS:
-            for s, offset in ((0, -1e-3), (1, 1e-3)):
+            for s, offset in ((0, -spread), (1, spread)):
                 rate = float(best_rate(point["params"])) * factor
                 penalty = 0.05 * np.log2(factor / shift) ** 2
                 rows.append({**point.to_dict(), "train.learning_rate": rate,
@@ -103,6 +103,8 @@ def test_each_group_picks_its_own_rate(tmp_path, capsys):
      "--best-over=params: it is also --by or --match"),
     (("--law=chinchilla", "--approach=2", "--best-over=batch"),
      "--best-over=batch: 1 of 360 runs have no value of batch"),
+    (("--law=chinchilla", "--approach=2", "--pair=train.sed"),
+     "column 'train.sed' is not in the results table"),
 ])
 def test_bad_best_over_is_one_line(tmp_path, capsys, flags, message):
     path = tmp_path / "runs.csv"
@@ -149,3 +151,26 @@ def test_a_study_of_variants_reads_each_variants_own_best_rate(tmp_path):
     assert "fitted at its best train.learning_rate" in notes[0]
     everything, none = study_results(path, by="arm")
     assert len(everything) == len(table) and none == []
+
+
+def test_pair_draws_a_seed_with_its_runs_at_every_rate(tmp_path, capsys):
+    """A seed's offset (here 0.1, twice the loss one octave off the best rate) is shared by its
+    runs at every rate: drawn whole (--pair), it cancels and every pick is firm; drawn within
+    each rate, the same picks look soft. The fit itself is the same."""
+    table = lr_table(spread=0.1)
+    flags = ("--law=chinchilla", "--approach=2", "--bootstrap=0",
+             "--best-over=train.learning_rate")
+    paired = fit_json(tmp_path, table, "paired", *flags, "--pair=train.seed")
+    alone = fit_json(tmp_path, table, "alone", *flags)
+    assert paired["pair"] == "train.seed" and "pair" not in alone
+    firm, soft = (pd.DataFrame(fit["picks"])["stability"] for fit in (paired, alone))
+    assert (firm == 1.0).all() and soft.max() < 0.9
+    assert paired["a"] == alone["a"]
+
+
+def test_pair_without_best_over_is_one_line(tmp_path, capsys):
+    path = tmp_path / "runs.csv"
+    lr_table().to_csv(path, index=False)
+    assert fit_main([f"--sweep={path}", "--law=chinchilla", "--pair=train.seed"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--pair applies to the picks of --best-over" in err

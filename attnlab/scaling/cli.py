@@ -91,6 +91,8 @@ INPUT_FLAGS = [
          "--law=data_constrained, --law=overtrain)."),
     vocab.BEST_OVER.flag("Each (N, D) point is fitted at its own best value; the bootstrap "
                          "treats the picks as given."),
+    vocab.PAIR.flag("With --best-over: the picks' stability draws a seed's runs at every value "
+                    "together."),
 ]
 FIT_FLAGS = INPUT_FLAGS + [
     vocab.BOOTSTRAP.flag("For the intervals.", default=200),
@@ -141,10 +143,14 @@ class FitInputs:
     cluster: str | None = None
     fix: str | None = None
     best_over: str | None = None
+    pair: str | None = None
 
     @classmethod
     def from_flags(cls, values: flags.FlagValues) -> FitInputs:
         approach = values["approach"].value
+        if values["pair"].value and not values["best-over"].value:
+            raise FitInputError("--pair applies to the picks of --best-over: add it, or leave "
+                                "out --pair")
         return cls(results=values["sweep"].value, curves=values["curves"].value,
                    law=values["law"].value, approach=int(approach) if approach else None,
                    form=values["form"].value, columns=values["columns"].value,
@@ -152,7 +158,7 @@ class FitInputs:
                    grid=values["grid"].value, profile=values["profile"].value,
                    window=values["window"].value, by=values["by"].value,
                    cluster=values["cluster"].value, fix=values["fix"].value,
-                   best_over=values["best-over"].value)
+                   best_over=values["best-over"].value, pair=values["pair"].value)
 
     def part(self, default: str | None = None) -> Law:
         """The law --law (or ``default``) names, in the variant --approach / --form select."""
@@ -187,7 +193,7 @@ def read_results(inputs: FitInputs, law: Law):
         raise FitInputError("--sweep=DIR is required (a sweep directory or its results "
                             ".parquet/.csv)")
     return read_at_best(inputs.results, over=inputs.best_over, law=law, by=inputs.by,
-                        columns=parse_columns(inputs.columns))
+                        columns=parse_columns(inputs.columns), pair=inputs.pair)
 
 
 def load_table(inputs: FitInputs, law: Law, raw=None) -> ScalingTable:
@@ -478,6 +484,7 @@ def fit_main(argv: list[str]) -> int:
         if picks is not None:
             payload |= {"best_over": inputs.best_over,
                         "picks": jsonable(picks.to_dict(orient="records"))}
+            payload |= {"pair": inputs.pair} if inputs.pair else {}
         if values["json"].value:
             _write_json(values["json"].value, payload)
     except AttnlabError as error:  # also when called directly, not through attnlab.cli

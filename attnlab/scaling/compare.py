@@ -77,7 +77,7 @@ def at_best(df: pd.DataFrame, *, by: str, match: tuple[str, ...], metric: str,
     ``edge``: "lowest"/"highest" when the pick is the grid's end, "" inside, and
     ``stability`` (:func:`pick_stability`; with ``pair``, e.g. train.seed, a seed is resampled
     with its runs at every value, since they share its initialisation and data order))."""
-    _check_columns(df, (by, *match, metric, over))
+    _check_columns(df, (by, *match, metric, over, *([pair] if pair else [])))
     if over in (by, *match):
         raise FitInputError(f"--best-over={over}: it is also --by or --match; pick over a "
                             f"column the compared runs differ in")
@@ -141,28 +141,30 @@ def pick_stability(scores, best: int, rng: np.random.Generator,
 
 
 def best_points(df: pd.DataFrame, *, over: str, law: Law, by: str | None = None,
-                columns: dict[str, str] | None = None,
-                source: str = "results") -> tuple[pd.DataFrame, pd.DataFrame]:
+                columns: dict[str, str] | None = None, source: str = "results",
+                pair: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """For a fit: at each (N, D) point (of each ``by`` group), the runs at ``over``'s best
-    value, as :func:`at_best` picks them, and the picks."""
+    value, as :func:`at_best` picks them (``pair``: for their stability), and the picks."""
     used = point_columns(df, law, columns or {}, source)
     arm = by or "_fit"
     frame = df if by else df.assign(_fit="all")
     kept, picks = at_best(frame, by=arm, match=(used["params"], used["tokens"]),
-                          metric=used["loss"], over=over)
+                          metric=used["loss"], over=over, pair=pair)
     if not by:
         kept, picks = kept.drop(columns=arm), picks.drop(columns=arm)
     return kept, picks
 
 
 def read_at_best(source, *, over: str | None, law: Law, by: str | None = None,
-                 columns: dict[str, str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+                 columns: dict[str, str] | None = None,
+                 pair: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     """(the results table at ``source``, None) without ``over``; with it, (its runs at each
     point's best value of ``over``, the picks), as :func:`best_points` picks them."""
     raw = read_table(source)
     if not over:
         return raw, None
-    return best_points(raw, over=over, law=law, by=by, columns=columns, source=str(source))
+    return best_points(raw, over=over, law=law, by=by, columns=columns, source=str(source),
+                       pair=pair)
 
 
 def format_picks(picks: pd.DataFrame, *, over: str, metric: str, what: str = "each arm") -> str:

@@ -34,9 +34,9 @@ COMPARE_FLAGS = [
     Flag("match", "string", ",".join(DEFAULT_MATCH), "Columns that must be equal for two runs "
                                                      "to be compared (comma-separated)."),
     Flag("metric", "string", "final_val_loss", "The column compared."),
-    Flag("pair", "string", None, "Pair the runs of two arms by this column (e.g. train.seed: "
-                                 "the same seed, the same initialisation and data order) and "
-                                 "compare per-pair differences."),
+    vocab.PAIR.flag("Two arms' runs are paired by it and their per-pair differences compared; "
+                    "with --best-over, a seed's runs at every value are drawn together in the "
+                    "picks' stability."),
     vocab.BEST_OVER.flag("Each arm is compared at its own best value, per point."),
     vocab.CI_LEVEL.flag(default=0.95),
     vocab.JSON.flag("The table."),
