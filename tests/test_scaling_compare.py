@@ -245,18 +245,24 @@ def test_a_pick_the_seeds_single_out_is_stable_and_a_tie_is_not():
     _, picks = at_best(firm, by="schedule", match=("params", "tokens"),
                        metric="final_val_loss", over="learning_rate")
     assert (picks["stability"] == 1.0).all()
+    assert "hold the picks fixed" not in format_picks(picks, over="learning_rate",
+                                                      metric="final_val_loss")
     # Optimum halfway between 2e-3 and 4e-3 in log: the two tie, and the seeds pick either.
     tied = _rate_grid(np.random.default_rng(12), {"cosine": (2.8284271e-3, 2.0)}, seeds=5,
                       noise=0.01)
     _, picks = at_best(tied, by="schedule", match=("params", "tokens"),
                        metric="final_val_loss", over="learning_rate")
     assert ((picks["stability"] > 0.2) & (picks["stability"] < 0.9)).all()
+    assert f"{len(picks)} of {len(picks)} picks have stability under 0.9" in format_picks(
+        picks, over="learning_rate", metric="final_val_loss")
     one = _rate_grid(np.random.default_rng(13), {"cosine": (4e-3, 2.0)}, seeds=1)
     _, picks = at_best(one, by="schedule", match=("params", "tokens"),
                        metric="final_val_loss", over="learning_rate")
     assert picks["stability"].isna().all()
-    assert "stability: the share of 1000 resamples" in format_picks(
-        picks, over="learning_rate", metric="final_val_loss")
+    text = format_picks(picks, over="learning_rate", metric="final_val_loss")
+    assert "stability: the share of 1000 resamples" in text
+    assert f"0 of {len(picks)} picks have stability under 0.9, and {len(picks)} cannot say " \
+        "(one seed per value)" in text
 
 
 def test_a_seed_shared_by_every_rate_is_resampled_whole():

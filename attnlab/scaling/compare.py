@@ -38,6 +38,8 @@ from attnlab.scaling.table import point_columns, read_table
 
 DEFAULT_MATCH = ("params", "tokens")
 POOLED = "all"
+# A pick kept by at least this share of seed resamples is firm enough to hold fixed.
+FIRM_PICK = 0.9
 
 
 def _check_columns(df: pd.DataFrame, columns) -> None:
@@ -177,6 +179,13 @@ def format_picks(picks: pd.DataFrame, *, over: str, metric: str, what: str = "ea
     if len(ends):
         lines.append(f"note: {len(ends)} of {len(picks)} picks are the {over} grid's lowest or "
                      f"highest value: the optimum may lie outside it; widen the grid there")
+    soft = int((picks["stability"] < FIRM_PICK).sum())
+    unknown = int(picks["stability"].isna().sum())
+    if soft or unknown:
+        lines.append(f"note: the intervals below hold the picks fixed, too narrow where the seeds "
+                     f"do not single a pick out: {soft} of {len(picks)} picks have stability "
+                     f"under {FIRM_PICK}" + (f", and {unknown} cannot say (one seed per value)"
+                                             if unknown else ""))
     return "\n".join(lines) + "\n\n"
 
 
