@@ -100,6 +100,17 @@ def test_a_numeric_baseline_names_the_arm_of_equal_value():
         paired_differences(df, by="lr_factor", baseline="3")
 
 
+def test_the_command_reports_the_baseline_arm_it_resolved(tmp_path, capsys):
+    df = _table(np.random.default_rng(6), shifts=(0.0, -0.03))
+    df["lr_factor"] = df["schedule"].map({"cosine": 1.0, "wsd": 2.0})
+    path, out = tmp_path / "results.csv", tmp_path / "compare.json"
+    df.to_csv(path, index=False)
+    assert compare_main([f"--sweep={path}", "--by=lr_factor", "--baseline=1",
+                         f"--json={out}"]) == 0
+    assert "minus '1.0'" in capsys.readouterr().out
+    assert json.loads(out.read_text())["baseline"] == "1.0"
+
+
 def test_compare_command_prints_and_writes_json(tmp_path, capsys):
     path = tmp_path / "results.csv"
     _table(np.random.default_rng(3)).to_csv(path, index=False)

@@ -199,7 +199,7 @@ def paired_differences(df: pd.DataFrame, *, by: str, baseline: str,
     pairs: no seed noise to estimate)."""
     cells = _cells(df, by, match, metric, pair)
     arms = sorted({arm for _, arm in cells})
-    baseline = _arm_named(baseline, arms)
+    baseline = arm_named(baseline, arms)
     if baseline not in arms:
         raise FitInputError(f"--baseline: {baseline!r} is not a value of column {by!r} among "
                             f"the finished runs (values: {', '.join(arms) or 'none'})")
@@ -225,7 +225,7 @@ def paired_differences(df: pd.DataFrame, *, by: str, baseline: str,
     return pd.DataFrame(rows)
 
 
-def _arm_named(name: str, arms: list[str]) -> str:
+def arm_named(name: str, arms: list[str]) -> str:
     """The arm ``name`` means: itself, or on a numeric column the arm of equal value (so that
     --baseline=1 names lr_factor 1.0)."""
     value = _number(name)

@@ -9,8 +9,8 @@ from attnlab import cli_flags, outputs
 from attnlab import cli_vocab as vocab
 from attnlab.cli_flags import Flag
 from attnlab.errors import AttnlabError
-from attnlab.scaling.compare import (DEFAULT_MATCH, at_best, format_differences, format_picks,
-                                     paired_differences)
+from attnlab.scaling.compare import (DEFAULT_MATCH, arm_named, at_best, format_differences,
+                                     format_picks, paired_differences)
 from attnlab.scaling.errors import FitInputError
 from attnlab.scaling.result import jsonable
 from attnlab.scaling.table import corpora_notes, read_table
@@ -62,6 +62,9 @@ def compare_main(argv: list[str]) -> int:
         if over:
             table, picks = at_best(table, by=by, match=match, metric=metric, over=over,
                                    pair=values["pair"].value)
+        # --baseline=1 on a numeric column names the arm "1.0": the report and JSON say so
+        if by in table.columns:
+            baseline = arm_named(baseline, [str(arm) for arm in table[by].dropna().unique()])
         frame = paired_differences(table, by=by, baseline=baseline, match=match, metric=metric,
                                    level=level, pair=values["pair"].value)
     except AttnlabError as error:
