@@ -26,7 +26,7 @@ from attnlab.errors import AttnlabError
 from attnlab.scaling import hparams, parametric, registry
 from attnlab.scaling.approach2 import DEFAULT_WINDOW, PROFILES
 from attnlab.scaling.approach3 import CHINCHILLA_GRID, InitGrid
-from attnlab.scaling.compare import format_picks, read_at_best
+from attnlab.scaling.compare import best_points, format_picks, read_at_best
 from attnlab.scaling.ladder import isoflop_slices
 from attnlab.scaling.errors import FitInputError, GridEdgeWarning
 from attnlab.scaling.fitting import fit_table
@@ -34,12 +34,13 @@ from attnlab.scaling.grouped import GroupedFits, fit_by, format_grouped
 from attnlab.scaling.holdout import (HoldoutResult, format_holdout, frontier_baseline,
                                      holdout_prediction, with_baselines)
 from attnlab.scaling.laws import Law
-from attnlab.scaling.multiplier import format_multipliers, multipliers_against
+from attnlab.scaling.multiplier import format_multipliers, grouped_multipliers
 from attnlab.scaling.parametric import parse_fix, positive_list
+from attnlab.scaling.repick import redraws_possible, repicked_fit
 from attnlab.scaling.result import pin_rule
 from attnlab.scaling.result import ScalingFit, jsonable
-from attnlab.scaling.table import (ScalingTable, parse_columns, prepare_curves, prepare_points,
-                                   read_curves, read_table)
+from attnlab.scaling.table import (ScalingTable, parse_columns, point_columns, prepare_curves,
+                                   prepare_points, read_curves, read_table)
 
 FIT_HELP = """\
 Fit scaling laws (--law, below) to a sweep's results, with intervals.
@@ -90,9 +91,10 @@ INPUT_FLAGS = [
          "bootstrap refit, e.g. E=1.869,A=520.8,B=1487.7,alpha=0.3527,beta=0.3527 (approach 3, "
          "--law=data_constrained, --law=overtrain)."),
     vocab.BEST_OVER.flag("Each (N, D) point is fitted at its own best value; the bootstrap "
-                         "treats the picks as given."),
+                         "holds the picks fixed, unless --pair."),
     vocab.PAIR.flag("With --best-over: the picks' stability draws a seed's runs at every value "
-                    "together."),
+                    "together, and so does the bootstrap of one fit (no --by or --holdout), "
+                    "which picks again in each draw."),
 ]
 FIT_FLAGS = INPUT_FLAGS + [
     vocab.BOOTSTRAP.flag("For the intervals.", default=200),
@@ -227,6 +229,25 @@ def run_fit(inputs: FitInputs, law: Law, n_bootstrap: int,
     return table, fit
 
 
+def redraw_picks(inputs: FitInputs, law: Law, fit: ScalingFit, n_bootstrap: int) -> ScalingFit:
+    """``fit`` (of each point's best --best-over value) with intervals that redraw the picks with
+    the --pair values (``attnlab.scaling.repick``), or, when no point ran two, a note."""
+    full = read_table(inputs.results)
+    used = point_columns(full, law, parse_columns(inputs.columns), str(inputs.results))
+    point = [used["params"], used["tokens"]]
+    if not redraws_possible(full, point=point, pair=inputs.pair):
+        return dataclasses.replace(fit, notes=fit.notes + (
+            f"the intervals hold the picks fixed: no point ran two {inputs.pair} values",))
+
+    def fit_picks(table, n, seed):
+        kept, _ = best_points(table, over=inputs.best_over, law=law, pair=inputs.pair,
+                              columns=parse_columns(inputs.columns))
+        return run_fit(dataclasses.replace(inputs, seed=seed), law, n, kept)[1]
+
+    return repicked_fit(fit, full, point=point, pair=inputs.pair, n_bootstrap=n_bootstrap,
+                        seed=inputs.seed, fit_picks=fit_picks)
+
+
 def run_grouped(inputs: FitInputs, law: Law, n_bootstrap: int, raw=None) -> GroupedFits:
     """One fit per value of ``inputs.by`` (``attnlab fit --by``)."""
     if not inputs.results:
@@ -251,20 +272,6 @@ def run_holdout(inputs: FitInputs, law: Law, n_bootstrap: int, holdout: str,
         warnings.simplefilter("ignore", GridEdgeWarning)
         return holdout_prediction(table, law=law, holdout=holdout, floor=floor,
                                   **inputs.fit_options(n_bootstrap))
-
-
-def grouped_multipliers(grouped: GroupedFits, base: str, budgets: list[float]):
-    """The multipliers of every group against ``base`` at each budget (default: the largest
-    fitted run's compute, to 3 digits: inside every group's data), one table."""
-    import pandas as pd
-
-    if not budgets:
-        largest = max(t.frame["flops"].max() for t in grouped.tables.values())
-        budgets = [float(f"{largest:.3g}")]
-    frames = [multipliers_against(grouped, base, c) for c in budgets]
-    frame = pd.concat(frames, ignore_index=True)
-    frame.attrs.update(frames[0].attrs)
-    return frame
 
 
 def _write_json(path: str, payload: dict) -> None:
@@ -431,9 +438,11 @@ def fit_main(argv: list[str]) -> int:
         law = inputs.part()
         _check_law_flags(values, law)
         raw, picks = read_results(inputs, law) if inputs.best_over else (None, None)
+        redraw = bool(inputs.pair and values["bootstrap"].value and not inputs.by
+                      and not values["holdout"].value)
         if picks is not None:
             sys.stdout.write(format_picks(picks, over=inputs.best_over, metric="loss",
-                                          what="each (N, D) point"))
+                                          what="each (N, D) point", fixed=not redraw))
         if not law.fits_table:
             return _own_fit_main(values, inputs, law)
         budgets = _budgets(values["budget"].value)
@@ -472,6 +481,8 @@ def fit_main(argv: list[str]) -> int:
             payload = held.to_dict()
         else:
             table, fit = run_fit(inputs, law, n_bootstrap, raw)
+            if redraw:
+                fit = redraw_picks(inputs, law, fit, n_bootstrap)
             extra, entries = law.extra_report(fit, budgets, own)
             sys.stdout.write(format_report(fit, table.source, budgets, floor, table)
                              + format_trained_longer(fit, budgets, longer) + extra)

@@ -169,8 +169,10 @@ def read_at_best(source, *, over: str | None, law: Law, by: str | None = None,
                        pair=pair)
 
 
-def format_picks(picks: pd.DataFrame, *, over: str, metric: str, what: str = "each arm") -> str:
-    """The picks as text, with a note per pick at its grid's end."""
+def format_picks(picks: pd.DataFrame, *, over: str, metric: str, what: str = "each arm",
+                 fixed: bool = True) -> str:
+    """The picks as text, with a note per pick at its grid's end and, when the intervals hold
+    the picks ``fixed``, a note on the picks the seeds do not single out."""
     text = picks.to_string(index=False, float_format=lambda v: f"{v:.4g}")
     lines = [f"{what} at its best {over} (lowest mean {metric} over seeds; a value with an "
              f"unfinished run is not picked; stability: the share of 1000 resamples of the "
@@ -181,7 +183,7 @@ def format_picks(picks: pd.DataFrame, *, over: str, metric: str, what: str = "ea
                      f"highest value: the optimum may lie outside it; widen the grid there")
     soft = int((picks["stability"] < FIRM_PICK).sum())
     unknown = int(picks["stability"].isna().sum())
-    if soft or unknown:
+    if fixed and (soft or unknown):
         lines.append(f"note: the intervals below hold the picks fixed, too narrow where the seeds "
                      f"do not single a pick out: {soft} of {len(picks)} picks have stability "
                      f"under {FIRM_PICK}" + (f", and {unknown} cannot say (one seed per value)"

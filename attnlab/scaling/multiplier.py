@@ -185,6 +185,19 @@ def multipliers_against(grouped, base: str, reference: float, *, n_bootstrap: in
     return frame
 
 
+def grouped_multipliers(grouped, base: str, budgets: list[float]):
+    """The multipliers of every group of a ``GroupedFits`` against ``base`` at each budget
+    (default: the largest fitted run's compute, to 3 digits: inside every group's data), one
+    table."""
+    if not budgets:
+        largest = max(t.frame["flops"].max() for t in grouped.tables.values())
+        budgets = [float(f"{largest:.3g}")]
+    frames = [multipliers_against(grouped, base, c) for c in budgets]
+    frame = pd.concat(frames, ignore_index=True)
+    frame.attrs.update(frames[0].attrs)
+    return frame
+
+
 def format_multipliers(frame: pd.DataFrame) -> str:
     """The multipliers as a fixed-width table: ``estimate [low, high]`` cells, then the notes."""
     by, base = frame.attrs["by"], frame.attrs["base"]

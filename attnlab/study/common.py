@@ -50,7 +50,9 @@ def study_results(workdir: str | Path, *, by: str | None = None,
     ends = int((picks["edge"] != "").sum())
     return kept, [f"each of the {len(picks)} (N, D) points is fitted at its best {best_over} "
                   f"(lowest mean loss over seeds); {ends} of the picks are the end of the "
-                  f"point's grid (attnlab fit --best-over={best_over} lists them)"]
+                  f"point's grid (attnlab fit --best-over={best_over} lists them); the "
+                  f"intervals hold the picks fixed (with seeds at every value, attnlab fit "
+                  f"--best-over={best_over} --pair=train.seed redraws them)"]
 
 
 class StudyError(AttnlabError):
