@@ -76,6 +76,23 @@ def test_picks_the_seeds_cannot_single_out_widen_the_intervals(tmp_path, capsys,
     assert "hold the picks fixed" not in capsys.readouterr().out
 
 
+def test_each_group_of_by_redraws_its_own_picks(tmp_path, capsys):
+    """--by: each group's intervals redraw that group's picks alone (group b's seeds do not
+    straddle its picks, so its redrawn intervals stay as narrow as its fixed ones)."""
+    firm = soft_table(0.1)
+    firm.loc[firm["train.learning_rate"] == 2.0, "loss"] += 0.5  # rate 2 loses at every draw
+    table = pd.concat([soft_table(0.1).assign(arm="a"), firm.assign(arm="b")])
+    fit = fit_json(tmp_path, table, "by", "--pair=train.seed", "--bootstrap=20", "--by=arm")
+    widths = {arm: {kind: np.subtract(*ci["alpha"][::-1])
+                    for kind, ci in (("fixed", group["details"]["fixed_pick_ci"]),
+                                     ("redrawn", group["ci"]))}
+              for arm, group in fit["groups"].items()}
+    assert widths["a"]["redrawn"] > 20 * (widths["a"]["fixed"] + 1e-6)
+    assert widths["b"]["redrawn"] < 1e-3
+    assert all(any("intervals redraw the picks" in n for n in group["notes"])
+               for group in fit["groups"].values())
+
+
 def test_without_two_seeds_anywhere_the_picks_are_held_fixed_and_said_so(tmp_path, capsys):
     table = soft_table(0.1)
     one = table[table["train.seed"] == 0]

@@ -26,7 +26,7 @@ from attnlab.errors import AttnlabError
 from attnlab.scaling import hparams, parametric, registry
 from attnlab.scaling.approach2 import DEFAULT_WINDOW, PROFILES
 from attnlab.scaling.approach3 import CHINCHILLA_GRID, InitGrid
-from attnlab.scaling.compare import best_points, format_picks, read_at_best
+from attnlab.scaling.compare import format_picks, read_at_best
 from attnlab.scaling.ladder import isoflop_slices
 from attnlab.scaling.errors import FitInputError, GridEdgeWarning
 from attnlab.scaling.fitting import fit_table
@@ -36,11 +36,11 @@ from attnlab.scaling.holdout import (HoldoutResult, format_holdout, frontier_bas
 from attnlab.scaling.laws import Law
 from attnlab.scaling.multiplier import format_multipliers, grouped_multipliers
 from attnlab.scaling.parametric import parse_fix, positive_list
-from attnlab.scaling.repick import redraws_possible, repicked_fit
+from attnlab.scaling.repick import redraw_picks
 from attnlab.scaling.result import pin_rule
 from attnlab.scaling.result import ScalingFit, jsonable
-from attnlab.scaling.table import (ScalingTable, parse_columns, point_columns, prepare_curves,
-                                   prepare_points, read_curves, read_table)
+from attnlab.scaling.table import (ScalingTable, parse_columns, prepare_curves, prepare_points,
+                                   read_curves, read_table)
 
 FIT_HELP = """\
 Fit scaling laws (--law, below) to a sweep's results, with intervals.
@@ -93,8 +93,8 @@ INPUT_FLAGS = [
     vocab.BEST_OVER.flag("Each (N, D) point is fitted at its own best value; the bootstrap "
                          "holds the picks fixed, unless --pair."),
     vocab.PAIR.flag("With --best-over: the picks' stability draws a seed's runs at every value "
-                    "together, and so does the bootstrap of one fit (no --by or --holdout), "
-                    "which picks again in each draw."),
+                    "together, and so does the bootstrap (not --holdout's), which picks again "
+                    "in each draw."),
 ]
 FIT_FLAGS = INPUT_FLAGS + [
     vocab.BOOTSTRAP.flag("For the intervals.", default=200),
@@ -162,6 +162,10 @@ class FitInputs:
                    cluster=values["cluster"].value, fix=values["fix"].value,
                    best_over=values["best-over"].value, pair=values["pair"].value)
 
+    def redraws(self, n_bootstrap: int) -> bool:
+        """Whether a bootstrap redraws the --best-over picks (with --pair; not for --holdout)."""
+        return bool(self.best_over and self.pair and n_bootstrap)
+
     def part(self, default: str | None = None) -> Law:
         """The law --law (or ``default``) names, in the variant --approach / --form select."""
         name = self.law or default
@@ -226,26 +230,19 @@ def run_fit(inputs: FitInputs, law: Law, n_bootstrap: int,
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", GridEdgeWarning)  # reported from fit.warnings instead
         fit = fit_table(table, law=law, **inputs.fit_options(n_bootstrap))
+    if inputs.redraws(n_bootstrap):
+        fit = redrawn(inputs, law, fit, n_bootstrap, read_table(inputs.results))
     return table, fit
 
 
-def redraw_picks(inputs: FitInputs, law: Law, fit: ScalingFit, n_bootstrap: int) -> ScalingFit:
-    """``fit`` (of each point's best --best-over value) with intervals that redraw the picks with
-    the --pair values (``attnlab.scaling.repick``), or, when no point ran two, a note."""
-    full = read_table(inputs.results)
-    used = point_columns(full, law, parse_columns(inputs.columns), str(inputs.results))
-    point = [used["params"], used["tokens"]]
-    if not redraws_possible(full, point=point, pair=inputs.pair):
-        return dataclasses.replace(fit, notes=fit.notes + (
-            f"the intervals hold the picks fixed: no point ran two {inputs.pair} values",))
+def redrawn(inputs: FitInputs, law: Law, fit: ScalingFit, n_bootstrap: int, full) -> ScalingFit:
+    """``fit`` with intervals that redraw its --best-over picks among the runs of ``full``."""
+    def fit_kept(kept, n, seed):
+        return run_fit(dataclasses.replace(inputs, seed=seed, pair=None), law, n, kept)[1]
 
-    def fit_picks(table, n, seed):
-        kept, _ = best_points(table, over=inputs.best_over, law=law, pair=inputs.pair,
-                              columns=parse_columns(inputs.columns))
-        return run_fit(dataclasses.replace(inputs, seed=seed), law, n, kept)[1]
-
-    return repicked_fit(fit, full, point=point, pair=inputs.pair, n_bootstrap=n_bootstrap,
-                        seed=inputs.seed, fit_picks=fit_picks)
+    return redraw_picks(fit, full, law=law, over=inputs.best_over, pair=inputs.pair,
+                        columns=parse_columns(inputs.columns), n_bootstrap=n_bootstrap,
+                        seed=inputs.seed, fit_kept=fit_kept)
 
 
 def run_grouped(inputs: FitInputs, law: Law, n_bootstrap: int, raw=None) -> GroupedFits:
@@ -258,9 +255,15 @@ def run_grouped(inputs: FitInputs, law: Law, n_bootstrap: int, raw=None) -> Grou
         curves = read_curves(inputs.curves or inputs.results)
     if raw is None:
         raw, _ = read_results(inputs, law)
-    return fit_by(raw, inputs.by, law=law,
-                  source=str(inputs.results), columns=parse_columns(inputs.columns),
-                  curves=curves, cluster=inputs.cluster, **inputs.fit_options(n_bootstrap))
+    grouped = fit_by(raw, inputs.by, law=law,
+                     source=str(inputs.results), columns=parse_columns(inputs.columns),
+                     curves=curves, cluster=inputs.cluster, **inputs.fit_options(n_bootstrap))
+    if inputs.redraws(n_bootstrap):
+        full, one = read_table(inputs.results), dataclasses.replace(inputs, by=None)
+        for label, fit in grouped.fits.items():
+            rows = full[full[inputs.by].astype(str) == label]
+            grouped.fits[label] = redrawn(one, law, fit, n_bootstrap, rows)
+    return grouped
 
 
 def run_holdout(inputs: FitInputs, law: Law, n_bootstrap: int, holdout: str,
@@ -438,11 +441,10 @@ def fit_main(argv: list[str]) -> int:
         law = inputs.part()
         _check_law_flags(values, law)
         raw, picks = read_results(inputs, law) if inputs.best_over else (None, None)
-        redraw = bool(inputs.pair and values["bootstrap"].value and not inputs.by
-                      and not values["holdout"].value)
+        fixed = not inputs.redraws(values["bootstrap"].value) or values["holdout"].value
         if picks is not None:
             sys.stdout.write(format_picks(picks, over=inputs.best_over, metric="loss",
-                                          what="each (N, D) point", fixed=not redraw))
+                                          what="each (N, D) point", fixed=bool(fixed)))
         if not law.fits_table:
             return _own_fit_main(values, inputs, law)
         budgets = _budgets(values["budget"].value)
@@ -481,8 +483,6 @@ def fit_main(argv: list[str]) -> int:
             payload = held.to_dict()
         else:
             table, fit = run_fit(inputs, law, n_bootstrap, raw)
-            if redraw:
-                fit = redraw_picks(inputs, law, fit, n_bootstrap)
             extra, entries = law.extra_report(fit, budgets, own)
             sys.stdout.write(format_report(fit, table.source, budgets, floor, table)
                              + format_trained_longer(fit, budgets, longer) + extra)

@@ -22,7 +22,10 @@ import numpy as np
 import pandas as pd
 
 from attnlab.errors import AttnlabError
+from attnlab.scaling.compare import best_points
+from attnlab.scaling.laws import Law
 from attnlab.scaling.result import ScalingFit
+from attnlab.scaling.table import point_columns
 
 # Redraws of the seeds; each is fitted with --bootstrap/OUTER refits of its own.
 OUTER = 20
@@ -64,10 +67,30 @@ def repicked_fit(fit: ScalingFit, raw: pd.DataFrame, *, point: list[str], pair: 
         for name, values in refit.samples.items():
             samples.setdefault(name, []).append(np.asarray(values))
     pooled = {name: np.concatenate(parts) for name, parts in samples.items()}
-    note = (f"intervals redraw the picks: {OUTER} draws of each point's {pair} values (a value "
-            f"with its runs at every rate), each point picked again and fitted with {inner} "
+    note = (f"intervals redraw the picks: {OUTER} draws of each point's {pair} values (each "
+            f"with its runs at every value), each point picked again and fitted with {inner} "
             f"refits of its own ({OUTER * inner} in all); seeds drawn at both stages, so they "
             f"err wide" + (f"; {unfitted} draws could not be fitted" if unfitted else ""))
     return dataclasses.replace(
         fit, samples=pooled, n_bootstrap_requested=OUTER * inner, notes=fit.notes + (note,),
         details=fit.details | {"fixed_pick_ci": {k: list(v) for k, v in fit.ci.items()}})
+
+
+def redraw_picks(fit: ScalingFit, full: pd.DataFrame, *, law: Law, over: str, pair: str,
+                 columns: dict, n_bootstrap: int, seed: int,
+                 fit_kept: Callable[[pd.DataFrame, int, int], ScalingFit]) -> ScalingFit:
+    """``fit`` (of each point's best ``over`` value among the runs of ``full``) with intervals
+    that redraw the picks (:func:`repicked_fit`), or, when no point ran two ``pair`` values, a
+    note. fit_kept(runs, n_bootstrap, seed): the law fitted to the picked runs."""
+    used = point_columns(full, law, columns, "results")
+    point = [used["params"], used["tokens"]]
+    if not redraws_possible(full, point=point, pair=pair):
+        return dataclasses.replace(fit, notes=fit.notes + (
+            f"the intervals hold the picks fixed: no point ran two {pair} values",))
+
+    def fit_picks(table, n, draw_seed):
+        kept, _ = best_points(table, over=over, law=law, pair=pair, columns=columns)
+        return fit_kept(kept, n, draw_seed)
+
+    return repicked_fit(fit, full, point=point, pair=pair, n_bootstrap=n_bootstrap, seed=seed,
+                        fit_picks=fit_picks)
