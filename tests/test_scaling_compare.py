@@ -289,3 +289,89 @@ def test_a_seed_shared_by_every_rate_is_resampled_whole():
     _, alone = at_best(df, **args)
     assert (paired["learning_rate"] == 4e-3).all() and (paired["stability"] == 1.0).all()
     assert (alone["stability"] < 0.9).all()
+
+
+def test_a_heldout_pick_is_what_the_other_seeds_pick():
+    """Per seed, the value the arm's other seeds' mean is lowest at, and the seed's own run
+    there: written out by hand on one arm and point."""
+    from attnlab.scaling.compare import heldout_picks
+
+    loss = {(0, 1.0): 2.0, (0, 2.0): 1.5, (1, 1.0): 2.0, (1, 2.0): 2.6,
+            (2, 1.0): 2.0, (2, 2.0): 1.8}
+    df = pd.DataFrame([dict(schedule="wsd", params=1, tokens=1, seed=s, lr=lr, status="completed",
+                            loss=v) for (s, lr), v in loss.items()])
+    rows, notes = heldout_picks(df, by="schedule", match=("params", "tokens"), metric="loss",
+                                over="lr", pair="seed")
+    # leave 0 out: seeds 1, 2 average 2.0 at lr 1, 2.2 at lr 2 -> lr 1, seed 0 scores 2.0;
+    # leave 1 out: 2.0 against 1.65 -> lr 2, seed 1 scores 2.6; leave 2 out: 2.0 against
+    # 2.05 -> lr 1, seed 2 scores 2.0.
+    assert rows.set_index("seed")["lr"].to_dict() == {0: 1.0, 1: 2.0, 2: 1.0}
+    assert rows.set_index("seed")["loss"].to_dict() == {0: 2.0, 1: 2.6, 2: 2.0}
+    assert notes == []
+    df.loc[(df.seed == 1) & (df.lr == 2.0), ["status", "loss"]] = ["diverged", np.nan]
+    rows, notes = heldout_picks(df, by="schedule", match=("params", "tokens"), metric="loss",
+                                over="lr", pair="seed")
+    assert rows.empty and "did not finish; the point is left out" in notes[0]
+
+
+def test_heldout_picks_remove_the_winners_curse():
+    """Every rate has the same expected loss as the baseline's one rate: picking the best of 4
+    from the seeds that are then scored makes the tuned arm look better by a selection bias;
+    scoring each seed at the others' pick does not. Over 200 points, the fixed picks' mean
+    difference sits far below 0 and the held-out one within its standard error of 0."""
+    from attnlab.scaling.compare import heldout_differences
+
+    rng = np.random.default_rng(16)
+    rows = []
+    for point in range(200):
+        rows += [dict(arm="rule", params=point, tokens=1, seed=s, lr=1.0, status="completed",
+                      loss=2.0 + 0.01 * rng.standard_normal()) for s in range(3)]
+        rows += [dict(arm="tuned", params=point, tokens=1, seed=s, lr=lr, status="completed",
+                      loss=2.0 + 0.01 * rng.standard_normal())
+                 for s in range(3) for lr in (0.5, 1.0, 2.0, 4.0)]
+    df = pd.DataFrame(rows)
+    args = dict(by="arm", match=("params", "tokens"), metric="loss", over="lr", pair="seed")
+    kept, _ = at_best(df, **args)
+    fixed = paired_differences(kept, by="arm", baseline="rule", match=args["match"],
+                               metric="loss", pair="seed").iloc[-1]
+    held, notes = heldout_differences(df, baseline="rule", level=0.95, **args)
+    pooled = held.iloc[-1]
+    assert pooled["params"] == POOLED and notes == []
+    # the best of 4 means of 3 seeds: E[min of 4 normals] = -1.029 sd, sd 0.01 / sqrt(3)
+    assert fixed["lo"] < -1.029 * 0.01 / np.sqrt(3) < fixed["hi"] < -0.003
+    half = (pooled["hi"] - pooled["lo"]) / 2
+    assert abs(pooled["diff"]) < half and half < 0.004
+    points = held[held["params"] != POOLED]  # independent points: their intervals' coverage
+    assert 0.91 <= np.mean((points["lo"] <= 0) & (0 <= points["hi"])) <= 0.99
+
+
+def test_the_heldout_intervals_widen_by_the_dependence_of_their_picks():
+    """A seed's held-out pick is made by the others, so its difference depends on theirs: by
+    simulation, ~1.2x the independent sd with 3 seeds and 4 rates (~1.45x when both arms pick),
+    and none without a choice (one rate each) or without a second seed."""
+    from attnlab.scaling.compare import heldout_inflation
+
+    rng = np.random.default_rng(0)
+    one_picks = heldout_inflation(3, 4, 1, rng=rng)
+    both_pick = heldout_inflation(3, 4, 4, rng=rng)
+    assert 1.12 < one_picks < 1.3 and one_picks + 0.1 < both_pick < 1.6
+    assert abs(heldout_inflation(3, 1, 1, rng=rng) - 1.0) < 0.05
+    assert heldout_inflation(1, 4, 4, rng=rng) == 1.0
+
+
+def test_compare_best_over_pair_reports_the_heldout_differences(tmp_path, capsys):
+    path, out = tmp_path / "results.csv", tmp_path / "compare.json"
+    _rate_grid(np.random.default_rng(9), {"cosine": (4e-3, 2.0), "wsd": (2e-3, 1.95)}
+               ).to_csv(path, index=False)
+    assert compare_main([f"--sweep={path}", "--by=schedule", "--baseline=cosine", "--pair=seed",
+                         "--best-over=learning_rate", f"--json={out}"]) == 0
+    text = capsys.readouterr().out
+    assert text.index("minus 'cosine'") < text.index("leave one seed out")
+    payload = json.loads(out.read_text())
+    held = pd.DataFrame(payload["heldout_rows"])
+    assert set(held["arm"]) == {"wsd"} and (held["params"] == POOLED).sum() == 1
+    one = pd.read_csv(path).query("seed == 0")
+    one.to_csv(path, index=False)
+    assert compare_main([f"--sweep={path}", "--by=schedule", "--baseline=cosine", "--pair=seed",
+                         "--best-over=learning_rate"]) == 0
+    assert "nothing to hold out" in capsys.readouterr().out

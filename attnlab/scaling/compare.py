@@ -112,6 +112,98 @@ def at_best(df: pd.DataFrame, *, by: str, match: tuple[str, ...], metric: str,
     return pd.concat(kept), pd.DataFrame(picks)
 
 
+def heldout_picks(df: pd.DataFrame, *, by: str, match: tuple[str, ...], metric: str, over: str,
+                  pair: str) -> tuple[pd.DataFrame, list[str]]:
+    """(one row per arm, point and ``pair`` value: that seed's ``metric`` at the value of
+    ``over`` its arm's other seeds pick at the point, leaving it out; notes). The seed scored
+    did not choose the value, so a difference of these rows has no winner's curse, and the
+    picks' own noise (they move with the seeds left in) is inside its interval. A point with one
+    seed has nothing to leave out and no rows; a seed whose run at its held-out pick did not
+    finish leaves its point out, named in a note."""
+    _check_columns(df, (by, *match, metric, over, pair))
+    scored = df.assign(_score=pd.to_numeric(df[metric], errors="coerce")
+                       .where(_finished(df, metric), np.inf))
+    rows, notes = [], []
+    for (arm, *point), cell in scored.groupby([by, *match], dropna=False):
+        grid = cell.pivot_table(index=pair, columns=over, values="_score", aggfunc="first")
+        grid = grid.fillna(np.inf).sort_index(axis=1)  # a value a seed lacks is never picked
+        if len(grid) < 2:
+            continue
+        held = []
+        for seed in grid.index:
+            means = grid.drop(index=seed).mean(axis=0)
+            pick = means.idxmin() if np.isfinite(means.min()) else None
+            score = grid.loc[seed, pick] if pick is not None else np.inf
+            held.append({by: arm, **dict(zip(match, point)), pair: seed, over: pick,
+                         metric: score, "values": grid.shape[1]})
+        if all(np.isfinite(r[metric]) for r in held):
+            rows.extend(held)
+        else:
+            notes.append(f"{by}={arm} at {dict(zip(match, point))}: a seed's run at the value "
+                         f"the other seeds pick did not finish; the point is left out")
+    return pd.DataFrame(rows), notes
+
+
+def heldout_differences(df: pd.DataFrame, *, by: str, baseline: str, match: tuple[str, ...],
+                        metric: str, over: str, pair: str,
+                        level: float) -> tuple[pd.DataFrame, list[str]]:
+    """:func:`paired_differences` of :func:`heldout_picks`' rows (an empty frame when no point
+    has two seeds of both arms), and the notes. A seed's held-out pick is chosen by the other
+    seeds, so the per-seed differences are not independent and their t interval alone would be
+    too narrow (by ~1.2x in sd with 3 seeds and 4 rates): each point's variance is scaled by
+    :func:`heldout_inflation` for its shape."""
+    rows, notes = heldout_picks(df, by=by, match=match, metric=metric, over=over, pair=pair)
+    if rows.empty:
+        return pd.DataFrame(), notes + [f"no point has two {pair} values: nothing to hold out"]
+    rows = rows.assign(status="completed", **{by: rows[by].astype(str)})
+    grids = rows.groupby([by, *match], dropna=False)["values"].first()
+    base = arm_named(baseline, sorted(rows[by].unique()))
+    rng, factors = np.random.default_rng(0), {}
+
+    def factor(point, arm, seeds):
+        shape = (seeds, grids.get((arm, *point), 1), grids.get((base, *point), 1))
+        if shape not in factors:
+            factors[shape] = heldout_inflation(*shape, rng=rng)
+        return factors[shape]
+
+    try:
+        frame = paired_differences(rows, by=by, baseline=baseline, match=match, metric=metric,
+                                   level=level, pair=pair, var_factor=factor)
+    except (FitInputError, KeyError):
+        return pd.DataFrame(), notes + [f"no point has two {pair} values of {baseline!r} and "
+                                        f"another arm: nothing to hold out"]
+    return frame, notes
+
+
+def heldout_inflation(seeds: int, arm_values: int, base_values: int, *,
+                      rng: np.random.Generator, draws: int = 4000) -> float:
+    """sd of a point's mean held-out difference over the sd its per-seed t interval assumes, by
+    simulation where every value has the same expected loss and the seeds' noise is independent
+    (the picks are then noise, and the held-out differences most dependent; a pick the seeds
+    single out needs less, so the scaled intervals err wide). 1 with fewer than two seeds."""
+    if seeds < 2:
+        return 1.0
+
+    def scored(values):
+        runs = rng.standard_normal((draws, seeds, values))
+        others = (runs.sum(axis=1, keepdims=True) - runs) / (seeds - 1)
+        return np.take_along_axis(runs, others.argmin(axis=2)[..., None], axis=2)[..., 0]
+
+    d = scored(arm_values) - scored(base_values)  # (draws, seeds)
+    return float(d.mean(axis=1).std() / np.sqrt(np.mean(d.var(axis=1, ddof=1) / seeds)))
+
+
+def format_heldout(held: tuple[pd.DataFrame, list[str]], **how) -> str:
+    """:func:`heldout_differences`' table as text, after a line saying what it is."""
+    frame, notes = held
+    text = ("each seed scored at the value its arm's other seeds pick (leave one seed out): "
+            "the seed scored never chose it, so no winner's curse, and the picks' noise is in "
+            "the interval\n")
+    if len(frame):
+        text += format_differences(frame, **how)
+    return text + "".join(f"note: {note}\n" for note in notes)
+
+
 def _scores_by_value(cell: pd.DataFrame, over: str, pair: str | None):
     """Each value's scores, sorted by value: a list of arrays, or with ``pair`` a (pairs,
     values) matrix when every value ran every pair value (else the list: nothing to pair)."""
@@ -193,12 +285,14 @@ def format_picks(picks: pd.DataFrame, *, over: str, metric: str, what: str = "ea
 
 def paired_differences(df: pd.DataFrame, *, by: str, baseline: str,
                        match: tuple[str, ...] = DEFAULT_MATCH, metric: str = "final_val_loss",
-                       level: float = 0.95, pair: str | None = None) -> pd.DataFrame:
+                       level: float = 0.95, pair: str | None = None,
+                       var_factor=None) -> pd.DataFrame:
     """One row per matched point and arm other than ``baseline`` (then one pooled row per arm):
     the match columns, ``arm``, runs compared per arm (``n_base``, ``n_arm``; with ``pair``, the
     pairs), mean metric of each, ``diff`` = arm - baseline (< 0: the arm is lower), ``rel`` =
     diff / baseline mean, and the interval ``lo``, ``hi`` (NaN with fewer than two runs or
-    pairs: no seed noise to estimate)."""
+    pairs: no seed noise to estimate). var_factor(point, arm, runs): a factor on each point's
+    interval sd, where the runs compared are not independent (:func:`heldout_differences`)."""
     cells = _cells(df, by, match, metric, pair)
     arms = sorted({arm for _, arm in cells})
     baseline = arm_named(baseline, arms)
@@ -216,6 +310,8 @@ def paired_differences(df: pd.DataFrame, *, by: str, baseline: str,
             if len(base) == 0:
                 continue
             term = _term(base.to_numpy(), other.to_numpy(), paired=bool(pair))
+            if var_factor is not None:
+                term["var"] *= var_factor(point, arm, len(base)) ** 2
             terms.append(term)
             rows.append({**dict(zip(match, point)), **_row(arm, term, level)})
         if terms:

@@ -10,7 +10,8 @@ from attnlab import cli_vocab as vocab
 from attnlab.cli_flags import Flag
 from attnlab.errors import AttnlabError
 from attnlab.scaling.compare import (DEFAULT_MATCH, arm_named, at_best, format_differences,
-                                     format_picks, paired_differences)
+                                     format_heldout, format_picks, heldout_differences,
+                                     paired_differences)
 from attnlab.scaling.errors import FitInputError
 from attnlab.scaling.result import jsonable
 from attnlab.scaling.table import corpora_notes, read_table
@@ -58,29 +59,38 @@ def compare_main(argv: list[str]) -> int:
             raise FitInputError("--match: give at least one column")
         by, baseline, metric = (values[n].value for n in ("by", "baseline", "metric"))
         table = read_table(values["sweep"].value)
-        over, picks = values["best-over"].value, None
+        over, pair, picks, held = values["best-over"].value, values["pair"].value, None, None
         if over:
+            if pair:
+                held = heldout_differences(table, by=by, baseline=baseline, match=match,
+                                           metric=metric, over=over, pair=pair, level=level)
             table, picks = at_best(table, by=by, match=match, metric=metric, over=over,
-                                   pair=values["pair"].value)
+                                   pair=pair)
         # --baseline=1 on a numeric column names the arm "1.0": the report and JSON say so
         if by in table.columns:
             baseline = arm_named(baseline, [str(arm) for arm in table[by].dropna().unique()])
         frame = paired_differences(table, by=by, baseline=baseline, match=match, metric=metric,
-                                   level=level, pair=values["pair"].value)
+                                   level=level, pair=pair)
     except AttnlabError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if picks is not None:
         sys.stdout.write(format_picks(picks, over=over, metric=metric))
     sys.stdout.write(format_differences(frame, by=by, baseline=baseline, metric=metric,
-                                        match=match, level=level, pair=values["pair"].value))
+                                        match=match, level=level, pair=pair))
+    if held is not None:
+        sys.stdout.write(format_heldout(held, by=by, baseline=baseline, metric=metric,
+                                        match=match, level=level, pair=pair))
     for note in corpora_notes(table):
         print(f"note: {note}")
     if values["json"].value:
         payload = {"by": by, "baseline": baseline, "metric": metric, "match": list(match),
-                   "pair": values["pair"].value,
+                   "pair": pair,
                    "ci_level": level, "rows": jsonable(frame.to_dict(orient="records"))}
         if picks is not None:
             payload |= {"best_over": over, "picks": jsonable(picks.to_dict(orient="records"))}
+        if held is not None:
+            payload |= {"heldout_rows": jsonable(held[0].to_dict(orient="records")),
+                        "heldout_notes": held[1]}
         outputs.write_json(values["json"].value, payload, indent=1)
     return 0
