@@ -9,7 +9,10 @@ best value again, and fits the law to those picks with its own bootstrap; the in
 percentiles of all their refits (a two-stage bootstrap, Davison & Hinkley 1997 Sec. 3.8). The
 seeds are drawn at both stages, once here and once by the law's resampling of the picked runs,
 so the intervals err wide rather than narrow. A replicate whose picks cannot be fitted counts
-all its refits as failed (``ScalingFit.intervals_refused`` past the usual share).
+all its refits as failed (``ScalingFit.intervals_refused`` past the usual share). What a fit
+keeps in ``details`` from its own bootstrap (approach 2's per-budget N_opt intervals) still
+holds the picks fixed; ``details["fixed_pick_ci"]`` keeps the parameters' fixed-pick intervals
+beside the redrawn ones.
 """
 
 from __future__ import annotations
