@@ -37,7 +37,8 @@ COMPARE_FLAGS = [
     Flag("metric", "string", "final_val_loss", "The column compared."),
     vocab.PAIR.flag("Two arms' runs are paired by it and their per-pair differences compared; "
                     "with --best-over, a seed's runs at every value are drawn together in the "
-                    "picks' stability."),
+                    "picks' stability, and each seed is also scored at the value its arm's "
+                    "other seeds pick (held-out picks: no winner's curse)."),
     vocab.BEST_OVER.flag("Each arm is compared at its own best value, per point."),
     vocab.CI_LEVEL.flag(default=0.95),
     vocab.JSON.flag("The table."),
