@@ -163,7 +163,8 @@ class FitInputs:
                    best_over=values["best-over"].value, pair=values["pair"].value)
 
     def redraws(self, n_bootstrap: int) -> bool:
-        """Whether a bootstrap redraws the --best-over picks (with --pair; not for --holdout)."""
+        """Whether run_fit's and run_grouped's bootstraps redraw the --best-over picks (with
+        --pair; run_holdout's never does)."""
         return bool(self.best_over and self.pair and n_bootstrap)
 
     def part(self, default: str | None = None) -> Law:

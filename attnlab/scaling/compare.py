@@ -55,6 +55,13 @@ def _finished(df: pd.DataFrame, metric: str) -> pd.Series:
     return finished & (df["status"] == "completed") if "status" in df.columns else finished
 
 
+def _scored(df: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """``df`` with ``_score``: ``metric``, or inf for a run that did not finish, so a value with
+    one never has the lowest mean."""
+    return df.assign(_score=pd.to_numeric(df[metric], errors="coerce")
+                     .where(_finished(df, metric), np.inf))
+
+
 def _cells(df: pd.DataFrame, by: str, match: tuple[str, ...], metric: str,
            pair: str | None) -> dict:
     """{(point, arm): ``metric`` over the cell's finished runs, a float64 Series indexed by the
@@ -87,9 +94,7 @@ def at_best(df: pd.DataFrame, *, by: str, match: tuple[str, ...], metric: str,
     if missing:  # a groupby would drop them without a word
         raise FitInputError(f"--best-over={over}: {missing} of {len(df)} runs have no value "
                             f"of {over}")
-    # An unfinished run scores inf, so a value with one never has the lowest mean.
-    scored = df.assign(_score=pd.to_numeric(df[metric], errors="coerce")
-                       .where(_finished(df, metric), np.inf))
+    scored = _scored(df, metric)
     rng = np.random.default_rng(0)  # the stability column is the same on every call
     kept, picks = [], []
     for (arm, *point), cell in scored.groupby([by, *match], dropna=False):
@@ -121,8 +126,7 @@ def heldout_picks(df: pd.DataFrame, *, by: str, match: tuple[str, ...], metric: 
     seed has nothing to leave out and no rows; a seed whose run at its held-out pick did not
     finish leaves its point out, named in a note."""
     _check_columns(df, (by, *match, metric, over, pair))
-    scored = df.assign(_score=pd.to_numeric(df[metric], errors="coerce")
-                       .where(_finished(df, metric), np.inf))
+    scored = _scored(df, metric)
     rows, notes = [], []
     for (arm, *point), cell in scored.groupby([by, *match], dropna=False):
         grid = cell.pivot_table(index=pair, columns=over, values="_score", aggfunc="first")
@@ -169,7 +173,7 @@ def heldout_differences(df: pd.DataFrame, *, by: str, baseline: str, match: tupl
     try:
         frame = paired_differences(rows, by=by, baseline=baseline, match=match, metric=metric,
                                    level=level, pair=pair, var_factor=factor)
-    except (FitInputError, KeyError):
+    except FitInputError:
         return pd.DataFrame(), notes + [f"no point has two {pair} values of {baseline!r} and "
                                         f"another arm: nothing to hold out"]
     return frame, notes
