@@ -51,8 +51,9 @@ runs ran on a lent H200 (docs/benchmarks.md, "Second lent session").
 Scales ``cpu_tuned`` and ``gpu_tuned``: every architecture's points at their own best peak rate,
 not one rule for all: the plan at the rule's rate times 1/2, 1 and 2 (the runs at 1 are the
 untuned plan's), and up to 2 rates more past either end where a point's best is at the end
-(``sweep.learning_rate.refine``); at cpu 336 runs before refining (Mamba's are most of the
-time: about 4 hours of the 2-core VM beyond the untuned plan). Fit and compare at those rates:
+(``sweep.learning_rate.refine``); at cpu 336 runs before refining, 424 after (measured: 3.1 h
+of run time for the seven other arms, niced beside other work, and 40 min for
+Mamba's 58 with ``--parallel 2``). Fit and compare at those rates:
 ``attnlab fit --sweep=DIR --law=chinchilla --by=architecture --best-over=train.learning_rate
 --multiplier-against=gpt``.
 """

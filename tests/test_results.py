@@ -226,9 +226,9 @@ def test_seed_spread_groups_replicates_and_ignores_unfinished_runs():
     assert results.seed_spread(single).empty and results.describe_seed_spread(single) is None
 
 
-def _lr_factors_script():
-    path = pathlib.Path(__file__).resolve().parents[1] / "docs" / "scripts" / "lr_factors.py"
-    spec_file = importlib.util.spec_from_file_location("lr_factors", path)
+def _docs_script(name: str):
+    path = pathlib.Path(__file__).resolve().parents[1] / "docs" / "scripts" / f"{name}.py"
+    spec_file = importlib.util.spec_from_file_location(name, path)
     script = importlib.util.module_from_spec(spec_file)
     spec_file.loader.exec_module(script)
     return script
@@ -237,7 +237,7 @@ def _lr_factors_script():
 def test_the_docs_script_gives_an_older_table_the_factors_a_sweep_now_records(tmp_path):
     """docs/scripts/lr_factors.py, on a table written before lr_factor was a column: the
     factors it derives from the plan are the ones the sweep records; it overwrites nothing."""
-    script = _lr_factors_script()
+    script = _docs_script("lr_factors")
     experiment = "experiments/tiny_isoflop.py:cpu_tuned"
     spec = load_spec(experiment)
     prepare_run_dirs(spec, plan(spec), tmp_path / "sweep")
@@ -254,7 +254,7 @@ def test_the_docs_script_gives_an_older_table_the_factors_a_sweep_now_records(tm
 def test_the_docs_script_names_a_run_the_plan_does_not_have(tmp_path, capsys):
     """A table from another plan (here a shape the experiment never trains): one line naming
     the run, exit 2, and no output written."""
-    script = _lr_factors_script()
+    script = _docs_script("lr_factors")
     experiment = "experiments/tiny_isoflop.py:cpu_tuned"
     spec = load_spec(experiment)
     prepare_run_dirs(spec, plan(spec), tmp_path / "sweep")
@@ -266,3 +266,22 @@ def test_the_docs_script_names_a_run_the_plan_does_not_have(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and f"run {table.loc[0, 'run_id']}: no planned point" in err
     assert not out.exists()
+
+
+def test_pick_noise_recovers_a_known_spread_and_the_gain_of_a_noisy_pick():
+    """docs/scripts/pick_noise.py: on losses whose seeds move adjacent rates' log-loss
+    difference by a known sd, the per-pair sds centre on it; and the gain of taking the better
+    of two equal rates is the simulated E[min(0, D)]."""
+    script = _docs_script("pick_noise")
+    rng = np.random.default_rng(0)
+    sd, rows = 0.01, []
+    for point in range(60):
+        for seed in range(8):
+            for rate in (1e-3, 2e-3, 4e-3):  # independent noise per run: difference sd = sd
+                noise = rng.normal(0.0, sd / np.sqrt(2))
+                rows.append({"point": point, "train.seed": seed, "train.learning_rate": rate,
+                             "final_val_loss": 2.0 * np.exp(noise)})
+    sds = script.adjacent_rate_sds(pd.DataFrame(rows), ["point"])
+    assert len(sds) == 120 and abs(np.mean(sds) - sd) < 0.1 * sd
+    draws = rng.normal(0.0, sd, 400_000)
+    assert script.expected_pick_gain(sd) == pytest.approx(np.minimum(draws, 0).mean(), rel=0.02)
