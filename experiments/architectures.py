@@ -89,7 +89,10 @@ def architectures(scale: str) -> dict:
 
 
 def get_config(scale: str = "cpu") -> ConfigDict:
-    """``scale``: cpu, gpu, or cpu_tuned / gpu_tuned (every point at 3 peak rates, refined)."""
+    """``scale``: cpu, gpu, or cpu_tuned / gpu_tuned (every point at 3 peak rates, refined), or
+    cpu_tuned_pair (Mamba and GPT at the largest budget with a second seed)."""
+    paired = scale.endswith("_pair")
+    scale = scale.removesuffix("_pair")
     tuned = scale.endswith("_tuned")
     scale = scale.removesuffix("_tuned")
     config = ConfigDict()
@@ -142,4 +145,8 @@ def get_config(scale: str = "cpu") -> ConfigDict:
         sweep.name = "architectures_isoflop_tuned"
         sweep.learning_rate.factors = (0.5, 1.0, 2.0)
         sweep.learning_rate.refine = 2
+    if paired:  # the tuned plan's runs, seed 0's under the same ids
+        sweep.budgets = sweep.budgets[-1:]
+        sweep.variants = ConfigDict({k: sweep.variants[k].to_dict() for k in ("gpt", "mamba")})
+        sweep.axes = ConfigDict({"train": ConfigDict({"seed": (0, 1)})})
     return config
