@@ -3,10 +3,11 @@ architecture at its own best learning rate").
 
 - The same Mamba run trained twice (alone for the untuned table, in an ensemble with its other
   rates for the tuned one): how far its final loss moves, last-bit differences grown by training.
-- Across seeds at one point of the MoE-dense tuned study (2 seeds, 5 rates): the spread of a
-  seed's log-loss difference between adjacent rates, and from it the expected gain of picking
-  the better of two equally good rates with one seed, -sd / sqrt(2 pi) (E[min(0, D)] for
-  D ~ N(0, sd^2)).
+- Across seeds at each point of two tuned studies that ran 2 seeds at every rate (MoE against
+  dense at 7.5e11 FLOPs; GPT and Mamba at 3.75e11, ``experiments/architectures.py:
+  cpu_tuned_pair``): the spread of a seed's log-loss difference between adjacent rates, and
+  from it the expected gain of picking the better of two equally good rates with one seed,
+  -sd / sqrt(2 pi) (E[min(0, D)] for D ~ N(0, sd^2)).
 
     python docs/scripts/pick_noise.py
 """
@@ -42,16 +43,22 @@ def expected_pick_gain(sd: float) -> float:
     return -sd / np.sqrt(2 * np.pi)
 
 
+# (table, the columns naming a point): tuned studies that ran two seeds at every rate.
+TWO_SEEDS = (("moe_dense_tuned_cpu.csv", ["budget", "ffn", "model.d_model", "model.n_layers"]),
+             ("architectures_pair_cpu.csv", ["architecture", "model.d_model", "model.n_layers"]))
+
+
 def main() -> None:
     moved = retrained()
     print(f"Mamba retrained at 1x: |change| max {moved.max():.4f}, median {moved.median():.5f}, "
           f"> 0.005: {(moved > 0.005).sum()} of {len(moved)}")
-    runs = pd.read_csv(RESULTS + "moe_dense_tuned_cpu.csv").query('status == "completed"')
-    sds = adjacent_rate_sds(runs, ["budget", "ffn", "model.d_model", "model.n_layers"])
-    sd = float(np.nanmedian(sds))
-    print(f"sd of a seed's log-loss difference between adjacent rates: median {sd:.4f} over "
-          f"{len(sds)}; expected gain of the better of two equal rates: "
-          f"{expected_pick_gain(sd):+.4f}")
+    for name, point in TWO_SEEDS:
+        runs = pd.read_csv(RESULTS + name).query('status == "completed"')
+        sds = adjacent_rate_sds(runs, point)
+        sd = float(np.nanmedian(sds))
+        print(f"{name}: sd of a seed's log-loss difference between adjacent rates: median "
+              f"{sd:.4f} over {len(sds)}; expected gain of the better of two equal rates: "
+              f"{expected_pick_gain(sd):+.4f}")
 
 
 if __name__ == "__main__":
