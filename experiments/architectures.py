@@ -56,6 +56,10 @@ of run time for the seven other arms, niced beside other work, and 40 min for
 Mamba's 58 with ``--parallel 2``). Fit and compare at those rates:
 ``attnlab fit --sweep=DIR --law=chinchilla --by=architecture --best-over=train.learning_rate
 --multiplier-against=gpt``.
+
+Scale ``cpu_tuned_pair``: GPT and Mamba at the largest budget, every size at every tuned rate,
+seeds 0 and 1 (74 runs after refining; seed 0's are ``cpu_tuned``'s own runs, the same ids):
+the two-seed check of Mamba's lead, compared at held-out picks in docs/results.md.
 """
 
 from ml_collections import ConfigDict
