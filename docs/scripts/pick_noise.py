@@ -12,17 +12,19 @@ architecture at its own best learning rate").
     python docs/scripts/pick_noise.py
 """
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 
-RESULTS = "docs/results/"
+RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
 
 
 def retrained() -> pd.Series:
     """|final loss change| of each Mamba run at the rule's rate, tuned table against untuned."""
-    tuned = pd.read_csv(RESULTS + "architectures_isoflop_tuned_cpu.csv")
+    tuned = pd.read_csv(RESULTS / "architectures_isoflop_tuned_cpu.csv")
     tuned = tuned.query('architecture == "mamba" and lr_factor == 1').set_index("run_id")
-    first = pd.read_csv(RESULTS + "architectures_cpu.csv").set_index("run_id")
+    first = pd.read_csv(RESULTS / "architectures_cpu.csv").set_index("run_id")
     return (tuned.final_val_loss - first.final_val_loss.reindex(tuned.index)).abs()
 
 
@@ -53,7 +55,7 @@ def main() -> None:
     print(f"Mamba retrained at 1x: |change| max {moved.max():.4f}, median {moved.median():.5f}, "
           f"> 0.005: {(moved > 0.005).sum()} of {len(moved)}")
     for name, point in TWO_SEEDS:
-        runs = pd.read_csv(RESULTS + name).query('status == "completed"')
+        runs = pd.read_csv(RESULTS / name).query('status == "completed"')
         sds = adjacent_rate_sds(runs, point)
         sd = float(np.nanmedian(sds))
         print(f"{name}: sd of a seed's log-loss difference between adjacent rates: median "
