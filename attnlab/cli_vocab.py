@@ -89,7 +89,8 @@ CI_LEVEL = Word("ci-level", "float", "Coverage of the intervals.")
 BY = Word("by", "string", "A results column whose values group the runs.")
 BEST_OVER = Word("best-over", "string", "A results column (e.g. train.learning_rate) whose best "
                  "value each point takes: the runs at the value with the lowest mean loss over "
-                 "seeds; a value with an unfinished run is never picked.")
+                 "seeds; a value with an unfinished run is never picked. Several columns, outer "
+                 "first (e.g. params,train.learning_rate), are picked together.")
 PAIR = Word("pair", "string", "Runs sharing this column's value (e.g. train.seed: the same "
             "initialisation and data order) are resampled together.")
 HOLDOUT = Word("holdout", "string", "Runs to leave out of the fit: largest-budget, "

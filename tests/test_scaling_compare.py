@@ -9,7 +9,8 @@ import pytest
 from scipy import stats
 
 from attnlab.scaling.compare_cli import compare_main
-from attnlab.scaling.compare import POOLED, at_best, format_picks, paired_differences
+from attnlab.scaling.compare import POOLED, paired_differences
+from attnlab.scaling.picks import at_best, format_picks
 from attnlab.scaling.errors import FitInputError
 
 # Fits by the hundred: their programs run far longer than they compile (tests/conftest.py).
@@ -233,7 +234,7 @@ def test_compare_best_over_prints_the_picks_and_writes_them(tmp_path, capsys):
     assert payload["best_over"] == "learning_rate" and len(payload["picks"]) == 4
     assert compare_main([f"--sweep={path}", "--by=schedule", "--baseline=cosine",
                          "--best-over=params"]) == 2
-    assert "--best-over=params: it is also --by or --match" in capsys.readouterr().err
+    assert "--best-over=params: params is also --by or --match" in capsys.readouterr().err
 
 
 def test_best_over_with_no_finished_value_anywhere_is_one_error(tmp_path, capsys):
@@ -294,7 +295,7 @@ def test_a_seed_shared_by_every_rate_is_resampled_whole():
 def test_a_heldout_pick_is_what_the_other_seeds_pick():
     """Per seed, the value the arm's other seeds' mean is lowest at, and the seed's own run
     there: written out by hand on one arm and point."""
-    from attnlab.scaling.compare import heldout_picks
+    from attnlab.scaling.picks import heldout_picks
 
     loss = {(0, 1.0): 2.0, (0, 2.0): 1.5, (1, 1.0): 2.0, (1, 2.0): 2.6,
             (2, 1.0): 2.0, (2, 2.0): 1.8}

@@ -100,7 +100,7 @@ def test_each_group_picks_its_own_rate(tmp_path, capsys):
     (("--law=chinchilla", "--approach=2", "--best-over=train.lr"),
      "column 'train.lr' is not in the results table"),
     (("--law=chinchilla", "--approach=2", "--best-over=params"),
-     "--best-over=params: it is also --by or --match"),
+     "--best-over=params: params is also --by or --match"),
     (("--law=chinchilla", "--approach=2", "--best-over=batch"),
      "--best-over=batch: 1 of 360 runs have no value of batch"),
     (("--law=chinchilla", "--approach=2", "--pair=train.sed"),
@@ -174,3 +174,20 @@ def test_pair_without_best_over_is_one_line(tmp_path, capsys):
     assert fit_main([f"--sweep={path}", "--law=chinchilla", "--pair=train.seed"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "--pair applies to the picks of --best-over" in err
+
+
+def test_a_fit_at_each_points_best_rate_and_batch_is_the_fit_of_those_runs(tmp_path, capsys):
+    # every rate at two batch sizes; the larger batch costs 0.02 at every rate
+    table = pd.concat([lr_table().assign(**{"train.batch_size": 16}),
+                       lr_table().assign(**{"train.batch_size": 32}).eval("loss = loss + 0.02")])
+    flags = ("--law=chinchilla", "--approach=3", "--bootstrap=0", SMALL_GRID)
+    picked = fit_json(tmp_path, table, "both", "--best-over=train.learning_rate,train.batch_size",
+                      *flags)
+    best = (np.isclose(table["train.learning_rate"], best_rate(table["params"]))
+            & (table["train.batch_size"] == 16))
+    alone = fit_json(tmp_path, table[best], "alone", *flags)
+    for name in ("E", "A", "B", "alpha", "beta"):
+        assert picked[name] == pytest.approx(alone[name], rel=1e-6)
+    picks = pd.DataFrame(picked["picks"])
+    assert (picks["train.batch_size"] == 16).all() and (picks["tried"] == 2 * len(FACTORS)).all()
+    assert (picks["edge"] == "lowest train.batch_size").all()

@@ -26,7 +26,6 @@ from attnlab.errors import AttnlabError
 from attnlab.scaling import hparams, parametric, registry
 from attnlab.scaling.approach2 import DEFAULT_WINDOW, PROFILES
 from attnlab.scaling.approach3 import CHINCHILLA_GRID, InitGrid
-from attnlab.scaling.compare import format_picks, read_at_best
 from attnlab.scaling.ladder import isoflop_slices
 from attnlab.scaling.errors import FitInputError, GridEdgeWarning
 from attnlab.scaling.fitting import fit_table
@@ -36,6 +35,7 @@ from attnlab.scaling.holdout import (HoldoutResult, format_holdout, frontier_bas
 from attnlab.scaling.laws import Law
 from attnlab.scaling.multiplier import format_multipliers, grouped_multipliers
 from attnlab.scaling.parametric import parse_fix, positive_list
+from attnlab.scaling.picks import format_picks, read_at_best
 from attnlab.scaling.repick import redraw_picks
 from attnlab.scaling.result import pin_rule
 from attnlab.scaling.result import ScalingFit, jsonable

@@ -9,10 +9,10 @@ from attnlab import cli_flags, outputs
 from attnlab import cli_vocab as vocab
 from attnlab.cli_flags import Flag
 from attnlab.errors import AttnlabError
-from attnlab.scaling.compare import (DEFAULT_MATCH, arm_named, at_best, format_differences,
-                                     format_heldout, format_picks, heldout_differences,
-                                     paired_differences)
+from attnlab.scaling.compare import (DEFAULT_MATCH, arm_named, format_differences,
+                                     format_heldout, heldout_differences, paired_differences)
 from attnlab.scaling.errors import FitInputError
+from attnlab.scaling.picks import at_best, format_picks
 from attnlab.scaling.result import jsonable
 from attnlab.scaling.table import corpora_notes, read_table
 

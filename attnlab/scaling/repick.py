@@ -25,8 +25,8 @@ import numpy as np
 import pandas as pd
 
 from attnlab.errors import AttnlabError
-from attnlab.scaling.compare import best_points
 from attnlab.scaling.laws import Law
+from attnlab.scaling.picks import best_points
 from attnlab.scaling.result import ScalingFit
 from attnlab.scaling.table import point_columns
 

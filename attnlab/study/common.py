@@ -41,7 +41,7 @@ def study_results(workdir: str | Path, *, by: str | None = None,
     """(the sweep's results table, notes): with ``best_over``, each (N, D) point's runs at its
     best value of that column (``attnlab fit --best-over``'s pick) and a note saying so."""
     from attnlab.scaling import registry
-    from attnlab.scaling.compare import read_at_best
+    from attnlab.scaling.picks import read_at_best
 
     kept, picks = read_at_best(workdir, over=best_over, law=registry.law_named("chinchilla"),
                                by=by)
