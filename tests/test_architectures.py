@@ -9,7 +9,6 @@ resumed and must give the same table.
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import os
 import signal
@@ -26,16 +25,10 @@ import pytest
 from attnlab import cli, study
 from attnlab.model import flops_per_token
 from attnlab.sweep import SweepSpecError, load_spec, plan, spec_from_config_dict
+from repo_files import load_module
 
 EXPERIMENT = "experiments/architectures.py"
 CPU_ARCHITECTURES = {"gpt", "alibi", "cosine", "window", "linear", "ngpt", "mamba", "moe"}
-
-
-def _experiment_module():
-    spec = importlib.util.spec_from_file_location("architectures_experiment", EXPERIMENT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 # --- the plan -------------------------------------------------------------------------------------
@@ -148,7 +141,7 @@ def test_the_paired_plan_adds_seed_1_to_the_tuned_plans_runs():
 
 
 def test_variant_rules_override_the_sweeps_own():
-    config = _experiment_module().get_config("cpu")
+    config = load_module(EXPERIMENT).get_config("cpu")
     config.sweep.variants.mamba.centre = {"n_opt": 2e4, "budget": 1.5e11, "span": 1.6}
     spec = spec_from_config_dict(config)
     mamba = [r for r in plan(spec) if r.axes["architecture"] == "mamba"]
@@ -173,7 +166,7 @@ def test_variant_rules_override_the_sweeps_own():
     (lambda s: s.variants.ngpt.__delattr__("warmup"), "sweep.variants.ngpt.train.warmup_steps"),
 ])
 def test_bad_variants_name_the_field(edit, field):
-    config = _experiment_module().get_config("cpu")
+    config = load_module(EXPERIMENT).get_config("cpu")
     edit(config.sweep)
     with pytest.raises(SweepSpecError) as error:
         plan(spec_from_config_dict(config))
@@ -181,7 +174,7 @@ def test_bad_variants_name_the_field(edit, field):
 
 
 def test_two_identical_variants_are_refused():
-    config = _experiment_module().get_config("cpu")
+    config = load_module(EXPERIMENT).get_config("cpu")
     config.sweep.variants.rope_again = {"model": {"pos_encoding": "rope"}}
     with pytest.raises(SweepSpecError, match="same run as variant 'gpt'"):
         plan(spec_from_config_dict(config))
@@ -211,7 +204,7 @@ TINY_ARCHITECTURES = ("gpt", "linear", "mamba")
 def tiny_config():
     """experiments/architectures.py at test size: three architectures (two without positions),
     two budgets of three sizes each."""
-    config = _experiment_module().get_config("cpu")
+    config = load_module(EXPERIMENT).get_config("cpu")
     for name in list(config.sweep.variants):
         if name not in TINY_ARCHITECTURES:
             del config.sweep.variants[name]

@@ -11,6 +11,7 @@ from attnlab.config import Config, ModelConfig, base_config_dict, from_config_di
 from attnlab.errors import ConfigError
 from attnlab.checks import check
 from attnlab.model import resolve
+from repo_files import REPO, load_module
 
 
 def _config(**sections):
@@ -115,14 +116,8 @@ def test_bad_command_lines(argv, words):
 
 
 def test_shipped_configs_validate():
-    import importlib.util
-    import pathlib
-
-    for path in sorted(pathlib.Path("configs").glob("*.py")):
-        spec = importlib.util.spec_from_file_location(path.stem, path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        check(from_config_dict(module.get_config()))
+    for path in sorted(REPO.glob("configs/*.py")):
+        check(from_config_dict(load_module(path).get_config()))
 
 
 def test_cli_help_and_unknown_command(capsys):

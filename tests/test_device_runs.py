@@ -1,7 +1,6 @@
 """benchmarks/device_runs.py: a lease's finished runs, carried to the next (fresh) machine, are
 not trained again there; unfinished and failed ones are; nothing already there is touched."""
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -10,17 +9,14 @@ import tarfile
 from pathlib import Path
 
 from attnlab import results
+from repo_files import load_module
 
 REPO = Path(__file__).resolve().parents[1]
 GRID = str(REPO / "experiments" / "tiny_grid.py")
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("device_runs",
-                                                  REPO / "benchmarks" / "device_runs.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module("benchmarks/device_runs.py")
 
 
 def _sweep(workdir):

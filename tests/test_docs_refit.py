@@ -1,7 +1,6 @@
 """docs/scripts/refit_results.py: every fit (and paired comparison) the docs publish a JSON of
 regenerates from its committed results table, and the comparison fails on a moved number."""
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -9,16 +8,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from repo_files import load_module
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("refit_results",
-                                                  REPO / "docs" / "scripts" / "refit_results.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module("docs/scripts/refit_results.py")
 
 
 def test_the_documented_fits_are_found_with_their_tables():

@@ -2,21 +2,17 @@
 seed-mean loss, its bootstrap interval brackets it and collapses when every seed agrees, and a
 diverged run (NaN loss) is never the best."""
 
-import importlib.util
 import pathlib
 
 import numpy as np
 import pandas as pd
+from repo_files import load_module
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def report_module():
-    spec = importlib.util.spec_from_file_location("mup_transfer",
-                                                  ROOT / "experiments" / "mup_transfer.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module("experiments/mup_transfer.py")
 
 
 def frame(losses: dict):

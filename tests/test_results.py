@@ -1,10 +1,8 @@
 """attnlab.results: statuses, the table and the curves, from run directories written by hand in
 the formats that the sweep (run.json) and training (summary.json, metrics.jsonl) write."""
 
-import importlib.util
 import json
 import math
-import pathlib
 
 import numpy as np
 import pandas as pd
@@ -13,6 +11,7 @@ import pytest
 from attnlab import results
 from attnlab.sweep import load_spec, plan
 from attnlab.sweep.runner import prepare_run_dirs
+from repo_files import load_module
 
 
 @pytest.fixture
@@ -227,11 +226,7 @@ def test_seed_spread_groups_replicates_and_ignores_unfinished_runs():
 
 
 def _docs_script(name: str):
-    path = pathlib.Path(__file__).resolve().parents[1] / "docs" / "scripts" / f"{name}.py"
-    spec_file = importlib.util.spec_from_file_location(name, path)
-    script = importlib.util.module_from_spec(spec_file)
-    spec_file.loader.exec_module(script)
-    return script
+    return load_module(f"docs/scripts/{name}.py")
 
 
 def test_the_docs_script_gives_an_older_table_the_factors_a_sweep_now_records(tmp_path):

@@ -2,7 +2,6 @@
 interval when too many refits fail, and what fits say about both."""
 
 import dataclasses
-import importlib.util
 import json
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from attnlab.scaling.registry import law_named
 from attnlab.scaling.result import ScalingFit
 from attnlab.scaling.synthetic import CHINCHILLA_PUBLISHED, ladder_points
 from attnlab.scaling.table import prepare_points
+from repo_files import load_module
 
 # Fits by the hundred: their programs run far longer than they compile (tests/conftest.py).
 pytestmark = pytest.mark.optimized
@@ -161,9 +161,7 @@ def test_cluster_bootstrap_covers_where_the_row_bootstrap_does_not():
     """The contract of docs/results/cluster_coverage.csv at 60 simulations: a correct cluster
     bootstrap covers ~95% (binomial se ~3%), the row bootstrap ~55-85% on the parameters a
     trunk's shared effect moves; the thresholds sit >= 3 standard errors from both."""
-    spec = importlib.util.spec_from_file_location("cluster_coverage", COVERAGE_SCRIPT)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_module(COVERAGE_SCRIPT)
     frame = script.coverage(60, n_bootstrap=100, seed=11)
     rate = frame.groupby(["method", "parameter"])["covered"].mean()
 

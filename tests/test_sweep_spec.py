@@ -4,7 +4,6 @@ Nothing here trains; every test plans from the real experiment files or small va
 """
 
 import dataclasses
-import importlib.util
 import math
 import subprocess
 import sys
@@ -26,14 +25,12 @@ from attnlab.sweep import (
     run_sweep,
     spec_from_config_dict,
 )
+from repo_files import load_module
 
 
 def experiment(name: str):
     """The ConfigDict of experiments/<name>.py (unlocked, so tests can add bad keys)."""
-    spec = importlib.util.spec_from_file_location(name, f"experiments/{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config()
+    return load_module(f"experiments/{name}.py").get_config()
 
 
 def spec_error(config) -> SweepSpecError:
@@ -88,9 +85,7 @@ def test_overrides_and_scale_argument():
                                   "pe_extrapolation"])
 def test_config_scale_override_picks_the_files_gpu_plan(name):
     # --config.scale=gpu must reach get_config(scale), not just relabel the CPU plan.
-    module_spec = importlib.util.spec_from_file_location(name, f"experiments/{name}.py")
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
+    module = load_module(f"experiments/{name}.py")
     expected = spec_from_config_dict(module.get_config("gpu"), source=f"experiments/{name}.py")
     cpu = load_spec(f"experiments/{name}.py")
     gpu = load_spec(f"experiments/{name}.py", ["--config.scale=gpu"])
@@ -428,7 +423,4 @@ def test_bad_centre_names_the_field(centre, field):
 
 
 def load_raw_quickstart():
-    module_spec = importlib.util.spec_from_file_location("qs", "experiments/quickstart.py")
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return module.get_config("cpu")
+    return load_module("experiments/quickstart.py").get_config("cpu")

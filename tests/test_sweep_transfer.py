@@ -4,7 +4,6 @@ width's; anything that would make it wrong is refused in one line naming the fie
 
 Nothing here trains: specs are planned from small ConfigDicts."""
 
-import importlib.util
 import json
 import pathlib
 
@@ -14,6 +13,7 @@ from ml_collections import ConfigDict
 
 from attnlab.config import base_config_dict
 from attnlab.sweep import SweepSpecError, plan, spec_from_config_dict
+from repo_files import load_module
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 WIDTHS = (16, 32, 64, 128)
@@ -21,11 +21,7 @@ MUP = {"parameterization": "mup", "mup_base_d_model": 16, "attention_scale": "mu
 
 
 def transfer_report_module():
-    spec = importlib.util.spec_from_file_location("mup_transfer",
-                                                  ROOT / "experiments" / "mup_transfer.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module("experiments/mup_transfer.py")
 
 
 def study(learning_rate: dict, model: dict | None = MUP, **sweep) -> ConfigDict:

@@ -26,6 +26,7 @@ from attnlab.errors import ConfigError
 from attnlab.checks import check
 from attnlab.sweep import SweepSpecError, load_spec, plan, spec_from_config_dict
 from attnlab.sweep import stages, tuning
+from repo_files import load_module
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 MUP = {"parameterization": "mup", "mup_base_d_model": 16, "attention_scale": "mup"}
@@ -251,12 +252,8 @@ def test_dry_run_shows_both_stages_and_the_recorded_picks(tmp_path):
 
 
 def test_architectures_tuned_puts_exactly_the_arms_mup_refuses_under_sp():
-    import importlib.util
-
     source = ROOT / "experiments" / "architectures_tuned.py"
-    module_spec = importlib.util.spec_from_file_location("architectures_tuned", source)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
+    module = load_module(source)
     for scale in ("cpu", "gpu"):
         spec = load_spec(f"{source}:{scale}")
         for name, arm in tuning.arms(spec):
