@@ -58,8 +58,9 @@ Mamba's 58 with ``--parallel 2``). Fit and compare at those rates:
 --multiplier-against=gpt``.
 
 Scale ``cpu_tuned_pair``: GPT and Mamba at the largest budget, every size at every tuned rate,
-seeds 0 and 1 (74 runs after refining; seed 0's are ``cpu_tuned``'s own runs, the same ids):
-the two-seed check of Mamba's lead, compared at held-out picks in docs/results.md.
+seeds 0 and 1 (seed 0's are ``cpu_tuned``'s own runs, the same ids), Mamba's ladder two sizes
+longer, as its picks sat at the ladder's largest size: the two-seed check of Mamba's lead,
+compared at held-out picks in docs/results.md.
 """
 
 from ml_collections import ConfigDict
@@ -153,4 +154,6 @@ def get_config(scale: str = "cpu") -> ConfigDict:
         sweep.budgets = sweep.budgets[-1:]
         sweep.variants = ConfigDict({k: sweep.variants[k].to_dict() for k in ("gpt", "mamba")})
         sweep.axes = ConfigDict({"train": ConfigDict({"seed": (0, 1)})})
+        # Mamba's best lay at its ladder's largest size (45k): two sizes more above it (65k, 89k)
+        sweep.variants.mamba.centre = ConfigDict({**_PRIOR, "n_opt": 5e4, "span": 3.2})
     return config
