@@ -51,16 +51,16 @@ runs ran on a lent H200 (docs/benchmarks.md, "Second lent session").
 Scales ``cpu_tuned`` and ``gpu_tuned``: every architecture's points at their own best peak rate,
 not one rule for all: the plan at the rule's rate times 1/2, 1 and 2 (the runs at 1 are the
 untuned plan's), and up to 2 rates more past either end where a point's best is at the end
-(``sweep.learning_rate.refine``); at cpu 336 runs before refining, 424 after (measured: 3.1 h
-of run time for the seven other arms, niced beside other work, and 40 min for
-Mamba's 58 with ``--parallel 2``). Fit and compare at those rates:
+(``sweep.learning_rate.refine``); at cpu Mamba's ladders reach past the untuned ones' largest
+size, where its untuned minimum sat, and the plan is 348 runs before refining, 440 after
+(measured: 3.1 h of run time for the seven other arms, niced beside other work, and 46 min for
+Mamba's 74 with ``--parallel 2``). Fit and compare at those rates:
 ``attnlab fit --sweep=DIR --law=chinchilla --by=architecture --best-over=train.learning_rate
 --multiplier-against=gpt``.
 
 Scale ``cpu_tuned_pair``: GPT and Mamba at the largest budget, every size at every tuned rate,
-seeds 0 and 1 (seed 0's are ``cpu_tuned``'s own runs, the same ids), Mamba's ladder two sizes
-longer, as its picks sat at the ladder's largest size: the two-seed check of Mamba's lead,
-compared at held-out picks in docs/results.md.
+seeds 0 and 1 (seed 0's are ``cpu_tuned``'s own runs, the same ids): the two-seed check of
+Mamba's lead, compared at held-out picks in docs/results.md.
 """
 
 from ml_collections import ConfigDict
@@ -150,10 +150,10 @@ def get_config(scale: str = "cpu") -> ConfigDict:
         sweep.name = "architectures_isoflop_tuned"
         sweep.learning_rate.factors = (0.5, 1.0, 2.0)
         sweep.learning_rate.refine = 2
+        if scale == "cpu":  # Mamba's untuned best lay at its ladders' top: reach past it
+            sweep.variants.mamba.centre = ConfigDict({**_PRIOR, "n_opt": 5e4, "span": 3.2})
     if paired:  # the tuned plan's runs, seed 0's under the same ids
         sweep.budgets = sweep.budgets[-1:]
         sweep.variants = ConfigDict({k: sweep.variants[k].to_dict() for k in ("gpt", "mamba")})
         sweep.axes = ConfigDict({"train": ConfigDict({"seed": (0, 1)})})
-        # Mamba's best lay at its ladder's largest size (45k): two sizes more above it (65k, 89k)
-        sweep.variants.mamba.centre = ConfigDict({**_PRIOR, "n_opt": 5e4, "span": 3.2})
     return config
