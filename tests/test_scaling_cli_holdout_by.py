@@ -113,3 +113,55 @@ def test_plot_kinds_need_their_flags(sweep_csv, tmp_path, capsys):
         rc = plot_main([f"--sweep={sweep_csv}", f"--kind={kind}",
                         f"--plot={tmp_path / 'x.png'}"])
         assert rc == 2 and message in capsys.readouterr().err
+
+
+def _figure(argv):
+    from attnlab import cli_flags
+    from attnlab.plots.cli import PLOT_FLAGS
+    from attnlab.plots.figures import FIGURES
+    from attnlab.scaling.cli import FitInputs
+
+    values = cli_flags.parse(argv, PLOT_FLAGS, prog="attnlab plot", takes_config=False)
+    return FIGURES[values["kind"].value]().draw(FitInputs.from_flags(values), 0, None)
+
+
+def _drawn(figure) -> list:
+    """Each axes' title, lines and scattered points."""
+    return [(ax.get_title(), [line.get_xydata() for line in ax.get_lines()],
+             [np.asarray(c.get_offsets()) for c in ax.collections
+              if len(np.asarray(c.get_offsets()))]) for ax in figure.get_axes()]
+
+
+def _same(a, b) -> bool:
+    return len(a) == len(b) and all(
+        ta == tb and len(la) == len(lb) and len(pa) == len(pb)
+        and all(x.shape == y.shape and np.allclose(x, y, rtol=1e-6, equal_nan=True)
+                for x, y in zip(la + pa, lb + pb))
+        for (ta, la, pa), (tb, lb, pb) in zip(a, b))
+
+
+@pytest.mark.parametrize("kind", ["isoflop", "allocation", "contours", "loss-vs-params",
+                                  "loss-vs-compute"])
+def test_plot_by_draws_each_group_as_it_draws_that_group_alone(kind, sweep_csv, tmp_path):
+    """--by: one row per group, titled by it, whose axes are the figure of that group's rows
+    drawn without --by: the same points, the same fitted lines."""
+    args = [f"--kind={kind}", "--plot=x.png", SMALL_GRID, "--law=chinchilla"]
+    if kind == "loss-vs-params":
+        args[-1] = "--law=kaplan"
+    grouped = _figure([f"--sweep={sweep_csv}", "--by=model.pos_encoding", *args])
+    rows = grouped.subfigs
+    assert [row._suptitle.get_text() for row in rows] == ["model.pos_encoding = alibi",
+                                                          "model.pos_encoding = rope"]
+    alone = _figure([f"--sweep={_rope_only(sweep_csv, tmp_path)}", *args])
+    assert _same(_drawn(rows[1]), _drawn(alone)) and not _same(_drawn(rows[0]), _drawn(alone))
+    assert any(lines or points for _, lines, points in _drawn(alone))
+    out = tmp_path / f"{kind}.png"
+    assert plot_main([f"--sweep={sweep_csv}", "--by=model.pos_encoding", f"--kind={kind}",
+                      f"--plot={out}", SMALL_GRID, args[-1]]) == 0
+    assert out.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_plot_holdout_by_group_is_one_error(sweep_csv, tmp_path, capsys):
+    rc = plot_main([f"--sweep={sweep_csv}", "--kind=holdout", "--holdout=largest-budget",
+                    "--by=model.pos_encoding", f"--plot={tmp_path / 'x.png'}"])
+    assert rc == 2 and "--by and --holdout" in capsys.readouterr().err

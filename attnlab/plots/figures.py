@@ -1,68 +1,116 @@
 """The figures ``attnlab plot --kind`` draws: each one class, registered in :data:`FIGURES` by its
-name, that says what it shows, what it needs of the flags, and fits and draws it."""
+name, that says what it shows, what it needs of the flags, and fits and draws it. With ``--by``,
+a figure of one fit is drawn once per group, one row each (``plot_by_group``), each group fitted
+as ``attnlab fit --by`` fits it."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import ClassVar
 
 from attnlab.plots import scaling as scaling_plots
 from attnlab.scaling import registry
-from attnlab.scaling.cli import FitInputs, load_table, run_fit, run_grouped, run_holdout
+from attnlab.scaling.cli import (FitInputs, load_table, read_results, run_fit, run_grouped,
+                                 run_holdout)
 from attnlab.scaling.errors import FitInputError
+from attnlab.scaling.grouped import group_values
+from attnlab.scaling.laws import Law
 
 
 class Figure:
-    """A figure kind: ``draw`` fits what it needs from ``inputs`` and returns the figure."""
+    """A figure kind of one fit: ``law`` says which, ``panel`` draws it (into one row of a
+    figure per group with --by)."""
 
     name: ClassVar[str]
     help: ClassVar[str]
     bootstrap: ClassVar[int] = 0  # refits for the bands when --bootstrap is not given
+    size: ClassVar[tuple[float, float]] = (11, 4.4)  # one group's row, with --by
 
     def check(self, inputs: FitInputs, holdout: str | None) -> None:
         """Refuses flags the figure cannot be drawn from (FitInputError naming the flag)."""
 
-    def draw(self, inputs: FitInputs, n_bootstrap: int, holdout: str | None):
+    def law(self, inputs: FitInputs) -> Law:
+        return inputs.part("chinchilla")
+
+    def panel(self, fit, frame, into=None):
         raise NotImplementedError
+
+    def draw(self, inputs: FitInputs, n_bootstrap: int, holdout: str | None):
+        law = self.law(inputs)
+        if not inputs.by:
+            table, fit = run_fit(inputs, law, n_bootstrap)
+            return self.panel(fit, table.frame)
+        grouped = run_grouped(inputs, law, n_bootstrap)
+        panels = {group: (lambda into, fit=fit, table=grouped.tables[group]:
+                          self.panel(fit, table.frame, into))
+                  for group, fit in grouped.fits.items()}
+        if not panels:
+            raise FitInputError(f"--by={inputs.by}: no group could be fitted ("
+                                + "; ".join(f"{g}: {why}" for g, why in grouped.skipped.items())
+                                + ")")
+        notes = [f"not fitted: {group} ({why})" for group, why in grouped.skipped.items()]
+        return scaling_plots.plot_by_group(inputs.by, panels, self.size, notes)
 
 
 class LossVsParams(Figure):
     name = "loss-vs-params"
     help = "loss against N per D with Kaplan lines"
+    size = (7.4, 4.6)
 
-    def draw(self, inputs, n_bootstrap, holdout):
-        table, fit = run_fit(inputs, inputs.part("kaplan"), n_bootstrap)
-        return scaling_plots.plot_loss_vs_params(table.frame, fit)
+    def law(self, inputs):
+        return inputs.part("kaplan")
+
+    def panel(self, fit, frame, into=None):
+        return scaling_plots.plot_loss_vs_params(frame, fit, into)
 
 
 class LossVsCompute(Figure):
     name = "loss-vs-compute"
     help = "loss against FLOPs with the frontier"
+    size = (6.4, 4.6)
+
+    def law(self, inputs):
+        return registry.law_named(inputs.law or "chinchilla", 1 if inputs.curves else None,
+                                  inputs.form)
+
+    def panel(self, fit, frame, into=None):
+        return scaling_plots.plot_loss_vs_compute(frame, fit, into)
 
     def draw(self, inputs, n_bootstrap, holdout):
-        name = inputs.law or "chinchilla"
-        if inputs.curves:
-            table, fit = run_fit(inputs, registry.law_named(name, 1, inputs.form), n_bootstrap)
-            return scaling_plots.plot_loss_vs_compute(table.frame, fit)
-        return scaling_plots.plot_loss_vs_compute(
-            load_table(inputs, registry.law_named(name, None, inputs.form)).frame)
+        if inputs.curves:  # approach 1's envelope is the frontier
+            return super().draw(inputs, n_bootstrap, holdout)
+        law = self.law(inputs)  # the runs themselves: nothing to fit
+        if not inputs.by:
+            return self.panel(None, load_table(inputs, law).frame)
+        raw, _ = read_results(inputs, law)
+        one = dataclasses.replace(inputs, by=None)
+        panels = {str(group): (lambda into, rows=raw[raw[inputs.by] == group]:
+                               self.panel(None, load_table(one, law, rows).frame, into))
+                  for group in group_values(raw, inputs.by, str(inputs.results))}
+        return scaling_plots.plot_by_group(inputs.by, panels, self.size)
 
 
 class IsoFLOPProfiles(Figure):
     name = "isoflop"
     help = "IsoFLOP parabolas (Chinchilla Fig. 3)"
 
-    def draw(self, inputs, n_bootstrap, holdout):
-        _, fit = run_fit(inputs, registry.law_named("chinchilla", 2), n_bootstrap)
-        return scaling_plots.plot_isoflops(fit)
+    def law(self, inputs):
+        return registry.law_named("chinchilla", 2)
+
+    def panel(self, fit, frame, into=None):
+        return scaling_plots.plot_isoflops(fit, into)
 
 
 class Contours(Figure):
     name = "contours"
     help = "fitted L(N, D) with the efficient frontier (Chinchilla Fig. 4)"
+    size = (6.8, 5.0)
 
-    def draw(self, inputs, n_bootstrap, holdout):
-        table, fit = run_fit(inputs, registry.law_named("chinchilla", 3), n_bootstrap)
-        return scaling_plots.plot_loss_contours(fit, table.frame)
+    def law(self, inputs):
+        return registry.law_named("chinchilla", 3)
+
+    def panel(self, fit, frame, into=None):
+        return scaling_plots.plot_loss_contours(fit, frame, into)
 
 
 class Allocation(Figure):
@@ -70,9 +118,8 @@ class Allocation(Figure):
     help = "N_opt(C) and D_opt(C) with interval bands"
     bootstrap = 200
 
-    def draw(self, inputs, n_bootstrap, holdout):
-        table, fit = run_fit(inputs, inputs.part("chinchilla"), n_bootstrap)
-        return scaling_plots.plot_optimal_allocation(fit, table.frame)
+    def panel(self, fit, frame, into=None):
+        return scaling_plots.plot_optimal_allocation(fit, frame, into=into)
 
 
 class Holdout(Figure):
@@ -83,6 +130,9 @@ class Holdout(Figure):
     def check(self, inputs, holdout):
         if not holdout:
             raise FitInputError("--kind=holdout needs --holdout=... (e.g. largest-budget)")
+        if inputs.by:
+            raise FitInputError("--by and --holdout: draw one group's table at a time; "
+                                "together they are not supported (as in attnlab fit)")
 
     def draw(self, inputs, n_bootstrap, holdout):
         law = inputs.part("chinchilla")

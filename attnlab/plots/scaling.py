@@ -86,10 +86,26 @@ def _fit_problems(fit: ScalingFit) -> list[str]:
     return problems
 
 
-def _figure(width: float = 6.4, height: float = 4.6, ncols: int = 1):
-    figure = Figure(figsize=(width, height), layout="constrained")
-    axes = figure.subplots(1, ncols)
-    return figure, axes
+def _figure(width: float = 6.4, height: float = 4.6, ncols: int = 1, into=None):
+    """A new figure with ``ncols`` axes, or those axes in ``into`` (one row of a figure drawn
+    per group, :func:`plot_by_group`)."""
+    figure = into if into is not None else Figure(figsize=(width, height), layout="constrained")
+    return figure, figure.subplots(1, ncols)
+
+
+def plot_by_group(by: str, panels: dict, size: tuple[float, float],
+                  notes: list[str] = ()) -> Figure:
+    """One row per group: ``panels`` maps each value of column ``by`` to a function that draws
+    that group's figure into the row it is given; ``size``: one row's (width, height)."""
+    width, height = size
+    figure = Figure(figsize=(width, height * len(panels)), layout="constrained")
+    rows = figure.subfigures(len(panels), 1, squeeze=False)[:, 0]
+    for row, (group, draw) in zip(rows, panels.items()):
+        draw(row)
+        row.suptitle(f"{by} = {group}", fontsize=11, fontweight="bold")
+    if notes:
+        figure.supxlabel("; ".join(notes), fontsize=8)
+    return figure
 
 
 def _colours(values, cmap: str = "viridis"):
@@ -120,11 +136,11 @@ def _log_axes(ax) -> None:
     ax.yaxis.set_minor_formatter(ScalarFormatter())
 
 
-def plot_loss_vs_params(frame: pd.DataFrame, fit: ScalingFit | None = None) -> Figure:
+def plot_loss_vs_params(frame: pd.DataFrame, fit: ScalingFit | None = None, into=None) -> Figure:
     """Kaplan et al. 2020 Fig. 4 (left) style: loss against N (log-log), one colour per token
     count D (log-spaced bins of D when the sweep has many), with the fitted law's line at each D
     (Kaplan L(N, D) or Chinchilla approach 3)."""
-    figure, ax = _figure(7.4, 4.6)
+    figure, ax = _figure(7.4, 4.6, into=into)
     token_groups = _token_groups(frame["tokens"].to_numpy())
     binned = not np.allclose(token_groups, frame["tokens"].to_numpy(), rtol=1e-3)
     colours = _colours(token_groups)
@@ -161,12 +177,13 @@ def plot_loss_vs_params(frame: pd.DataFrame, fit: ScalingFit | None = None) -> F
     return figure
 
 
-def plot_loss_vs_compute(frame: pd.DataFrame, fit: ScalingFit | None = None) -> Figure:
+def plot_loss_vs_compute(frame: pd.DataFrame, fit: ScalingFit | None = None,
+                         into=None) -> Figure:
     """Loss against FLOPs, one colour per model size, with the compute frontier (the lowest loss
     reached at each C). For curves (a ``run_id`` column, one row per step) the runs are lines and
     the frontier is approach 1's lower envelope (from ``fit`` when given); for run results the
     frontier is the running minimum over C."""
-    figure, ax = _figure()
+    figure, ax = _figure(into=into)
     colours = _colours(frame["params"].to_numpy(), "plasma")
     curves = "run_id" in frame and frame["run_id"].duplicated().any()
     if curves:
@@ -195,12 +212,12 @@ def plot_loss_vs_compute(frame: pd.DataFrame, fit: ScalingFit | None = None) -> 
     return figure
 
 
-def plot_isoflops(fit: ScalingFit) -> Figure:
+def plot_isoflops(fit: ScalingFit, into=None) -> Figure:
     """Chinchilla Fig. 3 (left): per budget, loss against N with the fitted parabola in log N and
     its minimum; (right) the minima N_opt against C with the fitted power law."""
     if fit.approach != 2:
         raise FitInputError("plot_isoflops needs a Chinchilla approach 2 fit")
-    figure, (left, right) = _figure(11, 4.4, ncols=2)
+    figure, (left, right) = _figure(11, 4.4, ncols=2, into=into)
     profiles = fit.details["profiles"]
     colours = _colours([p["budget"] for p in profiles], "viridis")
     for profile in profiles:
@@ -244,13 +261,14 @@ def plot_isoflops(fit: ScalingFit) -> Figure:
     return figure
 
 
-def plot_loss_contours(fit: ScalingFit, frame: pd.DataFrame | None = None) -> Figure:
+def plot_loss_contours(fit: ScalingFit, frame: pd.DataFrame | None = None,
+                       into=None) -> Figure:
     """Chinchilla Fig. 4 (left): contours of the fitted L(N, D) over compute C and model size N
     (D = C / (k·N)), the efficient frontier N_opt(C), and the sweep's points."""
     if not fit.has_loss_model:
         raise FitInputError("plot_loss_contours needs a fit with L(N, D): Chinchilla approach 3 "
                             "or Kaplan form nd")
-    figure, ax = _figure(6.8, 5.0)
+    figure, ax = _figure(6.8, 5.0, into=into)
     k = fit.flops_per_param_token
     if frame is not None and len(frame):
         c_low, c_high = frame["flops"].min() / 10, frame["flops"].max() * 100
@@ -314,7 +332,7 @@ def _allocation_line(ax, fit: ScalingFit, name: str, budgets: np.ndarray,
 
 
 def plot_optimal_allocation(fit: ScalingFit, frame: pd.DataFrame | None = None,
-                            budgets: np.ndarray | None = None) -> Figure:
+                            budgets: np.ndarray | None = None, into=None) -> Figure:
     """N_opt(C) and D_opt(C) with bootstrap interval bands (from the fit's replicates), plus the
     points each approach measured (IsoFLOP minima, envelope points) when it has them."""
     if not fit.has_allocation:
@@ -324,7 +342,7 @@ def plot_optimal_allocation(fit: ScalingFit, frame: pd.DataFrame | None = None,
             budgets = np.geomspace(frame["flops"].min() / 3, frame["flops"].max() * 100, 120)
         else:
             budgets = np.geomspace(1e15, 1e24, 120)
-    figure, (left, right) = _figure(11, 4.4, ncols=2)
+    figure, (left, right) = _figure(11, 4.4, ncols=2, into=into)
     for ax, name, label in ((left, "N_opt", N_LABEL), (right, "D_opt", D_LABEL)):
         missing = _allocation_line(ax, fit, name, budgets,
                                    "tab:blue" if name == "N_opt" else "tab:green")

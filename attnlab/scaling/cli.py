@@ -82,8 +82,9 @@ INPUT_FLAGS = [
          "parabola over the whole ladder (whole).", enum_values=PROFILES),
     Flag("window", "float", DEFAULT_WINDOW, "Approach 2, --profile=window: decades of N either "
                                             "side of each budget's best run."),
-    vocab.BY.flag("Each group is fitted and the fits shown side by side (e.g. "
-                  "model.pos_encoding)."),
+    vocab.BY.flag("Each group is fitted on its own and the fits shown side by side (e.g. "
+                  "model.pos_encoding); attnlab plot draws a figure of one fit once per "
+                  "group, a row each."),
     Flag("cluster", "string", None, "The bootstrap's unit of independence: rows sharing this "
          "column's value are resampled together (default: a ladder's 'trunk' column when the "
          "table has one; 'none': every row on its own)."),
