@@ -100,7 +100,8 @@ def test_plot_holdout_and_frontiers(kind, extra, sweep_csv, tmp_path, capsys):
 def test_bad_holdout_and_by_input_is_one_line_exit_2(argv, message, sweep_csv, tmp_path,
                                                      capsys):
     results = sweep_csv if "--by" in " ".join(argv) else _rope_only(sweep_csv, tmp_path)
-    rc = fit_main([f"--sweep={results}", "--bootstrap=0", SMALL_GRID, *argv])
+    grid = [] if "--approach=2" in argv else [SMALL_GRID]  # approach 2 refuses --grid
+    rc = fit_main([f"--sweep={results}", "--bootstrap=0", *grid, *argv])
     err = capsys.readouterr().err
     assert rc == 2
     assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err
@@ -145,9 +146,9 @@ def _same(a, b) -> bool:
 def test_plot_by_draws_each_group_as_it_draws_that_group_alone(kind, sweep_csv, tmp_path):
     """--by: one row per group, titled by it, whose axes are the figure of that group's rows
     drawn without --by: the same points, the same fitted lines."""
-    args = [f"--kind={kind}", "--plot=x.png", SMALL_GRID, "--law=chinchilla"]
-    if kind == "loss-vs-params":
-        args[-1] = "--law=kaplan"
+    law = "--law=kaplan" if kind == "loss-vs-params" else "--law=chinchilla"
+    args = [f"--kind={kind}", "--plot=x.png", law,
+            *([SMALL_GRID] if kind in ("allocation", "contours") else [])]
     grouped = _figure([f"--sweep={sweep_csv}", "--by=model.pos_encoding", *args])
     rows = grouped.subfigs
     assert [row._suptitle.get_text() for row in rows] == ["model.pos_encoding = alibi",
@@ -156,12 +157,22 @@ def test_plot_by_draws_each_group_as_it_draws_that_group_alone(kind, sweep_csv, 
     assert _same(_drawn(rows[1]), _drawn(alone)) and not _same(_drawn(rows[0]), _drawn(alone))
     assert any(lines or points for _, lines, points in _drawn(alone))
     out = tmp_path / f"{kind}.png"
-    assert plot_main([f"--sweep={sweep_csv}", "--by=model.pos_encoding", f"--kind={kind}",
-                      f"--plot={out}", SMALL_GRID, args[-1]]) == 0
+    assert plot_main([f"--sweep={sweep_csv}", "--by=model.pos_encoding", *args[:1],
+                      f"--plot={out}", *args[2:]]) == 0
     assert out.read_bytes()[:4] == b"\x89PNG"
 
 
-def test_plot_holdout_by_group_is_one_error(sweep_csv, tmp_path, capsys):
-    rc = plot_main([f"--sweep={sweep_csv}", "--kind=holdout", "--holdout=largest-budget",
-                    "--by=model.pos_encoding", f"--plot={tmp_path / 'x.png'}"])
-    assert rc == 2 and "--by and --holdout" in capsys.readouterr().err
+@pytest.mark.parametrize("argv, message", [
+    (["--kind=holdout", "--holdout=largest-budget", "--by=model.pos_encoding"],
+     "--by and --holdout"),
+    (["--kind=isoflop", "--holdout=largest-budget"],
+     "--holdout draws --kind=holdout; --kind=isoflop would ignore it"),
+    (["--kind=frontiers", "--holdout=largest-budget", "--by=model.pos_encoding"],
+     "--kind=frontiers would ignore it"),
+    (["--kind=isoflop", SMALL_GRID], "--grid does not apply to --law=chinchilla --approach=2"),
+    (["--kind=contours", "--window=1"], "--window does not apply to --law=chinchilla --approach=3"),
+])
+def test_a_plot_flag_the_kind_would_ignore_is_one_error(argv, message, sweep_csv, tmp_path,
+                                                        capsys):
+    assert plot_main([f"--sweep={sweep_csv}", f"--plot={tmp_path / 'x.png'}", *argv]) == 2
+    assert message in capsys.readouterr().err

@@ -143,7 +143,9 @@ PLAN_DIGESTS = {
     "moe_dense:cpu_tuned": ("9abcd21376a1884b", "17aa2e0acbcf4031"),
     "chinchilla_isoflop:cpu_tuned": ("8add688c0f30185b", "e030e24c0af4b2ff"),
     "chinchilla_isoflop:gpu_tuned": ("437ef52158c28326", "9e6f9406368b39a6"),
-    "architectures:cpu_tuned": ("cbde8fd9cbc8edac", "a5c0d8db3835750b"),
+    # Changed on purpose: Mamba's ladders reach past the untuned ones' largest size (12 runs
+    # more); the 336 earlier runs keep their ids (test_a_grown_plan_keeps_its_earlier_runs).
+    "architectures:cpu_tuned": ("bd9c8b394e087ab3", "c34420e685e2f4c9"),
     "architectures:gpu_tuned": ("9be0d6d7a3b5bfef", "e8eee43041670fb7"),
     # The quickstart on shards (new): the quickstart's runs reading data.source=shards at the
     # path after the colon (the corpus benchmarks/data_shards.py --corpus writes).
@@ -250,3 +252,13 @@ def test_every_shipped_experiment_is_guarded():
     shipped = {path.stem for path in pathlib.Path("experiments").glob("*.py")
                if "def get_config(" in path.read_text()}
     assert {key.split(":")[0] for key in PLAN_DIGESTS} == set(EXPERIMENTS) == shipped
+
+
+def test_a_grown_plan_keeps_its_earlier_runs():
+    """The tuned architecture plan grew Mamba's ladders: its 336 runs from before keep their ids
+    (their digest), so a rerun reuses them and trains only the 12 new ones."""
+    grown = {(6e10, 26496), (1.5e11, 44736), (3.75e11, 65200), (3.75e11, 88992)}  # Mamba's
+    earlier = [r.run_id for r in planned("architectures", "cpu_tuned")
+               if r.axes["architecture"] != "mamba" or (r.budget, r.params["total"]) not in grown]
+    assert len(earlier) == 336 and sha256(earlier)[:16] == "cbde8fd9cbc8edac"
+

@@ -28,6 +28,9 @@ class Figure:
 
     def check(self, inputs: FitInputs, holdout: str | None) -> None:
         """Refuses flags the figure cannot be drawn from (FitInputError naming the flag)."""
+        if holdout:
+            raise FitInputError(f"--holdout draws --kind=holdout; --kind={self.name} would "
+                                f"ignore it")
 
     def law(self, inputs: FitInputs) -> Law:
         return inputs.part("chinchilla")
@@ -145,6 +148,7 @@ class Frontiers(Figure):
     bootstrap = 200
 
     def check(self, inputs, holdout):
+        super().check(inputs, holdout)
         if not inputs.by:
             raise FitInputError("--kind=frontiers needs --by=COLUMN (e.g. model.pos_encoding)")
 

@@ -322,6 +322,7 @@ class IsoFLOP(laws.ChinchillaLaw):
     title = "Chinchilla approach 2: IsoFLOP parabolas, N_opt = k_N C^a, D_opt = k_D C^b"
     n_parameters = 4
     isoflop_profiles = True
+    reads = ("profile", "window")
 
     def fit(self, table, *, n_bootstrap, ci_level, seed, profile, window, clusters=None, **_):
         return fit_approach2(table.array("params"), table.array("tokens"), table.array("loss"),

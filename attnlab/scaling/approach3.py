@@ -326,6 +326,7 @@ class Parametric(laws.ChinchillaLaw):
     n_parameters = 5
     predicts_loss = has_loss_model = closed_frontier = table_k = True
     fixable = COORDINATES.fixable
+    reads = ("grid",)
 
     def loss(self, params, n, d):
         return laws.chinchilla_loss(params, n, d)

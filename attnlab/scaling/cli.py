@@ -32,7 +32,7 @@ from attnlab.scaling.fitting import fit_table
 from attnlab.scaling.grouped import GroupedFits, fit_by, format_grouped
 from attnlab.scaling.holdout import (HoldoutResult, format_holdout, frontier_baseline,
                                      holdout_prediction, with_baselines)
-from attnlab.scaling.laws import Law
+from attnlab.scaling.laws import VARIANT_FLAGS, Law
 from attnlab.scaling.multiplier import format_multipliers, grouped_multipliers
 from attnlab.scaling.parametric import parse_fix, positive_list
 from attnlab.scaling.picks import format_picks, read_at_best
@@ -411,11 +411,23 @@ def _check_law_flags(values: flags.FlagValues, law: Law) -> None:
     for name in law.refused_flags:
         if values[name].value is not None:
             raise FitInputError(f"--{name} does not apply to --law={law.name} ({law.scope})")
+    check_variant_flags(values, law)
     parametric.check_fixable(law, parse_fix(values["fix"].value))
     for owner in registry.LAWS.values():
         for name in owner.own_flags:
             if values[name].value is not None and name not in law.own_flags:
                 raise FitInputError(f"--{name} applies to --law={owner.name} only")
+
+
+def check_variant_flags(values: flags.FlagValues, law: Law) -> None:
+    """Refuses --profile, --window, --grid and --form, given, where ``law`` does not read them
+    (each has a default, so only a flag on the command line counts)."""
+    for name in VARIANT_FLAGS:
+        if values[name].present and name not in law.reads:
+            variant = (f" --approach={law.approach}" if law.approach else
+                       f" --form={law.form}" if law.form else "")
+            raise FitInputError(f"--{name} does not apply to --law={law.name}{variant} "
+                                f"({law.title or law.name} does not read it)")
 
 
 def _own_fit_main(values: flags.FlagValues, inputs: FitInputs, law: Law) -> int:

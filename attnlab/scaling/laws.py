@@ -17,6 +17,8 @@ import numpy as np
 from attnlab.scaling.errors import FitError
 
 FLOPS_PER_PARAM_TOKEN = 6.0
+# Fit flags that only some laws read (Law.reads): refused where the law would ignore them.
+VARIANT_FLAGS = ("profile", "window", "grid", "form")
 
 
 def training_flops(n, d, flops_per_param_token: float = FLOPS_PER_PARAM_TOKEN):
@@ -140,6 +142,7 @@ class Law:
     scales: tuple[str, ...] = ()
     run_columns: tuple[str, ...] = ()    # table columns beyond N and D a run's loss reads
     refused_flags: tuple[str, ...] = ()  # fit flags that would mean nothing to this law
+    reads: tuple[str, ...] = ()  # those of VARIANT_FLAGS this law reads
     scope: str = ""                      # what one fit of this law is, for those refusals
 
     @property
@@ -205,6 +208,7 @@ class KaplanLaw(Law):
 
     name = "kaplan"
     selector, default_variant = "form", "nd"
+    reads = ("form",)
     params_columns = ("non_embedding_params", "params")
     predicts_loss = True
 
