@@ -51,10 +51,10 @@ runs ran on a lent H200 (docs/benchmarks.md, "Second lent session").
 Scales ``cpu_tuned`` and ``gpu_tuned``: every architecture's points at their own best peak rate,
 not one rule for all: the plan at the rule's rate times 1/2, 1 and 2 (the runs at 1 are the
 untuned plan's), and up to 2 rates more past either end where a point's best is at the end
-(``sweep.learning_rate.refine``); at cpu Mamba's ladders reach past the untuned ones' largest
-size, where its untuned minimum sat, and the plan is 348 runs before refining, 440 after
-(measured: 3.1 h of run time for the seven other arms, niced beside other work, and 46 min for
-Mamba's 74 with ``--parallel 2``). Fit and compare at those rates:
+(``sweep.learning_rate.refine``); at cpu Mamba's, ALiBi's and MoE's ladders reach past the
+largest sizes where their best runs sat, and the plan is 369 runs before refining, 465 after
+(measured: 3.1 h of run time for the seven other arms, niced beside other work, 46 min for
+Mamba's 74 and 3.5 min for ALiBi's and MoE's 25 larger-size runs, with ``--parallel 2``). Fit and compare at those rates:
 ``attnlab fit --sweep=DIR --law=chinchilla --by=architecture --best-over=train.learning_rate
 --multiplier-against=gpt``.
 
@@ -150,8 +150,9 @@ def get_config(scale: str = "cpu") -> ConfigDict:
         sweep.name = "architectures_isoflop_tuned"
         sweep.learning_rate.factors = (0.5, 1.0, 2.0)
         sweep.learning_rate.refine = 2
-        if scale == "cpu":  # Mamba's untuned best lay at its ladders' top: reach past it
-            sweep.variants.mamba.centre = ConfigDict({**_PRIOR, "n_opt": 5e4, "span": 3.2})
+        if scale == "cpu":  # these arms' best runs lay at a ladder's top: reach past it
+            for arm in ("alibi", "mamba", "moe"):
+                sweep.variants[arm].centre = ConfigDict({**_PRIOR, "n_opt": 5e4, "span": 3.2})
     if paired:  # the tuned plan's runs, seed 0's under the same ids
         sweep.budgets = sweep.budgets[-1:]
         sweep.variants = ConfigDict({k: sweep.variants[k].to_dict() for k in ("gpt", "mamba")})
