@@ -54,7 +54,8 @@ untuned plan's), and up to 2 rates more past either end where a point's best is 
 (``sweep.learning_rate.refine``); at cpu Mamba's, ALiBi's and MoE's ladders reach past the
 largest sizes where their best runs sat, and the plan is 369 runs before refining, 465 after
 (measured: 3.1 h of run time for the seven other arms, niced beside other work, 46 min for
-Mamba's 74 and 3.5 min for ALiBi's and MoE's 25 larger-size runs, with ``--parallel 2``). Fit and compare at those rates:
+Mamba's 74 and 3.5 min for ALiBi's and MoE's 25 larger-size runs, with ``--parallel 2``). Fit
+and compare at those rates:
 ``attnlab fit --sweep=DIR --law=chinchilla --by=architecture --best-over=train.learning_rate
 --multiplier-against=gpt``.
 

@@ -10,8 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from attnlab.plots.cli import plot_main
-from attnlab.scaling.cli import fit_main
+from attnlab import cli_flags
+from attnlab.plots.cli import PLOT_FLAGS, plot_main
+from attnlab.plots.figures import FIGURES
+from attnlab.scaling.cli import FitInputs, fit_main
 from attnlab.scaling.synthetic import CHINCHILLA_PUBLISHED, isoflop_points
 
 # Fits by the hundred: their programs run far longer than they compile (tests/conftest.py).
@@ -96,6 +98,9 @@ def test_plot_holdout_and_frontiers(kind, extra, sweep_csv, tmp_path, capsys):
     (["--by=model.pos_encoding", "--holdout=largest-budget", "--law=chinchilla"],
      "--by and --holdout"),
     (["--law=chinchilla", "--approach=2", "--profile=cubic"], "--profile"),
+    (["--law=chinchilla", "--form=n"], "--form does not apply to --law=chinchilla --approach=3"),
+    (["--law=chinchilla", "--approach=3", "--profile=whole"],
+     "--profile does not apply to --law=chinchilla --approach=3"),
 ])
 def test_bad_holdout_and_by_input_is_one_line_exit_2(argv, message, sweep_csv, tmp_path,
                                                      capsys):
@@ -117,11 +122,6 @@ def test_plot_kinds_need_their_flags(sweep_csv, tmp_path, capsys):
 
 
 def _figure(argv):
-    from attnlab import cli_flags
-    from attnlab.plots.cli import PLOT_FLAGS
-    from attnlab.plots.figures import FIGURES
-    from attnlab.scaling.cli import FitInputs
-
     values = cli_flags.parse(argv, PLOT_FLAGS, prog="attnlab plot", takes_config=False)
     return FIGURES[values["kind"].value]().draw(FitInputs.from_flags(values), 0, None)
 

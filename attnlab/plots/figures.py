@@ -47,10 +47,6 @@ class Figure:
         panels = {group: (lambda into, fit=fit, table=grouped.tables[group]:
                           self.panel(fit, table.frame, into))
                   for group, fit in grouped.fits.items()}
-        if not panels:
-            raise FitInputError(f"--by={inputs.by}: no group could be fitted ("
-                                + "; ".join(f"{g}: {why}" for g, why in grouped.skipped.items())
-                                + ")")
         notes = [f"not fitted: {group} ({why})" for group, why in grouped.skipped.items()]
         return scaling_plots.plot_by_group(inputs.by, panels, self.size, notes)
 
