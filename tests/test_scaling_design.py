@@ -75,6 +75,16 @@ def test_two_sizes_cannot_pin_the_law():
     assert "cannot separate" in warning and ">= 3 sizes" in warning
 
 
+def test_fewer_points_than_parameters_cannot_pin_the_law():
+    """Three points leave J^T J (5 x 5) singular whatever the condition of J's three nonzero
+    singular values: a verdict, not a crash (a one-budget plan's dry run)."""
+    n = SIZES[:3]
+    check = check_design(n, 20 * n)
+    assert math.isinf(check.condition) and math.isinf(check.widths["a"])
+    (warning,) = check.warnings()
+    assert "cannot separate" in warning and "3 points" in warning
+
+
 def test_a_decade_of_tokens_per_parameter_pins_more_than_a_narrow_band():
     """Same sizes, same number of points: each size at 5-160 tokens per parameter separates the
     terms far better than each at 18-22 (the spread an IsoFLOP ladder centred on each budget's

@@ -88,7 +88,9 @@ def parameter_covariance(jacobian: np.ndarray, noise: float) -> tuple[np.ndarray
     inf where J's columns are dependent."""
     scale = np.linalg.norm(jacobian, axis=0)
     scaled = jacobian / np.where(scale > 0, scale, 1.0)
-    condition = float(np.linalg.cond(scaled))
+    # Fewer points than parameters: np.linalg.cond sees only the nonzero singular values.
+    rows, columns = jacobian.shape
+    condition = float(np.linalg.cond(scaled)) if rows >= columns else math.inf
     if not (scale > 0).all() or not condition < SINGULAR_CONDITION:
         return np.full((jacobian.shape[1],) * 2, np.inf), condition
     inverse = np.linalg.inv(scaled.T @ scaled) / np.outer(scale, scale)
