@@ -99,7 +99,7 @@ def test_an_interval_is_refused_when_too_many_refits_fail():
     # Without an interval nothing is shown to be pinned: the exponents are named, not headlined.
     assert kept.to_dict()["unpinned"] == [] and set(out["unpinned"]) == {"a", "b"}
     assert out["too_wide"]["a"] == f"no 95% interval: {limit + 1} of 100 bootstrap refits failed"
-    from attnlab.scaling.cli import format_report
+    from attnlab.scaling.report import format_report
 
     assert "not pinned, no interval to show it: a, b\n" in format_report(refused, "t.csv", [])
     # A table of fits per group says which group's intervals were refused, and why.
@@ -176,7 +176,7 @@ def test_cluster_bootstrap_covers_where_the_row_bootstrap_does_not():
 
 
 def test_intervals_too_wide_to_act_on_are_unpinned_and_shown_by_name():
-    from attnlab.scaling.cli import format_report
+    from attnlab.scaling.report import format_report
 
     fit = _fit(100, 100)  # a, b in [0.4, 0.6]: width ~0.2, pinned
     assert fit.too_wide == {} and fit.to_dict()["unpinned"] == []

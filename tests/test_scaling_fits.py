@@ -8,7 +8,7 @@ import pytest
 
 from attnlab.scaling import (FitInputError, GridEdgeWarning, InitGrid, fit_approach1,
                              fit_approach2, fit_approach3, fit_kaplan, laws, prepare_curves)
-from attnlab.scaling.cli import bootstrap_line
+from attnlab.scaling.report import bootstrap_line
 from attnlab.scaling.synthetic import (CHINCHILLA_PUBLISHED, KAPLAN_PUBLISHED, grid_points,
                                        isoflop_points, learning_curves)
 

@@ -30,14 +30,14 @@ from attnlab.scaling.ladder import isoflop_slices
 from attnlab.scaling.errors import FitInputError, GridEdgeWarning
 from attnlab.scaling.fitting import fit_table
 from attnlab.scaling.grouped import GroupedFits, fit_by, format_grouped
-from attnlab.scaling.holdout import (HoldoutResult, format_holdout, frontier_baseline,
-                                     holdout_prediction, with_baselines)
+from attnlab.scaling.holdout import (HoldoutResult, format_holdout, holdout_prediction,
+                                     with_baselines)
 from attnlab.scaling.laws import VARIANT_FLAGS, Law
 from attnlab.scaling.multiplier import format_multipliers, grouped_multipliers
 from attnlab.scaling.parametric import parse_fix, positive_list
 from attnlab.scaling.picks import format_picks, read_at_best
 from attnlab.scaling.repick import redraw_picks
-from attnlab.scaling.result import pin_rule
+from attnlab.scaling.report import below_floor, format_report, format_trained_longer
 from attnlab.scaling.result import ScalingFit, jsonable
 from attnlab.scaling.table import (ScalingTable, parse_columns, prepare_curves, prepare_points,
                                    read_curves, read_table)
@@ -285,127 +285,6 @@ def _write_json(path: str, payload: dict) -> None:
     outputs.write_json(out, payload)
 
 
-def _number(value) -> str:
-    return "n/a" if value is None else f"{value:.5g}"
-
-
-def format_trained_longer(fit: ScalingFit, budgets: list[float], multipliers: list[float]) -> str:
-    """The lines ``--train-longer`` adds: per budget and multiplier M, N_opt(C) trained on
-    M·D_opt(C) tokens, its predicted loss and the change from the compute-optimal loss."""
-    if not multipliers:
-        return ""
-    if not budgets:
-        raise FitInputError("--train-longer needs --budget=C[,C...]: it trains each budget's "
-                            "compute-optimal model longer")
-    if not (fit.has_loss_model and fit.allocation_determined):
-        return (f"\ntrained longer: {fit.name} predicts no loss at an allocation (use "
-                f"--law=chinchilla --approach=3 or --law=kaplan --form=nd)\n")
-    level = f"{100 * fit.ci_level:g}%"
-    lines = ["", f"trained longer: N_opt(C) on M x D_opt(C) tokens (M x C FLOPs), {level} "
-                 f"intervals at fixed (N, D):",
-             f"  {'C':>10}{'M':>7}{'N':>11}{'D':>11}{'D/N':>9}{'loss':>9}{'low':>9}"
-             f"{'high':>9}{'change':>9}{'low':>9}{'high':>9}"]
-    for budget in budgets:
-        for m in multipliers:
-            p = fit.predict_trained_longer(budget, m)
-            lo, hi = p["ci"].get("loss", (None, None))
-            elo, ehi = p["ci"].get("change", (None, None))
-            cells = [f"{v:>9.4f}" if v is not None else f"{'n/a':>9}"
-                     for v in (p["loss"], lo, hi, p["change"], elo, ehi)]
-            lines.append(f"  {budget:>10.3g}{m:>7g}{p['N']:>11.3g}{p['D']:>11.3g}"
-                         f"{p['D'] / p['N']:>9.3g}" + "".join(cells))
-    return "\n".join(lines) + "\n"
-
-
-def bootstrap_line(fit: ScalingFit) -> str:
-    """What the bootstrap resampled, how many refits it kept, and whether it gives intervals."""
-    drawn = fit.resampling or {"unit": "row", "clusters": fit.n_points}
-    unit = (f"resampling {drawn['clusters']} clusters, the rows sharing a value of "
-            f"{drawn['column']!r} drawn together" if drawn["unit"] == "cluster"
-            else f"resampling {drawn['clusters']} {drawn['unit']}s"
-            + (f" within each {drawn['within']}" if drawn.get("within") else ""))
-    head = f"bootstrap ({unit}): {fit.n_bootstrap} of {fit.n_bootstrap_requested} refits"
-    if fit.intervals_refused:
-        return f"{head}; intervals {fit.refusal}"
-    return f"{head}, {100 * fit.ci_level:g}% percentile intervals"
-
-
-def below_floor(fit: ScalingFit, budgets: list[float], floor: float | None) -> list[float]:
-    """The budgets whose predicted compute-optimal loss lies below ``floor``."""
-    if floor is None or not fit.has_loss_model or not fit.allocation_determined:
-        return []
-    return [c for c in budgets if fit.predict_optimal(c)["loss"] < floor]
-
-
-def format_report(fit: ScalingFit, source: str, budgets: list[float],
-                  floor: float | None = None, table: ScalingTable | None = None) -> str:
-    """The human-readable table printed by ``attnlab fit``; with the fitted ``table``, each
-    predicted compute-optimal loss has the naive baseline beside it (the best run that spent at
-    most that compute)."""
-    level = f"{100 * fit.ci_level:g}%"
-    unit = "runs" if fit.part.needs_curves else "points"
-    lines = [fit.name, f"source: {source} ({fit.n_points} {unit})",
-             f"objective: {fit.objective:.6e} ({fit.objective_name})"]
-    if "starts_converged" in fit.details:
-        lines.append(f"grid: {fit.details['grid']['starts']} L-BFGS starts, "
-                     f"{fit.details['starts_converged']} converged; kept the best converged")
-    if fit.n_bootstrap_requested:
-        lines.append(bootstrap_line(fit))
-    else:
-        lines.append("bootstrap: none (pass --bootstrap=N for intervals)")
-    ci, wide = fit.ci, fit.too_wide
-    if wide and fit.intervals_refused:
-        lines.append(f"not pinned, no interval to show it: {', '.join(wide)}")
-    elif wide:  # lead with what the data pin: these go below the others, by name
-        lines.append(f"not pinned, an interval too wide to act on ({pin_rule(fit.part)}): "
-                     f"{', '.join(wide)}")
-    lines += ["", f"  {'parameter':<10}{'estimate':>14}{level + ' low':>14}{level + ' high':>14}"]
-    for name in sorted(fit.params, key=lambda n: n in fit.not_pinned):
-        value = fit.params[name]
-        low, high = ci.get(name, (None, None))
-        flag = ("   not pinned by the data" if name in fit.unpinned
-                else "   not pinned: " + wide[name] if name in wide
-                else "   held by --fix" if name in fit.details.get("fixed", {}) else "")
-        shown = "not pinned" if name in wide else _number(value)
-        lines.append(f"  {name:<10}{shown:>14}{_number(low):>14}{_number(high):>14}"
-                     f"{flag}")
-    for budget in budgets:
-        convention = (f"C = {fit.flops_per_param_token:.3g}·N·D" if fit.predicts_loss
-                      else "power laws in C")
-        lines += ["", f"compute-optimal at C = {budget:.4g} FLOPs ({convention}):"]
-        if not fit.allocation_determined:
-            lines.append("  not determined: the fit does not pin the allocation (see the "
-                         "warnings)")
-            continue
-        prediction = fit.predict_optimal(budget)
-        for name in ("N_opt", "D_opt", "loss"):
-            low, high = prediction["ci"].get(name, (None, None))
-            value = prediction[name]
-            if name == "loss" and value is None:
-                lines.append(f"  {'loss':<10}{'n/a':>14}   (approach {fit.approach} models no "
-                             f"loss; use approach 3)")
-                continue
-            lines.append(f"  {name:<10}{_number(value):>14}{_number(low):>14}{_number(high):>14}")
-        lines += _baseline_line(prediction, table, budget)
-        if budget in below_floor(fit, [budget], floor):
-            lines.append(f"  warning: the predicted loss is below the floor {floor:.6g}: the law "
-                         f"extrapolates past what any model can reach")
-    for warning in fit.warnings:
-        lines.append(f"warning: {warning}")
-    for note in fit.notes:
-        lines.append(f"note: {note}")
-    return "\n".join(lines) + "\n"
-
-
-def _baseline_line(prediction: dict, table: ScalingTable | None, budget: float) -> list[str]:
-    base = frontier_baseline(table.frame, budget) if table is not None else None
-    if base is None or prediction.get("loss") is None:
-        return []
-    return [f"  {'naive':<10}{_number(base['loss']):>14}   {base['rule']} (N {base['N']:.3g}, "
-            f"D {base['D']:.3g}, C {base['C']:.3g}); the law: "
-            f"{100 * (prediction['loss'] / base['loss'] - 1):+.1f}%"]
-
-
 def _check_law_flags(values: flags.FlagValues, law: Law) -> None:
     """Refuses the flags this law would silently ignore and those only another law reads."""
     for name in law.refused_flags:
@@ -428,6 +307,58 @@ def check_variant_flags(values: flags.FlagValues, law: Law) -> None:
                        f" --form={law.form}" if law.form else "")
             raise FitInputError(f"--{name} does not apply to --law={law.name}{variant} "
                                 f"({law.title or law.name} does not read it)")
+
+
+def _check_modes(values: flags.FlagValues, inputs: FitInputs, law: Law) -> None:
+    """Refuses the flags one mode (one fit, --by's groups, --holdout) cannot honour."""
+    holdout, floor = values["holdout"].value, values["floor"].value
+    for name in ("train-longer",) + law.own_flags:
+        if values[name].value and (inputs.by or holdout):
+            raise FitInputError(f"--{name} reports on one fit: leave out --by and --holdout")
+    if floor is not None and not floor > 0:
+        raise FitInputError(f"--floor must be a loss > 0, not {floor}")
+    against = values["multiplier-against"].value
+    if against and not inputs.by:
+        raise FitInputError("--multiplier-against compares groups: add --by=COLUMN")
+    if against and not law.closed_frontier:
+        raise FitInputError("--multiplier-against needs approach 3's law: --law=chinchilla "
+                            "--approach=3")
+    if floor is not None and inputs.by:
+        raise FitInputError("--floor flags one fit's predictions: leave out --by")
+    if inputs.by and holdout:
+        raise FitInputError("--by and --holdout: run one fit per group with --holdout "
+                            "on each group's own table; together they are not supported")
+
+
+def _grouped_fits(inputs: FitInputs, law: Law, n_bootstrap: int, raw, budgets: list[float],
+                  against: str | None) -> dict:
+    """``--by``: one fit per group, printed, with compute multipliers against one group."""
+    grouped = run_grouped(inputs, law, n_bootstrap, raw)
+    sys.stdout.write(format_grouped(grouped, budgets))
+    payload = grouped.to_dict(budgets)
+    if against:
+        frame = grouped_multipliers(grouped, against, budgets)
+        sys.stdout.write("\n" + format_multipliers(frame))
+        payload["multipliers"] = jsonable(frame.to_dict(orient="records"))
+    return payload
+
+
+def _one_fit(values: flags.FlagValues, inputs: FitInputs, law: Law, raw,
+             budgets: list[float]) -> dict:
+    """One fit of the whole table, printed with --train-longer's and the law's own lines."""
+    floor, longer = values["floor"].value, _multipliers(values["train-longer"].value)
+    own = {name: values[name].value for name in law.own_flags}
+    table, fit = run_fit(inputs, law, values["bootstrap"].value, raw)
+    extra, entries = law.extra_report(fit, budgets, own)
+    sys.stdout.write(format_report(fit, table.source, budgets, floor, table)
+                     + format_trained_longer(fit, budgets, longer) + extra)
+    payload = with_baselines(fit.to_dict(budgets, longer), table.frame) | entries
+    if floor is not None:
+        low = below_floor(fit, budgets, floor)
+        payload["floor"] = floor
+        for prediction in payload.get("predictions", []):
+            prediction["below_floor"] = prediction["C"] in low
+    return payload
 
 
 def _own_fit_main(values: flags.FlagValues, inputs: FitInputs, law: Law) -> int:
@@ -461,51 +392,19 @@ def fit_main(argv: list[str]) -> int:
                                           what="each (N, D) point", fixed=bool(fixed)))
         if not law.fits_table:
             return _own_fit_main(values, inputs, law)
+        _check_modes(values, inputs, law)
         budgets = _budgets(values["budget"].value)
-        longer = _multipliers(values["train-longer"].value)
-        own = {name: values[name].value for name in law.own_flags}
-        for name in ("train-longer",) + law.own_flags:
-            if values[name].value and (inputs.by or values["holdout"].value):
-                raise FitInputError(f"--{name} reports on one fit: leave out --by and --holdout")
         n_bootstrap, holdout = values["bootstrap"].value, values["holdout"].value
-        floor = values["floor"].value
-        if floor is not None and not floor > 0:
-            raise FitInputError(f"--floor must be a loss > 0, not {floor}")
-        against = values["multiplier-against"].value
-        if against and not inputs.by:
-            raise FitInputError("--multiplier-against compares groups: add --by=COLUMN")
-        if against and not law.closed_frontier:
-            raise FitInputError("--multiplier-against needs approach 3's law: --law=chinchilla "
-                                "--approach=3")
-        if floor is not None and inputs.by:
-            raise FitInputError("--floor flags one fit's predictions: leave out --by")
-        if inputs.by and holdout:
-            raise FitInputError("--by and --holdout: run one fit per group with --holdout "
-                                "on each group's own table; together they are not supported")
         if inputs.by:
-            grouped = run_grouped(inputs, law, n_bootstrap, raw)
-            sys.stdout.write(format_grouped(grouped, budgets))
-            payload = grouped.to_dict(budgets)
-            if against:
-                frame = grouped_multipliers(grouped, against, budgets)
-                sys.stdout.write("\n" + format_multipliers(frame))
-                payload["multipliers"] = jsonable(frame.to_dict(orient="records"))
+            payload = _grouped_fits(inputs, law, n_bootstrap, raw, budgets,
+                                    values["multiplier-against"].value)
         elif holdout:
-            held = run_holdout(inputs, law, n_bootstrap, holdout, floor, raw)
+            held = run_holdout(inputs, law, n_bootstrap, holdout, values["floor"].value, raw)
             sys.stdout.write(format_report(held.fit, inputs.results or "", budgets) + "\n"
                              + format_holdout(held))
             payload = held.to_dict()
         else:
-            table, fit = run_fit(inputs, law, n_bootstrap, raw)
-            extra, entries = law.extra_report(fit, budgets, own)
-            sys.stdout.write(format_report(fit, table.source, budgets, floor, table)
-                             + format_trained_longer(fit, budgets, longer) + extra)
-            payload = with_baselines(fit.to_dict(budgets, longer), table.frame) | entries
-            if floor is not None:
-                low = below_floor(fit, budgets, floor)
-                payload["floor"] = floor
-                for prediction in payload.get("predictions", []):
-                    prediction["below_floor"] = prediction["C"] in low
+            payload = _one_fit(values, inputs, law, raw, budgets)
         if picks is not None:
             payload |= {"best_over": inputs.best_over,
                         "picks": jsonable(picks.to_dict(orient="records"))}

@@ -204,7 +204,7 @@ def report(fit3: ScalingFit | None, fit2: ScalingFit | None, messages: list[str]
            budgets: tuple[float, ...], table: ScalingTable | None = None) -> str:
     """The printed summary: the law, `attnlab fit`'s table of estimates and compute-optimal
     allocations, and approach 2's exponents."""
-    from attnlab.scaling.cli import format_report  # the report `attnlab fit` prints
+    from attnlab.scaling.report import format_report  # the report `attnlab fit` prints
 
     lines = []
     # The allocation the data pin comes first: approach 2's, where approach 3's is loose.
