@@ -52,9 +52,10 @@ Scales ``cpu_tuned`` and ``gpu_tuned``: every architecture's points at their own
 not one rule for all: the plan at the rule's rate times 1/2, 1 and 2 (the runs at 1 are the
 untuned plan's), and up to 2 rates more past either end where a point's best is at the end
 (``sweep.learning_rate.refine``); at cpu Mamba's, ALiBi's and MoE's ladders reach past the
-largest sizes where their best runs sat, and the plan is 369 runs before refining, 465 after
-(measured: 3.1 h of run time for the seven other arms, niced beside other work, 46 min for
-Mamba's 74 and 3.5 min for ALiBi's and MoE's 25 larger-size runs, with ``--parallel 2``). Fit
+largest sizes where their best runs sat (ALiBi's widest), and the plan is 384 runs before
+refining, 485 after (measured: 3.1 h of run time for the seven other arms, niced beside other
+work, 46 min for Mamba's 74 and 7.5 min for ALiBi's and MoE's 45 wider-ladder runs, with
+``--parallel 2``). Fit
 and compare at those rates:
 ``attnlab fit --sweep=DIR --law=chinchilla --by=architecture --best-over=train.learning_rate
 --multiplier-against=gpt``.
@@ -152,8 +153,8 @@ def get_config(scale: str = "cpu") -> ConfigDict:
         sweep.learning_rate.factors = (0.5, 1.0, 2.0)
         sweep.learning_rate.refine = 2
         if scale == "cpu":  # these arms' best runs lay at a ladder's top: reach past it
-            for arm in ("alibi", "mamba", "moe"):
-                sweep.variants[arm].centre = ConfigDict({**_PRIOR, "n_opt": 5e4, "span": 3.2})
+            for arm, span in (("alibi", 4.0), ("mamba", 3.2), ("moe", 3.2)):
+                sweep.variants[arm].centre = ConfigDict({**_PRIOR, "n_opt": 5e4, "span": span})
     if paired:  # the tuned plan's runs, seed 0's under the same ids
         sweep.budgets = sweep.budgets[-1:]
         sweep.variants = ConfigDict({k: sweep.variants[k].to_dict() for k in ("gpt", "mamba")})

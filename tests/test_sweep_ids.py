@@ -144,9 +144,9 @@ PLAN_DIGESTS = {
     "chinchilla_isoflop:cpu_tuned": ("8add688c0f30185b", "e030e24c0af4b2ff"),
     "chinchilla_isoflop:gpu_tuned": ("437ef52158c28326", "9e6f9406368b39a6"),
     # Changed on purpose: Mamba's, ALiBi's and MoE's ladders reach past their best runs at the
-    # ladders' tops (33 runs more); the 336 earlier runs keep their ids
-    # (test_a_grown_plan_keeps_its_earlier_runs).
-    "architectures:cpu_tuned": ("c3abf5de605f06af", "bd3620193a2b5e3e"),
+    # ladders' tops (33 runs more), then ALiBi's wider still (15 more); the 336 earlier runs keep
+    # their ids (test_a_grown_plan_keeps_its_earlier_runs).
+    "architectures:cpu_tuned": ("fb09a0c39b02744d", "612c49e2cedbfcad"),
     "architectures:gpu_tuned": ("9be0d6d7a3b5bfef", "e8eee43041670fb7"),
     # The quickstart on shards (new): the quickstart's runs reading data.source=shards at the
     # path after the colon (the corpus benchmarks/data_shards.py --corpus writes).
@@ -256,10 +256,12 @@ def test_every_shipped_experiment_is_guarded():
 
 
 def test_a_grown_plan_keeps_its_earlier_runs():
-    """The tuned architecture plan grew three arms' ladders: its 336 runs from before keep their
-    ids (their digest), so a rerun reuses them and trains only the 33 new ones."""
+    """The tuned architecture plan grew three arms' ladders, twice for ALiBi: its 336 runs from
+    before keep their ids (their digest), so a rerun reuses them and trains only the 48 new ones."""
     grown = {"mamba": {(6e10, 26496), (1.5e11, 44736), (3.75e11, 65200), (3.75e11, 88992)},
-             "alibi": {(6e10, 20672), (1.5e11, 49040), (3.75e11, 68064)},
+             "alibi": {(6e10, 20672), (1.5e11, 49040), (3.75e11, 68064),  # span 3.2
+                       (6e10, 2864), (6e10, 33088), (1.5e11, 4872), (1.5e11, 68064),
+                       (3.75e11, 115328)},  # span 4
              "moe": {(6e10, 78272), (1.5e11, 148288), (1.5e11, 228880), (3.75e11, 326880)}}
     earlier = [r.run_id for r in planned("architectures", "cpu_tuned")
                if (r.budget, r.params["total"]) not in grown.get(r.axes["architecture"], ())]
