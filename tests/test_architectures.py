@@ -142,8 +142,8 @@ def test_the_paired_plan_adds_seed_1_to_the_tuned_plans_runs():
 
 def test_the_tuned_plan_reaches_past_the_ladders_tops_where_the_best_sat():
     """Mamba's, ALiBi's and MoE's best runs sat at a ladder's largest size: the tuned plan keeps
-    every untuned run's point and adds larger sizes at each budget for them; the other arms'
-    ladders are the same."""
+    every untuned run's point and adds larger sizes at each budget for them (ALiBi's wider band a
+    smaller one too); the other arms' ladders are the same."""
     def sizes(scale):
         found = {}
         for run in plan(load_spec(f"{EXPERIMENT}:{scale}")):
@@ -155,8 +155,11 @@ def test_the_tuned_plan_reaches_past_the_ladders_tops_where_the_best_sat():
     assert untuned.keys() == tuned.keys()
     for (arm, budget), ladder in untuned.items():
         if arm in ("alibi", "mamba", "moe"):
-            assert ladder < tuned[arm, budget] and min(tuned[arm, budget]) == min(ladder)
-            assert min(tuned[arm, budget] - ladder) > max(ladder)
+            added = tuned[arm, budget] - ladder
+            assert ladder < tuned[arm, budget] and max(added) > max(ladder)
+            below = {n for n in added if n < min(ladder)}
+            assert added - below == {n for n in added if n > max(ladder)}
+            assert not below or arm == "alibi"
         else:
             assert tuned[arm, budget] == ladder
 

@@ -21,7 +21,7 @@ import pandas as pd
 from matplotlib import colormaps
 from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
-from matplotlib.ticker import ScalarFormatter
+from matplotlib.ticker import EngFormatter, LogLocator, NullFormatter, ScalarFormatter
 
 from attnlab import outputs
 from attnlab.scaling.approach1 import lower_envelope
@@ -136,6 +136,14 @@ def _log_axes(ax) -> None:
     ax.yaxis.set_minor_formatter(ScalarFormatter())
 
 
+def _size_axis(axis) -> None:
+    """Parameter counts as 5k, 10k, 20k: over one or two decades the default labels of a log
+    axis (3×10⁴ beside 4×10⁴) run into each other."""
+    axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(EngFormatter(sep=""))
+    axis.set_minor_formatter(NullFormatter())
+
+
 def plot_loss_vs_params(frame: pd.DataFrame, fit: ScalingFit | None = None, into=None) -> Figure:
     """Kaplan et al. 2020 Fig. 4 (left) style: loss against N (log-log), one colour per token
     count D (log-spaced bins of D when the sweep has many), with the fitted law's line at each D
@@ -166,6 +174,7 @@ def plot_loss_vs_params(frame: pd.DataFrame, fit: ScalingFit | None = None, into
         if problems:
             _note(ax, "; ".join(problems))
     _log_axes(ax)
+    _size_axis(ax.xaxis)
     ax.set_xlabel(N_LABEL)
     ax.set_ylabel(LOSS_LABEL)
     title = "loss vs model size"
@@ -237,6 +246,7 @@ def plot_isoflops(fit: ScalingFit, into=None) -> Figure:
         left.scatter([profile["N_opt"]], [profile["loss_opt"]], color=colour, marker="v",
                      edgecolor="black", s=60, zorder=4)
     left.set_xscale("log")
+    _size_axis(left.xaxis)
     left.set_xlabel(N_LABEL)
     left.set_ylabel(LOSS_LABEL)
     left.set_title("IsoFLOP profiles (▼ minimum; hollow: outside the fitted window)",
