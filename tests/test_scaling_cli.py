@@ -2,6 +2,7 @@
 one clear error (exit code 2, no traceback) for each kind of bad input."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -185,6 +186,20 @@ def test_plot_writes_png_and_pdf(kind, extra, isoflop_csv, tmp_path, capsys):
         rc = plot_main([f"--sweep={source}", f"--kind={kind}", f"--plot={out}"] + extra)
         assert rc == 0, capsys.readouterr().err
         assert out.read_bytes()[:4] == magic
+
+
+def test_plot_draws_the_runs_when_the_law_does_not_converge(tmp_path, capsys):
+    """The Markov ladder's losses sit on a floor Kaplan's law has no term for: `fit` refuses
+    (no start converges), `plot --kind=loss-vs-params` still draws the runs, noting why there
+    are no lines, with one warning line."""
+    table = Path(__file__).resolve().parents[1] / "docs/results/markov_ladder_gpu.csv"
+    assert fit_main([f"--sweep={table}", "--law=kaplan"]) == 2
+    assert "did not converge" in capsys.readouterr().err
+    out = tmp_path / "points.png"
+    assert plot_main([f"--sweep={table}", "--kind=loss-vs-params", f"--plot={out}"]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("warning: no fitted lines: ") and "did not converge" in err
+    assert err.count("\n") == 1 and out.read_bytes()[:4] == b"\x89PNG"
 
 
 def test_plot_contours_and_curves(chinchilla_csv, tmp_path, capsys):

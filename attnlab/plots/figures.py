@@ -6,13 +6,14 @@ as ``attnlab fit --by`` fits it."""
 from __future__ import annotations
 
 import dataclasses
+import sys
 from typing import ClassVar
 
 from attnlab.plots import scaling as scaling_plots
 from attnlab.scaling import registry
 from attnlab.scaling.cli import (FitInputs, load_table, read_results, run_fit, run_grouped,
                                  run_holdout)
-from attnlab.scaling.errors import FitInputError
+from attnlab.scaling.errors import FitError, FitInputError
 from attnlab.scaling.grouped import group_values
 from attnlab.scaling.laws import Law
 
@@ -61,6 +62,18 @@ class LossVsParams(Figure):
 
     def panel(self, fit, frame, into=None):
         return scaling_plots.plot_loss_vs_params(frame, fit, into)
+
+    def draw(self, inputs, n_bootstrap, holdout):
+        if inputs.by:
+            return super().draw(inputs, n_bootstrap, holdout)
+        law = self.law(inputs)
+        try:
+            table, fit = run_fit(inputs, law, n_bootstrap)
+        except FitError as error:  # the runs are worth seeing without their law's lines
+            why = f"no fitted lines: {error}"
+            sys.stderr.write(f"warning: {why}\n")
+            return scaling_plots.plot_loss_vs_params(load_table(inputs, law).frame, missing=why)
+        return self.panel(fit, table.frame)
 
 
 class LossVsCompute(Figure):

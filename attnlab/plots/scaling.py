@@ -61,10 +61,13 @@ def _line(ax, x, y, **style) -> bool:
     return True
 
 
-def _note(ax, text: str, width: int = 60) -> None:
-    """A visible note in the axes' lower left corner (what this figure could not draw)."""
-    ax.text(0.02, 0.02, textwrap.fill(text, width, break_on_hyphens=False),
-            transform=ax.transAxes, fontsize=7, color="darkred", va="bottom", zorder=5,
+def _note(ax, text: str, width: int = 60, top: bool = False) -> None:
+    """A visible note in the axes' lower left corner, or upper right (what this figure could not
+    draw)."""
+    ax.text(0.98 if top else 0.02, 0.98 if top else 0.02,
+            textwrap.fill(text, width, break_on_hyphens=False), transform=ax.transAxes,
+            fontsize=7, color="darkred", ha="right" if top else "left",
+            va="top" if top else "bottom", zorder=5,
             bbox={"facecolor": "white", "edgecolor": "darkred", "alpha": 0.85})
 
 
@@ -144,10 +147,11 @@ def _size_axis(axis) -> None:
     axis.set_minor_formatter(NullFormatter())
 
 
-def plot_loss_vs_params(frame: pd.DataFrame, fit: ScalingFit | None = None, into=None) -> Figure:
+def plot_loss_vs_params(frame: pd.DataFrame, fit: ScalingFit | None = None, into=None,
+                        missing: str | None = None) -> Figure:
     """Kaplan et al. 2020 Fig. 4 (left) style: loss against N (log-log), one colour per token
     count D (log-spaced bins of D when the sweep has many), with the fitted law's line at each D
-    (Kaplan L(N, D) or Chinchilla approach 3)."""
+    (Kaplan L(N, D) or Chinchilla approach 3); ``missing``: why there is no fit, noted."""
     figure, ax = _figure(7.4, 4.6, into=into)
     token_groups = _token_groups(frame["tokens"].to_numpy())
     binned = not np.allclose(token_groups, frame["tokens"].to_numpy(), rtol=1e-3)
@@ -173,6 +177,8 @@ def plot_loss_vs_params(frame: pd.DataFrame, fit: ScalingFit | None = None, into
             problems.append("the fitted law is not finite here: some curves not drawn")
         if problems:
             _note(ax, "; ".join(problems))
+    if missing:  # a loss falls with N: the upper right is where no run is
+        _note(ax, missing, top=True)
     _log_axes(ax)
     _size_axis(ax.xaxis)
     ax.set_xlabel(N_LABEL)
