@@ -88,6 +88,7 @@ def test_dry_run_shows_roles_and_the_flops_saved():
     assert spent / separate == pytest.approx(46 / 70)
     line, = [n for n in notes if n.startswith("ladder:")]
     assert f"{separate:.3g}" in line and f"{1 - spent / separate:.0%} saved" in line
+    assert not any("budgets" in note for note in notes)  # a ladder plans no FLOP budgets
 
 
 @pytest.mark.slow

@@ -334,6 +334,7 @@ def test_cli_dry_run_prints_the_plan(tmp_path):
     for run in plan(load_spec("experiments/tiny_isoflop.py")):
         assert run.run_id in result.stdout
     assert "6 runs (6 to run)" in result.stdout
+    assert "isoflop budgets use the '" in result.stdout
     assert not (tmp_path / "w").exists()  # a dry run writes nothing
 
 

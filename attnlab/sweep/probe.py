@@ -173,9 +173,11 @@ def _plan_notes(spec: SweepSpec, runs: list, units: list, todo: list) -> list[st
         notes.append(f"ensembles: {len(runs)} runs in {len(units)} units of up to "
                      f"{max(map(len, units))} runs, each unit one compiled program (the time "
                      f"estimates below are for lone runs: an upper bound)")
+    budgets = (f"; isoflop budgets use the '{spec.flops_per_token}' count"
+               if spec.kind.uses_budgets else "")
     notes.append(f"{len(runs)} runs ({len(todo)} to run); total "
                  f"{sum(r.trained_flops('chinchilla') for r in runs):.3g} FLOPs (chinchilla "
-                 f"count); isoflop budgets use the '{spec.flops_per_token}' count")
+                 f"count){budgets}")
     if spec.kind.uses_branches:
         notes.append(ladder_note(runs))
     if spec.kind.fitted_by_chinchilla:
