@@ -65,6 +65,22 @@ def test_the_fit_at_each_points_best_rate_is_the_fit_of_those_runs(tmp_path, cap
     assert "each (N, D) point at its best train.learning_rate" in capsys.readouterr().out
 
 
+def test_a_fit_that_pools_the_rates_says_so(tmp_path, capsys):
+    """Without --best-over a point's runs at five rates are fitted as replicates: one note says
+    so and names the flag; at each point's best rate, or with the seeds alone varying, no note."""
+    table = lr_table()
+    flags = ("--law=chinchilla", "--approach=2", "--bootstrap=0")
+    note = "rows at one (N, D) differ in train.learning_rate: fitted as replicates"
+    pooled = fit_json(tmp_path, table, "pooled", *flags)
+    assert any(n.startswith(note) and "--best-over=train.learning_rate" in n
+               for n in pooled["notes"])
+    at_best = table[np.isclose(table["train.learning_rate"], best_rate(table["params"]))]
+    assert not any("rows at one (N, D)" in n
+                   for n in fit_json(tmp_path, at_best, "seeds", *flags)["notes"])
+    picked = fit_json(tmp_path, table, "picked", "--best-over=train.learning_rate", *flags)
+    assert not any("rows at one (N, D)" in n for n in picked["notes"])
+
+
 def test_a_rate_with_an_unfinished_run_is_not_picked(tmp_path, capsys):
     table = lr_table()
     point = table["params"] == table["params"].iloc[0]

@@ -207,6 +207,8 @@ def prepare_points(df: pd.DataFrame, *, law: str | Law, source: str = "results",
     used.update(law.table_columns(df, mapping, source))
     _cluster_column(df, cluster, used, source, notes)
     _repeats_note(df, used, notes)
+    if not law.run_columns:  # else a run's loss reads more than N and D: rows may differ
+        notes += pooled_notes(df, used)
     notes += corpora_notes(df)
     return law.check_table(_finish(df, used, law, source, notes))
 
@@ -236,6 +238,25 @@ def corpora_notes(df: pd.DataFrame) -> list[str]:
     return [f"the runs trained on {len(counts)} different corpora (column {column!r}: {found}), "
             f"whose losses need not be comparable: fit or compare each corpus's runs alone "
             f"(attnlab fit --by={column})"]
+
+
+def pooled_notes(df: pd.DataFrame, used: dict[str, str]) -> list[str]:
+    """A note when rows at one (N, D) differ in a config column (``section.key``, seeds aside):
+    the law fits them as replicates of one point, e.g. a point's runs at several learning
+    rates, which average a bad rate into the point's loss."""
+    if not {"params", "tokens"} <= set(used):
+        return []
+    groups = df.groupby([df[used["params"]], df[used["tokens"]]], sort=False)
+    varied = [column for column in df.columns
+              if "." in str(column) and not str(column).endswith(".seed")
+              and column not in used.values()
+              and (groups[column].nunique(dropna=False) > 1).any()]
+    if not varied:
+        return []
+    named = ", ".join(map(str, varied))
+    return [f"rows at one (N, D) differ in {named}: fitted as replicates of one point; "
+            f"--best-over={varied[0]} keeps each point's best run, --by={varied[0]} fits each "
+            f"value alone"]
 
 
 def _repeats_note(df, used, notes) -> None:
