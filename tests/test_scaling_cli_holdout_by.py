@@ -171,8 +171,27 @@ def test_plot_by_draws_each_group_as_it_draws_that_group_alone(kind, sweep_csv, 
      "--kind=frontiers would ignore it"),
     (["--kind=isoflop", SMALL_GRID], "--grid does not apply to --law=chinchilla --approach=2"),
     (["--kind=contours", "--window=1"], "--window does not apply to --law=chinchilla --approach=3"),
+    # A figure of one law refuses another's name rather than draw its own under it.
+    (["--kind=isoflop", "--approach=3"],
+     "--kind=isoflop draws Chinchilla approach 2, not Chinchilla approach 3"),
+    (["--kind=contours", "--law=kaplan"],
+     "--kind=contours draws Chinchilla approach 3, not Kaplan L(N, D)"),
+    (["--kind=isoflop", "--law=overtrain"], "--kind=isoflop draws Chinchilla approach 2, not"),
+    (["--kind=loss-vs-compute", "--approach=2"],
+     "--kind=loss-vs-compute fits nothing without --curves"),
 ])
 def test_a_plot_flag_the_kind_would_ignore_is_one_error(argv, message, sweep_csv, tmp_path,
                                                         capsys):
     assert plot_main([f"--sweep={sweep_csv}", f"--plot={tmp_path / 'x.png'}", *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["--kind=isoflop", "--law=chinchilla"],
+                                  ["--kind=isoflop", "--approach=2"],
+                                  ["--kind=contours", "--law=chinchilla", "--approach=3"]])
+def test_a_plot_takes_the_name_of_the_law_it_draws(argv, sweep_csv, tmp_path):
+    """--law=chinchilla alone names the figure's own approach (what is not given is the
+    figure's)."""
+    out = tmp_path / "x.png"
+    assert plot_main([f"--sweep={sweep_csv}", f"--plot={out}", *argv]) == 0
+    assert out.read_bytes()[:4] == b"\x89PNG"

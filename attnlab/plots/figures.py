@@ -28,10 +28,18 @@ class Figure:
     size: ClassVar[tuple[float, float]] = (11, 4.4)  # one group's row, with --by
 
     def check(self, inputs: FitInputs, holdout: str | None) -> None:
-        """Refuses flags the figure cannot be drawn from (FitInputError naming the flag)."""
+        """Refuses flags the figure cannot be drawn from (FitInputError naming the flag): a
+        --holdout, and a --law, --approach or --form naming a law other than the one it draws."""
         if holdout:
             raise FitInputError(f"--holdout draws --kind=holdout; --kind={self.name} would "
                                 f"ignore it")
+        drawn = self.law(inputs)
+        if inputs.law or inputs.approach or inputs.form:  # what is not given is the figure's
+            asked = registry.law_named(inputs.law or drawn.name, inputs.approach or drawn.approach,
+                                       inputs.form or drawn.form)
+            if type(asked) is not type(drawn):
+                raise FitInputError(f"--kind={self.name} draws {_short(drawn)}, not "
+                                    f"{_short(asked)}: leave out --law, --approach and --form")
 
     def law(self, inputs: FitInputs) -> Law:
         return inputs.part("chinchilla")
@@ -50,6 +58,11 @@ class Figure:
                   for group, fit in grouped.fits.items()}
         notes = [f"not fitted: {group} ({why})" for group, why in grouped.skipped.items()]
         return scaling_plots.plot_by_group(inputs.by, panels, self.size, notes)
+
+
+def _short(law: Law) -> str:
+    """A law's name without its equation: "Chinchilla approach 2", "Kaplan L(N, D)"."""
+    return (law.title or law.name).split(":")[0].split(" = ")[0]
 
 
 class LossVsParams(Figure):
@@ -87,6 +100,12 @@ class LossVsCompute(Figure):
 
     def panel(self, fit, frame, into=None):
         return scaling_plots.plot_loss_vs_compute(frame, fit, into)
+
+    def check(self, inputs, holdout):
+        if inputs.approach and not inputs.curves:
+            raise FitInputError(f"--approach={inputs.approach}: --kind={self.name} fits "
+                                f"nothing without --curves (approach 1's envelope); leave it out")
+        super().check(inputs, holdout)
 
     def draw(self, inputs, n_bootstrap, holdout):
         if inputs.curves:  # approach 1's envelope is the frontier
