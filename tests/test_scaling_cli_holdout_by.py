@@ -99,13 +99,15 @@ def test_plot_holdout_and_frontiers(kind, extra, sweep_csv, tmp_path, capsys):
      "--by and --holdout"),
     (["--law=chinchilla", "--approach=2", "--profile=cubic"], "--profile"),
     (["--law=chinchilla", "--form=n"], "--form does not apply to --law=chinchilla --approach=3"),
+    (["--law=kaplan", "--approach=3"], "--approach does not apply to --law=kaplan --form=nd"),
     (["--law=chinchilla", "--approach=3", "--profile=whole"],
      "--profile does not apply to --law=chinchilla --approach=3"),
 ])
 def test_bad_holdout_and_by_input_is_one_line_exit_2(argv, message, sweep_csv, tmp_path,
                                                      capsys):
     results = sweep_csv if "--by" in " ".join(argv) else _rope_only(sweep_csv, tmp_path)
-    grid = [] if "--approach=2" in argv else [SMALL_GRID]  # approach 2 refuses --grid
+    # Approach 2 and Kaplan's laws refuse --grid.
+    grid = [] if {"--approach=2", "--law=kaplan"} & set(argv) else [SMALL_GRID]
     rc = fit_main([f"--sweep={results}", "--bootstrap=0", *grid, *argv])
     err = capsys.readouterr().err
     assert rc == 2

@@ -299,10 +299,11 @@ def _check_law_flags(values: flags.FlagValues, law: Law) -> None:
 
 
 def check_variant_flags(values: flags.FlagValues, law: Law) -> None:
-    """Refuses --profile, --window, --grid and --form, given, where ``law`` does not read them
-    (each has a default, so only a flag on the command line counts)."""
+    """Refuses --profile, --window, --grid, --form and --approach, given, where ``law`` does not
+    read them (its ``reads`` and its family's ``selector``; some have defaults, so only a flag on
+    the command line counts)."""
     for name in VARIANT_FLAGS:
-        if values[name].present and name not in law.reads:
+        if values[name].present and name not in law.reads + (law.selector,):
             variant = (f" --approach={law.approach}" if law.approach else
                        f" --form={law.form}" if law.form else "")
             raise FitInputError(f"--{name} does not apply to --law={law.name}{variant} "

@@ -17,8 +17,9 @@ import numpy as np
 from attnlab.scaling.errors import FitError
 
 FLOPS_PER_PARAM_TOKEN = 6.0
-# Fit flags that only some laws read (Law.reads): refused where the law would ignore them.
-VARIANT_FLAGS = ("profile", "window", "grid", "form")
+# Fit flags that only some laws read (Law.reads, and a family's own selector): refused where
+# the law would ignore them.
+VARIANT_FLAGS = ("profile", "window", "grid", "form", "approach")
 
 
 def training_flops(n, d, flops_per_param_token: float = FLOPS_PER_PARAM_TOKEN):
@@ -208,7 +209,6 @@ class KaplanLaw(Law):
 
     name = "kaplan"
     selector, default_variant = "form", "nd"
-    reads = ("form",)
     params_columns = ("non_embedding_params", "params")
     predicts_loss = True
 
