@@ -237,6 +237,23 @@ def test_compare_best_over_prints_the_picks_and_writes_them(tmp_path, capsys):
     assert "--best-over=params: params is also --by or --match" in capsys.readouterr().err
 
 
+def test_a_comparison_that_pools_the_rates_says_so(tmp_path, capsys):
+    """Without --best-over an arm's runs at four rates are compared as its seeds: one note
+    names the column and the flags; with it, or with the rate matched, no note."""
+    path = tmp_path / "results.csv"
+    _rate_grid(np.random.default_rng(10), {"cosine": (4e-3, 2.0), "wsd": (2e-3, 1.95)}).rename(
+        columns={"learning_rate": "train.learning_rate"}).to_csv(path, index=False)
+    flags = [f"--sweep={path}", "--by=schedule", "--baseline=cosine"]
+    assert compare_main(flags) == 0
+    notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note:")]
+    assert notes == ["note: an arm's runs at one point differ in train.learning_rate: compared "
+                     "as its seeds; --best-over=train.learning_rate takes each point's best, "
+                     "--match=params,tokens,train.learning_rate compares each value alone"]
+    for more in ("--best-over=train.learning_rate", "--match=params,tokens,train.learning_rate"):
+        assert compare_main(flags + [more, "--pair=seed"]) == 0
+        assert "compared as its seeds" not in capsys.readouterr().out
+
+
 def test_best_over_with_no_finished_value_anywhere_is_one_error(tmp_path, capsys):
     df = _rate_grid(np.random.default_rng(10), {"cosine": (4e-3, 2.0), "wsd": (2e-3, 1.95)})
     df.loc[df.seed == 0, ["status", "final_val_loss"]] = ["diverged", np.nan]

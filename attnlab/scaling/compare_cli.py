@@ -14,7 +14,7 @@ from attnlab.scaling.compare import (DEFAULT_MATCH, arm_named, format_difference
 from attnlab.scaling.errors import FitInputError
 from attnlab.scaling.picks import at_best, format_picks
 from attnlab.scaling.result import jsonable
-from attnlab.scaling.table import corpora_notes, read_table
+from attnlab.scaling.table import corpora_notes, pooled_columns, read_table
 
 
 COMPARE_HELP = """\
@@ -43,6 +43,18 @@ COMPARE_FLAGS = [
     vocab.CI_LEVEL.flag(default=0.95),
     vocab.JSON.flag("The table."),
 ]
+
+
+def _pooled_notes(table, by: str, match: tuple[str, ...], metric: str, pair: str | None):
+    """A note when an arm's runs at one point differ in a config column other than --pair:
+    they are compared as its seeds, which a rate or schedule grid is not."""
+    keys = [c for c in (*match, by) if c in table.columns]
+    varied = pooled_columns(table, keys, (metric, pair))
+    if len(keys) < len(match) + 1 or not varied:
+        return []
+    return [f"an arm's runs at one point differ in {', '.join(map(str, varied))}: compared as "
+            f"its seeds; --best-over={varied[0]} takes each point's best, "
+            f"--match={','.join(match)},{varied[0]} compares each value alone"]
 
 
 def compare_main(argv: list[str]) -> int:
@@ -82,7 +94,7 @@ def compare_main(argv: list[str]) -> int:
     if held is not None:
         sys.stdout.write(format_heldout(held, by=by, baseline=baseline, metric=metric,
                                         match=match, level=level, pair=pair))
-    for note in corpora_notes(table):
+    for note in corpora_notes(table) + _pooled_notes(table, by, match, metric, pair):
         print(f"note: {note}")
     if values["json"].value:
         payload = {"by": by, "baseline": baseline, "metric": metric, "match": list(match),

@@ -240,23 +240,28 @@ def corpora_notes(df: pd.DataFrame) -> list[str]:
             f"(attnlab fit --by={column})"]
 
 
+def pooled_columns(df: pd.DataFrame, keys, known=()) -> list[str]:
+    """The config columns (``section.key``, seeds and ``known`` aside) whose values differ among
+    rows sharing the values of ``keys``: what a command that reads those rows as replicates of
+    one point pools, e.g. a point's runs at several learning rates."""
+    groups = df.groupby([df[key] for key in keys], sort=False, dropna=False)
+    return [column for column in df.columns
+            if "." in str(column) and not str(column).endswith(".seed")
+            and column not in set(keys) | set(known)
+            and (groups[column].nunique(dropna=False) > 1).any()]
+
+
 def pooled_notes(df: pd.DataFrame, used: dict[str, str]) -> list[str]:
-    """A note when rows at one (N, D) differ in a config column (``section.key``, seeds aside):
-    the law fits them as replicates of one point, e.g. a point's runs at several learning
-    rates, which average a bad rate into the point's loss."""
+    """A note when rows at one (N, D) differ in a config column: the law fits them as
+    replicates of one point, which averages a bad learning rate into the point's loss."""
     if not {"params", "tokens"} <= set(used):
         return []
-    groups = df.groupby([df[used["params"]], df[used["tokens"]]], sort=False)
-    varied = [column for column in df.columns
-              if "." in str(column) and not str(column).endswith(".seed")
-              and column not in used.values()
-              and (groups[column].nunique(dropna=False) > 1).any()]
+    varied = pooled_columns(df, [used["params"], used["tokens"]], used.values())
     if not varied:
         return []
-    named = ", ".join(map(str, varied))
-    return [f"rows at one (N, D) differ in {named}: fitted as replicates of one point; "
-            f"--best-over={varied[0]} keeps each point's best run, --by={varied[0]} fits each "
-            f"value alone"]
+    return [f"rows at one (N, D) differ in {', '.join(map(str, varied))}: fitted as replicates "
+            f"of one point; --best-over={varied[0]} keeps each point's best run, "
+            f"--by={varied[0]} fits each value alone"]
 
 
 def _repeats_note(df, used, notes) -> None:
