@@ -280,3 +280,30 @@ def test_pick_noise_recovers_a_known_spread_and_the_gain_of_a_noisy_pick():
     assert len(sds) == 120 and abs(np.mean(sds) - sd) < 0.1 * sd
     draws = rng.normal(0.0, sd, 400_000)
     assert script.expected_pick_gain(sd) == pytest.approx(np.minimum(draws, 0).mean(), rel=0.02)
+
+
+def test_pick_gains_counts_each_points_best_factor_and_its_gain_over_the_rule():
+    """docs/scripts/pick_gains.py on a table whose best factor per point is known: 2x at the
+    larger size of each arm, the rule at the smaller; the gain is the pick's loss over the
+    rule's, and an unfinished run's factor is never picked."""
+    script = _docs_script("pick_gains")
+    rows = []
+    for arm in ("a", "b"):
+        for params, best in ((1000, 1.0), (2000, 2.0)):
+            for factor in (0.5, 1.0, 2.0):
+                for seed in (0, 1):
+                    loss = 2.0 * (1 + 0.01 * np.log2(factor / best) ** 2) + 1e-4 * seed
+                    rows.append({"architecture": arm, "params": params, "tokens": 5e5,
+                                 "lr_factor": factor, "train.seed": seed, "status": "completed",
+                                 "final_val_loss": loss})
+    table = pd.DataFrame(rows)
+    # A diverged run at b's best factor: the pick moves to the next best.
+    diverged = (table.architecture == "b") & (table.params == 2000) & (table.lr_factor == 2.0)
+    table.loc[diverged & (table["train.seed"] == 0), ["status", "final_val_loss"]] = [
+        "diverged", np.nan]
+    gains = script.pick_gains(table, "architecture").set_index(["arm", "params"])
+    assert gains["lr_factor"].to_dict() == {("a", 1000): 1.0, ("a", 2000): 2.0,
+                                            ("b", 1000): 1.0, ("b", 2000): 1.0}
+    assert gains.loc[("a", 2000), "gain"] == pytest.approx(-0.01 / 1.01, rel=1e-3)
+    assert gains.loc[("a", 1000), "gain"] == 0 == gains.loc[("b", 2000), "gain"]
+    assert script.describe(gains.reset_index()).startswith("4 points; best factor 1x: 3, 2x: 1")
