@@ -181,6 +181,9 @@ def test_plot_by_draws_each_group_as_it_draws_that_group_alone(kind, sweep_csv, 
     (["--kind=isoflop", "--law=overtrain"], "--kind=isoflop draws Chinchilla approach 2, not"),
     (["--kind=loss-vs-compute", "--approach=2"],
      "--kind=loss-vs-compute fits nothing without --curves"),
+    # What `fit` refuses for a law, `plot` refuses too.
+    (["--kind=allocation", "--law=overtrain", "--by=model.pos_encoding"],
+     "--by does not apply to --law=overtrain"),
 ])
 def test_a_plot_flag_the_kind_would_ignore_is_one_error(argv, message, sweep_csv, tmp_path,
                                                         capsys):

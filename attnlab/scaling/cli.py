@@ -287,9 +287,6 @@ def _write_json(path: str, payload: dict) -> None:
 
 def _check_law_flags(values: flags.FlagValues, law: Law) -> None:
     """Refuses the flags this law would silently ignore and those only another law reads."""
-    for name in law.refused_flags:
-        if values[name].value is not None:
-            raise FitInputError(f"--{name} does not apply to --law={law.name} ({law.scope})")
     check_variant_flags(values, law)
     parametric.check_fixable(law, parse_fix(values["fix"].value))
     for owner in registry.LAWS.values():
@@ -299,11 +296,16 @@ def _check_law_flags(values: flags.FlagValues, law: Law) -> None:
 
 
 def check_variant_flags(values: flags.FlagValues, law: Law) -> None:
-    """Refuses --profile, --window, --grid, --form and --approach, given, where ``law`` does not
-    read them (its ``reads`` and its family's ``selector``; some have defaults, so only a flag on
-    the command line counts)."""
-    for name in VARIANT_FLAGS:
-        if values[name].present and name not in law.reads + (law.selector,):
+    """Refuses each flag given on the command line that ``law`` would ignore: those it refuses
+    outright (``refused_flags``, beyond what one fit of it is), and --profile, --window,
+    --grid, --form and --approach where it does not read them (its ``reads`` and its family's
+    ``selector``). Flags the command does not have (``attnlab plot``'s) are skipped."""
+    given = [name for name in law.refused_flags + VARIANT_FLAGS
+             if name in values and values[name].present]
+    for name in given:
+        if name in law.refused_flags:
+            raise FitInputError(f"--{name} does not apply to --law={law.name} ({law.scope})")
+        if name not in law.reads + (law.selector,):
             variant = (f" --approach={law.approach}" if law.approach else
                        f" --form={law.form}" if law.form else "")
             raise FitInputError(f"--{name} does not apply to --law={law.name}{variant} "
