@@ -307,11 +307,17 @@ def test_each_launcher_is_resolved_once_with_its_own_settings():
     from attnlab.sweep import launchers
     from attnlab.sweep.cli import FLAGS
 
-    local = launchers.launcher_named("local", parallel=3, compile_ahead=True, ray_address="auto")
+    local = launchers.launcher_named("local", parallel=3, compile_ahead=True)
     assert (local.parallel, local.compile_ahead, local.longest_first()) == (3, True, True)
     assert not launchers.launcher_named("local").longest_first()  # one worker: plan order
-    ray = launchers.launcher_named("ray", parallel=3, ray_address="auto")
+    ray = launchers.launcher_named("ray", ray_address="auto")
     assert ray.address == "auto" and ray.longest_first()
+    # Another launcher's setting is refused, not ignored.
+    for name, settings, flag in (("local", {"ray_address": "auto"}, "--ray-address=auto"),
+                                 ("ray", {"parallel": 3}, "--parallel=3"),
+                                 ("ray", {"compile_ahead": True}, "--compile-ahead")):
+        with pytest.raises(launchers.LauncherError, match=f"{flag} applies to --launcher="):
+            launchers.launcher_named(name, **settings)
     choices = next(flag.enum_values for flag in FLAGS if flag.name == "launcher")
     assert choices == tuple(launchers.LAUNCHERS) == ("local", "ray")
 

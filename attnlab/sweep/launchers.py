@@ -396,6 +396,9 @@ class Local:
 
     @classmethod
     def from_flags(cls, *, parallel: int, compile_ahead: bool, ray_address: str | None) -> Local:
+        if ray_address:
+            raise LauncherError(f"--ray-address={ray_address} applies to --launcher=ray; the "
+                                f"local launcher starts its own workers")
         return cls(parallel=parallel, compile_ahead=compile_ahead)
 
     def check(self) -> None:
@@ -430,6 +433,11 @@ class Ray:
 
     @classmethod
     def from_flags(cls, *, parallel: int, compile_ahead: bool, ray_address: str | None) -> Ray:
+        if parallel > 1:
+            raise LauncherError(f"--parallel={parallel} applies to --launcher=local; Ray runs "
+                                f"as many runs at once as sweep.resources lets the cluster fit")
+        if compile_ahead:
+            raise LauncherError("--compile-ahead applies to --launcher=local")
         return cls(address=ray_address)
 
     def check(self) -> None:
