@@ -431,3 +431,17 @@ def test_bad_centre_names_the_field(centre, field):
 
 def load_raw_quickstart():
     return load_module("experiments/quickstart.py").get_config("cpu")
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--probe=none"], "--probe applies with --dry-run only"),
+    (["--ensemble=off", "--ensemble-max=4"], "--ensemble-max applies with --ensemble=auto only"),
+])
+def test_a_sweep_flag_that_would_be_ignored_is_one_error(flags, message, tmp_path, capsys):
+    from attnlab import cli
+
+    argv = ["sweep", "--config=experiments/tiny_grid.py", f"--sweep={tmp_path}/w", *flags]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+    assert not (tmp_path / "w").exists()

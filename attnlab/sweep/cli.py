@@ -59,6 +59,11 @@ def sweep_main(argv: list[str]) -> int:
     if values["ensemble-max"].value < 1:
         raise cli_flags.UsageError(f"--ensemble-max must be >= 1, got "
                                    f"{values['ensemble-max'].value}")
+    for flag, needs, given in (("probe", "--dry-run", values["dry-run"].value),
+                               ("ensemble-max", "--ensemble=auto",
+                                values["ensemble"].value == "auto")):
+        if values[flag].present and not given:  # else it would be ignored
+            raise cli_flags.UsageError(f"--{flag} applies with {needs} only")
     ensemble_max = values["ensemble-max"].value if values["ensemble"].value == "auto" else 1
     if values["dry-run"].value:
         options = dict(probe=values["probe"].value, parallel=values["parallel"].value,
