@@ -245,6 +245,8 @@ def test_bad_input_raises_one_clear_error(runs, rope, tmp_path):
     (["--run={rope}", "--config=experiments/tiny_pe.py"], "give exactly one of --run"),
     (["--config=experiments/tiny_pe.py"], "--sweep is required with --config"),
     (["--run={rope}", "--sweep={fresh}"], "--sweep is the sweep directory of --config"),
+    (["--run={rope}", "--parallel=2"], "--parallel runs the sweep of --config"),
+    (["--run={rope}", "--launcher=ray"], "--launcher runs the sweep of --config"),
     (["--sweep={fresh}"], "name the experiment with --config"),
     (["--run={rope}", "--config.sweep.mode=curves"], "spec overrides need --config"),
 ])
