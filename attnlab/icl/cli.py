@@ -119,6 +119,8 @@ def attention_main(argv: list[str]) -> int:
         raise AttnlabError("give exactly one of --text=TEXT and --task-example")
     if values.example < 0:
         raise AttnlabError(f"--example must be >= 0, got {values.example}")
+    if text and values["example"].present:  # else it would be ignored
+        raise AttnlabError("--example picks a validation window of --task-example, not --text")
     out_path = _output(values, "plot", run, "attention.png")
     json_path = _output(values, "json", run, "attention.json")
     from attnlab.data import icl as icl_data

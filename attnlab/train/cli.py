@@ -288,6 +288,8 @@ def _generate_flags(argv: list[str]):
         raise AttnlabError(f"--max-new-tokens must be >= 0, got {values['max-new-tokens'].value}")
     if values.temperature < 0:
         raise AttnlabError(f"--temperature must be >= 0, got {values.temperature}")
+    if values.temperature == 0 and values["seed"].present:  # else it would be ignored
+        raise AttnlabError("--seed draws the samples; --temperature=0 is greedy and draws none")
     return values, texts
 
 
