@@ -57,11 +57,15 @@ def icl_main(argv: list[str]) -> int:
     values = parse(argv, ICL_FLAGS, prog="attnlab icl", takes_config=False)
     if bool(values.run) == bool(values.sweep):
         raise AttnlabError("give exactly one of --run=DIR and --sweep=DIR")
-    if values.sweep:
-        return _sweep_main(values)
-    run = values.run
     if values.batches < 1:
         raise AttnlabError(f"--batches must be >= 1, got {values.batches}")
+    if values.sweep:
+        for name in ("step", "pairs"):  # a sweep's runs are read at their last step, as trained
+            if values[name].present:
+                raise AttnlabError(f"--{name} applies to --run; --sweep evaluates every run "
+                                   f"at its last checkpoint on its own task")
+        return _sweep_main(values)
+    run = values.run
     try:
         pairs = tuple(int(p) for p in values.pairs.split(",") if p.strip())
     except ValueError:
