@@ -48,9 +48,9 @@ COMPARE_FLAGS = [
 def _pooled_notes(table, by: str, match: tuple[str, ...], metric: str, pair: str | None):
     """A note when an arm's runs at one point differ in a config column other than --pair:
     they are compared as its seeds, which a rate or schedule grid is not."""
-    keys = [c for c in (*match, by) if c in table.columns]
-    varied = pooled_columns(table, keys, (metric, pair))
-    if len(keys) < len(match) + 1 or not varied:
+    keys = [*match, by]
+    varied = pooled_columns(table, keys, (metric, pair)) if set(keys) <= set(table) else []
+    if not varied:
         return []
     return [f"an arm's runs at one point differ in {', '.join(map(str, varied))}: compared as "
             f"its seeds; --best-over={varied[0]} takes each point's best, "
