@@ -28,11 +28,19 @@ from attnlab.cli_vocab import CONFIG, Flag, OldName
 from attnlab.errors import AttnlabError
 
 __all__ = ["Flag", "HelpRequested", "OldName", "UsageError", "help_text", "parse",
-           "rename_old_flags"]
+           "refuse_given", "rename_old_flags"]
 
 
 class UsageError(AttnlabError):
     """Bad command-line usage (unknown flag, missing required flag)."""
+
+
+def refuse_given(values: flags.FlagValues, names, why: str) -> None:
+    """UsageError ``--NAME why`` for the first of ``names`` given on the command line: a flag
+    the command, as called, would ignore."""
+    for name in names:
+        if values[name].present:
+            raise UsageError(f"--{name} {why}")
 
 
 class HelpRequested(Exception):

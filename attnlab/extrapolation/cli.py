@@ -110,10 +110,8 @@ def extrapolate_main(argv: list[str]) -> int:
         if sweep:
             raise UsageError("--sweep is the sweep directory of --config; --run evaluates one "
                              "run")
-        for name in ("launcher", "parallel"):
-            if values[name].present:
-                raise UsageError(f"--{name} runs the sweep of --config; --run evaluates one "
-                                 f"run in this process")
+        cli_flags.refuse_given(values, ("launcher", "parallel"), "runs the sweep of --config; "
+                               "--run evaluates one run in this process")
         return _evaluate_one(run, settings, force=values["force"].value, progress=progress)
     if not sweep:
         raise UsageError("--sweep is required with --config (the sweep directory)")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from attnlab import cli_vocab as vocab
 from attnlab import outputs
-from attnlab.cli_flags import Flag, parse
+from attnlab.cli_flags import Flag, parse, refuse_given
 from attnlab.errors import AttnlabError
 
 ICL_FLAGS = [
@@ -60,10 +60,8 @@ def icl_main(argv: list[str]) -> int:
     if values.batches < 1:
         raise AttnlabError(f"--batches must be >= 1, got {values.batches}")
     if values.sweep:
-        for name in ("step", "pairs"):  # a sweep's runs are read at their last step, as trained
-            if values[name].present:
-                raise AttnlabError(f"--{name} applies to --run; --sweep evaluates every run "
-                                   f"at its last checkpoint on its own task")
+        refuse_given(values, ("step", "pairs"), "applies to --run; --sweep evaluates every "
+                     "run at its last checkpoint on its own task")
         return _sweep_main(values)
     run = values.run
     try:

@@ -59,11 +59,10 @@ def sweep_main(argv: list[str]) -> int:
     if values["ensemble-max"].value < 1:
         raise cli_flags.UsageError(f"--ensemble-max must be >= 1, got "
                                    f"{values['ensemble-max'].value}")
-    for flag, needs, given in (("probe", "--dry-run", values["dry-run"].value),
-                               ("ensemble-max", "--ensemble=auto",
-                                values["ensemble"].value == "auto")):
-        if values[flag].present and not given:  # else it would be ignored
-            raise cli_flags.UsageError(f"--{flag} applies with {needs} only")
+    if not values["dry-run"].value:
+        cli_flags.refuse_given(values, ("probe",), "applies with --dry-run only")
+    if values["ensemble"].value != "auto":
+        cli_flags.refuse_given(values, ("ensemble-max",), "applies with --ensemble=auto only")
     ensemble_max = values["ensemble-max"].value if values["ensemble"].value == "auto" else 1
     if values["dry-run"].value:
         options = dict(probe=values["probe"].value, parallel=values["parallel"].value,
