@@ -33,8 +33,8 @@ class Figure:
         if holdout:
             raise FitInputError(f"--holdout draws --kind=holdout; --kind={self.name} would "
                                 f"ignore it")
-        drawn = self.law(inputs)
         if inputs.law or inputs.approach or inputs.form:  # what is not given is the figure's
+            drawn = self.law(inputs)
             asked = registry.law_named(inputs.law or drawn.name, inputs.approach or drawn.approach,
                                        inputs.form or drawn.form)
             if type(asked) is not type(drawn):
