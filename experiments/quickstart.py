@@ -34,7 +34,7 @@ N_opt ~ C^0.72 (95% interval 0.56-0.83; Hoffmann et al.: 0.49) with every budget
 inside its ladder, and a loose approach 3 (L = 1.39 + 81/N^0.56 + 5.2e8/D^1.56, a in
 [0.15, 0.89]): ladders centred on each optimum vary N and D together (docs/results.md).
 
-`scale=gpu` (`--config=experiments/quickstart.py:gpu`) keeps the layout at ~200x the compute:
+`scale=gpu` (`--config=experiments/quickstart.py:gpu`) keeps the layout at ~250x the compute:
 budgets 1e13, 2e13, 5e13, 1e14 FLOPs, each with the sizes (of eleven, 33k to 6.4M parameters)
 within 2.4x of N* = 0.6M (C / 1e14)^0.75, batches of 32 x 256 tokens, bfloat16, at least 100
 steps per run, three seeds per point: 42 runs, 2.1e15 FLOPs, no run reading the 28.6M-token
