@@ -11,6 +11,11 @@ Scale cpu: 3 two-layer shapes (d_model 16, 32, 48) x 2 token counts (0.25M, 0.5M
 1/4 .. 4): 90 runs; the 5 rates of one (shape, tokens, batch) train together as an ensemble.
 Scale cpu_refined: the cpu grid moved where its optima sat at the edges (docs/scaling.md): the
 prior 4x higher (3e-2 x 32 / d_model) and batches of 2, 4, 8 sequences.
+Scale cpu_seeds: the two cpu grids' finding redone with three seeds, so that the fit's intervals
+can resample seeds (``attnlab fit --law=hparams --pair=train.seed``): d_model 24, 32, 48 x 0.25M
+and 0.5M tokens x batches of 2, 4, 8 sequences x rates 1/2 .. 2 x the prior 1.5e-2 x 32 /
+d_model in steps of sqrt(2) (where both grids put the optima, just below the rate at which
+training diverges) x seeds 0-2: 270 runs, each cell's 15 one ensemble.
 Scale gpu: d_model 64-256 and 4M-16M tokens, batches 32-128 sequences.
 Scale gpu_refined: the gpu grid moved where its optima sat on a lent H200 (docs/benchmarks.md,
 "Third lent session"): rates 1-16 x the prior, batches 16-128 sequences, 2M and 8M tokens so
@@ -23,10 +28,10 @@ from attnlab.config import base_config_dict
 
 
 def get_config(scale: str = "cpu") -> ConfigDict:
-    """``scale``: cpu, gpu, or cpu_refined / gpu_refined (each grid moved to where its optima
-    sat)."""
-    refined = scale.endswith("_refined")
-    scale = scale.removesuffix("_refined")
+    """``scale``: cpu, gpu, cpu_refined / gpu_refined (each grid moved to where its optima
+    sat), or cpu_seeds (the cpu optima's neighbourhood at three seeds)."""
+    refined, seeded = scale.endswith("_refined"), scale == "cpu_seeds"
+    scale = scale.removesuffix("_refined").removesuffix("_seeds")
     config = ConfigDict()
     config.scale = scale
 
@@ -62,6 +67,13 @@ def get_config(scale: str = "cpu") -> ConfigDict:
         # groups): the same grid moved 4x up in rate and 4x down in batch.
         base.train.learning_rate = 3e-2
         sweep.axes.data.batch_size = (2, 4, 8)
+    if seeded:
+        sweep.name = "hparams_seeds"
+        base.train.learning_rate = 1.5e-2
+        sweep.learning_rate.factors = (0.5, 0.7071, 1.0, 1.4142, 2.0)
+        sweep.shapes = ((24, 2, 2), (32, 2, 2), (48, 2, 2))
+        sweep.axes.data.batch_size = (2, 4, 8)
+        sweep.axes.train.seed = (0, 1, 2)
     if scale == "gpu":
         base.data.markov_tokens = 40_000_000
         base.train.warmup_steps = 50

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from attnlab.scaling import hparams, registry
+from attnlab.scaling import hparams, registry, synthetic
 
 # Fits by the hundred: their programs run far longer than they compile (tests/conftest.py).
 pytestmark = pytest.mark.optimized
@@ -19,29 +19,11 @@ LR = (2.0, {"params": -0.3, "tokens": 0.1})  # lr* = 2 N^-0.3 D^0.1
 BATCH = (0.5, {"params": 0.1, "tokens": 0.3})  # batch* = 0.5 N^0.1 D^0.3 tokens per step
 
 
-def law(coef_exponents, n, d):
-    coef, e = coef_exponents
-    return coef * n ** e["params"] * d ** e["tokens"]
-
-
 def table(noise=0.0, seed=0, sizes=(1e5, 3e5, 1e6, 3e6), tokens=(1e8, 1e9), shift=0.0):
     """Runs on a 5 x 5 grid of lr and batch (factors of 2) per (N, D), centred off the optimum
     by a random fraction of a step (by ``shift`` steps more for the smallest size)."""
-    rng = np.random.default_rng(seed)
-    rows = []
-    for n in sizes:
-        for d in tokens:
-            lr_opt, b_opt = law(LR, n, d), law(BATCH, n, d)
-            off = rng.uniform(-0.4, 0.4, 2) + (shift if n == sizes[0] else 0.0)
-            for i in range(-2, 3):
-                for j in range(-2, 3):
-                    lr, b = lr_opt * 2.0 ** (i + off[0]), b_opt * 2.0 ** (j + off[1])
-                    loss = (3.0 + 50 * n ** -0.3 + 0.02 * np.log(lr / lr_opt) ** 2
-                            + 0.01 * np.log(b / b_opt) ** 2 + rng.normal(0, noise))
-                    rows.append({"params": n, "tokens": d, "train.learning_rate": lr,
-                                 "steps": int(d / b), "batch": b, "final_val_loss": loss,
-                                 "status": "completed"})
-    return pd.DataFrame(rows)
+    return synthetic.hparams_grid(LR, BATCH, sizes=sizes, tokens=tokens, noise=noise, seed=seed,
+                                  shift=shift)
 
 
 def fit(frame, **options):
@@ -154,3 +136,147 @@ def test_two_tables_comma_separated_are_read_as_one(tmp_path):
                  "--bootstrap=0")
     assert whole.returncode == parts.returncode == 0, parts.stderr
     assert whole.stdout.split("\n", 1)[1] == parts.stdout.split("\n", 1)[1]
+
+
+def seeded(n_seeds=3, noise=0.002, seed=0):
+    """The known law's grid trained at ``n_seeds`` seeds (synthetic.hparams_seeds)."""
+    return synthetic.hparams_seeds(LR, BATCH, sizes=(1e5, 3e5, 1e6, 3e6), tokens=(1e8, 1e9),
+                                   n_seeds=n_seeds, noise=noise, seed=seed)
+
+
+def test_runs_repeated_at_a_grid_point_are_one_point():
+    """Three seeds with the same losses fit as the one seed does, and the report says the
+    runs were averaged and how --pair would resample them."""
+    one, three = fit(table()), fit(seeded(noise=0.0))
+    for target in ("lr", "batch"):
+        assert three.laws[target].exponents == pytest.approx(one.laws[target].exponents)
+    assert [r["runs"] for r in three.regret()] == [3 * r["runs"] for r in one.regret()]
+    assert any("up to 3 runs" in note and "--pair" in note for note in three.notes)
+    assert not any("up to" in note for note in one.notes)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_pair_resamples_each_seeds_runs_together(seed):
+    """--pair: every draw keeps each seed's runs at every lr and batch, so no refit loses a
+    grid point; the estimates are near the truth, the intervals around them."""
+    result = fit(seeded(seed=seed), pair="train.seed", n_bootstrap=100, seed=seed)
+    assert result.failed == 0 and result.to_dict()["bootstrap"]["unit"] == (
+        "the train.seed values within each (N, D) group")
+    for target, truth in (("lr", LR), ("batch", BATCH)):
+        for name, value in truth[1].items():
+            low, high = result.intervals[target][name]
+            estimate = result.laws[target].exponents[name]
+            assert low < estimate < high and high - low < 0.3
+            assert abs(estimate - value) < 0.1
+
+
+@pytest.mark.slow
+def test_pair_intervals_cover_the_truth_over_many_draws():
+    """Three seeds per grid point, 40 draws: the 95% intervals hold each true exponent in
+    about 95% of draws (drawing all 3 of 3 seeds, not 2, they held it in fewer)."""
+    hits = {}
+    for seed in range(40):
+        result = fit(seeded(seed=seed), pair="train.seed", n_bootstrap=100, seed=seed)
+        for target, truth in (("lr", LR), ("batch", BATCH)):
+            for name, value in truth[1].items():
+                low, high = result.intervals[target][name]
+                hits.setdefault((target, name), []).append(low < value < high)
+    coverage = {key: np.mean(v) for key, v in hits.items()}
+    assert 0.88 <= np.mean(list(coverage.values())) <= 1.0, coverage
+    assert min(coverage.values()) >= 0.8, coverage
+
+
+def test_pair_strata_are_the_seeds_of_each_group():
+    runs, _ = hparams.read_runs(seeded(), "t", None, pair="train.seed")
+    strata = hparams.resampling_strata(runs, paired=True)
+    assert len(strata) == 8 and all(len(units) == 3 for units in strata)
+    assert {len(u) for units in strata for u in units} == {25}  # a seed's 5 x 5 grid
+    assert all(runs.loc[u, "unit"].nunique() == 1 for units in strata for u in units)
+
+
+def test_pair_with_one_seed_in_a_group_computes_no_interval():
+    frame = seeded()
+    frame = frame[(frame["params"] != 1e5) | (frame["train.seed"] == 0)]
+    result = fit(frame, pair="train.seed", n_bootstrap=50)
+    assert result.intervals == {} and result.to_dict()["lr"]["ci"] is None
+    assert any("one train.seed value" in note for note in result.notes)
+
+
+def test_columns_maps_lr_and_batch_of_another_tools_table(tmp_path):
+    """A table from elsewhere, mapped with --columns, fits as attnlab's own table does."""
+    own, other = tmp_path / "own.csv", tmp_path / "other.csv"
+    frame = table(noise=0.001)
+    frame.to_csv(own, index=False)
+    frame.drop(columns=["steps"]).rename(columns={
+        "train.learning_rate": "peak_lr", "batch": "tokens_per_step", "final_val_loss": "L",
+        "params": "n_params"}).to_csv(other, index=False)
+    a = _cli(f"--sweep={own}", "--law=hparams", "--bootstrap=0")
+    b = _cli(f"--sweep={other}", "--law=hparams", "--bootstrap=0",
+             "--columns=lr:peak_lr,batch:tokens_per_step,loss:L,params:n_params")
+    assert a.returncode == b.returncode == 0, b.stderr
+    assert a.stdout.split("\n", 1)[1] == b.stdout.split("\n", 1)[1]
+
+
+@pytest.mark.parametrize("flag, message", [
+    ("--pair=train.sed", "--pair=train.sed: "),
+    ("--floor=1", "--floor does not apply to --law=hparams"),
+    ("--cluster=train.seed", "--cluster does not apply to --law=hparams"),
+    ("--columns=lrr:peak_lr", "NAME one of params, tokens, loss"),
+])
+def test_the_cli_refuses_a_flag_the_law_would_ignore_or_misread(tmp_path, flag, message):
+    path = tmp_path / "runs.csv"
+    seeded().to_csv(path, index=False)
+    out = _cli(f"--sweep={path}", "--law=hparams", flag)
+    assert out.returncode == 2 and message in out.stderr, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
+def _plot(*args):
+    return subprocess.run([sys.executable, "-m", "attnlab.cli", "plot", *args],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_plot_draws_a_panel_per_group_with_its_optimum_and_the_laws(tmp_path):
+    """--kind=hparams: one panel per (N, D) group, a line per batch size through its grid
+    points' mean losses, the group's optimum (dashed) and the law's lr there (solid)."""
+    from attnlab.plots.hparams import plot_hparams
+
+    runs, _ = hparams.read_runs(seeded(), "t", None, pair="train.seed")
+    result = hparams.fit_hparams(runs, n_bootstrap=0, pair="train.seed")
+    figure = plot_hparams(runs, result.optima, result.laws)
+    panels = [ax for ax in figure.axes if ax.has_data()]
+    assert len(panels) == 8
+    for ax, key in zip(panels, sorted(result.optima)):  # rows N, columns D
+        vertical = {line.get_linestyle(): line.get_xdata()[0] for line in ax.lines
+                    if len(set(line.get_xdata())) == 1}
+        assert len(ax.lines) - len(vertical) == 5  # a line per batch size
+        assert vertical["--"] == pytest.approx(result.optima[key].lr)
+        assert vertical["-"] == pytest.approx(float(result.laws["lr"](*key)))
+    out = tmp_path / "hp.png"
+    path = tmp_path / "runs.csv"
+    seeded().to_csv(path, index=False)
+    done = _plot(f"--sweep={path}", "--kind=hparams", f"--plot={out}", "--pair=train.seed")
+    assert done.returncode == 0 and out.stat().st_size > 10_000, done.stderr
+
+
+def test_plot_draws_the_runs_when_the_law_cannot_be_fitted(tmp_path):
+    path, out = tmp_path / "runs.csv", tmp_path / "hp.png"
+    table(shift=3.0, sizes=(1e5, 3e5), tokens=(1e8,)).to_csv(path, index=False)
+    done = _plot(f"--sweep={path}", "--kind=hparams", f"--plot={out}")
+    assert done.returncode == 0 and out.exists(), done.stderr
+    assert done.stderr.startswith("warning: no law drawn: the hyperparameter law needs 3")
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--kind=hparams", "--by=train.seed"), "--by does not apply to --kind=hparams"),
+    (("--kind=hparams", "--law=chinchilla"), "--kind=hparams draws lr*(N, D)"),
+    (("--kind=hparams", "--approach=2"), "--approach does not apply to --law=hparams"),
+    (("--kind=isoflop", "--optimum=near"), "--optimum applies to --law=hparams only"),
+    (("--kind=isoflop", "--pair=train.seed"), "--pair applies to the picks of --best-over"),
+])
+def test_plot_refuses_what_its_figure_would_ignore(tmp_path, args, message):
+    path = tmp_path / "runs.csv"
+    seeded().to_csv(path, index=False)
+    done = _plot(f"--sweep={path}", f"--plot={tmp_path / 'x.png'}", *args)
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1

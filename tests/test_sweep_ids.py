@@ -133,6 +133,7 @@ PLAN_DIGESTS = {
     "hparams:cpu": ("c2810bff2cc8ba1c", "96e2e72ff7cf8d68"),
     "hparams:gpu": ("2f36f0e2194e2bc5", "0885d7cf5b484fae"),
     "hparams:cpu_refined": ("5321b4bce2b78ceb", "c78a95166d0aacc1"),  # the cpu grid moved
+    "hparams:cpu_seeds": ("b1def3c89beca548", "e913506f34f3ef6e"),  # both grids' optima, 3 seeds
     # Each point or arm at several peak rates, for --best-over (new): the runs at factor 1 are
     # the untuned plan's (test_tuned_plans_keep_the_untuned_runs).
     "quickstart:cpu_tuned": ("aca22cf2aff2a6a3", "d73ea1173dc64d46"),

@@ -15,7 +15,7 @@ from attnlab.cli_flags import Flag
 from attnlab.errors import AttnlabError
 from attnlab.plots import scaling as scaling_plots
 from attnlab.plots.figures import FIGURES
-from attnlab.scaling.cli import INPUT_FLAGS, FitInputs, check_variant_flags
+from attnlab.scaling.cli import INPUT_FLAGS, FitInputs, check_law_flags
 from attnlab.scaling.errors import FitInputError
 
 PLOT_HELP = """\
@@ -45,13 +45,14 @@ def plot_main(argv: list[str]) -> int:
         n_bootstrap = values["bootstrap"].value
         if n_bootstrap is None:
             n_bootstrap = figure.bootstrap
-        law = inputs.part("chinchilla")
-        if not law.fits_table:
+        figure.check(inputs, holdout)
+        law = figure.law(inputs)
+        if not law.fits_table and not figure.own_fit:
             raise FitInputError(f"--law={law.name}: attnlab plot draws fits of (N, D, L) "
                                 f"tables; fit {law.title} with attnlab fit --law={law.name}")
-        figure.check(inputs, holdout)
-        check_variant_flags(values, figure.law(inputs))
-        drawn = figure.draw(inputs, n_bootstrap, holdout)
+        inputs.check_pair(law)
+        check_law_flags(values, law)
+        drawn = figure.draw(inputs, n_bootstrap, holdout, values=values)
         sys.stdout.write(f"wrote {scaling_plots.save_figure(drawn, out)}\n")
     except AttnlabError as error:  # also when called directly, not through attnlab.cli
         sys.stderr.write(f"error: {error}\n")

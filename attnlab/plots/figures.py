@@ -10,11 +10,13 @@ import sys
 from typing import ClassVar
 
 from attnlab.plots import scaling as scaling_plots
-from attnlab.scaling import registry
-from attnlab.scaling.cli import (FitInputs, load_table, read_results, run_fit, run_grouped,
-                                 run_holdout)
+from attnlab.plots.hparams import plot_hparams
+from attnlab.scaling import hparams, registry
+from attnlab.scaling.cli import (FitInputs, law_options, load_table, read_results, run_fit,
+                                 run_grouped, run_holdout)
 from attnlab.scaling.errors import FitError, FitInputError
 from attnlab.scaling.grouped import group_values
+from attnlab.scaling.table import read_table
 from attnlab.scaling.laws import Law
 
 
@@ -25,6 +27,7 @@ class Figure:
     name: ClassVar[str]
     help: ClassVar[str]
     bootstrap: ClassVar[int] = 0  # refits for the bands when --bootstrap is not given
+    own_fit: ClassVar[bool] = False  # draws a law with its own fit (not an (N, D, L) table's)
     size: ClassVar[tuple[float, float]] = (11, 4.4)  # one group's row, with --by
 
     def check(self, inputs: FitInputs, holdout: str | None) -> None:
@@ -47,7 +50,7 @@ class Figure:
     def panel(self, fit, frame, into=None):
         raise NotImplementedError
 
-    def draw(self, inputs: FitInputs, n_bootstrap: int, holdout: str | None):
+    def draw(self, inputs: FitInputs, n_bootstrap: int, holdout: str | None, values=None):
         law = self.law(inputs)
         if not inputs.by:
             table, fit = run_fit(inputs, law, n_bootstrap)
@@ -76,7 +79,7 @@ class LossVsParams(Figure):
     def panel(self, fit, frame, into=None):
         return scaling_plots.plot_loss_vs_params(frame, fit, into)
 
-    def draw(self, inputs, n_bootstrap, holdout):
+    def draw(self, inputs, n_bootstrap, holdout, values=None):
         if inputs.by:
             return super().draw(inputs, n_bootstrap, holdout)
         law = self.law(inputs)
@@ -107,7 +110,7 @@ class LossVsCompute(Figure):
                                 f"nothing without --curves (approach 1's envelope); leave it out")
         super().check(inputs, holdout)
 
-    def draw(self, inputs, n_bootstrap, holdout):
+    def draw(self, inputs, n_bootstrap, holdout, values=None):
         if inputs.curves:  # approach 1's envelope is the frontier
             return super().draw(inputs, n_bootstrap, holdout)
         law = self.law(inputs)  # the runs themselves: nothing to fit
@@ -165,7 +168,7 @@ class Holdout(Figure):
             raise FitInputError("--by and --holdout: draw one group's table at a time; "
                                 "together they are not supported (as in attnlab fit)")
 
-    def draw(self, inputs, n_bootstrap, holdout):
+    def draw(self, inputs, n_bootstrap, holdout, values=None):
         law = inputs.part("chinchilla")
         return scaling_plots.plot_holdout(run_holdout(inputs, law, n_bootstrap, holdout))
 
@@ -180,10 +183,41 @@ class Frontiers(Figure):
         if not inputs.by:
             raise FitInputError("--kind=frontiers needs --by=COLUMN (e.g. model.pos_encoding)")
 
-    def draw(self, inputs, n_bootstrap, holdout):
+    def draw(self, inputs, n_bootstrap, holdout, values=None):
         law = inputs.part("chinchilla")
         return scaling_plots.plot_group_frontiers(run_grouped(inputs, law, n_bootstrap))
 
 
+class HParams(Figure):
+    name = "hparams"
+    help = ("loss against the learning rate per (N, D) group, a line per batch size, with the "
+            "group's optimum and the law's")
+    own_fit = True
+
+    def law(self, inputs):
+        return registry.law_named("hparams")
+
+    def check(self, inputs, holdout):
+        super().check(inputs, holdout)
+        if inputs.by:
+            raise FitInputError("--by does not apply to --kind=hparams: its panels are the "
+                                "(N, D) groups already")
+
+    def draw(self, inputs, n_bootstrap, holdout, values=None):
+        options = law_options(values, inputs, self.law(inputs))
+        source, method, near = options["source"], options["method"], options["near"]
+        runs, notes = hparams.read_runs(read_table(inputs.results), source, options["columns"],
+                                        options.get("pair"))
+        try:
+            fit = hparams.fit_hparams(runs, method=method, near=near, n_bootstrap=n_bootstrap,
+                                      seed=options["seed"], pair=options.get("pair"))
+        except FitInputError as error:  # the runs and their optima are worth seeing alone
+            sys.stderr.write(f"warning: no law drawn: {error}\n")
+            return plot_hparams(runs, hparams.group_optima(runs, method, near),
+                                missing=f"no law: {error}")
+        return plot_hparams(runs, fit.optima, fit.laws)
+
+
 FIGURES: dict[str, type[Figure]] = {c.name: c for c in (
-    LossVsParams, LossVsCompute, IsoFLOPProfiles, Contours, Allocation, Holdout, Frontiers)}
+    LossVsParams, LossVsCompute, IsoFLOPProfiles, Contours, Allocation, Holdout, Frontiers,
+    HParams)}

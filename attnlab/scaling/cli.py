@@ -39,8 +39,8 @@ from attnlab.scaling.picks import format_picks, read_at_best
 from attnlab.scaling.repick import redraw_picks
 from attnlab.scaling.report import below_floor, format_report, format_trained_longer
 from attnlab.scaling.result import ScalingFit, jsonable
-from attnlab.scaling.table import (ScalingTable, parse_columns, prepare_curves, prepare_points,
-                                   read_curves, read_table)
+from attnlab.scaling.table import (CANONICAL, ScalingTable, parse_columns, prepare_curves,
+                                   prepare_points, read_curves, read_table)
 
 FIT_HELP = """\
 Fit scaling laws (--law, below) to a sweep's results, with intervals.
@@ -66,7 +66,7 @@ INPUT_FLAGS = [
                                    "holding curves.parquet, or a sweep directory."),
     Flag("law", "string", None, f"The law to fit: {', '.join(registry.names())} (clark: Clark "
                                 f"et al. 2022's log L(N, E) over the number of experts; "
-                                f"attnlab fit only)."),
+                                f"attnlab fit only; hparams: attnlab plot --kind=hparams)."),
     Flag("approach", "enum", None, "Chinchilla approach (default 3).",
          enum_values=tuple(str(v) for v in registry.variants("chinchilla"))),
     Flag("form", "enum", "nd", "Kaplan law: L(N, D), L(N) or L(D).",
@@ -95,7 +95,13 @@ INPUT_FLAGS = [
                          "holds the picks fixed, unless --pair."),
     vocab.PAIR.flag("With --best-over: the picks' stability draws a seed's runs at every value "
                     "together, and so does the bootstrap (not --holdout's), which picks again "
-                    "in each draw."),
+                    "in each draw. With --law=hparams: the bootstrap draws each (N, D) "
+                    "group's seeds, each with its runs at every lr and batch."),
+    Flag("optimum", "enum", None, "--law=hparams: how each (N, D) group's best learning rate "
+         "and batch size are found: parabolas in log lr then log batch (smooth, Porian et al. "
+         "2024; default) or the runs near the best loss (near).", enum_values=hparams.METHODS),
+    Flag("near", "float", None, "--law=hparams --optimum=near: percent above the group's best "
+         "loss a run may be and count as near it (default 0.25)."),
 ]
 FIT_FLAGS = INPUT_FLAGS + [
     vocab.BOOTSTRAP.flag("For the intervals.", default=200),
@@ -119,11 +125,6 @@ FIT_FLAGS = INPUT_FLAGS + [
          "flag every predicted loss below it (--budget, --holdout)."),
     Flag("saturation", "string", None, "--law=clark: E_START,E_MAX of Clark et al.'s "
          "saturating transform of E (e.g. 1.847,314.478, their S-BASE fit; default: none)."),
-    Flag("optimum", "enum", None, "--law=hparams: how each (N, D) group's best learning rate "
-         "and batch size are found: parabolas in log lr then log batch (smooth, Porian et al. "
-         "2024; default) or the runs near the best loss (near).", enum_values=hparams.METHODS),
-    Flag("near", "float", None, "--law=hparams --optimum=near: percent above the group's best "
-         "loss a run may be and count as near it (default 0.25)."),
 ]
 
 
@@ -151,9 +152,6 @@ class FitInputs:
     @classmethod
     def from_flags(cls, values: flags.FlagValues) -> FitInputs:
         approach = values["approach"].value
-        if values["pair"].value and not values["best-over"].value:
-            raise FitInputError("--pair applies to the picks of --best-over: add it, or leave "
-                                "out --pair")
         return cls(results=values["sweep"].value, curves=values["curves"].value,
                    law=values["law"].value, approach=int(approach) if approach else None,
                    form=values["form"].value, columns=values["columns"].value,
@@ -162,6 +160,11 @@ class FitInputs:
                    window=values["window"].value, by=values["by"].value,
                    cluster=values["cluster"].value, fix=values["fix"].value,
                    best_over=values["best-over"].value, pair=values["pair"].value)
+
+    def check_pair(self, law: Law) -> None:
+        if self.pair and not self.best_over and not law.reads_pair:
+            raise FitInputError("--pair applies to the picks of --best-over: add it, or leave "
+                                "out --pair")
 
     def redraws(self, n_bootstrap: int) -> bool:
         """Whether run_fit's and run_grouped's bootstraps redraw the --best-over picks (with
@@ -285,13 +288,13 @@ def _write_json(path: str, payload: dict) -> None:
     outputs.write_json(out, payload)
 
 
-def _check_law_flags(values: flags.FlagValues, law: Law) -> None:
+def check_law_flags(values: flags.FlagValues, law: Law) -> None:
     """Refuses the flags this law would silently ignore and those only another law reads."""
     check_variant_flags(values, law)
     parametric.check_fixable(law, parse_fix(values["fix"].value))
     for owner in registry.LAWS.values():
         for name in owner.own_flags:
-            if values[name].value is not None and name not in law.own_flags:
+            if name in values and values[name].value is not None and name not in law.own_flags:
                 raise FitInputError(f"--{name} applies to --law={owner.name} only")
 
 
@@ -364,17 +367,25 @@ def _one_fit(values: flags.FlagValues, inputs: FitInputs, law: Law, raw,
     return payload
 
 
-def _own_fit_main(values: flags.FlagValues, inputs: FitInputs, law: Law) -> int:
-    """A law with its own fit and report (Clark et al.'s log L(N, E), the hyperparameter law)
-    on a results table."""
+def law_options(values: flags.FlagValues, inputs: FitInputs, law: Law) -> dict:
+    """The keyword arguments of a law with its own fit (``fits_table`` False) beyond the
+    table: its own flags' values, --pair where it reads it, the mapped columns."""
     if not inputs.results:
         raise FitInputError("--sweep=DIR is required (a sweep directory or its results "
                             ".parquet/.csv)")
-    source = str(inputs.results)
     options = law.options({name: values[name].value for name in law.own_flags})
-    fit = law.fit(read_table(inputs.results), source=source,
-                  columns=parse_columns(inputs.columns), ci_level=inputs.ci_level,
-                  n_bootstrap=values["bootstrap"].value, seed=inputs.seed, **options)
+    options |= {"pair": inputs.pair} if law.reads_pair else {}
+    return options | {"source": str(inputs.results), "ci_level": inputs.ci_level,
+                      "seed": inputs.seed,
+                      "columns": parse_columns(inputs.columns, CANONICAL + law.column_names)}
+
+
+def _own_fit_main(values: flags.FlagValues, inputs: FitInputs, law: Law) -> int:
+    """A law with its own fit and report (Clark et al.'s log L(N, E), the hyperparameter law)
+    on a results table."""
+    options = law_options(values, inputs, law)
+    fit = law.fit(read_table(inputs.results), n_bootstrap=values["bootstrap"].value, **options)
+    source = options["source"]
     sys.stdout.write(law.report(fit, source))
     if values["json"].value:
         _write_json(values["json"].value, jsonable(fit.to_dict()))
@@ -387,7 +398,8 @@ def fit_main(argv: list[str]) -> int:
                                  description=FIT_HELP)
         inputs = FitInputs.from_flags(values)
         law = inputs.part()
-        _check_law_flags(values, law)
+        inputs.check_pair(law)
+        check_law_flags(values, law)
         raw, picks = read_results(inputs, law) if inputs.best_over else (None, None)
         fixed = not inputs.redraws(values["bootstrap"].value) or values["holdout"].value
         if picks is not None:

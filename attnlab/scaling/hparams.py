@@ -16,9 +16,13 @@ fitted in two stages to runs that differ in learning rate and batch size at seve
            optimum is their geometric mean.
 2. the power laws, by least squares in logs over the groups' optima.
 
-Intervals: a bootstrap that resamples the runs within each (group, batch) cell (the unit a
-hyperparameter grid repeats) and refits both stages; when more than MAX_FAILED_SHARE of the
-refits cannot find every optimum the interval is refused, not taken over the survivors.
+Runs repeated at one (N, D, lr, batch), seeds, are one grid point: their mean loss.
+
+Intervals: a bootstrap that refits both stages on resampled runs: with ``--pair`` (a seed
+column) each (N, D) group's seeds, each with its runs at every lr and batch (they share an
+initialisation and a data order); without, the runs within each (group, batch) cell (the unit
+a single-seed grid repeats). When more than MAX_FAILED_SHARE of the refits cannot find every
+optimum the interval is refused, not taken over the survivors.
 """
 
 from __future__ import annotations
@@ -140,10 +144,16 @@ def fit_power_law(n: np.ndarray, d: np.ndarray, y: np.ndarray) -> tuple[FittedPo
     return FittedPowerLaw(float(np.exp(coef[0])), exponents), note
 
 
+def grid_means(frame: pd.DataFrame) -> pd.DataFrame:
+    """The mean loss at each (N, D, lr, batch) and the number of runs it averages."""
+    return (frame.groupby(["params", "tokens", "lr", "batch"], as_index=False)["loss"]
+            .agg(loss="mean", runs="size"))
+
+
 def group_optima(frame: pd.DataFrame, method: str, near: float) -> dict[tuple, Optimum]:
     """(N, D) -> the group's optimum; a group whose optimum cannot be found is left out."""
     found = {}
-    for key, g in frame.groupby(["params", "tokens"], sort=True):
+    for key, g in grid_means(frame).groupby(["params", "tokens"], sort=True):
         lr, batch, loss = (g[c].to_numpy(np.float64) for c in ("lr", "batch", "loss"))
         try:
             found[key] = (smooth_optimum(lr, batch, loss) if method == "smooth"
@@ -179,17 +189,20 @@ class HParamsFit:
     frame: pd.DataFrame
     notes: tuple[str, ...]
     ci_level: float
+    pair: str | None = None
 
     def regret(self) -> list[dict]:
-        """Per group: the run nearest the law's optimum and its loss above the group's best."""
-        rows = []
+        """Per group: the grid point nearest the law's optimum and its loss (the mean of its
+        runs) above the group's best."""
+        rows, means = [], grid_means(self.frame)
         for (n, d), optimum in self.optima.items():
-            g = self.frame[(self.frame["params"] == n) & (self.frame["tokens"] == d)]
+            g = means[(means["params"] == n) & (means["tokens"] == d)]
             lr_law, batch_law = (float(self.laws[t](n, d)) for t in TARGETS)
             distance = (np.log(g["lr"] / lr_law) ** 2 + np.log(g["batch"] / batch_law) ** 2)
             nearest = g.loc[distance.idxmin()]
             best = float(g["loss"].min())
-            rows.append({"params": n, "tokens": d, "runs": len(g), "lr_opt": optimum.lr,
+            rows.append({"params": n, "tokens": d, "runs": int(g["runs"].sum()),
+                         "lr_opt": optimum.lr,
                          "batch_opt": optimum.batch, "edge": optimum.edge, "lr_law": lr_law,
                          "batch_law": batch_law, "best_loss": best,
                          "law_run_loss": float(nearest["loss"]),
@@ -199,7 +212,9 @@ class HParamsFit:
     def to_dict(self) -> dict:
         out = {"law": "hparams", "method": self.method, "ci_level": self.ci_level,
                "bootstrap": {"replicates": self.replicates, "failed": self.failed,
-                             "unit": "runs within each (N, D, batch) cell"},
+                             "unit": (f"the {self.pair} values within each (N, D) group"
+                                      if self.pair else
+                                      "runs within each (N, D, batch) cell")},
                "notes": list(self.notes), "groups": self.regret()}
         for target in TARGETS:
             law = self.laws[target]
@@ -210,14 +225,29 @@ class HParamsFit:
         return out
 
 
-def _bootstrap(frame, method, near, n_bootstrap, seed, ci_level):
-    """Refits on runs resampled within each (N, D, batch) cell: per target the percentile
-    intervals of the exponents, or None beyond MAX_FAILED_SHARE failed refits."""
+def resampling_strata(frame: pd.DataFrame, paired: bool) -> list[list[np.ndarray]]:
+    """The bootstrap's strata, each a list of units (the row indices drawn together): paired,
+    each (N, D) group's values of the ``unit`` column; else each (N, D, batch) cell's runs."""
+    if paired:
+        return [[u.index.to_numpy() for _, u in g.groupby("unit")]
+                for _, g in frame.groupby(["params", "tokens"])]
+    return [[np.array([i]) for i in g.index]
+            for _, g in frame.groupby(["params", "tokens", "batch"])]
+
+
+def bootstrap(frame, method, near, n_bootstrap, seed, ci_level, paired, rescaled=True):
+    """Refits on resampled units (:func:`resampling_strata`): per target the percentile
+    intervals of the exponents, or None beyond MAX_FAILED_SHARE failed refits. Paired and
+    ``rescaled``, each draw takes n - 1 of a group's n seeds (Rao and Wu 1988's choice): the
+    variance of their mean is then that of the n seeds' mean, which n draws of 3 seeds
+    understate by a third."""
     rng = np.random.default_rng(seed)
-    cells = [g.index.to_numpy() for _, g in frame.groupby(["params", "tokens", "batch"])]
+    strata = resampling_strata(frame, paired)
+    fewer = int(paired and rescaled)
     samples, failed = {t: {"params": [], "tokens": []} for t in TARGETS}, 0
     for _ in range(n_bootstrap):
-        rows = np.concatenate([rng.choice(c, size=c.size, replace=True) for c in cells])
+        rows = np.concatenate([units[i] for units in strata
+                               for i in rng.integers(len(units), size=len(units) - fewer)])
         try:
             fitted, _ = fit_laws(group_optima(frame.loc[rows], method, near))
         except ValueError:
@@ -233,10 +263,13 @@ def _bootstrap(frame, method, near, n_bootstrap, seed, ci_level):
             for t in TARGETS}, failed
 
 
-def read_runs(frame: pd.DataFrame, source: str, columns: dict | None) -> tuple[pd.DataFrame,
-                                                                                list[str]]:
-    """The completed runs' params, tokens, lr, batch (tokens per step) and loss."""
+def read_runs(frame: pd.DataFrame, source: str, columns: dict | None,
+              pair: str | None = None) -> tuple[pd.DataFrame, list[str]]:
+    """The completed runs' params, tokens, lr, batch (tokens per step) and loss, and with
+    ``pair`` its values as ``unit``."""
     mapping, notes = dict(columns or {}), []
+    if pair and pair not in frame.columns:
+        raise FitInputError(f"--pair={pair}: {source} has no such column")
     frame = drop_unfinished(frame, notes, source)
     out = {}
     for name, candidates in COLUMNS.items():
@@ -259,6 +292,8 @@ def read_runs(frame: pd.DataFrame, source: str, columns: dict | None) -> tuple[p
             notes.append(f"{name} within {MERGE:.0%} of each other are one group (whole "
                          f"batches round a token count differently per batch size)")
         runs[name] = merged
+    if pair:
+        runs["unit"] = frame[pair].to_numpy()
     return runs, notes
 
 
@@ -278,9 +313,27 @@ def merge_close(values: np.ndarray, rel: float | None = None) -> np.ndarray:
     return np.array([means[c] for c in np.searchsorted(starts, values, side="right") - 1])
 
 
+def _replicate_notes(frame: pd.DataFrame, pair: str | None) -> tuple[list[str], bool]:
+    """Notes on runs repeated at one grid point, and whether the intervals can resample
+    ``pair``'s values (every (N, D) group has two or more)."""
+    repeats = int(grid_means(frame)["runs"].max())
+    notes = []
+    if repeats > 1:
+        notes.append(f"up to {repeats} runs at one (N, D, lr, batch): their mean loss is the "
+                     f"point" + ("" if pair else "; --pair=COLUMN (e.g. train.seed) resamples "
+                                                  "each seed's runs together"))
+    if not pair:
+        return notes, True
+    fewest = int(frame.groupby(["params", "tokens"])["unit"].nunique().min())
+    if fewest < 2:
+        notes.append(f"intervals not computed: an (N, D) group has one {pair} value, so "
+                     f"--pair has nothing to resample")
+    return notes, fewest >= 2
+
+
 def fit_hparams(frame: pd.DataFrame, *, method: str = "smooth", near: float = 0.0025,
                 n_bootstrap: int = 200, seed: int = 0, ci_level: float = 0.95,
-                notes: list[str] | None = None) -> HParamsFit:
+                notes: list[str] | None = None, pair: str | None = None) -> HParamsFit:
     optima = group_optima(frame, method, near)
     try:
         fitted, fit_notes = fit_laws(optima)
@@ -290,12 +343,15 @@ def fit_hparams(frame: pd.DataFrame, *, method: str = "smooth", near: float = 0.
     if edge:
         fit_notes.append(f"{len(edge)} of {len(optima)} group optima at their grid's edge, "
                          f"left out of the law: widen the grid there")
-    intervals, failed = _bootstrap(frame, method, near, n_bootstrap, seed, ci_level)
+    replicate_notes, resamplable = _replicate_notes(frame, pair)
+    fit_notes += replicate_notes
+    n_bootstrap = n_bootstrap if resamplable else 0
+    intervals, failed = bootstrap(frame, method, near, n_bootstrap, seed, ci_level, bool(pair))
     if n_bootstrap and not intervals:
         fit_notes.append(f"intervals not computed: {failed} of {n_bootstrap} refits could not "
                          f"find the optima (more than {MAX_FAILED_SHARE:.0%})")
     return HParamsFit(method, optima, fitted, intervals, n_bootstrap, failed, frame,
-                      tuple((notes or []) + fit_notes), ci_level)
+                      tuple((notes or []) + fit_notes), ci_level, pair)
 
 
 def _too_few(frame: pd.DataFrame, optima: dict[tuple, Optimum]) -> str:
@@ -342,8 +398,8 @@ def format_hparams(fit: HParamsFit, source: str) -> str:
         lines.append(f"  {row['params']:>10.4g} {row['tokens']:>10.4g} {row['runs']:>4} "
                      f"{row['lr_opt']:>9.3g} {row['batch_opt']:>8.4g} {row['lr_law']:>9.3g} "
                      f"{row['batch_law']:>9.4g} {row['regret']:>+7.2%}  {row['edge']}")
-    lines.append("  regret: the loss of the run nearest the law's optimum over the group's "
-                 "best, minus 1 (the law's cost inside the grid)")
+    lines.append("  regret: the loss at the grid point nearest the law's optimum over the "
+                 "group's best, minus 1 (the law's cost inside the grid)")
     lines += [f"note: {note}" for note in fit.notes]
     return "\n".join(lines) + "\n"
 
@@ -358,7 +414,9 @@ class HParams(laws.Law):
     own_flags = ("optimum", "near")
     scope = "one law over a sweep's (N, D) groups of learning rates and batch sizes"
     refused_flags = ("curves", "approach", "by", "budget", "train-longer", "multiplier-against",
-                     "fix", "holdout")
+                     "fix", "holdout", "floor", "cluster")
+    column_names = tuple(COLUMNS)
+    reads_pair = True
 
     def options(self, given: dict) -> dict:
         near = given.get("near")
@@ -367,9 +425,9 @@ class HParams(laws.Law):
         return {"method": given.get("optimum") or "smooth",
                 "near": 0.0025 if near is None else near / 100}
 
-    def fit(self, frame, *, source: str, columns=None, **options) -> HParamsFit:
-        runs, notes = read_runs(frame, source, columns)
-        return fit_hparams(runs, notes=notes, **options)
+    def fit(self, frame, *, source: str, columns=None, pair=None, **options) -> HParamsFit:
+        runs, notes = read_runs(frame, source, columns, pair)
+        return fit_hparams(runs, notes=notes, pair=pair, **options)
 
     def report(self, fit: HParamsFit, source: str) -> str:
         return format_hparams(fit, source)

@@ -143,6 +143,8 @@ class Law:
     scales: tuple[str, ...] = ()
     run_columns: tuple[str, ...] = ()    # table columns beyond N and D a run's loss reads
     refused_flags: tuple[str, ...] = ()  # fit flags that would mean nothing to this law
+    column_names: tuple[str, ...] = ()  # --columns names beyond the (N, D, L) table's
+    reads_pair = False  # --pair without --best-over: its own fit resamples those units
     reads: tuple[str, ...] = ()  # those of VARIANT_FLAGS this law reads
     scope: str = ""                      # what one fit of this law is, for those refusals
 

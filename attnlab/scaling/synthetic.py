@@ -107,3 +107,50 @@ def overtrain_points(params: dict, *, budgets, ratios, noise: float = 0.005,
     truth = registry.law_named("overtrain").loss(params, n, m * n)
     return pd.DataFrame({"params": n, "tokens": m * n, "loss": _noisy(truth, noise, rng),
                          "flops": c})
+
+
+def power_law(coef_exponents: tuple[float, dict], n, d):
+    """c N^a D^b from ``(c, {"params": a, "tokens": b})``."""
+    coef, e = coef_exponents
+    return coef * np.power(n, e["params"]) * np.power(d, e["tokens"])
+
+
+def hparams_grid(lr_law, batch_law, *, sizes, tokens, noise: float = 0.0, seed: int = 0,
+                 shift: float = 0.0) -> pd.DataFrame:
+    """Runs on a 5 x 5 grid of learning rates and batch sizes (factors of 2) per (N, D) around
+    the optimum the two power laws give (:func:`power_law`), the grid off-centre by a random
+    fraction of a step (``shift`` steps more for the smallest size): a loss quadratic in log
+    lr and log batch, as Porian et al. 2024's fits assume, plus normal ``noise``. Columns
+    params, tokens, train.learning_rate, steps, batch, final_val_loss, status."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for n in sizes:
+        for d in tokens:
+            lr_opt, b_opt = power_law(lr_law, n, d), power_law(batch_law, n, d)
+            off = rng.uniform(-0.4, 0.4, 2) + (shift if n == sizes[0] else 0.0)
+            for i in range(-2, 3):
+                for j in range(-2, 3):
+                    lr, b = lr_opt * 2.0 ** (i + off[0]), b_opt * 2.0 ** (j + off[1])
+                    loss = (3.0 + 50 * n ** -0.3 + 0.02 * np.log(lr / lr_opt) ** 2
+                            + 0.01 * np.log(b / b_opt) ** 2 + rng.normal(0, noise))
+                    rows.append({"params": n, "tokens": d, "train.learning_rate": lr,
+                                 "steps": int(d / b), "batch": b, "final_val_loss": loss,
+                                 "status": "completed"})
+    return pd.DataFrame(rows)
+
+
+def hparams_seeds(lr_law, batch_law, *, sizes, tokens, n_seeds: int = 3,
+                  noise: float = 0.002, seed: int = 0) -> pd.DataFrame:
+    """:func:`hparams_grid`'s grid (one grid for every seed) trained at ``n_seeds`` seeds
+    (column train.seed): each seed a loss offset in each (N, D) group shared by all its runs
+    there (one initialisation and data order), and noise of each run's own."""
+    rng = np.random.default_rng(seed)
+    base = hparams_grid(lr_law, batch_law, sizes=sizes, tokens=tokens, seed=seed)
+    frames = []
+    for s in range(n_seeds):
+        frame = base.assign(**{"train.seed": s})
+        shared = frame.groupby(["params", "tokens"])["params"].transform(
+            lambda g: rng.normal(0, 5 * noise))
+        frame["final_val_loss"] += shared + rng.normal(0, noise, len(frame))
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True)

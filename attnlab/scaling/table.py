@@ -101,15 +101,16 @@ class ScalingTable:
         return self.array("budget") if "budget" in self.frame else None
 
 
-def parse_columns(spec: str | None) -> dict[str, str]:
-    """``"params:Model Size,tokens:Tokens"`` -> {"params": "Model Size", "tokens": "Tokens"}."""
+def parse_columns(spec: str | None, names: tuple[str, ...] = CANONICAL) -> dict[str, str]:
+    """``"params:Model Size,tokens:Tokens"`` -> {"params": "Model Size", "tokens": "Tokens"};
+    ``names``: the NAMEs the reading law knows."""
     mapping: dict[str, str] = {}
     for item in filter(None, (s.strip() for s in (spec or "").split(","))):
         name, sep, column = item.partition(":")
         name, column = name.strip(), column.strip()
-        if not sep or not column or name not in CANONICAL:
+        if not sep or not column or name not in names:
             raise FitInputError(f"--columns: {item!r} is not NAME:COLUMN with NAME one of "
-                                f"{', '.join(CANONICAL)}")
+                                f"{', '.join(names)}")
         mapping[name] = column
     return mapping
 
