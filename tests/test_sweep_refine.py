@@ -19,12 +19,16 @@ GRID = str(ROOT / "experiments" / "tiny_grid.py")
 FACTORS = (0.5, 1.0, 2.0)
 
 
-def grid(rule=None, seeds=(0, 1), variants=None, **sweep):
+def grid(rule=None, seeds=(0, 1), variants=None, batches=None, encodings=None, **sweep):
     """tiny_grid (two shapes, rope and alibi) at FACTORS, refine 2, two seeds."""
     config = runpy.run_path(GRID)["get_config"]().to_dict()
     config["sweep"]["learning_rate"] = rule or {"rule": "per_shape", "factors": FACTORS,
                                                 "refine": 2}
     config["sweep"]["axes"]["train"]["seed"] = seeds
+    if batches:
+        config["sweep"]["axes"]["data"] = {"batch_size": batches}
+    if encodings:
+        config["sweep"]["axes"]["model"]["pos_encoding"] = encodings
     if variants:
         config["sweep"]["variants"] = variants
         del config["sweep"]["axes"]["model"]
@@ -165,3 +169,116 @@ def test_a_real_sweep_grows_where_its_best_rate_is_the_largest(tmp_path):
     assert sorted(planned["run_id"]) == sorted(table["run_id"])
     assert (planned["status"] == rundir.COMPLETED).all()
     assert "2 added from the results so far" in notes[0]
+
+
+# -- sweep.refine_batch: the batch-size axis widens where a group's best sits at its edge ------
+
+BATCHES = (2, 4, 8)
+
+
+def batch_grid(refine_batch=2, rule=None, **sweep):
+    """tiny_grid at FACTORS (no rate refinement unless ``rule``) x batch sizes BATCHES."""
+    return grid(rule or {"rule": "per_shape", "factors": FACTORS}, batches=BATCHES,
+                refine_batch=refine_batch, **sweep)
+
+
+def best_batch_at(spec, batch, factor=1.0):
+    """Outcomes: loss (log2(batch / batch[d_model]))^2 + (log2(factor_ratio))^2 + a seed's
+    offset."""
+    def outcome(run):
+        b = run.cfg.data.batch_size / batch[run.cfg.model.d_model]
+        return (rundir.COMPLETED, 2.0 + math.log2(b) ** 2 + math.log2(run.lr_factor / factor) ** 2
+                + 0.01 * run.cfg.train.seed)
+    return {run.run_id: outcome(run) for run in plan(spec)}
+
+
+def settle_batches(spec, batch, factor=1.0):
+    current = grown(spec, {})
+    for _ in range(10):
+        bigger = grown(spec, best_batch_at(current, batch, factor))
+        if bigger.grown_by == current.grown_by:
+            return current
+        current = bigger
+    raise AssertionError("did not settle")
+
+
+def added_batches(spec):
+    return sorted((group.split(" ")[0], sizes) for group, sizes in spec.extra_batches)
+
+
+def test_a_group_grows_past_its_largest_batch_size_up_to_the_cap():
+    spec = batch_grid()
+    first = grown(spec, best_batch_at(spec, {16: 64, 32: 4}))
+    assert added_batches(first) == [("d16-l1-h2", (16,))] * 2  # rope and alibi: two groups
+    settled = settle_batches(spec, {16: 64, 32: 4})
+    assert added_batches(settled) == [("d16-l1-h2", (16, 32))] * 2  # the cap: 2 a side
+    d16 = [r for r in plan(settled) if r.cfg.model.d_model == 16]
+    assert sorted({r.cfg.data.batch_size for r in d16}) == [2, 4, 8, 16, 32]
+    assert {r.lr_factor for r in d16 if r.cfg.data.batch_size == 32} == set(FACTORS)
+    assert {r.cfg.data.batch_size for r in plan(settled) if r.cfg.model.d_model == 32} == \
+        set(BATCHES)
+    assert {r.run_id for r in plan(spec)} <= {r.run_id for r in plan(settled)}
+
+
+def test_the_smallest_batch_size_grows_down_to_one_sequence():
+    settled = settle_batches(batch_grid(), {16: 4, 32: 0.1})
+    assert added_batches(settled) == [("d32-l2-h2", (1,))] * 2  # then 1/2 sequence: no more
+
+
+def test_a_new_batch_sizes_points_refine_their_rates_too():
+    spec = batch_grid(rule={"rule": "per_shape", "factors": FACTORS, "refine": 1})
+    settled = settle_batches(spec, {16: 64, 32: 4}, factor=8.0)
+    assert added_batches(settled) == [("d16-l1-h2", (16, 32))] * 2
+    widest = [r for r in plan(settled) if r.cfg.data.batch_size == 32]
+    assert {r.lr_factor for r in widest} == {0.5, 1.0, 2.0, 4.0}
+
+
+def test_resuming_plans_the_same_batch_sizes():
+    spec = batch_grid()
+    settled = settle_batches(spec, {16: 64, 32: 0.1})
+    everything = best_batch_at(settled, {16: 64, 32: 0.1})
+    assert grown(spec, everything).grown_by == settled.grown_by
+    assert [r.run_id for r in plan(grown(spec, everything))] == \
+        [r.run_id for r in plan(settled)]
+    first = plan(spec)[0]  # d16, rope: still training, so its group waits
+    held = dict(everything) | {first.run_id: (rundir.PARTIAL, math.nan)}
+    assert sorted(dict(grown(spec, held).extra_batches)) == sorted(
+        g for g, _ in settled.extra_batches if g != first.group)
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"refine_batch": -1}, ">= 0"),
+    ({"axes": None}, "at least two values"),
+    ({"mode": "ladder"}, "ladder"),
+])
+def test_a_bad_refine_batch_is_refused_naming_the_field(change, words):
+    config = runpy.run_path(GRID)["get_config"]().to_dict()
+    config["sweep"]["refine_batch"] = change.get("refine_batch", 1)
+    if change.get("axes", 1) is not None:
+        config["sweep"]["axes"]["data"] = {"batch_size": (2, 4)}
+    if change.get("mode") == "ladder":
+        config = runpy.run_path(str(ROOT / "experiments" / "tiny_ladder.py"))[
+            "get_config"]().to_dict()
+        config["sweep"]["refine_batch"] = 1
+        config["sweep"].setdefault("axes", {}).setdefault("data", {})["batch_size"] = (2, 4)
+    with pytest.raises(SweepSpecError) as info:
+        spec_from_config_dict(config)
+    assert info.value.field == "sweep.refine_batch" and words in str(info.value)
+
+
+def test_a_real_sweep_grows_a_batch_size_where_the_largest_is_best(tmp_path):
+    """24 steps each: 4 sequences a step read twice the tokens of 2 and end lower, so the
+    largest batch size is best; refine_batch 1 adds the next (8 after 2, 4), then stops
+    wherever 8 lands, and a rerun trains nothing."""
+    spec = grid({"rule": "per_shape"}, seeds=(0,), shapes=((16, 1, 2, 1e-2),),
+                batches=(2, 4), encodings=("rope",), refine_batch=1)
+    table = run_sweep(spec, tmp_path, progress=False)
+    assert (table["status"] == rundir.COMPLETED).all()
+    losses = table.sort_values("data.batch_size")["final_val_loss"].to_numpy()
+    assert sorted(table["data.batch_size"]) == [2, 4, 8] and losses[0] > losses[1]
+    summaries = {p: p.stat().st_mtime_ns for p in tmp_path.glob("runs/*/summary.json")}
+    again = run_sweep(spec, tmp_path, progress=False)
+    assert sorted(again["run_id"]) == sorted(table["run_id"])
+    assert {p: p.stat().st_mtime_ns for p in tmp_path.glob("runs/*/summary.json")} == summaries
+    [(_, planned, notes)] = dry_run_refined(spec, tmp_path, probe="none")
+    assert "refine_batch" in notes[0] and "1 added from the results so far" in notes[0]

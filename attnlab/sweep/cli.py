@@ -16,7 +16,7 @@ from attnlab.cli_flags import Flag
 from attnlab.rundir import COMPLETED, DIVERGED, TABLE_FILE
 from attnlab.sweep.launchers import LAUNCHERS, SweepInterrupted
 from attnlab.sweep.probe import PROBES, dry_run, format_table
-from attnlab.sweep.refine import refines
+from attnlab.sweep.refine import refining
 from attnlab.sweep.stages import dry_run_refined, dry_run_stages, run_sweep
 from attnlab.sweep.spec import config_source, spec_from_config_dict
 
@@ -69,7 +69,7 @@ def sweep_main(argv: list[str]) -> int:
                        ensemble_max=ensemble_max)
         if spec.tune is not None:  # the tuning stage, then the study at its learning rates
             stages = dry_run_stages(spec, workdir, **options)
-        elif refines(spec):  # the grid, with the rates past its edge found so far
+        elif refining(spec):  # the grid, with the rates (batch sizes) past its edge so far
             stages = dry_run_refined(spec, workdir, **options)
         else:
             stages = [(None, *dry_run(spec, workdir, **options))]

@@ -17,6 +17,9 @@ from attnlab.sweep.sections import (Branches, CentreRule, Ladder, Resources, Sha
                                     SweepSpecError, Tune)
 
 
+BATCH_KEY = "data.batch_size"  # the axis sweep.refine_batch widens
+
+
 @dataclasses.dataclass(frozen=True)
 class Variant:
     """A named variant of the whole sweep (``sweep.variants.<name>``): config overrides (dotted
@@ -65,6 +68,11 @@ class SweepSpec:
     # (point, factors): the learning-rate factors a point trains at beyond
     # learning_rate.factors, set by attnlab.sweep.refine from the results, never in a file.
     extra_factors: tuple[tuple[str, tuple[float, ...]], ...] = ()
+    # > 0: a group of points whose best batch size is its smallest or largest gains the next
+    # one beyond it, up to this many a side (sweep.refine_batch; attnlab.sweep.refine).
+    refine_batch: int = 0
+    # (group, batch sizes) a group trains at beyond the batch-size axis, set likewise.
+    extra_batches: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
     def set_keys(self) -> dict[str, str]:
         """Config keys the sweep sets besides its axes, each mapped to the spec field that sets
@@ -101,6 +109,11 @@ class SweepSpec:
                            for v in self.variants for point, f in v.extra_factors)
 
     @property
+    def grown_by(self) -> tuple:
+        """Everything attnlab.sweep.refine added: learning-rate factors and batch sizes."""
+        return self.refinements, self.extra_batches
+
+    @property
     def kind(self) -> Mode:
         """The mode's class in :data:`modes.MODES`."""
         return MODES[self.mode]()
@@ -130,3 +143,21 @@ def variant_spec(spec: SweepSpec, variant: Variant) -> SweepSpec:
         centre=variant.centre or spec.centre,
         learning_rate=variant.learning_rate or spec.learning_rate,
         warmup=variant.warmup or spec.warmup)
+
+
+def check_refine_batch(spec: SweepSpec) -> None:
+    """sweep.refine_batch widens a batch-size axis of a grid or IsoFLOP sweep."""
+    if not spec.refine_batch:
+        return
+    batches = dict(spec.axes).get(BATCH_KEY, ())
+    for refused, why in (
+            (len(batches) < 2, "widens the batch-size axis: give sweep.axes.data.batch_size at "
+                               "least two values"),
+            (spec.kind.uses_branches, "a ladder's branches continue their trunk; refine a grid "
+                                      "or IsoFLOP sweep"),
+            (spec.tune is not None, "the tuning stage (sweep.tune) picks the study's rates; "
+                                    "refine a sweep without one"),
+            (bool(spec.variants), "not with sweep.variants: refine each variant's sweep on its "
+                                  "own")):
+        if refused:
+            raise SweepSpecError("sweep.refine_batch", why)

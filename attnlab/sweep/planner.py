@@ -20,7 +20,7 @@ from attnlab.errors import ConfigError
 from attnlab.identity import RESUMABLE_DIFFERENCES, identity
 from attnlab.checks import with_values
 from attnlab.model import flops_per_token, param_counts, recorded_counts
-from attnlab.sweep.definition import SweepSpec, variant_point, variant_spec
+from attnlab.sweep.definition import BATCH_KEY, SweepSpec, variant_point, variant_spec
 from attnlab.sweep.modes import OFF_CENTRE
 from attnlab.sweep.sections import Ladder, Shape, SweepSpecError
 
@@ -50,6 +50,7 @@ class PlannedRun:
         (a cooldown from the trunk's checkpoint at ``cfg.train.branch_step``); '' otherwise.
       point: the runs that differ from this one only in learning-rate factor and seed share it
         (:func:`point_name`); lr_factor: the run's factor of the rule's rate.
+      group: the points that differ only in batch size share it (:func:`group_name`).
     """
 
     run_id: str
@@ -61,6 +62,7 @@ class PlannedRun:
     role: str = ""
     point: str = ""
     lr_factor: float = 1.0
+    group: str = ""
 
     @property
     def steps(self) -> int:
@@ -121,7 +123,7 @@ def expand(spec: SweepSpec) -> tuple[list[PlannedRun], list[str]]:
     for budget in budgets:
         kept, off_centre = 0, 0
         for shape in shapes:
-            for values in combos:
+            for values in combos + extra_batch_combos(spec, shape, budget, combos):
                 point = point_name(shape, values, budget)
                 for factor in factors + extra.get(point, ()):
                     run = _plan_one(spec, shape, values, budget, factor)
@@ -132,7 +134,8 @@ def expand(spec: SweepSpec) -> tuple[list[PlannedRun], list[str]]:
                         notes.append(f"budget {budget:.3g}: {what} left out ({run})")
                         off_centre += run.startswith(OFF_CENTRE)
                         break
-                    runs.append(dataclasses.replace(run, point=point, lr_factor=factor))
+                    runs.append(dataclasses.replace(run, point=point, lr_factor=factor,
+                                                    group=group_name(shape, values, budget)))
                     kept += 1
         if budget is not None and kept == 0 and off_centre:
             raise SweepSpecError(
@@ -420,6 +423,23 @@ def point_name(shape: Shape | None, values: dict[str, Any], budget: float | None
     label = shape.label if shape else "base"
     where = f" at {budget:.6g} FLOPs" if budget is not None else ""
     return label + where + (f" {json.dumps(kept, sort_keys=True, default=str)}" if kept else "")
+
+
+def group_name(shape: Shape | None, values: dict[str, Any], budget: float | None) -> str:
+    """What the points of one batch-size group share: the point's name but its batch size."""
+    return point_name(shape, {k: v for k, v in values.items() if k != BATCH_KEY}, budget)
+
+
+def extra_batch_combos(spec: SweepSpec, shape: Shape | None, budget: float | None,
+                       combos: list[dict]) -> list[dict]:
+    """The axis values of the batch sizes sweep.refine_batch added to this shape's groups
+    (``spec.extra_batches``), one per seed as the axis's own."""
+    extra = dict(spec.extra_batches)
+    if not extra:
+        return []
+    first = dict(spec.axes)[BATCH_KEY][0]
+    return [{**values, BATCH_KEY: batch} for values in combos if values[BATCH_KEY] == first
+            for batch in extra.get(group_name(shape, values, budget), ())]
 
 
 def _combo_label(combo: tuple[Any, ...]) -> str:

@@ -27,7 +27,7 @@ from attnlab.dataclass_io import build_dataclass, coerce
 from attnlab.errors import ConfigError
 from attnlab.checks import check
 from attnlab.model.architecture import PARAMETERIZATIONS
-from attnlab.sweep.definition import SweepSpec, Variant, variant_spec
+from attnlab.sweep.definition import SweepSpec, Variant, check_refine_batch, variant_spec
 from attnlab.sweep import modes
 from attnlab.sweep.rules import LearningRateRule, WarmupRule, read_lr_law
 from attnlab.sweep.sections import (Branches, CentreRule, Ladder, Resources, Shape,
@@ -42,6 +42,7 @@ _SECTIONS: dict[str, type] = {"model": ModelConfig, "data": DataConfig, "train":
 _TOP_LEVEL_KEYS = ("scale", "base", "sweep")
 _SWEEP_KEYS = ("name", "mode", "shapes", "ladder", "axes", "learning_rate", "warmup", "budgets",
                "flops_per_token", "min_steps", "max_epochs", "curve_points", "resources",
+               "refine_batch",
                "centre", "variants", "variant_column", "baseline", "branches", "tune")
 
 
@@ -104,6 +105,7 @@ def spec_from_config_dict(config: ml_collections.ConfigDict | Mapping[str, Any],
         flops_per_token=sweep.get("flops_per_token", "chinchilla"),
         min_steps=int_at_least(sweep.get("min_steps", 1), 1, "sweep.min_steps"),
         max_epochs=number_at_least_zero(sweep.get("max_epochs", 0.0), "sweep.max_epochs"),
+        refine_batch=int_at_least(sweep.get("refine_batch", 0), 0, "sweep.refine_batch"),
         curve_points=int_at_least(sweep.get("curve_points", 0), 0, "sweep.curve_points"),
         resources=_resources(sweep.get("resources"), scale),
         source=source,
@@ -115,6 +117,7 @@ def spec_from_config_dict(config: ml_collections.ConfigDict | Mapping[str, Any],
         spec = _with_resolved_learning_rate(spec, "sweep.learning_rate")
     _check_relations(spec)
     spec = _with_variants(spec, sweep)
+    check_refine_batch(spec)
     from attnlab.sweep import tuning  # it plans sweeps: imported here, not in a cycle
 
     tuning.check(spec)

@@ -26,7 +26,7 @@ def run_sweep(spec: SweepSpec, workdir: str | Path, **kw):
     (:func:`run_tuned`); the same keyword arguments."""
     if spec.tune is not None:
         return run_tuned(spec, workdir, **kw)
-    if refine.refines(spec):
+    if refine.refining(spec):
         return run_refined(spec, workdir, **kw)
     return runner.run_sweep(spec, workdir, **kw)
 
@@ -40,7 +40,7 @@ def run_refined(spec: SweepSpec, workdir: str | Path, *, progress: bool = True, 
     while True:
         table = runner.run_sweep(current, workdir, progress=progress, **kw)
         bigger = refine.grown(spec, refine.outcomes(table))
-        if bigger.refinements == current.refinements:
+        if bigger.grown_by == current.grown_by:
             return table
         for line in refine.describe(current, bigger):
             say(line)
@@ -53,10 +53,17 @@ def dry_run_refined(spec: SweepSpec, workdir: str | Path | None = None, **kw):
     current = refine.grown(spec, refine.recorded(workdir))
     table, notes = dry_run(current, workdir, **kw)
     grown = sum(len(factors) for _, factors in current.refinements)
-    note = (f"learning_rate.refine: a point whose best rate is at its grid's edge once its runs "
-            f"finish gains the next rate beyond it (up to {refine.refines(spec)} a side); "
-            f"{grown} added from the results so far")
-    return [(None, table, [note] + notes)]
+    said = []
+    if refine.refines(spec):
+        said.append(f"learning_rate.refine: a point whose best rate is at its grid's edge once "
+                    f"its runs finish gains the next rate beyond it (up to "
+                    f"{refine.refines(spec)} a side); {grown} added from the results so far")
+    if spec.refine_batch:
+        added = sum(len(sizes) for _, sizes in current.extra_batches)
+        said.append(f"refine_batch: a group whose best batch size is at the axis's edge once its "
+                    f"runs finish gains the next one beyond it (up to {spec.refine_batch} a "
+                    f"side); {added} added from the results so far")
+    return [(None, table, said + notes)]
 
 
 # -- the two stages ---------------------------------------------------------------------------
