@@ -87,6 +87,29 @@ def _fit(requested, kept):
                       objective_name="", n_bootstrap_requested=requested)
 
 
+def test_an_interval_is_refused_from_fewer_than_ten_refits():
+    """One or two refits make a zero-width "95%" interval that need not hold the estimate."""
+    assert _fit(9, 9).refusal_reason == "9 bootstrap refits, fewer than 10"
+    assert _fit(9, 9).ci == {} and not _fit(10, 10).intervals_refused
+
+
+def test_a_law_through_every_point_has_no_interval():
+    """Five points for approach 3's five parameters: every refit interpolates its draw too, so
+    the intervals would have zero width; with one parameter held by --fix there is a residual."""
+    p = CHINCHILLA_PUBLISHED
+    n = np.geomspace(1e7, 1e9, 5)
+    d = n * np.array([5.0, 80.0, 20.0, 40.0, 10.0])
+    loss = p["E"] + p["A"] / n ** p["alpha"] + p["B"] / d ** p["beta"]
+    frame = pd.DataFrame({"params": n, "tokens": d, "loss": loss * (1 + 0.01 * np.sin(n))})
+    table = prepare_points(frame, law=law_named("chinchilla", 3), source="five")
+    fit = fit_table(table, law="chinchilla", approach=3, n_bootstrap=10, grid=SMALL_GRID)
+    assert fit.refusal_reason == "5 points for 5 free parameters leave no residual"
+    assert fit.ci == {} and set(fit.not_pinned) >= {"E", "alpha", "beta"}
+    held = fit_table(table, law="chinchilla", approach=3, n_bootstrap=10, grid=SMALL_GRID,
+                     fixed={"E": 1.69})
+    assert held.free_parameters == 4 and held.refusal_reason != fit.refusal_reason
+
+
 def test_an_interval_is_refused_when_too_many_refits_fail():
     limit = int(MAX_FAILED_SHARE * 100)
     kept = _fit(100, 100 - limit)  # at the limit: computed

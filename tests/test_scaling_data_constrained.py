@@ -115,7 +115,7 @@ def table(tmp_path):
 def test_fix_holds_values_exactly_and_json_names_parameters_top_level(table, tmp_path, fit_cli):
     out_json = tmp_path / "fit.json"
     code, out, err = fit_cli([f"--sweep={table}", "--law=data_constrained", FIX,
-                           "--bootstrap=8", f"--json={out_json}"])
+                           "--bootstrap=10", f"--json={out_json}"])
     assert code == 0, err
     written = json.loads(out_json.read_text())
     for name, value in CHINCHILLA_PART.items():
@@ -153,7 +153,7 @@ def test_cluster_resampling_is_respected(tmp_path, fit_cli):
     frame["seed_group"] = (np.arange(len(frame)) // 2).astype(str)
     path, out_json = tmp_path / "runs.csv", tmp_path / "fit.json"
     frame.to_csv(path, index=False)
-    code, _, err = fit_cli([f"--sweep={path}", "--law=data_constrained", FIX, "--bootstrap=8",
+    code, _, err = fit_cli([f"--sweep={path}", "--law=data_constrained", FIX, "--bootstrap=10",
                          "--cluster=seed_group", f"--json={out_json}"])
     assert code == 0, err
     assert json.loads(out_json.read_text())["resampling"] == {
@@ -225,7 +225,7 @@ def test_approach3_holds_a_fixed_exponent_exactly(tmp_path, fit_cli):
     synthetic.grid_points(synthetic.CHINCHILLA_PUBLISHED, n_points=40, rng=rng).to_csv(
         path, index=False)
     code, _, err = fit_cli([f"--sweep={path}", "--law=chinchilla", "--fix=alpha=0.34,E=1.69",
-                         "--grid=a:0:20:10,b:0:20:10", "--bootstrap=4",
+                         "--grid=a:0:20:10,b:0:20:10", "--bootstrap=10",
                          f"--json={out_json}"])
     assert code == 0, err
     written = json.loads(out_json.read_text())

@@ -97,7 +97,7 @@ def test_small_runs_predict_larger_over_trained_runs_beside_a_baseline(tmp_path,
 def test_tokens_per_param_reports_the_loss_at_m_and_the_compute_penalty(table, tmp_path,
                                                                        fit_cli):
     out_json = tmp_path / "fit.json"
-    code, out, err = fit_cli([f"--sweep={table}", "--law=overtrain", "--bootstrap=8",
+    code, out, err = fit_cli([f"--sweep={table}", "--law=overtrain", "--bootstrap=10",
                            "--budget=1e21", "--tokens-per-param=20,200",
                            "--fix=eta=0.17", f"--json={out_json}"])
     assert code == 0, err

@@ -20,6 +20,9 @@ import numpy as np
 
 # Refits that may fail before an interval is refused rather than read off the survivors.
 MAX_FAILED_SHARE = 0.10
+# Fewer usable refits than this give no interval: one or two refits make a zero-width "95%"
+# interval that need not even hold the estimate.
+MIN_REFITS = 10
 # Fewer clusters than this draw intervals whose coverage was not checked (docs/scaling.md's
 # simulation drew 48): a bootstrap over few units tends to give intervals too narrow.
 MIN_CLUSTERS = 30

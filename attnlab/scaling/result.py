@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from attnlab.scaling import laws
-from attnlab.scaling.bootstrap import MAX_FAILED_SHARE, intervals, percentile_interval
+from attnlab.scaling.bootstrap import MAX_FAILED_SHARE, MIN_REFITS, intervals, percentile_interval
 
 # Intervals too wide to act on: an exponent's wider than this (a spread of 0.25 in N_opt ~ C^a
 # moves N_opt by 10x over four decades of compute) ...
@@ -70,8 +70,8 @@ class ScalingFit:
         every parameter the rule reads: without an interval nothing is shown to be pinned."""
         if self.intervals_refused:
             ruled = set(self.part.exponents) | set(self.part.scales) | {"E"}
-            return {name: (f"no {100 * self.ci_level:g}% interval: {self.n_bootstrap_failed} "
-                           f"of {self.n_bootstrap_requested} bootstrap refits failed")
+            reason = self.refusal_reason.split(", more than")[0]
+            return {name: f"no {100 * self.ci_level:g}% interval: {reason}"
                     for name in self.params if name in ruled}
         found = {}
         for name, (low, high) in self.ci.items():
@@ -137,18 +137,54 @@ class ScalingFit:
 
     @property
     def intervals_refused(self) -> bool:
-        """More than MAX_FAILED_SHARE of the refits failed: percentiles over the survivors
-        would be conditional on success, so no interval is reported."""
-        return self.n_bootstrap_failed > MAX_FAILED_SHARE * self.n_bootstrap_requested
+        """No interval is reported (:attr:`refusal` says why)."""
+        return self.refusal is not None
+
+    @property
+    def free_parameters(self) -> int:
+        """The law's parameters less those held by --fix."""
+        return self.part.n_parameters - len(self.details.get("fixed") or {})
 
     @property
     def refusal(self) -> str | None:
         """Why the intervals are refused, in one phrase for every report (None: they are not)."""
-        if not self.intervals_refused:
+        reason = self.refusal_reason
+        if reason is None:
             return None
-        return (f"not computed: {self.n_bootstrap_failed} of {self.n_bootstrap_requested} "
-                f"bootstrap refits failed, more than {100 * MAX_FAILED_SHARE:g}% (percentiles "
-                f"over the refits that succeeded would be conditional on success)")
+        why = (" (percentiles over the refits that succeeded would be conditional on success)"
+               if "failed" in reason else
+               " (the law passes through every point, and so does every refit)"
+               if "residual" in reason else " (--bootstrap=200 is the default)")
+        return f"not computed: {reason}{why}"
+
+    @property
+    def refusal_reason(self) -> str | None:
+        """The short cause of :attr:`refusal`: more than MAX_FAILED_SHARE of the refits failed,
+        a law of each run's loss has no more points than free parameters, or fewer than
+        MIN_REFITS refits succeeded."""
+        if not self.n_bootstrap_requested:
+            return None
+        if self.part.predicts_loss and self.n_points <= self.free_parameters:
+            return (f"{self.n_points} points for {self.free_parameters} free parameters leave "
+                    f"no residual")
+        if self.n_bootstrap_failed > MAX_FAILED_SHARE * self.n_bootstrap_requested:
+            return (f"{self.n_bootstrap_failed} of {self.n_bootstrap_requested} bootstrap refits "
+                    f"failed, more than {100 * MAX_FAILED_SHARE:g}%")
+        if self.n_bootstrap < MIN_REFITS:
+            return f"{self.n_bootstrap} bootstrap refits, fewer than {MIN_REFITS}"
+        return None
+        if self.part.predicts_loss and self.n_points <= self.free_parameters:
+            return (f"not computed: {self.n_points} points for {self.free_parameters} free "
+                    f"parameters leave no residual (the law passes through every point, and so "
+                    f"does every refit)")
+        if self.n_bootstrap_failed > MAX_FAILED_SHARE * self.n_bootstrap_requested:
+            return (f"not computed: {self.n_bootstrap_failed} of {self.n_bootstrap_requested} "
+                    f"bootstrap refits failed, more than {100 * MAX_FAILED_SHARE:g}% (percentiles "
+                    f"over the refits that succeeded would be conditional on success)")
+        if self.n_bootstrap < MIN_REFITS:
+            return (f"not computed: {self.n_bootstrap} bootstrap refits, fewer than "
+                    f"{MIN_REFITS} (--bootstrap=200 is the default)")
+        return None
 
     @property
     def interval_samples(self) -> dict[str, np.ndarray]:
