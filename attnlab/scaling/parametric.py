@@ -12,6 +12,7 @@ data arrays (rows identical) so that the objective stays one compiled program wh
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping
 
 import jax.numpy as jnp
@@ -49,14 +50,14 @@ def parse_fix(text: str | None) -> dict[str, float]:
 
 def positive_list(text: str | None, flag: str, what: str, example: str) -> list[float]:
     """``"10,100"`` -> [10.0, 100.0]; FitInputError naming ``flag`` for a value that is not a
-    number > 0."""
+    finite number > 0."""
     try:
         values = [float(v) for v in (text or "").split(",") if v.strip()]
     except ValueError:
         raise FitInputError(f"{flag}: {text!r} is not a comma-separated list of {what} (e.g. "
                             f"{example})") from None
-    if not all(v > 0 for v in values):
-        raise FitInputError(f"{flag}: {what} must be > 0, got {text!r}")
+    if not all(0 < v < math.inf for v in values):
+        raise FitInputError(f"{flag}: {what} must be finite and > 0, got {text!r}")
     return values
 
 
