@@ -393,3 +393,41 @@ def test_compare_best_over_pair_reports_the_heldout_differences(tmp_path, capsys
     assert compare_main([f"--sweep={path}", "--by=schedule", "--baseline=cosine", "--pair=seed",
                          "--best-over=learning_rate"]) == 0
     assert "nothing to hold out" in capsys.readouterr().out
+
+
+def test_runs_read_twice_count_once_and_runs_without_a_loss_are_named(tmp_path, capsys):
+    """A run in two tables (or a row repeated) is one run, said in a note; its completed copy
+    wins over a failed one; copies with different losses are refused; a diverged run is
+    named, and a loss that is not a number in a completed run is refused."""
+    frame = pd.DataFrame({"run_id": [f"r{i}" for i in range(8)],
+                          "arm": ["a", "b"] * 4, "params": 1e4, "tokens": 1e6,
+                          "train.seed": [0, 0, 1, 1, 2, 2, 3, 3],
+                          "final_val_loss": [2.0, 1.9, 2.1, 2.0, 2.05, 1.95, 2.0, 1.92],
+                          "status": "completed"})
+    frame.to_csv(tmp_path / "all.csv", index=False)
+    failed = frame.assign(status=lambda f: np.where(f["run_id"] == "r1", "failed", "completed"))
+    failed.to_csv(tmp_path / "failed.csv", index=False)
+    args = ["--by=arm", "--baseline=a", "--pair=train.seed"]
+    assert compare_main([f"--sweep={tmp_path / 'all.csv'}"] + args) == 0
+    once = capsys.readouterr().out
+    assert compare_main([f"--sweep={tmp_path / 'failed.csv'},{tmp_path / 'all.csv'}"]
+                        + args) == 0
+    twice = capsys.readouterr().out
+    assert "note: 8 row(s) repeat a run_id already read" in twice
+    assert twice.replace(twice[twice.index("note: 8 row(s)"):].split("\n")[0] + "\n", "") == once
+    frame.assign(final_val_loss=frame["final_val_loss"] + 0.1).to_csv(tmp_path / "other.csv",
+                                                                      index=False)
+    assert compare_main([f"--sweep={tmp_path / 'all.csv'},{tmp_path / 'other.csv'}"]
+                        + args) == 2
+    assert "run r0 appears more than once with different final_val_loss" in \
+        capsys.readouterr().err
+    failed.assign(status=lambda f: f["status"].replace("failed", "diverged")).to_csv(
+        tmp_path / "diverged.csv", index=False)
+    assert compare_main([f"--sweep={tmp_path / 'diverged.csv'}"] + args) == 0
+    assert "1 of 8 runs did not complete (diverged: 1)" in capsys.readouterr().out
+    frame.astype({"final_val_loss": object}).assign(
+        final_val_loss=lambda f: f["final_val_loss"].where(f.index != 2, "oops")).to_csv(
+        tmp_path / "text.csv", index=False)
+    assert compare_main([f"--sweep={tmp_path / 'text.csv'}"] + args) == 2
+    assert "is not a finite number in 1 completed run(s) (row 2: 'oops')" in \
+        capsys.readouterr().err

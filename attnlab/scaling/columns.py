@@ -36,6 +36,7 @@ def drop_unfinished(df: pd.DataFrame, notes: list[str],
     if df.empty:  # say so, rather than "missing column" for a table that has its header
         raise FitInputError(f"{source}: the table has no rows (columns: "
                             f"{', '.join(map(str, df.columns)) or 'none'})")
+    notes.extend(df.attrs.get("read_notes", ()))
     if "status" not in df.columns:
         return df
     done = df["status"].astype(str) == "completed"

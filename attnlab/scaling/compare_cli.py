@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import sys
 
+import numpy as np
+import pandas as pd
+
 from attnlab import cli_flags, outputs
 from attnlab import cli_vocab as vocab
 from attnlab.cli_flags import Flag
@@ -57,6 +60,29 @@ def _pooled_notes(table, by: str, match: tuple[str, ...], metric: str, pair: str
             f"--match={','.join(match)},{varied[0]} compares each value alone"]
 
 
+def checked_metric(table: pd.DataFrame, metric: str, source: str) -> list[str]:
+    """Notes on the runs read twice and those without a final ``metric`` (not completed:
+    diverged, failed); FitInputError for a metric that is not a number where a run completed."""
+    if metric not in table.columns:
+        return list(table.attrs.get("read_notes", ()))  # said where the column is needed
+    values = pd.to_numeric(table[metric], errors="coerce")
+    done = (table["status"].astype(str) == "completed" if "status" in table.columns
+            else pd.Series(True, index=table.index))
+    bad = done & ~np.isfinite(values)
+    if bad.any():
+        row = bad.idxmax()
+        raise FitInputError(f"{source}: --metric={metric} is not a finite number in "
+                            f"{int(bad.sum())} completed run(s) (row {row}: "
+                            f"{table.loc[row, metric]!r})")
+    notes = list(table.attrs.get("read_notes", ()))
+    if not done.all():
+        counts = table.loc[~done, "status"].astype(str).value_counts()
+        notes.append(f"{int((~done).sum())} of {len(table)} runs did not complete ("
+                     + ", ".join(f"{k}: {v}" for k, v in counts.items())
+                     + f") and have no {metric}: left out of the differences")
+    return notes
+
+
 def compare_main(argv: list[str]) -> int:
     try:
         values = cli_flags.parse(argv, COMPARE_FLAGS, prog="attnlab compare", takes_config=False,
@@ -72,6 +98,7 @@ def compare_main(argv: list[str]) -> int:
             raise FitInputError("--match: give at least one column")
         by, baseline, metric = (values[n].value for n in ("by", "baseline", "metric"))
         table = read_table(values["sweep"].value)
+        read_notes = checked_metric(table, metric, values["sweep"].value)
         over, pair, picks, held = values["best-over"].value, values["pair"].value, None, None
         if over:
             if pair:
@@ -94,7 +121,8 @@ def compare_main(argv: list[str]) -> int:
     if held is not None:
         sys.stdout.write(format_heldout(held, by=by, baseline=baseline, metric=metric,
                                         match=match, level=level, pair=pair))
-    for note in corpora_notes(table) + _pooled_notes(table, by, match, metric, pair):
+    for note in read_notes + corpora_notes(table) + _pooled_notes(table, by, match, metric,
+                                                                   pair):
         print(f"note: {note}")
     if values["json"].value:
         payload = {"by": by, "baseline": baseline, "metric": metric, "match": list(match),

@@ -117,17 +117,44 @@ def parse_columns(spec: str | None, names: tuple[str, ...] = CANONICAL) -> dict[
 
 def read_table(path: str | Path) -> pd.DataFrame:
     """A results table: a sweep directory, or a .parquet / .csv file; several, comma-separated,
-    are read as one (a sweep and the sweep that widened its grid), a run in two once."""
+    are read as one (a sweep and the sweep that widened its grid), a run in two once
+    (:func:`one_row_per_run`; its note in ``attrs["read_notes"]``)."""
     if isinstance(path, str) and "," in path and not Path(path).exists():
-        frames = [read_table(part) for part in path.split(",") if part]
-        table = pd.concat(frames, ignore_index=True)
-        return table.drop_duplicates("run_id") if "run_id" in table.columns else table
+        frames = [_read_one(part) for part in path.split(",") if part]
+        return one_row_per_run(pd.concat(frames, ignore_index=True), path)
+    return one_row_per_run(_read_one(path), str(path))
+
+
+def _read_one(path: str | Path) -> pd.DataFrame:
     try:
         return sweep_results.load(path)
     except AttnlabError as error:
         raise FitInputError(str(error)) from None
     except (OSError, ValueError) as error:
         raise FitInputError(f"{path}: cannot read the table ({error})") from None
+
+
+def one_row_per_run(table: pd.DataFrame, source: str) -> pd.DataFrame:
+    """One row per ``run_id``: a run read twice (in two tables, or a row repeated) counts once,
+    its completed copy over a failed one; copies of a completed run with different final
+    losses are refused, naming the run. Said in ``attrs["read_notes"]``."""
+    if "run_id" not in table.columns or not table["run_id"].duplicated().any():
+        return table
+    done = (table["status"].astype(str) == "completed" if "status" in table.columns
+            else pd.Series(True, index=table.index))
+    loss = next((c for c in ("final_val_loss", "loss") if c in table.columns), None)
+    if loss is not None:
+        values = table[done].groupby("run_id")[loss].nunique(dropna=False)
+        if (values > 1).any():
+            run = values[values > 1].index[0]
+            raise FitInputError(f"{source}: run {run} appears more than once with different "
+                                f"{loss} values; keep one copy of each run")
+    kept = table.assign(_done=done).sort_values("_done", ascending=False, kind="stable")
+    kept = kept.drop_duplicates("run_id").sort_index().drop(columns="_done")
+    kept.attrs["read_notes"] = [f"{len(table) - len(kept)} row(s) repeat a run_id already read "
+                                f"(a run in two tables, or a row repeated): each run counts "
+                                f"once, its completed copy first"]
+    return kept
 
 
 def read_curves(path: str | Path) -> pd.DataFrame:
