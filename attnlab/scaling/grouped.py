@@ -25,7 +25,7 @@ from attnlab.scaling.errors import FitError, FitInputError, GridEdgeWarning
 from attnlab.scaling.fitting import fit_table
 from attnlab.scaling.ladder import isoflop_slices
 from attnlab.scaling.laws import Law
-from attnlab.scaling.result import ScalingFit
+from attnlab.scaling.result import ScalingFit, pin_rule
 from attnlab.scaling.table import ScalingTable, prepare_curves, prepare_points
 
 
@@ -101,9 +101,9 @@ def _cell(fit: ScalingFit, name: str) -> str:
     if name in fit.unpinned:
         return "not pinned"
     low, high = fit.ci.get(name, (np.nan, np.nan))
-    if np.isfinite(low) and np.isfinite(high):
-        return f"{value:.4g} [{low:.3g}, {high:.3g}]"
-    return f"{value:.4g}"
+    interval = f" [{low:.3g}, {high:.3g}]" if np.isfinite(low) and np.isfinite(high) else ""
+    # as the report of one fit shows it: no estimate to read where no interval pins it
+    return ("not pinned" if name in fit.too_wide else f"{value:.4g}") + interval
 
 
 def format_grouped(grouped: GroupedFits, budgets=()) -> str:
@@ -137,6 +137,12 @@ def format_grouped(grouped: GroupedFits, budgets=()) -> str:
               for name, cells in rows]
     for group, why in grouped.skipped.items():
         lines.append(f"skipped {grouped.by}={group}: {why}")
+    wide = {g: f.too_wide for g, f in grouped.fits.items() if f.too_wide}
+    if wide:
+        rule = pin_rule(first.part)
+        lines.append(f"not pinned: not determined by the data, no interval, or an interval too "
+                     f"wide to act on ({rule}): " + "; ".join(
+                         f"{g}: {', '.join(names)}" for g, names in wide.items()))
     for group, fit in grouped.fits.items():
         if fit.intervals_refused:  # said, not left as a table without intervals
             lines.append(f"intervals [{group}]: {fit.refusal}")
