@@ -70,6 +70,11 @@ RUN_DIR_NAMES = frozenset({CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, CHECKPOINT_D
                            TENSORBOARD_DIR, RUN_FILE, FAILURE_FILE, LOG_FILE, LOCK_FILE})
 SWEEP_DIR_NAMES = frozenset({RUNS_DIR, SWEEP_FILE, TABLE_FILE, CSV_FILE, JAX_CACHE_DIR, LOGS_DIR,
                              RETIRED_DIR, SWEEP_LOCK_FILE, TUNE_DIR, TUNING_FILE})
+# The files a command writes into its directory before any other (its lock, its config): only
+# these prove a directory holding anything else is attnlab's. A user's own summary.json or
+# results.csv beside their files is not a run or a sweep.
+RUN_DIR_MARKERS = frozenset({LOCK_FILE, CONFIG_FILE, RUN_FILE})
+SWEEP_DIR_MARKERS = frozenset({SWEEP_LOCK_FILE, SWEEP_FILE})
 
 # -- statuses ----------------------------------------------------------------------------------
 # What summary.json says (training) ...
@@ -192,15 +197,19 @@ def check_can_create_dir(path: str | os.PathLike, flag: str) -> None:
         raise WorkdirError(f"{flag} {path}: cannot {what} ({e.strerror or e})") from None
 
 
-def check_not_foreign(path: Path, ours: frozenset[str], what: str, flag: str, *,
-                      allow_nonempty: bool = False) -> None:
-    """Raises WorkdirError (naming ``flag``) unless ``path`` is missing, empty, or holds one of
-    the names ``ours`` (an attnlab ``what``, e.g. "run"): as ``git clone`` does, a directory full
-    of someone else's files is not written into unless ``allow_nonempty``."""
+def check_not_foreign(path: Path, ours: frozenset[str], markers: frozenset[str], what: str,
+                      flag: str, *, allow_nonempty: bool = False) -> None:
+    """Raises WorkdirError (naming ``flag``) unless ``path`` is missing, empty, holds one of
+    ``markers`` (the files an attnlab ``what``, e.g. "run", writes first), or holds nothing but
+    directories named in ``ours`` (an interrupted command's, or a dry run's compilation cache):
+    as ``git clone`` does, a directory of someone else's files is not written into unless
+    ``allow_nonempty``, even when one of them has a name attnlab also uses."""
     if allow_nonempty or not path.is_dir():
         return
-    names = {entry.name for entry in os.scandir(path)}
-    if names and not names & ours:
+    entries = list(os.scandir(path))
+    names = {entry.name for entry in entries}
+    leftovers = all(e.name in ours and e.is_dir(follow_symlinks=False) for e in entries)
+    if names and not names & markers and not leftovers:
         shown = ", ".join(sorted(names)[:3]) + (", ..." if len(names) > 3 else "")
         raise WorkdirError(f"{flag} {path} is not empty ({len(names)} entries: {shown}) and "
                            f"holds no attnlab {what}; pass an empty or new directory, or "

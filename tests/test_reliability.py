@@ -3,6 +3,7 @@ draws the same parameters as ``nnx.Rngs``), damaged-checkpoint messages carry no
 internals, the workdir probes leave nothing behind and ``allow_nonempty`` lets a directory of
 someone else's files be used."""
 
+import json
 import gc
 import time
 
@@ -109,9 +110,28 @@ def test_allow_nonempty_uses_a_directory_of_other_files(tmp_path):
     with pytest.raises(SweepDirError, match="--allow-nonempty"):
         check_sweep_dir(mine, "tiny_grid")
     check_sweep_dir(mine, "tiny_grid", allow_nonempty=True)
-    # a run's own files mark it as attnlab's: resuming needs no flag
-    (mine / "train.log").write_text("")
-    assert check_workdir(mine, cfg) is None
+    # A file of the user's that shares a name with attnlab's does not make it a run or a sweep
+    # (it would be overwritten); the file a command writes first does.
+    (mine / "results.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(SweepDirError, match="--allow-nonempty"):
+        check_sweep_dir(mine, "tiny_grid")
+    (mine / "jax_cache").mkdir()  # what a dry run's probe leaves
+    with pytest.raises(SweepDirError, match="--allow-nonempty"):
+        check_sweep_dir(mine, "tiny_grid")
+    (mine / ".sweep.lock").write_text("")
+    check_sweep_dir(mine, "tiny_grid")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "summary.json").write_text('{"mine": 1}')
+    with pytest.raises(WorkdirError, match="--allow-nonempty"):
+        check_workdir(run, cfg)
+    (run / "summary.json").unlink()
+    (run / "config.json").write_text(json.dumps(cfg.to_dict()))  # a run killed after its start
+    (run / "notes.txt").write_text("x")
+    assert check_workdir(run, cfg) is None
+    cache = tmp_path / "cache_only"
+    (cache / "jax_cache").mkdir(parents=True)  # a dry run on a new directory: a sweep's own
+    check_sweep_dir(cache, "tiny_grid")
 
 
 @pytest.mark.parametrize("error", [

@@ -61,13 +61,14 @@ def check_sweep_dir(workdir: Path, name: str, *, allow_nonempty: bool = False) -
         raise SweepDirError(str(e)) from None
     if not workdir.exists():
         return
-    if any((workdir / f).exists() for f in (rundir.CONFIG_FILE, rundir.SUMMARY_FILE,
-                                            rundir.CHECKPOINT_DIR)):
-        raise SweepDirError(f"--sweep {workdir} holds a training run ({rundir.CONFIG_FILE}), "
-                            f"not a sweep: pass another --sweep")
+    found = [f for f in (rundir.CONFIG_FILE, rundir.SUMMARY_FILE, rundir.CHECKPOINT_DIR)
+             if (workdir / f).exists()]
+    if found:
+        raise SweepDirError(f"--sweep {workdir} holds a training run ({found[0]}), not a "
+                            f"sweep: pass another --sweep")
     try:
-        rundir.check_not_foreign(workdir, rundir.SWEEP_DIR_NAMES, "sweep", "--sweep",
-                                 allow_nonempty=allow_nonempty)
+        rundir.check_not_foreign(workdir, rundir.SWEEP_DIR_NAMES, rundir.SWEEP_DIR_MARKERS,
+                                 "sweep", "--sweep", allow_nonempty=allow_nonempty)
     except rundir.WorkdirError as e:
         raise SweepDirError(str(e)) from None
     previous = rundir.read_json_or_none(workdir / rundir.SWEEP_FILE)

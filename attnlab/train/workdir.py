@@ -9,9 +9,9 @@ from pathlib import Path
 
 from attnlab.config import Config
 from attnlab.identity import config_differences
-from attnlab.rundir import (CHECKPOINT_DIR, CONFIG_FILE, RUN_DIR_NAMES, RUNS_DIR, SUMMARY_FILE,
-                            SWEEP_FILE, WorkdirError, check_can_create_dir, check_not_foreign,
-                            read_json)
+from attnlab.rundir import (CHECKPOINT_DIR, CONFIG_FILE, RUN_DIR_MARKERS, RUN_DIR_NAMES,
+                            RUNS_DIR, SUMMARY_FILE, SWEEP_FILE, WorkdirError,
+                            check_can_create_dir, check_not_foreign, read_json)
 
 
 def check_workdir(workdir: Path, cfg: Config, *, allow_nonempty: bool = False) -> dict | None:
@@ -26,7 +26,8 @@ def check_workdir(workdir: Path, cfg: Config, *, allow_nonempty: bool = False) -
     if (workdir / SWEEP_FILE).exists() or (workdir / RUNS_DIR).is_dir():
         raise WorkdirError(f"--run {workdir} is a sweep directory ({SWEEP_FILE}, {RUNS_DIR}/), "
                            f"not a training run: pass another --run")
-    check_not_foreign(workdir, RUN_DIR_NAMES, "run", "--run", allow_nonempty=allow_nonempty)
+    check_not_foreign(workdir, RUN_DIR_NAMES, RUN_DIR_MARKERS, "run", "--run",
+                      allow_nonempty=allow_nonempty)
     config_path = workdir / CONFIG_FILE
     if not config_path.exists():
         if (workdir / CHECKPOINT_DIR).exists():
