@@ -253,3 +253,18 @@ def test_attnlab_train_trains_on_shards_with_a_tokenizer_json(corpus_dir, tokeni
     assert code == 0
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["status"] == "completed"
+
+
+def test_a_tokenizer_with_gaps_in_its_ids_needs_a_table_for_its_largest(tokenizer_file,
+                                                                          tmp_path):
+    """A tokenizer.json whose ids skip numbers: its count (400) is not the table it needs
+    (5001), which the check names before anything trains (it diverged to NaN)."""
+    spec = json.loads(tokenizer_file.read_text())
+    token = next(t for t, i in spec["model"]["vocab"].items() if i == 300)
+    spec["model"]["vocab"][token] = 5000
+    gapped = tmp_path / "tokenizer.json"
+    gapped.write_text(json.dumps(spec))
+    with pytest.raises(ConfigError) as error:
+        check(Config(model=ModelConfig(vocab_size=400),
+                     data=DataConfig(source="shards", path="x", tokenizer=str(gapped))))
+    assert error.value.field == "model.vocab_size" and "5001 ids" in str(error.value)

@@ -36,7 +36,7 @@ from attnlab.data.cache import atomic_directory, build_lock
 from attnlab.data.errors import DataSourceError
 from attnlab.data.files import SPLIT_RULE, SPLITS, split_of_digest
 from attnlab.data.tokenizer import (EOS_BYTE, TOKENIZER_FILE, ByteTokenizer, HubTokenizer,
-                                    is_tokenizer_file)
+                                    id_space, is_tokenizer_file)
 from attnlab.rundir import write_json_atomic
 
 FORMAT_VERSION = 1
@@ -323,7 +323,7 @@ def tokenizer_record(spec: str) -> dict:
                 "sha256": None, "dtype": storage_dtype(ByteTokenizer.vocab_size).name}
     path = str(Path(spec).expanduser().resolve())
     hub = hub_tokenizer(path)
-    size = hub.get_vocab_size()
+    size = id_space(hub)
     return {"name": f"hf{size}", "kind": HubTokenizer.kind, "encoder": path, "file": path,
             "eos_id": eos_token_id(hub), "vocab_size": size, "sha256": _file_sha256(Path(path)),
             "dtype": storage_dtype(size).name}

@@ -264,6 +264,13 @@ class BpeTokenizer:
         return out
 
 
+def id_space(hf: tokenizers.Tokenizer) -> int:
+    """How many ids a model's table needs for ``hf``: its largest id + 1. A tokenizer.json's ids
+    need not be contiguous, so its count (``get_vocab_size``) can be smaller."""
+    ids = hf.get_vocab(with_added_tokens=True).values()
+    return max(hf.get_vocab_size(), max(ids, default=-1) + 1)
+
+
 class HubTokenizer:
     """A Hugging Face ``tokenizer.json`` as it came with an imported checkpoint (``attnlab
     import-hf``): text is encoded as that model was trained on it (no special tokens added),
@@ -279,7 +286,7 @@ class HubTokenizer:
             self._hf = tokenizers.Tokenizer.from_file(self.path)
         except Exception as e:  # noqa: BLE001 - tokenizers raises its own exception types
             raise DataError(f"{path}: not a readable tokenizer.json ({e})") from None
-        self.vocab_size = self._hf.get_vocab_size()
+        self.vocab_size = id_space(self._hf)
         self.name = f"hf{self.vocab_size}"
         self.eos_id = eos_id  # -1: unknown (an imported checkpoint's tokenizer)
 
