@@ -176,6 +176,9 @@ BAD = [
     ("mixture=1,markov=1", "mixture is not one"),
     ("markov=1", "two or more sources"),
     ("markov=1,markov=2", "two sources named 'markov'"),
+    ("a@markov=1,a@pystdlib=1", "two sources named 'a': give each a name of its own"),
+    ("markov=1e308,pystdlib=1e308", "the weights sum to more than a number holds"),
+    ("markov=1e-6,pystdlib=1", "'markov=1e-6': its weight is below 1/65536 of the sum"),
 ]
 
 

@@ -56,11 +56,22 @@ def parse(spec: str, path_sources) -> list[Entry]:
     names = [e.name for e in entries]
     twice = next((n for n in names if names.count(n) > 1), None)
     if twice is not None:
-        raise ConfigError(FIELD, f"two sources named {twice!r}: name them, e.g. "
-                                 f"web@{twice}...=0.5,code@{twice}...=0.5")
+        named = all("@" in e.text.split("=")[0] for e in entries if e.name == twice)
+        raise ConfigError(FIELD, f"two sources named {twice!r}: " + (
+            "give each a name of its own" if named else
+            f"name them, e.g. web@{twice}...=0.5,code@{twice}...=0.5"))
     if len(entries) < 2:
         raise ConfigError(FIELD, f"a mixture needs two or more sources, got {spec!r} "
                                  "(one source: set data.source)")
+    weights = np.array([e.weight for e in entries], np.float64)
+    if not math.isfinite(sum(e.weight for e in entries)):
+        raise ConfigError(FIELD, f"the weights sum to more than a number holds ({spec!r}): "
+                                 f"give them in smaller units")
+    unread = [e.text for e, n in zip(entries, apportion(PERIOD, weights)) if n == 0]
+    if unread:
+        raise ConfigError(FIELD, f"{unread[0]!r}: its weight is below 1/{PERIOD} of the sum, "
+                                 f"so the mixture would read none of it; raise it or leave the "
+                                 f"source out")
     return entries
 
 
