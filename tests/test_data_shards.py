@@ -268,3 +268,24 @@ def test_a_tokenizer_with_gaps_in_its_ids_needs_a_table_for_its_largest(tokenize
         check(Config(model=ModelConfig(vocab_size=400),
                      data=DataConfig(source="shards", path="x", tokenizer=str(gapped))))
     assert error.value.field == "model.vocab_size" and "5001 ids" in str(error.value)
+
+
+def test_an_empty_jsonl_and_text_columns_stored_otherwise_are_read(tmp_path):
+    """An empty .jsonl holds no documents (as an empty .txt); a text column stored as a
+    dictionary of strings (a pandas category) or as string views is text."""
+    docs = [f"document {i} " * 20 for i in range(40)]
+    root = tmp_path / "shards"
+    root.mkdir()
+    (root / "a.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
+    (root / "b.jsonl").write_text("")
+    (root / "c.jsonl").write_text("\n")
+    pq.write_table(pa.table({"text": pa.array(docs).dictionary_encode()}), root / "d.parquet")
+    pq.write_table(pa.table({"text": pa.array(docs, type=pa.string_view())}),
+                   root / "e.parquet")
+    assert [len(list(shards.documents(root / n, "text"))) for n in ("b.jsonl", "c.jsonl")] == \
+        [0, 0]
+    for name in ("a.jsonl", "d.parquet", "e.parquet"):
+        assert [t for batch in shards.documents(root / name, "text") for t in batch] == docs
+    pq.write_table(pa.table({"text": pa.array([1, 2]).dictionary_encode()}), root / "f.parquet")
+    with pytest.raises(DataSourceError, match=r"f.parquet: .text. .* holds int64, not text"):
+        list(shards.documents(root / "f.parquet", "text"))

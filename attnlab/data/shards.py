@@ -60,7 +60,12 @@ def _parquet_batches(path: Path, field: str) -> Iterator[pa.Array]:
 
 
 def _jsonl_batches(path: Path, field: str) -> Iterator[pa.Array]:
-    reader = pa_json.open_json(pa.input_stream(str(path), compression="detect"))
+    try:
+        reader = pa_json.open_json(pa.input_stream(str(path), compression="detect"))
+    except pa.ArrowInvalid as e:
+        if "Empty JSON stream" in str(e):  # no records: no documents, as an empty .txt
+            return
+        raise
     for batch in reader:
         if field not in batch.schema.names:
             raise DataSourceError(f"{path}: no key {field!r} (data.text_field) in its records; "
@@ -87,13 +92,25 @@ def documents(path: Path, field: str) -> Iterator[list[str]]:
     DataSourceError naming the file (and data.text_field) when it cannot be read to its end."""
     try:
         for column in _reader(path)(path, field):
-            if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
-                raise DataSourceError(f"{path}: {field!r} (data.text_field) holds "
-                                      f"{column.type}, not text")
-            yield [t for t in column.to_pylist() if t]
+            yield [t for t in _text(column, path, field).to_pylist() if t]
     except (pa.ArrowException, OSError, UnicodeDecodeError, EOFError) as e:
         raise DataSourceError(f"{path}: unreadable or truncated shard "
                               f"({type(e).__name__}: {e})") from None
+
+
+def _text(column, path: Path, field: str):
+    """``column`` as strings: text columns as they are, and those stored as dictionaries of
+    strings (a pandas category) or string views cast; DataSourceError for anything else."""
+    def is_text(kind) -> bool:
+        return pa.types.is_string(kind) or pa.types.is_large_string(kind)
+
+    if is_text(column.type):
+        return column
+    kind = column.type.value_type if pa.types.is_dictionary(column.type) else column.type
+    if not (is_text(kind) or pa.types.is_string_view(kind)):
+        raise DataSourceError(f"{path}: {field!r} (data.text_field) holds {column.type}, "
+                              f"not text")
+    return column.cast(pa.large_string())
 
 
 def shard_files(path: str) -> list[Path]:
