@@ -35,6 +35,8 @@ a point with its own D, whose ``flops`` count the trunk's FLOPs up to the branch
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -83,8 +85,24 @@ def corpus_id(manifest: dict | None) -> str | None:
     manifest's): runs with the same id read the same bytes. pystdlib is the running Python's
     standard library, so its id changes with the Python version, and so do the losses. (The
     prefix keeps a table read back from CSV from taking an all-digit id for a number.)"""
-    digest = (manifest or {}).get("sha256")
-    return f"sha256:{digest[:CORPUS_ID_DIGITS]}" if isinstance(digest, str) else None
+    digest = corpus_digest(manifest)
+    return f"sha256:{digest[:CORPUS_ID_DIGITS]}" if digest else None
+
+
+def corpus_digest(manifest: dict | None) -> str | None:
+    """The prepared corpus's sha256: its manifest's, or for shards (whose manifest hashes each
+    file, not the whole) the sha256 of its files' hashes, text field and tokenizer."""
+    manifest = manifest or {}
+    if isinstance(manifest.get("sha256"), str):
+        return manifest["sha256"]
+    files = manifest.get("files")
+    if not (isinstance(files, list) and files and all(
+            isinstance(f, dict) and isinstance(f.get("sha256"), str) for f in files)):
+        return None
+    tokenizer = manifest.get("tokenizer") or {}
+    parts = [sorted(f["sha256"] for f in files), manifest.get("text_field"),
+             tokenizer.get("sha256") or tokenizer.get("name")]
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
 
 def run_row(run_dir: str | Path) -> dict[str, Any]:

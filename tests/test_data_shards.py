@@ -289,3 +289,27 @@ def test_an_empty_jsonl_and_text_columns_stored_otherwise_are_read(tmp_path):
     pq.write_table(pa.table({"text": pa.array([1, 2]).dictionary_encode()}), root / "f.parquet")
     with pytest.raises(DataSourceError, match=r"f.parquet: .text. .* holds int64, not text"):
         list(shards.documents(root / "f.parquet", "text"))
+
+
+def test_a_run_resumes_only_on_the_corpus_it_started_on(corpus_dir, tmp_path):
+    """A shard added (or a tokenizer rewritten) between a run's start and its resumption
+    builds another corpus: the resumed run would train on it and record only it. Refused,
+    naming data.path, before anything trains."""
+    from attnlab.rundir import SUMMARY_FILE, write_json_atomic
+    from attnlab.train.preflight import check_same_corpus
+
+    root = tmp_path / "shards"
+    root.mkdir()
+    for name in ("a.parquet", "d.jsonl"):
+        (root / name).write_bytes((corpus_dir[0] / name).read_bytes())
+    cfg = Config(data=DataConfig(source="shards", path=str(root), cache_dir=str(tmp_path / "c")))
+    started = prepare(cfg.data)
+    run = tmp_path / "run"
+    run.mkdir()
+    write_json_atomic(run / SUMMARY_FILE, {"dataset": started.manifest})
+    check_same_corpus(cfg, run, prepare(cfg.data))  # the same files: resumes
+    (root / "e.jsonl").write_text(json.dumps({"text": "one more document"}) + "\n")
+    with pytest.raises(ConfigError) as error:
+        check_same_corpus(cfg, run, prepare(cfg.data))
+    assert error.value.field == "data.path" and "differs from the one this run started on" in \
+        str(error.value)

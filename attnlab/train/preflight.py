@@ -17,6 +17,7 @@ from attnlab.data import Corpus, prepare
 from attnlab.data.sources import separator_id, window_layout
 from attnlab.errors import ConfigError
 from attnlab.model import resolve
+from attnlab.results import corpus_digest
 from attnlab.train.branch import branch_start
 from attnlab.train.checkpoint import (Checkpoints, CheckpointError, DamagedCheckpointError,
                                      check_compatible, move_aside)
@@ -99,6 +100,7 @@ def resume_point(cfg: Config, workdir: Path, corpus: Corpus,
     directory = workdir / rundir.CHECKPOINT_DIR
     latest, meta, state, notes = None, {}, None, []
     if directory.exists():
+        check_same_corpus(cfg, workdir, corpus)
         latest, meta, state, notes = newest_intact_checkpoint(cfg, directory, programs)
     if latest is None and cfg.train.branch_from:  # a cooldown branch starts from its trunk
         latest, meta, state = branch_start(cfg, workdir, programs)
@@ -106,6 +108,20 @@ def resume_point(cfg: Config, workdir: Path, corpus: Corpus,
                          branched=True, val_windows=val_windows)
     return Preflight(corpus, budget_warnings, programs, latest, meta, state, notes,
                      val_windows=val_windows)
+
+
+def check_same_corpus(cfg: Config, workdir: Path, corpus: Corpus) -> None:
+    """A run resumes on the bytes it started on: ConfigError when the prepared corpus's sha256
+    differs from the one its summary records (its shards or tokenizer changed since: the rest
+    of the run would read another corpus, and its record describe only that one)."""
+    summary = rundir.read_json_or_none(workdir / rundir.SUMMARY_FILE) or {}
+    started, now = corpus_digest(summary.get("dataset")), corpus_digest(corpus.manifest)
+    if started and now and started != now:
+        field = "data.path" if cfg.data.path else "data.source"
+        raise ConfigError(field, f"the corpus differs from the one this run started on "
+                                 f"(sha256 {started[:12]}, now {now[:12]}): its files or "
+                                 f"tokenizer changed; restore them to resume {workdir}, or "
+                                 f"train a new --run")
 
 
 def newest_intact_checkpoint(cfg: Config, directory: Path, programs: Programs
