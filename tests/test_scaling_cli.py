@@ -292,3 +292,29 @@ def test_loss_vs_params_draws_the_size_curve_only_of_a_law_fitted_per_size(form,
     figure = plot_loss_vs_params(table.frame, fit_table(table, law=law))
     labels = [line.get_label() for line in figure.axes[0].get_lines()]
     assert ("L(N) fit" in labels) == curve
+
+
+@pytest.mark.parametrize("command, args, message", [
+    ("fit", ["--law=chinchilla", "--approach=3", "--curves={csv}"],
+     "--curves: Chinchilla approach 3 fits each run's final loss"),
+    ("fit", ["--law=chinchilla", "--approach=2", "--train-longer=10", "--budget=1e20"],
+     "--train-longer does not apply to Chinchilla approach 2"),
+    ("fit", ["--law=chinchilla", "--approach=1", "--curves={csv}", "--cluster=trunk"],
+     "--cluster does not apply to --law=chinchilla"),
+    ("plot", ["--kind=contours", "--bootstrap=50"],
+     "--bootstrap: --kind=contours draws no interval bands"),
+    ("plot", ["--kind=isoflop", "--ci-level=0.9"],
+     "--ci-level: --kind=isoflop draws no interval bands"),
+    ("plot", ["--kind=loss-vs-compute", "--fix=E=1.7"],
+     "--fix: --kind=loss-vs-compute without --curves draws the runs and fits nothing"),
+])
+def test_a_flag_the_fit_or_figure_would_ignore_is_refused(command, args, message,
+                                                          chinchilla_csv, tmp_path, capsys):
+    argv = [f"--sweep={chinchilla_csv}"] + [a.format(csv=chinchilla_csv) for a in args]
+    if command == "plot":
+        rc = plot_main(argv + [f"--plot={tmp_path / 'x.png'}"])
+    else:
+        rc = fit_main(argv)
+    err = capsys.readouterr().err
+    assert rc == 2 and message in err and err.count("\n") == 1, err
+    assert not (tmp_path / "x.png").exists()

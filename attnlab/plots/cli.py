@@ -52,6 +52,7 @@ def plot_main(argv: list[str]) -> int:
                                 f"tables; fit {law.title} with attnlab fit --law={law.name}")
         inputs.check_pair(law)
         check_law_flags(values, law)
+        figure.check_flags(values)
         drawn = figure.draw(inputs, n_bootstrap, holdout, values=values)
         sys.stdout.write(f"wrote {scaling_plots.save_figure(drawn, out)}\n")
     except AttnlabError as error:  # also when called directly, not through attnlab.cli

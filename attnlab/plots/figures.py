@@ -20,6 +20,10 @@ from attnlab.scaling.table import read_table
 from attnlab.scaling.laws import Law
 
 
+BAND_FLAGS = ("bootstrap", "ci-level", "bootstrap-seed")
+FIT_ONLY = ("fix", "grid", "cluster", "profile", "window", "best-over", "pair")
+
+
 class Figure:
     """A figure kind of one fit: ``law`` says which, ``panel`` draws it (into one row of a
     figure per group with --by)."""
@@ -41,8 +45,17 @@ class Figure:
             asked = registry.law_named(inputs.law or drawn.name, inputs.approach or drawn.approach,
                                        inputs.form or drawn.form)
             if type(asked) is not type(drawn):
-                raise FitInputError(f"--kind={self.name} draws {_short(drawn)}, not "
-                                    f"{_short(asked)}: leave out --law, --approach and --form")
+                raise FitInputError(f"--kind={self.name} draws {drawn.short_title}, not "
+                                    f"{asked.short_title}: leave out --law, --approach and "
+                                    f"--form")
+
+    def check_flags(self, values) -> None:
+        """Refuses the flags of the intervals (--bootstrap, --ci-level, --bootstrap-seed) where
+        the figure draws no interval bands (``bootstrap`` 0)."""
+        for name in BAND_FLAGS if not self.bootstrap else ():
+            if values[name].present:
+                raise FitInputError(f"--{name}: --kind={self.name} draws no interval bands; "
+                                    f"leave it out")
 
     def law(self, inputs: FitInputs) -> Law:
         return inputs.part("chinchilla")
@@ -61,11 +74,6 @@ class Figure:
                   for group, fit in grouped.fits.items()}
         notes = [f"not fitted: {group} ({why})" for group, why in grouped.skipped.items()]
         return scaling_plots.plot_by_group(inputs.by, panels, self.size, notes)
-
-
-def _short(law: Law) -> str:
-    """A law's name without its equation: "Chinchilla approach 2", "Kaplan L(N, D)"."""
-    return (law.title or law.name).split(":")[0].split(" = ")[0]
 
 
 class LossVsParams(Figure):
@@ -109,6 +117,13 @@ class LossVsCompute(Figure):
             raise FitInputError(f"--approach={inputs.approach}: --kind={self.name} fits "
                                 f"nothing without --curves (approach 1's envelope); leave it out")
         super().check(inputs, holdout)
+
+    def check_flags(self, values):
+        super().check_flags(values)
+        for name in FIT_ONLY if not values["curves"].present else ():
+            if values[name].present:
+                raise FitInputError(f"--{name}: --kind={self.name} without --curves draws the "
+                                    f"runs and fits nothing; leave it out")
 
     def draw(self, inputs, n_bootstrap, holdout, values=None):
         if inputs.curves:  # approach 1's envelope is the frontier

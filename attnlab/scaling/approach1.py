@@ -133,6 +133,8 @@ class Envelope(laws.ChinchillaLaw):
              "N_opt = k_N C^a, D_opt = k_D C^b")
     n_parameters = 4
     needs_curves = True
+    scope = "one fit of the runs' learning curves, each run's curve resampled whole"
+    refused_flags = ("cluster",)
 
     def fit(self, table, *, n_bootstrap, ci_level, seed, **_):
         if "run_id" not in table.frame:

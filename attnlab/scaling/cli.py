@@ -291,6 +291,9 @@ def _write_json(path: str, payload: dict) -> None:
 def check_law_flags(values: flags.FlagValues, law: Law) -> None:
     """Refuses the flags this law would silently ignore and those only another law reads."""
     check_variant_flags(values, law)
+    if values["curves"].present and not law.needs_curves:
+        raise FitInputError(f"--curves: {law.short_title} fits each run's final loss, not "
+                            f"learning curves (approach 1 reads them): leave it out")
     parametric.check_fixable(law, parse_fix(values["fix"].value))
     for owner in registry.LAWS.values():
         for name in owner.own_flags:
@@ -323,6 +326,10 @@ def _check_modes(values: flags.FlagValues, inputs: FitInputs, law: Law) -> None:
             raise FitInputError(f"--{name} reports on one fit: leave out --by and --holdout")
     if floor is not None and not floor > 0:
         raise FitInputError(f"--floor must be a loss > 0, not {floor}")
+    if values["train-longer"].value and not law.has_loss_model:
+        raise FitInputError(f"--train-longer does not apply to {law.short_title}: it predicts "
+                            f"no loss at an allocation (use --law=chinchilla --approach=3 or "
+                            f"--law=kaplan --form=nd)")
     against = values["multiplier-against"].value
     if against and not inputs.by:
         raise FitInputError("--multiplier-against compares groups: add --by=COLUMN")

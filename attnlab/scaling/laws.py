@@ -149,6 +149,11 @@ class Law:
     scope: str = ""                      # what one fit of this law is, for those refusals
 
     @property
+    def short_title(self) -> str:
+        """The law's name without its equation: "Chinchilla approach 2", "Kaplan L(N, D)"."""
+        return (self.title or self.name).split(":")[0].split(" = ")[0]
+
+    @property
     def approach(self) -> int | None:
         """Chinchilla's approach number (None for other laws), as JSON reports name it."""
         return None
