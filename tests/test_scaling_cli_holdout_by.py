@@ -200,3 +200,30 @@ def test_a_plot_takes_the_name_of_the_law_it_draws(argv, sweep_csv, tmp_path):
     out = tmp_path / "x.png"
     assert plot_main([f"--sweep={sweep_csv}", f"--plot={out}", *argv]) == 0
     assert out.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_every_predicted_loss_has_its_naive_baseline(sweep_csv, tmp_path, capsys):
+    """--by and --holdout with --budget: each predicted compute-optimal loss has the best run
+    that spent at most that compute beside it, in the report and the JSON; a budget below every
+    run says that nothing sets the law against it."""
+    frame = pd.read_csv(sweep_csv)
+    out = tmp_path / "by.json"
+    rc = fit_main([f"--sweep={sweep_csv}", "--law=chinchilla", "--by=model.pos_encoding",
+                   "--bootstrap=0", SMALL_GRID, f"--json={out}", "--budget=2e21,1e17"])
+    text = capsys.readouterr().out
+    assert rc == 0
+    for group, rows in frame.groupby("model.pos_encoding"):
+        prediction = json.loads(out.read_text())["groups"][group]["predictions"][0]
+        assert prediction["baseline"]["loss"] == pytest.approx(rows["loss"].min())
+    assert re.search(r"naive@2e\+21 +[\d.]+ +[\d.]+", text)
+    assert re.search(r"naive@1e\+17 +- +-", text)
+    out = tmp_path / "holdout.json"
+    rope = _rope_only(sweep_csv, tmp_path)
+    rc = fit_main([f"--sweep={rope}", "--law=chinchilla", "--holdout=largest-budget",
+                   "--bootstrap=0", SMALL_GRID, f"--json={out}", "--budget=5e20,1e17"])
+    text = capsys.readouterr().out
+    assert rc == 0
+    kept = pd.read_csv(rope).query("budget < 1e21")
+    [at, below] = json.loads(out.read_text())["predictions"]
+    assert at["baseline"]["loss"] == pytest.approx(kept["loss"].min()) and below["baseline"] is None
+    assert "no run spent at most 1e+17 FLOPs" in text

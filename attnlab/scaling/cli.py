@@ -349,6 +349,9 @@ def _grouped_fits(inputs: FitInputs, law: Law, n_bootstrap: int, raw, budgets: l
     grouped = run_grouped(inputs, law, n_bootstrap, raw)
     sys.stdout.write(format_grouped(grouped, budgets))
     payload = grouped.to_dict(budgets)
+    for group, fit_payload in payload.get("groups", {}).items():
+        if group in grouped.tables:
+            with_baselines(fit_payload, grouped.tables[group].frame)
     if against:
         frame = grouped_multipliers(grouped, against, budgets)
         sys.stdout.write("\n" + format_multipliers(frame))
@@ -422,9 +425,11 @@ def fit_main(argv: list[str]) -> int:
                                     values["multiplier-against"].value)
         elif holdout:
             held = run_holdout(inputs, law, n_bootstrap, holdout, values["floor"].value, raw)
-            sys.stdout.write(format_report(held.fit, inputs.results or "", budgets) + "\n"
-                             + format_holdout(held))
-            payload = held.to_dict()
+            sys.stdout.write(format_report(held.fit, inputs.results or "", budgets,
+                                           table=held.kept) + "\n" + format_holdout(held))
+            predictions = held.fit.to_dict(budgets).get("predictions") or []
+            payload = held.to_dict() | (with_baselines(
+                {"predictions": predictions}, held.kept.frame) if budgets else {})
         else:
             payload = _one_fit(values, inputs, law, raw, budgets)
         if picks is not None:

@@ -23,6 +23,7 @@ import pandas as pd
 from attnlab.scaling import registry
 from attnlab.scaling.errors import FitError, FitInputError, GridEdgeWarning
 from attnlab.scaling.fitting import fit_table
+from attnlab.scaling.holdout import frontier_baseline
 from attnlab.scaling.ladder import isoflop_slices
 from attnlab.scaling.laws import Law
 from attnlab.scaling.result import ScalingFit, pin_rule
@@ -106,6 +107,14 @@ def _cell(fit: ScalingFit, name: str) -> str:
     return ("not pinned" if name in fit.too_wide else f"{value:.4g}") + interval
 
 
+def _naive_cell(grouped: GroupedFits, group: str, budget: float) -> str:
+    """The naive baseline beside a group's predicted loss: its best run that spent at most
+    ``budget`` (``-`` when none did)."""
+    table = grouped.tables.get(group)
+    base = frontier_baseline(table.frame, budget) if table is not None else None
+    return "-" if base is None else f"{base['loss']:.4g}"
+
+
 def format_grouped(grouped: GroupedFits, budgets=()) -> str:
     """A side-by-side table: one row per parameter (and predicted optimum), one column per group,
     each cell ``estimate [low, high]``; then the skipped groups and each fit's warnings."""
@@ -129,6 +138,7 @@ def format_grouped(grouped: GroupedFits, budgets=()) -> str:
                 cells.append(f"{value:.4g}" + (f" [{low:.3g}, {high:.3g}]"
                                                 if np.isfinite(low) else ""))
             rows.append((f"{quantity}@{budget:.3g}", cells))
+        rows.append((f"naive@{budget:.3g}", [_naive_cell(grouped, g, budget) for g in groups]))
     width = max(14, *(len(c) for _, cells in rows for c in cells), *(len(g) for g in groups))
     label_width = max(10, *(len(r) for r, _ in rows))
     lines = [f"{first.name}, one fit per {grouped.by} (estimate [{level} interval])", "",
@@ -137,6 +147,9 @@ def format_grouped(grouped: GroupedFits, budgets=()) -> str:
               for name, cells in rows]
     for group, why in grouped.skipped.items():
         lines.append(f"skipped {grouped.by}={group}: {why}")
+    if budgets:
+        lines.append("naive@C: the group's best run that spent at most C FLOPs (the naive "
+                     "baseline beside loss@C; '-': none did)")
     wide = {g: f.too_wide for g, f in grouped.fits.items() if f.too_wide}
     if wide:
         rule = pin_rule(first.part)

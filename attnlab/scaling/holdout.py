@@ -114,6 +114,7 @@ class HoldoutResult:
     n_kept: int
     frame: pd.DataFrame
     floor: float | None = None
+    kept: ScalingTable | None = None  # the runs the fit saw (their naive baselines)
 
     def summary(self) -> dict:
         errors = np.abs(self.frame["relative_error"].to_numpy())
@@ -226,7 +227,8 @@ def holdout_prediction(table: ScalingTable, *, law: str | Law, holdout: str,
     frame["below_floor"] = (frame["predicted"] < floor) if floor is not None else False
     if "run_id" in test:
         frame.insert(0, "run_id", test["run_id"].to_numpy())
-    return HoldoutResult(fit=fit, spec=holdout, n_kept=kept_rows, frame=frame, floor=floor)
+    return HoldoutResult(fit=fit, spec=holdout, n_kept=kept_rows, frame=frame, floor=floor,
+                         kept=kept)
 
 
 def format_holdout(result: HoldoutResult) -> str:

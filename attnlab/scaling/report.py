@@ -124,8 +124,11 @@ def format_report(fit: ScalingFit, source: str, budgets: list[float],
 
 def _baseline_line(prediction: dict, table: ScalingTable | None, budget: float) -> list[str]:
     base = frontier_baseline(table.frame, budget) if table is not None else None
-    if base is None or prediction.get("loss") is None:
+    if table is None or prediction.get("loss") is None:
         return []
+    if base is None:
+        return [f"  {'naive':<10}{'none':>14}   no run spent at most {budget:.3g} FLOPs: "
+                f"nothing to set the law against"]
     return [f"  {'naive':<10}{_number(base['loss']):>14}   {base['rule']} (N {base['N']:.3g}, "
             f"D {base['D']:.3g}, C {base['C']:.3g}); the law: "
             f"{100 * (prediction['loss'] / base['loss'] - 1):+.1f}%"]
