@@ -455,6 +455,10 @@ def base_config_dict() -> ml_collections.ConfigDict:
     command-line overrides such as ``--config.model.n_kv_heads=2`` type-check.
     """
     raw = Config().to_dict()
+    # Sequence fields as tuples: ml_collections overrides a tuple from the command line
+    # (--config.train.keep_steps='(8,16)') but no list.
+    raw = {section: {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}
+           if isinstance(fields, dict) else fields for section, fields in raw.items()}
     config = ml_collections.ConfigDict(raw)
     config.model.n_kv_heads = ml_collections.config_dict.placeholder(int)
     config.model.d_ff = ml_collections.config_dict.placeholder(int)

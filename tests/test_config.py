@@ -97,6 +97,9 @@ def test_command_line_overrides(tmp_path):
     cfg = from_config_dict(values.config)
     assert cfg.model.kv_heads == 2 and cfg.model.pos_encoding == "alibi"
     assert values.run == str(tmp_path)
+    # a sequence field (a trunk's kept checkpoints, docs/training.md) as a tuple literal
+    values = parse(["--config=configs/tiny.py", "--config.train.keep_steps=(8,16,32)"])
+    assert from_config_dict(values.config).train.keep_steps == (8, 16, 32)
 
 
 @pytest.mark.parametrize(
