@@ -172,9 +172,12 @@ def parse(argv: list[str], extra: list[Flag] = (), *, prog: str = "attnlab",
     try:
         positional = values(args)[1:]
     except flags.Error as e:  # unknown flag, bad value, bad override path
-        if scale is not None and "get_config() takes 0 positional" in str(e):
-            raise UsageError(f"--config.scale={scale}: this config file's get_config() takes no "
-                             f"scale argument (only experiment files have scales)") from None
+        given = (f"--config.scale={scale}" if scale is not None else
+                 f"--config={_config_value(argv)}" if _config_value(argv) != config_path
+                 else None)
+        if given and "get_config() takes 0 positional" in str(e):
+            raise UsageError(f"{given}: this config file's get_config() takes no scale "
+                             f"argument (only experiment files have scales)") from None
         _raise_if_from_config_file(e, config_path)
         raise UsageError(_one_line(str(e))) from None
     except Exception as e:  # noqa: BLE001 - the user's config file can raise anything
@@ -216,19 +219,22 @@ def _check_config(values: flags.FlagValues, required: bool) -> None:
         raise UsageError("--config is required, e.g. --config=configs/default.py")
 
 
-def _config_path(argv: list[str]) -> str | None:
-    """The file named by ``--config=FILE[:arg]`` (or ``--config FILE``), None if not given."""
+def _config_value(argv: list[str]) -> str | None:
+    """``--config=FILE[:arg]`` (or ``--config FILE``) as given, None if not given."""
     for i, arg in enumerate(argv):
         if arg.startswith("--config="):
-            value = arg.partition("=")[2]
-        elif arg == "--config" and i + 1 < len(argv):
-            value = argv[i + 1]
-        else:
-            continue
-        if not os.path.exists(value) and ":" in value:
-            value = value.rpartition(":")[0]
-        return value
+            return arg.partition("=")[2]
+        if arg == "--config" and i + 1 < len(argv):
+            return argv[i + 1]
     return None
+
+
+def _config_path(argv: list[str]) -> str | None:
+    """The file named by ``--config=FILE[:arg]`` (or ``--config FILE``), None if not given."""
+    value = _config_value(argv)
+    if value is not None and not os.path.exists(value) and ":" in value:
+        value = value.rpartition(":")[0]
+    return value
 
 
 def _check_config_file(path: str) -> None:

@@ -110,6 +110,8 @@ def test_command_line_overrides(tmp_path):
         (["--config=configs/default.py", "--config.train.steps=many"], "config.train.steps"),
         (["--config=configs/default.py", "--no-such-flag=1"], "no-such-flag"),
         ([], "--config is required"),
+        (["--config=configs/tiny.py:gpu"],
+         "--config=configs/tiny.py:gpu: this config file's get_config() takes no scale"),
     ],
 )
 def test_bad_command_lines(argv, words):
