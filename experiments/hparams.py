@@ -15,7 +15,9 @@ Scale cpu_seeds: the two cpu grids' finding redone with three seeds, so that the
 can resample seeds (``attnlab fit --law=hparams --pair=train.seed``): d_model 24, 32, 48 x 0.25M
 and 0.5M tokens x batches of 2, 4, 8 sequences x rates 1/2 .. 2 x the prior 1.5e-2 x 32 /
 d_model in steps of sqrt(2) (where both grids put the optima, just below the rate at which
-training diverges) x seeds 0-2: 270 runs, each cell's 15 one ensemble.
+training diverges) x seeds 0-2: 270 runs, each cell's 15 one ensemble; then, from their
+results, a batch size past the largest where a group's best sits there and a rate past the
+grid's edge where a point's does (``refine_batch``, ``learning_rate.refine``, one each).
 Scale gpu: d_model 64-256 and 4M-16M tokens, batches 32-128 sequences.
 Scale gpu_refined: the gpu grid moved where its optima sat on a lent H200 (docs/benchmarks.md,
 "Third lent session"): rates 1-16 x the prior, batches 16-128 sequences, 2M and 8M tokens so
@@ -74,6 +76,10 @@ def get_config(scale: str = "cpu") -> ConfigDict:
         sweep.shapes = ((24, 2, 2), (32, 2, 2), (48, 2, 2))
         sweep.axes.data.batch_size = (2, 4, 8)
         sweep.axes.train.seed = (0, 1, 2)
+        # Its first pass put three groups' best batch at 8 sequences: those gain 16, and any
+        # point whose best rate is at the grid's edge the next rate (sweep.refine_batch).
+        sweep.refine_batch = 1
+        sweep.learning_rate.refine = 1
     if scale == "gpu":
         base.data.markov_tokens = 40_000_000
         base.train.warmup_steps = 50

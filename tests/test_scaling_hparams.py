@@ -108,8 +108,13 @@ def test_the_cli_refuses_what_the_law_cannot_read(tmp_path):
 
 
 def test_too_few_groups_is_one_clear_error():
-    with pytest.raises(hparams.FitInputError, match="3 or more"):
+    """Two sizes at one D fit N alone (2 coefficients and one to spare); three groups where N
+    and D both vary leave nothing to spare for their 3."""
+    with pytest.raises(hparams.FitInputError, match="needs 3 or more"):
         fit(table(sizes=(1e5, 3e5), tokens=(1e8,)))
+    frame = table(sizes=(1e5, 3e5), tokens=(1e8, 1e9))
+    with pytest.raises(hparams.FitInputError, match="needs 4 or more .* 3 of 3 have one"):
+        fit(frame[(frame["params"] == 1e5) | (frame["tokens"] == 1e8)])
 
 
 def test_token_counts_rounded_per_batch_size_form_one_group():

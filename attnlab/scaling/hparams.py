@@ -369,7 +369,10 @@ def _too_few(frame: pd.DataFrame, optima: dict[tuple, Optimum]) -> str:
                 low, high = low + at_low, high + (not at_low)
         if low or high:
             edges.append(f"{target}: {low} at the grid's low edge, {high} at its high edge")
-    return (f"the hyperparameter law needs 3 or more (N, D) groups with an optimum inside "
+    both = frame["params"].nunique() > 1 and frame["tokens"].nunique() > 1
+    needed = "4 or more (N, D) groups (N and D both vary: 3 coefficients, and one to spare)" \
+        if both else "3 or more (N, D) groups"
+    return (f"the hyperparameter law needs {needed} with an optimum inside "
             f"their grid; {len(optima) - sum(bool(o.edge) for o in optima.values())} of "
             f"{groups} have one ({'; '.join(edges) or 'too few learning rates per batch'}): "
             f"widen the grid that way (sweep.learning_rate.factors, the batch sizes)")
