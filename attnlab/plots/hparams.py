@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.ticker import EngFormatter, FuncFormatter
+from matplotlib.ticker import EngFormatter, FuncFormatter, LogLocator, NullFormatter
 
 from attnlab.plots.scaling import _colours, _note
 from attnlab.scaling.hparams import Optimum, grid_means
@@ -75,7 +75,9 @@ def _group_panel(ax, runs: pd.DataFrame, means: pd.DataFrame, colours: dict) -> 
         ax.scatter(runs["lr"], np.minimum(runs["loss"], top), s=6, alpha=0.3,
                    color=[colours[b] for b in runs["batch"]], zorder=2)
     ax.set_xscale("log")
+    ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))  # 0.005, 0.01, 0.02
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_ylim(best - 0.1 * (top - best), top + 0.05 * (top - best))
 
 
