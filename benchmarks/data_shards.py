@@ -118,10 +118,15 @@ def main() -> None:
                                          "this directory and stop: a corpus to train on")
     args = parser.parse_args()
     if args.corpus:
-        Path(args.corpus).mkdir(parents=True, exist_ok=True)
-        total = generate(Path(args.corpus), args.mb)
-        train_tokenizer(Path(args.corpus), args.vocab, Path(args.corpus) / "tokenizer.json")
-        print(f"{total / 1e6:.0f} MB of shards and tokenizer.json in {args.corpus}")
+        out = Path(args.corpus)
+        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+            print(f"error: --corpus={out} exists and is not an empty directory: it would "
+                  f"overwrite its files; give a new directory", file=sys.stderr)
+            sys.exit(2)
+        out.mkdir(parents=True, exist_ok=True)
+        total = generate(out, args.mb)
+        train_tokenizer(out, args.vocab, out / "tokenizer.json")
+        print(f"{total / 1e6:.1f} MB of shards and tokenizer.json in {args.corpus}")
         return
     with tempfile.TemporaryDirectory() as tmp:
         shards, tokenizer = Path(tmp) / "shards", Path(tmp) / "tokenizer.json"
