@@ -427,6 +427,8 @@ CASES = [
     # --- sweep
     ("sweep-no-workdir", None, [*SWEEP], "--sweep is required"),
     ("sweep-workdir-file", configs, [*SWEEP, "--sweep={d}/afile"], "not a directory"),
+    ("sweep-cache-dir-file", configs, [*SWEEP, "--sweep={d}/sw", "--cache-dir={d}/afile"],
+     "--cache-dir {d}/afile exists and is not a directory"),
     ("sweep-workdir-under-file", configs, [*SWEEP, "--sweep={d}/afile/sw"],
      "is not a directory"),
     ("sweep-workdir-uncreatable", None, [*SWEEP, "--sweep=/proc/attnlab"],

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from attnlab import cli_flags
+from attnlab import cli_flags, rundir
 from attnlab import cli_vocab as vocab
 from attnlab.cli_flags import Flag
 from attnlab.rundir import COMPLETED, DIVERGED, TABLE_FILE
@@ -64,6 +64,8 @@ def sweep_main(argv: list[str]) -> int:
     if values["ensemble"].value != "auto":
         cli_flags.refuse_given(values, ("ensemble-max",), "applies with --ensemble=auto only")
     ensemble_max = values["ensemble-max"].value if values["ensemble"].value == "auto" else 1
+    if values["cache-dir"].value:
+        rundir.check_can_create_dir(values["cache-dir"].value, "--cache-dir")
     if values["dry-run"].value:
         options = dict(probe=values["probe"].value, parallel=values["parallel"].value,
                        ensemble_max=ensemble_max)
