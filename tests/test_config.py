@@ -200,3 +200,16 @@ def test_fields_added_since_the_first_release_count_only_away_from_their_default
     assert config_differences(saved, cfg.to_dict()) == []
     # ...and not under a non-default value.
     assert config_differences(saved, on.to_dict()) == ["model.qk_norm: saved None, given True"]
+
+
+def test_prepare_reads_an_experiments_base_and_run_commands_refuse_one(tmp_path, capsys):
+    """An experiment (a sweep's base and sweep sections) is not one run's config: train and
+    model-info say so in one line; prepare builds its base config's corpus."""
+    grid = str(REPO / "experiments" / "tiny_grid.py")
+    assert cli.main(["model-info", f"--config={grid}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--config names an experiment" in err
+    assert cli.main(["prepare", f"--config={grid}",
+                     f"--config.base.data.cache_dir={tmp_path}"]) == 0
+    assert "Corpus('pystdlib'" in capsys.readouterr().out
+

@@ -53,11 +53,20 @@ PREPARE_FLAGS = [vocab.CONFIG.flag(required=True)]
 ENV_FLAGS = [vocab.JSON.flag("The report, also printed.", default="")]
 
 
-def _config(values) -> Config:
-    """The command line's config, every rule between its parts checked (before compiling)."""
+def _config(values, *, experiment_base: bool = False) -> Config:
+    """The command line's config, every rule between its parts checked (before compiling); an
+    experiment file (a sweep: ``base`` and ``sweep``) is refused in one line, or with
+    ``experiment_base`` read as its base config."""
     from attnlab.checks import check
 
-    cfg = from_config_dict(values.config)
+    raw = values.config
+    if "sweep" in raw and "base" in raw:
+        if not experiment_base:
+            raise AttnlabError("--config names an experiment (its sweep and base sections): "
+                               "this command takes one run's config (configs/*.py); attnlab "
+                               "sweep --config=... --dry-run plans the experiment's runs")
+        raw = raw.base
+    cfg = from_config_dict(raw)
     check(cfg)
     check_warmup(cfg.train, cfg.total_steps)
     return cfg
@@ -396,11 +405,12 @@ def _fill_in(cfg: Config, graphdef, params, tokenizer, objective, text: str, max
 def prepare_main(argv: list[str]) -> int:
     """``attnlab prepare --config=configs/x.py [--config.data.a=v ...]``: builds the corpus of
     the config's data section into the cache (once; an interrupted build resumes), as the first
-    ``attnlab train`` would, and prints its token counts."""
+    ``attnlab train`` would, and prints its token counts. An experiment file's: its base
+    config's (``--config.base.data.a=v``)."""
     from attnlab.data import prepare
 
     values = parse(argv, PREPARE_FLAGS, prog="attnlab prepare", description=prepare_main.__doc__)
-    corpus = prepare(_config(values).data)
+    corpus = prepare(_config(values, experiment_base=True).data)  # an experiment: its base's
     print(repr(corpus))
     return 0
 
