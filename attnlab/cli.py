@@ -193,6 +193,9 @@ def check_output_paths(name: str, argv: list[str], *, overwrite: bool = False) -
     exists and was not written by this command (unless ``overwrite``), or a figure not named
     .png/.pdf/.svg: naming the flag, before the command does any work."""
     for flag, figure in OUTPUT_FLAGS.get(name, {}).items():
+        if f"--{flag}=" in argv:  # an empty name would write nothing, silently
+            raise rundir.WorkdirError(f"--{flag}= names no file: give a file name, or leave "
+                                      f"it out")
         for path in flag_values(argv, flag):
             outputs.check(path, f"--{flag}", name, figure=figure, overwrite=overwrite)
 

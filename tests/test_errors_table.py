@@ -489,6 +489,8 @@ CASES = [
     ("quickstart-typo", None, [*QUICK, "--config.sweep.budgetz=(1e9,)", "--sweep={d}/q"],
      "budgetz"),
     # --- fit and plot: their output files
+    ("fit-json-empty", results_file, ["fit", "--sweep={d}/results.csv", "--json="],
+     "--json= names no file"),
     ("fit-json-dir", results_file, ["fit", "--sweep={d}/results.csv", "--json={d}/adir"],
      "--json={d}/adir is a directory"),
     ("fit-json-no-parent", results_file, ["fit", "--sweep={d}/results.csv",
