@@ -136,6 +136,7 @@ def _good_frame(n=30, seed=4):
     ("single_budget", "approach 2 needs IsoFLOP profiles at two or more compute budgets"),
     ("missing_file", "no such results file"),
     ("bad_mapping", "no column 'Size' (mapped to params by --columns)"),
+    ("mapped_twice", "--columns: params is mapped twice in 'params:a,params:b'"),
     ("infinite_budget", "--budget: FLOP budgets must be finite and > 0, got '1e20,inf'"),
 ])
 def test_bad_input_gives_one_clear_error(case, message, tmp_path, capsys):
@@ -157,6 +158,9 @@ def test_bad_input_gives_one_clear_error(case, message, tmp_path, capsys):
         args = ["--law=chinchilla", "--approach=2"]
     elif case == "missing_file":
         path = tmp_path / "nowhere.csv"
+    elif case == "mapped_twice":
+        path = _write(tmp_path, frame)
+        args.append("--columns=params:a,params:b")
     elif case == "infinite_budget":
         path = _write(tmp_path, frame)
         args.append("--budget=1e20,inf")

@@ -111,6 +111,9 @@ def parse_columns(spec: str | None, names: tuple[str, ...] = CANONICAL) -> dict[
         if not sep or not column or name not in names:
             raise FitInputError(f"--columns: {item!r} is not NAME:COLUMN with NAME one of "
                                 f"{', '.join(names)}")
+        if name in mapping or column in mapping.values():
+            twice = name if name in mapping else repr(column)
+            raise FitInputError(f"--columns: {twice} is mapped twice in {spec!r}")
         mapping[name] = column
     return mapping
 
