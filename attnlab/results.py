@@ -214,12 +214,16 @@ def load(path: str | Path) -> pd.DataFrame:
             return build_table(path)
         raise ResultsError(f"{path} is not a sweep directory (no {TABLE_FILE} and no "
                            f"{RUNS_DIR}/)")
-    if path.suffix == ".parquet" and path.exists():
+    suffix = path.suffix.lower()
+    if not path.exists():
+        raise ResultsError(f"{path}: no such results file or sweep directory (give a "
+                           f"directory, a .parquet or a .csv)")
+    if suffix == ".parquet":
         return pd.read_parquet(path)
-    if path.suffix == ".csv" and path.exists():
+    if suffix == ".csv":
         return pd.read_csv(path)
-    raise ResultsError(f"{path}: no such results file or sweep directory (give a directory, "
-                       f"a .parquet or a .csv)")
+    raise ResultsError(f"{path}: attnlab reads a results table as .parquet or .csv, not "
+                       f"{path.suffix or 'a file without a suffix'}")
 
 
 def curves(path: str | Path) -> pd.DataFrame:

@@ -199,6 +199,11 @@ def test_load_errors_name_the_path(tmp_path):
         results.load(tmp_path)
     with pytest.raises(results.ResultsError, match="no such results file"):
         results.load(tmp_path / "missing.parquet")
+    (tmp_path / "runs.tsv").write_text("a\tb\n1\t2\n")
+    with pytest.raises(results.ResultsError, match=r"runs.tsv: .* as .parquet or .csv, not .tsv"):
+        results.load(tmp_path / "runs.tsv")
+    (tmp_path / "RUNS.CSV").write_text("a,b\n1,2\n")  # a suffix in capitals is still a .csv
+    assert results.load(tmp_path / "RUNS.CSV").to_dict("list") == {"a": [1], "b": [2]}
     with pytest.raises(results.ResultsError, match="not a sweep directory"):
         results.curves(tmp_path)
 
