@@ -288,8 +288,7 @@ def fit_approach3(n, d, loss, *, grid: InitGrid = CHINCHILLA_GRID, n_bootstrap: 
                                              grid.edges_reached(np.where(mask, np.nan, theta)))
 
     samples: dict[str, np.ndarray] = {}
-    notes = [f"held by --fix: {', '.join(f'{k}={v:g}' for k, v in fixed.items())}"] if fixed \
-        else []
+    notes = parametric.held_notes(fixed)
     details = {"grid": grid.describe(), "huber_delta": HUBER_DELTA,
                "starts_converged": int(solved.converged.sum()),
                "best_start": dict(zip(THETA_NAMES, map(float, starts[best]))),

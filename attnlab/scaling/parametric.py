@@ -61,6 +61,15 @@ def positive_list(text: str | None, flag: str, what: str, example: str) -> list[
     return values
 
 
+def held_notes(fixed: Mapping[str, float]) -> list[str]:
+    """The note a fit with parameters held by --fix carries: which, and that its intervals are
+    conditional on them."""
+    if not fixed:
+        return []
+    return [f"held by --fix: {', '.join(f'{k}={v:g}' for k, v in fixed.items())}; every "
+            f"interval is conditional on these values (their own uncertainty is not carried)"]
+
+
 def check_fixable(part, fixed: Mapping[str, float]) -> None:
     """FitInputError naming the first parameter of ``fixed`` when ``part`` holds none."""
     if fixed and not part.fixable:
@@ -209,8 +218,7 @@ def fit_model(model: Model, data: tuple, starts: np.ndarray, *, n_bootstrap: int
     theta = solved.params[best]
     params = exactly({k: float(v) for k, v in model.params_from_theta(theta).items()}, fixed)
     unpinned = {k: v for k, v in model.unpinned(params, data).items() if k not in fixed}
-    notes = [f"held by --fix: {', '.join(f'{k}={v:g}' for k, v in fixed.items())}"] if fixed \
-        else []
+    notes = held_notes(fixed)
     samples: dict = {}
     if n_bootstrap > 0:
         replicates = bootstrap_refits(objective, theta, starts, fit_data, n_points,
