@@ -313,3 +313,19 @@ def test_a_run_resumes_only_on_the_corpus_it_started_on(corpus_dir, tmp_path):
         check_same_corpus(cfg, run, prepare(cfg.data))
     assert error.value.field == "data.path" and "differs from the one this run started on" in \
         str(error.value)
+
+
+def test_a_killed_builds_temporary_directory_is_removed_by_the_next_build(tmp_path):
+    """A build killed by SIGKILL cannot delete its temporary directory; the next build of the
+    same corpus (under the same lock) removes it, and another corpus's is left alone."""
+    from attnlab.data.cache import atomic_directory, build_lock
+
+    final = tmp_path / "prepared" / "bpe300"
+    stale = tmp_path / "prepared" / ".bpe300.incomplete-x1y2"
+    other = tmp_path / "prepared" / ".bpe512.incomplete-x1y2"
+    for d in (stale, other):
+        d.mkdir(parents=True)
+        (d / "train.npy").write_bytes(b"partial")
+    with build_lock(tmp_path, final), atomic_directory(final) as tmp:
+        (tmp / "manifest.json").write_text("{}")
+    assert (final / "manifest.json").exists() and not stale.exists() and other.exists()

@@ -61,7 +61,11 @@ def build_lock(root: Path, key: Path) -> Iterator[None]:
 @contextlib.contextmanager
 def atomic_directory(final: Path) -> Iterator[Path]:
     """Yields a fresh temporary directory next to ``final``; renames it to ``final`` on success
-    and deletes it on any error, so ``final`` is either complete or absent."""
+    and deletes it on any error, so ``final`` is either complete or absent. Called under
+    :func:`build_lock` for ``final``: a temporary of a build killed before it could delete its
+    own (SIGKILL) is no one's, and is removed first."""
+    for stale in final.parent.glob(f".{final.name}.incomplete-*"):
+        shutil.rmtree(stale, ignore_errors=True)
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.incomplete-", dir=final.parent))
