@@ -329,3 +329,13 @@ def test_a_killed_builds_temporary_directory_is_removed_by_the_next_build(tmp_pa
     with build_lock(tmp_path, final), atomic_directory(final) as tmp:
         (tmp / "manifest.json").write_text("{}")
     assert (final / "manifest.json").exists() and not stale.exists() and other.exists()
+
+
+def test_a_shard_that_is_not_utf8_is_named_as_such(tmp_path):
+    """Readable bytes that are not UTF-8 (a latin-1 file) are not a truncated shard."""
+    (tmp_path / "latin.txt").write_bytes("café au lait".encode("latin-1"))
+    (tmp_path / "latin.jsonl").write_bytes(b'{"text": "caf\xe9"}\n')
+    for name in ("latin.txt", "latin.jsonl"):
+        with pytest.raises(DataSourceError, match=rf"{name}: not UTF-8 text \(byte 3"):
+            list(shards.documents(tmp_path / name, "text"))
+

@@ -93,7 +93,10 @@ def documents(path: Path, field: str) -> Iterator[list[str]]:
     try:
         for column in _reader(path)(path, field):
             yield [t for t in _text(column, path, field).to_pylist() if t]
-    except (pa.ArrowException, OSError, UnicodeDecodeError, EOFError) as e:
+    except UnicodeDecodeError as e:
+        raise DataSourceError(f"{path}: not UTF-8 text (byte {e.start}: {e.reason}); shards "
+                              f"are read as UTF-8") from None
+    except (pa.ArrowException, OSError, EOFError) as e:
         raise DataSourceError(f"{path}: unreadable or truncated shard "
                               f"({type(e).__name__}: {e})") from None
 
