@@ -326,6 +326,9 @@ def _check_modes(values: flags.FlagValues, inputs: FitInputs, law: Law) -> None:
             raise FitInputError(f"--{name} reports on one fit: leave out --by and --holdout")
     if floor is not None and not floor > 0:
         raise FitInputError(f"--floor must be a loss > 0, not {floor}")
+    if values["budget"].value and not law.has_allocation:
+        raise FitInputError(f"--budget does not apply to {law.short_title}: it models one of N "
+                            f"and D, so no compute-optimal allocation (fit --form=nd for one)")
     if values["train-longer"].value and not law.has_loss_model:
         raise FitInputError(f"--train-longer does not apply to {law.short_title}: it predicts "
                             f"no loss at an allocation (use --law=chinchilla --approach=3 or "
