@@ -72,9 +72,10 @@ SWEEP_DIR_NAMES = frozenset({RUNS_DIR, SWEEP_FILE, TABLE_FILE, CSV_FILE, JAX_CAC
                              RETIRED_DIR, SWEEP_LOCK_FILE, TUNE_DIR, TUNING_FILE})
 # The files a command writes into its directory before any other (its lock, its config): only
 # these prove a directory holding anything else is attnlab's. A user's own summary.json or
-# results.csv beside their files is not a run or a sweep.
+# results.csv beside their files is not a run or a sweep. (A tuned sweep's study directory
+# holds its tuning stage's picks, tuning.json, before the study's own files.)
 RUN_DIR_MARKERS = frozenset({LOCK_FILE, CONFIG_FILE, RUN_FILE})
-SWEEP_DIR_MARKERS = frozenset({SWEEP_LOCK_FILE, SWEEP_FILE})
+SWEEP_DIR_MARKERS = frozenset({SWEEP_LOCK_FILE, SWEEP_FILE, TUNING_FILE})
 
 # -- statuses ----------------------------------------------------------------------------------
 # What summary.json says (training) ...
