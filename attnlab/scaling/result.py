@@ -70,8 +70,7 @@ class ScalingFit:
         every parameter the rule reads: without an interval nothing is shown to be pinned."""
         if self.intervals_refused:
             ruled = set(self.part.exponents) | set(self.part.scales) | {"E"}
-            reason = self.refusal_reason.split(", more than")[0]
-            return {name: f"no {100 * self.ci_level:g}% interval: {reason}"
+            return {name: f"no {100 * self.ci_level:g}% interval: {self.refusal_reason}"
                     for name in self.params if name in ruled}
         found = {}
         for name, (low, high) in self.ci.items():
@@ -148,42 +147,32 @@ class ScalingFit:
     @property
     def refusal(self) -> str | None:
         """Why the intervals are refused, in one phrase for every report (None: they are not)."""
-        reason = self.refusal_reason
-        if reason is None:
-            return None
-        why = (" (percentiles over the refits that succeeded would be conditional on success)"
-               if "failed" in reason else
-               " (the law passes through every point, and so does every refit)"
-               if "residual" in reason else " (--bootstrap=200 is the default)")
-        return f"not computed: {reason}{why}"
+        parts = self._refusal_parts()
+        return None if parts is None else f"not computed: {parts[0]}{parts[1]}"
 
     @property
     def refusal_reason(self) -> str | None:
-        """The short cause of :attr:`refusal`: more than MAX_FAILED_SHARE of the refits failed,
-        a law of each run's loss has no more points than free parameters, or fewer than
-        MIN_REFITS refits succeeded."""
+        """The short cause of :attr:`refusal` (None: the intervals are not refused)."""
+        parts = self._refusal_parts()
+        return None if parts is None else parts[0]
+
+    def _refusal_parts(self) -> tuple[str, str] | None:
+        """(cause, what follows it in :attr:`refusal`): a law of each run's loss has no more
+        points than free parameters, more than MAX_FAILED_SHARE of the refits failed, or fewer
+        than MIN_REFITS succeeded; None when the intervals are computed."""
         if not self.n_bootstrap_requested:
             return None
         if self.part.predicts_loss and self.n_points <= self.free_parameters:
             return (f"{self.n_points} points for {self.free_parameters} free parameters leave "
-                    f"no residual")
+                    f"no residual", " (the law passes through every point, and so does every "
+                    "refit)")
         if self.n_bootstrap_failed > MAX_FAILED_SHARE * self.n_bootstrap_requested:
             return (f"{self.n_bootstrap_failed} of {self.n_bootstrap_requested} bootstrap refits "
-                    f"failed, more than {100 * MAX_FAILED_SHARE:g}%")
+                    f"failed", f", more than {100 * MAX_FAILED_SHARE:g}% (percentiles over the "
+                    f"refits that succeeded would be conditional on success)")
         if self.n_bootstrap < MIN_REFITS:
-            return f"{self.n_bootstrap} bootstrap refits, fewer than {MIN_REFITS}"
-        return None
-        if self.part.predicts_loss and self.n_points <= self.free_parameters:
-            return (f"not computed: {self.n_points} points for {self.free_parameters} free "
-                    f"parameters leave no residual (the law passes through every point, and so "
-                    f"does every refit)")
-        if self.n_bootstrap_failed > MAX_FAILED_SHARE * self.n_bootstrap_requested:
-            return (f"not computed: {self.n_bootstrap_failed} of {self.n_bootstrap_requested} "
-                    f"bootstrap refits failed, more than {100 * MAX_FAILED_SHARE:g}% (percentiles "
-                    f"over the refits that succeeded would be conditional on success)")
-        if self.n_bootstrap < MIN_REFITS:
-            return (f"not computed: {self.n_bootstrap} bootstrap refits, fewer than "
-                    f"{MIN_REFITS} (--bootstrap=200 is the default)")
+            return (f"{self.n_bootstrap} bootstrap refits, fewer than {MIN_REFITS}",
+                    " (--bootstrap=200 is the default)")
         return None
 
     @property
