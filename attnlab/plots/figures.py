@@ -219,18 +219,18 @@ class HParams(Figure):
                                 "(N, D) groups already")
 
     def draw(self, inputs, n_bootstrap, holdout, values=None):
-        options = law_options(values, inputs, self.law(inputs))
-        source, method, near = options["source"], options["method"], options["near"]
-        runs, notes = hparams.read_runs(read_table(inputs.results), source, options["columns"],
-                                        options.get("pair"))
+        law = self.law(inputs)
+        options, table = law_options(values, inputs, law), read_table(inputs.results)
         try:
-            fit = hparams.fit_hparams(runs, method=method, near=near, n_bootstrap=n_bootstrap,
-                                      seed=options["seed"], pair=options.get("pair"))
+            fit = law.fit(table, n_bootstrap=n_bootstrap, **options)
         except FitInputError as error:  # the runs and their optima are worth seeing alone
+            runs, _ = hparams.read_runs(table, options["source"], options["columns"],
+                                        options.get("pair"))  # raises bad input again
             sys.stderr.write(f"warning: no law drawn: {error}\n")
-            return plot_hparams(runs, hparams.group_optima(runs, method, near),
+            return plot_hparams(runs, hparams.group_optima(runs, options["method"],
+                                                           options["near"]),
                                 missing=f"no law: {error}")
-        return plot_hparams(runs, fit.optima, fit.laws)
+        return plot_hparams(fit.frame, fit.optima, fit.laws)
 
 
 FIGURES: dict[str, type[Figure]] = {c.name: c for c in (
