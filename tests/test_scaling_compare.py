@@ -424,7 +424,8 @@ def test_runs_read_twice_count_once_and_runs_without_a_loss_are_named(tmp_path, 
     failed.assign(status=lambda f: f["status"].replace("failed", "diverged")).to_csv(
         tmp_path / "diverged.csv", index=False)
     assert compare_main([f"--sweep={tmp_path / 'diverged.csv'}"] + args) == 0
-    assert "1 of 8 runs did not complete (diverged: 1)" in capsys.readouterr().out
+    assert "dropped 1 of 8 rows whose status is not 'completed' (diverged: 1)" in \
+        capsys.readouterr().out
     frame.astype({"final_val_loss": object}).assign(
         final_val_loss=lambda f: f["final_val_loss"].where(f.index != 2, "oops")).to_csv(
         tmp_path / "text.csv", index=False)

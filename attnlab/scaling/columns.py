@@ -29,6 +29,13 @@ def pick_column(df: pd.DataFrame, name: str, candidates: tuple[str, ...],
     return None
 
 
+def completed(df: pd.DataFrame) -> pd.Series:
+    """True for the rows whose status is ``completed`` (all, without a status column)."""
+    if "status" not in df.columns:
+        return pd.Series(True, index=df.index)
+    return df["status"].astype(str) == "completed"
+
+
 def drop_unfinished(df: pd.DataFrame, notes: list[str],
                     source: str = "results") -> pd.DataFrame:
     """The rows whose status is ``completed`` (all, without a status column), with a note on
@@ -37,9 +44,7 @@ def drop_unfinished(df: pd.DataFrame, notes: list[str],
         raise FitInputError(f"{source}: the table has no rows (columns: "
                             f"{', '.join(map(str, df.columns)) or 'none'})")
     notes.extend(df.attrs.get("read_notes", ()))
-    if "status" not in df.columns:
-        return df
-    done = df["status"].astype(str) == "completed"
+    done = completed(df)
     if not done.all():
         counts = df.loc[~done, "status"].astype(str).value_counts()
         if not done.any():

@@ -12,6 +12,7 @@ from attnlab import cli_flags, outputs
 from attnlab import cli_vocab as vocab
 from attnlab.cli_flags import Flag
 from attnlab.errors import AttnlabError
+from attnlab.scaling.columns import drop_unfinished
 from attnlab.scaling.compare import (DEFAULT_MATCH, arm_named, format_differences,
                                      format_heldout, heldout_differences, paired_differences)
 from attnlab.scaling.errors import FitInputError
@@ -61,25 +62,19 @@ def _pooled_notes(table, by: str, match: tuple[str, ...], metric: str, pair: str
 
 
 def checked_metric(table: pd.DataFrame, metric: str, source: str) -> list[str]:
-    """Notes on the runs read twice and those without a final ``metric`` (not completed:
-    diverged, failed); FitInputError for a metric that is not a number where a run completed."""
-    if metric not in table.columns:
-        return list(table.attrs.get("read_notes", ()))  # said where the column is needed
-    values = pd.to_numeric(table[metric], errors="coerce")
-    done = (table["status"].astype(str) == "completed" if "status" in table.columns
-            else pd.Series(True, index=table.index))
-    bad = done & ~np.isfinite(values)
+    """Notes on the runs read twice and those left out for not completing (diverged, failed),
+    as fit makes them; FitInputError for a metric that is not a number where a run completed
+    (a missing column is said where it is needed)."""
+    notes: list[str] = []
+    done = drop_unfinished(table, notes, source)
+    if metric not in done:
+        return notes
+    bad = ~np.isfinite(pd.to_numeric(done[metric], errors="coerce"))
     if bad.any():
         row = bad.idxmax()
         raise FitInputError(f"{source}: --metric={metric} is not a finite number in "
                             f"{int(bad.sum())} completed run(s) (row {row}: "
-                            f"{table.loc[row, metric]!r})")
-    notes = list(table.attrs.get("read_notes", ()))
-    if not done.all():
-        counts = table.loc[~done, "status"].astype(str).value_counts()
-        notes.append(f"{int((~done).sum())} of {len(table)} runs did not complete ("
-                     + ", ".join(f"{k}: {v}" for k, v in counts.items())
-                     + f") and have no {metric}: left out of the differences")
+                            f"{done.loc[row, metric]!r})")
     return notes
 
 

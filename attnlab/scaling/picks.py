@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from attnlab.scaling.columns import completed
 from attnlab.scaling.errors import FitInputError
 from attnlab.scaling.laws import Law
 from attnlab.scaling.table import point_columns, read_table
@@ -39,8 +40,7 @@ def check_columns(df: pd.DataFrame, columns) -> None:
 
 def finished(df: pd.DataFrame, metric: str) -> pd.Series:
     """True for the runs that completed with a finite ``metric`` (all, without a status)."""
-    done = np.isfinite(pd.to_numeric(df[metric], errors="coerce"))
-    return done & (df["status"] == "completed") if "status" in df.columns else done
+    return np.isfinite(pd.to_numeric(df[metric], errors="coerce")) & completed(df)
 
 
 def _scored(df: pd.DataFrame, metric: str) -> pd.DataFrame:

@@ -42,7 +42,7 @@ from attnlab import rundir
 from attnlab.errors import AttnlabError
 from attnlab.scaling import laws, registry
 from attnlab.scaling.bootstrap import cluster_index
-from attnlab.scaling.columns import drop_unfinished, pick_column
+from attnlab.scaling.columns import completed, drop_unfinished, pick_column
 from attnlab.scaling.errors import FitInputError
 from attnlab.scaling.laws import Law
 
@@ -143,8 +143,7 @@ def one_row_per_run(table: pd.DataFrame, source: str) -> pd.DataFrame:
     losses are refused, naming the run. Said in ``attrs["read_notes"]``."""
     if "run_id" not in table.columns or not table["run_id"].duplicated().any():
         return table
-    done = (table["status"].astype(str) == "completed" if "status" in table.columns
-            else pd.Series(True, index=table.index))
+    done = completed(table)
     loss = next((c for c in ("final_val_loss", "loss") if c in table.columns), None)
     if loss is not None:
         values = table[done].groupby("run_id")[loss].nunique(dropna=False)
