@@ -210,6 +210,13 @@ def test_pair_with_one_seed_in_a_group_computes_no_interval():
     assert any("one train.seed value" in note for note in result.notes)
 
 
+def test_fewer_than_ten_refits_give_no_interval():
+    """As for every other law: a "95%" interval from a few refits is not one."""
+    result = fit(seeded(), pair="train.seed", n_bootstrap=5)
+    assert result.intervals == {} and result.to_dict()["batch"]["ci"] is None
+    assert "intervals not computed: 5 refits, fewer than 10" in result.notes
+
+
 def test_columns_maps_lr_and_batch_of_another_tools_table(tmp_path):
     """A table from elsewhere, mapped with --columns, fits as attnlab's own table does."""
     own, other = tmp_path / "own.csv", tmp_path / "other.csv"

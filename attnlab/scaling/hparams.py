@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from attnlab.scaling import laws
-from attnlab.scaling.bootstrap import MAX_FAILED_SHARE, percentile_interval
+from attnlab.scaling.bootstrap import MAX_FAILED_SHARE, MIN_REFITS, percentile_interval
 from attnlab.scaling.columns import drop_unfinished, pick_column
 from attnlab.scaling.errors import FitInputError
 
@@ -257,7 +257,8 @@ def bootstrap(frame, method, near, n_bootstrap, seed, ci_level, paired, rescaled
             for k in ("params", "tokens"):
                 samples[t][k].append(np.nan if fitted[t].exponents[k] is None
                                      else fitted[t].exponents[k])
-    if n_bootstrap == 0 or failed > MAX_FAILED_SHARE * n_bootstrap:
+    if (n_bootstrap == 0 or failed > MAX_FAILED_SHARE * n_bootstrap
+            or n_bootstrap - failed < MIN_REFITS):
         return {}, failed
     return {t: {k: percentile_interval(np.array(v), ci_level) for k, v in samples[t].items()}
             for t in TARGETS}, failed
@@ -348,8 +349,11 @@ def fit_hparams(frame: pd.DataFrame, *, method: str = "smooth", near: float = 0.
     n_bootstrap = n_bootstrap if resamplable else 0
     intervals, failed = bootstrap(frame, method, near, n_bootstrap, seed, ci_level, bool(pair))
     if n_bootstrap and not intervals:
-        fit_notes.append(f"intervals not computed: {failed} of {n_bootstrap} refits could not "
-                         f"find the optima (more than {MAX_FAILED_SHARE:.0%})")
+        fit_notes.append(
+            f"intervals not computed: {failed} of {n_bootstrap} refits could not find the "
+            f"optima (more than {MAX_FAILED_SHARE:.0%})" if failed > MAX_FAILED_SHARE * n_bootstrap
+            else f"intervals not computed: {n_bootstrap - failed} refits, fewer than "
+                 f"{MIN_REFITS}")
     return HParamsFit(method, optima, fitted, intervals, n_bootstrap, failed, frame,
                       tuple((notes or []) + fit_notes), ci_level, pair)
 
