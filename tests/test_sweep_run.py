@@ -266,7 +266,10 @@ def test_runs_that_repeat_data_are_named_before_the_sweep(tmp_path):
     spec = single_run_spec(max_bytes=3_000)  # 24 steps x 256 tokens: > 1 epoch
     with pytest.raises(DataError, match="validation split.*fewer than the 2 x 8"):
         dry_run(spec, tmp_path / "small", probe="none")  # and too few windows to evaluate on
-    spec = single_run_spec(max_bytes=12_000, steps=80)  # 80 x 256 tokens: 1.9 epochs
+    # 160 x 256 tokens: about 1.9 epochs of a 24 kB slice (pystdlib is the running Python's
+    # standard library, so the slice differs between Python versions; 24 kB leaves both 3.11's and
+    # 3.12's validation splits enough windows)
+    spec = single_run_spec(max_bytes=24_000, steps=160)
     _, notes = dry_run(spec, tmp_path, probe="none")
     repeats = [n for n in notes if "epochs of the" in n]
     assert len(repeats) == 1 and repeats[0].startswith(plan(spec)[0].run_id)
@@ -281,8 +284,8 @@ def test_sweep_max_epochs_refuses_a_plan_that_repeats_data_on_this_machine(tmp_p
     config.unlock()
     config.sweep.max_epochs = 1.0
     dry_run(spec_from_config_dict(config), tmp_path / "fits", probe="none")  # 0.03 epochs: fine
-    config.base.data.max_bytes = 12_000
-    config.base.train.steps = 80  # 80 x 256 tokens: 1.9 epochs
+    config.base.data.max_bytes = 24_000
+    config.base.train.steps = 160  # 160 x 256 tokens: about 1.9 epochs
     spec = spec_from_config_dict(config)
     with pytest.raises(SweepSpecError, match=r"sweep\.max_epochs.*4 of 4 runs would read"):
         dry_run(spec, tmp_path / "dry", probe="none")
