@@ -104,6 +104,7 @@ def main(argv: list[str] | None = None, *, exiting: bool = False) -> int:
             with deferred():
                 module = importlib.import_module(module_name)
             command = getattr(module, function_name)
+            rest = cli_flags.canonical_argv(rest)  # every spelling absl reads, before any check
             rest = rename_old_flags(name, rest)
             rest, overwrite = _overwrite_flag(name, rest)
             check_output_paths(name, rest, overwrite=overwrite)
@@ -139,7 +140,7 @@ def _one_line(error: Exception) -> str:
     if (failure := rundir.write_failure(error)) is not None:  # the storage refused a write
         return str(failure)
     where = f": {error.filename}" if error.filename else ""
-    return f"{error.strerror or type(error).__name__}{where}"
+    return f"{error.strerror or str(error) or type(error).__name__}{where}"
 
 
 def _out_of_memory(error: Exception) -> bool:
@@ -192,12 +193,17 @@ def check_output_paths(name: str, argv: list[str], *, overwrite: bool = False) -
     directory, a file system that takes no files), that is a run's or sweep's own file, that
     exists and was not written by this command (unless ``overwrite``), or a figure not named
     .png/.pdf/.svg: naming the flag, before the command does any work."""
+    named: dict[str, str] = {}
     for flag, figure in OUTPUT_FLAGS.get(name, {}).items():
         if f"--{flag}=" in argv:  # an empty name would write nothing, silently
             raise rundir.WorkdirError(f"--{flag}= names no file: give a file name, or leave "
                                       f"it out")
         for path in flag_values(argv, flag):
             outputs.check(path, f"--{flag}", name, figure=figure, overwrite=overwrite)
+            other = named.setdefault(os.path.abspath(path), flag)
+            if other != flag and not rundir.is_null_device(path):
+                raise rundir.WorkdirError(f"--{other} and --{flag} both name {path}: the second "
+                                          f"would replace the first; give each its own file")
 
 
 def record_outputs(name: str, argv: list[str]) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import sys
 import traceback
 from typing import Callable
@@ -86,11 +87,34 @@ def _split_config(extra, takes_config: bool,
     return (CONFIG.flag(required=config_required) if takes_config else None), rest
 
 
+def canonical_argv(argv: list[str]) -> list[str]:
+    """``argv`` as absl reads it, in one spelling: each ``--flagfile=FILE`` replaced by the
+    flags in FILE (absl's own reading of it), and each ``-name[=value]`` written
+    ``--name[=value]``. A check of a flag (the output guard's of ``--json``) then sees every
+    way of giving it; absl parses the result exactly as it would have parsed ``argv``."""
+    try:
+        expanded = flags.FlagValues().read_flags_from_files(list(argv), force_gnu=True)
+    except flags.Error as e:
+        raise UsageError(f"--flagfile: {_one_line(str(e)).removeprefix('ERROR:: ')}") from None
+    out = []
+    for i, arg in enumerate(expanded):
+        if arg == "--":  # absl reads what follows as positional arguments
+            return out + expanded[i:]
+        previous = out[-1] if out else ""
+        takes_value = previous.startswith("--") and "=" not in previous
+        if (not takes_value and re.match(r"-[A-Za-z][\w.-]", arg)
+                and not arg.startswith("--")):
+            arg = "-" + arg
+        out.append(arg)
+    return out
+
+
 def rename_old_flags(argv: list[str], extra) -> tuple[list[str], list[str]]:
     """``argv`` with the former spellings of ``extra``'s flags (their ``old_names``) in the
-    current ones, and one notice line per former spelling given."""
+    current ones, and one notice line per former spelling given. A flag given in both its
+    former and its current spelling is refused (absl would keep the last silently)."""
     table = {old.name: (flag, old) for flag in extra for old in flag.old_names}
-    renamed, notices = [], {}
+    renamed, notices, current, direct = [], {}, {}, set()
     for i, arg in enumerate(argv):
         if arg == "--":  # absl reads what follows as positional arguments
             renamed += argv[i:]
@@ -98,10 +122,20 @@ def rename_old_flags(argv: list[str], extra) -> tuple[list[str], list[str]]:
         found = _renamed(arg, argv[i + 1] if i + 1 < len(argv) else None, table)
         if found is None:
             renamed.append(arg)
+            if arg.startswith("-"):
+                direct.add(_flag_name(arg))
             continue
         renamed.append(found[0])
         notices.setdefault(found[1], found[2])
+        current[_flag_name(found[0])] = found[1]
+    for name in sorted(direct.intersection(current)):
+        raise UsageError(f"--{current[name]} and --{name} both given: --{current[name]} is "
+                         f"the former name of --{name}; give it once")
     return renamed, list(notices.values())
+
+
+def _flag_name(arg: str) -> str:
+    return arg.lstrip("-").partition("=")[0]
 
 
 def _renamed(arg: str, following: str | None, table) -> tuple[str, str, str] | None:

@@ -33,7 +33,7 @@ from flax import nnx
 
 from attnlab import outputs
 from attnlab.config import Config, ModelConfig
-from attnlab.errors import ConfigError
+from attnlab.errors import AttnlabError
 from attnlab.model.architecture import PARAMETERIZATIONS as _KINDS
 from attnlab.model.architecture import SCORE_SCALES
 
@@ -157,7 +157,7 @@ def coord_check(cfg: Config, widths: tuple[int, ...], *, steps: int = 4, lr: flo
 
     widths = tuple(sorted(widths))
     if len(widths) < 2:
-        raise ConfigError("--widths", "needs at least two widths")
+        raise AttnlabError("--widths: needs at least two widths")
     base = widths[0] if base is None else base
     lr = cfg.train.learning_rate if lr is None else lr
     arms = {(p, w): arm(cfg, p, w, base, lr, steps) for p in parameterizations for w in widths}
@@ -291,13 +291,13 @@ def command_flags():
 
 
 def parse_widths(text: str) -> tuple[int, ...]:
-    """``"64,128"`` -> ``(64, 128)``; raises ConfigError naming ``--widths``."""
+    """``"64,128"`` -> ``(64, 128)``; raises AttnlabError naming ``--widths``."""
     try:
         widths = tuple(int(w) for w in text.split(",") if w.strip())
     except ValueError:
-        raise ConfigError("--widths", f"expected comma-separated integers, got {text!r}") from None
+        raise AttnlabError(f"--widths: expected comma-separated integers, got {text!r}") from None
     if len(set(widths)) < 2 or min(widths) <= 0:
-        raise ConfigError("--widths", f"needs at least two distinct positive widths, got {text!r}")
+        raise AttnlabError(f"--widths: needs at least two distinct positive widths, got {text!r}")
     return widths
 
 
@@ -312,9 +312,9 @@ def coord_check_main(argv: list[str]) -> int:
     cfg = from_config_dict(values.config)
     widths = parse_widths(values.widths)
     if values.steps < 1:
-        raise ConfigError("--steps", f"must be >= 1, got {values.steps}")
+        raise AttnlabError(f"--steps must be >= 1, got {values.steps}")
     if values.seeds < 1:
-        raise ConfigError("--seeds", f"must be >= 1, got {values.seeds}")
+        raise AttnlabError(f"--seeds must be >= 1, got {values.seeds}")
     report = coord_check(cfg, widths, steps=values.steps, lr=values.lr, base=values.base,
                          seeds=values.seeds, allow_large=values["allow-large"].value)
     slopes, ratios = report.slopes(), report.ratios()

@@ -9,7 +9,7 @@ import json
 from typing import Hashable, Iterable, TypeVar
 
 from attnlab.config import Config
-from attnlab.errors import ConfigError
+from attnlab.errors import AttnlabError, ConfigError
 
 T = TypeVar("T", bound=Hashable)
 
@@ -29,6 +29,24 @@ MAY_DIFFER = frozenset({
 OPTIMIZER_NEUTRAL = frozenset({"name", "data.seed", "train.seed", "train.log_every",
                                "train.eval_every", "train.checkpoint_every",
                                "train.keep_checkpoints", "train.keep_steps"})
+
+
+# ``--ensemble``: whether runs of one shape share a compiled program.
+CHOICES = ("auto", "on", "off")
+ENSEMBLE_MAX = 8  # members per ensemble: the speed-up flattens past it (docs/benchmarks.md)
+
+
+def members_per_program(choice: str, most: int, platform: str) -> int:
+    """How many runs one compiled program may train: ``off`` 1, ``on`` up to ``most``, ``auto``
+    up to ``most`` on an accelerator and 1 on a CPU. On one H200, 16 vmapped members train 22-25x
+    a lone run's tokens/s; on a 2-core CPU an ensemble costs its members' CPU time (a step is
+    bound by its own arithmetic, not by dispatch) and a 32-run sweep through ensembles took
+    1.15-1.29x the time of lone runs (docs/benchmarks.md, "Ensembles")."""
+    if choice not in CHOICES:
+        raise AttnlabError(f"--ensemble must be one of {', '.join(CHOICES)}, not {choice!r}")
+    if choice == "off" or (choice == "auto" and platform == "cpu"):
+        return 1
+    return most
 
 
 def _flat(cfg: Config, leave_out: frozenset) -> dict:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,9 @@ def check(path: str | os.PathLike, flag: str, command: str, *, figure: bool,
         raise WorkdirError(f"{flag}={path} is a file of the {owner}; it is stored nowhere "
                            "else, so it is never overwritten: give another file name")
     rundir.check_can_write_file(path, flag)
+    if rundir.is_null_device(path):
+        sys.stderr.write(f"note: {flag}={path} is the null device: the output is discarded\n")
+        return
     if figure and path.suffix.lower() not in FIGURE_SUFFIXES:
         raise WorkdirError(f"{flag}={path}: a figure is written as "
                            f"{', '.join(FIGURE_SUFFIXES)}; give a name ending in one of them")

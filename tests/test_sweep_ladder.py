@@ -245,14 +245,15 @@ def test_branches_of_seeds_train_as_ensembles_with_the_results_of_lone_runs(tmp_
     config.sweep.shapes = ((16, 1, 2, 1e-2),)
     config.sweep.axes = ConfigDict({"train": {"seed": (0, 1)}})
     spec = spec_from_config_dict(config)
-    table, _ = dry_run(spec, probe="none", ensemble_max=8)
+    table, _ = dry_run(spec, probe="none", ensemble="on", ensemble_max=8)
     units = table.groupby("unit")["run_id"].apply(list)
     assert sorted(map(len, units)) == [2, 2, 2, 2]  # the trunks, then a pair per branch point
     for members in units:
         assert table.set_index("run_id").loc[members, "from_step"].nunique() == 1
     cache = tmp_path / "jax_cache"
-    together = run_sweep(spec, tmp_path / "together", progress=False, cache_dir=cache)
-    alone = run_sweep(spec, tmp_path / "alone", progress=False, cache_dir=cache, ensemble_max=1)
+    together = run_sweep(spec, tmp_path / "together", progress=False, cache_dir=cache,
+                         ensemble="on")
+    alone = run_sweep(spec, tmp_path / "alone", progress=False, cache_dir=cache, ensemble="off")
     assert set(together["status"]) == {"completed"}
     exact = ["run_id", "status", "role", "trunk", "params", "tokens", "shared_flops"]
     assert together[exact].equals(alone[exact])

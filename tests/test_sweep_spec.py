@@ -435,7 +435,7 @@ def load_raw_quickstart():
 
 @pytest.mark.parametrize("flags, message", [
     (["--probe=none"], "--probe applies with --dry-run only"),
-    (["--ensemble=off", "--ensemble-max=4"], "--ensemble-max applies with --ensemble=auto only"),
+    (["--ensemble=off", "--ensemble-max=4"], "--ensemble-max applies with --ensemble=on or auto only"),
 ])
 def test_a_sweep_flag_that_would_be_ignored_is_one_error(flags, message, tmp_path, capsys):
     from attnlab import cli

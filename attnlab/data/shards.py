@@ -197,7 +197,7 @@ def tokenize_shard(job: dict) -> dict:
     eos = np.array([job["eos_id"]], np.int64)
     dtype = np.dtype(job["dtype"])
     tmp = {s: shard_tokens(out, index, s).with_suffix(".bin.tmp") for s in SPLITS}
-    files = {s: open(tmp[s], "wb") for s in SPLITS}
+    files = {s: open(tmp[s], "wb", buffering=0) for s in SPLITS}  # a write error is raised where it happens
     try:
         for texts in documents(path, job["text_field"]):
             pieces: dict[str, list[np.ndarray]] = {s: [] for s in SPLITS}
@@ -210,7 +210,7 @@ def tokenize_shard(job: dict) -> dict:
                 stats[split]["tokens"] += len(ids) + 1
             for split, parts in pieces.items():
                 if parts:
-                    np.concatenate(parts).astype(dtype).tofile(files[split])
+                    _write(files[split], np.concatenate(parts).astype(dtype), tmp[split])
     finally:
         for f in files.values():
             f.close()
@@ -220,6 +220,15 @@ def tokenize_shard(job: dict) -> dict:
               "splits": stats}
     write_json_atomic(out / f"{job['index']:05d}.json", record)
     return record
+
+
+def _write(handle, array: np.ndarray, path: Path) -> None:
+    """``array``'s bytes to ``handle``; an OS error (a full disk) names ``path``. (numpy's
+    ``tofile`` reports a short write as an OSError with neither errno nor file.)"""
+    try:
+        handle.write(array.tobytes())
+    except OSError as e:
+        raise OSError(e.errno, e.strerror or str(e), str(path)) from e
 
 
 def _file_sha256(path: Path) -> str:

@@ -28,6 +28,11 @@ READABLE_DTYPES = ("float32", "float16", "bfloat16")  # converted to float32, ex
 
 def read_config(directory: Path) -> dict[str, Any]:
     path = directory / CONFIG
+    if not directory.exists():
+        raise HFError(f"--from={directory}: no such directory (an HF checkpoint directory, "
+                      f"holding {CONFIG} and {WEIGHTS})")
+    if not directory.is_dir():
+        raise HFError(f"--from={directory} is a file; give the checkpoint's directory")
     if not path.is_file():
         raise HFError(f"{path}: no such file (an HF checkpoint directory has a {CONFIG})")
     try:
@@ -124,7 +129,9 @@ def write_directory(directory: Path, config: dict[str, Any],
 def check_target(target: Path) -> Path:
     """Refuses an output directory that exists and is not empty, or cannot be created; returns
     its parent (call it before any work, and :class:`staged` checks again)."""
-    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+    if target.exists() and not target.is_dir():
+        raise HFError(f"{target} is a file; give a new directory")
+    if target.exists() and any(target.iterdir()):
         raise HFError(f"{target} already exists and is not empty; give a new directory")
     parent = target.absolute().parent
     if not parent.is_dir():

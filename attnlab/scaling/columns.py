@@ -22,6 +22,11 @@ def pick_column(df: pd.DataFrame, name: str, candidates: tuple[str, ...],
         if candidate in df.columns and df[candidate].notna().any():
             return candidate
     if required:
+        empty = [c for c in candidates if c in df.columns]
+        if empty:  # there, but not a number in any row
+            raise FitInputError(f"{source}: column {empty[0]!r} ({why}) holds no value in any "
+                                f"row (all empty or NaN); map another column with "
+                                f"--columns={name}:NAME")
         raise FitInputError(f"{source}: missing column {name!r} ({why}; looked for "
                             f"{' or '.join(repr(c) for c in candidates)}); columns are: "
                             f"{', '.join(map(str, df.columns))}. Map another column with "

@@ -74,7 +74,7 @@ def checked_metric(table: pd.DataFrame, metric: str, source: str) -> list[str]:
         row = bad.idxmax()
         raise FitInputError(f"{source}: --metric={metric} is not a finite number in "
                             f"{int(bad.sum())} completed run(s) (row {row}: "
-                            f"{done.loc[row, metric]!r})")
+                            f"{_shown(done.loc[row, metric])})")
     return notes
 
 
@@ -130,3 +130,8 @@ def compare_main(argv: list[str]) -> int:
                         "heldout_notes": held[1]}
         outputs.write_json(values["json"].value, payload, indent=1)
     return 0
+
+
+def _shown(value) -> str:
+    """A table cell as a user would write it (``nan``, not numpy's ``np.float64(nan)``)."""
+    return repr(value.item() if hasattr(value, "item") else value)

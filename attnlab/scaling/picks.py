@@ -34,8 +34,9 @@ CANDIDATE = "_candidate"
 def check_columns(df: pd.DataFrame, columns) -> None:
     for column in columns:
         if column not in df.columns:
+            shown = [str(c) for c in df.columns if not str(c).startswith("_")]  # not ours
             raise FitInputError(f"column {column!r} is not in the results table (columns: "
-                                f"{', '.join(map(str, df.columns))})")
+                                f"{', '.join(shown)})")
 
 
 def finished(df: pd.DataFrame, metric: str) -> pd.Series:

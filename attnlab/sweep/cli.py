@@ -13,7 +13,8 @@ import sys
 from attnlab import cli_flags, rundir
 from attnlab import cli_vocab as vocab
 from attnlab.cli_flags import Flag
-from attnlab.rundir import COMPLETED, DIVERGED, TABLE_FILE
+from attnlab.ensembles import CHOICES, ENSEMBLE_MAX
+from attnlab.rundir import COMPLETED, DIVERGED, FAILED, TABLE_FILE
 from attnlab.sweep.launchers import LAUNCHERS, SweepInterrupted
 from attnlab.sweep.probe import PROBES, dry_run, format_table
 from attnlab.sweep.refine import refining
@@ -40,11 +41,14 @@ FLAGS = [
     Flag("compile-ahead", "bool", False, "Local launcher: a worker compiles its next run's "
                                           "programs while the current run trains (faster new "
                                           "shapes; the overlapped run's tokens/s reads low)."),
-    Flag("ensemble", "enum", "auto", "auto: train runs that differ only in seeds, learning-rate "
+    Flag("ensemble", "enum", "auto", "on: train runs that differ only in seeds, learning-rate "
                                      "schedule, length or weight decay together, as one "
-                                     "compiled program; off: every run alone.",
-         enum_values=("auto", "off")),
-    Flag("ensemble-max", "integer", 8, "Most runs in one ensemble (also capped by memory)."),
+                                     "compiled program; off: every run alone; auto: on where "
+                                     "the runs train on an accelerator, off on a CPU (where "
+                                     "ensembles were slower, docs/benchmarks.md).",
+         enum_values=CHOICES),
+    Flag("ensemble-max", "integer", ENSEMBLE_MAX, "Most runs in one ensemble (also capped by "
+                                                  "memory)."),
     vocab.PROGRESS.flag("A bar and one line per finished run.", default=True),
     vocab.ALLOW_LARGE.flag(default=False),
     vocab.ALLOW_NONEMPTY.flag(default=False),
@@ -61,14 +65,14 @@ def sweep_main(argv: list[str]) -> int:
                                    f"{values['ensemble-max'].value}")
     if not values["dry-run"].value:
         cli_flags.refuse_given(values, ("probe",), "applies with --dry-run only")
-    if values["ensemble"].value != "auto":
-        cli_flags.refuse_given(values, ("ensemble-max",), "applies with --ensemble=auto only")
-    ensemble_max = values["ensemble-max"].value if values["ensemble"].value == "auto" else 1
+    if values["ensemble"].value == "off":
+        cli_flags.refuse_given(values, ("ensemble-max",), "applies with --ensemble=on or auto only")
+    ensemble = dict(ensemble=values["ensemble"].value, ensemble_max=values["ensemble-max"].value)
     if values["cache-dir"].value:
         rundir.check_can_create_dir(values["cache-dir"].value, "--cache-dir")
     if values["dry-run"].value:
         options = dict(probe=values["probe"].value, parallel=values["parallel"].value,
-                       ensemble_max=ensemble_max)
+                       **ensemble)
         if spec.tune is not None:  # the tuning stage, then the study at its learning rates
             stages = dry_run_stages(spec, workdir, **options)
         elif refining(spec):  # the grid, with the rates (batch sizes) past its edge so far
@@ -91,12 +95,27 @@ def sweep_main(argv: list[str]) -> int:
                           cache_dir=values["cache-dir"].value or None,
                           allow_large=values["allow-large"].value,
                           compile_ahead=values["compile-ahead"].value,
-                          ensemble_max=ensemble_max,
+                          **ensemble,
                           allow_nonempty=values["allow-nonempty"].value)
     except (KeyboardInterrupt, SweepInterrupted):
         sys.stderr.write(f"\ninterrupted; rerun the same command to resume ({workdir})\n")
         return 130
     counts = table["status"].value_counts().to_dict()
     print(f"results: {workdir}/{TABLE_FILE} ({', '.join(f'{n} {s}' for s, n in counts.items())})")
+    for line in failure_lines(table):
+        print(line)
     # a run not finished once the sweep is (failed, vanished, left partial) fails the command
     return 0 if set(counts) <= {COMPLETED, DIVERGED} else 1
+
+
+def failure_lines(table, most: int = 3) -> list[str]:
+    """One line per failed run (the first ``most``): its id and the first line of its error, so
+    a failed sweep says why without a look into each run's summary."""
+    failed = table[table["status"] == FAILED] if "error" in table.columns else table.iloc[:0]
+    lines = []
+    for _, row in failed.head(most).iterrows():
+        error = str(row["error"] or "no error recorded").strip().splitlines() or ["?"]
+        lines.append(f"failed: {row['run_id']}: {error[0][:300]}")
+    if len(failed) > most:
+        lines.append(f"failed: {len(failed) - most} more (the results table's error column)")
+    return lines

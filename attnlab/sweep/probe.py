@@ -23,7 +23,8 @@ import pandas as pd
 from attnlab import rundir
 from attnlab.sweep.launchers import WorkerProcess
 from attnlab.sweep.planner import PlannedRun, expand
-from attnlab.sweep.runner import check_data, run_record
+from attnlab.ensembles import ENSEMBLE_MAX, members_per_program
+from attnlab.sweep.runner import check_data, ensemble_units, run_record, worker_platform
 from attnlab.sweep.definition import SweepSpec
 
 
@@ -107,23 +108,24 @@ PROBES = {"steps": True, "none": False}
 
 
 def dry_run(spec: SweepSpec, workdir: str | Path | None = None, *, probe: str = "steps",
-            parallel: int = 1, ensemble_max: int = 1) -> tuple[pd.DataFrame, list[str]]:
+            parallel: int = 1, ensemble: str = "auto",
+            ensemble_max: int = ENSEMBLE_MAX) -> tuple[pd.DataFrame, list[str]]:
     """The planned runs as a table (one row per run) and notes to print under it.
 
     Columns: run_id, [budget], [role, trunk (its id's hash), from_step, trained_flops
     (chinchilla count, a branch's cooldown only): ladder mode], d_model, n_layers, n_heads,
     other swept values, params, non_emb_params, tokens, steps, lr, warmup, flops_6nd,
     flops_chinchilla, status (from ``workdir``, if it exists), unit (the runs trained together
-    as one ensemble share it; up to ``ensemble_max`` runs, as the sweep groups them),
+    as one ensemble share it, as the sweep groups them: ``ensemble`` and ``ensemble_max`` are
+    run_sweep's, the platform this machine's),
     est_seconds (with probe='steps'; none for a run too large to probe).
     """
-    from attnlab.sweep.runner import ensemble_units  # the sweep's own grouping
-
     runs, notes = expand(spec)
     workdir = Path(workdir) if workdir else None
     table = pd.DataFrame([_plan_row(run, workdir) for run in runs])
     ids = [run.run_id for run in runs]
-    units = ensemble_units(runs, ids, set(ids), ensemble_max)
+    most = members_per_program(ensemble, ensemble_max, worker_platform(None, spec))
+    units = ensemble_units(runs, ids, set(ids), most)
     unit_of = {run_id: i for i, unit in enumerate(units) for run_id in unit}
     table["unit"] = [unit_of[run_id] for run_id in ids]
     todo = [run for run, status in zip(runs, table["status"])

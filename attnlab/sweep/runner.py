@@ -34,6 +34,7 @@ from tqdm.auto import tqdm
 
 from attnlab import results, rundir
 from attnlab.errors import WriteError
+from attnlab.ensembles import ENSEMBLE_MAX, members_per_program
 from attnlab.ensembles import groups as ensemble_groups
 from attnlab.sweep import launchers
 from attnlab.sweep.planner import PlannedRun, plan
@@ -221,6 +222,16 @@ def longest_first(units: list[list[Path]], runs: list[PlannedRun],
     return sorted(units, key=lambda unit: sum(cost[d] for d in unit), reverse=True)
 
 
+def worker_platform(launcher, spec: SweepSpec) -> str:
+    """The platform the runs train on: a GPU for a Ray task that asks for one, else this
+    machine's default device's (JAX's 'cpu', 'gpu', 'tpu')."""
+    if isinstance(launcher, launchers.Ray) and spec.resources.gpus > 0:
+        return "gpu"
+    import jax
+
+    return jax.devices()[0].platform
+
+
 def ensemble_units(runs: list[PlannedRun], run_dirs: list[Path], todo: set[Path],
                    ensemble_max: int) -> list[list[Path]]:
     """The units of work: groups of runs that one compiled program can train
@@ -281,14 +292,14 @@ def reset_for_retry(workdir: Path, run_dir: Path) -> str | None:
     return None
 
 
-ENSEMBLE_MAX = 8  # members per ensemble: the speed-up flattens past it (docs/benchmarks.md)
 
 
 def run_sweep(spec: SweepSpec, workdir: str | os.PathLike, *, launcher: str = "local",
               parallel: int = 1, retry_failed: bool = False, progress: bool = True,
               ray_address: str | None = None, cache_dir: str | os.PathLike | None = None,
               allow_large: bool = False, compile_ahead: bool = False,
-              ensemble_max: int = ENSEMBLE_MAX, allow_nonempty: bool = False) -> pd.DataFrame:
+              ensemble: str = "auto", ensemble_max: int = ENSEMBLE_MAX,
+              allow_nonempty: bool = False) -> pd.DataFrame:
     """Runs every run of ``spec`` that is not finished yet and returns the results table.
 
     Args:
@@ -308,10 +319,12 @@ def run_sweep(spec: SweepSpec, workdir: str | os.PathLike, *, launcher: str = "l
         while the current run trains. Saves most of each new shape's compilation (on a 2-core
         CPU: cold 200-step sweeps faster in 3 of 5 rounds, docs/benchmarks.md), but the
         overlapped run's recorded tokens/s and MFU read low, so it is off by default.
-      ensemble_max: runs that differ only in seeds, learning-rate schedule, length or weight
+      ensemble: 'on': runs that differ only in seeds, learning-rate schedule, length or weight
         decay (:data:`attnlab.ensembles.MAY_DIFFER`) train together as one ensemble, up to
-        this many at a time and as many as half the machine's memory holds
-        (:func:`ensemble_units`); 1 trains every run alone (``--ensemble=off``).
+        ``ensemble_max`` at a time and as many as half the machine's memory holds
+        (:func:`ensemble_units`); 'off': every run alone; 'auto' (``--ensemble``'s default):
+        'on' where the runs train on an accelerator, 'off' on a CPU
+        (:func:`attnlab.ensembles.members_per_program` says why).
       allow_nonempty: write into an existing directory that holds other files and no sweep.
 
     A spec with a tuning stage (``sweep.tune``) is refused by the planner here: run it with
@@ -332,6 +345,7 @@ def run_sweep(spec: SweepSpec, workdir: str | os.PathLike, *, launcher: str = "l
         raise launchers.LauncherError(f"--ensemble-max={ensemble_max!r}: must be an integer >= 1")
     runs = plan(spec)  # every run's config is validated before anything starts
     chosen.check()
+    ensemble_max = members_per_program(ensemble, ensemble_max, worker_platform(chosen, spec))
     workdir = Path(workdir).absolute()
     check_sweep_dir(workdir, spec.name, allow_nonempty=allow_nonempty)
     unfinished = [run for run in runs if rundir.run_status(
