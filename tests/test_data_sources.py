@@ -189,6 +189,23 @@ def test_text_files_directory(tmp_path):
     assert corpus.manifest["files"] == len(contents)  # hidden and empty files are skipped
 
 
+def test_text_files_with_no_test_file_build_with_an_empty_test_split(tmp_path):
+    """A small directory whose files all hash to train or validation (TFDS writes no empty
+    split) builds, warns, and reads an empty test split; it was a TFDS traceback."""
+    names = [f"f{i}.txt" for i in range(200)]
+    kept = [n for n in names if files_lib.split_of(n) == "train"][:12]
+    kept += [n for n in names if files_lib.split_of(n) == "validation"][:2]
+    (tmp_path / "corpus").mkdir()
+    for name in kept:
+        (tmp_path / "corpus" / name).write_text(f"text of {name}\n" * 20)
+    config = DataConfig(source="text_files", path=str(tmp_path / "corpus"),
+                        cache_dir=str(tmp_path / "c"))
+    with pytest.warns(UserWarning, match="the test split is empty"):
+        corpus = prepare(config)
+    assert len(corpus.tokens("test")) == 0 and len(corpus.tokens("validation")) > 0
+    assert len(prepare(config).tokens("train")) == corpus.manifest["tokens"]["train"]  # cached
+
+
 def test_text_files_glob_with_max_bytes(tmp_path):
     contents = _write_corpus(tmp_path / "corpus")
     pattern = str(tmp_path / "corpus" / "**" / "*.txt")

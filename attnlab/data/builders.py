@@ -139,7 +139,9 @@ def _file_splits(builder, config: FilesConfig):
         "skipped_files_with_nul": skipped,
     }
     builder.info.metadata["manifest"] = manifest
-    return {s: builder._generate_examples(docs) for s, docs in documents.items()}
+    # TFDS writes no empty split: an empty test split (a small directory of files) is left out
+    # and read back as empty (attnlab.data.corpus warns); train and validation are refused above.
+    return {s: builder._generate_examples(docs) for s, docs in documents.items() if docs}
 
 
 def _split_manifest(documents: list[tuple[str, bytes]]) -> dict:
