@@ -151,3 +151,33 @@ def test_messages_name_what_the_user_wrote(tmp_path, capsys):
 
 def test_an_os_error_without_errno_still_says_what_failed():
     assert cli._one_line(OSError("1024 requested and 0 written")) == "1024 requested and 0 written"
+
+
+def _runs(path, rows):
+    path.write_text(rows)
+    return str(path)
+
+
+def test_laws_refuse_an_axis_the_table_does_not_vary(tmp_path, capsys):
+    """One tokens-per-parameter ratio cannot place M* (the over-training law printed M_opt 1742.8
+    and a penalty of 4.48 from such a table); one batch size cannot place batch*."""
+    one_ratio = _runs(tmp_path / "m.csv", "params,tokens,loss\n" + "".join(
+        f"{n:.0f},{20 * n:.0f},{1.7 + 400 / n ** 0.3 + 400 / (20 * n) ** 0.3}\n"
+        for n in (1e4, 2e4, 4e4, 8e4, 1.6e5, 3.2e5, 6.4e5, 1.28e6)))
+    _refused(["fit", f"--sweep={one_ratio}", "--law=overtrain", "--bootstrap=0"], capsys,
+             "every run has D/N = 20", "determines neither a, b nor M*")
+    grid = "".join(f"{n:.0f},{d:.0f},{lr},512,{2 + (lr - 0.01) ** 2 + 1 / n}\n"
+                   for n in (1e4, 3e4, 1e5) for d in (1e6, 3e6) for lr in (0.003, 0.01, 0.03))
+    one_batch = _runs(tmp_path / "b.csv", "params,tokens,lr,batch,loss\n" + grid)
+    _refused(["fit", f"--sweep={one_batch}", "--law=hparams", "--bootstrap=0"], capsys,
+             "every run has batch = 512", "cannot place batch*")
+
+
+def test_compare_says_why_its_intervals_are_nan(tmp_path, capsys):
+    rows = "".join(f"{arm},{n},0,{2.0 + (arm == 'wsd') * 0.01 + n * 1e-6}\n"
+                   for arm in ("cosine", "wsd") for n in (1, 2, 3))
+    table = _runs(tmp_path / "c.csv", "schedule,params,train.seed,final_val_loss\n" + rows)
+    code = cli.main(["compare", f"--sweep={table}", "--by=schedule", "--baseline=cosine",
+                     "--match=params", "--pair=train.seed"])
+    out = capsys.readouterr().out
+    assert code == 0 and "intervals are NaN: a point with one train.seed value" in out, out

@@ -210,6 +210,11 @@ def format_differences(frame: pd.DataFrame, *, by: str, baseline: str, metric: s
     shown = frame.rename(columns={"base": baseline, "arm_mean": "arm mean"})
     text = shown.to_string(index=False, float_format=lambda v: f"{v:.4g}")
     how = f"paired by {pair}, t interval" if pair else "Welch interval"
+    unknown = int(frame[["lo", "hi"]].isna().any(axis=1).sum()) if len(frame) else 0
+    why = (f"note: {unknown} of {len(frame)} intervals are NaN: a point with "
+           + (f"one {pair} value per arm has no pairs to spread" if pair
+              else "one run on a side has no spread to estimate")
+           + "; train more seeds there\n") if unknown else ""
     return (f"{metric}: each {by} value minus {baseline!r} at the same {', '.join(match)}, mean "
             f"over seeds, {level:.0%} {how} [lo, hi] (< 0: lower than {baseline!r}; "
-            f"'{POOLED}': the mean over the points)\n{text}\n")
+            f"'{POOLED}': the mean over the points)\n{text}\n{why}")

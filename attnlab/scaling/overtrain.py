@@ -174,6 +174,17 @@ class Overtrain(laws.Law):
     scope = "one fit of L(C, M) over a table's runs"
     refused_flags = ("curves", "approach", "grid", "by", "multiplier-against", "train-longer")
 
+    def check_table(self, table):
+        """At one tokens-per-parameter ratio the law is E + K C^-eta: a, b and M* are not
+        determined, so such a table is refused (every ratio within 1% of another is one)."""
+        ratios = np.sort(table.array("tokens") / table.array("params"))
+        if ratios.size and ratios[-1] <= ratios[0] * 1.01:
+            raise FitInputError(
+                f"--law=overtrain: every run has D/N = {ratios[0]:.4g} tokens per parameter: at "
+                f"one ratio L(C, M) is E + K C^-eta, which determines neither a, b nor M*; add "
+                f"runs at other ratios (Gadre et al. fit compute-optimal and over-trained ones)")
+        return table
+
     def loss(self, params, n, d):
         n, d = np.asarray(n, np.float64), np.asarray(d, np.float64)
         return overtrain_loss(params, laws.training_flops(n, d), d / n)
