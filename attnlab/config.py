@@ -142,6 +142,8 @@ class DataConfig:
     mixture: str = ""
     text_field: str = "text"  # shards: the Parquet column / JSON key of each document's text
     workers: int = 0  # shards: processes that tokenize (0: one per core)
+    # shards: build even where the tokenizer.json drops more than 1% of a sample's characters
+    allow_lossy_tokenizer: bool = False
     max_bytes: int = 0  # >0 builds a smaller, separately cached slice of the corpus
     cache_dir: str = ""  # "" -> $ATTNLAB_DATA_DIR or ~/.cache/attnlab
     tokenizer: str = "byte"  # byte | bpe | the path of a Hugging Face tokenizer.json

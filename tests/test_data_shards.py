@@ -339,3 +339,73 @@ def test_a_shard_that_is_not_utf8_is_named_as_such(tmp_path):
         with pytest.raises(DataSourceError, match=rf"{name}: not UTF-8 text \(byte 3"):
             list(shards.documents(tmp_path / name, "text"))
 
+
+
+def test_a_jsonl_document_larger_than_a_read_block_builds_as_its_parquet_twin(tmp_path):
+    """A 10 MB document (a book, a large source file) among small ones in a JSON-lines shard:
+    pyarrow's reader needs a block that holds it; the build equals the same documents stored
+    as Parquet, token for token."""
+    rng = np.random.default_rng(0)
+    huge = "".join(rng.choice(list("abcdefgh ijklmnop\n"), size=10_000_000))
+    docs = [f"small document {i} " * 30 for i in range(300)]
+    docs[150:150] = [huge]
+    built = {}
+    for kind in ("jsonl", "parquet"):
+        root = tmp_path / kind
+        root.mkdir()
+        if kind == "jsonl":
+            (root / "a.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
+        else:
+            pq.write_table(pa.table({"text": docs}), root / "a.parquet")
+        built[kind] = prepare(DataConfig(source="shards", path=str(root),
+                                         cache_dir=str(tmp_path / f"c_{kind}")))
+    assert [t for b in shards.documents(tmp_path / "jsonl" / "a.jsonl", "text") for t in b] == docs
+    for split in ("train", "validation", "test"):
+        assert built["jsonl"].tokens(split).tolist() == built["parquet"].tokens(split).tolist()
+    assert sum(len(built["jsonl"].tokens(s)) for s in ("train", "validation", "test")) > 10_000_000
+
+
+def test_null_texts_are_skipped_and_a_comma_in_a_directory_name_is_one_path(tmp_path):
+    root = tmp_path / "comma,dir"
+    root.mkdir()
+    docs = [f"document {i} " * 20 for i in range(60)]
+    (root / "a.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
+    (root / "b.jsonl").write_text('{"text": null}\n' * 5)  # every text null: pyarrow's null type
+    assert list(shards.documents(root / "b.jsonl", "text")) == [[]]
+    assert shards.shard_files(str(root)) == sorted([(root / "a.jsonl").resolve(),
+                                                   (root / "b.jsonl").resolve()])
+    with pytest.raises(DataSourceError, match="commas separate paths"):
+        shards.shard_files(str(tmp_path / "comma") + ",x")
+
+
+def _tokenizer(tmp_path, name: str, model) -> str:
+    tok = Tokenizer(model)
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.add_special_tokens(["<|endoftext|>"])
+    path = tmp_path / name
+    tok.save(str(path))
+    return str(path)
+
+
+def test_a_tokenizer_that_cannot_encode_or_drops_text_is_refused_before_the_build(tmp_path):
+    root = tmp_path / "shards"
+    root.mkdir()
+    docs = [f"the of w12 café {i}" for i in range(50)]
+    (root / "a.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
+    no_unk = _tokenizer(tmp_path, "wordlevel.json",
+                        models.WordLevel({"the": 0, "of": 1}, unk_token=None))
+    vocab = {c: i for i, c in enumerate("w0123456789")}
+    dropping = _tokenizer(tmp_path, "bpe.json", models.BPE(vocab, []))
+    for tok, needle in ((no_unk, "cannot encode the text of"), (dropping, "drops")):
+        cfg = DataConfig(source="shards", path=str(root), tokenizer=tok, workers=1,
+                         cache_dir=str(tmp_path / "c"))
+        with pytest.raises(DataSourceError, match=needle) as caught:
+            prepare(cfg)
+        assert "\n" not in str(caught.value)
+        assert not (tmp_path / "c" / "prepared").exists() or not any(
+            (tmp_path / "c" / "prepared").rglob("manifest.json"))
+    # 'the', 'of' and 'café' of every document: 450 of its 690 non-space characters
+    assert "drops 65.2% of the non-space characters" in str(caught.value)
+    lossy = DataConfig(source="shards", path=str(root), tokenizer=dropping, workers=1,
+                       cache_dir=str(tmp_path / "c"), allow_lossy_tokenizer=True)
+    assert len(prepare(lossy).tokens("train")) > 0  # built on what it keeps, as asked

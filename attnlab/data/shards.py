@@ -41,6 +41,7 @@ from attnlab.rundir import write_json_atomic
 
 FORMAT_VERSION = 1
 READ_ROWS = 1024  # documents per record batch read and encoded at once
+MAX_DOCUMENT_BYTES = 1 << 30  # the longest JSON line a shard may hold (pyarrow's block fits it)
 # End-of-document tokens of common tokenizer.json files (GPT-2, Llama 3, T5/Llama 2, others).
 EOS_TOKENS = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "<|eos|>")
 
@@ -60,8 +61,36 @@ def _parquet_batches(path: Path, field: str) -> Iterator[pa.Array]:
 
 
 def _jsonl_batches(path: Path, field: str) -> Iterator[pa.Array]:
+    """The shard's ``field`` a record batch at a time. pyarrow reads JSON in blocks (1 MiB by
+    default) that must each hold whole records: where a record is longer, the file is read
+    again with a block that fits its longest line, from the record after the last one given."""
+    given, block_size = 0, None
+    while True:
+        try:
+            seen = 0
+            for column in _jsonl_columns(path, field, block_size):
+                if seen + len(column) > given:
+                    yield column.slice(given - seen) if given > seen else column
+                    given = seen + len(column)
+                seen += len(column)
+            return
+        except pa.ArrowInvalid as e:
+            if "straddl" not in str(e) or block_size is not None:
+                raise
+            longest = _longest_line(path)
+            if longest > MAX_DOCUMENT_BYTES:
+                raise DataSourceError(
+                    f"{path}: a JSON line of {longest:,} bytes, more than the "
+                    f"{MAX_DOCUMENT_BYTES:,} a shard's document may hold; split it, or store "
+                    f"the shard as Parquet") from None
+            block_size = max(2 * longest, 1 << 20)
+
+
+def _jsonl_columns(path: Path, field: str, block_size: int | None) -> Iterator[pa.Array]:
+    options = pa_json.ReadOptions(block_size=block_size) if block_size else None
     try:
-        reader = pa_json.open_json(pa.input_stream(str(path), compression="detect"))
+        reader = pa_json.open_json(pa.input_stream(str(path), compression="detect"),
+                                   read_options=options)
     except pa.ArrowInvalid as e:
         if "Empty JSON stream" in str(e):  # no records: no documents, as an empty .txt
             return
@@ -71,6 +100,21 @@ def _jsonl_batches(path: Path, field: str) -> Iterator[pa.Array]:
             raise DataSourceError(f"{path}: no key {field!r} (data.text_field) in its records; "
                                   f"they have {', '.join(batch.schema.names)}")
         yield batch.column(field)
+
+
+def _longest_line(path: Path) -> int:
+    """The length in bytes of the longest line of ``path`` (decompressed), read in 16 MiB
+    chunks."""
+    longest = current = 0
+    with pa.input_stream(str(path), compression="detect") as stream:
+        while chunk := stream.read(1 << 24):
+            parts = chunk.split(b"\n")
+            if len(parts) == 1:
+                current += len(chunk)
+                continue
+            longest = max(longest, current + len(parts[0]), *map(len, parts[1:-1]))
+            current = len(parts[-1])
+    return max(longest, current)
 
 
 def _text_batches(path: Path, field: str) -> Iterator[pa.Array]:
@@ -109,6 +153,8 @@ def _text(column, path: Path, field: str):
 
     if is_text(column.type):
         return column
+    if pa.types.is_null(column.type):  # JSON whose every text is null: no documents here
+        return pa.nulls(len(column), pa.large_string())
     kind = column.type.value_type if pa.types.is_dictionary(column.type) else column.type
     if not (is_text(kind) or pa.types.is_string_view(kind)):
         raise DataSourceError(f"{path}: {field!r} (data.text_field) holds {column.type}, "
@@ -120,7 +166,9 @@ def shard_files(path: str) -> list[Path]:
     """The shards ``data.path`` names, in a fixed order: each directory's files and each glob's
     matches sorted, the patterns in the order given, every file once."""
     found: list[Path] = []
-    for pattern in (p.strip() for p in path.split(",")):
+    # Commas separate paths, unless the whole value names a file or directory that exists.
+    whole = Path(path.strip()).expanduser().exists()
+    for pattern in [path.strip()] if whole else (p.strip() for p in path.split(",")):
         where = Path(pattern).expanduser()
         if where.is_dir():
             matches = sorted(f for f in where.rglob("*") if f.is_file() and _reader(f))
@@ -131,8 +179,10 @@ def shard_files(path: str) -> list[Path]:
                 raise DataSourceError(f"data.path: {strangers[0]} is not a shard attnlab reads "
                                       f"(it reads {', '.join(e for k in FORMATS for e in k)})")
         if not matches:
+            commas = (f"; commas separate paths, so {path!r} was read as "
+                      f"{len(path.split(','))} of them" if "," in path and not whole else "")
             raise DataSourceError(f"data.path: {pattern!r} names no shard (files ending "
-                                  f"{', '.join(e for k in FORMATS for e in k)})")
+                                  f"{', '.join(e for k in FORMATS for e in k)}){commas}")
         found.extend(m.resolve() for m in matches if m.resolve() not in found)
     return found
 
@@ -174,8 +224,72 @@ def _encode(texts: list[str], tokenizer: str, path: Path) -> list[np.ndarray]:
             raise DataSourceError(f"{path}: a document contains the byte 0x00, which the byte "
                                   "tokenizer reserves as the end-of-document separator")
         return out
-    encodings = hub_tokenizer(tokenizer).encode_batch(texts, add_special_tokens=False)
+    try:
+        encodings = hub_tokenizer(tokenizer).encode_batch(texts, add_special_tokens=False)
+    except Exception as e:  # noqa: BLE001 - tokenizers raises its own exception types
+        raise DataSourceError(f"{path}: data.tokenizer={tokenizer} cannot encode this shard's "
+                              f"text ({_first_line(e)})") from None
     return [np.asarray(e.ids, np.int64) for e in encodings]
+
+
+def _first_line(error: Exception) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
+
+
+# The most of a sample's non-space characters a tokenizer.json may drop (no unknown token or
+# byte fallback covers them) before the build is refused (data.allow_lossy_tokenizer).
+LOSSY_SHARE = 0.01
+SAMPLE_CHARS = 200_000
+
+
+def check_tokenizer(files: list[Path], d, tokenizer: dict) -> None:
+    """Encodes a sample (the first documents of the shards, up to SAMPLE_CHARS characters)
+    before the build: DataSourceError naming data.tokenizer where it cannot encode them, or
+    where its tokens cover fewer than 1 - LOSSY_SHARE of their non-space characters."""
+    if not tokenizer["file"]:
+        return  # bytes: every character is its bytes
+    sample, where = _sample(files, d.text_field)
+    if not sample:
+        return
+    try:
+        encodings = hub_tokenizer(tokenizer["encoder"]).encode_batch(
+            sample, add_special_tokens=False)
+    except Exception as e:  # noqa: BLE001 - tokenizers raises its own exception types
+        raise DataSourceError(f"data.tokenizer={d.tokenizer} cannot encode the text of "
+                              f"{where} ({_first_line(e)})") from None
+    visible = dropped = 0
+    for text, encoding in zip(sample, encodings):
+        covered = np.zeros(len(text), bool)
+        for start, end in encoding.offsets:
+            covered[start:end] = True
+        shown = ~np.array([c.isspace() for c in text], bool)
+        visible += int(shown.sum())
+        dropped += int((shown & ~covered).sum())
+    share = dropped / max(visible, 1)
+    if share > LOSSY_SHARE and not d.allow_lossy_tokenizer:
+        raise DataSourceError(
+            f"data.tokenizer={d.tokenizer} drops {share:.1%} of the non-space characters of a "
+            f"sample of {where} (no unknown token or byte fallback covers them), more than "
+            f"{LOSSY_SHARE:.0%}; use another tokenizer, or set "
+            f"data.allow_lossy_tokenizer=true to build on what it keeps")
+
+
+def _sample(files: list[Path], field: str) -> tuple[list[str], str]:
+    """The first non-empty documents of the shards, about SAMPLE_CHARS characters, and the
+    shard they came from."""
+    taken, size = [], 0
+    for path in files:
+        for texts in documents(path, field):
+            for text in texts:
+                taken.append(text[:SAMPLE_CHARS - size])
+                size += len(taken[-1])
+                if size >= SAMPLE_CHARS:
+                    return taken, str(path)
+            break  # one batch of each shard is enough
+        if taken:
+            return taken, str(path)
+    return taken, str(files[0]) if files else ""
 
 
 # ------------------------------------------------------------------------------------------

@@ -126,7 +126,7 @@ class Shards(Source):
     tokenized by ``byte`` or a tokenizer.json in ``data.workers`` processes."""
 
     name = "shards"
-    fields = ("text_field", "workers")
+    fields = ("text_field", "workers", "allow_lossy_tokenizer")
     tokenizer_files = True
     reads_path = True
 
@@ -178,6 +178,7 @@ class Shards(Source):
         root = cache_root(d.cache_dir)
         directory = root / "prepared" / shards.corpus_key(files, d, tokenizer)
         if not directory.exists():
+            shards.check_tokenizer(files, d, tokenizer)
             shards.build(files, d, tokenizer, directory, root)
         return corpus.load_corpus(directory, self.name)
 
