@@ -455,7 +455,7 @@ CASES = [
     ("sweep-empty-axis", None, [*SWEEP, "--config.sweep.axes.train.seed=()", "--sweep={d}/sw"],
      "seed"),
     ("sweep-parallel-zero", None, [*SWEEP, "--parallel=0", "--sweep={d}/sw"], "--parallel"),
-    ("sweep-launcher", None, [*SWEEP, "--launcher=slurm", "--sweep={d}/sw"], "launcher"),
+    ("sweep-launcher", None, [*SWEEP, "--launcher=kubernetes", "--sweep={d}/sw"], "launcher"),
     ("sweep-config-raises", configs, ["sweep", "--config={d}/sweep_raises.py", "--sweep={d}/sw"],
      "sweep_raises.py, line 2 in get_config: ZeroDivisionError"),
     ("sweep-too-large", None, [*SWEEP, "--config.sweep.shapes=((100000,1,2,1e-2),)",

@@ -13,7 +13,7 @@ import sys
 import tomllib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-OPTIONAL = {"ray"}  # the `ray` extra; imported lazily with a clear error when missing
+OPTIONAL = {"ray", "submitit"}  # the ray and slurm extras: imported where used, or a clear error
 
 
 def _imported_top_level_modules() -> set[str]:

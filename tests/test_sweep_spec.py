@@ -298,7 +298,7 @@ def test_other_spec_errors_name_their_field():
 def test_launcher_arguments_are_checked(tmp_path):
     spec = load_spec("experiments/tiny_grid.py")
     with pytest.raises(LauncherError, match="--launcher"):
-        run_sweep(spec, tmp_path, launcher="slurm")
+        run_sweep(spec, tmp_path, launcher="kubernetes")
     with pytest.raises(LauncherError, match="--parallel"):
         run_sweep(spec, tmp_path, parallel=0)
 
@@ -315,11 +315,14 @@ def test_each_launcher_is_resolved_once_with_its_own_settings():
     # Another launcher's setting is refused, not ignored.
     for name, settings, flag in (("local", {"ray_address": "auto"}, "--ray-address=auto"),
                                  ("ray", {"parallel": 3}, "--parallel=3"),
-                                 ("ray", {"compile_ahead": True}, "--compile-ahead")):
+                                 ("ray", {"compile_ahead": True}, "--compile-ahead"),
+                                 ("slurm", {"parallel": 2}, "--parallel=2"),
+                                 ("slurm", {"ray_address": "auto"}, "--ray-address=auto")):
         with pytest.raises(launchers.LauncherError, match=f"{flag} applies to --launcher="):
             launchers.launcher_named(name, **settings)
     choices = next(flag.enum_values for flag in FLAGS if flag.name == "launcher")
-    assert choices == tuple(launchers.LAUNCHERS) == ("local", "ray")
+    assert choices == tuple(launchers.LAUNCHERS) == ("local", "ray", "slurm")
+    assert launchers.launcher_named("slurm").longest_first()
 
 
 def test_cli_bad_input_exits_2_without_traceback(tmp_path):

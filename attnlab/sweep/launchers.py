@@ -33,10 +33,10 @@ from typing import Callable
 
 import psutil
 
-from attnlab.errors import AttnlabError
-from attnlab.rundir import FAILED, LOG_FILE
+from attnlab.sweep.crashes import LauncherError, SweepInterrupted, record_crash
+from attnlab.sweep.slurm import Slurm
 from attnlab.sweep.spec import Resources
-from attnlab.worker import execute_runs, write_failure
+from attnlab.worker import execute_runs
 
 OnResult = Callable[[Path, dict], None]
 # Ctrl-C to the sweep's process group while a worker still imports JAX would print a
@@ -51,29 +51,6 @@ SHARED_MEMORY = 0.9  # of an accelerator's memory, split between the workers sha
 # JAX's own settings of how a process takes accelerator memory: one the user set is kept.
 _MEMORY_SETTINGS = ("XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_PREALLOCATE",
                     "XLA_PYTHON_CLIENT_ALLOCATOR")
-
-
-class LauncherError(AttnlabError):
-    """A launcher cannot start (e.g. Ray is not installed or the cluster is unreachable)."""
-
-
-class SweepInterrupted(Exception):
-    """A worker stopped because the sweep is being interrupted (Ctrl-C / SIGTERM)."""
-
-
-def _log_tail(path: Path, lines: int = 20) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
-
-
-def record_crash(run_dir: Path, how: str) -> dict:
-    """Writes failure.json for a run whose process died without reporting, and returns the
-    result the launcher passes on."""
-    error = f"worker process died ({how}) while training; see {run_dir / LOG_FILE}"
-    write_failure(run_dir, error, _log_tail(run_dir / LOG_FILE))
-    return {"run_id": run_dir.name, "status": FAILED, "error": error, "seconds": None}
 
 
 def _describe_exit(returncode: int) -> str:
@@ -457,11 +434,11 @@ class Ray:
         pass
 
 
-LAUNCHERS = {launcher.name: launcher for launcher in (Local, Ray)}
+LAUNCHERS = {launcher.name: launcher for launcher in (Local, Ray, Slurm)}
 
 
 def launcher_named(name: str, *, parallel: int = 1, compile_ahead: bool = False,
-                   ray_address: str | None = None) -> Local | Ray:
+                   ray_address: str | None = None) -> Local | Ray | Slurm:
     """The launcher ``--launcher=name`` asks for, with its settings checked."""
     if name not in LAUNCHERS:
         raise LauncherError(f"--launcher={name!r}: valid launchers are {', '.join(LAUNCHERS)}")

@@ -154,10 +154,12 @@ class Resources:
 
     cpus: float = 1.0
     gpus: float = 0.0
+    minutes: float = 1440.0  # Slurm: each job's time limit (one nearing it is requeued)
 
     def checked(self, field: str) -> Resources:
         positive_number(self.cpus, f"{field}.cpus")
         number_at_least_zero(self.gpus, f"{field}.gpus")
+        positive_number(self.minutes, f"{field}.minutes")
         return self
 
 
