@@ -206,6 +206,10 @@ def parse(argv: list[str], extra: list[Flag] = (), *, prog: str = "attnlab",
     try:
         positional = values(args)[1:]
     except flags.Error as e:  # unknown flag, bad value, bad override path
+        override = next((a for a in argv if a.startswith("--config.")), None)
+        if takes_config and _config_value(argv) is None and override and "config." in str(e):
+            raise UsageError(f"{override}: overrides a field of a config file; give "
+                             f"--config=FILE with it") from None
         given = (f"--config.scale={scale}" if scale is not None else
                  f"--config={_config_value(argv)}" if _config_value(argv) != config_path
                  else None)

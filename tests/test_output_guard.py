@@ -181,3 +181,11 @@ def test_compare_says_why_its_intervals_are_nan(tmp_path, capsys):
                      "--match=params", "--pair=train.seed"])
     out = capsys.readouterr().out
     assert code == 0 and "intervals are NaN: a point with one train.seed value" in out, out
+
+
+def test_an_override_without_its_config_file_says_so(tmp_path, capsys):
+    _refused(["import-hf", f"--from={tmp_path}", "--config.model.d_model=64",
+              f"--run={tmp_path / 'r'}"], capsys, "--config.model.* cannot be set")
+    line = _refused(["import-hf", f"--from={tmp_path}", "--config.train.steps=64",
+                     f"--run={tmp_path / 'r'}"], capsys, "give --config=FILE with it")
+    assert "Unknown command line flag" not in line

@@ -29,10 +29,10 @@ def import_main(argv: list[str]) -> int:
     from attnlab.errors import AttnlabError
     from attnlab.hf.convert import import_hf
 
-    values = parse(argv, IMPORT_FLAGS, prog="attnlab import-hf", description=IMPORT_HELP)
-    if any(a.startswith("--config.model.") for a in argv):
+    if any(a.startswith("--config.model.") for a in argv):  # before the parse says "unknown"
         raise AttnlabError("--config.model.* cannot be set: the model section comes from the "
                            "checkpoint's config.json")
+    values = parse(argv, IMPORT_FLAGS, prog="attnlab import-hf", description=IMPORT_HELP)
     base = None if values.config is None else from_config_dict(values.config)
     notes: list[str] = []
     cfg = import_hf(values["from"].value, values.run, base, notes)
