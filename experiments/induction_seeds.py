@@ -2,12 +2,12 @@
 attention-only model and its 1-layer control, each at initialisation seeds 0, 1 and 2 (the same
 task, data order and schedule):
 
-    attnlab sweep --config=experiments/induction_seeds.py --sweep=sweeps/induction_seeds --ensemble=auto
+    attnlab sweep --config=experiments/induction_seeds.py --sweep=sweeps/induction_seeds --ensemble=on
     attnlab icl --sweep=sweeps/induction_seeds      # repeat loss and induction score per run
 
 The claim (docs/icl.md): the 2-layer model's loss on the repeat is at most 0.1 ln V with an
 induction score of at least 0.5, and the 1-layer control's stays at least 0.8 ln V. The seeds
-of one depth differ in ``train.seed`` alone, so ``--ensemble=auto`` trains them as one program.
+of one depth differ in ``train.seed`` alone, so ``--ensemble=on`` trains them as one program.
 ``configs/induction.py`` is sized for the CPU (about an hour here for the six runs), so both
 scales plan the same runs.
 """

@@ -6,7 +6,7 @@ on ~6.4M; ``configs/mqar.py`` sees 192k).
     attnlab sweep --config=experiments/mqar_seeds.py:gpu --sweep=sweeps/mqar_seeds
     attnlab icl --sweep=sweeps/mqar_seeds          # accuracy per run and seed
 
-Every seed of a width differs from the others in ``train.seed`` alone, so ``--ensemble=auto``
+Every seed of a width differs from the others in ``train.seed`` alone, so ``--ensemble=on``
 trains the eight as one program (one directory, summary and results row each). Scale ``gpu``:
 batches of 512 for 12500 steps (6.4M windows), sized for an accelerator (a minute or two per
 width); scale ``cpu``: configs/mqar.py's 3000 steps of 64 windows, the CPU baseline.

@@ -2,11 +2,11 @@
 (d = 8, k up to 16, Garg et al.'s curriculum, 24000 steps of 256 prompts) at initialisation
 seeds 0, 1 and 2 (the same task stream, curriculum and schedule):
 
-    attnlab sweep --config=experiments/regression_seeds.py --sweep=sweeps/regression_seeds --ensemble=auto
+    attnlab sweep --config=experiments/regression_seeds.py --sweep=sweeps/regression_seeds --ensemble=on
     attnlab icl --sweep=sweeps/regression_seeds     # error per k against the baselines, per run
 
 The claim (docs/icl.md): within 0.05 of least squares at every k >= d + 2, and below one step of
-gradient descent at every k >= d. The seeds differ in ``train.seed`` alone, so ``--ensemble=auto``
+gradient descent at every k >= d. The seeds differ in ``train.seed`` alone, so ``--ensemble=on``
 trains them as one program. The config is sized for the CPU (one seed took 75 minutes here; the
 three as one ensemble 7.6 h beside other studies, resumed 4 times; docs/icl.md has the result),
 so both scales plan the same runs; a lent accelerator runs the gpu scale
