@@ -36,14 +36,18 @@ CHOICES = ("auto", "on", "off")
 ENSEMBLE_MAX = 8  # members per ensemble: the speed-up flattens past it (docs/benchmarks.md)
 
 
+def check_choice(choice: str) -> None:
+    if choice not in CHOICES:
+        raise AttnlabError(f"--ensemble must be one of {', '.join(CHOICES)}, not {choice!r}")
+
+
 def members_per_program(choice: str, most: int, platform: str) -> int:
     """How many runs one compiled program may train: ``off`` 1, ``on`` up to ``most``, ``auto``
     up to ``most`` on an accelerator and 1 on a CPU. On one H200, 16 vmapped members train 22-25x
     a lone run's tokens/s; on a 2-core CPU an ensemble costs its members' CPU time (a step is
     bound by its own arithmetic, not by dispatch) and a 32-run sweep through ensembles took
     1.15-1.29x the time of lone runs (docs/benchmarks.md, "Ensembles")."""
-    if choice not in CHOICES:
-        raise AttnlabError(f"--ensemble must be one of {', '.join(CHOICES)}, not {choice!r}")
+    check_choice(choice)
     if choice == "off" or (choice == "auto" and platform == "cpu"):
         return 1
     return most

@@ -38,7 +38,8 @@ def one_sweep(choice: str, seeds: int, steps: int, workdir: Path) -> tuple[float
     seconds = time.perf_counter() - start
     if done.returncode != 0:
         raise SystemExit(f"--ensemble={choice} failed:\n{done.stderr[-2000:]}")
-    line = re.search(r"running (\d+)( in (\d+) ensembles and lone runs)?", done.stdout + done.stderr)
+    line = re.search(r"running (\d+)( in (\d+) ensembles and lone runs)?",
+                     done.stdout + done.stderr)
     units = (f"{line.group(3)} units" if line and line.group(3) else "lone runs") if line else "?"
     return seconds, units
 

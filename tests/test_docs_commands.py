@@ -23,7 +23,8 @@ import pytest
 from attnlab import cli, cli_flags
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", ROOT / "notebooks" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", ROOT / "notebooks" / "README.md",
+         *sorted((ROOT / "docs").glob("*.md"))]
 # A template, not a command: the reader fills in what these stand for.
 TEMPLATE = re.compile(r"\.\.\.|\$|<[A-Za-z]|\[--")
 # Names the guides use for "your file here".

@@ -11,7 +11,8 @@ import runpy
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
-PAGES = [ROOT / "README.md", ROOT / "notebooks" / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+PAGES = [ROOT / "README.md", ROOT / "notebooks" / "README.md",
+         *sorted((ROOT / "docs").rglob("*.md"))]
 
 
 def _slug(heading: str) -> str:

@@ -182,7 +182,8 @@ def _catalog_failure(source: TfdsBuild, e: Exception) -> str:
 def _read_documents(source: TfdsBuild, split: str) -> list[bytes]:
     """The documents of one split, in a fixed order ([one stream] when not separated)."""
     tfds_split = source.split_names[split]
-    if source.own_builder and source.builder.info.splits and tfds_split not in source.builder.info.splits:
+    written = source.builder.info.splits
+    if source.own_builder and written and tfds_split not in written:
         return []  # an empty split, which TFDS does not write (attnlab.data.builders)
     try:
         data_source = source.builder.as_data_source(tfds_split)

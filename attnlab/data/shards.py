@@ -224,17 +224,19 @@ def _encode(texts: list[str], tokenizer: str, path: Path) -> list[np.ndarray]:
             raise DataSourceError(f"{path}: a document contains the byte 0x00, which the byte "
                                   "tokenizer reserves as the end-of-document separator")
         return out
-    try:
-        encodings = hub_tokenizer(tokenizer).encode_batch(texts, add_special_tokens=False)
-    except Exception as e:  # noqa: BLE001 - tokenizers raises its own exception types
-        raise DataSourceError(f"{path}: data.tokenizer={tokenizer} cannot encode this shard's "
-                              f"text ({_first_line(e)})") from None
+    encodings = _encodings(tokenizer, texts, f"{path}: data.tokenizer={tokenizer} cannot "
+                                             f"encode this shard's text")
     return [np.asarray(e.ids, np.int64) for e in encodings]
 
 
-def _first_line(error: Exception) -> str:
-    lines = str(error).strip().splitlines()
-    return lines[0] if lines else type(error).__name__
+def _encodings(tokenizer: str, texts: list[str], failure: str) -> list:
+    """The tokenizer.json's encodings of ``texts``; DataSourceError ``failure (its reason)``
+    where it cannot encode them."""
+    try:
+        return hub_tokenizer(tokenizer).encode_batch(texts, add_special_tokens=False)
+    except Exception as e:  # noqa: BLE001 - tokenizers raises its own exception types
+        lines = str(e).strip().splitlines()
+        raise DataSourceError(f"{failure} ({lines[0] if lines else type(e).__name__})") from None
 
 
 # The most of a sample's non-space characters a tokenizer.json may drop (no unknown token or
@@ -252,12 +254,8 @@ def check_tokenizer(files: list[Path], d, tokenizer: dict) -> None:
     sample, where = _sample(files, d.text_field)
     if not sample:
         return
-    try:
-        encodings = hub_tokenizer(tokenizer["encoder"]).encode_batch(
-            sample, add_special_tokens=False)
-    except Exception as e:  # noqa: BLE001 - tokenizers raises its own exception types
-        raise DataSourceError(f"data.tokenizer={d.tokenizer} cannot encode the text of "
-                              f"{where} ({_first_line(e)})") from None
+    encodings = _encodings(tokenizer["encoder"], sample,
+                           f"data.tokenizer={d.tokenizer} cannot encode the text of {where}")
     visible = dropped = 0
     for text, encoding in zip(sample, encodings):
         covered = np.zeros(len(text), bool)
@@ -276,20 +274,19 @@ def check_tokenizer(files: list[Path], d, tokenizer: dict) -> None:
 
 
 def _sample(files: list[Path], field: str) -> tuple[list[str], str]:
-    """The first non-empty documents of the shards, about SAMPLE_CHARS characters, and the
-    shard they came from."""
-    taken, size = [], 0
+    """The first record batch of the first shard that has documents, cut to SAMPLE_CHARS
+    characters in all, and that shard."""
     for path in files:
-        for texts in documents(path, field):
-            for text in texts:
-                taken.append(text[:SAMPLE_CHARS - size])
-                size += len(taken[-1])
-                if size >= SAMPLE_CHARS:
-                    return taken, str(path)
-            break  # one batch of each shard is enough
+        texts = next(iter(documents(path, field)), [])
+        taken, size = [], 0
+        for text in texts:
+            if size >= SAMPLE_CHARS:
+                break
+            taken.append(text[:SAMPLE_CHARS - size])
+            size += len(taken[-1])
         if taken:
             return taken, str(path)
-    return taken, str(files[0]) if files else ""
+    return [], ""
 
 
 # ------------------------------------------------------------------------------------------
@@ -311,7 +308,8 @@ def tokenize_shard(job: dict) -> dict:
     eos = np.array([job["eos_id"]], np.int64)
     dtype = np.dtype(job["dtype"])
     tmp = {s: shard_tokens(out, index, s).with_suffix(".bin.tmp") for s in SPLITS}
-    files = {s: open(tmp[s], "wb", buffering=0) for s in SPLITS}  # a write error is raised where it happens
+    # Unbuffered: a write error (a full disk) is raised by the write that meets it.
+    files = {s: open(tmp[s], "wb", buffering=0) for s in SPLITS}
     try:
         for texts in documents(path, job["text_field"]):
             pieces: dict[str, list[np.ndarray]] = {s: [] for s in SPLITS}

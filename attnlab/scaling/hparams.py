@@ -335,14 +335,13 @@ def _replicate_notes(frame: pd.DataFrame, pair: str | None) -> tuple[list[str], 
 def fit_hparams(frame: pd.DataFrame, *, method: str = "smooth", near: float = 0.0025,
                 n_bootstrap: int = 200, seed: int = 0, ci_level: float = 0.95,
                 notes: list[str] | None = None, pair: str | None = None) -> HParamsFit:
-    for target, column in (("batch", "batch"), ("lr", "lr")):
+    for column, what in (("batch", "batch size"), ("lr", "learning rate")):
         values = np.unique(frame[column].to_numpy(np.float64))
         if values.size < 2:  # no optimum can be placed along an axis the grid does not vary
             raise FitInputError(
-                f"--law=hparams: every run has {column} = {values[0]:.4g}: a grid of one "
-                f"{'batch size' if target == 'batch' else 'learning rate'} cannot place "
-                f"{target}*; the law needs several values of each (sweep.learning_rate.factors, "
-                f"sweep.axes.data.batch_size)")
+                f"--law=hparams: every run has {column} = {values[0]:.4g}: a grid of one {what} "
+                f"cannot place {column}*; the law needs several values of each "
+                f"(sweep.learning_rate.factors, sweep.axes.data.batch_size)")
     optima = group_optima(frame, method, near)
     try:
         fitted, fit_notes = fit_laws(optima)

@@ -1,5 +1,6 @@
 """What a launcher reports for a unit of runs whose process died without answering, and the
-errors every launcher raises (attnlab.sweep.launchers, attnlab.sweep.slurm)."""
+errors every launcher raises, its refusal of the local launcher's settings among them
+(attnlab.sweep.launchers, attnlab.sweep.slurm)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,15 @@ class LauncherError(AttnlabError):
 
 class SweepInterrupted(Exception):
     """A worker stopped because the sweep is being interrupted (Ctrl-C / SIGTERM)."""
+
+
+def refuse_local_settings(parallel: int, compile_ahead: bool, at_once: str) -> None:
+    """Refuses the local launcher's own settings given to a cluster launcher; ``at_once`` says
+    how that launcher decides how many runs go at once."""
+    if parallel > 1:
+        raise LauncherError(f"--parallel={parallel} applies to --launcher=local; {at_once}")
+    if compile_ahead:
+        raise LauncherError("--compile-ahead applies to --launcher=local")
 
 
 def _log_tail(path: Path, lines: int = 20) -> str:

@@ -33,7 +33,8 @@ from typing import Callable
 
 import psutil
 
-from attnlab.sweep.crashes import LauncherError, SweepInterrupted, record_crash
+from attnlab.sweep.crashes import (LauncherError, SweepInterrupted, record_crash,
+                                   refuse_local_settings)
 from attnlab.sweep.slurm import Slurm
 from attnlab.sweep.spec import Resources
 from attnlab.worker import execute_runs
@@ -410,11 +411,8 @@ class Ray:
 
     @classmethod
     def from_flags(cls, *, parallel: int, compile_ahead: bool, ray_address: str | None) -> Ray:
-        if parallel > 1:
-            raise LauncherError(f"--parallel={parallel} applies to --launcher=local; Ray runs "
-                                f"as many runs at once as sweep.resources lets the cluster fit")
-        if compile_ahead:
-            raise LauncherError("--compile-ahead applies to --launcher=local")
+        refuse_local_settings(parallel, compile_ahead, "Ray runs as many runs at once as "
+                                                       "sweep.resources lets the cluster fit")
         return cls(address=ray_address)
 
     def check(self) -> None:

@@ -34,7 +34,7 @@ from tqdm.auto import tqdm
 
 from attnlab import results, rundir
 from attnlab.errors import WriteError
-from attnlab.ensembles import ENSEMBLE_MAX, members_per_program
+from attnlab.ensembles import ENSEMBLE_MAX, check_choice, members_per_program
 from attnlab.ensembles import groups as ensemble_groups
 from attnlab.sweep import launchers
 from attnlab.sweep.planner import PlannedRun, plan
@@ -345,7 +345,7 @@ def run_sweep(spec: SweepSpec, workdir: str | os.PathLike, *, launcher: str = "l
         raise launchers.LauncherError(f"--ensemble-max={ensemble_max!r}: must be an integer >= 1")
     runs = plan(spec)  # every run's config is validated before anything starts
     chosen.check()
-    ensemble_max = members_per_program(ensemble, ensemble_max, worker_platform(chosen, spec))
+    check_choice(ensemble)
     workdir = Path(workdir).absolute()
     check_sweep_dir(workdir, spec.name, allow_nonempty=allow_nonempty)
     unfinished = [run for run in runs if rundir.run_status(
@@ -367,7 +367,7 @@ def run_sweep(spec: SweepSpec, workdir: str | os.PathLike, *, launcher: str = "l
         with sweep_lock(workdir):
             return _run_sweep(spec, runs, workdir, budget_notes, launcher=chosen,
                               retry_failed=retry_failed, progress=progress,
-                              cache_dir=cache_dir, ensemble_max=ensemble_max)
+                              cache_dir=cache_dir, ensemble=ensemble, ensemble_max=ensemble_max)
     except Exception as e:
         # A full disk (the results table, a run's files): one line naming the path; every run
         # not finished stays partial and resumes with the next invocation.
@@ -381,7 +381,8 @@ def run_sweep(spec: SweepSpec, workdir: str | os.PathLike, *, launcher: str = "l
 
 def _run_sweep(spec: SweepSpec, runs: list[PlannedRun], workdir: Path, budget_notes: list[str],
                *, launcher: launchers.Local | launchers.Ray, retry_failed: bool,
-               progress: bool, cache_dir: Path, ensemble_max: int) -> pd.DataFrame:
+               progress: bool, cache_dir: Path, ensemble: str,
+               ensemble_max: int) -> pd.DataFrame:
     """run_sweep's work once the directory is checked and locked, ``launcher`` started."""
     cache_dir.mkdir(parents=True, exist_ok=True)
     run_dirs = prepare_run_dirs(spec, runs, workdir)
@@ -394,7 +395,8 @@ def _run_sweep(spec: SweepSpec, runs: list[PlannedRun], workdir: Path, budget_no
                 say(f"{run_dir.name}: retrying ({action})")
     statuses = collections.Counter(rundir.run_status(d) for d in run_dirs)
     todo = [d for d in run_dirs if rundir.run_status(d) not in rundir.FINAL_STATUSES]
-    units = ensemble_units(runs, run_dirs, set(todo), ensemble_max)
+    most = members_per_program(ensemble, ensemble_max, worker_platform(launcher, spec))
+    units = ensemble_units(runs, run_dirs, set(todo), most)
     if launcher.longest_first():
         units = longest_first(units, runs, run_dirs)
     say(f"sweep {spec.name} ({spec.mode}): {len(runs)} runs in {workdir}; "

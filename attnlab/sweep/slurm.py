@@ -26,7 +26,7 @@ from typing import Callable
 
 from attnlab.interrupts import raise_keyboard_interrupt
 from attnlab.rundir import PARTIAL, run_status
-from attnlab.sweep.crashes import LauncherError, record_crash
+from attnlab.sweep.crashes import LauncherError, record_crash, refuse_local_settings
 from attnlab.worker import execute_runs
 
 POLL_SECONDS = 1.0  # how often the sweep asks squeue about its jobs
@@ -102,7 +102,7 @@ def _answers(job, unit: list[Path], queued: set[str], gone_since: dict) -> list[
         try:
             return job.result()
         except Exception as e:  # noqa: BLE001 - the call raised on the node: its traceback
-            return [record_crash(d, f"Slurm job {job.job_id}: {_first_line(e)}") for d in unit]
+            return [record_crash(d, f"Slurm job {job.job_id}: {_message(e)}") for d in unit]
     if job.job_id in queued:
         return None
     # Out of the queue: give its result file a moment to appear on a shared file system.
@@ -124,7 +124,8 @@ def _queued(job_ids: list[str]) -> set[str]:
     return set(done.stdout.split())
 
 
-def _first_line(error: Exception) -> str:
+def _message(error: Exception) -> str:
+    """The error's own message: the last line of the traceback submitit carries back."""
     lines = str(error).strip().splitlines()
     return lines[-1] if lines else type(error).__name__
 
@@ -137,11 +138,8 @@ class Slurm:
 
     @classmethod
     def from_flags(cls, *, parallel: int, compile_ahead: bool, ray_address: str | None) -> Slurm:
-        if parallel > 1:
-            raise LauncherError(f"--parallel={parallel} applies to --launcher=local; Slurm runs "
-                                f"as many jobs at once as the cluster schedules")
-        if compile_ahead:
-            raise LauncherError("--compile-ahead applies to --launcher=local")
+        refuse_local_settings(parallel, compile_ahead,
+                              "Slurm runs as many jobs at once as the cluster schedules")
         if ray_address:
             raise LauncherError(f"--ray-address={ray_address} applies to --launcher=ray")
         return cls()
