@@ -11,13 +11,11 @@ import importlib
 import os
 import sys
 
-from attnlab import cli_flags
+from attnlab import cli_flags, outputs, rundir
 from attnlab.cli_flags import Flag, HelpRequested
 from attnlab.errors import AttnlabError
 from attnlab.interrupts import (EXIT_INTERRUPTED, deferred, exit_at_once_on_interrupt,
-                                 ignore_from_now_on, watchdog)
-from attnlab import outputs, rundir
-
+                                ignore_from_now_on, watchdog)
 
 # name -> (module, function, one-line help)
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -57,8 +55,8 @@ FLAG_LISTS: dict[str, str] = {
     "env": "attnlab.train.cli:ENV_FLAGS", "model-info": "attnlab.train.cli:MODEL_INFO_FLAGS",
     "train": "attnlab.train.cli:TRAIN_FLAGS", "prepare": "attnlab.train.cli:PREPARE_FLAGS",
     "generate": "attnlab.train.cli:GENERATE_FLAGS", "sweep": "attnlab.sweep.cli:FLAGS",
-    "fit": "attnlab.scaling.cli:FIT_FLAGS", "compare": "attnlab.scaling.compare_cli:COMPARE_FLAGS",
-    "plot": "attnlab.plots.cli:PLOT_FLAGS", "extrapolate": "attnlab.extrapolation.cli:FLAGS",
+    "fit": "attnlab.scaling.cli:fit_flags", "compare": "attnlab.scaling.compare_cli:COMPARE_FLAGS",
+    "plot": "attnlab.plots.cli:plot_flags", "extrapolate": "attnlab.extrapolation.cli:FLAGS",
     "coord-check": "attnlab.coord_check:command_flags",
     "quickstart": "attnlab.study.quickstart:FLAGS", "import-hf": "attnlab.hf.cli:IMPORT_FLAGS",
     "export-hf": "attnlab.hf.cli:EXPORT_FLAGS", "icl": "attnlab.icl.cli:ICL_FLAGS",

@@ -104,10 +104,11 @@ def test_a_flag_name_means_one_thing_in_every_command():
 
 
 def _one_declaration(name: str, commands: list[str]) -> bool:
-    """fit and plot share one list of input flags (attnlab.scaling.cli.INPUT_FLAGS)."""
-    from attnlab.scaling.cli import INPUT_FLAGS
+    """fit and plot share one list of input flags, the laws' among them
+    (attnlab.scaling.request.input_flags)."""
+    from attnlab.scaling.request import input_flags
 
-    return set(commands) == {"fit", "plot"} and name in {flag.name for flag in INPUT_FLAGS}
+    return set(commands) == {"fit", "plot"} and name in {flag.name for flag in input_flags()}
 
 
 def test_no_flag_is_a_synonym_of_a_vocabulary_word():

@@ -174,3 +174,61 @@ def test_attnlab_help_imports_no_jax():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=120, check=True)
     assert result.stdout.strip() == "[]"
+
+
+def _longest_chain(graph: dict[str, set[str]], module: str, memo: dict) -> int:
+    """1 + the most imports in a row below ``module`` inside ``graph`` (its floor)."""
+    if module not in memo:
+        memo[module] = 1 + max((_longest_chain(graph, t, memo) for t in graph[module]
+                                if t in graph), default=0)
+    return memo[module]
+
+
+def package_graph(package: str) -> dict[str, set[str]]:
+    """module -> the modules of ``package`` it imports, for the modules of ``package``."""
+    inside = {m: ts for m, ts in module_graph().items()
+              if m == package or m.startswith(package + ".")}
+    return {m: {t for t in ts if t in inside} for m, ts in inside.items()}
+
+
+# The scaling core's shared floor: what both wings stand on.
+SCALING_FLOOR = {f"attnlab.scaling.{m}" for m in (
+    "errors", "bootstrap", "multistart", "equations", "law", "columns", "points", "result",
+    "parametric", "design")}
+
+
+def test_the_scaling_wings_never_meet_and_stand_on_one_floor():
+    # Laws (scaling/laws/) and tables with the modes they are fitted in (scaling/tables/) each
+    # import only the floor and their own wing; the request above joins them.
+    graph = package_graph("attnlab.scaling")
+    wings = {"laws": "attnlab.scaling.laws", "tables": "attnlab.scaling.tables"}
+    for name, wing in wings.items():
+        other = next(w for n, w in wings.items() if n != name)
+        members = [m for m in graph if m.startswith(wing)]
+        assert len(members) > 5, name
+        for module in members:
+            assert not {t for t in graph[module] if t.startswith(other)}, module
+            assert graph[module] <= SCALING_FLOOR | set(members), module
+    for module in SCALING_FLOOR:
+        assert graph[module] <= SCALING_FLOOR, module
+
+
+def test_every_fit_goes_through_the_request_and_nothing_imports_a_command():
+    graph = module_graph()
+    commands = {m for m in graph if m.endswith((".cli", "_cli"))} - {"attnlab.cli"}
+    assert "attnlab.scaling.cli" in commands and "attnlab.plots.cli" in commands
+    assert [(m, sorted(ts & commands)) for m, ts in graph.items() if ts & commands] == []
+    registry = "attnlab.scaling.laws.registry"
+    users = {m for m, ts in graph.items() if registry in ts and not m.startswith(
+        "attnlab.scaling.laws")}
+    # The tables never turn a name into a law: the request, the package's public names, the
+    # synthetic data and the figures (which name the law they draw) do.
+    assert users <= {"attnlab.scaling.request", "attnlab.scaling", "attnlab.scaling.synthetic",
+                     "attnlab.plots.figures"}, users
+
+
+@pytest.mark.parametrize("package, floors", [("attnlab.scaling", 8), ("attnlab.sweep", 8)])
+def test_a_package_stays_a_few_floors_high(package, floors):
+    graph = package_graph(package)
+    memo: dict = {}
+    assert max(_longest_chain(graph, m, memo) for m in graph) <= floors

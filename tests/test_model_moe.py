@@ -13,9 +13,8 @@ from flax import nnx
 
 from attnlab.config import ModelConfig
 from attnlab.errors import ConfigError
-from attnlab.model import apply, decode_step, init_model, init_state, param_counts, resolve
-from attnlab.model import count_state_params, flops_per_token
-from attnlab.model import moe, moe_dispatch
+from attnlab.model import (apply, count_state_params, decode_step, flops_per_token, init_model,
+                           init_state, moe, moe_dispatch, param_counts, resolve)
 from attnlab.train.step import mean_loss, training_loss
 
 VOCAB = 64
@@ -333,16 +332,17 @@ def test_weight_decay_reaches_expert_matrices_and_router_not_biases():
 def test_scaling_fits_say_whether_n_counts_all_experts_or_the_active_ones():
     import pandas as pd
 
-    from attnlab.scaling.table import prepare_points
+    from attnlab.scaling.laws.registry import law_named
+    from attnlab.scaling.tables.prepare import prepare_points
 
     frame = pd.DataFrame({"params": [4e4, 8e4, 1.6e5], "active_params": [2e4, 4e4, 8e4],
                           "non_embedding_params": [3e4, 6e4, 1.2e5],
                           "active_non_embedding_params": [1e4, 2e4, 4e4],
                           "tokens": [1e6, 2e6, 4e6], "final_val_loss": [3.0, 2.8, 2.7]})
-    total = prepare_points(frame, law="chinchilla")
+    total = prepare_points(frame, law=law_named("chinchilla"))
     assert total.frame["params"].tolist() == [4e4, 8e4, 1.6e5]
     assert any("every expert" in note for note in total.notes)
-    active = prepare_points(frame, law="kaplan",
+    active = prepare_points(frame, law=law_named("kaplan"),
                             columns={"params": "active_non_embedding_params"})
     assert active.frame["params"].tolist() == [1e4, 2e4, 4e4]
     assert any(note.startswith("N = active_non_embedding_params") for note in active.notes)

@@ -7,11 +7,11 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from repo_files import load_module
 
 from attnlab import results
 from attnlab.sweep import load_spec, plan
 from attnlab.sweep.runner import prepare_run_dirs
-from repo_files import load_module
 
 
 @pytest.fixture
@@ -122,7 +122,8 @@ def test_the_corpus_column_names_the_bytes_and_a_fit_notes_a_mix(sweep_dir, caps
     """corpus: the prepared corpus's sha256 prefix from the run's manifest (pystdlib differs
     by Python version); a fit over runs of two corpora says so, and one corpus says nothing."""
     from attnlab.scaling.compare_cli import compare_main
-    from attnlab.scaling.table import prepare_points
+    from attnlab.scaling.laws.registry import law_named
+    from attnlab.scaling.tables.prepare import prepare_points
 
     workdir, runs, dirs = sweep_dir
     for i, (run, run_dir) in enumerate(zip(runs, dirs)):
@@ -134,9 +135,9 @@ def test_the_corpus_column_names_the_bytes_and_a_fit_notes_a_mix(sweep_dir, caps
     first, second = "sha256:" + "12" * 6, "sha256:" + "1e" * 6
     assert [corpus[run.run_id] for run in runs] == [first] * 3 + [second]
     assert results.corpus_id({"name": "no hash"}) is None and results.corpus_id(None) is None
-    mixed = prepare_points(table, law="chinchilla")
+    mixed = prepare_points(table, law=law_named("chinchilla"))
     assert [n for n in mixed.notes if "2 different corpora" in n and "121212121212 x 3" in n]
-    one = prepare_points(table[table["corpus"] == first], law="chinchilla")
+    one = prepare_points(table[table["corpus"] == first], law=law_named("chinchilla"))
     assert not [n for n in one.notes if "corpora" in n]
     code = compare_main([f"--sweep={workdir / 'results.csv'}", "--by=model.pos_encoding",
                          "--baseline=rope", "--match=model.d_model"])

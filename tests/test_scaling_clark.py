@@ -1,5 +1,5 @@
 """Clark et al. 2022's law for routed models, log10 L = a log10 N + b log10 Ê + c log10 N log10 Ê + d
-(attnlab/scaling/clark.py, ``attnlab fit --law=clark``): the saturating transform against its
+(attnlab/scaling/laws/clark.py, ``attnlab fit --law=clark``): the saturating transform against its
 equation, recovery of known coefficients, the t intervals' coverage in simulation, the bootstrap,
 and one-line refusals."""
 
@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 
 from attnlab.plots.cli import plot_main
-from attnlab.scaling.clark import CLARK_2022, PARAMS, fit_clark, saturate
 from attnlab.scaling.cli import fit_main
 from attnlab.scaling.errors import FitInputError
+from attnlab.scaling.laws.clark import CLARK_2022, PARAMS, fit_clark, saturate
 
 # Fits by the hundred: their programs run far longer than they compile (tests/conftest.py).
 pytestmark = pytest.mark.optimized

@@ -231,14 +231,14 @@ def test_plot_rejects_unknown_format(chinchilla_csv, tmp_path, capsys):
 def _fake_sweep(root, sizes):
     """A sweep directory as attnlab.sweep writes it (run.json, summary.json, metrics.jsonl per
     run), with losses drawn from Chinchilla's law along each run."""
-    from attnlab.scaling import laws
+    from attnlab.scaling import equations
 
     steps = np.unique(np.geomspace(1, 4000, 80).astype(int))
     for i, n in enumerate(sizes):
         run = root / "runs" / f"run{i}"
         run.mkdir(parents=True)
         tokens_per_step = n / 10
-        loss = laws.chinchilla_loss(CHINCHILLA_PUBLISHED, n, steps * tokens_per_step)
+        loss = equations.chinchilla_loss(CHINCHILLA_PUBLISHED, n, steps * tokens_per_step)
         (run / "run.json").write_text(json.dumps({
             "run_id": f"run{i}", "sweep": "fake", "mode": "curves", "axes": {},
             "params": {"total": n, "non_embedding": 0.9 * n, "embedding": 0.1 * n},
@@ -286,8 +286,9 @@ def test_loss_vs_params_draws_the_size_curve_only_of_a_law_fitted_per_size(form,
     """Kaplan's L(N) is drawn as its own line; the law says whether it has one (no name
     compared), and L(D) and L(N, D) draw their lines per D instead."""
     from attnlab.plots.scaling import plot_loss_vs_params
-    from attnlab.scaling import fit_table, registry
-    from attnlab.scaling.table import prepare_points
+    from attnlab.scaling import fit_table
+    from attnlab.scaling.laws import registry
+    from attnlab.scaling.tables.prepare import prepare_points
 
     frame = isoflop_points(CHINCHILLA_PUBLISHED, np.geomspace(1e18, 1e20, 3),
                            rng=np.random.default_rng(6))

@@ -11,9 +11,10 @@ import pandas as pd
 import pytest
 
 from attnlab import cli_flags
-from attnlab.plots.cli import PLOT_FLAGS, plot_main
+from attnlab.plots.cli import plot_flags, plot_main
 from attnlab.plots.figures import FIGURES
-from attnlab.scaling.cli import FitInputs, fit_main
+from attnlab.scaling.cli import fit_main
+from attnlab.scaling.request import FitRequest
 from attnlab.scaling.synthetic import CHINCHILLA_PUBLISHED, isoflop_points
 
 # Fits by the hundred: their programs run far longer than they compile (tests/conftest.py).
@@ -124,8 +125,9 @@ def test_plot_kinds_need_their_flags(sweep_csv, tmp_path, capsys):
 
 
 def _figure(argv):
-    values = cli_flags.parse(argv, PLOT_FLAGS, prog="attnlab plot", takes_config=False)
-    return FIGURES[values["kind"].value]().draw(FitInputs.from_flags(values), 0, None)
+    values = cli_flags.parse(argv, plot_flags(), prog="attnlab plot", takes_config=False)
+    figure = FIGURES[values["kind"].value]()
+    return figure.draw(FitRequest.from_flags(values, law=figure.law(values)))
 
 
 def _drawn(figure) -> list:

@@ -8,19 +8,19 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from repo_files import load_module
 
-from attnlab.scaling.approach3 import InitGrid
 from attnlab.scaling.bootstrap import (MAX_FAILED_SHARE, cluster_index, resample_rows,
                                        resample_weights)
 from attnlab.scaling.cli import fit_main
 from attnlab.scaling.errors import FitInputError
-from attnlab.scaling.fitting import fit_table
-from attnlab.scaling.ladder import isoflop_slices
-from attnlab.scaling.registry import law_named
+from attnlab.scaling.laws.approach3 import InitGrid
+from attnlab.scaling.laws.registry import law_named
 from attnlab.scaling.result import ScalingFit
 from attnlab.scaling.synthetic import CHINCHILLA_PUBLISHED, ladder_points
-from attnlab.scaling.table import prepare_points
-from repo_files import load_module
+from attnlab.scaling.tables.fitting import fit_table
+from attnlab.scaling.tables.ladder import isoflop_slices
+from attnlab.scaling.tables.prepare import prepare_points
 
 # Fits by the hundred: their programs run far longer than they compile (tests/conftest.py).
 pytestmark = pytest.mark.optimized
@@ -58,14 +58,14 @@ def test_a_cluster_is_drawn_whole():
 
 def test_a_ladder_table_clusters_by_trunk_and_says_so():
     raw = pd.read_csv(MARKOV)
-    table = prepare_points(raw, law="chinchilla")
+    table = prepare_points(raw, law=law_named("chinchilla"))
     assert table.resampling() == {"unit": "cluster", "column": "trunk", "clusters": 5}
     assert any("'trunk'" in note and "chosen automatically" in note for note in table.notes)
-    assert prepare_points(raw, law="chinchilla", cluster="none").clusters is None
-    by_size = prepare_points(raw, law="chinchilla", cluster="model.d_model")
+    assert prepare_points(raw, law=law_named("chinchilla"), cluster="none").clusters is None
+    by_size = prepare_points(raw, law=law_named("chinchilla"), cluster="model.d_model")
     assert by_size.resampling()["clusters"] == 5
     with pytest.raises(FitInputError, match="no column 'seed_group'"):
-        prepare_points(raw, law="chinchilla", cluster="seed_group")
+        prepare_points(raw, law=law_named("chinchilla"), cluster="seed_group")
     sliced = isoflop_slices(table)  # every slice point keeps its size's trunk
     assert sliced.resampling()["clusters"] == 5
     assert sliced.frame.groupby("params")["cluster"].nunique().eq(1).all()
@@ -74,7 +74,7 @@ def test_a_ladder_table_clusters_by_trunk_and_says_so():
 def test_rows_without_a_cluster_value_are_their_own_clusters():
     raw = pd.read_csv(MARKOV)
     raw.loc[raw.index[:7], "trunk"] = np.nan  # the 115k size's branches lose their trunk
-    table = prepare_points(raw, law="chinchilla")
+    table = prepare_points(raw, law=law_named("chinchilla"))
     assert table.resampling()["clusters"] == 4 + 6
 
 
@@ -102,10 +102,10 @@ def test_a_law_through_every_point_has_no_interval():
     loss = p["E"] + p["A"] / n ** p["alpha"] + p["B"] / d ** p["beta"]
     frame = pd.DataFrame({"params": n, "tokens": d, "loss": loss * (1 + 0.01 * np.sin(n))})
     table = prepare_points(frame, law=law_named("chinchilla", 3), source="five")
-    fit = fit_table(table, law="chinchilla", approach=3, n_bootstrap=10, grid=SMALL_GRID)
+    fit = fit_table(table, law=law_named("chinchilla", 3), n_bootstrap=10, grid=SMALL_GRID)
     assert fit.refusal_reason == "5 points for 5 free parameters leave no residual"
     assert fit.ci == {} and set(fit.not_pinned) >= {"E", "alpha", "beta"}
-    held = fit_table(table, law="chinchilla", approach=3, n_bootstrap=10, grid=SMALL_GRID,
+    held = fit_table(table, law=law_named("chinchilla", 3), n_bootstrap=10, grid=SMALL_GRID,
                      fixed={"E": 1.69})
     assert held.free_parameters == 4 and held.refusal_reason != fit.refusal_reason
 
@@ -122,11 +122,11 @@ def test_an_interval_is_refused_when_too_many_refits_fail():
     # Without an interval nothing is shown to be pinned: the exponents are named, not headlined.
     assert kept.to_dict()["unpinned"] == [] and set(out["unpinned"]) == {"a", "b"}
     assert out["too_wide"]["a"] == f"no 95% interval: {limit + 1} of 100 bootstrap refits failed"
-    from attnlab.scaling.report import format_report
+    from attnlab.scaling.tables.report import format_report
 
     assert "not pinned, no interval to show it: a, b\n" in format_report(refused, "t.csv", [])
     # A table of fits per group says which group's intervals were refused, and why.
-    from attnlab.scaling.grouped import GroupedFits, format_grouped
+    from attnlab.scaling.tables.grouped import GroupedFits, format_grouped
 
     text = format_grouped(GroupedFits("arm", {"x": kept, "y": refused}, {}, {}))
     assert f"intervals [y]: not computed: {limit + 1} of 100 bootstrap refits failed" in text
@@ -150,11 +150,12 @@ def test_every_row_its_own_cluster_keeps_the_row_bootstrap_fit():
     rng = np.random.default_rng(0)
     frame = ladder_points(CHINCHILLA_PUBLISHED, np.geomspace(1e7, 1e9, 4), trunks_per_size=2,
                           rng=rng)
-    plain = prepare_points(frame.drop(columns="trunk"), law="kaplan")
+    plain = prepare_points(frame.drop(columns="trunk"), law=law_named("kaplan"))
     singletons = prepare_points(frame.assign(trunk=[f"r{i}" for i in range(len(frame))]),
-                                law="kaplan")
+                                law=law_named("kaplan"))
     assert singletons.clusters is None
-    a, b = (fit_table(t, law="kaplan", n_bootstrap=20, seed=1) for t in (plain, singletons))
+    a, b = (fit_table(t, law=law_named("kaplan"), n_bootstrap=20, seed=1)
+            for t in (plain, singletons))
     assert a.to_dict() == b.to_dict()
     assert a.resampling == {"unit": "row", "column": None, "clusters": len(frame)}
 
@@ -163,7 +164,8 @@ def test_kaplan_and_approach3_resample_whole_trunks():
     rng = np.random.default_rng(0)
     frame = ladder_points(CHINCHILLA_PUBLISHED, np.geomspace(1e7, 1e9, 4), trunks_per_size=3,
                           rng=rng)
-    for law, options in (("kaplan", {}), ("chinchilla", {"grid": SMALL_GRID})):
+    for name, options in (("kaplan", {}), ("chinchilla", {"grid": SMALL_GRID})):
+        law = law_named(name)
         fit = fit_table(prepare_points(frame, law=law), law=law, n_bootstrap=20, **options)
         assert fit.resampling == {"unit": "cluster", "column": "trunk", "clusters": 12}
         assert fit.n_bootstrap_requested == 20 and fit.ci
@@ -199,7 +201,7 @@ def test_cluster_bootstrap_covers_where_the_row_bootstrap_does_not():
 
 
 def test_intervals_too_wide_to_act_on_are_unpinned_and_shown_by_name():
-    from attnlab.scaling.report import format_report
+    from attnlab.scaling.tables.report import format_report
 
     fit = _fit(100, 100)  # a, b in [0.4, 0.6]: width ~0.2, pinned
     assert fit.too_wide == {} and fit.to_dict()["unpinned"] == []

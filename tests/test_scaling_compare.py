@@ -9,9 +9,9 @@ import pytest
 from scipy import stats
 
 from attnlab.scaling.compare_cli import compare_main
-from attnlab.scaling.compare import POOLED, paired_differences
-from attnlab.scaling.picks import at_best, format_picks
 from attnlab.scaling.errors import FitInputError
+from attnlab.scaling.tables.compare import POOLED, paired_differences
+from attnlab.scaling.tables.picks import at_best, format_picks
 
 # Fits by the hundred: their programs run far longer than they compile (tests/conftest.py).
 pytestmark = pytest.mark.optimized
@@ -312,7 +312,7 @@ def test_a_seed_shared_by_every_rate_is_resampled_whole():
 def test_a_heldout_pick_is_what_the_other_seeds_pick():
     """Per seed, the value the arm's other seeds' mean is lowest at, and the seed's own run
     there: written out by hand on one arm and point."""
-    from attnlab.scaling.picks import heldout_picks
+    from attnlab.scaling.tables.picks import heldout_picks
 
     loss = {(0, 1.0): 2.0, (0, 2.0): 1.5, (1, 1.0): 2.0, (1, 2.0): 2.6,
             (2, 1.0): 2.0, (2, 2.0): 1.8}
@@ -337,7 +337,7 @@ def test_heldout_picks_remove_the_winners_curse():
     from the seeds that are then scored makes the tuned arm look better by a selection bias;
     scoring each seed at the others' pick does not. Over 200 points, the fixed picks' mean
     difference sits far below 0 and the held-out one within its standard error of 0."""
-    from attnlab.scaling.compare import heldout_differences
+    from attnlab.scaling.tables.compare import heldout_differences
 
     rng = np.random.default_rng(16)
     rows = []
@@ -367,7 +367,7 @@ def test_the_heldout_intervals_widen_by_the_dependence_of_their_picks():
     """A seed's held-out pick is made by the others, so its difference depends on theirs: by
     simulation, ~1.2x the independent sd with 3 seeds and 4 rates (~1.45x when both arms pick),
     and none without a choice (one rate each) or without a second seed."""
-    from attnlab.scaling.compare import heldout_inflation
+    from attnlab.scaling.tables.compare import heldout_inflation
 
     rng = np.random.default_rng(0)
     one_picks = heldout_inflation(3, 4, 1, rng=rng)

@@ -7,8 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from attnlab.scaling import data_constrained as dc
-from attnlab.scaling import laws, synthetic
+from attnlab.scaling import equations, synthetic
+from attnlab.scaling.laws import data_constrained as dc
+from attnlab.scaling.laws.registry import law_named
 
 # Fits by the hundred: their programs run far longer than they compile (tests/conftest.py).
 pytestmark = pytest.mark.optimized
@@ -34,8 +35,8 @@ def paper_loss(p, n, d, u):
     """Muennighoff et al. 2023 eqs. 5-7 as written, in float64: U_N the compute-optimal size
     for U_D tokens, taken from Hoffmann et al.'s eq. 4 allocation of the same law (the budget
     whose D_opt is U_D)."""
-    a, b = laws.allocation_exponents(p["alpha"], p["beta"])
-    g = laws.allocation_coefficient(p["A"], p["B"], p["alpha"], p["beta"])
+    a, b = equations.allocation_exponents(p["alpha"], p["beta"])
+    g = equations.allocation_coefficient(p["A"], p["B"], p["alpha"], p["beta"])
     budget = 6.0 * (g * u) ** (1.0 / b)  # D_opt(C) = G^-1 (C/6)^b = U_D
     u_n = np.minimum(n, g * (budget / 6.0) ** a)
     r_d, r_n = d / u - 1.0, n / u_n - 1.0
@@ -56,7 +57,7 @@ def test_the_law_is_the_papers_equations_in_float64():
 def test_without_repeats_or_excess_parameters_it_is_chinchillas_law():
     n, d = np.array([1e7, 1e8]), np.array([1e10, 1e11])  # N well below N_opt(U_D = D)
     assert dc.data_constrained_loss(TRUTH, n, d, d) == pytest.approx(
-        laws.chinchilla_loss(TRUTH, n, d), rel=1e-14)
+        equations.chinchilla_loss(TRUTH, n, d), rel=1e-14)
 
 
 def test_repeated_tokens_are_worth_less_and_saturate_at_r_star():
@@ -64,9 +65,9 @@ def test_repeated_tokens_are_worth_less_and_saturate_at_r_star():
     epochs = np.array([1.0, 2.0, 4.0, 1e4])
     loss = dc.data_constrained_loss(TRUTH, 1e7, epochs * u, u)  # N < N_opt(U_D) = 5e7
     assert np.all(np.diff(loss) < 0)  # more epochs still help ...
-    saturated = laws.chinchilla_loss(TRUTH, 1e7, u * (1 + TRUTH["R_D"]))
+    saturated = equations.chinchilla_loss(TRUTH, 1e7, u * (1 + TRUTH["R_D"]))
     assert loss[-1] == pytest.approx(saturated, rel=1e-9)  # ... up to D' = U_D (1 + R*_D)
-    assert loss[1] > laws.chinchilla_loss(TRUTH, 1e7, 2 * u)  # worse than 2x fresh tokens
+    assert loss[1] > equations.chinchilla_loss(TRUTH, 1e7, 2 * u)  # worse than 2x fresh tokens
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -259,12 +260,12 @@ def test_other_laws_note_runs_that_repeated_their_data():
 
     df = pd.DataFrame({"params": [1e5, 2e5, 4e5], "tokens": [4e6, 2e6, 1e6],
                        "loss": [3.0, 3.1, 3.3], "epochs": [2.5, 1.0, 0.5]})
-    notes = prepare_points(df, law="chinchilla").notes
+    notes = prepare_points(df, law=law_named("chinchilla")).notes
     assert [n for n in notes if n.startswith("1 of 3 runs read their training data more than "
                                              "once (up to 2.50 epochs)")], notes
-    assert not [n for n in prepare_points(df.assign(epochs=[1.0, 0.5, 0.25]),
-                                          law="chinchilla").notes if "more than once" in n]
-    assert not [n for n in prepare_points(df, law="data_constrained").notes
+    once = prepare_points(df.assign(epochs=[1.0, 0.5, 0.25]), law=law_named("chinchilla"))
+    assert not [n for n in once.notes if "more than once" in n]
+    assert not [n for n in prepare_points(df, law=law_named("data_constrained")).notes
                 if "more than once" in n]
 
 
@@ -284,6 +285,6 @@ def test_a_decay_constant_spanning_orders_of_magnitude_is_not_pinned():
     assert set(wide.too_wide) == {"R_N"} and "factor 10" in wide.too_wide["R_N"]
     assert wide.to_dict()["unpinned"] == ["R_N"]
     assert "R_D or R_N's spanning more than a factor 10" in wide.to_dict()["pin_rule"]
-    from attnlab.scaling import registry
+    from attnlab.scaling.laws import registry
 
     assert "factor" not in pin_rule(registry.law_named("chinchilla"))

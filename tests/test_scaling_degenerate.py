@@ -18,11 +18,12 @@ import numpy as np
 import pytest
 
 from attnlab.plots import scaling as plots
-from attnlab.scaling import (FitError, GridEdgeWarning, InitGrid, fit_approach2,
-                             fit_approach3, fit_kaplan)
-from attnlab.scaling.approach3 import (CHINCHILLA_GRID, admissible, huber_objective,
-                                       unpinned_parameters)
+from attnlab.scaling import (FitError, GridEdgeWarning, InitGrid, fit_approach2, fit_approach3,
+                             fit_kaplan)
+from attnlab.scaling.laws.approach3 import CHINCHILLA_GRID, huber_objective, unpinned_parameters
+from attnlab.scaling.laws.registry import law_named
 from attnlab.scaling.multistart import minimise_many
+from attnlab.scaling.parametric import admissible
 from attnlab.scaling.synthetic import CHINCHILLA_PUBLISHED, grid_points, isoflop_points
 
 # Fits by the hundred: their programs run far longer than they compile (tests/conftest.py).
@@ -195,7 +196,7 @@ def test_study_reports_and_plots_a_degenerate_fit_and_no_fit(degenerate_fit, tmp
     from attnlab import study
     from attnlab.scaling import prepare_points
 
-    table = prepare_points(_frame(UNDERTRAINED), law="chinchilla", source="six runs")
+    table = prepare_points(_frame(UNDERTRAINED), law=law_named("chinchilla"), source="six runs")
     text = study.report(degenerate_fit, None, [], "six runs", (1e10,))
     # Its intervals are refused (2 of 8 refits failed): E and beta are named as well.
     assert "L(N, D) = E + A / N^alpha + 48.93 / D^beta" in text

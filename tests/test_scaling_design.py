@@ -12,7 +12,7 @@ import pytest
 from scipy import optimize, stats
 
 from attnlab import cli
-from attnlab.scaling import laws
+from attnlab.scaling import equations
 from attnlab.scaling.design import (DESIGN_PRIOR, check_design, log_loss_jacobian,
                                     parameter_covariance)
 
@@ -26,10 +26,11 @@ SIZES = np.geomspace(5e3, 1.2e5, 6)
 
 
 def _log_loss(theta, n, d):
-    """log L of approach 3's parametrisation (a, b, e, alpha, beta), from laws.chinchilla_loss."""
+    """log L of approach 3's parametrisation (a, b, e, alpha, beta), from
+    equations.chinchilla_loss."""
     a, b, e, alpha, beta = theta
     params = {"A": math.exp(a), "B": math.exp(b), "E": math.exp(e), "alpha": alpha, "beta": beta}
-    return np.log(laws.chinchilla_loss(params, n, d))
+    return np.log(equations.chinchilla_loss(params, n, d))
 
 
 def _ladder(sizes=SIZES, ratios=(5, 10, 20, 40, 80, 160)):

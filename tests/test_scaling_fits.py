@@ -6,11 +6,12 @@ import warnings
 import numpy as np
 import pytest
 
-from attnlab.scaling import (FitInputError, GridEdgeWarning, InitGrid, fit_approach1,
-                             fit_approach2, fit_approach3, fit_kaplan, laws, prepare_curves)
-from attnlab.scaling.report import bootstrap_line
+from attnlab.scaling import (FitInputError, GridEdgeWarning, InitGrid, equations, fit_approach1,
+                             fit_approach2, fit_approach3, fit_kaplan, prepare_curves)
+from attnlab.scaling.laws.registry import law_named
 from attnlab.scaling.synthetic import (CHINCHILLA_PUBLISHED, KAPLAN_PUBLISHED, grid_points,
                                        isoflop_points, learning_curves)
+from attnlab.scaling.tables.report import bootstrap_line
 
 # Fits by the hundred: their programs run far longer than they compile (tests/conftest.py).
 pytestmark = pytest.mark.optimized
@@ -46,15 +47,15 @@ def test_approach3_recovers_chinchilla_published_parameters():
         assert low <= p[name] <= high
     # Predictions follow the closed form with the fitted parameters.
     prediction = fit.predict_optimal(1e21)
-    expected = laws.chinchilla_optimal(p, 1e21)
+    expected = equations.chinchilla_optimal(p, 1e21)
     assert prediction["N_opt"] == pytest.approx(expected["N_opt"], rel=1e-12)
-    truth = laws.chinchilla_optimal(CHINCHILLA_PUBLISHED, 1e21)
+    truth = equations.chinchilla_optimal(CHINCHILLA_PUBLISHED, 1e21)
     assert prediction["N_opt"] == pytest.approx(truth["N_opt"], rel=0.25)
     low, high = prediction["ci"]["N_opt"]
     assert low < prediction["N_opt"] < high
     loss = fit.predict_loss(1e9, 2e10)
-    assert loss["loss"] == pytest.approx(laws.chinchilla_loss(CHINCHILLA_PUBLISHED, 1e9, 2e10),
-                                         rel=0.01)
+    truth = equations.chinchilla_loss(CHINCHILLA_PUBLISHED, 1e9, 2e10)
+    assert loss["loss"] == pytest.approx(truth, rel=0.01)
 
 
 def test_approach3_warns_when_the_fit_is_on_the_grid_edge():
@@ -97,14 +98,14 @@ def test_kaplan_recovers_published_parameters():
 def test_kaplan_single_variable_forms():
     rng = np.random.default_rng(5)
     n = np.geomspace(1e6, 1e9, 12)
-    loss_n = laws.kaplan_loss_n(KAPLAN_PUBLISHED, n) * np.exp(0.002 * rng.standard_normal(12))
+    loss_n = equations.kaplan_loss_n(KAPLAN_PUBLISHED, n) * np.exp(0.002 * rng.standard_normal(12))
     # Two token counts per size: L(N) keeps the lower loss of each size.
     fit = fit_kaplan(np.concatenate([n, n]), np.full(24, 1e10),
                      np.concatenate([loss_n, loss_n * 1.2]), form="n")
     assert fit.params["alpha_N"] == pytest.approx(0.076, abs=0.003)
     assert fit.n_points == 12 and "lowest loss" in fit.notes[0]
     d = np.geomspace(1e7, 1e10, 12)
-    loss_d = laws.kaplan_loss_d(KAPLAN_PUBLISHED, d) * np.exp(0.002 * rng.standard_normal(12))
+    loss_d = equations.kaplan_loss_d(KAPLAN_PUBLISHED, d) * np.exp(0.002 * rng.standard_normal(12))
     fit_d = fit_kaplan(np.full(12, 1e9), d, loss_d, form="d")
     assert fit_d.params["alpha_D"] == pytest.approx(0.095, abs=0.003)
 
@@ -118,7 +119,7 @@ def test_approach2_recovers_the_allocation_exponent():
     assert fit.params["a"] == pytest.approx(TRUE_A, abs=0.02)
     assert fit.params["b"] == pytest.approx(1 - TRUE_A, abs=0.02)
     for profile in fit.details["profiles"]:
-        truth = laws.chinchilla_optimal(CHINCHILLA_PUBLISHED, profile["budget"])["N_opt"]
+        truth = equations.chinchilla_optimal(CHINCHILLA_PUBLISHED, profile["budget"])["N_opt"]
         assert profile["N_opt"] == pytest.approx(truth, rel=0.2)
         # D_opt is read off the IsoFLOP line: C = 6 N D exactly.
         assert 6 * profile["N_opt"] * profile["D_opt"] == pytest.approx(profile["budget"])
@@ -216,7 +217,7 @@ def test_approach2_window_recovers_a_where_the_whole_ladder_parabola_fails(seed)
     assert whole.params["a"] - STEEP_A > 0.08
     # Every budget's minimum is found with its own bootstrap interval, which holds the truth's.
     for profile in window.details["profiles"]:
-        truth = laws.chinchilla_optimal(STEEP, profile["budget"])["N_opt"]
+        truth = equations.chinchilla_optimal(STEEP, profile["budget"])["N_opt"]
         n_low, n_high = profile["N_opt_ci"]
         assert n_low < profile["N_opt"] < n_high
         assert n_low / 3 < truth < 3 * n_high
@@ -230,7 +231,7 @@ def test_approach2_akima_profile_finds_the_minimum():
     fit = fit_approach2(frame["params"], frame["tokens"], frame["loss"], frame["flops"],
                         budget=frame["budget"], profile="akima")
     for profile in fit.details["profiles"]:
-        truth = laws.chinchilla_optimal(STEEP, profile["budget"])["N_opt"]
+        truth = equations.chinchilla_optimal(STEEP, profile["budget"])["N_opt"]
         # The spline's argmin on 0.3%-noisy points lands within about one ladder step (1.8x).
         assert truth / 2 < profile["N_opt"] < 2 * truth
         assert profile["coefficients"] is None
@@ -251,13 +252,13 @@ def test_approach1_reads_validation_points_when_every_run_has_enough():
     curves = learning_curves(CHINCHILLA_PUBLISHED, np.geomspace(1e7, 3e9, 6), steps=20,
                              noise=0.0, rng=np.random.default_rng(11))
     curves["val_loss"] = np.where(curves["step"] % 4 == 0, curves["loss"] * 1.01, np.nan)
-    table = prepare_curves(curves, law="chinchilla", source="curves")
+    table = prepare_curves(curves, law=law_named("chinchilla"), source="curves")
     assert table.columns["loss"] == "val_loss"
     assert any("reads the validation loss" in note for note in table.notes)
     assert np.allclose(table.frame["loss"], curves["loss"][curves["step"] % 4 == 0] * 1.01)
     sparse = curves.copy()
     sparse["val_loss"] = np.where(sparse["step"] == 20, sparse["loss"], np.nan)
-    table = prepare_curves(sparse, law="chinchilla", source="curves")
+    table = prepare_curves(sparse, law=law_named("chinchilla"), source="curves")
     assert table.columns["loss"] == "loss"
     assert any("the training loss is used" in note for note in table.notes)
 
@@ -266,24 +267,28 @@ def test_a_law_that_prices_budgets_says_how_it_counts_flops():
     """Approach 3 prices a budget as C = k·N·D with one k; the fit says so, with how far the
     runs' own counts stray from it (none when the table's FLOPs are 6ND), and approach 2, which
     reads each run's own FLOPs, carries no such note."""
-    from attnlab.scaling import fit_table, prepare_points, registry
-    from attnlab.scaling.approach3 import Parametric
-    from attnlab.scaling.kaplan import KaplanJoint
+    from attnlab.scaling import fit_table, prepare_points
+    from attnlab.scaling.laws import registry
+    from attnlab.scaling.laws.approach3 import Parametric
+    from attnlab.scaling.laws.kaplan import KaplanJoint
+    from attnlab.scaling.laws.registry import law_named
 
     frame = grid_points(CHINCHILLA_PUBLISHED, n_points=60, noise=0.01,
                         rng=np.random.default_rng(3))
-    exact = fit_table(prepare_points(frame, law="chinchilla"), law="chinchilla", grid=SMALL_GRID)
+    law = law_named("chinchilla")
+    exact = fit_table(prepare_points(frame, law=law), law=law, grid=SMALL_GRID)
     assert [n for n in exact.notes if "C = 6·N·D" in n and "range" not in n]
     # Small models spend more per parameter on attention and the head: k falls with N.
     frame["flops"] *= 1.0 + 1e4 / np.sqrt(frame["params"])
     k = np.median(frame["flops"] / (frame["params"] * frame["tokens"]))
-    costed = fit_table(prepare_points(frame, law="chinchilla"), law="chinchilla", grid=SMALL_GRID)
+    costed = fit_table(prepare_points(frame, law=law), law=law, grid=SMALL_GRID)
     assert costed.flops_per_param_token == pytest.approx(k)
     [note] = [n for n in costed.notes if "k the median" in n]
     low = (frame["flops"] / (frame["params"] * frame["tokens"])).min()
     assert f"C = {k:.3g}·N·D" in note and f"range {low:.3g}-" in note
     budgets = isoflop_points(CHINCHILLA_PUBLISHED, [1e18, 1e19, 1e20], sizes_per_budget=7,
                              noise=0.0, rng=np.random.default_rng(0))
-    isoflop = fit_table(prepare_points(budgets, law="chinchilla"), law="chinchilla", approach=2)
+    isoflop = fit_table(prepare_points(budgets, law=law), law=law_named("chinchilla", 2))
     assert not [n for n in isoflop.notes if "k the median" in n]
-    assert [law for law in registry.LAWS.values() if law.table_k] == [KaplanJoint, Parametric]
+    priced = [law for law in registry.LAWS.values() if law().can("table-k")]
+    assert priced == [KaplanJoint, Parametric]

@@ -8,9 +8,10 @@ import pandas as pd
 import pytest
 
 from attnlab.plots import scaling as plots
-from attnlab.scaling import FitInputError, laws
-from attnlab.scaling.grouped import fit_by, format_grouped
+from attnlab.scaling import FitInputError, equations
+from attnlab.scaling.laws.registry import law_named
 from attnlab.scaling.synthetic import CHINCHILLA_PUBLISHED, isoflop_points
+from attnlab.scaling.tables.grouped import fit_by, format_grouped
 
 # Fits by the hundred: their programs run far longer than they compile (tests/conftest.py).
 pytestmark = pytest.mark.optimized
@@ -38,7 +39,7 @@ def _results() -> pd.DataFrame:
 
 
 def test_one_fit_per_group_recovers_each_law():
-    grouped = fit_by(_results(), "model.mixer", law="chinchilla", approach=2, n_bootstrap=30)
+    grouped = fit_by(_results(), "model.mixer", law=law_named("chinchilla", 2), n_bootstrap=30)
     assert list(grouped.fits) == ["mamba", "rope"]
     assert "performer" in grouped.skipped and "two or more" in grouped.skipped["performer"]
     # Approach 2 recovers each group's own allocation exponent.
@@ -53,10 +54,10 @@ def test_one_fit_per_group_recovers_each_law():
 
 
 def test_grouped_approach3_and_its_figure(tmp_path):
-    grouped = fit_by(_results(), "model.mixer", law="chinchilla", approach=3, n_bootstrap=10)
+    grouped = fit_by(_results(), "model.mixer", law=law_named("chinchilla", 3), n_bootstrap=10)
     for name, law in (("rope", CHINCHILLA_PUBLISHED), ("mamba", OTHER)):
         fit = grouped.fits[name]
-        truth = laws.chinchilla_loss(law, 1e8, 1e10)
+        truth = equations.chinchilla_loss(law, 1e8, 1e10)
         assert fit.loss(1e8, 1e10) == pytest.approx(truth, rel=0.02)
     figure = plots.plot_group_frontiers(grouped)
     legend = figure.axes[0].get_legend()
@@ -67,8 +68,8 @@ def test_grouped_approach3_and_its_figure(tmp_path):
 
 def test_missing_column_and_no_fittable_group_are_clear_errors():
     with pytest.raises(FitInputError, match="--by: .* has no column 'model.mixr'"):
-        fit_by(_results(), "model.mixr", law="chinchilla", approach=2)
+        fit_by(_results(), "model.mixr", law=law_named("chinchilla", 2))
     only_lonely = _results()
     only_lonely = only_lonely[only_lonely["model.mixer"] == "performer"]
     with pytest.raises(FitInputError, match="no group could be fitted .*performer"):
-        fit_by(only_lonely, "model.mixer", law="chinchilla", approach=2)
+        fit_by(only_lonely, "model.mixer", law=law_named("chinchilla", 2))

@@ -1,5 +1,5 @@
-"""Held-out prediction (attnlab.scaling.holdout): fit on the smaller budgets, predict the largest,
-on synthetic suites whose true law is known."""
+"""Held-out prediction (attnlab.scaling.tables.holdout): fit on the smaller budgets, predict the
+largest, on synthetic suites whose true law is known."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ import json
 import numpy as np
 import pytest
 
-from attnlab.scaling import FitInputError, InitGrid, laws, prepare_points
-from attnlab.scaling.holdout import format_holdout, holdout_mask, holdout_prediction
+from attnlab.scaling import FitInputError, InitGrid, equations, prepare_points
+from attnlab.scaling.laws.registry import law_named
 from attnlab.scaling.synthetic import (CHINCHILLA_PUBLISHED, KAPLAN_PUBLISHED, grid_points,
                                        isoflop_points)
+from attnlab.scaling.tables.holdout import format_holdout, holdout_mask, holdout_prediction
 
 # Fits by the hundred: their programs run far longer than they compile (tests/conftest.py).
 pytestmark = pytest.mark.optimized
@@ -24,17 +25,17 @@ BUDGETS = np.geomspace(1e18, 1e21, 4)
 def _table(noise=0.005, seed=0):
     frame = isoflop_points(CHINCHILLA_PUBLISHED, BUDGETS, sizes_per_budget=7, noise=noise,
                            rng=np.random.default_rng(seed))
-    return prepare_points(frame, law="chinchilla", source="synthetic")
+    return prepare_points(frame, law=law_named("chinchilla"), source="synthetic")
 
 
 def test_largest_budget_is_predicted_from_the_smaller_ones():
     table = _table()
-    held = holdout_prediction(table, law="chinchilla", approach=3, holdout="largest-budget",
+    held = holdout_prediction(table, law=law_named("chinchilla", 3), holdout="largest-budget",
                               grid=SMALL_GRID, n_bootstrap=40)
     assert len(held.frame) == 7 and held.n_kept == 21
     assert np.allclose(held.frame["flops"], BUDGETS[-1])
     # The fit never saw these runs, yet predicts them within the 0.5% noise (plus extrapolation).
-    truth = laws.chinchilla_loss(CHINCHILLA_PUBLISHED, held.frame["params"],
+    truth = equations.chinchilla_loss(CHINCHILLA_PUBLISHED, held.frame["params"],
                                  held.frame["tokens"])
     assert np.max(np.abs(held.frame["predicted"] / truth - 1)) < 0.01
     summary = held.summary()
@@ -55,10 +56,11 @@ def test_a_wrong_law_predicts_worse():
     table = _table(noise=0.002)
     bent = table.frame.copy()
     bent["loss"] = bent["loss"] * (1 + 0.05 * (bent["flops"] / BUDGETS[-1]) ** 2)
-    held_true = holdout_prediction(table, law="chinchilla", approach=3,
+    held_true = holdout_prediction(table, law=law_named("chinchilla", 3),
                                    holdout="largest-budget", grid=SMALL_GRID)
-    held_bent = holdout_prediction(table.__class__(bent, "bent", table.columns), law="chinchilla",
-                                   approach=3, holdout="largest-budget", grid=SMALL_GRID)
+    held_bent = holdout_prediction(table.__class__(bent, "bent", table.columns),
+                                   law=law_named("chinchilla", 3), holdout="largest-budget",
+                                   grid=SMALL_GRID)
     assert held_true.summary()["mean_abs_relative_error"] < 0.01
     assert held_bent.summary()["mean_abs_relative_error"] > 0.02
 
@@ -66,8 +68,8 @@ def test_a_wrong_law_predicts_worse():
 def test_kaplan_forms_and_thresholds():
     frame = grid_points(KAPLAN_PUBLISHED, law="kaplan", n_range=(1e6, 1e9), d_range=(1e7, 1e10),
                         n_points=60, noise=0.005, rng=np.random.default_rng(1))
-    table = prepare_points(frame, law="kaplan", source="synthetic")
-    held = holdout_prediction(table, law="kaplan", form="nd", holdout="params>=3e8")
+    table = prepare_points(frame, law=law_named("kaplan"), source="synthetic")
+    held = holdout_prediction(table, law=law_named("kaplan", form="nd"), holdout="params>=3e8")
     assert (held.frame["params"] >= 3e8).all()
     assert held.n_kept == int((frame["params"] < 3e8).sum())
     assert held.summary()["mean_abs_relative_error"] < 0.02
@@ -83,12 +85,12 @@ def test_kaplan_forms_and_thresholds():
 ])
 def test_bad_holdout_is_one_clear_error(spec, message):
     with pytest.raises(FitInputError, match=message):
-        holdout_prediction(_table(), law="chinchilla", approach=3, holdout=spec, grid=SMALL_GRID)
+        holdout_prediction(_table(), law=law_named("chinchilla", 3), holdout=spec, grid=SMALL_GRID)
 
 
 def test_holdout_needs_a_law_that_predicts_a_loss():
     with pytest.raises(FitInputError, match="approach 2 models no loss"):
-        holdout_prediction(_table(), law="chinchilla", approach=2, holdout="largest-budget")
+        holdout_prediction(_table(), law=law_named("chinchilla", 2), holdout="largest-budget")
 
 
 def test_budget_rule_selects_by_label():

@@ -9,10 +9,11 @@ import pandas as pd
 import pytest
 
 from attnlab.scaling.cli import fit_main
-from attnlab.scaling.holdout import (BASELINE_RULES, format_holdout, frontier_baseline,
-                                     holdout_prediction, naive_baseline)
+from attnlab.scaling.laws.registry import law_named
 from attnlab.scaling.synthetic import CHINCHILLA_PUBLISHED, grid_points
-from attnlab.scaling.table import prepare_points
+from attnlab.scaling.tables.baselines import BASELINE_RULES, frontier_baseline, naive_baseline
+from attnlab.scaling.tables.holdout import format_holdout, holdout_prediction
+from attnlab.scaling.tables.prepare import prepare_points
 
 # Fits by the hundred: their programs run far longer than they compile (tests/conftest.py).
 pytestmark = pytest.mark.optimized
@@ -50,7 +51,7 @@ def test_a_predicted_optimum_has_the_best_run_within_its_compute_beside_it(tmp_p
                    "--budget=1e20", f"--json={out}"])
     assert rc == 0
     (prediction,) = json.loads(out.read_text())["predictions"]
-    expected = frontier_baseline(prepare_points(points, law="chinchilla").frame, 1e20)
+    expected = frontier_baseline(prepare_points(points, law=law_named("chinchilla")).frame, 1e20)
     assert prediction["baseline"] == pytest.approx(expected)
     (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("  naive ")]
     assert float(line.split()[1]) == pytest.approx(expected["loss"], rel=1e-4)
@@ -58,8 +59,8 @@ def test_a_predicted_optimum_has_the_best_run_within_its_compute_beside_it(tmp_p
 
 
 def test_markov_ladder_holdout_prints_the_baseline_that_beats_the_law():
-    table = prepare_points(pd.read_csv(MARKOV), law="kaplan")
-    held = holdout_prediction(table, law="kaplan", form="n", holdout="params>1000000",
+    table = prepare_points(pd.read_csv(MARKOV), law=law_named("kaplan"))
+    held = holdout_prediction(table, law=law_named("kaplan", form="n"), holdout="params>1000000",
                               n_bootstrap=0, floor=3.7384)
     summary = held.summary()
     baseline = summary["baseline"]

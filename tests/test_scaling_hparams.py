@@ -9,7 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from attnlab.scaling import hparams, registry, synthetic
+from attnlab.scaling import synthetic
+from attnlab.scaling.laws import hparams, registry
 
 # Fits by the hundred: their programs run far longer than they compile (tests/conftest.py).
 pytestmark = pytest.mark.optimized

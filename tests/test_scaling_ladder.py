@@ -6,10 +6,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from attnlab.scaling.approach2 import fit_approach2
 from attnlab.scaling.errors import FitInputError
-from attnlab.scaling.ladder import isoflop_slices
-from attnlab.scaling.table import prepare_points
+from attnlab.scaling.laws.approach2 import fit_approach2
+from attnlab.scaling.laws.registry import law_named
+from attnlab.scaling.tables.ladder import isoflop_slices
+from attnlab.scaling.tables.prepare import prepare_points
 
 # Fits by the hundred: their programs run far longer than they compile (tests/conftest.py).
 pytestmark = pytest.mark.optimized
@@ -39,7 +40,8 @@ def ladder_table(sizes, tokens_per_param):
 def test_slices_interpolate_each_size_between_its_branches():
     # Neighbours 1.58x apart: three sizes share a slice of a 32x ladder (at most 32^(1/4)).
     sizes = np.geomspace(1e5, 1e8, 16)
-    table = prepare_points(ladder_table(sizes, (5, 10, 20, 40, 80, 160)), law="chinchilla")
+    table = prepare_points(ladder_table(sizes, (5, 10, 20, 40, 80, 160)),
+                           law=law_named("chinchilla"))
     assert len(table) == 16 * 6  # trunks dropped
     sliced = isoflop_slices(table).frame
     for _, p in sliced.iterrows():
@@ -57,7 +59,7 @@ def test_slices_interpolate_each_size_between_its_branches():
 def test_approach2_on_ladder_slices_recovers_the_allocation_exponent():
     sizes = np.geomspace(1e5, 1e8, 16)
     sliced = isoflop_slices(prepare_points(ladder_table(sizes, (5, 10, 20, 40, 80, 160)),
-                                           law="chinchilla"))
+                                           law=law_named("chinchilla")))
     f = sliced.frame
     fit = fit_approach2(f["params"], f["tokens"], f["loss"], f["flops"], budget=f["budget"])
     a = BETA / (ALPHA + BETA)
@@ -67,7 +69,7 @@ def test_approach2_on_ladder_slices_recovers_the_allocation_exponent():
 
 def test_sizes_whose_branches_do_not_overlap_are_an_error():
     table = prepare_points(ladder_table(np.geomspace(1e5, 1e8, 7), (5, 10, 20, 40, 80, 160)),
-                           law="chinchilla")  # 3.2x apart: no three sizes share a slice
+                           law=law_named("chinchilla"))  # 3.2x apart: no three sizes share a slice
     with pytest.raises(FitInputError, match="IsoFLOP slices"):
         isoflop_slices(table)
 
@@ -137,7 +139,7 @@ def test_held_out_overtrained_branches_are_predicted(tmp_path, capsys):
 def test_curves_of_a_ladder_keep_each_branch_s_last_step_and_no_trunk():
     """Approach 1's envelope on a ladder: a cooldown's earlier steps end no schedule, and a
     trunk's steps are at a constant learning rate, so only the branches' final points count."""
-    from attnlab.scaling.table import prepare_curves
+    from attnlab.scaling.tables.prepare import prepare_curves
 
     rows = []
     for step in range(1, 9):  # the trunk: steps 1..8
@@ -148,19 +150,19 @@ def test_curves_of_a_ladder_keep_each_branch_s_last_step_and_no_trunk():
             rows.append({"run_id": run, "role": "branch", "status": "completed",
                          "params": 1e5, "step": step, "tokens": 100 * step,
                          "loss": 4.0 - 0.1 * step})
-    table = prepare_curves(pd.DataFrame(rows), law="chinchilla")
+    table = prepare_curves(pd.DataFrame(rows), law=law_named("chinchilla"))
     kept = table.frame.sort_values("step")
     assert list(kept["run_id"]) == ["b6", "b10"] and list(kept["step"]) == [6, 10]
     assert any("trunk" in note for note in table.notes)
 
 
 def test_grouped_fits_slice_each_group_s_ladder_for_approach_2():
-    from attnlab.scaling.grouped import fit_by
+    from attnlab.scaling.tables.grouped import fit_by
 
     sizes = np.geomspace(1e5, 1e8, 16)
     frames = [ladder_table(sizes, (5, 10, 20, 40, 80, 160)).assign(arm=name)
               for name in ("x", "y")]
-    grouped = fit_by(pd.concat(frames, ignore_index=True), "arm", law="chinchilla", approach=2,
+    grouped = fit_by(pd.concat(frames, ignore_index=True), "arm", law=law_named("chinchilla", 2),
                      n_bootstrap=0)
     a = BETA / (ALPHA + BETA)
     assert set(grouped.fits) == {"x", "y"}

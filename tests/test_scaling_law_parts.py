@@ -10,9 +10,10 @@ import pandas as pd
 import pytest
 from scipy.optimize import least_squares
 
-from attnlab.scaling import laws, registry
 from attnlab.scaling.cli import fit_main
 from attnlab.scaling.errors import FitInputError
+from attnlab.scaling.law import Law
+from attnlab.scaling.laws import registry
 from attnlab.scaling.result import ScalingFit
 
 # Fits by the hundred: their programs run far longer than they compile (tests/conftest.py).
@@ -21,11 +22,11 @@ pytestmark = pytest.mark.optimized
 TRUTH = {"E": 1.5, "N_c": 3e8, "alpha_N": 0.3}
 
 
-class KaplanFloor(laws.Law):
+class KaplanFloor(Law):
     name = "kaplan_floor"
     title = "L(N) = E + (N_c/N)^alpha_N"
     n_parameters = 3
-    predicts_loss = True
+    capabilities = frozenset({"table", "run-loss"})
 
     def run_loss(self, params, n, d):
         return params["E"] + np.power(params["N_c"] / np.asarray(n, np.float64),
@@ -116,6 +117,10 @@ def test_every_law_declares_what_its_fit_can_answer():
     for (name, variant), cls in registry.LAWS.items():
         part = cls()
         assert part.name == name and part.title and part.n_parameters > 0
-        assert not part.has_loss_model or part.predicts_loss  # L(N, D) gives a run's loss
-        assert not part.closed_frontier or (part.has_loss_model and part.has_allocation)
-        assert set(part.own_flags).isdisjoint(part.refused_flags)
+        assert not part.can("loss-model") or part.can("run-loss")  # L(N, D) gives a run's loss
+        assert not part.can("closed-frontier") or (part.can("loss-model")
+                                                   and part.can("allocation"))
+        assert set(part.flag_names).isdisjoint(part.refused)
+        if part.selector:  # the flag that picks a variant offers every registered one
+            assert part.selector.enum_values == tuple(
+                str(v) for v in registry.variants(part.name))

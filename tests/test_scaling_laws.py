@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 from scipy.optimize import minimize_scalar
 
-from attnlab.scaling import laws
-from attnlab.scaling.approach2 import budget_labels, parabola_vertex
-from attnlab.scaling.approach3 import InitGrid, huber_objective, params_from_theta
+from attnlab.scaling import equations
 from attnlab.scaling.bootstrap import percentile_interval, resample_weights
+from attnlab.scaling.laws.approach2 import parabola_vertex
+from attnlab.scaling.laws.approach3 import InitGrid, huber_objective, params_from_theta
+from attnlab.scaling.points import budget_labels
 from attnlab.scaling.synthetic import CHINCHILLA_PUBLISHED, KAPLAN_PUBLISHED
 
 # Fits by the hundred: their programs run far longer than they compile (tests/conftest.py).
@@ -17,16 +18,16 @@ pytestmark = pytest.mark.optimized
 
 
 def test_training_flops_is_six_n_d():
-    assert laws.training_flops(1e9, 2e10) == pytest.approx(6 * 1e9 * 2e10, rel=1e-15)
-    assert laws.training_flops(3.0, 5.0, flops_per_param_token=8.0) == 120.0
+    assert equations.training_flops(1e9, 2e10) == pytest.approx(6 * 1e9 * 2e10, rel=1e-15)
+    assert equations.training_flops(3.0, 5.0, flops_per_param_token=8.0) == 120.0
 
 
 @pytest.mark.parametrize("budget", [1e18, 5.76e23])
 def test_chinchilla_optimum_minimises_loss_on_the_isoflop_line(budget):
     params = CHINCHILLA_PUBLISHED
-    optimum = laws.chinchilla_optimal(params, budget)
+    optimum = equations.chinchilla_optimal(params, budget)
     # Independent reference: minimise L(N, C/(6N)) over log N numerically.
-    along_isoflop = lambda log_n: laws.chinchilla_loss(params, np.exp(log_n),
+    along_isoflop = lambda log_n: equations.chinchilla_loss(params, np.exp(log_n),
                                                        budget / (6 * np.exp(log_n)))
     reference = minimize_scalar(along_isoflop, bounds=(np.log(1e3), np.log(1e15)),
                                 method="bounded", options={"xatol": 1e-10})
@@ -37,43 +38,44 @@ def test_chinchilla_optimum_minimises_loss_on_the_isoflop_line(budget):
 
 def test_chinchilla_allocation_exponents_and_coefficient():
     alpha, beta, A, B = 0.34, 0.28, 406.4, 410.7
-    a, b = laws.allocation_exponents(alpha, beta)
+    a, b = equations.allocation_exponents(alpha, beta)
     assert a + b == pytest.approx(1.0)
     assert a == pytest.approx(0.28 / 0.62) and b == pytest.approx(0.34 / 0.62)
-    g = laws.allocation_coefficient(A, B, alpha, beta)
+    g = equations.allocation_coefficient(A, B, alpha, beta)
     assert g == pytest.approx((alpha * A / (beta * B)) ** (1 / (alpha + beta)), rel=1e-15)
     # Scaling C by 10 scales N_opt by 10^a and D_opt by 10^b.
-    one, ten = (laws.chinchilla_optimal(CHINCHILLA_PUBLISHED, c) for c in (1e20, 1e21))
+    one, ten = (equations.chinchilla_optimal(CHINCHILLA_PUBLISHED, c) for c in (1e20, 1e21))
     assert ten["N_opt"] / one["N_opt"] == pytest.approx(10 ** a, rel=1e-12)
     assert ten["D_opt"] / one["D_opt"] == pytest.approx(10 ** b, rel=1e-12)
 
 
 def test_chinchilla_optimum_with_another_flop_convention():
     """With C = k·N·D, the optimum is the 6ND optimum at the budget C·6/k."""
-    at_eight = laws.chinchilla_optimal(CHINCHILLA_PUBLISHED, 8e20, flops_per_param_token=8.0)
-    at_six = laws.chinchilla_optimal(CHINCHILLA_PUBLISHED, 6e20)
+    at_eight = equations.chinchilla_optimal(CHINCHILLA_PUBLISHED, 8e20, flops_per_param_token=8.0)
+    at_six = equations.chinchilla_optimal(CHINCHILLA_PUBLISHED, 6e20)
     assert at_eight["N_opt"] == pytest.approx(at_six["N_opt"], rel=1e-12)
 
 
 def test_kaplan_optimum_minimises_kaplan_loss():
     budget = 1e21
-    optimum = laws.kaplan_optimal(KAPLAN_PUBLISHED, budget)
-    along = lambda log_n: np.log(laws.kaplan_loss(KAPLAN_PUBLISHED, np.exp(log_n),
+    optimum = equations.kaplan_optimal(KAPLAN_PUBLISHED, budget)
+    along = lambda log_n: np.log(equations.kaplan_loss(KAPLAN_PUBLISHED, np.exp(log_n),
                                                   budget / (6 * np.exp(log_n))))
     reference = minimize_scalar(along, bounds=(np.log(1e4), np.log(1e16)), method="bounded",
                                 options={"xatol": 1e-10})
     assert np.log(optimum["N_opt"]) == pytest.approx(reference.x, abs=1e-4)
     p = KAPLAN_PUBLISHED
     exponent = p["alpha_D"] / (p["alpha_N"] + p["alpha_D"])
-    ratio = laws.kaplan_optimal(p, 10 * budget)["N_opt"] / optimum["N_opt"]
+    ratio = equations.kaplan_optimal(p, 10 * budget)["N_opt"] / optimum["N_opt"]
     assert ratio == pytest.approx(10 ** exponent, rel=1e-12)
 
 
 def test_kaplan_joint_law_reduces_to_the_single_laws():
     p = KAPLAN_PUBLISHED
-    assert laws.kaplan_loss(p, 1e8, 1e30) == pytest.approx(laws.kaplan_loss_n(p, 1e8), rel=1e-9)
-    assert laws.kaplan_loss(p, 1e30, 1e9) == pytest.approx(laws.kaplan_loss_d(p, 1e9), rel=1e-9)
-    assert laws.kaplan_loss_n(p, 1e8) == pytest.approx((8.8e13 / 1e8) ** 0.076, rel=1e-12)
+    eq = equations
+    assert eq.kaplan_loss(p, 1e8, 1e30) == pytest.approx(eq.kaplan_loss_n(p, 1e8), rel=1e-9)
+    assert eq.kaplan_loss(p, 1e30, 1e9) == pytest.approx(eq.kaplan_loss_d(p, 1e9), rel=1e-9)
+    assert equations.kaplan_loss_n(p, 1e8) == pytest.approx((8.8e13 / 1e8) ** 0.076, rel=1e-12)
 
 
 def test_parabola_vertex_of_an_exact_parabola():
@@ -109,7 +111,7 @@ def test_huber_objective_matches_float64_numpy_sum():
 
     rng = np.random.default_rng(0)
     log_n, log_d = rng.uniform(15, 23, 40), rng.uniform(18, 27, 40)
-    log_l = np.log(laws.chinchilla_loss(CHINCHILLA_PUBLISHED, np.exp(log_n), np.exp(log_d)))
+    log_l = np.log(equations.chinchilla_loss(CHINCHILLA_PUBLISHED, np.exp(log_n), np.exp(log_d)))
     log_l = log_l + 0.01 * rng.standard_normal(40)
     theta = np.array([6.0, 6.1, 0.5, 0.33, 0.29])
     weights = rng.integers(0, 3, 40).astype(float)
@@ -131,7 +133,7 @@ def test_params_from_theta():
     params = params_from_theta(theta)
     assert params["A"] == pytest.approx(406.4) and params["E"] == pytest.approx(1.69)
     assert params["a"] == pytest.approx(0.28 / 0.62)
-    assert params["G"] == pytest.approx(laws.allocation_coefficient(406.4, 410.7, 0.34, 0.28))
+    assert params["G"] == pytest.approx(equations.allocation_coefficient(406.4, 410.7, 0.34, 0.28))
 
 
 def test_default_grid_is_hoffmann_et_al():

@@ -14,12 +14,13 @@ import pandas as pd
 import pytest
 from scipy import optimize
 
-from attnlab.scaling import FitInputError, laws
+from attnlab.scaling import FitInputError, equations
 from attnlab.scaling.cli import fit_main
-from attnlab.scaling.grouped import fit_by
-from attnlab.scaling.multiplier import (compute_to_reach, format_multipliers,
-                                        multipliers_against)
+from attnlab.scaling.laws.registry import law_named
 from attnlab.scaling.synthetic import CHINCHILLA_PUBLISHED, isoflop_points
+from attnlab.scaling.tables.grouped import fit_by
+from attnlab.scaling.tables.multiplier import (compute_to_reach, format_multipliers,
+                                               multipliers_against)
 
 # Fits by the hundred: their programs run far longer than they compile (tests/conftest.py).
 pytestmark = pytest.mark.optimized
@@ -42,10 +43,10 @@ UNDERTRAINED = np.array([
 def analytic_multiplier(base: dict, other: dict, reference: float) -> float:
     """The C at which base's compute-optimal loss equals other's at ``reference``, / reference:
     a root of L*_base(C) - L*_other(C_ref) in log C (float64, Brent's method)."""
-    target = laws.chinchilla_optimal(other, reference)["loss"]
+    target = equations.chinchilla_optimal(other, reference)["loss"]
 
     def gap(log_c):
-        return laws.chinchilla_optimal(base, math.exp(log_c))["loss"] - target
+        return equations.chinchilla_optimal(base, math.exp(log_c))["loss"] - target
 
     log_c = optimize.brentq(gap, math.log(reference) - 30, math.log(reference) + 30,
                             xtol=1e-14, rtol=1e-14)
@@ -72,7 +73,7 @@ def test_closed_form_equals_root_finding():
     exponents differ, over losses across decades of compute."""
     for other in LAWS.values():
         for reference in (1e17, 1e20, 1e24):
-            loss = laws.chinchilla_optimal(other, reference)["loss"]
+            loss = equations.chinchilla_optimal(other, reference)["loss"]
             expected = analytic_multiplier(BASE, other, reference)
             assert compute_to_reach(BASE, loss) / reference == pytest.approx(expected, rel=1e-9)
     assert compute_to_reach(BASE, BASE["E"] - 0.01) == np.inf  # below the floor: never
@@ -80,7 +81,7 @@ def test_closed_form_equals_root_finding():
 
 @pytest.fixture(scope="module")
 def grouped():
-    return fit_by(_results(), "architecture", law="chinchilla", approach=3, n_bootstrap=40)
+    return fit_by(_results(), "architecture", law=law_named("chinchilla", 3), n_bootstrap=40)
 
 
 def test_multiplier_and_loss_difference_recover_the_laws(grouped):
@@ -115,7 +116,7 @@ def test_unfittable_and_unpinned_groups_are_one_line_notes():
                            "flops": 6 * n * d, "budget": 6 * n * d,
                            "architecture": "broken", "status": "completed"})
     grouped = fit_by(pd.concat([results, lonely, broken], ignore_index=True), "architecture",
-                     law="chinchilla", approach=3, n_bootstrap=5)
+                     law=law_named("chinchilla", 3), n_bootstrap=5)
     frame = multipliers_against(grouped, "gpt", C_REF)
     notes = dict(zip(frame["architecture"], frame["note"]))
     assert set(notes) == {"lonely", "broken"}
@@ -126,8 +127,9 @@ def test_unfittable_and_unpinned_groups_are_one_line_notes():
     text = format_multipliers(frame)
     assert "note [lonely]" in text and "note [broken]" in text
     # One seed per size: the loss difference has no interval, and says so.
-    single = multipliers_against(fit_by(_results(seeds=1), "architecture", law="chinchilla",
-                                        approach=3, n_bootstrap=0), "gpt", C_REF)
+    single = multipliers_against(fit_by(_results(seeds=1), "architecture",
+                                        law=law_named("chinchilla", 3), n_bootstrap=0),
+                                 "gpt", C_REF)
     assert single["loss_diff"].notna().all() and single["loss_diff_low"].isna().all()
     assert all("add seeds" in note for note in single["note"])
     with pytest.raises(FitInputError, match="'nope' is not a value of architecture"):

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from scipy.optimize import brentq, minimize_scalar
 
-from attnlab.scaling import laws, synthetic
-from attnlab.scaling import overtrain as ot
+from attnlab.scaling import equations, synthetic
+from attnlab.scaling.laws import overtrain as ot
 
 # Fits by the hundred: their programs run far longer than they compile (tests/conftest.py).
 pytestmark = pytest.mark.optimized
@@ -36,7 +36,7 @@ def test_the_law_is_chinchillas_with_equal_exponents_at_c_6nd():
     c, m = np.array([1e17, 1e20, 3e22]), np.array([3.0, 20.0, 500.0])
     n = np.sqrt(c / (6 * m))
     assert ot.overtrain_loss(TRUTH, c, m) == pytest.approx(
-        laws.chinchilla_loss(chinchilla, n, m * n), rel=1e-13)
+        equations.chinchilla_loss(chinchilla, n, m * n), rel=1e-13)
     assert ot.optimal_ratio(TRUTH) == pytest.approx(20.0, rel=1e-13)
 
 

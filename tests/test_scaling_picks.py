@@ -10,7 +10,7 @@ import pytest
 
 from attnlab.scaling.compare_cli import compare_main
 from attnlab.scaling.errors import FitInputError
-from attnlab.scaling.picks import at_best, heldout_picks
+from attnlab.scaling.tables.picks import at_best, heldout_picks
 
 MATCH = ("budget",)
 # Each size tries its own rates, as a refined grid does: the larger sizes, lower rates.

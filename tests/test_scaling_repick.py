@@ -10,8 +10,8 @@ import pytest
 
 from attnlab.scaling.cli import fit_main
 from attnlab.scaling.errors import FitInputError
-from attnlab.scaling.repick import OUTER, redraws_possible, repicked_fit, seeds_drawn
 from attnlab.scaling.synthetic import CHINCHILLA_PUBLISHED, isoflop_points
+from attnlab.scaling.tables.repick import OUTER, redraws_possible, repicked_fit, seeds_drawn
 
 pytestmark = pytest.mark.optimized
 
@@ -104,13 +104,14 @@ def test_without_two_seeds_anywhere_the_picks_are_held_fixed_and_said_so(tmp_pat
 
 
 def test_a_draw_that_cannot_be_fitted_counts_all_its_refits_as_failed():
-    from attnlab.scaling.fitting import fit_table
-    from attnlab.scaling.table import prepare_points
+    from attnlab.scaling.laws.registry import law_named
+    from attnlab.scaling.tables.fitting import fit_table
+    from attnlab.scaling.tables.prepare import prepare_points
 
     table = soft_table(0.1)
     kept = table[(table["train.learning_rate"] == 1.0)]
-    fit = fit_table(prepare_points(kept, law="chinchilla", source="t"), law="chinchilla",
-                    approach=2, n_bootstrap=10)
+    fit = fit_table(prepare_points(kept, law=law_named("chinchilla"), source="t"),
+                    law=law_named("chinchilla", 2), n_bootstrap=10)
     calls = []
 
     def failing(draw, n, seed):

@@ -257,11 +257,13 @@ def test_the_report_leads_with_the_allocation_the_runs_pin():
     import dataclasses
 
     from attnlab.scaling import fit_table, prepare_points, read_table
+    from attnlab.scaling.laws.registry import law_named
     from attnlab.study.quickstart import report
 
-    table = prepare_points(read_table("docs/results/quickstart_cpu.csv"), law="chinchilla")
-    fit2 = fit_table(table, law="chinchilla", approach=2, n_bootstrap=50)
-    fit3 = fit_table(table, law="chinchilla", approach=3)
+    table = prepare_points(read_table("docs/results/quickstart_cpu.csv"),
+                           law=law_named("chinchilla"))
+    fit2 = fit_table(table, law=law_named("chinchilla", 2), n_bootstrap=50)
+    fit3 = fit_table(table, law=law_named("chinchilla", 3))
     assert "a" not in fit2.not_pinned and fit2.ci["a"][1] - fit2.ci["a"][0] <= 0.25
     loose = dataclasses.replace(fit3, samples={"a": np.linspace(0.36, 0.83, 100)})
     text = report(loose, fit2, [], "qs", ())

@@ -15,13 +15,13 @@ import time
 
 import numpy as np
 import pytest
-
-from attnlab import results
-from attnlab.schedules import wsd_decay_start
-from attnlab.scaling.table import prepare_points
 from ml_collections import ConfigDict
 
 import experiments.tiny_ladder as tiny_ladder
+from attnlab import results
+from attnlab.scaling.laws.registry import law_named
+from attnlab.scaling.tables.prepare import prepare_points
+from attnlab.schedules import wsd_decay_start
 from attnlab.sweep import SweepSpecError, load_spec, plan, spec_from_config_dict
 from attnlab.sweep.probe import dry_run
 
@@ -186,7 +186,7 @@ def test_ladder_table_has_branches_as_points(reference):
         assert row["shared_flops"] == pytest.approx(per_token * min(row["tokens"] * 0.8,
                                                                     trunk["tokens"]))
         assert row["shared_flops"] < row["flops"]
-    points = prepare_points(table, law="chinchilla")
+    points = prepare_points(table, law=law_named("chinchilla"))
     assert len(points) == 6 and any("trunk" in note for note in points.notes)
 
 

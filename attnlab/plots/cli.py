@@ -15,15 +15,15 @@ from attnlab.cli_flags import Flag
 from attnlab.errors import AttnlabError
 from attnlab.plots import scaling as scaling_plots
 from attnlab.plots.figures import FIGURES
-from attnlab.scaling.cli import INPUT_FLAGS, FitInputs, check_law_flags
 from attnlab.scaling.errors import FitInputError
+from attnlab.scaling.request import FitRequest, input_flags
 
 PLOT_HELP = """\
 Draw the standard scaling-law figures (PNG or PDF, by the --plot extension).
 
     attnlab plot --sweep=sweeps/isoflop --kind=isoflop --plot=isoflop.png"""
 
-PLOT_FLAGS = INPUT_FLAGS + [
+PLOT_FLAGS = [
     Flag("kind", "enum", None, "; ".join(f"{f.name}: {f.help}" for f in FIGURES.values())
          + ".", enum_values=tuple(FIGURES), required=True),
     vocab.PLOT.flag("A .png or .pdf.", required=True, old_names=("out",)),
@@ -33,11 +33,15 @@ PLOT_FLAGS = INPUT_FLAGS + [
 ]
 
 
+def plot_flags() -> list[Flag]:
+    """The request's flags (the laws' among them) and the figure's."""
+    return input_flags(report=False) + PLOT_FLAGS
+
+
 def plot_main(argv: list[str]) -> int:
     try:
-        values = cli_flags.parse(argv, PLOT_FLAGS, prog="attnlab plot", takes_config=False,
+        values = cli_flags.parse(argv, plot_flags(), prog="attnlab plot", takes_config=False,
                                  description=PLOT_HELP)
-        inputs = FitInputs.from_flags(values)
         kind, out = values["kind"].value, values["plot"].value
         if Path(out).suffix.lower() not in (".png", ".pdf"):
             raise FitInputError(f"--plot must end in .png or .pdf, not {out!r}")
@@ -45,15 +49,15 @@ def plot_main(argv: list[str]) -> int:
         n_bootstrap = values["bootstrap"].value
         if n_bootstrap is None:
             n_bootstrap = figure.bootstrap
-        figure.check(inputs, holdout)
-        law = figure.law(inputs)
-        if not law.fits_table and not figure.own_fit:
+        figure.check(values, holdout)
+        law = figure.law(values)
+        if not law.can("table") and not figure.own_fit:
             raise FitInputError(f"--law={law.name}: attnlab plot draws fits of (N, D, L) "
                                 f"tables; fit {law.title} with attnlab fit --law={law.name}")
-        inputs.check_pair(law)
-        check_law_flags(values, law)
+        request = FitRequest.from_flags(values, law=law, n_bootstrap=n_bootstrap,
+                                        holdout=holdout)
         figure.check_flags(values)
-        drawn = figure.draw(inputs, n_bootstrap, holdout, values=values)
+        drawn = figure.draw(request)
         sys.stdout.write(f"wrote {scaling_plots.save_figure(drawn, out)}\n")
     except AttnlabError as error:  # also when called directly, not through attnlab.cli
         sys.stderr.write(f"error: {error}\n")

@@ -1,24 +1,21 @@
 """The figures ``attnlab plot --kind`` draws: each one class, registered in :data:`FIGURES` by its
 name, that says what it shows, what it needs of the flags, and fits and draws it. With ``--by``,
 a figure of one fit is drawn once per group, one row each (``plot_by_group``), each group fitted
-as ``attnlab fit --by`` fits it."""
+as ``attnlab fit --by`` fits it. A figure names its law from the flags (``law``) and draws from
+the fit request they make (``draw``)."""
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from typing import ClassVar
 
 from attnlab.plots import scaling as scaling_plots
 from attnlab.plots.hparams import plot_hparams
-from attnlab.scaling import hparams, registry
-from attnlab.scaling.cli import (FitInputs, law_options, load_table, read_results, run_fit,
-                                 run_grouped, run_holdout)
 from attnlab.scaling.errors import FitError, FitInputError
-from attnlab.scaling.grouped import group_values
-from attnlab.scaling.table import read_table
-from attnlab.scaling.laws import Law
-
+from attnlab.scaling.law import Law
+from attnlab.scaling.laws import hparams, registry
+from attnlab.scaling.request import FitRequest, Inputs, law_from_flags
+from attnlab.scaling.tables.grouped import group_values
 
 BAND_FLAGS = ("bootstrap", "ci-level", "bootstrap-seed")
 FIT_ONLY = ("fix", "grid", "cluster", "profile", "window", "best-over", "pair")
@@ -34,16 +31,18 @@ class Figure:
     own_fit: ClassVar[bool] = False  # draws a law with its own fit (not an (N, D, L) table's)
     size: ClassVar[tuple[float, float]] = (11, 4.4)  # one group's row, with --by
 
-    def check(self, inputs: FitInputs, holdout: str | None) -> None:
+    def check(self, values, holdout: str | None) -> None:
         """Refuses flags the figure cannot be drawn from (FitInputError naming the flag): a
         --holdout, and a --law, --approach or --form naming a law other than the one it draws."""
         if holdout:
             raise FitInputError(f"--holdout draws --kind=holdout; --kind={self.name} would "
                                 f"ignore it")
-        if inputs.law or inputs.approach or inputs.form:  # what is not given is the figure's
-            drawn = self.law(inputs)
-            asked = registry.law_named(inputs.law or drawn.name, inputs.approach or drawn.approach,
-                                       inputs.form or drawn.form)
+        name, approach, form = (values[f].value for f in ("law", "approach", "form"))
+        if name or approach or form:  # what is not given is the figure's
+            drawn = self.law(values)
+            asked = registry.law_named(name or drawn.name,
+                                       int(approach) if approach else drawn.approach,
+                                       form or drawn.form)
             if type(asked) is not type(drawn):
                 raise FitInputError(f"--kind={self.name} draws {drawn.short_title}, not "
                                     f"{asked.short_title}: leave out --law, --approach and "
@@ -57,23 +56,22 @@ class Figure:
                 raise FitInputError(f"--{name}: --kind={self.name} draws no interval bands; "
                                     f"leave it out")
 
-    def law(self, inputs: FitInputs) -> Law:
-        return inputs.part("chinchilla")
+    def law(self, values) -> Law:
+        return law_from_flags(values, "chinchilla")
 
     def panel(self, fit, frame, into=None):
         raise NotImplementedError
 
-    def draw(self, inputs: FitInputs, n_bootstrap: int, holdout: str | None, values=None):
-        law = self.law(inputs)
-        if not inputs.by:
-            table, fit = run_fit(inputs, law, n_bootstrap)
+    def draw(self, request: FitRequest):
+        if not request.by:
+            table, fit = request.fit()
             return self.panel(fit, table.frame)
-        grouped = run_grouped(inputs, law, n_bootstrap)
+        grouped = request.grouped()
         panels = {group: (lambda into, fit=fit, table=grouped.tables[group]:
                           self.panel(fit, table.frame, into))
                   for group, fit in grouped.fits.items()}
         notes = [f"not fitted: {group} ({why})" for group, why in grouped.skipped.items()]
-        return scaling_plots.plot_by_group(inputs.by, panels, self.size, notes)
+        return scaling_plots.plot_by_group(request.by, panels, self.size, notes)
 
 
 class LossVsParams(Figure):
@@ -81,22 +79,22 @@ class LossVsParams(Figure):
     help = "loss against N per D with Kaplan lines"
     size = (7.4, 4.6)
 
-    def law(self, inputs):
-        return inputs.part("kaplan")
+    def law(self, values):
+        return law_from_flags(values, "kaplan")
 
     def panel(self, fit, frame, into=None):
         return scaling_plots.plot_loss_vs_params(frame, fit, into)
 
-    def draw(self, inputs, n_bootstrap, holdout, values=None):
-        if inputs.by:
-            return super().draw(inputs, n_bootstrap, holdout)
-        law = self.law(inputs)
+    def draw(self, request):
+        if request.by:
+            return super().draw(request)
+        inputs = request.read()
         try:
-            table, fit = run_fit(inputs, law, n_bootstrap)
+            table, fit = request.fit(inputs)
         except FitError as error:  # the runs are worth seeing without their law's lines
             why = f"no fitted lines: {error}"
             sys.stderr.write(f"warning: {why}\n")
-            return scaling_plots.plot_loss_vs_params(load_table(inputs, law).frame, missing=why)
+            return scaling_plots.plot_loss_vs_params(request.table(inputs).frame, missing=why)
         return self.panel(fit, table.frame)
 
 
@@ -105,18 +103,19 @@ class LossVsCompute(Figure):
     help = "loss against FLOPs with the frontier"
     size = (6.4, 4.6)
 
-    def law(self, inputs):
-        return registry.law_named(inputs.law or "chinchilla", 1 if inputs.curves else None,
-                                  inputs.form)
+    def law(self, values):
+        return registry.law_named(values["law"].value or "chinchilla",
+                                  1 if values["curves"].value else None, values["form"].value)
 
     def panel(self, fit, frame, into=None):
         return scaling_plots.plot_loss_vs_compute(frame, fit, into)
 
-    def check(self, inputs, holdout):
-        if inputs.approach and not inputs.curves:
-            raise FitInputError(f"--approach={inputs.approach}: --kind={self.name} fits "
+    def check(self, values, holdout):
+        approach = values["approach"].value
+        if approach and not values["curves"].value:
+            raise FitInputError(f"--approach={approach}: --kind={self.name} fits "
                                 f"nothing without --curves (approach 1's envelope); leave it out")
-        super().check(inputs, holdout)
+        super().check(values, holdout)
 
     def check_flags(self, values):
         super().check_flags(values)
@@ -125,25 +124,24 @@ class LossVsCompute(Figure):
                 raise FitInputError(f"--{name}: --kind={self.name} without --curves draws the "
                                     f"runs and fits nothing; leave it out")
 
-    def draw(self, inputs, n_bootstrap, holdout, values=None):
-        if inputs.curves:  # approach 1's envelope is the frontier
-            return super().draw(inputs, n_bootstrap, holdout)
-        law = self.law(inputs)  # the runs themselves: nothing to fit
-        if not inputs.by:
-            return self.panel(None, load_table(inputs, law).frame)
-        raw, _ = read_results(inputs, law)
-        one = dataclasses.replace(inputs, by=None)
-        panels = {str(group): (lambda into, rows=raw[raw[inputs.by] == group]:
-                               self.panel(None, load_table(one, law, rows).frame, into))
-                  for group in group_values(raw, inputs.by, str(inputs.results))}
-        return scaling_plots.plot_by_group(inputs.by, panels, self.size)
+    def draw(self, request):
+        if request.curves:  # approach 1's envelope is the frontier
+            return super().draw(request)
+        inputs = request.read()  # the runs themselves: nothing to fit
+        if not request.by:
+            return self.panel(None, request.table(inputs).frame)
+        raw = inputs.kept
+        panels = {str(group): (lambda into, rows=raw[raw[request.by] == group]:
+                               self.panel(None, request.table(Inputs(rows, rows)).frame, into))
+                  for group in group_values(raw, request.by, str(request.sweep))}
+        return scaling_plots.plot_by_group(request.by, panels, self.size)
 
 
 class IsoFLOPProfiles(Figure):
     name = "isoflop"
     help = "IsoFLOP parabolas (Chinchilla Fig. 3)"
 
-    def law(self, inputs):
+    def law(self, values):
         return registry.law_named("chinchilla", 2)
 
     def panel(self, fit, frame, into=None):
@@ -155,7 +153,7 @@ class Contours(Figure):
     help = "fitted L(N, D) with the efficient frontier (Chinchilla Fig. 4)"
     size = (6.8, 5.0)
 
-    def law(self, inputs):
+    def law(self, values):
         return registry.law_named("chinchilla", 3)
 
     def panel(self, fit, frame, into=None):
@@ -176,16 +174,15 @@ class Holdout(Figure):
     help = "predicted against observed loss of the runs --holdout leaves out"
     bootstrap = 200
 
-    def check(self, inputs, holdout):
+    def check(self, values, holdout):
         if not holdout:
             raise FitInputError("--kind=holdout needs --holdout=... (e.g. largest-budget)")
-        if inputs.by:
+        if values["by"].value:
             raise FitInputError("--by and --holdout: draw one group's table at a time; "
                                 "together they are not supported (as in attnlab fit)")
 
-    def draw(self, inputs, n_bootstrap, holdout, values=None):
-        law = inputs.part("chinchilla")
-        return scaling_plots.plot_holdout(run_holdout(inputs, law, n_bootstrap, holdout))
+    def draw(self, request):
+        return scaling_plots.plot_holdout(request.held_out())
 
 
 class Frontiers(Figure):
@@ -193,14 +190,13 @@ class Frontiers(Figure):
     help = "every --by group's compute-optimal frontier in one figure"
     bootstrap = 200
 
-    def check(self, inputs, holdout):
-        super().check(inputs, holdout)
-        if not inputs.by:
+    def check(self, values, holdout):
+        super().check(values, holdout)
+        if not values["by"].value:
             raise FitInputError("--kind=frontiers needs --by=COLUMN (e.g. model.pos_encoding)")
 
-    def draw(self, inputs, n_bootstrap, holdout, values=None):
-        law = inputs.part("chinchilla")
-        return scaling_plots.plot_group_frontiers(run_grouped(inputs, law, n_bootstrap))
+    def draw(self, request):
+        return scaling_plots.plot_group_frontiers(request.grouped())
 
 
 class HParams(Figure):
@@ -209,26 +205,26 @@ class HParams(Figure):
             "group's optimum and the law's")
     own_fit = True
 
-    def law(self, inputs):
+    def law(self, values):
         return registry.law_named("hparams")
 
-    def check(self, inputs, holdout):
-        super().check(inputs, holdout)
-        if inputs.by:
+    def check(self, values, holdout):
+        super().check(values, holdout)
+        if values["by"].value:
             raise FitInputError("--by does not apply to --kind=hparams: its panels are the "
                                 "(N, D) groups already")
 
-    def draw(self, inputs, n_bootstrap, holdout, values=None):
-        law = self.law(inputs)
-        options, table = law_options(values, inputs, law), read_table(inputs.results)
+    def draw(self, request):
+        inputs = request.read()
         try:
-            fit = law.fit(table, n_bootstrap=n_bootstrap, **options)
+            fit = request.own_fit(inputs)
         except FitInputError as error:  # the runs and their optima are worth seeing alone
-            runs, _ = hparams.read_runs(table, options["source"], options["columns"],
-                                        options.get("pair"))  # raises bad input again
+            runs, _ = hparams.read_runs(inputs.runs, request.sweep, request.columns,
+                                        request.pair)  # raises bad input again
             sys.stderr.write(f"warning: no law drawn: {error}\n")
-            return plot_hparams(runs, hparams.group_optima(runs, options["method"],
-                                                           options["near"]),
+            settings = request.settings
+            return plot_hparams(runs, hparams.group_optima(runs, settings["method"],
+                                                           settings["near"]),
                                 missing=f"no law: {error}")
         return plot_hparams(fit.frame, fit.optima, fit.laws)
 

@@ -17,7 +17,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import EngFormatter, FuncFormatter, LogLocator, NullFormatter
 
 from attnlab.plots.scaling import _colours, _note
-from attnlab.scaling.hparams import Optimum, grid_means
+from attnlab.scaling.laws.hparams import Optimum, grid_means
 
 SIZE = EngFormatter(sep="", places=1)  # 33.1k parameters, 249.9k tokens
 LEGEND_BATCHES = 8  # more batch sizes than this: the legend shows the smallest and largest

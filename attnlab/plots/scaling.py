@@ -24,8 +24,8 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import EngFormatter, LogLocator, NullFormatter, ScalarFormatter
 
 from attnlab import outputs
-from attnlab.scaling.approach1 import lower_envelope
 from attnlab.scaling.errors import FitInputError
+from attnlab.scaling.laws.approach1 import lower_envelope
 from attnlab.scaling.result import ScalingFit
 
 FORMATS = (".png", ".pdf")
@@ -396,8 +396,8 @@ def plot_optimal_allocation(fit: ScalingFit, frame: pd.DataFrame | None = None,
 
 
 def plot_group_frontiers(grouped, budgets: np.ndarray | None = None) -> Figure:
-    """One fit per group (``attnlab.scaling.grouped.GroupedFits``) in one figure: (left) each
-    group's compute-optimal N_opt(C) with its bootstrap band, (right) each group's runs, loss
+    """One fit per group (``attnlab.scaling.tables.grouped.GroupedFits``) in one figure: (left)
+    each group's compute-optimal N_opt(C) with its bootstrap band, (right) each group's runs, loss
     against compute, with the loss along its compute-optimal frontier when the law models one
     (approach 3, Kaplan L(N, D))."""
     frames = {g: t.frame for g, t in grouped.tables.items()}
@@ -444,8 +444,8 @@ def plot_group_frontiers(grouped, budgets: np.ndarray | None = None) -> Figure:
 
 def plot_holdout(result) -> Figure:
     """Predicted against observed loss for the runs a fit did not see
-    (``attnlab.scaling.holdout.HoldoutResult``), with each prediction's bootstrap interval, the
-    naive baseline's prediction (open markers) and the identity line; the title gives the mean
+    (``attnlab.scaling.tables.holdout.HoldoutResult``), with each prediction's bootstrap interval,
+    the naive baseline's prediction (open markers) and the identity line; the title gives the mean
     |relative error| and the law's skill against the baseline."""
     frame = result.frame
     figure, ax = _figure(5.6, 5.0)

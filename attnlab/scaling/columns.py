@@ -7,6 +7,10 @@ import pandas as pd
 
 from attnlab.scaling.errors import FitInputError
 
+CANONICAL = ("params", "tokens", "loss", "flops", "budget", "run_id", "step", "experts",
+             "unique_tokens", "epochs")
+# Columns read as numbers, each finite and > 0.
+
 
 def pick_column(df: pd.DataFrame, name: str, candidates: tuple[str, ...],
                 mapping: dict[str, str], source: str, why: str,
@@ -61,3 +65,20 @@ def drop_unfinished(df: pd.DataFrame, notes: list[str],
         notes.append(f"dropped {int((~done).sum())} of {len(df)} rows whose status is not "
                      f"'completed' (" + ", ".join(f"{k}: {v}" for k, v in counts.items()) + ")")
     return df[done]
+
+
+def parse_columns(spec: str | None, names: tuple[str, ...] = CANONICAL) -> dict[str, str]:
+    """``"params:Model Size,tokens:Tokens"`` -> {"params": "Model Size", "tokens": "Tokens"};
+    ``names``: the NAMEs the reading law knows."""
+    mapping: dict[str, str] = {}
+    for item in filter(None, (s.strip() for s in (spec or "").split(","))):
+        name, sep, column = item.partition(":")
+        name, column = name.strip(), column.strip()
+        if not sep or not column or name not in names:
+            raise FitInputError(f"--columns: {item!r} is not NAME:COLUMN with NAME one of "
+                                f"{', '.join(names)}")
+        if name in mapping or column in mapping.values():
+            twice = name if name in mapping else repr(column)
+            raise FitInputError(f"--columns: {twice} is mapped twice in {spec!r}")
+        mapping[name] = column
+    return mapping

@@ -1,5 +1,6 @@
 """``attnlab compare``: the arms of a sweep at matched points, with Welch's t intervals over
-seeds (:mod:`attnlab.scaling.compare` does the arithmetic; this parses, calls it and prints)."""
+seeds (:mod:`attnlab.scaling.tables.compare` does the arithmetic; this parses, calls it and
+prints)."""
 
 from __future__ import annotations
 
@@ -8,18 +9,20 @@ import sys
 import numpy as np
 import pandas as pd
 
-from attnlab import cli_flags, outputs
+from attnlab import cli_flags
 from attnlab import cli_vocab as vocab
+from attnlab import outputs
 from attnlab.cli_flags import Flag
 from attnlab.errors import AttnlabError
 from attnlab.scaling.columns import drop_unfinished
-from attnlab.scaling.compare import (DEFAULT_MATCH, arm_named, format_differences,
-                                     format_heldout, heldout_differences, paired_differences)
 from attnlab.scaling.errors import FitInputError
-from attnlab.scaling.picks import at_best, format_picks
 from attnlab.scaling.result import jsonable
-from attnlab.scaling.table import corpora_notes, pooled_columns, read_table
-
+from attnlab.scaling.tables.compare import (DEFAULT_MATCH, arm_named, format_differences,
+                                            format_heldout, heldout_differences,
+                                            paired_differences)
+from attnlab.scaling.tables.picks import at_best, format_picks
+from attnlab.scaling.tables.prepare import corpora_notes, pooled_columns
+from attnlab.scaling.tables.read import read_table
 
 COMPARE_HELP = """\
 Compare the arms of a sweep at matched points: each value of --by minus --baseline, mean over

@@ -12,7 +12,6 @@ data arrays (rows identical) so that the objective stays one compiled program wh
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable, Mapping
 
 import jax.numpy as jnp
@@ -20,11 +19,15 @@ import numpy as np
 
 from attnlab.scaling.bootstrap import cluster_index, resample_weights
 from attnlab.scaling.errors import FitError, FitInputError
-from attnlab.scaling.laws import Law
+from attnlab.scaling.law import Law
 from attnlab.scaling.multistart import minimise_many
 from attnlab.scaling.result import ScalingFit
 
 HUBER_DELTA = 1e-3  # on log L: Hoffmann et al. 2022 Sec. 3.3
+# A term below this fraction of the predicted loss at every point is invisible to the fit.
+NEGLIGIBLE_TERM = 1e-3
+# An exponent below this makes X^-exponent ~ 1 over any ladder: the term is a constant.
+MIN_EXPONENT = 1e-2
 
 
 def huber(residual, delta):
@@ -34,33 +37,6 @@ def huber(residual, delta):
                      delta * (magnitude - 0.5 * delta))
 
 
-def parse_fix(text: str | None) -> dict[str, float]:
-    """``"E=1.87,A=520.8"`` -> {"E": 1.87, "A": 520.8}; FitInputError naming --fix."""
-    held: dict[str, float] = {}
-    for item in filter(None, (s.strip() for s in (text or "").split(","))):
-        name, sep, value = (s.strip() for s in item.partition("="))
-        try:
-            held[name] = float(value)
-        except ValueError:
-            sep = ""
-        if not sep or not name or not np.isfinite(held.get(name, np.nan)):
-            raise FitInputError(f"--fix: {item!r} is not NAME=VALUE with a finite number")
-    return held
-
-
-def positive_list(text: str | None, flag: str, what: str, example: str) -> list[float]:
-    """``"10,100"`` -> [10.0, 100.0]; FitInputError naming ``flag`` for a value that is not a
-    finite number > 0."""
-    try:
-        values = [float(v) for v in (text or "").split(",") if v.strip()]
-    except ValueError:
-        raise FitInputError(f"{flag}: {text!r} is not a comma-separated list of {what} (e.g. "
-                            f"{example})") from None
-    if not all(0 < v < math.inf for v in values):
-        raise FitInputError(f"{flag}: {what} must be finite and > 0, got {text!r}")
-    return values
-
-
 def held_notes(fixed: Mapping[str, float]) -> list[str]:
     """The note a fit with parameters held by --fix carries: which, and that its intervals are
     conditional on them."""
@@ -68,14 +44,6 @@ def held_notes(fixed: Mapping[str, float]) -> list[str]:
         return []
     return [f"held by --fix: {', '.join(f'{k}={v:g}' for k, v in fixed.items())}; every "
             f"interval is conditional on these values (their own uncertainty is not carried)"]
-
-
-def check_fixable(part, fixed: Mapping[str, float]) -> None:
-    """FitInputError naming the first parameter of ``fixed`` when ``part`` holds none."""
-    if fixed and not part.fixable:
-        raise FitInputError(f"--fix: {next(iter(fixed))} cannot be held: {part.title} fits "
-                            f"every parameter freely (--fix applies to approach 3 and the "
-                            f"data-constrained and overtrain laws)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -239,3 +207,30 @@ def fit_model(model: Model, data: tuple, starts: np.ndarray, *, n_bootstrap: int
                                "starts_converged": int(solved.converged.sum()),
                                "theta": dict(zip(model.coordinates.theta, map(float, theta))),
                                "huber_delta": HUBER_DELTA, "fixed": fixed} | (details or {}))
+
+
+def admissible(theta) -> np.ndarray:
+    """theta [..., 5] as approach 3 lays it out (a, b, e, alpha, beta) -> bool [...]:
+    finite, alpha > 0 and beta > 0 (a scaling law)."""
+    theta = np.asarray(theta, np.float64)
+    return np.all(np.isfinite(theta), axis=-1) & (theta[..., 3] > 0) & (theta[..., 4] > 0)
+
+
+def unpinned_terms(terms, predicted) -> dict[str, str]:
+    """The parameters of power-law terms that the points cannot determine, each with the
+    reason. terms: (coefficient, exponent, [points] term values, exponent value, axis) per
+    term; predicted: [points] the predicted loss. A term below NEGLIGIBLE_TERM of the loss at
+    every point leaves its coefficient and exponent free (any smaller coefficient fits as
+    well); an exponent below MIN_EXPONENT makes the term a constant that E absorbs."""
+    found: dict[str, str] = {}
+    for coefficient, exponent, term, value, axis in terms:
+        share = float(np.max(term / predicted)) if np.all(np.isfinite(term)) else np.inf
+        if share < NEGLIGIBLE_TERM:
+            reason = (f"{coefficient}/{axis}^{exponent} is below {NEGLIGIBLE_TERM:g} of the loss "
+                      f"at every point (largest share {share:.1e})")
+            found.update({coefficient: reason, exponent: reason})
+        elif value < MIN_EXPONENT:
+            reason = (f"{exponent}={value:.3g} ~ 0: {coefficient}/{axis}^{exponent} is a constant "
+                      f"that E absorbs")
+            found.update({coefficient: reason, exponent: reason, "E": reason})
+    return found

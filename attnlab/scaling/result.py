@@ -9,8 +9,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from attnlab.scaling import laws
+from attnlab.scaling import equations
 from attnlab.scaling.bootstrap import MAX_FAILED_SHARE, MIN_REFITS, intervals, percentile_interval
+from attnlab.scaling.law import Law
 
 # Intervals too wide to act on: an exponent's wider than this (a spread of 0.25 in N_opt ~ C^a
 # moves N_opt by 10x over four decades of compute) ...
@@ -23,7 +24,7 @@ PIN_RULE = (f"an exponent's interval wider than {MAX_EXPONENT_WIDTH:g}, E's wide
             f"{100 * MAX_E_RELATIVE_WIDTH:g}% of E")
 
 
-def pin_rule(part: laws.Law) -> str:
+def pin_rule(part: Law) -> str:
     """The rule ``too_wide`` applies to ``part``'s parameters, in words."""
     if not part.scales:
         return PIN_RULE
@@ -35,7 +36,7 @@ def pin_rule(part: laws.Law) -> str:
 class ScalingFit:
     """A fitted law.
 
-    part: the law (``laws.Law``) that was fitted; it answers what the fit can predict.
+    part: the law (``Law``) that was fitted; it answers what the fit can predict.
     params: name -> estimate from the full data; samples: name -> [replicates] estimates from the
     bootstrap refits (empty without a bootstrap); ci_level: the intervals' nominal coverage.
     objective: the minimised objective at the estimate, described by objective_name.
@@ -47,14 +48,14 @@ class ScalingFit:
     resampling: what the bootstrap drew ({"unit", "column", "clusters"}; ``table.resampling``).
     """
 
-    part: laws.Law
+    part: Law
     params: dict[str, float]
     samples: dict[str, np.ndarray]
     ci_level: float
     n_points: int
     objective: float
     objective_name: str
-    flops_per_param_token: float = laws.FLOPS_PER_PARAM_TOKEN
+    flops_per_param_token: float = equations.FLOPS_PER_PARAM_TOKEN
     n_bootstrap_requested: int = 0
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
@@ -162,7 +163,7 @@ class ScalingFit:
         than MIN_REFITS succeeded; None when the intervals are computed."""
         if not self.n_bootstrap_requested:
             return None
-        if self.part.predicts_loss and self.n_points <= self.free_parameters:
+        if self.part.can("run-loss") and self.n_points <= self.free_parameters:
             return (f"{self.n_points} points for {self.free_parameters} free parameters leave "
                     f"no residual", " (the law passes through every point, and so does every "
                     "refit)")
@@ -182,16 +183,16 @@ class ScalingFit:
 
     @property
     def has_loss_model(self) -> bool:
-        return self.part.has_loss_model
+        return self.part.can("loss-model")
 
     @property
     def has_allocation(self) -> bool:
-        return self.part.has_allocation
+        return self.part.can("allocation")
 
     @property
     def predicts_loss(self) -> bool:
         """Whether the law gives a loss for a run (every Kaplan form, Chinchilla approach 3)."""
-        return self.part.predicts_loss
+        return self.part.can("run-loss")
 
     def loss(self, n, d, params=None):
         """Predicted loss at (N, D) (Kaplan L(N, D) or Chinchilla approach 3)."""

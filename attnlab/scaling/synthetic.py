@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from attnlab.scaling import laws, registry
+from attnlab.scaling import equations
+from attnlab.scaling.laws import registry
 
 CHINCHILLA_PUBLISHED = {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28}
 KAPLAN_PUBLISHED = {"N_c": 8.8e13, "D_c": 5.4e13, "alpha_N": 0.076, "alpha_D": 0.095}
@@ -27,7 +28,7 @@ def grid_points(params: dict, *, law: str = "chinchilla", n_range=(1e7, 1e10),
     d = np.exp(rng.uniform(*np.log(d_range), n_points))
     truth = registry.law_named(law).loss(params, n, d)
     return pd.DataFrame({"params": n, "tokens": d, "loss": _noisy(truth, noise, rng),
-                         "flops": laws.training_flops(n, d)})
+                         "flops": equations.training_flops(n, d)})
 
 
 def isoflop_points(params: dict, budgets, *, sizes_per_budget: int = 9, span: float = 8.0,
@@ -40,10 +41,10 @@ def isoflop_points(params: dict, budgets, *, sizes_per_budget: int = 9, span: fl
     rows = []
     offsets = np.ones(len(budgets)) if offsets is None else np.asarray(offsets, np.float64)
     for budget, offset in zip(budgets, offsets):
-        centre = offset * laws.chinchilla_optimal(params, budget)["N_opt"]
+        centre = offset * equations.chinchilla_optimal(params, budget)["N_opt"]
         n = np.geomspace(centre / span, centre * span, sizes_per_budget)
-        d = budget / (laws.FLOPS_PER_PARAM_TOKEN * n)
-        loss = _noisy(laws.chinchilla_loss(params, n, d), noise, rng)
+        d = budget / (equations.FLOPS_PER_PARAM_TOKEN * n)
+        loss = _noisy(equations.chinchilla_loss(params, n, d), noise, rng)
         rows.append(pd.DataFrame({"params": n, "tokens": d, "loss": loss, "flops": budget,
                                   "budget": budget}))
     return pd.concat(rows, ignore_index=True)
@@ -58,10 +59,10 @@ def learning_curves(params: dict, sizes, *, tokens_per_param_max: float = 400.0,
     rows = []
     for i, n in enumerate(sizes):
         d = np.geomspace(n / 10, n * tokens_per_param_max, steps)
-        loss = _noisy(laws.chinchilla_loss(params, n, d), noise, rng)
+        loss = _noisy(equations.chinchilla_loss(params, n, d), noise, rng)
         rows.append(pd.DataFrame({"run_id": f"run{i:02d}", "step": np.arange(1, steps + 1),
                                   "params": float(n), "tokens": d, "loss": loss,
-                                  "flops": laws.training_flops(n, d)}))
+                                  "flops": equations.training_flops(n, d)}))
     return pd.concat(rows, ignore_index=True)
 
 
@@ -77,10 +78,10 @@ def ladder_points(params: dict, sizes, *, trunks_per_size: int = 5,
         for t in range(trunks_per_size):
             d = n * np.asarray(tokens_per_param, np.float64)
             shared = trunk_noise * rng.standard_normal()
-            loss = laws.chinchilla_loss(params, n, d) * np.exp(
+            loss = equations.chinchilla_loss(params, n, d) * np.exp(
                 shared + noise * rng.standard_normal(len(d)))
             rows.append(pd.DataFrame({"params": float(n), "tokens": d, "loss": loss,
-                                      "flops": laws.training_flops(n, d),
+                                      "flops": equations.training_flops(n, d),
                                       "trunk": f"n{i}-t{t}"}))
     return pd.concat(rows, ignore_index=True)
 
@@ -94,7 +95,8 @@ def repeated_points(params: dict, *, sizes, unique_tokens, epochs, noise: float 
                                               np.asarray(epochs, np.float64), indexing="ij"))
     truth = registry.law_named("data_constrained").run_loss(params, n, e * u, unique_tokens=u)
     return pd.DataFrame({"params": n, "tokens": e * u, "unique_tokens": u, "epochs": e,
-                         "loss": _noisy(truth, noise, rng), "flops": laws.training_flops(n, e * u)})
+                         "loss": _noisy(truth, noise, rng),
+                         "flops": equations.training_flops(n, e * u)})
 
 
 def overtrain_points(params: dict, *, budgets, ratios, noise: float = 0.005,
@@ -103,7 +105,7 @@ def overtrain_points(params: dict, *, budgets, ratios, noise: float = 0.005,
     N = sqrt(C/(6M)), D = M·N. Columns params, tokens, loss, flops (= 6ND)."""
     c, m = (a.ravel() for a in np.meshgrid(np.asarray(budgets, np.float64),
                                            np.asarray(ratios, np.float64), indexing="ij"))
-    n = np.sqrt(c / (laws.FLOPS_PER_PARAM_TOKEN * m))
+    n = np.sqrt(c / (equations.FLOPS_PER_PARAM_TOKEN * m))
     truth = registry.law_named("overtrain").loss(params, n, m * n)
     return pd.DataFrame({"params": n, "tokens": m * n, "loss": _noisy(truth, noise, rng),
                          "flops": c})

@@ -40,15 +40,18 @@ def study_results(workdir: str | Path, *, by: str | None = None,
                   best_over: str | None = None):
     """(the sweep's results table, notes): with ``best_over``, each (N, D) point's runs at its
     best value of that column (``attnlab fit --best-over``'s pick) and a note saying so."""
-    from attnlab.scaling import registry
-    from attnlab.scaling.picks import read_at_best
+    from attnlab.scaling import FitRequest
 
-    kept, picks = read_at_best(workdir, over=best_over, law=registry.law_named("chinchilla"),
-                               by=by)
+    inputs = FitRequest.of(workdir, by=by, best_over=best_over).read()
+    return inputs.kept, pick_notes(inputs.picks, best_over)
+
+
+def pick_notes(picks, best_over: str | None) -> list[str]:
+    """The note a study prints on its --best-over picks (none without them)."""
     if picks is None:
-        return kept, []
+        return []
     ends = int((picks["edge"] != "").sum())
-    return kept, [f"each of the {len(picks)} (N, D) points is fitted at its best {best_over} "
+    return [f"each of the {len(picks)} (N, D) points is fitted at its best {best_over} "
                   f"(lowest mean loss over seeds); {ends} of the picks are the end of the "
                   f"point's grid (attnlab fit --best-over={best_over} lists them); the "
                   f"intervals hold the picks fixed (with seeds at every value, attnlab fit "
@@ -83,12 +86,13 @@ class StudyResult:
 
 @dataclasses.dataclass(frozen=True)
 class GroupedStudy:
-    """The per-variant part of a study of ``sweep.variants``: ``by`` the variant column; ``fits3``
-    / ``fits2`` the grouped fits (``attnlab.scaling.grouped.GroupedFits``, None when no group
-    could be fitted); ``ranking`` the table of :func:`attnlab.scaling.grouped.rank_at` with an
-    ``r(4x)`` column; ``ratios`` variant -> (r(4x) or None, run id or None, note);
-    ``multipliers`` the table of :func:`attnlab.scaling.multiplier.multipliers_against` against
-    the baseline variant (None without one, or when no law was fitted)."""
+    """The per-variant part of a study of ``sweep.variants``: ``by`` the variant column;
+    ``fits3`` / ``fits2`` the grouped fits (``attnlab.scaling.tables.grouped.GroupedFits``, None
+    when no group could be fitted); ``ranking`` the table of
+    :func:`attnlab.scaling.tables.grouped.rank_at` with an ``r(4x)`` column; ``ratios`` variant ->
+    (r(4x) or None, run id or None, note); ``multipliers`` the table of
+    :func:`attnlab.scaling.tables.multiplier.multipliers_against` against the baseline variant
+    (None without one, or when no law was fitted)."""
 
     by: str
     fits3: object | None
@@ -117,7 +121,7 @@ def write_fits(workdir: Path, fit3, fit2, budgets: tuple[float, ...],
     """The approach-3 and approach-2 fits (``ScalingFit`` or grouped fits; None: skipped) as
     JSON, in the format of ``attnlab fit --json``, with the predictions at ``budgets`` (and
     their naive baselines, given the fitted ``table``)."""
-    from attnlab.scaling.holdout import with_baselines
+    from attnlab.scaling.tables.baselines import with_baselines
 
     written = []
     for fit, name in ((fit3, FIT_FILE), (fit2, FIT_APPROACH2_FILE)):

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from attnlab.errors import AttnlabError
 from attnlab.study.common import (EXTRAPOLATION_MAX_TOKENS, EXTRAPOLATION_MULTIPLIER,
-                                  MULTIPLIERS_FILE, MULTIPLIERS_JSON_FILE, PLOTS_DIR,
-                                  RANKING_FILE, RANKING_TEXT_FILE, GroupedStudy, StudyResult,
-                                  save_figures, study_results, write_fits)
+                                  MULTIPLIERS_FILE, MULTIPLIERS_JSON_FILE, PLOTS_DIR, RANKING_FILE,
+                                  RANKING_TEXT_FILE, GroupedStudy, StudyResult, pick_notes,
+                                  save_figures, write_fits)
 
 
 def fit_grouped_study(workdir: str | Path, by: str, *, n_bootstrap: int = 200, seed: int = 0,
@@ -23,19 +23,21 @@ def fit_grouped_study(workdir: str | Path, by: str, *, n_bootstrap: int = 200, s
     """One approach-3 and one approach-2 fit per value of column ``by`` of a sweep directory's
     results, each point at its best ``best_over`` value when given. Returns (results, fits3 or
     None, fits2 or None, messages)."""
-    from attnlab.scaling import FitInputError
-    from attnlab.scaling.grouped import fit_by
+    from attnlab.scaling import FitInputError, FitRequest
 
-    results, messages = study_results(workdir, by=by, best_over=best_over)
+    requests = {approach: FitRequest.of(workdir, approach=approach, by=by, best_over=best_over,
+                                        n_bootstrap=n_bootstrap, seed=seed)
+                for approach in (3, 2)}
+    inputs = requests[3].read()
+    messages = pick_notes(inputs.picks, best_over)
     fitted = {}
-    for approach in (3, 2):
+    for approach, request in requests.items():
         try:
-            fitted[approach] = fit_by(results, by, law="chinchilla", approach=approach,
-                                      n_bootstrap=n_bootstrap, seed=seed, source=str(workdir))
+            fitted[approach] = request.grouped(inputs)
         except FitInputError as error:
             fitted[approach] = None
             messages.append(f"approach {approach} skipped: {error}")
-    return results, fitted[3], fitted[2], messages
+    return inputs.kept, fitted[3], fitted[2], messages
 
 
 def largest_runs(results, by: str) -> dict:
@@ -86,14 +88,14 @@ def finish_grouped_study(workdir: str | Path, by: str, *, n_bootstrap: int = 200
     ``workdir`` and the figures into ``workdir/plots``."""
     import pandas as pd
 
-    from attnlab.scaling import FitInputError, prepare_points
-    from attnlab.scaling.grouped import format_grouped, format_ranking, rank_at
-    from attnlab.scaling.multiplier import format_multipliers, multipliers_against
+    from attnlab.scaling import FitInputError, law_named, prepare_points
+    from attnlab.scaling.tables.grouped import format_grouped, format_ranking, rank_at
+    from attnlab.scaling.tables.multiplier import format_multipliers, multipliers_against
 
     workdir = Path(workdir)
     results, fits3, fits2, messages = fit_grouped_study(workdir, by, n_bootstrap=n_bootstrap,
                                                         best_over=best_over)
-    table = prepare_points(results, law="chinchilla", source=str(workdir))
+    table = prepare_points(results, law=law_named("chinchilla"), source=str(workdir))
     # The reference compute: the largest run's (in each variant's own FLOP count), so the
     # ranking interpolates inside every variant's data rather than extrapolating.
     reference = float(f"{table.frame['flops'].max():.3g}")

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import sys
 import time
-import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from attnlab import cli_flags, rundir
+from attnlab import cli_flags
 from attnlab import cli_vocab as vocab
+from attnlab import rundir
 from attnlab.study.common import (DEFAULT_EXPERIMENT, DEFAULT_WORKDIR, LEARNING_RATE_COLUMN,
                                   PLOTS_DIR, PREDICTION_MULTIPLIERS, StudyError, StudyResult,
-                                  save_figures, study_results, write_fits)
+                                  pick_notes, save_figures, write_fits)
 from attnlab.study.grouped import finish_grouped_study
 
 if TYPE_CHECKING:  # the heavy imports (JAX, pandas) wait until the command runs
@@ -61,32 +61,26 @@ def fit_study(workdir: str | Path, *, n_bootstrap: int = 200, seed: int = 0,
     directory, each point at its best ``best_over`` value when given. Returns (table, fit3 or
     None, fit2 or None, messages): a fit that fails is a message, so the study still reports and
     plots what it has."""
-    from attnlab.scaling import FitError, FitInputError, GridEdgeWarning, fit_table
-    from attnlab.scaling import prepare_points
-    from attnlab.scaling.ladder import isoflop_slices
+    from attnlab.scaling import FitError, FitInputError, FitRequest
 
-    results, messages = study_results(workdir, best_over=best_over)
-    table = prepare_points(results, law="chinchilla", source=str(workdir))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", GridEdgeWarning)  # reported through fit.warnings
-        fit3 = fit2 = None
+    three, two = (FitRequest.of(workdir, approach=approach, best_over=best_over,
+                                n_bootstrap=n_bootstrap, seed=seed) for approach in (3, 2))
+    inputs = three.read()
+    messages = pick_notes(inputs.picks, best_over)
+    table = three.table(inputs)
+    fit3 = fit2 = None
+    try:
+        fit3 = three.fit(inputs)[1]
+    except (FitInputError, FitError) as error:
+        messages.append(f"approach 3 skipped: {error}")
+    if two.table(inputs).budget is None:  # a ladder's branches lie on lines of constant N
+        messages.append("approach 2 skipped: the sweep has no compute budgets (only isoflop "
+                        "and ladder sweeps have them)")
+    else:
         try:
-            fit3 = fit_table(table, law="chinchilla", approach=3, n_bootstrap=n_bootstrap,
-                             seed=seed)
+            fit2 = two.fit(inputs)[1]
         except (FitInputError, FitError) as error:
-            messages.append(f"approach 3 skipped: {error}")
-        profiles = table
-        if table.budget is None and "role" in results.columns:
-            profiles = isoflop_slices(table)  # a ladder's branches lie on lines of constant N
-        if profiles.budget is None:
-            messages.append("approach 2 skipped: the sweep has no compute budgets (only isoflop "
-                            "and ladder sweeps have them)")
-        else:
-            try:
-                fit2 = fit_table(profiles, law="chinchilla", approach=2,
-                                 n_bootstrap=n_bootstrap, seed=seed)
-            except (FitInputError, FitError) as error:
-                messages.append(f"approach 2 skipped: {error}")
+            messages.append(f"approach 2 skipped: {error}")
     return table, fit3, fit2, messages
 
 
@@ -204,7 +198,7 @@ def report(fit3: ScalingFit | None, fit2: ScalingFit | None, messages: list[str]
            budgets: tuple[float, ...], table: ScalingTable | None = None) -> str:
     """The printed summary: the law, `attnlab fit`'s table of estimates and compute-optimal
     allocations, and approach 2's exponents."""
-    from attnlab.scaling.report import format_report  # the report `attnlab fit` prints
+    from attnlab.scaling.tables.report import format_report  # the report `attnlab fit` prints
 
     lines = []
     # The allocation the data pin comes first: approach 2's, where approach 3's is loose.

@@ -19,8 +19,8 @@ import time
 import numpy as np
 import pandas as pd
 
-from attnlab.scaling.approach3 import InitGrid, fit_approach3
 from attnlab.scaling.bootstrap import cluster_index
+from attnlab.scaling.laws.approach3 import InitGrid, fit_approach3
 from attnlab.scaling.synthetic import CHINCHILLA_PUBLISHED, ladder_points
 
 SIZES = np.geomspace(1e7, 1e9, 8)

@@ -17,7 +17,8 @@ import time
 
 import numpy as np
 
-from attnlab.scaling import hparams, synthetic
+from attnlab.scaling import synthetic
+from attnlab.scaling.laws import hparams
 
 LR = (2.0, {"params": -0.3, "tokens": 0.1})
 BATCH = (0.5, {"params": 0.1, "tokens": 0.3})

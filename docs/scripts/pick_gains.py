@@ -2,7 +2,7 @@
 rule's rate: the counts and gains docs/results.md quotes for the tuned studies ("the best rate
 is 2x the rule at 70 of 128 points", "every arm gains 0.2-2.3% per point on average").
 
-Each (arm, N, D) point's pick is attnlab's own (``attnlab.scaling.picks.at_best`` over the
+Each (arm, N, D) point's pick is attnlab's own (``attnlab.scaling.tables.picks.at_best`` over the
 table's ``lr_factor``, the multiple of the rule's rate: the value with the lowest mean loss over
 seeds); its gain is its mean loss over the mean loss at factor 1 at that point, minus 1.
 
@@ -19,8 +19,8 @@ import argparse
 import pandas as pd
 
 from attnlab.results import LR_FACTOR_COLUMN
-from attnlab.scaling.picks import at_best
-from attnlab.scaling.table import read_table
+from attnlab.scaling.tables.picks import at_best
+from attnlab.scaling.tables.read import read_table
 
 METRIC = "final_val_loss"
 POINT = ("params", "tokens")

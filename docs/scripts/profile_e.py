@@ -10,7 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnlab.scaling import CHINCHILLA_GRID, prepare_points, read_table
-from attnlab.scaling.approach3 import HUBER_DELTA, huber
+from attnlab.scaling.laws.approach3 import HUBER_DELTA, huber
+from attnlab.scaling.laws.registry import law_named
 from attnlab.scaling.multistart import minimise_many
 
 
@@ -24,7 +25,7 @@ def objective_at_fixed_e(theta, data, weights):
 
 
 def main(source: str, values: list[float]) -> None:
-    table = prepare_points(read_table(source), law="chinchilla", source=source)
+    table = prepare_points(read_table(source), law=law_named("chinchilla"), source=source)
     n, d, loss = (table.array(c) for c in ("params", "tokens", "loss"))
     starts = np.unique(CHINCHILLA_GRID.points()[:, [0, 1, 3, 4]], axis=0)
     for value in values:

@@ -32,10 +32,11 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
-from attnlab.scaling import laws
+from attnlab.cli_vocab import Flag
 from attnlab.scaling.bootstrap import MAX_FAILED_SHARE, MIN_REFITS, percentile_interval
 from attnlab.scaling.columns import drop_unfinished, pick_column
 from attnlab.scaling.errors import FitInputError
+from attnlab.scaling.law import Law
 
 METHODS = ("smooth", "near")
 MERGE = 0.01  # params or tokens this close (relative) belong to one (N, D) group
@@ -418,19 +419,24 @@ def format_hparams(fit: HParamsFit, source: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-class HParams(laws.Law):
+class HParams(Law):
     """Optimal learning rate and batch size as power laws of N and D (module docstring)."""
 
     name = "hparams"
     title = "lr*(N, D), batch*(N, D)"
     n_parameters = 6
-    fits_table = False
-    own_flags = ("optimum", "near")
+    capabilities = frozenset({"pair"})  # its own fit and report, of the results table
+    flags = (
+        Flag("optimum", "enum", None, "--law=hparams: how each (N, D) group's best learning "
+             "rate and batch size are found: parabolas in log lr then log batch (smooth, "
+             "Porian et al. 2024; default) or the runs near the best loss (near).",
+             enum_values=METHODS),
+        Flag("near", "float", None, "--law=hparams --optimum=near: percent above the group's "
+             "best loss a run may be and count as near it (default 0.25)."))
+    refused = ("curves", "by", "budget", "train-longer", "multiplier-against", "fix", "holdout",
+               "floor", "cluster")
     scope = "one law over a sweep's (N, D) groups of learning rates and batch sizes"
-    refused_flags = ("curves", "approach", "by", "budget", "train-longer", "multiplier-against",
-                     "fix", "holdout", "floor", "cluster")
     column_names = tuple(COLUMNS)
-    reads_pair = True
 
     def options(self, given: dict) -> dict:
         near = given.get("near")

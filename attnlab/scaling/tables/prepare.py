@@ -16,8 +16,8 @@ match ``attnlab.results``' sweep tables, and can be renamed with ``--columns=par
           ``flops_chinchilla`` when present, else ``flops``; absent: C = 6·N·D
   budget  optional, ``budget``: the IsoFLOP target of each run (approach 2)
   run_id, step  curves only
-  experts  Clark et al.'s law only (``attnlab.scaling.clark``): ``model.moe_experts``
-  unique_tokens, epochs  the data-constrained law only (``attnlab.scaling.data_constrained``):
+  experts  Clark et al.'s law only (``attnlab.scaling.laws.clark``): ``model.moe_experts``
+  unique_tokens, epochs  the data-constrained law only (``attnlab.scaling.laws.data_constrained``):
           the distinct tokens a run saw, or its epochs (tokens / unique_tokens)
   cluster  optional: the unit a bootstrap resamples whole (``cluster`` below). A ladder's
           ``trunk`` column by default (a trunk's branches share its initialisation, data order
@@ -31,24 +31,17 @@ finite and positive: one bad value raises FitInputError naming the file, column 
 
 from __future__ import annotations
 
-import dataclasses
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 
 from attnlab import results as sweep_results
 from attnlab import rundir
-from attnlab.errors import AttnlabError
-from attnlab.scaling import laws, registry
-from attnlab.scaling.bootstrap import cluster_index
-from attnlab.scaling.columns import completed, drop_unfinished, pick_column
+from attnlab.scaling import equations
+from attnlab.scaling.columns import drop_unfinished, pick_column
 from attnlab.scaling.errors import FitInputError
-from attnlab.scaling.laws import Law
+from attnlab.scaling.law import Law
+from attnlab.scaling.points import ScalingTable
 
-CANONICAL = ("params", "tokens", "loss", "flops", "budget", "run_id", "step", "experts",
-             "unique_tokens", "epochs")
-# Columns read as numbers, each finite and > 0.
 POSITIVE = ("params", "tokens", "loss", "flops", "budget", "unique_tokens", "epochs")
 # The column whose value a ladder's branches share with their trunk: the default cluster.
 TRUNK_COLUMN = "trunk"
@@ -56,131 +49,8 @@ NO_CLUSTER = "none"  # --cluster=none: every row its own unit
 # Evaluations a run needs for approach 1 to read its validation curve rather than the training
 # loss (a noisy minibatch estimate that also lags the weights by the averaging of the log).
 MIN_VALIDATION_POINTS = 4
-CURVES_FILES = ("curves.parquet", "curves.csv")
 
 
-@dataclasses.dataclass(frozen=True)
-class ScalingTable:
-    """Checked points for a fit.
-
-    frame: canonical columns params, tokens, loss, flops (always), and budget / run_id / step
-    when present; one row per run (results) or per logged step (curves).
-    source: the file or directory read; columns: canonical name -> column used in the source;
-    notes: what was dropped or assumed, for the report.
-    """
-
-    frame: pd.DataFrame
-    source: str
-    columns: dict[str, str]
-    notes: tuple[str, ...] = ()
-
-    @property
-    def clusters(self) -> np.ndarray | None:
-        """[rows] cluster indices for the bootstrap (None: every row its own cluster)."""
-        if "cluster" not in self.frame:
-            return None
-        index = cluster_index(self.frame["cluster"])
-        return None if index.max() + 1 == len(index) else index
-
-    def resampling(self) -> dict:
-        """What a bootstrap of this table draws: {"unit", "column", "clusters"}."""
-        clusters = self.clusters
-        if clusters is None:
-            return {"unit": "row", "column": None, "clusters": len(self.frame)}
-        column = self.columns.get("cluster")
-        return {"unit": "cluster", "column": column, "clusters": int(clusters.max()) + 1}
-
-    def __len__(self) -> int:
-        return len(self.frame)
-
-    def array(self, name: str) -> np.ndarray:
-        return self.frame[name].to_numpy()
-
-    @property
-    def budget(self) -> np.ndarray | None:
-        return self.array("budget") if "budget" in self.frame else None
-
-
-def parse_columns(spec: str | None, names: tuple[str, ...] = CANONICAL) -> dict[str, str]:
-    """``"params:Model Size,tokens:Tokens"`` -> {"params": "Model Size", "tokens": "Tokens"};
-    ``names``: the NAMEs the reading law knows."""
-    mapping: dict[str, str] = {}
-    for item in filter(None, (s.strip() for s in (spec or "").split(","))):
-        name, sep, column = item.partition(":")
-        name, column = name.strip(), column.strip()
-        if not sep or not column or name not in names:
-            raise FitInputError(f"--columns: {item!r} is not NAME:COLUMN with NAME one of "
-                                f"{', '.join(names)}")
-        if name in mapping or column in mapping.values():
-            twice = name if name in mapping else repr(column)
-            raise FitInputError(f"--columns: {twice} is mapped twice in {spec!r}")
-        mapping[name] = column
-    return mapping
-
-
-def read_table(path: str | Path) -> pd.DataFrame:
-    """A results table: a sweep directory, or a .parquet / .csv file; several, comma-separated,
-    are read as one (a sweep and the sweep that widened its grid), a run in two once
-    (:func:`one_row_per_run`; its note in ``attrs["read_notes"]``)."""
-    if isinstance(path, str) and "," in path and not Path(path).exists():
-        frames = [_read_one(part) for part in path.split(",") if part]
-        return one_row_per_run(pd.concat(frames, ignore_index=True), path)
-    return one_row_per_run(_read_one(path), str(path))
-
-
-def _read_one(path: str | Path) -> pd.DataFrame:
-    try:
-        return sweep_results.load(path)
-    except AttnlabError as error:
-        raise FitInputError(str(error)) from None
-    except (OSError, ValueError) as error:
-        raise FitInputError(f"{path}: cannot read the table ({error})") from None
-
-
-def one_row_per_run(table: pd.DataFrame, source: str) -> pd.DataFrame:
-    """One row per ``run_id``: a run read twice (in two tables, or a row repeated) counts once,
-    its completed copy over a failed one; copies of a completed run with different final
-    losses are refused, naming the run. Said in ``attrs["read_notes"]``."""
-    if "run_id" not in table.columns or not table["run_id"].duplicated().any():
-        return table
-    done = completed(table)
-    loss = next((c for c in ("final_val_loss", "loss") if c in table.columns), None)
-    if loss is not None:
-        values = table[done].groupby("run_id")[loss].nunique(dropna=False)
-        if (values > 1).any():
-            run = values[values > 1].index[0]
-            raise FitInputError(f"{source}: run {run} appears more than once with different "
-                                f"{loss} values; keep one copy of each run")
-    kept = table.assign(_done=done).sort_values("_done", ascending=False, kind="stable")
-    kept = kept.drop_duplicates("run_id").sort_index().drop(columns="_done")
-    kept.attrs["read_notes"] = [f"{len(table) - len(kept)} row(s) repeat a run_id already read "
-                                f"(a run in two tables, or a row repeated): each run counts "
-                                f"once, its completed copy first"]
-    return kept
-
-
-def read_curves(path: str | Path) -> pd.DataFrame:
-    """A curves table: a .parquet / .csv file, a directory holding curves.parquet / curves.csv, or
-    a sweep directory (its runs' metrics.jsonl, via ``attnlab.results.curves``)."""
-    path = Path(path)
-    if path.is_dir():
-        for name in CURVES_FILES:
-            if (path / name).exists():
-                return read_curves(path / name)
-        try:
-            return sweep_results.curves(path)
-        except AttnlabError as error:
-            raise FitInputError(f"{error} and no {' or '.join(CURVES_FILES)}") from None
-    if not path.exists():
-        raise FitInputError(f"{path}: no such curves file or directory")
-    try:
-        if path.suffix == ".parquet":
-            return pd.read_parquet(path)
-        if path.suffix == ".csv":
-            return pd.read_csv(path)
-    except (OSError, ValueError) as error:
-        raise FitInputError(f"{path}: cannot read the table ({error})") from None
-    raise FitInputError(f"{path}: curves must be a .parquet or .csv file or a directory")
 
 
 def _check_positive(frame: pd.DataFrame, columns: dict[str, str], source: str) -> None:
@@ -212,28 +82,27 @@ def _drop_trunks(df: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
     return df[~trunk]
 
 
-def _flops_column(df, law, mapping, source):
-    return pick_column(df, "flops", law.flops_columns, mapping, source, "", required=False)
+def _optional(used, df, name, candidates, mapping, source) -> str | None:
+    """The column holding ``name``, added to ``used``, when the table has one."""
+    column = pick_column(df, name, candidates, mapping, source, "", required=False)
+    if column:
+        used[name] = column
+    return column
 
 
-def prepare_points(df: pd.DataFrame, *, law: str | Law, source: str = "results",
+def prepare_points(df: pd.DataFrame, *, law: Law, source: str = "results",
                    columns: dict[str, str] | None = None,
                    cluster: str | None = None) -> ScalingTable:
     """Checks a results table (one row per run) and returns its canonical columns: those
-    ``law`` (a ``--law`` name or a resolved law) reads. cluster: the column whose rows a
+    ``law`` reads. cluster: the column whose rows a
     bootstrap resamples together (default: ``trunk`` when the table has one; ``"none"``:
     rows)."""
-    law = registry.law_named(law)
     mapping = dict(columns or {})
     notes: list[str] = []
     df = _drop_trunks(drop_unfinished(df, notes, source), notes)
     used = point_columns(df, law, mapping, source)
-    flops = _flops_column(df, law, mapping, source)
-    if flops:
-        used["flops"] = flops
-    budget = pick_column(df, "budget", ("budget",), mapping, source, "", required=False)
-    if budget:
-        used["budget"] = budget
+    _optional(used, df, "flops", law.flops_columns, mapping, source)
+    _optional(used, df, "budget", ("budget",), mapping, source)
     used.update(law.table_columns(df, mapping, source))
     _cluster_column(df, cluster, used, source, notes)
     _repeats_note(df, used, notes)
@@ -328,14 +197,13 @@ def _cluster_column(df, cluster, used, source, notes) -> None:
                  + ")")
 
 
-def prepare_curves(df: pd.DataFrame, *, law: str | Law, source: str = "curves",
+def prepare_curves(df: pd.DataFrame, *, law: Law, source: str = "curves",
                    columns: dict[str, str] | None = None,
                    runs: pd.DataFrame | None = None) -> ScalingTable:
     """Checks a curves table (one row per logged step) for approach 1. Rows of steps where the
     chosen loss was not logged (NaN, e.g. val_loss between evaluations) and step-0 rows (no
     tokens yet) are dropped. ``params`` missing from the curves is joined from ``runs`` (a
     results table) on run_id."""
-    law = registry.law_named(law)
     mapping = dict(columns or {})
     notes: list[str] = []
     df = _drop_trunks(drop_unfinished(df, notes, source), notes)
@@ -355,12 +223,8 @@ def prepare_curves(df: pd.DataFrame, *, law: str | Law, source: str = "curves",
         "loss": pick_column(df, "loss", _curve_loss_columns(df, run_column, mapping, notes, source),
                       mapping, source, "loss L"),
     }
-    flops = _flops_column(df, law, mapping, source)
-    if flops:
-        used["flops"] = flops
-    step = pick_column(df, "step", ("step",), mapping, source, "", required=False)
-    if step:
-        used["step"] = step
+    flops = _optional(used, df, "flops", law.flops_columns, mapping, source)
+    step = _optional(used, df, "step", ("step",), mapping, source)
     logged = df[used["loss"]].notna() & (pd.to_numeric(df[used["tokens"]], errors="coerce") != 0)
     if flops:
         logged &= pd.to_numeric(df[flops], errors="coerce") != 0
@@ -409,7 +273,7 @@ def _finish(df, used, law, source, notes) -> ScalingTable:
         frame.loc[missing, "cluster"] = [f"row {i}" for i in frame.index[missing]]
         frame["cluster"] = frame["cluster"].astype(str)
     if "flops" not in frame:
-        frame["flops"] = laws.training_flops(frame["params"], frame["tokens"])
+        frame["flops"] = equations.training_flops(frame["params"], frame["tokens"])
         notes.append("no FLOPs column: C = 6·N·D")
     elif used["flops"] != "flops":
         notes.append(f"FLOPs from column {used['flops']!r}")

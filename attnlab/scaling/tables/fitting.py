@@ -1,20 +1,20 @@
-"""One entry point from a checked table to a fit: ``fit_table(table, law=..., approach=...)``."""
+"""From a results table to a fit: the checked table a law is fitted to (``points_for``), and
+its fit (``fit_table(table, law=law_named("chinchilla"))``)."""
 
 from __future__ import annotations
 
 import dataclasses
 
 import numpy as np
+import pandas as pd
 
-from attnlab.scaling import registry
-from attnlab.scaling.approach2 import DEFAULT_WINDOW
-from attnlab.scaling.approach3 import CHINCHILLA_GRID, InitGrid
 from attnlab.scaling.bootstrap import MIN_CLUSTERS
 from attnlab.scaling.errors import FitInputError
-from attnlab.scaling.laws import Law
-from attnlab.scaling.parametric import check_fixable
+from attnlab.scaling.law import Law, check_fixable
+from attnlab.scaling.points import ScalingTable
 from attnlab.scaling.result import ScalingFit
-from attnlab.scaling.table import ScalingTable
+from attnlab.scaling.tables.ladder import isoflop_slices
+from attnlab.scaling.tables.prepare import prepare_curves, prepare_points
 
 
 def _flops_per_param_token_of_runs(table: ScalingTable):
@@ -39,18 +39,32 @@ def flops_note(table: ScalingTable, k: float) -> str:
             f"table{spread}; approach 2 reads each run's own FLOPs")
 
 
-def fit_table(table: ScalingTable, *, law: str | Law, approach: int | None = None,
-              form: str = "nd", n_bootstrap: int = 0, ci_level: float = 0.95, seed: int = 0,
-              grid: InitGrid = CHINCHILLA_GRID, profile: str = "window",
-              window: float = DEFAULT_WINDOW, fixed: dict | None = None) -> ScalingFit:
-    """Fits ``law`` (a name with its approach or form, or a resolved ``Law``) to a checked
-    table (points for Kaplan and approaches 2-3, curves for approach 1); the table's notes are
-    carried into the fit's notes, its ``resampling`` (rows or clusters, ``table.clusters``)
-    into the fit's. profile, window: how approach 2 finds each budget's minimum; fixed:
-    parameter -> value the fit holds (``--fix``; FitInputError naming the parameter for a law
-    that holds none)."""
-    part = registry.law_named(law, approach, form)
-    if not part.fits_table:
+def points_for(law: Law, runs: pd.DataFrame | None, *, curves: pd.DataFrame | None = None,
+               source: str = "results", columns: dict[str, str] | None = None,
+               cluster: str | None = None) -> ScalingTable:
+    """The checked table ``law`` is fitted to: approach 1's ``curves`` (N joined from ``runs``
+    where the curves lack it), else the final points of ``runs``, a ladder's branches cut into
+    budgets for a law fitted per budget."""
+    if law.can("curves"):
+        if curves is None:
+            raise FitInputError("approach 1 needs learning curves (--curves)")
+        return prepare_curves(curves, law=law, source=source, columns=columns, runs=runs)
+    table = prepare_points(runs, law=law, source=source, columns=columns, cluster=cluster)
+    if law.can("isoflop") and table.budget is None and "role" in runs.columns:
+        table = isoflop_slices(table)  # a ladder's branches lie on lines of constant N
+    return table
+
+
+def fit_table(table: ScalingTable, *, law: Law, n_bootstrap: int = 0, ci_level: float = 0.95,
+              seed: int = 0, fixed: dict | None = None, **options) -> ScalingFit:
+    """Fits ``law`` to a checked table (points for most laws, curves for approach 1); the
+    table's notes are carried into the fit's notes, its ``resampling`` (rows or clusters,
+    ``table.clusters``) into the fit's. fixed: parameter -> value the fit holds (``--fix``;
+    FitInputError naming the parameter for a law that holds none); options: the law's own
+    settings (approach 2's ``profile`` and ``window``, approach 3's ``grid``), its defaults
+    where not given."""
+    part = law
+    if not part.can("table"):
         raise FitInputError(f"--law={part.name} is fitted by attnlab fit --law={part.name}, "
                             f"not to a table of (N, D, L) points")
     if not 0.0 < ci_level < 1.0:
@@ -58,9 +72,9 @@ def fit_table(table: ScalingTable, *, law: str | Law, approach: int | None = Non
     if n_bootstrap < 0:
         raise FitInputError(f"--bootstrap must be >= 0, not {n_bootstrap}")
     check_fixable(part, fixed)
-    fit = part.fit(table, n_bootstrap=n_bootstrap, ci_level=ci_level, seed=seed, grid=grid,
-                   profile=profile, window=window, fixed=fixed,
-                   flops_per_param_token=flops_per_param_token(table), clusters=table.clusters)
+    fit = part.fit(table, n_bootstrap=n_bootstrap, ci_level=ci_level, seed=seed, fixed=fixed,
+                   flops_per_param_token=flops_per_param_token(table), clusters=table.clusters,
+                   **options)
     resampling = fit.resampling or table.resampling()
     few = (n_bootstrap and resampling["unit"] == "cluster"
            and resampling["clusters"] < MIN_CLUSTERS)
@@ -69,6 +83,6 @@ def fit_table(table: ScalingTable, *, law: str | Law, approach: int | None = Non
               f"{MIN_CLUSTERS} and tends to fall short; more trunks or seeds per size, or "
               f"--cluster=none for the row bootstrap's (too narrow) intervals",) if few else ()
     priced = ((flops_note(table, fit.flops_per_param_token),)
-              if part.table_k else ())
+              if part.can("table-k") else ())
     return dataclasses.replace(fit, notes=tuple(table.notes) + fit.notes + priced,
                                warnings=fit.warnings + warned, resampling=resampling)

@@ -5,9 +5,9 @@ kept, each budget's compute-optimal prediction beside the naive baseline, and th
 from __future__ import annotations
 
 from attnlab.scaling.errors import FitInputError
-from attnlab.scaling.holdout import frontier_baseline
+from attnlab.scaling.points import ScalingTable
 from attnlab.scaling.result import ScalingFit, pin_rule
-from attnlab.scaling.table import ScalingTable
+from attnlab.scaling.tables.baselines import frontier_baseline
 
 
 def _number(value) -> str:
@@ -68,7 +68,7 @@ def format_report(fit: ScalingFit, source: str, budgets: list[float],
     predicted compute-optimal loss has the naive baseline beside it (the best run that spent at
     most that compute)."""
     level = f"{100 * fit.ci_level:g}%"
-    unit = "runs" if fit.part.needs_curves else "points"
+    unit = "runs" if fit.part.can("curves") else "points"
     lines = [fit.name, f"source: {source} ({fit.n_points} {unit})",
              f"objective: {fit.objective:.6e} ({fit.objective_name})"]
     if "starts_converged" in fit.details:

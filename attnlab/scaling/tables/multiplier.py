@@ -28,7 +28,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from attnlab.scaling import laws
+from attnlab.scaling import equations
 from attnlab.scaling.bootstrap import percentile_interval, resample_within_groups
 from attnlab.scaling.errors import FitInputError
 from attnlab.scaling.result import ScalingFit
@@ -37,14 +37,14 @@ COLUMNS = ("C_ref", "multiplier", "multiplier_low", "multiplier_high", "loss", "
            "budget", "loss_diff", "loss_diff_low", "loss_diff_high", "note")
 
 
-def compute_to_reach(params, loss, flops_per_param_token: float = laws.FLOPS_PER_PARAM_TOKEN):
+def compute_to_reach(params, loss, flops_per_param_token: float = equations.FLOPS_PER_PARAM_TOKEN):
     """The compute at which the law ``params`` (Chinchilla, floats or [replicates]) reaches
     ``loss`` on its compute-optimal frontier (the module docstring's C_B(L)); inf where
     loss <= E (the law never gets there), NaN for a replicate that is no law."""
     with np.errstate(all="ignore"):
         alpha, beta = params["alpha"], params["beta"]
         gamma = alpha * beta / (alpha + beta)
-        g = laws.allocation_coefficient(params["A"], params["B"], alpha, beta)
+        g = equations.allocation_coefficient(params["A"], params["B"], alpha, beta)
         k = params["A"] * np.power(g, -alpha) + params["B"] * np.power(g, beta)
         excess = np.asarray(loss, np.float64) - params["E"]
         reach = flops_per_param_token * np.power(excess / k, -1.0 / gamma)
@@ -72,7 +72,7 @@ def effective_multiplier(base: ScalingFit, other: ScalingFit, reference: float, 
     nan = math.nan
     out = {"multiplier": nan, "ci": (nan, nan), "loss": nan, "loss_base": nan, "note": ""}
     for role, fit in (("baseline", base), ("group", other)):
-        if not fit.part.closed_frontier:
+        if not fit.part.can("closed-frontier"):
             out["note"] = f"the {role}'s fit is {fit.name}: the multiplier needs approach 3's law"
             return out
         if not fit.allocation_determined:

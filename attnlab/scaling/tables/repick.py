@@ -25,10 +25,10 @@ import numpy as np
 import pandas as pd
 
 from attnlab.errors import AttnlabError
-from attnlab.scaling.laws import Law
-from attnlab.scaling.picks import best_points
+from attnlab.scaling.law import Law
 from attnlab.scaling.result import ScalingFit
-from attnlab.scaling.table import point_columns
+from attnlab.scaling.tables.picks import best_points
+from attnlab.scaling.tables.prepare import point_columns
 
 # Redraws of the seeds; each is fitted with --bootstrap/OUTER refits of its own.
 OUTER = 20

@@ -38,21 +38,19 @@ import warnings
 import jax.numpy as jnp
 import numpy as np
 
-from attnlab.scaling import laws
-from attnlab.scaling import parametric
+from attnlab.cli_vocab import Flag
+from attnlab.scaling import equations, parametric
 from attnlab.scaling.errors import FitError, FitInputError, GridEdgeWarning
+from attnlab.scaling.laws.chinchilla import ChinchillaLaw
 from attnlab.scaling.multistart import minimise_many
-from attnlab.scaling.parametric import HUBER_DELTA, best_converged, huber
+from attnlab.scaling.parametric import (HUBER_DELTA, admissible, best_converged, huber,
+                                        unpinned_terms)
 from attnlab.scaling.result import ScalingFit
 
 THETA_NAMES = ("a", "b", "e", "alpha", "beta")  # order of the optimised vector
 # The parameters --fix can hold, and where they sit in theta.
 COORDINATES = parametric.Coordinates(THETA_NAMES, {"E": "e", "A": "a", "B": "b"},
                                      {"alpha": "alpha", "beta": "beta"})
-# A term below this fraction of the predicted loss at every point is invisible to the fit.
-NEGLIGIBLE_TERM = 1e-3
-# An exponent below this makes X^-exponent ~ 1 over any ladder: the term is a constant.
-MIN_EXPONENT = 1e-2
 # What the allocation (a, b, G) is computed from: unpinned inputs leave it undetermined.
 _ALLOCATION_INPUTS = ("A", "B", "alpha", "beta")
 
@@ -141,36 +139,12 @@ def params_from_theta(theta) -> dict:
     log_a, log_b, e, alpha, beta = (theta[..., i] for i in range(5))
     with np.errstate(all="ignore"):  # a replicate with alpha + beta ~ 0 (or a huge log A)
         A, B = np.exp(log_a), np.exp(log_b)  # gives inf, not a crash or a warning
-        a_exp, b_exp = laws.allocation_exponents(alpha, beta)
-        g = laws.allocation_coefficient(A, B, alpha, beta)
+        a_exp, b_exp = equations.allocation_exponents(alpha, beta)
+        g = equations.allocation_coefficient(A, B, alpha, beta)
     return {"E": np.exp(e), "A": A, "B": B, "alpha": alpha, "beta": beta, "a": a_exp,
             "b": b_exp, "G": g}
 
 
-def admissible(theta) -> np.ndarray:
-    """theta [..., 5] -> bool [...]: finite, alpha > 0 and beta > 0 (a scaling law)."""
-    theta = np.asarray(theta, np.float64)
-    return np.all(np.isfinite(theta), axis=-1) & (theta[..., 3] > 0) & (theta[..., 4] > 0)
-
-
-def unpinned_terms(terms, predicted) -> dict[str, str]:
-    """The parameters of power-law terms that the points cannot determine, each with the
-    reason. terms: (coefficient, exponent, [points] term values, exponent value, axis) per
-    term; predicted: [points] the predicted loss. A term below NEGLIGIBLE_TERM of the loss at
-    every point leaves its coefficient and exponent free (any smaller coefficient fits as
-    well); an exponent below MIN_EXPONENT makes the term a constant that E absorbs."""
-    found: dict[str, str] = {}
-    for coefficient, exponent, term, value, axis in terms:
-        share = float(np.max(term / predicted)) if np.all(np.isfinite(term)) else np.inf
-        if share < NEGLIGIBLE_TERM:
-            reason = (f"{coefficient}/{axis}^{exponent} is below {NEGLIGIBLE_TERM:g} of the loss "
-                      f"at every point (largest share {share:.1e})")
-            found.update({coefficient: reason, exponent: reason})
-        elif value < MIN_EXPONENT:
-            reason = (f"{exponent}={value:.3g} ~ 0: {coefficient}/{axis}^{exponent} is a constant "
-                      f"that E absorbs")
-            found.update({coefficient: reason, exponent: reason, "E": reason})
-    return found
 
 
 def unpinned_parameters(theta, data) -> dict[str, str]:
@@ -249,7 +223,7 @@ def _edge_refits(replicate_theta, grid: InitGrid, mask) -> list[str]:
 def fit_approach3(n, d, loss, *, grid: InitGrid = CHINCHILLA_GRID, n_bootstrap: int = 0,
                   bootstrap_grid_starts: int = 4, ci_level: float = 0.95, seed: int = 0,
                   max_steps: int = 500,
-                  flops_per_param_token: float = laws.FLOPS_PER_PARAM_TOKEN,
+                  flops_per_param_token: float = equations.FLOPS_PER_PARAM_TOKEN,
                   source: str = "data", clusters=None, fixed=None) -> ScalingFit:
     """Fits E + A/N^alpha + B/D^beta to points (N [points], D [points], L [points]).
 
@@ -317,24 +291,30 @@ def fit_approach3(n, d, loss, *, grid: InitGrid = CHINCHILLA_GRID, n_bootstrap: 
                       notes=tuple(notes), details=details, unpinned=tuple(unpinned))
 
 
-class Parametric(laws.ChinchillaLaw):
+class Parametric(ChinchillaLaw):
     """Approach 3: L(N, D) = E + A/N^alpha + B/D^beta by Huber loss on log L."""
 
     variant = 3
     title = "Chinchilla approach 3: L(N, D) = E + A/N^alpha + B/D^beta"
     n_parameters = 5
-    predicts_loss = has_loss_model = closed_frontier = table_k = True
+    capabilities = ChinchillaLaw.capabilities | {"run-loss", "loss-model", "closed-frontier",
+                                                 "table-k"}
     fixable = COORDINATES.fixable
-    reads = ("grid",)
+    flags = (Flag("grid", "string", None, "Approach 3 initialisation grid overrides, "
+                  "NAME:START:STOP:STEP for NAME in a, b, e, alpha, beta (default: Hoffmann et "
+                  "al.'s grid)."),)
+
+    def options(self, given):
+        return {"grid": InitGrid.parse(given["grid"]) if given.get("grid") else CHINCHILLA_GRID}
 
     def loss(self, params, n, d):
-        return laws.chinchilla_loss(params, n, d)
+        return equations.chinchilla_loss(params, n, d)
 
     def optimal(self, params, c, flops_per_param_token):
-        return laws.chinchilla_optimal(params, c, flops_per_param_token)
+        return equations.chinchilla_optimal(params, c, flops_per_param_token)
 
-    def fit(self, table, *, n_bootstrap, ci_level, seed, grid, flops_per_param_token,
-            clusters=None, fixed=None, **_):
+    def fit(self, table, *, n_bootstrap, ci_level, seed, flops_per_param_token,
+            grid=CHINCHILLA_GRID, clusters=None, fixed=None, **_):
         return fit_approach3(table.array("params"), table.array("tokens"), table.array("loss"),
                              grid=grid, flops_per_param_token=flops_per_param_token,
                              n_bootstrap=n_bootstrap, ci_level=ci_level, seed=seed,

@@ -20,9 +20,11 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from attnlab.scaling import laws
+from attnlab.cli_vocab import Flag
+from attnlab.scaling import equations
 from attnlab.scaling.bootstrap import cluster_index, resample_rows
 from attnlab.scaling.errors import FitError, FitInputError
+from attnlab.scaling.law import Law
 from attnlab.scaling.result import ScalingFit
 
 EXPONENT_GRID = (0.03, 0.07, 0.15, 0.3, 0.6)  # initial alpha_N and alpha_D for form "nd"
@@ -70,20 +72,35 @@ def _lowest_per(keys: np.ndarray, loss: np.ndarray) -> np.ndarray:
     return frame.groupby("key")["loss"].idxmin().to_numpy()
 
 
-class KaplanJoint(laws.KaplanLaw):
+class KaplanLaw(Law):
+    """Kaplan et al. 2020's laws; ``--form`` picks L(N, D), L(N) or L(D)."""
+
+    name = "kaplan"
+    selector = Flag("form", "enum", "nd", "Kaplan law: L(N, D), L(N) or L(D).",
+                    enum_values=("nd", "n", "d"))
+    default_variant = "nd"
+    params_columns = ("non_embedding_params", "params")
+    capabilities = frozenset({"table", "run-loss"})
+
+    @property
+    def form(self) -> str:
+        return self.variant
+
+
+class KaplanJoint(KaplanLaw):
     """L(N, D) over every point, by trust-region least squares from the exponent grid."""
 
     variant = "nd"
     title = "Kaplan L(N, D) = [(N_c/N)^(alpha_N/alpha_D) + D_c/D]^alpha_D"
     n_parameters, parameter_names = 4, "N_c, D_c, alpha_N, alpha_D"
-    has_loss_model = has_allocation = table_k = True
+    capabilities = KaplanLaw.capabilities | {"loss-model", "allocation", "table-k"}
     per = None  # every point is used
 
     def loss(self, params, n, d):
-        return laws.kaplan_loss(params, n, d)
+        return equations.kaplan_loss(params, n, d)
 
     def optimal(self, params, c, flops_per_param_token):
-        return laws.kaplan_optimal(params, c, flops_per_param_token)
+        return equations.kaplan_optimal(params, c, flops_per_param_token)
 
     def keys(self, n, d):
         """The regressor whose spread a bootstrap replicate needs."""
@@ -114,18 +131,18 @@ class KaplanSize(KaplanJoint):
     variant = "n"
     title = "Kaplan L(N) = (N_c/N)^alpha_N"
     n_parameters, parameter_names = 2, "N_c, alpha_N"
-    has_loss_model = has_allocation = table_k = False
+    capabilities = KaplanLaw.capabilities
     per = "model sizes"
 
     def run_loss(self, params, n, d):
-        return laws.kaplan_loss_n(params, n) + 0 * np.asarray(d, np.float64)
+        return equations.kaplan_loss_n(params, n) + 0 * np.asarray(d, np.float64)
 
     def optimal(self, params, c, flops_per_param_token):
         raise FitError(f"{self.title} has no compute-optimal allocation; fit the joint "
                        f"L(N, D) (--form=nd)")
 
     def size_curve(self, params, n):
-        return laws.kaplan_loss_n(params, n)
+        return equations.kaplan_loss_n(params, n)
 
     def fit_points(self, log_n, log_d, log_l, starts=None):
         n_c, alpha, sse = _line(log_n, log_l)
@@ -147,7 +164,7 @@ class KaplanData(KaplanSize):
         return d
 
     def run_loss(self, params, n, d):
-        return laws.kaplan_loss_d(params, d) + 0 * np.asarray(n, np.float64)
+        return equations.kaplan_loss_d(params, d) + 0 * np.asarray(n, np.float64)
 
     def fit_points(self, log_n, log_d, log_l, starts=None):
         d_c, alpha, sse = _line(log_d, log_l)
@@ -158,7 +175,7 @@ FORMS = {c.variant: c for c in (KaplanJoint, KaplanSize, KaplanData)}
 
 
 def fit_kaplan(n, d, loss, *, form: str = "nd", n_bootstrap: int = 0, ci_level: float = 0.95,
-               seed: int = 0, flops_per_param_token: float = laws.FLOPS_PER_PARAM_TOKEN,
+               seed: int = 0, flops_per_param_token: float = equations.FLOPS_PER_PARAM_TOKEN,
                source: str = "data", clusters=None) -> ScalingFit:
     """Fits Kaplan's L(N, D), L(N) or L(D) to points (N, D, L: [points] each); clusters:
     [points] labels a bootstrap replicate draws whole (None: the points)."""

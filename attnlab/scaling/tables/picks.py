@@ -22,8 +22,9 @@ import pandas as pd
 
 from attnlab.scaling.columns import completed
 from attnlab.scaling.errors import FitInputError
-from attnlab.scaling.laws import Law
-from attnlab.scaling.table import point_columns, read_table
+from attnlab.scaling.law import Law
+from attnlab.scaling.tables.prepare import point_columns
+from attnlab.scaling.tables.read import read_table
 
 # A pick kept by at least this share of seed resamples is firm enough to hold fixed.
 FIRM_PICK = 0.9

@@ -20,14 +20,12 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from attnlab.scaling import registry
 from attnlab.scaling.errors import FitError, FitInputError, GridEdgeWarning
-from attnlab.scaling.fitting import fit_table
-from attnlab.scaling.holdout import frontier_baseline
-from attnlab.scaling.ladder import isoflop_slices
-from attnlab.scaling.laws import Law
+from attnlab.scaling.law import Law
+from attnlab.scaling.points import ScalingTable
 from attnlab.scaling.result import ScalingFit, pin_rule
-from attnlab.scaling.table import ScalingTable, prepare_curves, prepare_points
+from attnlab.scaling.tables.baselines import frontier_baseline
+from attnlab.scaling.tables.fitting import fit_table, points_for
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,8 +54,8 @@ def group_values(results: pd.DataFrame, by: str, source: str) -> list:
     return sorted(values, key=str)
 
 
-def fit_by(results: pd.DataFrame, by: str, *, law: str | Law, approach: int | None = None,
-           form: str = "nd", source: str = "results", columns: dict | None = None,
+def fit_by(results: pd.DataFrame, by: str, *, law: Law, source: str = "results",
+           columns: dict | None = None,
            curves: pd.DataFrame | None = None, cluster: str | None = None,
            **fit_kwargs) -> GroupedFits:
     """Fits ``law`` to the runs of each value of column ``by``. A group whose fit cannot be made
@@ -65,24 +63,17 @@ def fit_by(results: pd.DataFrame, by: str, *, law: str | Law, approach: int | No
     when no group can be fitted, FitInputError says why for each. Approach 1 reads ``curves``
     (one row per logged step), grouped through each run's ``run_id``. cluster: the column a
     bootstrap resamples whole (``prepare_points``)."""
-    part = registry.law_named(law, approach, form)
+    part = law
     fits, tables, skipped = {}, {}, {}
     for value in group_values(results, by, source):
         label = str(value)
         runs = results[results[by] == value]
         where = f"{source} [{by}={label}]"
         try:
-            if part.needs_curves:
-                if curves is None:
-                    raise FitInputError("approach 1 needs learning curves (--curves)")
-                group_curves = curves[curves["run_id"].isin(runs["run_id"])]
-                table = prepare_curves(group_curves, law=part, source=where, columns=columns,
-                                       runs=runs)
-            else:
-                table = prepare_points(runs, law=part, source=where, columns=columns,
-                                       cluster=cluster)
-                if part.isoflop_profiles and table.budget is None and "role" in runs.columns:
-                    table = isoflop_slices(table)  # a ladder's branches: lines of constant N
+            group_curves = None if curves is None else curves[
+                curves["run_id"].isin(runs["run_id"])]
+            table = points_for(part, runs, curves=group_curves, source=where, columns=columns,
+                               cluster=cluster)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", GridEdgeWarning)  # kept in fit.warnings
                 fits[label] = fit_table(table, law=part, **fit_kwargs)

@@ -32,11 +32,11 @@ import itertools
 import jax.numpy as jnp
 import numpy as np
 
-from attnlab.scaling import laws, parametric
-from attnlab.scaling.approach3 import admissible, unpinned_terms  # theta opens as approach 3's
+from attnlab.scaling import equations, parametric
 from attnlab.scaling.columns import pick_column
 from attnlab.scaling.errors import FitError, FitInputError
-from attnlab.scaling.parametric import HUBER_DELTA, huber
+from attnlab.scaling.law import Law
+from attnlab.scaling.parametric import HUBER_DELTA, admissible, huber, unpinned_terms
 from attnlab.scaling.result import ScalingFit
 
 THETA_NAMES = ("a", "b", "e", "alpha", "beta", "r_d", "r_n")  # r_d = log R*_D, r_n = log R*_N
@@ -75,7 +75,7 @@ def data_constrained_loss(params, n, d, unique_tokens):
     with np.errstate(all="ignore"):
         log_n_eff, log_d_eff = effective(params, *(np.log(np.asarray(x, np.float64))
                                                    for x in (n, d, unique_tokens)))
-        return laws.chinchilla_loss(params, np.exp(log_n_eff), np.exp(log_d_eff))
+        return equations.chinchilla_loss(params, np.exp(log_n_eff), np.exp(log_d_eff))
 
 
 def _params(theta, xp=np) -> dict:
@@ -167,20 +167,19 @@ def _check_repeats(table):
                                notes=tuple(table.notes) + note)
 
 
-class DataConstrained(laws.Law):
+class DataConstrained(Law):
     """Muennighoff et al. 2023's law of repeated data (module docstring)."""
 
     name = "data_constrained"
     title = "data-constrained (Muennighoff et al. 2023): L = E + A/N'^alpha + B/D'^beta"
     n_parameters = 7
-    predicts_loss = True
+    capabilities = frozenset({"table", "run-loss"})
     fixable = COORDINATES.fixable
     exponents = ("alpha", "beta")
     scales = ("R_D", "R_N")  # decay constants: an interval [90, 1e14] pins nothing
     run_columns = ("unique_tokens",)
+    refused = ("curves", "by", "budget", "multiplier-against", "train-longer")
     scope = "one fit of L(N', D') over a table's runs"
-    refused_flags = ("curves", "approach", "grid", "by", "budget", "multiplier-against",
-                     "train-longer")
 
     def run_loss(self, params, n, d, unique_tokens=None, **_):
         if unique_tokens is None:

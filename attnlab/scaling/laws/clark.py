@@ -36,10 +36,11 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from attnlab.scaling import laws
+from attnlab.cli_vocab import Flag
 from attnlab.scaling.bootstrap import MAX_FAILED_SHARE, percentile_interval
 from attnlab.scaling.columns import pick_column
 from attnlab.scaling.errors import FitInputError
+from attnlab.scaling.law import Law
 
 PARAMS = ("a", "b", "c", "d")
 # Clark et al. 2022, Table 3: eq. 1 fitted to each routing technique (130B tokens; N the dense
@@ -409,18 +410,20 @@ def format_clark(fit: ClarkFit, source: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-class Clark(laws.Law):
+class Clark(Law):
     """Clark et al. 2022's law of routed models: log L over (N, E), not (N, D); fitted to a
     results table's runs by least squares with t intervals (its own fit, ``ClarkFit``)."""
 
     name = "clark"
     title = LAW_NAME
     n_parameters = 4
-    fits_table = False
-    own_flags = ("saturation",)
+    capabilities = frozenset()  # its own fit and report, of the results table
+    flags = (Flag("saturation", "string", None, "--law=clark: E_START,E_MAX of Clark et al.'s "
+                  "saturating transform of E (e.g. 1.847,314.478, their S-BASE fit; default: "
+                  "none)."),)
+    refused = ("curves", "by", "budget", "train-longer", "multiplier-against", "fix", "holdout",
+               "floor", "cluster")
     scope = "one fit of log L(N, E) over a sweep's runs"
-    refused_flags = ("curves", "approach", "by", "budget", "train-longer", "multiplier-against",
-                     "fix", "holdout", "floor", "cluster")
 
     def options(self, given) -> dict:
         text = given.get("saturation")

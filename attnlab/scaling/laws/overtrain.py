@@ -29,11 +29,12 @@ import math
 import jax.numpy as jnp
 import numpy as np
 
-from attnlab.scaling import laws, parametric
-from attnlab.scaling.approach3 import unpinned_terms
+from attnlab.cli_vocab import Flag
+from attnlab.scaling import equations, parametric
 from attnlab.scaling.bootstrap import percentile_interval
 from attnlab.scaling.errors import FitInputError
-from attnlab.scaling.parametric import HUBER_DELTA, huber
+from attnlab.scaling.law import Law, positive_list
+from attnlab.scaling.parametric import HUBER_DELTA, huber, unpinned_terms
 from attnlab.scaling.result import ScalingFit
 
 THETA_NAMES = ("log_a", "log_b", "e", "eta")
@@ -43,7 +44,7 @@ COORDINATES = parametric.Coordinates(THETA_NAMES, {"E": "e", "a": "log_a", "b": 
 # approach 3, eta around half Chinchilla's exponents: 600 starts.
 GRID = {"log_a": (0.0, 5.0, 10.0, 15.0, 20.0), "log_b": (0.0, 5.0, 10.0, 15.0, 20.0),
         "e": (-1.0, -0.5, 0.0, 0.5, 1.0), "eta": (0.05, 0.1, 0.2, 0.3, 0.5)}
-FLOPS = laws.FLOPS_PER_PARAM_TOKEN  # C = 6ND (Gadre et al.)
+FLOPS = equations.FLOPS_PER_PARAM_TOKEN  # C = 6ND (Gadre et al.)
 
 
 def overtrain_loss(params, c, m):
@@ -113,7 +114,7 @@ def fit_overtrain(n, d, loss, *, grid=None, **options) -> ScalingFit:
     """Fits L(C, M) to runs (N, D, L, each [points]) with C = 6ND, M = D/N; grid: axis ->
     starting values (default GRID); options: ``parametric.fit_model``'s."""
     n, d, loss = (np.asarray(x, np.float64) for x in (n, d, loss))
-    data = (np.log(laws.training_flops(n, d)), np.log(d / n), np.log(loss))
+    data = (np.log(equations.training_flops(n, d)), np.log(d / n), np.log(loss))
     grid = GRID if grid is None else grid
     starts = np.array(list(itertools.product(*(grid[k] for k in THETA_NAMES))), np.float64)
     return parametric.fit_model(MODEL, data, starts, **options)
@@ -161,18 +162,21 @@ def format_ratios(fit: ScalingFit, budgets, ratios) -> tuple[str, dict]:
     return "\n".join(lines) + "\n", {"at_tokens_per_param": rows}
 
 
-class Overtrain(laws.Law):
+class Overtrain(Law):
     """Gadre et al. 2024's L(C, M) (module docstring)."""
 
     name = "overtrain"
     title = "over-training (Gadre et al. 2024): L(C, M) = E + (a M^eta + b M^-eta) C^-eta"
     n_parameters = 4
-    predicts_loss = has_loss_model = has_allocation = True
+    capabilities = frozenset({"table", "run-loss", "loss-model", "allocation"})
     fixable = COORDINATES.fixable
     exponents = ("eta",)
-    own_flags = ("tokens-per-param",)
+    report_flags = (Flag("tokens-per-param", "string", None, "--law=overtrain: ratios M = D/N, "
+                  "comma-separated (e.g. 20,200): with --budget, the loss of a run of C FLOPs at "
+                  "each M and the compute penalty C_M/C_M* of M against the law's optimal ratio "
+                  "at equal loss, with intervals."),)
+    refused = ("curves", "by", "multiplier-against", "train-longer")
     scope = "one fit of L(C, M) over a table's runs"
-    refused_flags = ("curves", "approach", "grid", "by", "multiplier-against", "train-longer")
 
     def check_table(self, table):
         """At one tokens-per-parameter ratio the law is E + K C^-eta: a, b and M* are not
@@ -187,15 +191,18 @@ class Overtrain(laws.Law):
 
     def loss(self, params, n, d):
         n, d = np.asarray(n, np.float64), np.asarray(d, np.float64)
-        return overtrain_loss(params, laws.training_flops(n, d), d / n)
+        return overtrain_loss(params, equations.training_flops(n, d), d / n)
 
     def optimal(self, params, c, flops_per_param_token=FLOPS):
         n, d = size_at(c, optimal_ratio(params))
         return {"N_opt": n, "D_opt": d, "loss": self.loss(params, n, d)}
 
-    def extra_report(self, fit, budgets, given):
-        return format_ratios(fit, budgets, parametric.positive_list(
-            given.get("tokens-per-param"), "--tokens-per-param", "ratios D/N", "20,200"))
+    def options(self, given):
+        return {"tokens_per_param": positive_list(
+            given.get("tokens-per-param"), "--tokens-per-param", "ratios D/N", "20,200")}
+
+    def extra_report(self, fit, budgets, settings):
+        return format_ratios(fit, budgets, settings.get("tokens_per_param", []))
 
     def fit(self, table, *, n_bootstrap, ci_level, seed, clusters=None, fixed=None, **_):
         return fit_overtrain(table.array("params"), table.array("tokens"), table.array("loss"),

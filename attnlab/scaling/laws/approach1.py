@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from attnlab.scaling import laws
 from attnlab.scaling.errors import FitInputError
+from attnlab.scaling.laws.chinchilla import ChinchillaLaw
 from attnlab.scaling.result import ScalingFit
 
 GRID_POINTS = 250  # log-spaced FLOP values (Chinchilla used 1,500 over a much wider range)
@@ -125,16 +125,16 @@ def fit_approach1(run_id, n, d, loss, flops, *, n_bootstrap: int = 0, ci_level: 
                                "envelope_points": int(len(inner))})
 
 
-class Envelope(laws.ChinchillaLaw):
+class Envelope(ChinchillaLaw):
     """Approach 1: power laws fitted to the lower envelope of the runs' learning curves."""
 
     variant = 1
     title = ("Chinchilla approach 1: lower envelope of learning curves, "
              "N_opt = k_N C^a, D_opt = k_D C^b")
     n_parameters = 4
-    needs_curves = True
+    capabilities = ChinchillaLaw.capabilities | {"curves"}
+    refused = ("cluster",)
     scope = "one fit of the runs' learning curves, each run's curve resampled whole"
-    refused_flags = ("cluster",)
 
     def fit(self, table, *, n_bootstrap, ci_level, seed, **_):
         if "run_id" not in table.frame:

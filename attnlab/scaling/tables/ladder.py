@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from attnlab.scaling.errors import FitInputError
-from attnlab.scaling.table import ScalingTable
+from attnlab.scaling.points import ScalingTable
 
 PER_DECADE = 4  # slices per decade of compute
 MIN_SIZES = 3  # sizes an IsoFLOP slice needs (a parabola's three coefficients)

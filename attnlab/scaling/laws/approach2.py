@@ -37,19 +37,18 @@ from __future__ import annotations
 import numpy as np
 from scipy.interpolate import Akima1DInterpolator
 
-from attnlab.scaling import laws
+from attnlab.cli_vocab import Flag
 from attnlab.scaling.bootstrap import (cluster_index, percentile_interval, resample_rows,
                                        resample_within_groups)
 from attnlab.scaling.errors import FitInputError
+from attnlab.scaling.laws.chinchilla import ChinchillaLaw
+from attnlab.scaling.points import budget_labels
 from attnlab.scaling.result import ScalingFit
 
 MIN_SIZES_PER_BUDGET = 3  # a parabola has 3 coefficients
 # A windowed parabola takes at least this many sizes (when the ladder has them): three points
 # fit a parabola exactly, so its vertex would follow every run's noise.
 MIN_WINDOW_SIZES = 5
-# Runs whose FLOPs differ by less than this factor belong to one budget when the table has no
-# budget column (rounding of steps makes a budget's runs differ by a few percent).
-BUDGET_TOLERANCE = 1.25
 PROFILES = ("window", "akima", "whole")
 DEFAULT_WINDOW = 0.5  # decades of N either side of the best run
 # The smallest standard error of log N_opt used as a weight (a budget whose bootstrap replicates
@@ -57,21 +56,6 @@ DEFAULT_WINDOW = 0.5  # decades of N either side of the best run
 MIN_LOG_N_SE = 0.01
 AKIMA_GRID = 512  # points of the fine log N grid the spline is minimised on
 
-
-def budget_labels(flops: np.ndarray, budget: np.ndarray | None = None) -> np.ndarray:
-    """[points] the budget of each run: the ``budget`` column when given, else clusters of
-    ``flops`` (sorted values split wherever consecutive ones differ by > BUDGET_TOLERANCE),
-    each labelled by its geometric mean."""
-    if budget is not None:
-        return np.asarray(budget, np.float64)
-    log_c = np.log(np.asarray(flops, np.float64))
-    order = np.argsort(log_c)
-    cluster = np.concatenate([[0], np.cumsum(np.diff(log_c[order]) > np.log(BUDGET_TOLERANCE))])
-    labels = np.empty_like(log_c)
-    for k in np.unique(cluster):
-        members = order[cluster == k]
-        labels[members] = np.exp(log_c[members].mean())
-    return labels
 
 
 def parabola_vertex(log_n: np.ndarray, loss: np.ndarray):
@@ -315,16 +299,26 @@ def fit_approach2(n, d, loss, flops, *, budget=None, n_bootstrap: int = 0,
                                                     for c, why in edges]})
 
 
-class IsoFLOP(laws.ChinchillaLaw):
+class IsoFLOP(ChinchillaLaw):
     """Approach 2: each FLOP budget's minimum along its IsoFLOP profile, then power laws."""
 
     variant = 2
     title = "Chinchilla approach 2: IsoFLOP parabolas, N_opt = k_N C^a, D_opt = k_D C^b"
     n_parameters = 4
-    isoflop_profiles = True
-    reads = ("profile", "window")
+    capabilities = ChinchillaLaw.capabilities | {"isoflop"}
+    flags = (
+        Flag("profile", "enum", "window", "Approach 2: how each budget's minimum is found: a "
+             "parabola over the sizes near the best run (window), an Akima spline (akima), or "
+             "one parabola over the whole ladder (whole).", enum_values=PROFILES),
+        Flag("window", "float", DEFAULT_WINDOW, "Approach 2, --profile=window: decades of N "
+             "either side of each budget's best run."))
 
-    def fit(self, table, *, n_bootstrap, ci_level, seed, profile, window, clusters=None, **_):
+    def options(self, given):
+        return {"profile": given.get("profile") or "window",
+                "window": DEFAULT_WINDOW if given.get("window") is None else given["window"]}
+
+    def fit(self, table, *, n_bootstrap, ci_level, seed, profile="window",
+            window=DEFAULT_WINDOW, clusters=None, **_):
         return fit_approach2(table.array("params"), table.array("tokens"), table.array("loss"),
                              table.array("flops"), budget=table.budget, profile=profile,
                              window=window, n_bootstrap=n_bootstrap, ci_level=ci_level,

@@ -15,8 +15,8 @@ The pooled row averages the per-point differences: its variance is the sum of th
 variance terms over P^2, its degrees of freedom the Welch-Satterthwaite sum.
 
 Each arm at its own optimum (``best_over``, e.g. the learning rate): the runs compared are
-those :mod:`attnlab.scaling.picks` keeps. With ``pair``, :func:`heldout_differences` scores each
-seed at the value its arm's other seeds pick, which no winner's curse biases.
+those :mod:`attnlab.scaling.tables.picks` keeps. With ``pair``, :func:`heldout_differences`
+scores each seed at the value its arm's other seeds pick, which no winner's curse biases.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import pandas as pd
 from scipy import stats
 
 from attnlab.scaling.errors import FitInputError
-from attnlab.scaling.picks import check_columns, finished, heldout_picks
+from attnlab.scaling.tables.picks import check_columns, finished, heldout_picks
 
 DEFAULT_MATCH = ("params", "tokens")
 POOLED = "all"

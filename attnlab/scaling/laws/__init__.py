@@ -1,0 +1,1 @@
+"""The scaling laws, one file each, and their registry (``registry.LAWS``)."""
