@@ -89,9 +89,11 @@ def test_a_registered_law_is_fitted_reported_and_held_out_by_attnlab_fit(
 
 def test_an_unregistered_law_is_refused_with_the_registered_names(results, capsys):
     assert fit_main([f"--sweep={results}", "--law=kaplan_floor"]) == 2
+    names = registry.names()
+    assert names[:6] == ("kaplan", "chinchilla", "clark", "hparams", "data_constrained",
+                         "overtrain")
     assert capsys.readouterr().err.strip() == (
-        "error: --law must be one of kaplan, chinchilla, clark, hparams, data_constrained, "
-        "overtrain, not 'kaplan_floor'")
+        f"error: --law must be one of {', '.join(names)}, not 'kaplan_floor'")
 
 
 @pytest.mark.parametrize("law, approach, form, expected", [
