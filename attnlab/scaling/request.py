@@ -116,6 +116,7 @@ class FitRequest:
         law, ``columns`` as --columns spells it, ``flags`` the law's own flag values (e.g.
         {"profile": "akima"}), ``fields`` the other fields."""
         part = registry.law_named(law, approach, form)
+        check_flags(part, dict(flags or {}), registry.every_law())
         return cls(law=part, sweep=None if sweep is None else str(sweep),
                    columns=parse_columns(columns, CANONICAL + part.column_names),
                    settings=part.options(dict(flags or {})), **fields)
