@@ -227,3 +227,49 @@ def test_repeated_points_and_an_empty_table_are_one_line_errors(tmp_path, capsys
         assert fit_main([f"--sweep={path}", "--law=chinchilla", "--bootstrap=0"]) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: ") and message in err and err.count("\n") == 1
+
+
+def _runs(pairs) -> "pd.DataFrame":
+    """Runs at these (N, D) on Chinchilla's published law, without noise."""
+    from attnlab.scaling import equations
+
+    n, d = np.array(pairs, np.float64).T
+    return _frame(np.stack([n, d, equations.chinchilla_loss(CHINCHILLA_PUBLISHED, n, d)], 1))
+
+
+@pytest.mark.parametrize("law, table, message", [
+    ("--law=chinchilla", "one_size",
+     "--law=chinchilla --approach=3: every run has N = 1e+08, which determines neither A nor "
+     "alpha; add runs at other model sizes"),
+    ("--law=kaplan", "one_length",
+     "--law=kaplan --form=nd: every run has D = 2e+09, which determines neither D_c nor "
+     "alpha_D; add runs at other token counts"),
+    ("--law=overtrain", "one_ratio",
+     "--law=overtrain: every run has D/N = 20, which determines neither a, b nor M*"),
+])
+def test_a_law_refuses_a_table_with_one_value_on_an_axis_it_needs(law, table, message,
+                                                                  tmp_path, capsys):
+    """Each law declares the axes its parameters are identified along (Law.varies)."""
+    from attnlab.scaling.cli import fit_main
+
+    sizes = np.geomspace(1e7, 1e9, 5)
+    frame = {"one_size": _runs([(1e8, d) for d in np.geomspace(1e9, 1e11, 6)]),
+             "one_length": _runs([(n, 2e9) for n in sizes]),
+             "one_ratio": _runs([(n, 20 * n) for n in sizes])}[table]
+    path = tmp_path / "runs.csv"
+    frame.to_csv(path, index=False)
+    assert fit_main([f"--sweep={path}", law, "--bootstrap=0"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {message}") and err.count("\n") == 1
+
+
+def test_an_axis_whose_parameters_are_held_needs_no_spread():
+    """Muennighoff et al.'s frozen fit holds the Chinchilla part: one model size suffices."""
+    from attnlab.scaling import FitInputError, prepare_points
+    from attnlab.scaling.law import check_axes
+
+    law = law_named("chinchilla", 3)
+    table = prepare_points(_runs([(1e8, d) for d in np.geomspace(1e9, 1e11, 8)]), law=law)
+    check_axes(law, table, {"A": 406.4, "alpha": 0.34})  # N's parameters are held
+    with pytest.raises(FitInputError, match="every run has N = 1e"):
+        check_axes(law, table, {"A": 406.4})

@@ -64,6 +64,9 @@ class Law:
     run_columns: tuple[str, ...] = ()  # table columns beyond N and D a run's loss reads
     column_names: tuple[str, ...] = ()  # --columns names beyond the (N, D, L) table's
     fixable: tuple[str, ...] = ()  # the parameters --fix can hold
+    # Axis of the table (one of AXES) -> the parameters that only runs spread along it
+    # determine: a table with one value there is refused (check_axes).
+    varies: Mapping[str, tuple[str, ...]] = {}
     # Parameters whose interval is read as an exponent's (``ScalingFit.too_wide``).
     exponents: tuple[str, ...] = ("alpha", "beta", "a", "b", "alpha_N", "alpha_D")
     # Positive constants read on a log scale (a decay constant): pinned within a factor of
@@ -86,6 +89,11 @@ class Law:
     def short_title(self) -> str:
         """The law's name without its equation: "Chinchilla approach 2", "Kaplan L(N, D)"."""
         return (self.title or self.name).split(":")[0].split(" = ")[0]
+
+    @property
+    def variant_flag(self) -> str:
+        """How the command line names the variant: " --approach=3", " --form=nd" or ""."""
+        return f" --{self.selector.name}={self.variant}" if self.selector else ""
 
     @property
     def approach(self) -> int | None:
@@ -146,6 +154,35 @@ class Law:
         raise FitError(f"{self.title} has no compute-optimal allocation")
 
 
+# The axes a law's parameters are identified along: (what the runs differ in, the values of a
+# checked table's frame). Values within SAME_AXIS of each other are one value.
+AXES = {
+    "N": ("model sizes", lambda frame: frame["params"]),
+    "D": ("token counts", lambda frame: frame["tokens"]),
+    "D/N": ("tokens-per-parameter ratios", lambda frame: frame["tokens"] / frame["params"]),
+}
+SAME_AXIS = 0.01
+
+
+def check_axes(law: Law, table, fixed: Mapping[str, float] | None = None) -> None:
+    """Refuses, in one line, a table with one value along an axis ``law.varies`` names: the
+    parameters that axis determines are not identified (those all held by ``fixed`` aside). A
+    table with fewer distinct (N, D) points than the law has parameters is left to the law's
+    own count of them."""
+    frame = table.frame
+    if len(frame.groupby(["params", "tokens"])) < law.n_parameters:
+        return
+    for axis, names in law.varies.items():
+        values = np.asarray(AXES[axis][1](frame), np.float64)
+        if set(names) <= set(fixed or {}) or values.max() > values.min() * (1 + SAME_AXIS):
+            continue
+        *first, last = names
+        neither = f"neither {', '.join(first)} nor {last}" if first else last
+        raise FitInputError(f"--law={law.name}{law.variant_flag}: every run has {axis} = "
+                            f"{values.min():.4g}, which determines {neither}; add runs at other "
+                            f"{AXES[axis][0]}")
+
+
 # The shared flags of a fit that a law must be able to answer: the capability each needs, and
 # what to say when the law lacks it.
 NEEDS = {
@@ -189,10 +226,8 @@ def _foreign_flag(law: Law, name: str, owners) -> str:
         return f"--{name} applies to --law={owners[0].name} only"
     if law.scope:
         return f"--{name} does not apply to --law={law.name} ({law.scope})"
-    variant = (f" --approach={law.approach}" if law.approach else
-               f" --form={law.form}" if law.form else "")
-    return (f"--{name} does not apply to --law={law.name}{variant} ({law.title or law.name} "
-            f"does not read it)")
+    return (f"--{name} does not apply to --law={law.name}{law.variant_flag} "
+            f"({law.title or law.name} does not read it)")
 
 
 def check_fixable(law: Law, fixed: Mapping[str, float]) -> None:

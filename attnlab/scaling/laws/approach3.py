@@ -300,6 +300,7 @@ class Parametric(ChinchillaLaw):
     capabilities = ChinchillaLaw.capabilities | {"run-loss", "loss-model", "closed-frontier",
                                                  "table-k"}
     fixable = COORDINATES.fixable
+    varies = {"N": ("A", "alpha"), "D": ("B", "beta")}
     flags = (Flag("grid", "string", None, "Approach 3 initialisation grid overrides, "
                   "NAME:START:STOP:STEP for NAME in a, b, e, alpha, beta (default: Hoffmann et "
                   "al.'s grid)."),)

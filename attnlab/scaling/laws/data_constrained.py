@@ -178,6 +178,7 @@ class DataConstrained(Law):
     exponents = ("alpha", "beta")
     scales = ("R_D", "R_N")  # decay constants: an interval [90, 1e14] pins nothing
     run_columns = ("unique_tokens",)
+    varies = {"N": ("A", "alpha"), "D": ("B", "beta")}  # R_D, R_N: the repeats (_check_repeats)
     refused = ("curves", "by", "budget", "multiplier-against", "train-longer")
     scope = "one fit of L(N', D') over a table's runs"
 

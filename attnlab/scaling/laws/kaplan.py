@@ -93,6 +93,7 @@ class KaplanJoint(KaplanLaw):
     variant = "nd"
     title = "Kaplan L(N, D) = [(N_c/N)^(alpha_N/alpha_D) + D_c/D]^alpha_D"
     n_parameters, parameter_names = 4, "N_c, D_c, alpha_N, alpha_D"
+    varies = {"N": ("N_c", "alpha_N"), "D": ("D_c", "alpha_D")}
     capabilities = KaplanLaw.capabilities | {"loss-model", "allocation", "table-k"}
     per = None  # every point is used
 
@@ -131,6 +132,7 @@ class KaplanSize(KaplanJoint):
     variant = "n"
     title = "Kaplan L(N) = (N_c/N)^alpha_N"
     n_parameters, parameter_names = 2, "N_c, alpha_N"
+    varies = {"N": ("N_c", "alpha_N")}
     capabilities = KaplanLaw.capabilities
     per = "model sizes"
 
@@ -155,6 +157,7 @@ class KaplanData(KaplanSize):
     variant = "d"
     title = "Kaplan L(D) = (D_c/D)^alpha_D"
     parameter_names = "D_c, alpha_D"
+    varies = {"D": ("D_c", "alpha_D")}
     per = "token counts"
 
     def size_curve(self, params, n):

@@ -177,17 +177,9 @@ class Overtrain(Law):
                   "at equal loss, with intervals."),)
     refused = ("curves", "by", "multiplier-against", "train-longer")
     scope = "one fit of L(C, M) over a table's runs"
-
-    def check_table(self, table):
-        """At one tokens-per-parameter ratio the law is E + K C^-eta: a, b and M* are not
-        determined, so such a table is refused (every ratio within 1% of another is one)."""
-        ratios = np.sort(table.array("tokens") / table.array("params"))
-        if ratios.size and ratios[-1] <= ratios[0] * 1.01:
-            raise FitInputError(
-                f"--law=overtrain: every run has D/N = {ratios[0]:.4g} tokens per parameter: at "
-                f"one ratio L(C, M) is E + K C^-eta, which determines neither a, b nor M*; add "
-                f"runs at other ratios (Gadre et al. fit compute-optimal and over-trained ones)")
-        return table
+    # At one ratio L(C, M) is E + K C^-eta (Gadre et al. fit compute-optimal and over-trained
+    # runs together).
+    varies = {"D/N": ("a", "b", "M*")}
 
     def loss(self, params, n, d):
         n, d = np.asarray(n, np.float64), np.asarray(d, np.float64)

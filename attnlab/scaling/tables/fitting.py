@@ -10,7 +10,7 @@ import pandas as pd
 
 from attnlab.scaling.bootstrap import MIN_CLUSTERS
 from attnlab.scaling.errors import FitInputError
-from attnlab.scaling.law import Law, check_fixable
+from attnlab.scaling.law import Law, check_axes, check_fixable
 from attnlab.scaling.points import ScalingTable
 from attnlab.scaling.result import ScalingFit
 from attnlab.scaling.tables.ladder import isoflop_slices
@@ -72,6 +72,7 @@ def fit_table(table: ScalingTable, *, law: Law, n_bootstrap: int = 0, ci_level: 
     if n_bootstrap < 0:
         raise FitInputError(f"--bootstrap must be >= 0, not {n_bootstrap}")
     check_fixable(part, fixed)
+    check_axes(part, table, fixed)
     fit = part.fit(table, n_bootstrap=n_bootstrap, ci_level=ci_level, seed=seed, fixed=fixed,
                    flops_per_param_token=flops_per_param_token(table), clusters=table.clusters,
                    **options)
