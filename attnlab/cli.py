@@ -21,12 +21,13 @@ from attnlab.interrupts import (EXIT_INTERRUPTED, deferred, exit_at_once_on_inte
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "env": ("attnlab.train.cli", "env_main",
             "versions, devices, MFU peak and the fast paths this machine has"),
-    "model-info": ("attnlab.train.cli", "model_info_main",
+    "model-info": ("attnlab.train.model_info_cli", "model_info_main",
                    "parameter counts and FLOPs per token of a config"),
     "train": ("attnlab.train.cli", "train_main", "train one model; resumes in the same --run"),
     "prepare": ("attnlab.train.cli", "prepare_main",
                 "build a config's corpus into the cache (as the first train does)"),
-    "generate": ("attnlab.train.cli", "generate_main", "sample text from a trained run"),
+    "generate": ("attnlab.train.generate_cli", "generate_main",
+                 "sample text from a trained run"),
     "sweep": ("attnlab.sweep.cli", "sweep_main",
               "run a sweep of any registered mode (and its tuning stage)"),
     "fit": ("attnlab.scaling.cli", "fit_main", "fit a registered scaling law to a results table"),
@@ -52,9 +53,10 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 # name -> "module:attribute" of its flags (a list of attnlab.cli_flags.Flag, or a function
 # returning one): the dispatcher rewrites their old spellings before it checks output paths.
 FLAG_LISTS: dict[str, str] = {
-    "env": "attnlab.train.cli:ENV_FLAGS", "model-info": "attnlab.train.cli:MODEL_INFO_FLAGS",
+    "env": "attnlab.train.cli:ENV_FLAGS",
+    "model-info": "attnlab.train.model_info_cli:MODEL_INFO_FLAGS",
     "train": "attnlab.train.cli:TRAIN_FLAGS", "prepare": "attnlab.train.cli:PREPARE_FLAGS",
-    "generate": "attnlab.train.cli:GENERATE_FLAGS", "sweep": "attnlab.sweep.cli:FLAGS",
+    "generate": "attnlab.train.generate_cli:GENERATE_FLAGS", "sweep": "attnlab.sweep.cli:FLAGS",
     "fit": "attnlab.scaling.cli:fit_flags", "compare": "attnlab.scaling.compare_cli:COMPARE_FLAGS",
     "plot": "attnlab.plots.cli:plot_flags", "extrapolate": "attnlab.extrapolation.cli:FLAGS",
     "coord-check": "attnlab.coord_check:command_flags",

@@ -23,6 +23,7 @@ from attnlab import cli
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 GRID = str(ROOT / "experiments" / "tiny_grid.py")
 ISOFLOP = str(ROOT / "experiments" / "tiny_isoflop.py")
+TUNED = str(ROOT / "experiments" / "architectures_tuned.py")
 TINY = "configs/tiny.py"
 REGRESSION = "configs/icl_regression.py"
 
@@ -452,6 +453,16 @@ CASES = [
                                    "--config.sweep.learning_rate.rule=tuned",
                                    "--config.sweep.learning_rate.ref_d_model=0",
                                    "--sweep={d}/sw"], "sweep.tune: missing"),
+    # a tuning stage's runs, and its study's, are planned before any flag is read: muP's base
+    # width 16 takes no 3 heads (here with a flag that is wrong too, and a dry run's probe)
+    ("sweep-tuned-proxy-unplannable", None, ["sweep", f"--config={TUNED}:small",
+                                             "--config.sweep.tune.shapes=((24,2,3),(48,2,3))",
+                                             "--sweep={d}/sw", "--dry-run", "--ensemble-max=0"],
+     "16 is not divisible by model.n_heads=3"),
+    ("sweep-tuned-study-unplannable", None, ["sweep", f"--config={TUNED}:small",
+                                             "--config.sweep.shapes=((24,2,3),(48,2,3))",
+                                             "--sweep={d}/sw"],
+     "16 is not divisible by model.n_heads=3"),
     ("sweep-empty-axis", None, [*SWEEP, "--config.sweep.axes.train.seed=()", "--sweep={d}/sw"],
      "seed"),
     ("sweep-parallel-zero", None, [*SWEEP, "--parallel=0", "--sweep={d}/sw"], "--parallel"),

@@ -29,7 +29,7 @@ from attnlab.config import DataConfig, ModelConfig, TrainConfig, check_warmup, f
 from attnlab.errors import ConfigError
 from attnlab.schedules import COOLDOWN_SHAPES
 from attnlab.checks import check
-from attnlab.sweep import plan, spec_from_config_dict, tuning
+from attnlab.sweep import plan, spec_from_config_dict, stages
 from attnlab.sweep.rules import LR_RULES, WARMUP_RULES, LearningRateRule, WarmupRule
 from attnlab.sweep.sections import Branches, CentreRule, Ladder, Resources, Tune
 from attnlab.sweep.modes import MODES
@@ -382,8 +382,7 @@ def check_one(raw: dict) -> None:
     try:
         spec = spec_from_config_dict(raw)
         # A tuned sweep: its tuning runs, then its study at placeholder rates.
-        runs = (tuning.tuning_plan(spec) + plan(tuning.with_picks(spec, tuning.placeholder(spec)))
-                if spec.tune else plan(spec))
+        runs = sum(stages.planned_stages(spec), []) if spec.tune else plan(spec)
     except ConfigError as e:
         assert real_field(e.field, raw), f"names no field of the spec: {e.field!r} ({e})"
         assert "\n" not in str(e), str(e)

@@ -10,7 +10,7 @@ import pytest
 
 from attnlab import rundir
 from attnlab.sweep import plan, run_sweep, spec_from_config_dict
-from attnlab.sweep.refine import grown, next_factor, recorded
+from attnlab.sweep.refine import grown, next_factor, recorded_outcomes
 from attnlab.sweep.sections import SweepSpecError
 from attnlab.sweep.stages import dry_run_refined
 
@@ -160,7 +160,7 @@ def test_a_real_sweep_grows_where_its_best_rate_is_the_largest(tmp_path):
     for _, point in table.groupby("model.pos_encoding"):
         losses = point.sort_values("train.learning_rate")["final_val_loss"].to_numpy()
         assert losses[0] > losses[1] > losses[2]
-    assert extra(grown(spec, recorded(tmp_path))) == [("d16-l1-h2", (4.0,))] * 2
+    assert extra(grown(spec, recorded_outcomes(tmp_path))) == [("d16-l1-h2", (4.0,))] * 2
     summaries = {p: p.stat().st_mtime_ns for p in tmp_path.glob("runs/*/summary.json")}
     again = run_sweep(spec, tmp_path, progress=False)
     assert sorted(again["run_id"]) == sorted(table["run_id"])

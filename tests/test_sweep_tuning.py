@@ -25,7 +25,7 @@ from attnlab.config import base_config_dict
 from attnlab.errors import ConfigError
 from attnlab.checks import check
 from attnlab.sweep import SweepSpecError, load_spec, plan, spec_from_config_dict
-from attnlab.sweep import stages, tuning
+from attnlab.sweep import definition, stages, tuning
 from repo_files import load_module
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -223,13 +223,37 @@ def test_refusals_name_the_field(config, field, words):
     assert error.field.startswith(field) and words in error.reason, (error.field, error.reason)
 
 
+def _planning_refusal(config):
+    """The error with which the stages refuse the spec's plan (the spec itself parses)."""
+    spec = spec_from_config_dict(config)
+    with pytest.raises(SweepSpecError) as info:
+        stages.check(spec)
+    assert "\n" not in str(info.value)
+    return info.value
+
+
 def test_a_bad_proxy_is_named_by_its_tune_field():
     # muP's base width 16 is not divisible by 3 heads: the proxies, not the study, refuse it.
     config = study(tune={"shapes": ((24, 2, 3), (48, 2, 3)), "learning_rates": GRID,
                          "steps": 10}, variants={"mup": {"model": MUP}})
-    error = _refusal(config)
+    error = _planning_refusal(config)
     assert error.field == "base.model.mup_base_d_model", (error.field, error.reason)
     assert "model.n_heads=3" in error.reason and "tuning stage" in error.reason
+
+
+def test_a_study_that_cannot_be_planned_is_refused_before_its_tuning_stage(tmp_path):
+    # The study's shapes take no muP base width 16; the proxies do. Refused by the check, by the
+    # dry run before its probe and by the run before anything is written.
+    config = study(shapes=((24, 2, 3), (48, 2, 3)), variants={"mup": {"model": MUP}})
+    error = _planning_refusal(config)
+    assert error.field == "base.model.mup_base_d_model" and "tuning stage" not in error.reason
+    spec = spec_from_config_dict(config)
+    for stage in (lambda: stages.dry_run_sweep(spec, tmp_path / "sw"),
+                  lambda: stages.run_sweep(spec, tmp_path / "sw", allow_large=True)):
+        with pytest.raises(SweepSpecError) as info:
+            stage()
+        assert str(info.value) == str(error)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_dry_run_shows_both_stages_and_the_recorded_picks(tmp_path):
@@ -256,7 +280,7 @@ def test_architectures_tuned_puts_exactly_the_arms_mup_refuses_under_sp():
     module = load_module(source)
     for scale in ("cpu", "gpu"):
         spec = load_spec(f"{source}:{scale}")
-        for name, arm in tuning.arms(spec):
+        for name, arm in definition.arms(spec):
             model = arm.base.model
             # muP with the arm's own score scale where it has one (cosine attention's)
             scale = "mup" if model.attention_scale in ("rsqrt", "mup") else model.attention_scale
@@ -268,8 +292,8 @@ def test_architectures_tuned_puts_exactly_the_arms_mup_refuses_under_sp():
             except ConfigError:
                 refused = True
             assert refused == (name not in module.MUP_ARMS), (scale, name)
-            assert tuning.transfers(arm) == (name in module.MUP_ARMS)
-        assert {name for name, _ in tuning.arms(spec)} == {v.name for v in spec.variants}
+            assert definition.transfers(arm) == (name in module.MUP_ARMS)
+        assert {name for name, _ in definition.arms(spec)} == {v.name for v in spec.variants}
 
 
 # -- end to end ---------------------------------------------------------------------------------

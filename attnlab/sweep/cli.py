@@ -15,10 +15,9 @@ from attnlab import cli_vocab as vocab
 from attnlab.cli_flags import Flag
 from attnlab.ensembles import CHOICES, ENSEMBLE_MAX
 from attnlab.rundir import COMPLETED, DIVERGED, FAILED, TABLE_FILE
+from attnlab.sweep import stages
 from attnlab.sweep.launchers import LAUNCHERS, SweepInterrupted
-from attnlab.sweep.probe import PROBES, dry_run, format_table
-from attnlab.sweep.refine import refining
-from attnlab.sweep.stages import dry_run_refined, dry_run_stages, run_sweep
+from attnlab.sweep.probe import PROBES, format_table
 from attnlab.sweep.spec import config_source, spec_from_config_dict
 
 FLAGS = [
@@ -59,7 +58,16 @@ def sweep_main(argv: list[str]) -> int:
     values = cli_flags.parse(argv, FLAGS, prog="attnlab sweep")
     spec = spec_from_config_dict(values.config,
                                  source=config_source(values["config"].config_filename))
-    workdir = values["sweep"].value
+    stages.check(spec)  # a bad run config is the spec's error: refused before any flag's
+    _check_flags(values)
+    ensemble = dict(ensemble=values["ensemble"].value, ensemble_max=values["ensemble-max"].value)
+    if values["dry-run"].value:
+        return _dry_run(spec, values, ensemble)
+    return _run(spec, values, ensemble)
+
+
+def _check_flags(values) -> None:
+    """The flags' own rules, before any work: each refusal names its flag."""
     if values["ensemble-max"].value < 1:
         raise cli_flags.UsageError(f"--ensemble-max must be >= 1, got "
                                    f"{values['ensemble-max'].value}")
@@ -67,36 +75,37 @@ def sweep_main(argv: list[str]) -> int:
         cli_flags.refuse_given(values, ("probe",), "applies with --dry-run only")
     if values["ensemble"].value == "off":
         cli_flags.refuse_given(values, ("ensemble-max",), "applies with --ensemble=on or auto only")
-    ensemble = dict(ensemble=values["ensemble"].value, ensemble_max=values["ensemble-max"].value)
     if values["cache-dir"].value:
         rundir.check_can_create_dir(values["cache-dir"].value, "--cache-dir")
-    if values["dry-run"].value:
-        options = dict(probe=values["probe"].value, parallel=values["parallel"].value,
-                       **ensemble)
-        if spec.tune is not None:  # the tuning stage, then the study at its learning rates
-            stages = dry_run_stages(spec, workdir, **options)
-        elif refining(spec):  # the grid, with the rates (batch sizes) past its edge so far
-            stages = dry_run_refined(spec, workdir, **options)
-        else:
-            stages = [(None, *dry_run(spec, workdir, **options))]
-        for title, table, notes in stages:
-            if title:
-                print(f"## {title}")
-            print(format_table(table))
-            for note in notes:
-                print(f"# {note}")
-        return 0
+
+
+def _dry_run(spec, values, ensemble: dict) -> int:
+    """Prints each stage's planned runs and notes (``--dry-run``)."""
+    for title, table, notes in stages.dry_run_sweep(spec, values["sweep"].value,
+                                                    probe=values["probe"].value,
+                                                    parallel=values["parallel"].value,
+                                                    **ensemble):
+        if title:
+            print(f"## {title}")
+        print(format_table(table))
+        for note in notes:
+            print(f"# {note}")
+    return 0
+
+
+def _run(spec, values, ensemble: dict) -> int:
+    """Runs the sweep; prints where its results are and why any run failed."""
+    workdir = values["sweep"].value
     try:
-        table = run_sweep(spec, workdir, launcher=values["launcher"].value,
-                          parallel=values["parallel"].value,
-                          retry_failed=values["retry-failed"].value,
-                          progress=values["progress"].value,
-                          ray_address=values["ray-address"].value or None,
-                          cache_dir=values["cache-dir"].value or None,
-                          allow_large=values["allow-large"].value,
-                          compile_ahead=values["compile-ahead"].value,
-                          **ensemble,
-                          allow_nonempty=values["allow-nonempty"].value)
+        table = stages.run_sweep(spec, workdir, launcher=values["launcher"].value,
+                                 parallel=values["parallel"].value,
+                                 retry_failed=values["retry-failed"].value,
+                                 progress=values["progress"].value,
+                                 ray_address=values["ray-address"].value or None,
+                                 cache_dir=values["cache-dir"].value or None,
+                                 allow_large=values["allow-large"].value,
+                                 compile_ahead=values["compile-ahead"].value,
+                                 allow_nonempty=values["allow-nonempty"].value, **ensemble)
     except (KeyboardInterrupt, SweepInterrupted):
         sys.stderr.write(f"\ninterrupted; rerun the same command to resume ({workdir})\n")
         return 130

@@ -1,7 +1,8 @@
 """What a sweep is, once parsed: :class:`SweepSpec` (mode, shapes or a size ladder, axes,
-rules, budgets, variants, the tuning stage) and :class:`Variant`, and :func:`variant_spec` (one
-variant's own sweep). Parsing and validating a spec file lives in :mod:`attnlab.sweep.spec`;
-planning, tuning and running read these classes from here, below all of them."""
+rules, budgets, variants, the tuning stage) and :class:`Variant`, :func:`variant_spec` (one
+variant's own sweep) and :func:`arms` (the sweeps a tuning stage tunes). Parsing and validating
+a spec file lives in :mod:`attnlab.sweep.spec`; planning, tuning and running read these classes
+from here, below all of them."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 from attnlab.config import Config
 from attnlab.errors import ConfigError
 from attnlab.checks import with_values
+from attnlab.model.architecture import PARAMETERIZATIONS
 from attnlab.sweep.modes import MODES, Mode
 from attnlab.sweep.rules import LearningRateRule, WarmupRule
 from attnlab.sweep.sections import (Branches, CentreRule, Ladder, Resources, Shape,
@@ -18,6 +20,7 @@ from attnlab.sweep.sections import (Branches, CentreRule, Ladder, Resources, Sha
 
 
 BATCH_KEY = "data.batch_size"  # the axis sweep.refine_batch widens
+ALL = "all"  # the one tuned arm of a sweep without variants
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,3 +164,22 @@ def check_refine_batch(spec: SweepSpec) -> None:
                                   "own")):
         if refused:
             raise SweepSpecError("sweep.refine_batch", why)
+
+
+def tuned(spec: SweepSpec, variant: Variant) -> bool:
+    """Whether the tuning stage picks the variant's learning rate (its rule, or the sweep's, is
+    ``tuned``)."""
+    return (variant.learning_rate or spec.learning_rate).kind.from_tuning_stage
+
+
+def arms(spec: SweepSpec) -> list[tuple[str, SweepSpec]]:
+    """The tuned arms: ``(name, the arm's own sweep)`` for each variant whose learning-rate rule
+    is ``tuned`` (its own or the sweep's), or ``[(ALL, spec)]`` for a sweep without variants."""
+    if not spec.variants:
+        return [(ALL, spec)] if spec.learning_rate.kind.from_tuning_stage else []
+    return [(v.name, variant_spec(spec, v)) for v in spec.variants if tuned(spec, v)]
+
+
+def transfers(arm: SweepSpec) -> bool:
+    """Whether the arm's parameterisation makes one rate right at every width (muP)."""
+    return PARAMETERIZATIONS[arm.base.model.parameterization].transfers_learning_rate

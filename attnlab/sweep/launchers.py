@@ -36,7 +36,7 @@ import psutil
 from attnlab.sweep.crashes import (LauncherError, SweepInterrupted, record_crash,
                                    refuse_local_settings)
 from attnlab.sweep.slurm import Slurm
-from attnlab.sweep.spec import Resources
+from attnlab.sweep.sections import Resources
 from attnlab.worker import execute_runs
 
 OnResult = Callable[[Path, dict], None]

@@ -23,8 +23,8 @@ import pandas as pd
 from attnlab import rundir
 from attnlab.sweep.launchers import WorkerProcess
 from attnlab.sweep.planner import PlannedRun, expand
-from attnlab.ensembles import ENSEMBLE_MAX, members_per_program
-from attnlab.sweep.runner import check_data, ensemble_units, run_record, worker_platform
+from attnlab.ensembles import ENSEMBLE_MAX
+from attnlab.sweep.runner import check_data, ensemble_units, run_record
 from attnlab.sweep.definition import SweepSpec
 
 
@@ -124,15 +124,15 @@ def dry_run(spec: SweepSpec, workdir: str | Path | None = None, *, probe: str = 
     workdir = Path(workdir) if workdir else None
     table = pd.DataFrame([_plan_row(run, workdir) for run in runs])
     ids = [run.run_id for run in runs]
-    most = members_per_program(ensemble, ensemble_max, worker_platform(None, spec))
-    units = ensemble_units(runs, ids, set(ids), most)
-    unit_of = {run_id: i for i, unit in enumerate(units) for run_id in unit}
-    table["unit"] = [unit_of[run_id] for run_id in ids]
     todo = [run for run, status in zip(runs, table["status"])
             if status not in rundir.FINAL_STATUSES]
-    notes = list(notes) + _plan_notes(spec, runs, units, todo)
+    units = ensemble_units(spec, runs, ids, set(ids), ensemble=ensemble,
+                           ensemble_max=ensemble_max)
     # A bad data source, or a run over sweep.max_epochs, fails the dry run too, naming its field.
-    notes += check_data(todo, spec.max_epochs)
+    data_notes = check_data(todo, spec.max_epochs)
+    unit_of = {run_id: i for i, unit in enumerate(units) for run_id in unit}
+    table["unit"] = [unit_of[run_id] for run_id in ids]
+    notes = list(notes) + _plan_notes(spec, runs, units, todo) + data_notes
     too_large = memory_refusals(todo)
     notes += [f"warning: {text}" for text in too_large.values()]
     fits = [run for run in runs if run.run_id not in too_large]  # probing one would not fit

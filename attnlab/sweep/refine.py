@@ -56,7 +56,7 @@ def outcomes(table: pd.DataFrame | None) -> dict[str, tuple[str, float]]:
             for run, status, value in zip(table["run_id"], table["status"], loss)}
 
 
-def recorded(workdir: str | Path | None) -> dict[str, tuple[str, float]]:
+def recorded_outcomes(workdir: str | Path | None) -> dict[str, tuple[str, float]]:
     """The outcomes of the runs a sweep directory already holds (none for a new one)."""
     if workdir is None or not Path(workdir).is_dir():
         return {}
@@ -157,7 +157,7 @@ def next_batch(spec: SweepSpec, runs: list[PlannedRun],
     return None
 
 
-def describe(before: SweepSpec, after: SweepSpec) -> list[str]:
+def describe_growth(before: SweepSpec, after: SweepSpec) -> list[str]:
     """The points that gained a factor, in words, for the sweep's log."""
     old = dict(before.refinements)
     lines = []

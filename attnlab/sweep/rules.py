@@ -1,7 +1,8 @@
 """A sweep's learning-rate and warmup rules: the sections' fields (``LearningRateRule``,
 ``WarmupRule``), each rule one class that checks its fields and its needs of the spec and gives a
-run its value, and the registries that ``rule`` names select from. Adding a rule is one class
-and one registry line; the spec, the planner and the tuning stage ask the rule, never compare its
+run its value, and the registries that ``rule`` names select from; the readers of the files a
+rule may name (a fitted hyperparameter law, a transfer report). Adding a rule is one class and
+one registry line; the spec, the planner and the tuning stage ask the rule, never compare its
 name."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from typing import Any
 
 from attnlab.model.architecture import PARAMETERIZATIONS
 from attnlab.model.counting import param_counts
@@ -291,6 +293,31 @@ def read_lr_law(path: str, field: str) -> tuple[float, dict[str, float]]:
                                     f"lr.exponents.params, .tokens): {type(e).__name__} {e}"
                              ) from None
     return coef, exponents
+
+
+# The rows of a learning-rate transfer report (experiments/mup_transfer.py --json): each
+# (parameterization, width) with the best learning rate of its grid.
+_REPORT_KEYS = {"parameterization": str, "d_model": int, "mup_base_d_model": int,
+                "learning_rate": float}
+
+
+def read_transfer_report(path: str, field: str) -> list[dict[str, Any]]:
+    """The ``best_learning_rates`` rows of a transfer report, each checked for
+    :data:`_REPORT_KEYS`; anything else is a SweepSpecError naming ``field``."""
+    try:
+        with open(path) as f:
+            rows = json.load(f)["best_learning_rates"]
+        checked = []
+        for row in rows:
+            checked.append({key: kind(row[key]) for key, kind in _REPORT_KEYS.items()})
+            if isinstance(row["learning_rate"], bool) or not row["learning_rate"] > 0:
+                raise ValueError(f"learning rate {row['learning_rate']!r}")
+        return checked
+    except (OSError, ValueError, TypeError, KeyError) as e:
+        raise SweepSpecError(field, f"{path!r} is not a transfer report (the JSON of "
+                                    f"experiments/mup_transfer.py --json: best_learning_rates "
+                                    f"rows with {', '.join(_REPORT_KEYS)}): "
+                                    f"{type(e).__name__} {e}") from None
 
 
 LR_RULES = {c.name: c for c in (Fixed, PerShape, PowerLaw, InverseWidth, Transfer, Tuned,

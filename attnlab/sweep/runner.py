@@ -39,7 +39,7 @@ from attnlab.ensembles import groups as ensemble_groups
 from attnlab.sweep import launchers
 from attnlab.sweep.planner import PlannedRun, plan
 from attnlab.sweep.sections import SweepSpecError
-from attnlab.sweep.spec import SweepSpec
+from attnlab.sweep.definition import SweepSpec
 from attnlab.worker import STOP_ON
 
 
@@ -232,19 +232,23 @@ def worker_platform(launcher, spec: SweepSpec) -> str:
     return jax.devices()[0].platform
 
 
-def ensemble_units(runs: list[PlannedRun], run_dirs: list[Path], todo: set[Path],
-                   ensemble_max: int) -> list[list[Path]]:
+def ensemble_units(spec: SweepSpec, runs: list[PlannedRun], run_dirs: list[Path],
+                   todo: set[Path], *, ensemble: str, ensemble_max: int,
+                   launcher=None) -> list[list[Path]]:
     """The units of work: groups of runs that one compiled program can train
-    (:func:`attnlab.ensembles.groups`, in plan order, at most ``ensemble_max`` and as many as
-    half the machine's memory holds), each with a run still to do. A group keeps its finished
-    members (the ensemble freezes them): the same groups on every invocation give an
-    interrupted sweep the same programs, and so bitwise the same resumed runs."""
+    (:func:`attnlab.ensembles.groups`, in plan order, at most as many as ``ensemble`` and
+    ``ensemble_max`` let one program train on the platform of ``launcher``'s runs
+    (:func:`attnlab.ensembles.members_per_program`) and as many as half the machine's memory
+    holds), each with a run still to do. A group keeps its finished members (the ensemble
+    freezes them): the same groups on every invocation give an interrupted sweep the same
+    programs, and so bitwise the same resumed runs."""
     from attnlab.train.memory import machine_memory, training_bytes
 
+    most = members_per_program(ensemble, ensemble_max, worker_platform(launcher, spec))
     config_of = {run_dir: run.cfg for run, run_dir in zip(runs, run_dirs, strict=True)}
     memory, _ = machine_memory()
     units = []
-    for group in ensemble_groups(run_dirs, config_of.get, ensemble_max):
+    for group in ensemble_groups(run_dirs, config_of.get, most):
         cap = max(1, int(memory / 2 // training_bytes(config_of[group[0]])["total"]))
         units += [group[i:i + cap] for i in range(0, len(group), cap)]
     return [unit for unit in units if todo.intersection(unit)]
@@ -395,8 +399,8 @@ def _run_sweep(spec: SweepSpec, runs: list[PlannedRun], workdir: Path, budget_no
                 say(f"{run_dir.name}: retrying ({action})")
     statuses = collections.Counter(rundir.run_status(d) for d in run_dirs)
     todo = [d for d in run_dirs if rundir.run_status(d) not in rundir.FINAL_STATUSES]
-    most = members_per_program(ensemble, ensemble_max, worker_platform(launcher, spec))
-    units = ensemble_units(runs, run_dirs, set(todo), most)
+    units = ensemble_units(spec, runs, run_dirs, set(todo), ensemble=ensemble,
+                           ensemble_max=ensemble_max, launcher=launcher)
     if launcher.longest_first():
         units = longest_first(units, runs, run_dirs)
     say(f"sweep {spec.name} ({spec.mode}): {len(runs)} runs in {workdir}; "

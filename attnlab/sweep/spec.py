@@ -9,13 +9,14 @@ An experiment file defines ``get_config(scale="cpu")`` returning a ConfigDict wi
                   rules, compute budgets (see docs/sweeps.md for every key)
 
 :func:`load_spec` turns that into a frozen :class:`SweepSpec`; nothing here touches JAX or the
-disk besides reading the files. Turning a spec into concrete runs is :mod:`attnlab.sweep.planner`.
+disk besides reading the files, and nothing plans: turning a spec into concrete runs is
+:mod:`attnlab.sweep.planner`, and each stage checks its runs' configs as it plans them
+(:func:`attnlab.sweep.stages.check` plans a tuning stage's ahead).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from typing import Any, Mapping
 
@@ -26,10 +27,10 @@ from attnlab.config import Config, DataConfig, ModelConfig, TrainConfig, from_co
 from attnlab.dataclass_io import build_dataclass, coerce
 from attnlab.errors import ConfigError
 from attnlab.checks import check
-from attnlab.model.architecture import PARAMETERIZATIONS
-from attnlab.sweep.definition import SweepSpec, Variant, check_refine_batch, variant_spec
+from attnlab.sweep.definition import (SweepSpec, Variant, arms, check_refine_batch, transfers,
+                                      variant_spec)
 from attnlab.sweep import modes
-from attnlab.sweep.rules import LearningRateRule, WarmupRule, read_lr_law
+from attnlab.sweep.rules import LearningRateRule, WarmupRule, read_lr_law, read_transfer_report
 from attnlab.sweep.sections import (Branches, CentreRule, Ladder, Resources, Shape,
                                     SweepSpecError, Tune, int_at_least,
                                     number_at_least_zero, positive_number)
@@ -118,9 +119,7 @@ def spec_from_config_dict(config: ml_collections.ConfigDict | Mapping[str, Any],
     _check_relations(spec)
     spec = _with_variants(spec, sweep)
     check_refine_batch(spec)
-    from attnlab.sweep import tuning  # it plans sweeps: imported here, not in a cycle
-
-    tuning.check(spec)
+    _check_tune(spec)
     return spec
 
 
@@ -173,6 +172,30 @@ def _check_variant_relations(spec: SweepSpec, variant: Variant) -> None:
         raise SweepSpecError(e.field, f"{e.reason} (variant {variant.name!r})") from None
 
 
+def _check_tune(spec: SweepSpec) -> None:
+    """The rules between ``sweep.tune`` and the learning-rate rules: rule ``tuned`` needs the
+    tuning stage, the stage needs an arm that is tuned, and an arm that is not muP needs two
+    widths. Planning the stage's runs is the stage's own check
+    (:func:`attnlab.sweep.stages.check`)."""
+    tuned = arms(spec)
+    if spec.tune is None:
+        if tuned:
+            raise SweepSpecError("sweep.tune", "missing: learning-rate rule 'tuned' needs the "
+                                 "tuning stage (shapes, learning_rates, seeds, steps)")
+        return
+    if not tuned:
+        raise SweepSpecError("sweep.tune", "no arm uses it: set sweep.learning_rate.rule = "
+                                           "'tuned' (or a variant's)")
+    widths = {s.d_model for s in spec.tune.shapes}
+    for name, arm in tuned:
+        if not transfers(arm) and len(widths) < 2:
+            what = f"variant {name!r}" if spec.variants else "the base model"
+            raise SweepSpecError("sweep.tune.shapes", f"{what} is not muP (model.parameterization"
+                                 f" = {arm.base.model.parameterization!r}): its rate is "
+                                 f"extrapolated in width by a power law fitted over the tuning "
+                                 f"widths, which needs at least two")
+
+
 # ----------------------------------------------------------------------------------------------
 # Parsing helpers: each raises SweepSpecError naming the field.
 
@@ -213,31 +236,6 @@ def _find_file(path: str, source: str, field: str, what: str) -> str:
                                 f"{', '.join(sorted(set(map(os.path.normpath, candidates))))})")
 
 
-# The rows of a learning-rate transfer report (experiments/mup_transfer.py --json): each
-# (parameterization, width) with the best learning rate of its grid.
-_REPORT_KEYS = {"parameterization": str, "d_model": int, "mup_base_d_model": int,
-                "learning_rate": float}
-
-
-def read_transfer_report(path: str, field: str) -> list[dict[str, Any]]:
-    """The ``best_learning_rates`` rows of a transfer report, each checked for
-    :data:`_REPORT_KEYS`; anything else is a SweepSpecError naming ``field``."""
-    try:
-        with open(path) as f:
-            rows = json.load(f)["best_learning_rates"]
-        checked = []
-        for row in rows:
-            checked.append({key: kind(row[key]) for key, kind in _REPORT_KEYS.items()})
-            if isinstance(row["learning_rate"], bool) or not row["learning_rate"] > 0:
-                raise ValueError(f"learning rate {row['learning_rate']!r}")
-        return checked
-    except (OSError, ValueError, TypeError, KeyError) as e:
-        raise SweepSpecError(field, f"{path!r} is not a transfer report (the JSON of "
-                                    f"experiments/mup_transfer.py --json: best_learning_rates "
-                                    f"rows with {', '.join(_REPORT_KEYS)}): "
-                                    f"{type(e).__name__} {e}") from None
-
-
 def _with_resolved_learning_rate(spec: SweepSpec, field: str) -> SweepSpec:
     """``spec`` whose rule ``law`` has its report found (a path the planner can open) and read,
     and whose rule ``transfer`` has its learning rate: refused unless the base model is
@@ -251,7 +249,7 @@ def _with_resolved_learning_rate(spec: SweepSpec, field: str) -> SweepSpec:
         return dataclasses.replace(spec, learning_rate=dataclasses.replace(rule, report=path))
     if not rule.kind.transfers:
         return spec
-    if not PARAMETERIZATIONS[model.parameterization].transfers_learning_rate:
+    if not transfers(spec):
         raise SweepSpecError(f"{field}.rule", f"'transfer' applies the learning rate tuned at "
                              f"the base width to every width, which holds only under muP: set "
                              f"model.parameterization = 'mup' and model.mup_base_d_model (the "

@@ -1,9 +1,10 @@
-"""A sweep in stages, run and dry-run. With a tuning stage: the tuning sweep in ``DIR/tune``,
-the picks in ``DIR/tuning.json``, then the study at those rates (:mod:`attnlab.sweep.tuning`
-plans and picks). With ``sweep.learning_rate.refine``: the grid, then the rates its results call
-for past the grid's edge, until none does (:mod:`attnlab.sweep.refine`).
-:mod:`attnlab.sweep.runner` runs each stage. :func:`run_sweep` is the package's entry point: a
-spec with neither goes straight to the runner."""
+"""A sweep in stages, checked, run and dry-run. With a tuning stage: the tuning sweep in
+``DIR/tune``, the picks in ``DIR/tuning.json``, then the study at those rates
+(:mod:`attnlab.sweep.tuning` plans and picks). With ``sweep.learning_rate.refine``: the grid,
+then the rates its results call for past the grid's edge, until none does
+(:mod:`attnlab.sweep.refine`). :mod:`attnlab.sweep.runner` runs each stage. :func:`check`,
+:func:`run_sweep` (the package's) and :func:`dry_run_sweep` are what ``attnlab sweep`` calls: a
+spec with neither stage goes straight to the runner."""
 
 from __future__ import annotations
 
@@ -14,11 +15,27 @@ from tqdm.auto import tqdm
 from attnlab import rundir
 from attnlab.sweep import refine, runner
 from attnlab.sweep.definition import SweepSpec
-from attnlab.sweep.planner import plan
+from attnlab.sweep.planner import PlannedRun, plan
 from attnlab.sweep.probe import dry_run
 from attnlab.sweep.runner import check_sweep_dir
-from attnlab.sweep.tuning import (choose, describe, placeholder, recorded, with_picks, tuning_plan,
+from attnlab.sweep.tuning import (describe, picked, placeholder, recorded, with_picks, tuning_plan,
                                   tuning_spec)
+
+
+def check(spec: SweepSpec) -> None:
+    """Plans what can be planned before any stage runs, so that a bad run config is refused
+    before anything is compiled or written: a tuning stage's runs and its study's
+    (:func:`planned_stages`). Raises SweepSpecError naming the field. A sweep without a tuning
+    stage plans (and so checks) all its runs as it starts."""
+    if spec.tune is not None:
+        planned_stages(spec)
+
+
+def planned_stages(spec: SweepSpec) -> tuple[list[PlannedRun], list[PlannedRun]]:
+    """A spec with a tuning stage: the stage's runs, and the study's at placeholder rates
+    (:func:`attnlab.sweep.tuning.placeholder`: its shapes, tokens and FLOPs are right, its
+    learning rates and run ids follow from the picks)."""
+    return tuning_plan(spec), plan(with_picks(spec, placeholder(spec)))
 
 
 def run_sweep(spec: SweepSpec, workdir: str | Path, **kw):
@@ -36,21 +53,33 @@ def run_refined(spec: SweepSpec, workdir: str | Path, *, progress: bool = True, 
     and the factors already added from earlier results, then each round of new ones, until the
     results call for none. Returns the last round's results table."""
     say = tqdm.write if progress else (lambda _: None)
-    current = refine.grown(spec, refine.recorded(workdir))
+    current = refine.grown(spec, refine.recorded_outcomes(workdir))
     while True:
         table = runner.run_sweep(current, workdir, progress=progress, **kw)
         bigger = refine.grown(spec, refine.outcomes(table))
         if bigger.grown_by == current.grown_by:
             return table
-        for line in refine.describe(current, bigger):
+        for line in refine.describe_growth(current, bigger):
             say(line)
         current = bigger
+
+
+def dry_run_sweep(spec: SweepSpec, workdir: str | Path | None = None, **kw):
+    """``--dry-run``: ``[(title, table, notes), ...]``, one per stage (each
+    :func:`attnlab.sweep.probe.dry_run`'s, with its keyword arguments): both stages of a tuned
+    sweep (:func:`dry_run_stages`), the grid of a refined one so far (:func:`dry_run_refined`),
+    else the sweep (no title)."""
+    if spec.tune is not None:
+        return dry_run_stages(spec, workdir, **kw)
+    if refine.refining(spec):
+        return dry_run_refined(spec, workdir, **kw)
+    return [(None, *dry_run(spec, workdir, **kw))]
 
 
 def dry_run_refined(spec: SweepSpec, workdir: str | Path | None = None, **kw):
     """``--dry-run`` of a refined sweep: the grid with the factors its recorded results already
     call for, and a note on what may follow."""
-    current = refine.grown(spec, refine.recorded(workdir))
+    current = refine.grown(spec, refine.recorded_outcomes(workdir))
     table, notes = dry_run(current, workdir, **kw)
     grown = sum(len(factors) for _, factors in current.refinements)
     said = []
@@ -75,51 +104,43 @@ def run_tuned(spec: SweepSpec, workdir: str | Path, *, progress: bool = True,
     ``DIR/tune``, the picks in ``DIR/tuning.json``, then the study in ``DIR``. Returns the
     study's results table, or the tuning stage's while some tuning run failed (the study waits
     for every tuning run to be final: rerun with ``retry_failed``)."""
+    runs, study = planned_stages(spec)  # a bad config in either stage: refused first
     workdir = Path(workdir).absolute()
     check_sweep_dir(workdir, spec.name, allow_nonempty=allow_nonempty)
     if not kw.get("allow_large"):  # a study too large for the machine: refused before tuning
         from attnlab.train.memory import check_training_fits
 
-        for run in plan(with_picks(spec, placeholder(spec))):
+        for run in study:
             check_training_fits(run.cfg, where=f"study run {run.run_id.rsplit('-', 1)[0]}: ")
-    tune = tuning_spec(spec)
-    runs = tuning_plan(spec)
-    table = runner.run_sweep(tune, workdir / rundir.TUNE_DIR, progress=progress, **kw)
-    rows = {row["run_id"]: row for row in table.to_dict("records")}
+    table = runner.run_sweep(tuning_spec(spec), workdir / rundir.TUNE_DIR, progress=progress,
+                             **kw)
+    tuning, lines = picked(spec, runs, table, workdir)
     say = tqdm.write if progress else (lambda _: None)
-    unfinished = [r.run_id for r in runs
-                  if rows.get(r.run_id, {}).get("status") not in rundir.FINAL_STATUSES
-                  or rows[r.run_id]["status"] == rundir.FAILED]
-    if unfinished:
-        say(f"tuning stage: {len(unfinished)} run(s) not finished ({unfinished[0]}, ...); the "
-            f"study waits for them (rerun with --retry-failed)")
-        return table
-    tuning = choose(spec, runs, rows)
-    if rundir.read_json_or_none(workdir / rundir.TUNING_FILE) != tuning:
-        rundir.write_json_atomic(workdir / rundir.TUNING_FILE, tuning)
-    for line in describe(tuning):
+    for line in lines:
         say(line)
+    if tuning is None:
+        return table
     return runner.run_sweep(with_picks(spec, tuning["arms"]), workdir, progress=progress,
-                     allow_nonempty=allow_nonempty, **kw)
+                            allow_nonempty=allow_nonempty, **kw)
 
 
 def dry_run_stages(spec: SweepSpec, workdir: str | Path | None = None, **kw):
     """``--dry-run`` of both stages: ``[(title, table, notes), ...]`` (each
     :func:`attnlab.sweep.probe.dry_run`'s). Before the tuning has run, the study's rows show
     ``lr`` = ``tuned`` and no run id (both follow from the picks)."""
+    runs, _ = planned_stages(spec)  # both stages checked before the first probe compiles
     workdir = Path(workdir) if workdir else None
-    tune = tuning_spec(spec)
-    tune_table, tune_notes = dry_run(tune, workdir / rundir.TUNE_DIR if workdir else None, **kw)
-    tuning = recorded(workdir, tuning_plan(spec))
+    tuning = recorded(workdir, runs)
     study = with_picks(spec, tuning["arms"] if tuning else placeholder(spec))
+    said = describe(tuning) if tuning else [
+        "learning rates 'tuned': picked by the tuning stage above (run ids follow from them; "
+        "the estimates hold)"]
+    tune_table, tune_notes = dry_run(tuning_spec(spec),
+                                     workdir / rundir.TUNE_DIR if workdir else None, **kw)
     table, notes = dry_run(study, workdir, **kw)
-    if tuning:
-        notes = describe(tuning) + notes
-    else:
+    if not tuning:
         table["run_id"] = "(after tuning)"
         table["lr"] = "tuned"
         table["status"] = rundir.PENDING
-        notes = ["learning rates 'tuned': picked by the tuning stage above (run ids follow "
-                 "from them; the estimates hold)"] + notes
     return [(f"tuning stage ({rundir.TUNE_DIR}/)", tune_table, tune_notes),
-            ("study", table, notes)]
+            ("study", table, said + notes)]

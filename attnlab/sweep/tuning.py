@@ -37,52 +37,12 @@ from typing import Any
 import numpy as np
 
 from attnlab import rundir
-from attnlab.model.architecture import PARAMETERIZATIONS
+from attnlab.sweep.definition import ALL, SweepSpec, arms, transfers, tuned
 from attnlab.sweep.planner import PlannedRun, plan
 from attnlab.sweep.rules import LR_RULES, LearningRateRule, Transfer, Tuned
 from attnlab.sweep.sections import SweepSpecError
-from attnlab.sweep.definition import SweepSpec, variant_spec
 
-ALL = "all"  # the arm of a sweep without variants
 _RESAMPLES = 1000
-
-
-def arms(spec: SweepSpec) -> list[tuple[str, SweepSpec]]:
-    """The tuned arms: ``(name, the arm's own sweep)`` for each variant whose learning-rate rule
-    is ``tuned`` (its own or the sweep's), or ``[(ALL, spec)]`` for a sweep without variants."""
-    if not spec.variants:
-        return [(ALL, spec)] if spec.learning_rate.kind.from_tuning_stage else []
-    return [(v.name, variant_spec(spec, v)) for v in spec.variants
-            if (v.learning_rate or spec.learning_rate).kind.from_tuning_stage]
-
-
-def transfers(arm: SweepSpec) -> bool:
-    """Whether the arm's parameterisation makes one rate right at every width (muP)."""
-    return PARAMETERIZATIONS[arm.base.model.parameterization].transfers_learning_rate
-
-
-def check(spec: SweepSpec) -> None:
-    """The rules between ``sweep.tune`` and the learning-rate rules, and every tuning run's and
-    (at a placeholder rate) every study run's config. Raises SweepSpecError naming the field."""
-    tuned = arms(spec)
-    if spec.tune is None:
-        if tuned:
-            raise SweepSpecError("sweep.tune", "missing: learning-rate rule 'tuned' needs the "
-                                 "tuning stage (shapes, learning_rates, seeds, steps)")
-        return
-    if not tuned:
-        raise SweepSpecError("sweep.tune", "no arm uses it: set sweep.learning_rate.rule = "
-                                           "'tuned' (or a variant's)")
-    widths = {s.d_model for s in spec.tune.shapes}
-    for name, arm in tuned:
-        if not transfers(arm) and len(widths) < 2:
-            what = f"variant {name!r}" if spec.variants else "the base model"
-            raise SweepSpecError("sweep.tune.shapes", f"{what} is not muP (model.parameterization"
-                                 f" = {arm.base.model.parameterization!r}): its rate is "
-                                 f"extrapolated in width by a power law fitted over the tuning "
-                                 f"widths, which needs at least two")
-    tuning_plan(spec)
-    plan(with_picks(spec, placeholder(spec)))
 
 
 def tuning_spec(spec: SweepSpec) -> SweepSpec:
@@ -90,9 +50,8 @@ def tuning_spec(spec: SweepSpec) -> SweepSpec:
     learning rate (the grid) and the seed, ``tune.steps`` steps each, each arm's warmup rule."""
     tune = spec.tune
     train = dataclasses.replace(spec.base.train, steps=tune.steps, tokens=0)
-    names = {name for name, _ in arms(spec)}
     variants = tuple(dataclasses.replace(v, learning_rate=None, centre=None)
-                     for v in spec.variants if v.name in names)
+                     for v in spec.variants if tuned(spec, v))
     return dataclasses.replace(
         spec, name=f"{spec.name}-tune", mode="grid",
         base=dataclasses.replace(spec.base, train=train), shapes=tune.shapes, ladder=None,
@@ -237,6 +196,24 @@ def choose(spec: SweepSpec, runs: list[PlannedRun], rows: dict[str, dict[str, An
             "seeds": list(tune.seeds), "steps": tune.steps,
             "shapes": [[s.d_model, s.n_layers, s.n_heads] for s in tune.shapes],
             "tuning_runs": [r.run_id for r in runs], "arms": out}
+
+
+def picked(spec: SweepSpec, runs: list[PlannedRun], table,
+           workdir: Path) -> tuple[dict[str, Any] | None, list[str]]:
+    """Once the tuning stage's sweep has run (``table``, its results): ``tuning.json``, written
+    to ``workdir`` where it changed, and its lines to say; or None and why the study waits (it
+    waits for every tuning run to be final and none failed: rerun with ``retry_failed``)."""
+    rows = {row["run_id"]: row for row in table.to_dict("records")}
+    unfinished = [r.run_id for r in runs
+                  if rows.get(r.run_id, {}).get("status") not in rundir.FINAL_STATUSES
+                  or rows[r.run_id]["status"] == rundir.FAILED]
+    if unfinished:
+        return None, [f"tuning stage: {len(unfinished)} run(s) not finished ({unfinished[0]}, "
+                      f"...); the study waits for them (rerun with --retry-failed)"]
+    tuning = choose(spec, runs, rows)
+    if rundir.read_json_or_none(workdir / rundir.TUNING_FILE) != tuning:
+        rundir.write_json_atomic(workdir / rundir.TUNING_FILE, tuning)
+    return tuning, describe(tuning)
 
 
 def describe(tuning: dict[str, Any]) -> list[str]:
