@@ -94,7 +94,8 @@ BEST_OVER = Word("best-over", "string", "A results column (e.g. train.learning_r
 PAIR = Word("pair", "string", "Runs sharing this column's value (e.g. train.seed: the same "
             "initialisation and data order) are resampled together.")
 HOLDOUT = Word("holdout", "string", "Runs to leave out of the fit: largest-budget, "
-               "budget:C[,C...], or flops>X / params>X / tokens>X (>= too).")
+               "budget:C[,C...], or flops>X / params>X / tokens>X (>= too); attnlab fit also "
+               "takes leave-future-out (each budget predicted from those below it).")
 ALLOW_LARGE = Word("allow-large", "bool", "Go on even if the estimated memory exceeds the "
                    "machine's.")
 ALLOW_NONEMPTY = Word("allow-nonempty", "bool", "Write into an existing directory that holds "

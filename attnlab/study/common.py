@@ -121,7 +121,7 @@ def write_fits(workdir: Path, fit3, fit2, budgets: tuple[float, ...],
     """The approach-3 and approach-2 fits (``ScalingFit`` or grouped fits; None: skipped) as
     JSON, in the format of ``attnlab fit --json``, with the predictions at ``budgets`` (and
     their naive baselines, given the fitted ``table``)."""
-    from attnlab.scaling.tables.baselines import with_baselines
+    from attnlab.scaling.tables.forecasters import with_baselines
 
     written = []
     for fit, name in ((fit3, FIT_FILE), (fit2, FIT_APPROACH2_FILE)):

@@ -20,16 +20,15 @@ from pathlib import Path
 
 from attnlab import cli_vocab as vocab
 from attnlab import outputs
-from attnlab.checks import check
 from attnlab.cli_flags import parse
-from attnlab.config import Config, check_warmup, from_config_dict
+from attnlab.config import Config, from_config_dict
 from attnlab.data import prepare
 from attnlab.errors import AttnlabError
 from attnlab.interrupts import EXIT_INTERRUPTED
 from attnlab.model import resolve
 from attnlab.rundir import CONFIG_FILE
 from attnlab.train import environment
-from attnlab.train.load import load_config
+from attnlab.train.load import command_config, load_config
 from attnlab.train.loop import EXIT_COMPLETED, EXIT_DIVERGED, run
 
 TRAIN_FLAGS = [
@@ -43,23 +42,6 @@ TRAIN_FLAGS = [
 ]
 PREPARE_FLAGS = [vocab.CONFIG.flag(required=True)]
 ENV_FLAGS = [vocab.JSON.flag("The report, also printed.", default="")]
-
-
-def command_config(values, *, experiment_base: bool = False) -> Config:
-    """The command line's config, every rule between its parts checked (before compiling); an
-    experiment file (a sweep: ``base`` and ``sweep``) is refused in one line, or with
-    ``experiment_base`` read as its base config."""
-    raw = values.config
-    if "sweep" in raw and "base" in raw:
-        if not experiment_base:
-            raise AttnlabError("--config names an experiment (its sweep and base sections): "
-                               "this command takes one run's config (configs/*.py); attnlab "
-                               "sweep --config=... --dry-run plans the experiment's runs")
-        raw = raw.base
-    cfg = from_config_dict(raw)
-    check(cfg)
-    check_warmup(cfg.train, cfg.total_steps)
-    return cfg
 
 
 def _run_config(run_dir: str) -> Config:

@@ -7,12 +7,30 @@ from pathlib import Path
 import jax
 from flax import nnx
 
-from attnlab.config import Config, from_config_dict
+from attnlab.config import Config, check_warmup, from_config_dict
 from attnlab.checks import check
+from attnlab.errors import AttnlabError
 from attnlab.train import workdir as wd
 from attnlab.train.checkpoint import (Checkpoints, CheckpointError, DamagedCheckpointError,
                                      check_compatible, param_shapes)
 from attnlab.train.state import abstract_model
+
+
+def command_config(values, *, experiment_base: bool = False) -> Config:
+    """The command line's config, every rule between its parts checked (before compiling); an
+    experiment file (a sweep: ``base`` and ``sweep``) is refused in one line, or with
+    ``experiment_base`` read as its base config."""
+    raw = values.config
+    if "sweep" in raw and "base" in raw:
+        if not experiment_base:
+            raise AttnlabError("--config names an experiment (its sweep and base sections): "
+                               "this command takes one run's config (configs/*.py); attnlab "
+                               "sweep --config=... --dry-run plans the experiment's runs")
+        raw = raw.base
+    cfg = from_config_dict(raw)
+    check(cfg)
+    check_warmup(cfg.train, cfg.total_steps)
+    return cfg
 
 
 def load_config(workdir: str | Path) -> Config:

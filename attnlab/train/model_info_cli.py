@@ -17,8 +17,7 @@ from attnlab.data import prepare
 from attnlab.errors import AttnlabError
 from attnlab.model import flops_per_token, init_model, param_counts, resolve
 from attnlab.model.inspect import has_position_pictures, position_pictures
-from attnlab.train.cli import command_config
-from attnlab.train.load import load_config, load_params
+from attnlab.train.load import command_config, load_config, load_params
 from attnlab.train.step import mean_loss, packing_for
 
 MODEL_INFO_FLAGS = [

@@ -31,13 +31,6 @@ def frontier_baseline(frame: pd.DataFrame, budget: float) -> dict | None:
             "C": float(best["flops"]), "rule": FRONTIER_RULE}
 
 
-def with_baselines(payload: dict, frame: pd.DataFrame) -> dict:
-    """``payload`` (a fit's JSON) with the naive baseline beside each predicted loss."""
-    for prediction in payload.get("predictions", []):
-        if prediction.get("loss") is not None:
-            prediction["baseline"] = frontier_baseline(frame, prediction["C"])
-    return payload
-
 
 def naive_baseline(kept: pd.DataFrame, n: float, d: float) -> tuple[float, str | None]:
     """(loss, rule) of the naive prediction for a run of N = n, D = d from the kept runs

@@ -44,13 +44,17 @@ import numpy as np
 import pandas as pd
 
 from attnlab.scaling.bootstrap import percentile_interval
-from attnlab.scaling.errors import FitInputError
+from attnlab.scaling.errors import FitError, FitInputError
 from attnlab.scaling.law import Law
 from attnlab.scaling.points import ScalingTable, budget_labels
 from attnlab.scaling.result import ScalingFit
-from attnlab.scaling.tables.baselines import BASELINE_RULES, naive_baseline
+from attnlab.scaling.tables.baselines import BASELINE_RULES
 from attnlab.scaling.tables.fitting import fit_table
+from attnlab.scaling.tables.forecasters import FORECASTERS, forecasts, skill
 
+# Each forecaster's column in the held-out frame (persistence keeps its former name).
+FORECAST_COLUMNS = {"persistence": "baseline", "trend": "trend", "frontier": "frontier"}
+NEEDS = {cls.name: cls.needs for cls in FORECASTERS}
 _THRESHOLD = re.compile(r"^(flops|params|tokens_per_param|tokens)\s*(>=|>)\s*([0-9.eE+-]+)$")
 
 
@@ -79,7 +83,8 @@ def holdout_mask(table: ScalingTable, spec: str) -> np.ndarray:
     threshold = _THRESHOLD.match(spec)
     if threshold is None:
         raise FitInputError(f"--holdout: {spec!r} is not one of largest-budget, budget:C[,C...], "
-                            f"flops>X, params>X, tokens>X, tokens_per_param>X (or >=)")
+                            f"flops>X, params>X, tokens>X, tokens_per_param>X (or >=), "
+                            f"leave-future-out")
     column, operator, value = threshold.groups()
     try:
         value = float(value)
@@ -97,9 +102,12 @@ class HoldoutResult:
     fit: the ScalingFit of the kept runs; spec: the holdout rule; frame: one row per held-out
     run: params, tokens, flops, observed, predicted, relative_error = (predicted - observed) /
     observed, low / high (the prediction's bootstrap interval, NaN without a bootstrap) and
-    inside (observed within [low, high]); baseline, baseline_rule, baseline_error (the naive
-    baseline's prediction, its rule and relative error; NaN / None without one); below_floor
-    (predicted < ``floor``, False without a floor).
+    inside (observed within [low, high]); baseline, baseline_rule, baseline_error (persistence,
+    the naive baseline: its prediction, rule and relative error; NaN / None without one);
+    trend, trend_error and frontier, frontier_error (the other forecasters of
+    ``forecasters.FORECASTERS``); below_floor (predicted < ``floor``, False without a floor).
+    clusters: the held-out runs' bootstrap clusters (None: each run its own), which the skill's
+    intervals resample.
     """
 
     fit: ScalingFit
@@ -108,6 +116,7 @@ class HoldoutResult:
     frame: pd.DataFrame
     floor: float | None = None
     kept: ScalingTable | None = None  # the runs the fit saw (their naive baselines)
+    clusters: np.ndarray | None = None
 
     def summary(self) -> dict:
         errors = np.abs(self.frame["relative_error"].to_numpy())
@@ -129,8 +138,19 @@ class HoldoutResult:
                              "mean_abs_relative_error": base_mae,
                              "skill": (law_mae / base_mae if both.any() and base_mae > 0
                                        else None)},
+                "forecasters": self.skills(),
                 "floor": self.floor,
                 "below_floor": int(self.frame["below_floor"].sum())}
+
+    def skills(self) -> dict:
+        """Each forecaster's mean |error| against the law's on the runs both predict, and the
+        law's skill with its interval (``forecasters.skill``)."""
+        law = self.frame["relative_error"].to_numpy(np.float64)
+        found = {}
+        for name, column in FORECAST_COLUMNS.items():
+            error = self.frame[f"{column}_error"].to_numpy(np.float64)
+            found[name] = skill(law, error, clusters=self.clusters, level=self.fit.ci_level)
+        return found
 
     def to_dict(self) -> dict:
         runs = self.frame.replace({np.nan: None}).to_dict(orient="records")
@@ -179,15 +199,18 @@ def holdout_prediction(table: ScalingTable, *, law: Law, holdout: str,
                           "relative_error": (predicted - observed) / observed,
                           "low": bounds[:, 0], "high": bounds[:, 1]})
     frame["inside"] = (frame["low"] <= frame["observed"]) & (frame["observed"] <= frame["high"])
-    baseline = [naive_baseline(kept.frame, a, b) for a, b in zip(n, d)]
-    frame["baseline"] = [loss for loss, _ in baseline]
-    frame["baseline_rule"] = [rule for _, rule in baseline]
-    frame["baseline_error"] = (frame["baseline"] - frame["observed"]) / frame["observed"]
+    for name, (values, rules) in forecasts(kept.frame, test).items():
+        column = FORECAST_COLUMNS[name]
+        frame[column] = values
+        if name == "persistence":
+            frame["baseline_rule"] = rules
+        frame[f"{column}_error"] = (frame[column] - frame["observed"]) / frame["observed"]
     frame["below_floor"] = (frame["predicted"] < floor) if floor is not None else False
     if "run_id" in test:
         frame.insert(0, "run_id", test["run_id"].to_numpy())
+    clusters = test["cluster"].to_numpy() if "cluster" in test else None
     return HoldoutResult(fit=fit, spec=holdout, n_kept=kept_rows, frame=frame, floor=floor,
-                         kept=kept)
+                         kept=kept, clusters=clusters)
 
 
 def format_holdout(result: HoldoutResult) -> str:
@@ -212,6 +235,7 @@ def format_holdout(result: HoldoutResult) -> str:
                  + (f"; {summary['inside_interval']} of {summary['with_interval']} observed "
                     f"losses inside their {level} interval" if summary["with_interval"] else ""))
     lines.append(_baseline_line(summary["baseline"]))
+    lines += _forecaster_lines(summary["forecasters"], level)
     if result.floor is not None:
         lines.append(f"  floor {result.floor:.6g}: {summary['below_floor']} of "
                      f"{summary['held_out_runs']} predictions below it")
@@ -232,3 +256,106 @@ def _baseline_line(baseline: dict) -> str:
             f"{100 * law:.2f}% on the {baseline['runs']} runs both predict; skill (law / "
             f"baseline mean |error|) " + (f"{skill:.2f}" if skill is not None else "n/a")
             + f": {verdict}")
+
+
+def _forecaster_lines(skills: dict, level: str) -> list[str]:
+    """Each forecaster beside the law, and which wins: skill = the law's mean |error| / the
+    forecaster's on the runs both predict (< 1: the law wins), with its interval over the
+    held-out runs."""
+    lines = [f"  forecasters (mean |error| on the runs each predicts; skill = law / forecaster, "
+             f"{level} interval over the held-out runs):"]
+    for name, found in skills.items():
+        if not found["runs"]:
+            lines.append(f"    {name:<12} predicts none of these runs (it needs {NEEDS[name]})")
+            continue
+        interval = (f" [{found['ci'][0]:.2f}, {found['ci'][1]:.2f}]" if found["ci"] else
+                    f" (no interval: the {found['runs']} runs are one cluster)")
+        verdict = ("" if found["skill"] is None else "  the law wins" if found["skill"] < 1
+                   else "  the forecaster wins")
+        if found["ci"] and found["ci"][0] < 1 < found["ci"][1]:
+            verdict += " (its interval holds 1: not settled)"
+        lines.append(f"    {name:<12}{100 * found['other']:>7.2f}%  (the law "
+                     f"{100 * found['law']:.2f}% on {found['runs']} runs): skill "
+                     + ("n/a" if found["skill"] is None else f"{found['skill']:.2f}")
+                     + interval + verdict)
+    winners = [n for n, f in skills.items() if f["skill"] is not None and f["skill"] >= 1]
+    named = " and ".join(winners)
+    lines.append("  verdict: " + (f"{named} {'predict' if len(winners) > 1 else 'predicts'} these "
+                                  f"runs at least as well as the law" if winners
+                                  else "the law beats every forecaster"))
+    return lines
+
+# --- Leave-future-out -------------------------------------------------------------------------
+# Fit on the budgets up to C_k, predict the next budget's runs, roll forward: each step with the
+# law's error beside the forecasters', and which won; how a frontier forecast is checked before
+# it is trusted at a budget nobody has trained.
+
+LEAVE_FUTURE_OUT = "leave-future-out"
+
+
+@dataclasses.dataclass(frozen=True)
+class RollingForecast:
+    """steps: one row per predicted budget: C, kept_runs, held_out_runs, law (mean |relative
+    error|), each forecaster's on the runs it predicts, winner; skipped: budget -> why no fit."""
+
+    steps: pd.DataFrame
+    skipped: dict
+
+    def to_dict(self) -> dict:
+        return {"holdout": LEAVE_FUTURE_OUT, "steps": self.steps.replace({np.nan: None}).to_dict("records"),
+                "skipped": {f"{c:.4g}": why for c, why in self.skipped.items()}}
+
+
+def leave_future_out(table: ScalingTable, *, law: Law, **fit_kwargs) -> RollingForecast:
+    """Each budget after the first predicted from those before it (``holdout_prediction`` of
+    the table cut at that budget, with its largest budget held out)."""
+    labels = budget_labels(table.array("flops"), table.budget)
+    budgets = np.unique(labels)
+    if len(budgets) < 2:
+        raise FitInputError(f"--holdout={LEAVE_FUTURE_OUT} needs runs at two budgets or more; the table has "
+                            f"{len(budgets)}")
+    rows, skipped = [], {}
+    for budget in budgets[1:]:
+        cut = dataclasses.replace(table, frame=table.frame[labels <= budget].reset_index(
+            drop=True))
+        try:
+            held = holdout_prediction(cut, law=law, holdout="largest-budget", **fit_kwargs)
+        except (FitInputError, FitError) as error:
+            skipped[float(budget)] = str(error)
+            continue
+        rows.append(_step(float(budget), held))
+    if not rows:
+        raise FitInputError(f"--holdout={LEAVE_FUTURE_OUT}: no budget could be predicted ("
+                            + "; ".join(f"{c:.3g}: {why}" for c, why in skipped.items()) + ")")
+    return RollingForecast(steps=pd.DataFrame(rows), skipped=skipped)
+
+
+def _step(budget: float, held) -> dict:
+    skills = held.skills()
+    row = {"C": budget, "kept_runs": held.n_kept, "held_out_runs": len(held.frame),
+           "law": float(np.abs(held.frame["relative_error"]).mean())}
+    row |= {name: found["other"] for name, found in skills.items()}
+    beaten = {n: f["skill"] for n, f in skills.items() if f["skill"] is not None
+              and f["skill"] > 1}  # on the runs both predict, the forecaster erred less
+    row["winner"] = max(beaten, key=beaten.get) if beaten else "law"
+    return row
+
+
+def format_rolling(result: RollingForecast) -> str:
+    """The table ``attnlab fit --holdout=leave-future-out`` prints."""
+    names = [c for c in result.steps.columns
+             if c not in ("C", "kept_runs", "held_out_runs", "law", "winner")]
+    lines = ["leave-future-out: each budget predicted from the budgets below it (mean |relative "
+             "error|; a forecaster's on the runs it predicts)",
+             f"  {'C':>10}{'kept':>6}{'held':>6}{'law':>9}"
+             + "".join(f"{n:>13}" for n in names) + "  winner"]
+    for row in result.steps.to_dict("records"):
+        cells = "".join(f"{'-':>13}" if row[n] is None or not np.isfinite(row[n])
+                        else f"{100 * row[n]:>12.2f}%" for n in names)
+        lines.append(f"  {row['C']:>10.3g}{row['kept_runs']:>6}{row['held_out_runs']:>6}"
+                     f"{100 * row['law']:>8.2f}%{cells}  {row['winner']}")
+    wins = (result.steps["winner"] == "law").sum()
+    lines.append(f"  the law wins {wins} of {len(result.steps)} steps")
+    for budget, why in result.skipped.items():
+        lines.append(f"  not predicted: {budget:.3g} ({why})")
+    return "\n".join(lines) + "\n"

@@ -16,10 +16,11 @@ from pathlib import Path
 from attnlab.scaling.errors import FitInputError, GridEdgeWarning
 from attnlab.scaling.points import ScalingTable
 from attnlab.scaling.result import ScalingFit, jsonable
-from attnlab.scaling.tables.baselines import with_baselines
 from attnlab.scaling.tables.fitting import fit_table, points_for
+from attnlab.scaling.tables.forecasters import with_baselines
 from attnlab.scaling.tables.grouped import fit_by, format_grouped
-from attnlab.scaling.tables.holdout import format_holdout, holdout_prediction
+from attnlab.scaling.tables.holdout import (LEAVE_FUTURE_OUT, format_holdout, format_rolling,
+                                            holdout_prediction, leave_future_out)
 from attnlab.scaling.tables.multiplier import format_multipliers, grouped_multipliers
 from attnlab.scaling.tables.picks import best_points, format_picks
 from attnlab.scaling.tables.read import Inputs, read_curves, read_table
@@ -179,6 +180,21 @@ class HoldOut(Mode):
                                                       held.kept.frame) if budgets else {})
 
 
+class LeaveFutureOut(Mode):
+    """Each budget predicted from the budgets below it, rolled forward."""
+
+    name = LEAVE_FUTURE_OUT
+
+    def run(self, request, inputs):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", GridEdgeWarning)
+            return leave_future_out(table_of(request, inputs), law=request.law,
+                                    **fit_options(request))
+
+    def report(self, request, inputs, rolled, report):
+        return format_rolling(rolled), rolled.to_dict()
+
+
 class OwnFit(Mode):
     """A law that fits the results table itself, with its own report."""
 
@@ -195,13 +211,15 @@ class OwnFit(Mode):
         return request.law.report(fit, request.sweep), jsonable(fit.to_dict())
 
 
-MODES = {mode.name: mode for mode in (OneFit, Groups, HoldOut, OwnFit)}
+MODES = {mode.name: mode for mode in (OneFit, Groups, HoldOut, LeaveFutureOut, OwnFit)}
 
 
 def mode_of(request) -> Mode:
     """The mode a request is fitted in: a law's own fit, the groups, the hold-out, or one."""
     if not request.law.can("table"):
         return OwnFit()
+    if request.holdout == LEAVE_FUTURE_OUT:
+        return LeaveFutureOut()
     return MODES["by" if request.by else "holdout" if request.holdout else "one"]()
 
 

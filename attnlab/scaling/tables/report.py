@@ -8,6 +8,7 @@ from attnlab.scaling.errors import FitInputError
 from attnlab.scaling.points import ScalingTable
 from attnlab.scaling.result import ScalingFit, pin_rule
 from attnlab.scaling.tables.baselines import frontier_baseline
+from attnlab.scaling.tables.forecasters import FRONTIER_RULE, at_budget
 
 
 def _number(value) -> str:
@@ -129,6 +130,13 @@ def _baseline_line(prediction: dict, table: ScalingTable | None, budget: float) 
     if base is None:
         return [f"  {'naive':<10}{'none':>14}   no run spent at most {budget:.3g} FLOPs: "
                 f"nothing to set the law against"]
-    return [f"  {'naive':<10}{_number(base['loss']):>14}   {base['rule']} (N {base['N']:.3g}, "
-            f"D {base['D']:.3g}, C {base['C']:.3g}); the law: "
-            f"{100 * (prediction['loss'] / base['loss'] - 1):+.1f}%"]
+    lines = [f"  {'naive':<10}{_number(base['loss']):>14}   {base['rule']} (N {base['N']:.3g}, "
+             f"D {base['D']:.3g}, C {base['C']:.3g}); the law: "
+             f"{100 * (prediction['loss'] / base['loss'] - 1):+.1f}%"]
+    rules = {"trend": "log L linear in log C through the two largest budgets' best runs",
+             "frontier": FRONTIER_RULE}
+    for name, loss in at_budget(table.frame, budget).items():
+        lines.append(f"  {name:<10}{_number(loss):>14}   {rules[name]}" + (
+            f"; the law: {100 * (prediction['loss'] / loss - 1):+.1f}%" if loss else
+            " (too few budgets)"))
+    return lines
