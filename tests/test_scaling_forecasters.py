@@ -76,6 +76,11 @@ def test_skill_is_the_ratio_of_mean_errors_with_an_interval_over_clusters():
     assert found["ci"][0] <= found["skill"] <= found["ci"][1]
     alone = forecasters.skill(law, other, clusters=["t1", "t1", "t1", "t2"])
     assert alone["clusters"] == 1 and alone["ci"] is None  # one trunk: nothing to resample
+    # ... but the law's refits are: its skill under each refit's predictions.
+    refits = np.array([[0.01, 0.02], [0.03, 0.01], [0.02, 0.03], [0.0, 0.0]])
+    over = forecasters.skill(law, other, clusters=["t1", "t1", "t1", "t2"], replicates=refits)
+    assert over["ci_over"] == "the law's bootstrap refits"
+    assert over["ci"] == pytest.approx(list(np.percentile([0.06 / 0.08, 0.06 / 0.08], [2.5, 97.5])))
 
 
 @pytest.fixture(scope="module")

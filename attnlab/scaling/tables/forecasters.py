@@ -160,30 +160,39 @@ def forecasts(kept: pd.DataFrame, test: pd.DataFrame) -> dict[str, tuple[np.ndar
 
 
 def skill(law_error: np.ndarray, other_error: np.ndarray, *, clusters=None,
-          level: float = 0.95, seed: int = 0) -> dict:
+          replicates: np.ndarray | None = None, level: float = 0.95, seed: int = 0) -> dict:
     """The law's mean |relative error| over another forecaster's on the runs both predict, with
-    a percentile interval over SKILL_RESAMPLES resamples of those runs (their clusters; none
-    from one cluster, whose resamples are all the same runs): {"runs", "clusters", "law",
-    "other", "skill", "ci"}; skill None where it predicts none."""
+    a percentile interval: over SKILL_RESAMPLES resamples of those runs (their clusters), or,
+    where they are one cluster (one trunk's branches: their resamples are all the same runs),
+    over the law's bootstrap refits (``replicates``: [runs, refits] relative errors).
+    {"runs", "clusters", "law", "other", "skill", "ci", "ci_over"}; skill None where it
+    predicts none, ci None where neither resampling exists."""
     both = np.isfinite(law_error) & np.isfinite(other_error)
     law, other = np.abs(law_error[both]), np.abs(other_error[both])
     groups = (np.arange(int(both.sum())) if clusters is None
               else cluster_index(np.asarray(clusters)[both]))
     found = {"runs": int(both.sum()), "clusters": len(np.unique(groups)),
              "law": float(law.mean()) if both.any() else None,
-             "other": float(other.mean()) if both.any() else None, "skill": None, "ci": None}
+             "other": float(other.mean()) if both.any() else None, "skill": None, "ci": None,
+             "ci_over": None}
     if not both.any() or not other.mean() > 0:
         return found
     found["skill"] = float(law.mean() / other.mean())
-    if found["clusters"] < 2:
+    if found["clusters"] >= 2:
+        rng = np.random.default_rng(seed)
+        draws = []
+        for _ in range(SKILL_RESAMPLES):
+            rows = resample_rows(len(law), rng, groups)
+            if other[rows].mean() > 0:
+                draws.append(law[rows].mean() / other[rows].mean())
+        found["ci_over"] = "held-out clusters"
+    elif replicates is not None and replicates.size:
+        draws = np.nanmean(np.abs(replicates[both]), axis=0) / other.mean()
+        found["ci_over"] = "the law's bootstrap refits"
+    else:
         return found
-    rng = np.random.default_rng(seed)
-    draws = []
-    for _ in range(SKILL_RESAMPLES):
-        rows = resample_rows(len(law), rng, groups)
-        if other[rows].mean() > 0:
-            draws.append(law[rows].mean() / other[rows].mean())
-    found["ci"] = list(percentile_interval(np.array(draws), level)) if len(draws) > 1 else None
+    found["ci"] = (list(percentile_interval(np.asarray(draws), level)) if len(draws) > 1
+                   else None)
     return found
 
 

@@ -117,6 +117,7 @@ class HoldoutResult:
     floor: float | None = None
     kept: ScalingTable | None = None  # the runs the fit saw (their naive baselines)
     clusters: np.ndarray | None = None
+    replicates: np.ndarray | None = None  # [held-out runs, refits] the law's predicted loss
 
     def summary(self) -> dict:
         errors = np.abs(self.frame["relative_error"].to_numpy())
@@ -142,6 +143,12 @@ class HoldoutResult:
                 "floor": self.floor,
                 "below_floor": int(self.frame["below_floor"].sum())}
 
+    def _replicate_errors(self) -> np.ndarray | None:
+        if self.replicates is None:
+            return None
+        observed = self.frame["observed"].to_numpy(np.float64)[:, None]
+        return (self.replicates - observed) / observed
+
     def skills(self) -> dict:
         """Each forecaster's mean |error| against the law's on the runs both predict, and the
         law's skill with its interval (``forecasters.skill``)."""
@@ -149,7 +156,8 @@ class HoldoutResult:
         found = {}
         for name, column in FORECAST_COLUMNS.items():
             error = self.frame[f"{column}_error"].to_numpy(np.float64)
-            found[name] = skill(law, error, clusters=self.clusters, level=self.fit.ci_level)
+            found[name] = skill(law, error, clusters=self.clusters, level=self.fit.ci_level,
+                                replicates=self._replicate_errors())
         return found
 
     def to_dict(self) -> dict:
@@ -193,7 +201,7 @@ def holdout_prediction(table: ScalingTable, *, law: Law, holdout: str,
                                       **{c: v[:, None] for c, v in columns.items()})
             bounds = np.array([percentile_interval(row, fit.ci_level) for row in replicated])
         else:
-            bounds = np.full((len(test), 2), np.nan)
+            replicated, bounds = None, np.full((len(test), 2), np.nan)
     frame = pd.DataFrame({"params": n, "tokens": d, "flops": test["flops"].to_numpy(),
                           "observed": observed, "predicted": predicted,
                           "relative_error": (predicted - observed) / observed,
@@ -210,7 +218,8 @@ def holdout_prediction(table: ScalingTable, *, law: Law, holdout: str,
         frame.insert(0, "run_id", test["run_id"].to_numpy())
     clusters = test["cluster"].to_numpy() if "cluster" in test else None
     return HoldoutResult(fit=fit, spec=holdout, n_kept=kept_rows, frame=frame, floor=floor,
-                         kept=kept, clusters=clusters)
+                         kept=kept, clusters=clusters,
+                         replicates=None if replicated is None else np.asarray(replicated))
 
 
 def format_holdout(result: HoldoutResult) -> str:
@@ -263,13 +272,16 @@ def _forecaster_lines(skills: dict, level: str) -> list[str]:
     forecaster's on the runs both predict (< 1: the law wins), with its interval over the
     held-out runs."""
     lines = [f"  forecasters (mean |error| on the runs each predicts; skill = law / forecaster, "
-             f"{level} interval over the held-out runs):"]
+             f"{level} interval over the held-out runs' clusters, or over the law's refits "
+             f"where they are one):"]
     for name, found in skills.items():
         if not found["runs"]:
             lines.append(f"    {name:<12} predicts none of these runs (it needs {NEEDS[name]})")
             continue
-        interval = (f" [{found['ci'][0]:.2f}, {found['ci'][1]:.2f}]" if found["ci"] else
-                    f" (no interval: the {found['runs']} runs are one cluster)")
+        interval = (f" [{found['ci'][0]:.2f}, {found['ci'][1]:.2f}]"
+                    + (" over the law's refits" if found["clusters"] < 2 else "")
+                    if found["ci"] else f" (no interval: the {found['runs']} runs are one "
+                                        f"cluster and the fit has no bootstrap)")
         verdict = ("" if found["skill"] is None else "  the law wins" if found["skill"] < 1
                    else "  the forecaster wins")
         if found["ci"] and found["ci"][0] < 1 < found["ci"][1]:
