@@ -136,3 +136,12 @@ def test_on_the_committed_quickstart_ladder_the_trend_beats_the_law(tmp_path):
                      "--holdout=params>=6e4", "--bootstrap=0", f"--json={out}"]) == 0
     trend = json.loads(out.read_text())["forecasters"]["trend"]
     assert trend["other"] == pytest.approx(0.0123, abs=5e-5) and trend["skill"] > 2
+
+
+def test_plot_draws_leave_future_out(isoflop_csv, tmp_path):
+    from attnlab.plots.cli import plot_main
+
+    out = tmp_path / "rolled.png"
+    assert plot_main([f"--sweep={isoflop_csv}", "--kind=leave-future-out", SMALL_GRID,
+                      f"--plot={out}"]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -6,16 +6,19 @@ the fit request they make (``draw``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from typing import ClassVar
 
 from attnlab.plots import scaling as scaling_plots
+from attnlab.plots.forecasts import plot_leave_future_out
 from attnlab.plots.hparams import plot_hparams
 from attnlab.scaling.errors import FitError, FitInputError
 from attnlab.scaling.law import Law
 from attnlab.scaling.laws import hparams, registry
 from attnlab.scaling.request import FitRequest, Inputs, law_from_flags
 from attnlab.scaling.tables.grouped import group_values
+from attnlab.scaling.tables.holdout import LEAVE_FUTURE_OUT
 
 BAND_FLAGS = ("bootstrap", "ci-level", "bootstrap-seed")
 FIT_ONLY = ("fix", "grid", "cluster", "profile", "window", "best-over", "pair")
@@ -185,6 +188,22 @@ class Holdout(Figure):
         return scaling_plots.plot_holdout(request.held_out())
 
 
+class LeaveFutureOut(Figure):
+    name = "leave-future-out"
+    help = ("each budget's error predicted from the budgets below it, the law against the "
+            "forecasters")
+
+    def check(self, values, holdout):
+        super().check(values, holdout)
+        if values["by"].value:
+            raise FitInputError("--by does not apply to --kind=leave-future-out: draw one "
+                                "group's table at a time")
+
+    def draw(self, request):
+        rolled = dataclasses.replace(request, holdout=LEAVE_FUTURE_OUT).run()
+        return plot_leave_future_out(rolled)
+
+
 class Frontiers(Figure):
     name = "frontiers"
     help = "every --by group's compute-optimal frontier in one figure"
@@ -230,5 +249,5 @@ class HParams(Figure):
 
 
 FIGURES: dict[str, type[Figure]] = {c.name: c for c in (
-    LossVsParams, LossVsCompute, IsoFLOPProfiles, Contours, Allocation, Holdout, Frontiers,
-    HParams)}
+    LossVsParams, LossVsCompute, IsoFLOPProfiles, Contours, Allocation, Holdout, LeaveFutureOut,
+    Frontiers, HParams)}
