@@ -63,17 +63,16 @@ def fit_table(table: ScalingTable, *, law: Law, n_bootstrap: int = 0, ci_level: 
     FitInputError naming the parameter for a law that holds none); options: the law's own
     settings (approach 2's ``profile`` and ``window``, approach 3's ``grid``), its defaults
     where not given."""
-    part = law
-    if not part.can("table"):
-        raise FitInputError(f"--law={part.name} is fitted by attnlab fit --law={part.name}, "
+    if not law.can("table"):
+        raise FitInputError(f"--law={law.name} is fitted by attnlab fit --law={law.name}, "
                             f"not to a table of (N, D, L) points")
     if not 0.0 < ci_level < 1.0:
         raise FitInputError(f"--ci-level must lie in (0, 1), not {ci_level}")
     if n_bootstrap < 0:
         raise FitInputError(f"--bootstrap must be >= 0, not {n_bootstrap}")
-    check_fixable(part, fixed)
-    check_axes(part, table, fixed)
-    fit = part.fit(table, n_bootstrap=n_bootstrap, ci_level=ci_level, seed=seed, fixed=fixed,
+    check_fixable(law, fixed)
+    check_axes(law, table, fixed)
+    fit = law.fit(table, n_bootstrap=n_bootstrap, ci_level=ci_level, seed=seed, fixed=fixed,
                    flops_per_param_token=flops_per_param_token(table), clusters=table.clusters,
                    **options)
     resampling = fit.resampling or table.resampling()
@@ -84,6 +83,6 @@ def fit_table(table: ScalingTable, *, law: Law, n_bootstrap: int = 0, ci_level: 
               f"{MIN_CLUSTERS} and tends to fall short; more trunks or seeds per size, or "
               f"--cluster=none for the row bootstrap's (too narrow) intervals",) if few else ()
     priced = ((flops_note(table, fit.flops_per_param_token),)
-              if part.can("table-k") else ())
+              if law.can("table-k") else ())
     return dataclasses.replace(fit, notes=tuple(table.notes) + fit.notes + priced,
                                warnings=fit.warnings + warned, resampling=resampling)

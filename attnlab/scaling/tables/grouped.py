@@ -63,7 +63,6 @@ def fit_by(results: pd.DataFrame, by: str, *, law: Law, source: str = "results",
     when no group can be fitted, FitInputError says why for each. Approach 1 reads ``curves``
     (one row per logged step), grouped through each run's ``run_id``. cluster: the column a
     bootstrap resamples whole (``prepare_points``)."""
-    part = law
     fits, tables, skipped = {}, {}, {}
     for value in group_values(results, by, source):
         label = str(value)
@@ -72,11 +71,11 @@ def fit_by(results: pd.DataFrame, by: str, *, law: Law, source: str = "results",
         try:
             group_curves = None if curves is None else curves[
                 curves["run_id"].isin(runs["run_id"])]
-            table = points_for(part, runs, curves=group_curves, source=where, columns=columns,
+            table = points_for(law, runs, curves=group_curves, source=where, columns=columns,
                                cluster=cluster)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", GridEdgeWarning)  # kept in fit.warnings
-                fits[label] = fit_table(table, law=part, **fit_kwargs)
+                fits[label] = fit_table(table, law=law, **fit_kwargs)
             tables[label] = table
         except (FitInputError, FitError) as error:
             skipped[label] = str(error)

@@ -175,24 +175,23 @@ def holdout_prediction(table: ScalingTable, *, law: Law, holdout: str,
     Raises FitInputError when the law predicts no loss (Chinchilla approaches 1-2), when the
     rule holds out nothing or everything, or when fewer runs are kept than the law has
     parameters."""
-    part = law
-    if not part.can("run-loss"):
+    if not law.can("run-loss"):
         raise FitInputError(f"--holdout predicts losses: use --law=kaplan or --law=chinchilla "
-                            f"--approach=3 (approach {part.approach} models no loss)")
+                            f"--approach=3 (approach {law.approach} models no loss)")
     held = holdout_mask(table, holdout)
     kept_rows = int((~held).sum())
     if not held.any():
         raise FitInputError(f"--holdout={holdout} holds out no run")
-    if kept_rows < part.n_parameters:
+    if kept_rows < law.n_parameters:
         raise FitInputError(f"--holdout={holdout} keeps {kept_rows} of {len(held)} runs, fewer "
-                            f"than the {part.n_parameters} parameters the law fits")
+                            f"than the {law.n_parameters} parameters the law fits")
     kept = dataclasses.replace(table, frame=table.frame[~held].reset_index(drop=True),
                                notes=table.notes + (f"held out by --holdout={holdout}: "
                                                     f"{int(held.sum())} run(s)",))
-    fit = fit_table(kept, law=part, **fit_kwargs)
+    fit = fit_table(kept, law=law, **fit_kwargs)
     test = table.frame[held].reset_index(drop=True)
     n, d, observed = (test[c].to_numpy(np.float64) for c in ("params", "tokens", "loss"))
-    columns = {c: test[c].to_numpy(np.float64) for c in part.run_columns}
+    columns = {c: test[c].to_numpy(np.float64) for c in law.run_columns}
     with np.errstate(all="ignore"):
         predicted = np.asarray(fit.run_loss(n, d, **columns), np.float64)
         if fit.interval_samples:
