@@ -1,10 +1,11 @@
-"""A sweep in stages, checked, run and dry-run. With a tuning stage: the tuning sweep in
-``DIR/tune``, the picks in ``DIR/tuning.json``, then the study at those rates
-(:mod:`attnlab.sweep.tuning` plans and picks). With ``sweep.learning_rate.refine``: the grid,
-then the rates its results call for past the grid's edge, until none does
-(:mod:`attnlab.sweep.refine`). :mod:`attnlab.sweep.runner` runs each stage. :func:`check`,
-:func:`run_sweep` (the package's) and :func:`dry_run_sweep` are what ``attnlab sweep`` calls: a
-spec with neither stage goes straight to the runner."""
+"""A sweep in stages, checked, run and dry-run; how its runs come about is one class each
+(:data:`STAGES`, the first whose ``applies`` holds): ``Tuned``, a tuning stage first (the tuning
+sweep in ``DIR/tune``, the picks in ``DIR/tuning.json``, then the study at those rates;
+:mod:`attnlab.sweep.tuning` plans and picks); ``Refined``, with ``sweep.learning_rate.refine``
+(the grid, then the rates its results call for past the grid's edge, until none does;
+:mod:`attnlab.sweep.refine`); ``Plain``, every run at once. :mod:`attnlab.sweep.runner` runs
+each stage. :func:`check`, :func:`run_sweep` (the package's) and :func:`dry_run_sweep` are what
+``attnlab sweep`` calls."""
 
 from __future__ import annotations
 
@@ -16,19 +17,83 @@ from attnlab import rundir
 from attnlab.sweep import refine, runner
 from attnlab.sweep.definition import SweepSpec
 from attnlab.sweep.planner import PlannedRun, plan
-from attnlab.sweep.probe import dry_run
+from attnlab.sweep import probe
 from attnlab.sweep.runner import check_sweep_dir
 from attnlab.sweep.tuning import (describe, picked, placeholder, recorded, with_picks, tuning_plan,
                                   tuning_spec)
 
 
+class Stage:
+    """How a sweep's runs come about. check(spec): plans what can be planned before any stage
+    runs, so that a bad run config is refused (SweepSpecError naming the field) before anything
+    is compiled or written; run and dry_run: what :func:`run_sweep` and :func:`dry_run_sweep`
+    do with this kind of spec."""
+
+    @staticmethod
+    def applies(spec: SweepSpec) -> bool:
+        return True
+
+    def check(self, spec: SweepSpec) -> None:
+        """Nothing before it starts: the runner plans (and so checks) all its runs first."""
+
+    def run(self, spec: SweepSpec, workdir, **kw):
+        raise NotImplementedError
+
+    def dry_runs(self, spec: SweepSpec, workdir=None, **kw):
+        raise NotImplementedError
+
+
+class Plain(Stage):
+    """Every run at once."""
+
+    def run(self, spec, workdir, **kw):
+        return runner.run_sweep(spec, workdir, **kw)
+
+    def dry_runs(self, spec, workdir=None, **kw):
+        return [(None, *probe.dry_run(spec, workdir, **kw))]
+
+
+class Tuned(Stage):
+    """A tuning stage, then the study at its picks."""
+
+    @staticmethod
+    def applies(spec):
+        return spec.tune is not None
+
+    def check(self, spec):
+        planned_stages(spec)  # the tuning stage's runs and its study's
+
+    def run(self, spec, workdir, **kw):
+        return run_tuned(spec, workdir, **kw)
+
+    def dry_runs(self, spec, workdir=None, **kw):
+        return dry_run_stages(spec, workdir, **kw)
+
+
+class Refined(Stage):
+    """The grid, then each round of rates its results call for."""
+
+    @staticmethod
+    def applies(spec):
+        return refine.refining(spec)
+
+    def run(self, spec, workdir, **kw):
+        return run_refined(spec, workdir, **kw)
+
+    def dry_runs(self, spec, workdir=None, **kw):
+        return dry_run_refined(spec, workdir, **kw)
+
+
+STAGES = (Tuned, Refined, Plain)
+
+
+def stage_of(spec: SweepSpec) -> Stage:
+    return next(cls() for cls in STAGES if cls.applies(spec))
+
+
 def check(spec: SweepSpec) -> None:
-    """Plans what can be planned before any stage runs, so that a bad run config is refused
-    before anything is compiled or written: a tuning stage's runs and its study's
-    (:func:`planned_stages`). Raises SweepSpecError naming the field. A sweep without a tuning
-    stage plans (and so checks) all its runs as it starts."""
-    if spec.tune is not None:
-        planned_stages(spec)
+    """The stage's check of a spec (:meth:`Stage.check`), before anything is written."""
+    stage_of(spec).check(spec)
 
 
 def planned_stages(spec: SweepSpec) -> tuple[list[PlannedRun], list[PlannedRun]]:
@@ -39,13 +104,10 @@ def planned_stages(spec: SweepSpec) -> tuple[list[PlannedRun], list[PlannedRun]]
 
 
 def run_sweep(spec: SweepSpec, workdir: str | Path, **kw):
-    """:func:`attnlab.sweep.runner.run_sweep`, or with ``sweep.tune`` the tuning stage first
-    (:func:`run_tuned`); the same keyword arguments."""
-    if spec.tune is not None:
-        return run_tuned(spec, workdir, **kw)
-    if refine.refining(spec):
-        return run_refined(spec, workdir, **kw)
-    return runner.run_sweep(spec, workdir, **kw)
+    """:func:`attnlab.sweep.runner.run_sweep` in the spec's stages (:func:`stage_of`): with
+    ``sweep.tune`` the tuning stage first (:func:`run_tuned`), a refined grid in rounds
+    (:func:`run_refined`); the same keyword arguments."""
+    return stage_of(spec).run(spec, workdir, **kw)
 
 
 def run_refined(spec: SweepSpec, workdir: str | Path, *, progress: bool = True, **kw):
@@ -69,18 +131,14 @@ def dry_run_sweep(spec: SweepSpec, workdir: str | Path | None = None, **kw):
     :func:`attnlab.sweep.probe.dry_run`'s, with its keyword arguments): both stages of a tuned
     sweep (:func:`dry_run_stages`), the grid of a refined one so far (:func:`dry_run_refined`),
     else the sweep (no title)."""
-    if spec.tune is not None:
-        return dry_run_stages(spec, workdir, **kw)
-    if refine.refining(spec):
-        return dry_run_refined(spec, workdir, **kw)
-    return [(None, *dry_run(spec, workdir, **kw))]
+    return stage_of(spec).dry_runs(spec, workdir, **kw)
 
 
 def dry_run_refined(spec: SweepSpec, workdir: str | Path | None = None, **kw):
     """``--dry-run`` of a refined sweep: the grid with the factors its recorded results already
     call for, and a note on what may follow."""
     current = refine.grown(spec, refine.recorded_outcomes(workdir))
-    table, notes = dry_run(current, workdir, **kw)
+    table, notes = probe.dry_run(current, workdir, **kw)
     grown = sum(len(factors) for _, factors in current.refinements)
     said = []
     if refine.refines(spec):
@@ -135,9 +193,9 @@ def dry_run_stages(spec: SweepSpec, workdir: str | Path | None = None, **kw):
     said = describe(tuning) if tuning else [
         "learning rates 'tuned': picked by the tuning stage above (run ids follow from them; "
         "the estimates hold)"]
-    tune_table, tune_notes = dry_run(tuning_spec(spec),
+    tune_table, tune_notes = probe.dry_run(tuning_spec(spec),
                                      workdir / rundir.TUNE_DIR if workdir else None, **kw)
-    table, notes = dry_run(study, workdir, **kw)
+    table, notes = probe.dry_run(study, workdir, **kw)
     if not tuning:
         table["run_id"] = "(after tuning)"
         table["lr"] = "tuned"
