@@ -145,3 +145,19 @@ def test_plot_draws_leave_future_out(isoflop_csv, tmp_path):
     assert plot_main([f"--sweep={isoflop_csv}", "--kind=leave-future-out", SMALL_GRID,
                       f"--plot={out}"]) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_leave_future_out_and_its_figure_refuse_what_they_cannot_do(isoflop_csv, tmp_path,
+                                                                     capsys):
+    from attnlab.plots.cli import plot_main
+
+    one = tmp_path / "one_budget.csv"
+    frame = pd.read_csv(isoflop_csv)
+    frame[np.isclose(frame["budget"], frame["budget"].min())].to_csv(one, index=False)
+    assert fit_main([f"--sweep={one}", "--law=chinchilla", "--bootstrap=0",
+                     "--holdout=leave-future-out"]) == 2
+    assert ("--holdout=leave-future-out needs runs at two budgets or more; the table has 1"
+            in capsys.readouterr().err)
+    assert plot_main([f"--sweep={isoflop_csv}", "--kind=leave-future-out", "--by=budget",
+                      f"--plot={tmp_path / 'x.png'}"]) == 2
+    assert "--by does not apply to --kind=leave-future-out" in capsys.readouterr().err

@@ -59,6 +59,10 @@ class Forecaster:
 
     name = ""
     needs = ""  # what a run needs for a forecast, said when it makes none
+    # Its columns in a hold-out's frame: the prediction (its error in "<column>_error") and,
+    # where the rule is kept, the rule each run took.
+    column: str = ""
+    rule_column: str | None = None
 
     def predict(self, kept: pd.DataFrame, test: pd.DataFrame):
         raise NotImplementedError
@@ -67,6 +71,7 @@ class Forecaster:
 class Persistence(Forecaster):
     name = "persistence"
     needs = "a kept run of a smaller size at its D, or of its size with fewer tokens"
+    column, rule_column = "baseline", "baseline_rule"  # the naive baseline's former names
 
     def predict(self, kept, test):
         made = [naive_baseline(kept, n, d) for n, d in zip(test["params"], test["tokens"])]
@@ -74,7 +79,7 @@ class Persistence(Forecaster):
 
 
 class Trend(Forecaster):
-    name = "trend"
+    name = column = "trend"
     needs = "two kept sizes below it at its D, or two shorter kept runs of its size"
 
     def predict(self, kept, test):
@@ -111,7 +116,8 @@ def fit_frontier(c: np.ndarray, loss: np.ndarray) -> dict | None:
 
     low = float(loss.min())
     start = [0.5 * low, np.log(0.5 * low), 0.1]
-    x = least_squares(residual, start, bounds=([0, -np.inf, 1e-6], [low * (1 - 1e-9), np.inf, 5])).x
+    bounds = ([0, -np.inf, 1e-6], [low * (1 - 1e-9), np.inf, 5])
+    x = least_squares(residual, start, bounds=bounds).x
     return {"E": float(x[0]), "A": float(np.exp(x[1])), "a": float(x[2]),
             "C_unit": float(c.max())}
 
@@ -122,7 +128,7 @@ def frontier_loss(params: dict, c) -> np.ndarray:
 
 
 class Frontier(Forecaster):
-    name = "frontier"
+    name = column = "frontier"
     needs = "3 kept budgets; it predicts each held-out budget's best run"
 
     def predict(self, kept, test):
@@ -152,11 +158,6 @@ def at_budget(frame: pd.DataFrame, budget: float) -> dict[str, float | None]:
     trend = _through_two(c, loss, budget)
     return {"trend": trend if np.isfinite(trend) else None,
             "frontier": float(frontier_loss(params, budget)) if params else None}
-
-
-def forecasts(kept: pd.DataFrame, test: pd.DataFrame) -> dict[str, tuple[np.ndarray, list]]:
-    """name -> (predictions, rules) of every forecaster for the ``test`` runs."""
-    return {cls.name: cls().predict(kept, test) for cls in FORECASTERS}
 
 
 def skill(law_error: np.ndarray, other_error: np.ndarray, *, clusters=None,

@@ -38,6 +38,7 @@ frontier's last point.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 
 import numpy as np
@@ -50,10 +51,8 @@ from attnlab.scaling.points import ScalingTable, budget_labels
 from attnlab.scaling.result import ScalingFit
 from attnlab.scaling.tables.baselines import BASELINE_RULES
 from attnlab.scaling.tables.fitting import fit_table
-from attnlab.scaling.tables.forecasters import FORECASTERS, forecasts, skill
+from attnlab.scaling.tables.forecasters import FORECASTERS, skill
 
-# Each forecaster's column in the held-out frame (persistence keeps its former name).
-FORECAST_COLUMNS = {"persistence": "baseline", "trend": "trend", "frontier": "frontier"}
 NEEDS = {cls.name: cls.needs for cls in FORECASTERS}
 _THRESHOLD = re.compile(r"^(flops|params|tokens_per_param|tokens)\s*(>=|>)\s*([0-9.eE+-]+)$")
 
@@ -139,26 +138,24 @@ class HoldoutResult:
                              "mean_abs_relative_error": base_mae,
                              "skill": (law_mae / base_mae if both.any() and base_mae > 0
                                        else None)},
-                "forecasters": self.skills(),
+                "forecasters": self.skills,
                 "floor": self.floor,
                 "below_floor": int(self.frame["below_floor"].sum())}
 
-    def _replicate_errors(self) -> np.ndarray | None:
-        if self.replicates is None:
-            return None
-        observed = self.frame["observed"].to_numpy(np.float64)[:, None]
-        return (self.replicates - observed) / observed
-
+    @functools.cached_property
     def skills(self) -> dict:
         """Each forecaster's mean |error| against the law's on the runs both predict, and the
-        law's skill with its interval (``forecasters.skill``)."""
+        law's skill with its interval (``forecasters.skill``); computed once, as the report,
+        its JSON and the figure all ask."""
         law = self.frame["relative_error"].to_numpy(np.float64)
-        found = {}
-        for name, column in FORECAST_COLUMNS.items():
-            error = self.frame[f"{column}_error"].to_numpy(np.float64)
-            found[name] = skill(law, error, clusters=self.clusters, level=self.fit.ci_level,
-                                replicates=self._replicate_errors())
-        return found
+        replicates = None
+        if self.replicates is not None:
+            observed = self.frame["observed"].to_numpy(np.float64)[:, None]
+            replicates = (self.replicates - observed) / observed
+        return {cls.name: skill(law, self.frame[f"{cls.column}_error"].to_numpy(np.float64),
+                                clusters=self.clusters, level=self.fit.ci_level,
+                                replicates=replicates)
+                for cls in FORECASTERS}
 
     def to_dict(self) -> dict:
         runs = self.frame.replace({np.nan: None}).to_dict(orient="records")
@@ -206,12 +203,12 @@ def holdout_prediction(table: ScalingTable, *, law: Law, holdout: str,
                           "relative_error": (predicted - observed) / observed,
                           "low": bounds[:, 0], "high": bounds[:, 1]})
     frame["inside"] = (frame["low"] <= frame["observed"]) & (frame["observed"] <= frame["high"])
-    for name, (values, rules) in forecasts(kept.frame, test).items():
-        column = FORECAST_COLUMNS[name]
-        frame[column] = values
-        if name == "persistence":
-            frame["baseline_rule"] = rules
-        frame[f"{column}_error"] = (frame[column] - frame["observed"]) / frame["observed"]
+    for cls in FORECASTERS:
+        values, rules = cls().predict(kept.frame, test)
+        frame[cls.column] = values
+        if cls.rule_column:
+            frame[cls.rule_column] = rules
+        frame[f"{cls.column}_error"] = (frame[cls.column] - frame["observed"]) / frame["observed"]
     frame["below_floor"] = (frame["predicted"] < floor) if floor is not None else False
     if "run_id" in test:
         frame.insert(0, "run_id", test["run_id"].to_numpy())
@@ -313,7 +310,8 @@ class RollingForecast:
     skipped: dict
 
     def to_dict(self) -> dict:
-        return {"holdout": LEAVE_FUTURE_OUT, "steps": self.steps.replace({np.nan: None}).to_dict("records"),
+        steps = self.steps.replace({np.nan: None}).to_dict("records")
+        return {"holdout": LEAVE_FUTURE_OUT, "steps": steps,
                 "skipped": {f"{c:.4g}": why for c, why in self.skipped.items()}}
 
 
@@ -323,8 +321,8 @@ def leave_future_out(table: ScalingTable, *, law: Law, **fit_kwargs) -> RollingF
     labels = budget_labels(table.array("flops"), table.budget)
     budgets = np.unique(labels)
     if len(budgets) < 2:
-        raise FitInputError(f"--holdout={LEAVE_FUTURE_OUT} needs runs at two budgets or more; the table has "
-                            f"{len(budgets)}")
+        raise FitInputError(f"--holdout={LEAVE_FUTURE_OUT} needs runs at two budgets or more; "
+                            f"the table has {len(budgets)}")
     rows, skipped = [], {}
     for budget in budgets[1:]:
         cut = dataclasses.replace(table, frame=table.frame[labels <= budget].reset_index(
@@ -342,7 +340,7 @@ def leave_future_out(table: ScalingTable, *, law: Law, **fit_kwargs) -> RollingF
 
 
 def _step(budget: float, held) -> dict:
-    skills = held.skills()
+    skills = held.skills
     row = {"C": budget, "kept_runs": held.n_kept, "held_out_runs": len(held.frame),
            "law": float(np.abs(held.frame["relative_error"]).mean())}
     row |= {name: found["other"] for name, found in skills.items()}
