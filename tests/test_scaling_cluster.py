@@ -3,6 +3,7 @@ interval when too many refits fail, and what fits say about both."""
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -10,10 +11,11 @@ import pandas as pd
 import pytest
 from repo_files import load_module
 
-from attnlab.scaling.bootstrap import (MAX_FAILED_SHARE, cluster_index, resample_rows,
-                                       resample_weights)
+from attnlab.scaling.bootstrap import (MAX_FAILED_SHARE, cluster_index, identified,
+                                       resample_rows, resample_weights)
 from attnlab.scaling.cli import fit_main
 from attnlab.scaling.errors import FitInputError
+from attnlab.scaling.law import axis_levels
 from attnlab.scaling.laws.approach3 import InitGrid
 from attnlab.scaling.laws.registry import law_named
 from attnlab.scaling.result import ScalingFit
@@ -220,3 +222,38 @@ def test_intervals_too_wide_to_act_on_are_unpinned_and_shown_by_name():
     assert "E" in e.too_wide  # width 0.78 > 30% of 2.0
     narrow = dataclasses.replace(e, samples={"E": np.linspace(1.8, 2.2, 200)})
     assert narrow.too_wide == {}
+
+
+def test_a_draw_counts_distinct_levels_along_each_axis():
+    levels = np.array([0, 0, 1, 1, 2, 2])
+    design = {"N": (levels, 3)}
+    weights = np.array([[1, 1, 1, 1, 1, 1],   # every size
+                        [2, 0, 2, 0, 0, 2],   # every size, unevenly
+                        [3, 0, 0, 3, 0, 0]],  # two sizes
+                       dtype=float)
+    assert identified(weights, design).tolist() == [True, True, False]
+    assert identified(weights, None).all()
+    # Values within 1% of each other are one level; the law's need falls with what --fix holds.
+    assert axis_levels([1e6, 1.005e6, 2e6, 4e6]).tolist() == [0, 0, 1, 2]
+    law = law_named("chinchilla", 3)
+    assert law.distinct_needed() == {"N": 3, "D": 3}
+    assert law.distinct_needed({"E": 1.7}) == {"N": 2, "D": 2}
+    assert law.distinct_needed({"A": 400.0, "alpha": 0.34}) == {"D": 3}
+    assert law_named("kaplan").distinct_needed() == {"N": 2, "D": 2}
+    assert law_named("overtrain").distinct_needed() == {"D/N": 2}
+
+
+def test_draws_of_too_few_sizes_fail_rather_than_narrow_the_interval(tmp_path, capsys):
+    """Five trunks, one a size: about 15% of cluster draws hold two sizes, where E + A/N^alpha
+    is flat along E. Such a draw is a failed refit, so the interval is refused, not read off the
+    draws that happened to hold three sizes."""
+    out = tmp_path / "fit.json"
+    assert fit_main([f"--sweep={MARKOV}", "--law=chinchilla", "--approach=3",
+                     "--bootstrap=100", f"--json={out}"]) == 0
+    report = capsys.readouterr().out
+    payload = json.loads(out.read_text())
+    # Of 5^5 equally likely draws of 5 trunks, 5 + 10 (2^5 - 2) hold at most two: 9.8%.
+    found = re.search(r"(\d+) of 100 bootstrap draws held fewer distinct N than 3", report)
+    assert found and 2 <= int(found[1]) <= 25
+    assert int(found[1]) <= payload["n_bootstrap_failed"]
+    assert payload["intervals_refused"] == (payload["n_bootstrap_failed"] > 10)

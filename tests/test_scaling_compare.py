@@ -432,3 +432,50 @@ def test_runs_read_twice_count_once_and_runs_without_a_loss_are_named(tmp_path, 
     assert compare_main([f"--sweep={tmp_path / 'text.csv'}"] + args) == 2
     assert "is not a finite number in 1 completed run(s) (row 2: 'oops')" in \
         capsys.readouterr().err
+
+
+def test_holm_adjusts_as_the_step_down_formula_says():
+    from attnlab.scaling.tables.compare import holm
+    # Sorted 0.005, 0.01, 0.03, 0.04 -> 4(0.005), 3(0.01), max(prev, 2(0.03)), max(prev, 0.04).
+    np.testing.assert_allclose(holm([0.01, 0.04, 0.03, 0.005]), [0.03, 0.06, 0.06, 0.02])
+    assert holm([0.6, 0.9])[1] == 1.0 and np.isnan(holm([np.nan, 0.01])[0])
+    assert holm([np.nan, 0.01])[1] == pytest.approx(0.01)  # a NaN is not a comparison
+
+
+def _arms(rng, shifts, seeds=3):
+    rows = [dict(run_id=f"{arm}-{p}-{s}", status="completed", arm=arm, params=p, tokens=1e6,
+                 seed=s, final_val_loss=2.0 + shift + 0.01 * rng.standard_normal())
+            for arm, shift in shifts.items() for p in (1000, 2000) for s in range(seeds)]
+    return pd.DataFrame(rows)
+
+
+def test_several_arms_are_one_family_with_joint_coverage():
+    """Five arms equal to the baseline, 300 draws: uncorrected 95% pooled intervals miss some
+    arm in ~1 - 0.95^5 = 23% of draws; the Bonferroni family intervals miss in <= 5%, and Holm
+    calls some arm different in <= 5%."""
+    shifts = {"base": 0.0, **{f"arm{i}": 0.0 for i in range(5)}}
+    miss_plain = miss_family = called = 0
+    for draw in range(300):
+        frame = paired_differences(_arms(np.random.default_rng(draw), shifts), by="arm",
+                                   baseline="base")
+        pooled = frame[frame["params"] == POOLED]
+        miss_plain += bool(((pooled.lo > 0) | (pooled.hi < 0)).any())
+        miss_family += bool(((pooled.lo_family > 0) | (pooled.hi_family < 0)).any())
+        called += bool((pooled.p_holm < 0.05).any())
+        assert frame.loc[frame["params"] != POOLED, "p_holm"].isna().all()
+    assert 0.12 < miss_plain / 300 < 0.35
+    assert miss_family / 300 <= 0.07 and called / 300 <= 0.07
+    # A real difference is still found: one arm 3% lower.
+    frame = paired_differences(_arms(np.random.default_rng(0), shifts | {"arm0": -0.06}),
+                               by="arm", baseline="base")
+    row = frame[(frame["params"] == POOLED) & (frame.arm == "arm0")].iloc[0]
+    assert row.p_holm < 0.01 and row.hi_family < 0
+
+
+def test_the_report_says_the_pooled_rows_are_one_family(capsys, tmp_path):
+    path = tmp_path / "arms.csv"
+    _arms(np.random.default_rng(1), {"base": 0.0, "a": 0.0, "b": -0.02}).to_csv(path)
+    assert compare_main([f"--sweep={path}", "--by=arm", "--baseline=base"]) == 0
+    out = capsys.readouterr().out
+    assert "the 2 'all' rows are one family of claims: p_holm is Holm's adjusted p-value" in out
+    assert "p_holm" in out.splitlines()[1]

@@ -20,6 +20,7 @@ import pytest
 from attnlab.plots import scaling as plots
 from attnlab.scaling import (FitError, GridEdgeWarning, InitGrid, fit_approach2, fit_approach3,
                              fit_kaplan)
+from attnlab.scaling.huber import with_delta
 from attnlab.scaling.laws.approach3 import CHINCHILLA_GRID, huber_objective, unpinned_parameters
 from attnlab.scaling.laws.registry import law_named
 from attnlab.scaling.multistart import minimise_many
@@ -55,7 +56,8 @@ def test_the_data_prefer_a_negative_exponent_unconstrained():
     """The premise: without the constraint the best converged start is not a scaling law."""
     n, d, loss = UNDERTRAINED.T
     starts = CHINCHILLA_GRID.points()
-    solved = minimise_many(huber_objective, starts, (np.log(n), np.log(d), np.log(loss)),
+    solved = minimise_many(huber_objective, starts,
+                           with_delta((np.log(n), np.log(d), np.log(loss))),
                            np.ones((len(starts), len(loss))))
     best = np.argmin(np.where(solved.converged, solved.objective, np.inf))
     assert solved.params[best, 3] < 0  # alpha

@@ -8,6 +8,7 @@ from scipy.optimize import minimize_scalar
 
 from attnlab.scaling import equations
 from attnlab.scaling.bootstrap import percentile_interval, resample_weights
+from attnlab.scaling.huber import HUBER_DELTA, with_delta
 from attnlab.scaling.laws.approach2 import parabola_vertex
 from attnlab.scaling.laws.approach3 import InitGrid, huber_objective, params_from_theta
 from attnlab.scaling.points import budget_labels
@@ -116,16 +117,21 @@ def test_huber_objective_matches_float64_numpy_sum():
     theta = np.array([6.0, 6.1, 0.5, 0.33, 0.29])
     weights = rng.integers(0, 3, 40).astype(float)
     with jax.enable_x64(True):
-        value = float(huber_objective(jnp.asarray(theta), tuple(map(jnp.asarray, (log_n, log_d,
-                                                                                  log_l))),
-                                      jnp.asarray(weights)))
+        data = tuple(map(jnp.asarray, with_delta((log_n, log_d, log_l), HUBER_DELTA)))
+        value = float(huber_objective(jnp.asarray(theta), data, jnp.asarray(weights)))
     reference = _huber_reference(theta, log_n, log_d, log_l, weights)
     assert value == pytest.approx(reference, rel=1e-12)
     # A sum, not a mean: doubling every weight doubles it.
     with jax.enable_x64(True):
-        doubled = float(huber_objective(jnp.asarray(theta), tuple(map(jnp.asarray, (
-            log_n, log_d, log_l))), jnp.asarray(2 * weights)))
+        doubled = float(huber_objective(jnp.asarray(theta), data, jnp.asarray(2 * weights)))
     assert doubled == pytest.approx(2 * reference, rel=1e-12)
+    # Huber's delta is the data's last array: 10x delta is the reference's at 10x delta.
+    with jax.enable_x64(True):
+        wider = float(huber_objective(jnp.asarray(theta), tuple(map(jnp.asarray, with_delta(
+            (log_n, log_d, log_l), 10 * HUBER_DELTA))), jnp.asarray(weights)))
+    assert wider == pytest.approx(_huber_reference(theta, log_n, log_d, log_l, weights, 1e-2),
+                                  rel=1e-12)
+    assert wider != pytest.approx(reference, rel=1e-3)
 
 
 def test_params_from_theta():

@@ -72,6 +72,19 @@ def resample_within_groups(groups: np.ndarray, rng: np.random.Generator) -> np.n
     return np.concatenate(indices)
 
 
+def identified(weights: np.ndarray, design: Mapping | None) -> np.ndarray:
+    """[replicates] whether each draw (weights: [replicates, points] multiplicities) holds, along
+    every axis of ``design`` (axis -> ([points] level index, levels needed)), as many distinct
+    levels as the law needs there. A draw with fewer cannot determine the law (its refit would
+    pick one point of a flat valley): it counts as a failed refit, not as a draw."""
+    ok = np.ones(len(weights), bool)
+    for levels, needed in (design or {}).values():
+        drawn = np.zeros((len(weights), int(levels.max()) + 1))
+        np.add.at(drawn.T, levels, (weights > 0).T.astype(float))
+        ok &= (drawn > 0).sum(axis=1) >= needed
+    return ok
+
+
 def percentile_interval(samples: np.ndarray, level: float) -> tuple[float, float]:
     """The central ``level`` percentile interval of the finite samples (NaNs if none)."""
     samples = np.asarray(samples, np.float64)

@@ -23,6 +23,7 @@ from attnlab.errors import AttnlabError
 from attnlab.scaling.errors import FitInputError
 from attnlab.scaling.law import positive_list
 from attnlab.scaling.request import FitRequest, input_flags
+from attnlab.scaling.tables.coverage import check_coverage
 from attnlab.scaling.tables.modes import Report, mode_of, picks_report
 
 FIT_HELP = """\
@@ -56,6 +57,10 @@ FIT_FLAGS = [
     vocab.HOLDOUT.flag("Reports how well the law predicts their loss."),
     Flag("floor", "float", None, "A known floor of the loss (e.g. a corpus's entropy rate): "
          "flag every predicted loss below it (--budget, --holdout)."),
+    Flag("coverage", "integer", 0, "Simulate this many tables from the fitted law at the "
+         "table's own points, with its residual structure (a cluster effect and a row effect, "
+         "estimated from the residuals), refit each as the table was, and report how often "
+         "each interval holds the truth (a law of each run's loss; flags coverage < 90%)."),
 ]
 
 
@@ -75,6 +80,8 @@ def _request(values) -> FitRequest:
                                     holdout=values["holdout"].value, floor=values["floor"].value)
     if values["multiplier-against"].value and not request.by:
         raise FitInputError("--multiplier-against compares groups: add --by=COLUMN")
+    if values["coverage"].value:
+        check_coverage(request, values["coverage"].value)
     return request
 
 
@@ -83,7 +90,8 @@ def _report(values) -> Report:
                                               "1e18,1e19")),
                   longer=tuple(positive_list(values["train-longer"].value, "--train-longer",
                                              "token multipliers", "10,100")),
-                  against=values["multiplier-against"].value)
+                  against=values["multiplier-against"].value,
+                  coverage=values["coverage"].value)
 
 
 def fit_main(argv: list[str]) -> int:

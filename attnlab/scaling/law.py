@@ -67,6 +67,9 @@ class Law:
     # Axis of the table (one of AXES) -> the parameters that only runs spread along it
     # determine: a table with one value there is refused (check_axes).
     varies: Mapping[str, tuple[str, ...]] = {}
+    # The floor every axis's term must be told apart from (Chinchilla's E): along such an axis
+    # a table needs one value more than the term has free parameters (``distinct_needed``).
+    floor: str | None = None
     # Parameters whose interval is read as an exponent's (``ScalingFit.too_wide``).
     exponents: tuple[str, ...] = ("alpha", "beta", "a", "b", "alpha_N", "alpha_D")
     # Positive constants read on a log scale (a decay constant): pinned within a factor of
@@ -104,6 +107,21 @@ class Law:
     def form(self) -> str:
         """Kaplan's form ("" for other laws), as JSON reports name it."""
         return ""
+
+    def distinct_needed(self, fixed: Mapping[str, float] | None = None) -> dict[str, int]:
+        """axis (of :data:`AXES`) -> how many distinct values along it a table, or a bootstrap
+        draw of it, needs for the law's free parameters to be determined: one per free
+        parameter of the axis's term, one more to tell the term from a free floor. With two
+        model sizes, E + A/N^alpha takes any E from a range and fits as well
+        (``bootstrap.identified`` counts such a draw as failed)."""
+        fixed = fixed or {}
+        needed = {}
+        for axis, names in self.varies.items():
+            free = [name for name in names if name not in fixed]
+            if free:
+                floor = bool(self.floor) and self.floor not in fixed
+                needed[axis] = len(free) + floor
+        return needed
 
     def fit(self, table, *, n_bootstrap: int, ci_level: float, seed: int, **options):
         """The fit of this law to a checked ``points.ScalingTable`` (a results frame for a law
@@ -162,6 +180,24 @@ AXES = {
     "D/N": ("tokens-per-parameter ratios", lambda frame: frame["tokens"] / frame["params"]),
 }
 SAME_AXIS = 0.01
+
+
+def axis_levels(values) -> np.ndarray:
+    """[points] the index of each value's level along an axis: sorted values within SAME_AXIS
+    of the previous one share a level."""
+    values = np.asarray(values, np.float64)
+    order = np.argsort(values)
+    steps = np.diff(np.log(values[order])) > np.log1p(SAME_AXIS)
+    levels = np.empty(len(values), np.int64)
+    levels[order] = np.concatenate([[0], np.cumsum(steps)])
+    return levels
+
+
+def identifying_design(law: Law, frame, fixed: Mapping[str, float] | None = None) -> dict:
+    """axis -> ([points] level along it, distinct levels a draw needs), for the axes
+    ``law.distinct_needed`` names (``bootstrap.identified`` reads it)."""
+    return {axis: (axis_levels(AXES[axis][1](frame)), needed)
+            for axis, needed in law.distinct_needed(fixed).items()}
 
 
 def check_axes(law: Law, table, fixed: Mapping[str, float] | None = None) -> None:

@@ -17,24 +17,17 @@ from collections.abc import Callable, Mapping
 import jax.numpy as jnp
 import numpy as np
 
-from attnlab.scaling.bootstrap import cluster_index, resample_weights
+from attnlab.scaling.bootstrap import cluster_index, identified, resample_weights
 from attnlab.scaling.errors import FitError, FitInputError
+from attnlab.scaling.huber import HUBER_DELTA, refits_at_deltas, sensitivity, with_delta
 from attnlab.scaling.law import Law
 from attnlab.scaling.multistart import minimise_many
 from attnlab.scaling.result import ScalingFit
 
-HUBER_DELTA = 1e-3  # on log L: Hoffmann et al. 2022 Sec. 3.3
 # A term below this fraction of the predicted loss at every point is invisible to the fit.
 NEGLIGIBLE_TERM = 1e-3
 # An exponent below this makes X^-exponent ~ 1 over any ladder: the term is a constant.
 MIN_EXPONENT = 1e-2
-
-
-def huber(residual, delta):
-    """Huber loss: r^2/2 for |r| <= delta, delta·(|r| - delta/2) beyond."""
-    magnitude = jnp.abs(residual)
-    return jnp.where(magnitude <= delta, 0.5 * residual * residual,
-                     delta * (magnitude - 0.5 * delta))
 
 
 def held_notes(fixed: Mapping[str, float]) -> list[str]:
@@ -92,6 +85,34 @@ def with_held(data: tuple, mask: np.ndarray, values: np.ndarray) -> tuple:
     return data + (np.tile(mask, (points, 1)), np.tile(values, (points, 1)))
 
 
+def objective_data(data: tuple, mask: np.ndarray, values: np.ndarray):
+    """delta -> the objective's data at Huber's delta: ``data``, delta, and the held mask and
+    values where --fix holds some coordinate."""
+    def at(delta: float) -> tuple:
+        with_it = with_delta(data, delta)
+        return with_held(with_it, mask, values) if mask.any() else with_it
+    return at
+
+
+def with_sensitivity(fit: ScalingFit, objective, solved, usable: np.ndarray, data_at,
+                     params_from_theta, admissible, max_steps: int) -> ScalingFit:
+    """``fit`` with the estimates at other Huber deltas (``huber.sensitivity``) in its details,
+    notes and warnings; solved, usable: the main fit's starts and which are usable."""
+    fixed = fit.details.get("fixed") or {}
+    thetas = refits_at_deltas(objective, solved.params, usable, solved.objective, data_at,
+                              admissible=admissible, max_steps=max_steps)
+    refits = {f"{HUBER_DELTA * factor:g}": None if theta is None else exactly(
+        {k: float(v) for k, v in params_from_theta(theta).items()}, fixed)
+        for factor, theta in thetas.items()}
+    shown = tuple(k for k in fit.params if (k == "E" or k in fit.part.exponents)
+                  and k not in fixed)
+    found = sensitivity(fit.params, refits, {k: v for k, v in fit.ci.items() if k not in fixed},
+                        shown, fit.ci_level)
+    return dataclasses.replace(fit, notes=fit.notes + found.notes,
+                               warnings=fit.warnings + found.warnings,
+                               details=fit.details | {"huber_sensitivity": found.estimates})
+
+
 def held_starts(starts: np.ndarray, mask: np.ndarray, values: np.ndarray) -> np.ndarray:
     """The distinct starts once the held coordinates take their values."""
     starts = np.where(mask, values, starts)
@@ -105,36 +126,63 @@ def best_converged(objective: np.ndarray, usable: np.ndarray) -> int | None:
     return int(np.argmin(np.where(usable, objective, np.inf)))
 
 
+@dataclasses.dataclass(frozen=True)
+class Refits:
+    """The bootstrap refits of a fit: ``params`` [kept, P] and why the others were dropped
+    (``unidentified``: draws whose design cannot determine the law; ``unusable``: refits that
+    converged to no admissible law). Both count as failed (``ScalingFit.n_bootstrap_failed``)."""
+
+    params: np.ndarray
+    unidentified: int
+    unusable: int
+
+    def notes(self, requested: int, why: str, design_why: str) -> list[str]:
+        """The notes on refits dropped (none when every refit was kept)."""
+        notes = []
+        if self.unidentified:
+            notes.append(f"{self.unidentified} of {requested} bootstrap draws {design_why}, too "
+                         f"few to determine the law, and count as failed refits")
+        if self.unusable:
+            notes.append(f"{self.unusable} of {requested} bootstrap refits {why} and were "
+                         f"dropped")
+        return notes
+
+
+def design_why(design) -> str:
+    """What an unidentified draw lacked, for :meth:`Refits.notes`."""
+    return "held fewer distinct " + " or ".join(
+        f"{axis} than {needed}" for axis, (_, needed) in (design or {}).items())
+
+
 def bootstrap_refits(objective, theta: np.ndarray, starts: np.ndarray, data: tuple,
                      n_points: int, *, n_bootstrap: int, grid_starts: int, seed: int,
-                     clusters, admissible, max_steps: int) -> np.ndarray:
-    """[kept, P] refits of ``n_bootstrap`` resampled tables (clusters drawn whole), each from
-    the estimate ``theta`` and ``grid_starts`` random starts of the grid, keeping its best
-    usable (converged and ``admissible``) start; a replicate with none is dropped."""
+                     clusters, admissible, max_steps: int, design=None) -> Refits:
+    """Refits of ``n_bootstrap`` resampled tables (clusters drawn whole), each from the estimate
+    ``theta`` and ``grid_starts`` random starts of the grid, keeping its best usable (converged
+    and ``admissible``) start; a draw that ``design`` says cannot determine the law
+    (``bootstrap.identified``) is not refitted, and a replicate with no usable start is
+    dropped."""
     rng = np.random.default_rng(seed)
     weights = resample_weights(n_points, n_bootstrap, rng,
                                None if clusters is None else cluster_index(clusters))
     k = min(grid_starts, len(starts))
     picks = (np.stack([rng.choice(len(starts), size=k, replace=False)
                        for _ in range(n_bootstrap)]) if k else np.zeros((n_bootstrap, 0), int))
+    ok = identified(weights, design)
+    weights, picks, drawn = weights[ok], picks[ok], int(ok.sum())
+    if not drawn:
+        return Refits(np.zeros((0, len(theta))), n_bootstrap, 0)
     # Warm starts first, grid starts after: chunks of warm starts converge and stop early.
-    boot_starts = np.concatenate([np.repeat(theta[None], n_bootstrap, axis=0),
+    boot_starts = np.concatenate([np.repeat(theta[None], drawn, axis=0),
                                   starts[picks.T.reshape(-1)]])
     boot = minimise_many(objective, boot_starts, data, np.concatenate([weights] * (k + 1)),
                          max_steps=max_steps)
-    objective_values = boot.objective.reshape(k + 1, n_bootstrap)
-    params = boot.params.reshape(k + 1, n_bootstrap, len(theta))
-    usable = boot.converged.reshape(k + 1, n_bootstrap) & admissible(params)
-    chosen = [best_converged(objective_values[:, r], usable[:, r]) for r in range(n_bootstrap)]
-    return np.array([params[c, r] for r, c in enumerate(chosen) if c is not None]).reshape(
-        -1, len(theta))
-
-
-def dropped_note(kept: int, requested: int, why: str) -> list[str]:
-    """The note on refits dropped (none when every refit was kept)."""
-    if kept == requested:
-        return []
-    return [f"{requested - kept} of {requested} bootstrap refits {why} and were dropped"]
+    objective_values = boot.objective.reshape(k + 1, drawn)
+    params = boot.params.reshape(k + 1, drawn, len(theta))
+    usable = boot.converged.reshape(k + 1, drawn) & admissible(params)
+    chosen = [best_converged(objective_values[:, r], usable[:, r]) for r in range(drawn)]
+    kept = np.array([params[c, r] for r, c in enumerate(chosen) if c is not None])
+    return Refits(kept.reshape(-1, len(theta)), n_bootstrap - drawn, drawn - len(kept))
 
 
 def exactly(params: dict, given: Mapping[str, float]) -> dict:
@@ -163,7 +211,7 @@ class Model:
 def fit_model(model: Model, data: tuple, starts: np.ndarray, *, n_bootstrap: int = 0,
               ci_level: float = 0.95, seed: int = 0, fixed=None, clusters=None,
               source: str = "data", grid_starts: int = 4, max_steps: int = 500,
-              flops_per_param_token: float = 6.0, details=None) -> ScalingFit:
+              flops_per_param_token: float = 6.0, details=None, design=None) -> ScalingFit:
     """The best usable start of the grid ``starts`` for ``data`` (a tuple of [points] arrays,
     the last log L), the held parameters at their values (``fixed``), bootstrap refits (clusters
     drawn whole) and the parameters not pinned, as a ``ScalingFit``."""
@@ -173,13 +221,14 @@ def fit_model(model: Model, data: tuple, starts: np.ndarray, *, n_bootstrap: int
     if n_points < max(free, 1):
         raise FitInputError(f"{source}: {model.part.title} fits {free} free parameter(s) but "
                             f"has only {n_points} usable run(s)")
-    objective, fit_data = model.objective, data
-    if mask.any():
-        objective, fit_data = model.held_objective, with_held(data, mask, values)
+    objective = model.held_objective if mask.any() else model.objective
+    data_at = objective_data(data, mask, values)
+    fit_data = data_at(HUBER_DELTA)
     starts = held_starts(starts, mask, values)
     solved = minimise_many(objective, starts, fit_data, np.ones((len(starts), n_points)),
                            max_steps=max_steps)
-    best = best_converged(solved.objective, solved.converged & model.admissible(solved.params))
+    usable = solved.converged & model.admissible(solved.params)
+    best = best_converged(solved.objective, usable)
     if best is None:
         raise FitError(f"{source}: no start of the grid converged to a law with "
                        f"{model.admissible_text} within {max_steps} L-BFGS steps")
@@ -189,24 +238,26 @@ def fit_model(model: Model, data: tuple, starts: np.ndarray, *, n_bootstrap: int
     notes = held_notes(fixed)
     samples: dict = {}
     if n_bootstrap > 0:
-        replicates = bootstrap_refits(objective, theta, starts, fit_data, n_points,
-                                      n_bootstrap=n_bootstrap, grid_starts=grid_starts,
-                                      seed=seed, clusters=clusters,
-                                      admissible=model.admissible, max_steps=max_steps)
-        samples = exactly(model.params_from_theta(replicates), fixed)
-        notes += dropped_note(len(replicates), n_bootstrap,
-                              f"did not converge to a law with {model.admissible_text}")
-    return ScalingFit(part=model.part, params=params, samples=samples, ci_level=ci_level,
-                      n_points=n_points, objective=float(solved.objective[best]),
-                      objective_name=f"sum of Huber(delta={HUBER_DELTA:g}) terms on log L",
-                      flops_per_param_token=flops_per_param_token,
-                      n_bootstrap_requested=n_bootstrap,
-                      warnings=tuple(f"the data do not pin {k}: {v}" for k, v in unpinned.items()),
-                      notes=tuple(notes), unpinned=tuple(unpinned),
-                      details={"grid": {"starts": len(starts)},
-                               "starts_converged": int(solved.converged.sum()),
-                               "theta": dict(zip(model.coordinates.theta, map(float, theta))),
-                               "huber_delta": HUBER_DELTA, "fixed": fixed} | (details or {}))
+        refits = bootstrap_refits(objective, theta, starts, fit_data, n_points,
+                                  n_bootstrap=n_bootstrap, grid_starts=grid_starts, seed=seed,
+                                  clusters=clusters, admissible=model.admissible,
+                                  max_steps=max_steps, design=design)
+        samples = exactly(model.params_from_theta(refits.params), fixed)
+        notes += refits.notes(n_bootstrap, f"did not converge to a law with "
+                              f"{model.admissible_text}", design_why(design))
+    fit = ScalingFit(part=model.part, params=params, samples=samples, ci_level=ci_level,
+                     n_points=n_points, objective=float(solved.objective[best]),
+                     objective_name=f"sum of Huber(delta={HUBER_DELTA:g}) terms on log L",
+                     flops_per_param_token=flops_per_param_token,
+                     n_bootstrap_requested=n_bootstrap,
+                     warnings=tuple(f"the data do not pin {k}: {v}" for k, v in unpinned.items()),
+                     notes=tuple(notes), unpinned=tuple(unpinned),
+                     details={"grid": {"starts": len(starts)},
+                              "starts_converged": int(solved.converged.sum()),
+                              "theta": dict(zip(model.coordinates.theta, map(float, theta))),
+                              "huber_delta": HUBER_DELTA, "fixed": fixed} | (details or {}))
+    return with_sensitivity(fit, objective, solved, usable, data_at, model.params_from_theta,
+                            model.admissible, max_steps)
 
 
 def admissible(theta) -> np.ndarray:

@@ -38,9 +38,10 @@ def truth() -> dict[str, float]:
     return p
 
 
-def one_simulation(rng: np.random.Generator, n_bootstrap: int, level: float) -> list[dict]:
+def one_simulation(rng: np.random.Generator, n_bootstrap: int, level: float, sizes=SIZES,
+                   trunks: int = TRUNKS) -> list[dict]:
     """Rows (method, parameter, low, high, covered, refits) for one simulated ladder."""
-    table = ladder_points(CHINCHILLA_PUBLISHED, SIZES, trunks_per_size=TRUNKS, rng=rng)
+    table = ladder_points(CHINCHILLA_PUBLISHED, sizes, trunks_per_size=trunks, rng=rng)
     seed = int(rng.integers(2**31))
     clusters = cluster_index(table["trunk"])
     out, true = [], truth()
@@ -52,30 +53,37 @@ def one_simulation(rng: np.random.Generator, n_bootstrap: int, level: float) -> 
             low, high = fit.ci.get(name, (np.nan, np.nan))
             out.append({"method": method, "parameter": name, "estimate": fit.params[name],
                         "low": low, "high": high, "covered": bool(low <= true[name] <= high),
-                        "refits": fit.n_bootstrap, "refused": fit.intervals_refused})
+                        "refits": fit.n_bootstrap, "refused": fit.intervals_refused,
+                        "failed_refits": fit.n_bootstrap_failed})
     return out
 
 
-def coverage(n_sims: int, n_bootstrap: int = 200, level: float = 0.95,
-             seed: int = 0) -> pd.DataFrame:
+def coverage(n_sims: int, n_bootstrap: int = 200, level: float = 0.95, seed: int = 0,
+             sizes=SIZES, trunks: int = TRUNKS) -> pd.DataFrame:
     """One row per (simulation, method, parameter)."""
     rng = np.random.default_rng(seed)
     rows = []
     for sim in range(n_sims):
-        rows += [dict(r, sim=sim) for r in one_simulation(rng, n_bootstrap, level)]
+        rows += [dict(r, sim=sim) for r in one_simulation(rng, n_bootstrap, level, sizes,
+                                                          trunks)]
     return pd.DataFrame(rows)
 
 
 def summary(frame: pd.DataFrame) -> pd.DataFrame:
-    """Coverage, its binomial standard error and the median interval width per method and
-    parameter."""
-    grouped = frame.assign(width=frame["high"] - frame["low"]).groupby(
+    """Per method and parameter: the simulations, those whose intervals were refused (more
+    than 10% of refits failed, unidentified draws among them), the coverage among the others
+    with its binomial standard error, and the median interval width."""
+    shown = frame[~frame["refused"]]
+    grouped = shown.assign(width=shown["high"] - shown["low"]).groupby(
         ["parameter", "method"], sort=False)
-    table = grouped.agg(simulations=("covered", "size"), coverage=("covered", "mean"),
-                        median_width=("width", "median"),
-                        refused=("refused", "sum")).reset_index()
+    table = grouped.agg(with_interval=("covered", "size"), coverage=("covered", "mean"),
+                        median_width=("width", "median")).reset_index()
+    every = frame.groupby(["parameter", "method"], sort=False).agg(
+        simulations=("covered", "size"), refused=("refused", "sum"),
+        median_failed_refits=("failed_refits", "median")).reset_index()
+    table = every.merge(table, on=["parameter", "method"], how="left")
     table["coverage_se"] = np.sqrt(table["coverage"] * (1 - table["coverage"])
-                                   / table["simulations"])
+                                   / table["with_interval"])
     return table
 
 
@@ -84,10 +92,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--sims", type=int, default=400)
     parser.add_argument("--bootstrap", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--sizes", type=int, default=len(SIZES),
+                        help="model sizes, log-spaced over 1e7-1e9")
+    parser.add_argument("--trunks", type=int, default=TRUNKS, help="trunks (seeds) per size")
     parser.add_argument("--out", default=None, help="write the summary table (.csv) here")
     args = parser.parse_args(argv)
     start = time.perf_counter()
-    table = summary(coverage(args.sims, args.bootstrap, seed=args.seed))
+    table = summary(coverage(args.sims, args.bootstrap, seed=args.seed,
+                             sizes=np.geomspace(1e7, 1e9, args.sizes), trunks=args.trunks))
     print(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     print(f"{args.sims} simulations x {args.bootstrap} refits x 2 methods in "
           f"{time.perf_counter() - start:.0f} s")

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnlab.scaling import CHINCHILLA_GRID, prepare_points, read_table
-from attnlab.scaling.laws.approach3 import HUBER_DELTA, huber
+from attnlab.scaling.huber import HUBER_DELTA, huber
 from attnlab.scaling.laws.registry import law_named
 from attnlab.scaling.multistart import minimise_many
 

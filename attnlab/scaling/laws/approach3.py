@@ -41,10 +41,11 @@ import numpy as np
 from attnlab.cli_vocab import Flag
 from attnlab.scaling import equations, parametric
 from attnlab.scaling.errors import FitError, FitInputError, GridEdgeWarning
+from attnlab.scaling.huber import HUBER_DELTA, huber
+from attnlab.scaling.law import identifying_design
 from attnlab.scaling.laws.chinchilla import ChinchillaLaw
 from attnlab.scaling.multistart import minimise_many
-from attnlab.scaling.parametric import (HUBER_DELTA, admissible, best_converged, huber,
-                                        unpinned_terms)
+from attnlab.scaling.parametric import admissible, best_converged, unpinned_terms
 from attnlab.scaling.result import ScalingFit
 
 THETA_NAMES = ("a", "b", "e", "alpha", "beta")  # order of the optimised vector
@@ -120,17 +121,18 @@ CHINCHILLA_GRID = InitGrid()
 def huber_objective(theta, data, weights):
     """sum_i w_i Huber(LSE(a - alpha log N_i, b - beta log D_i, e) - log L_i).
 
-    theta: [5] (a, b, e, alpha, beta); data: (log N, log D, log L), each [points];
-    weights: [points] (bootstrap multiplicities; 0 for padding).
+    theta: [5] (a, b, e, alpha, beta); data: (log N, log D, log L, Huber's delta), each
+    [points] (``huber.with_delta``); weights: [points] (bootstrap multiplicities; 0 for
+    padding).
     The log-sum-exp of the three terms is log(A N^-alpha + B D^-beta + E); the exponents are
     clipped at 700 (exp overflows float64 at ~709), which only matters far from any fit.
     """
-    log_n, log_d, log_l = data
+    log_n, log_d, log_l, delta = data
     a, b, e, alpha, beta = theta
     predicted = jnp.log(jnp.exp(jnp.minimum(a - alpha * log_n, 700.0))
                         + jnp.exp(jnp.minimum(b - beta * log_d, 700.0))
                         + jnp.exp(jnp.minimum(e, 700.0)))
-    return jnp.sum(weights * huber(predicted - log_l, HUBER_DELTA))
+    return jnp.sum(weights * huber(predicted - log_l, delta))
 
 
 def params_from_theta(theta) -> dict:
@@ -241,9 +243,9 @@ def fit_approach3(n, d, loss, *, grid: InitGrid = CHINCHILLA_GRID, n_bootstrap: 
     _check_points(n, d, int((~mask).sum()), source)
     n_points = len(loss)
     data = (np.log(n), np.log(d), np.log(loss))
-    objective, fit_data = huber_objective, data
-    if mask.any():
-        objective, fit_data = held_huber_objective, parametric.with_held(data, mask, values)
+    objective = held_huber_objective if mask.any() else huber_objective
+    data_at = parametric.objective_data(data, mask, values)
+    fit_data = data_at(HUBER_DELTA)
     starts = parametric.held_starts(grid.points(), mask, values)
     ones = np.ones((len(starts), n_points))
     solved = minimise_many(objective, starts, fit_data, ones, max_steps=max_steps)
@@ -251,7 +253,8 @@ def fit_approach3(n, d, loss, *, grid: InitGrid = CHINCHILLA_GRID, n_bootstrap: 
         raise FitError(f"{source}: none of the {len(starts)} starts of the grid converged within "
                        f"{max_steps} L-BFGS steps; check the data or widen the grid")
     unconstrained = best_converged(solved.objective, solved.converged)
-    best = best_converged(solved.objective, solved.converged & admissible(solved.params))
+    usable = solved.converged & admissible(solved.params)
+    best = best_converged(solved.objective, usable)
     if best is None:
         alpha, beta = solved.params[unconstrained, 3:]
         raise FitError(f"{source}: no start of the grid converged to a scaling law (alpha, beta "
@@ -270,25 +273,28 @@ def fit_approach3(n, d, loss, *, grid: InitGrid = CHINCHILLA_GRID, n_bootstrap: 
                "max_steps": max_steps, "fixed": fixed}
     if n_bootstrap > 0:
         k = min(bootstrap_grid_starts, len(starts))
-        replicate_theta = parametric.bootstrap_refits(
+        design = identifying_design(Parametric(), {"params": n, "tokens": d}, fixed)
+        refits = parametric.bootstrap_refits(
             objective, theta, starts, fit_data, n_points, n_bootstrap=n_bootstrap,
             grid_starts=k, seed=seed, clusters=clusters, admissible=admissible,
-            max_steps=max_steps)
+            max_steps=max_steps, design=design)
+        replicate_theta = refits.params
         samples = parametric.exactly(params_from_theta(replicate_theta), fixed)
-        notes += parametric.dropped_note(len(replicate_theta), n_bootstrap,
-                                         "did not converge to a law with alpha, beta > 0")
+        notes += refits.notes(n_bootstrap, "did not converge to a law with alpha, beta > 0",
+                              parametric.design_why(design))
         warn_list += _edge_refits(replicate_theta, grid, mask)
         details["bootstrap_starts"] = {"warm": 1, "grid": k}
 
     params = parametric.exactly({k: float(v) for k, v in params_from_theta(theta).items()},
                                 fixed)
-    return ScalingFit(part=Parametric(), params=params,
-                      samples=samples, ci_level=ci_level, n_points=n_points,
-                      objective=float(solved.objective[best]),
-                      objective_name=f"sum of Huber(delta={HUBER_DELTA:g}) terms on log L",
-                      flops_per_param_token=flops_per_param_token,
-                      n_bootstrap_requested=n_bootstrap, warnings=tuple(warn_list),
-                      notes=tuple(notes), details=details, unpinned=tuple(unpinned))
+    fit = ScalingFit(part=Parametric(), params=params, samples=samples, ci_level=ci_level,
+                     n_points=n_points, objective=float(solved.objective[best]),
+                     objective_name=f"sum of Huber(delta={HUBER_DELTA:g}) terms on log L",
+                     flops_per_param_token=flops_per_param_token,
+                     n_bootstrap_requested=n_bootstrap, warnings=tuple(warn_list),
+                     notes=tuple(notes), details=details, unpinned=tuple(unpinned))
+    return parametric.with_sensitivity(fit, objective, solved, usable, data_at,
+                                       params_from_theta, admissible, max_steps)
 
 
 class Parametric(ChinchillaLaw):
@@ -301,6 +307,7 @@ class Parametric(ChinchillaLaw):
                                                  "table-k"}
     fixable = COORDINATES.fixable
     varies = {"N": ("A", "alpha"), "D": ("B", "beta")}
+    floor = "E"
     flags = (Flag("grid", "string", None, "Approach 3 initialisation grid overrides, "
                   "NAME:START:STOP:STEP for NAME in a, b, e, alpha, beta (default: Hoffmann et "
                   "al.'s grid)."),)

@@ -35,8 +35,9 @@ import numpy as np
 from attnlab.scaling import equations, parametric
 from attnlab.scaling.columns import pick_column
 from attnlab.scaling.errors import FitError, FitInputError
-from attnlab.scaling.law import Law
-from attnlab.scaling.parametric import HUBER_DELTA, admissible, huber, unpinned_terms
+from attnlab.scaling.law import Law, identifying_design
+from attnlab.scaling.huber import huber
+from attnlab.scaling.parametric import admissible, unpinned_terms
 from attnlab.scaling.result import ScalingFit
 
 THETA_NAMES = ("a", "b", "e", "alpha", "beta", "r_d", "r_n")  # r_d = log R*_D, r_n = log R*_N
@@ -85,12 +86,13 @@ def _params(theta, xp=np) -> dict:
 
 
 def huber_objective(theta, data, weights):
-    """sum_i w_i Huber(log L_pred,i - log L_i); data: (log N, log D, log U_D, log L)."""
-    log_n, log_d, log_u, log_l = data
+    """sum_i w_i Huber(log L_pred,i - log L_i); data: (log N, log D, log U_D, log L, Huber's
+    delta)."""
+    log_n, log_d, log_u, log_l, delta = data
     log_n_eff, log_d_eff = effective(_params(theta, jnp), log_n, log_d, log_u, jnp)
     a, b, e, alpha, beta = theta[:5]
     predicted = jnp.logaddexp(jnp.logaddexp(a - alpha * log_n_eff, b - beta * log_d_eff), e)
-    return jnp.sum(weights * huber(predicted - log_l, HUBER_DELTA))
+    return jnp.sum(weights * huber(predicted - log_l, delta))
 
 
 def params_from_theta(theta) -> dict:
@@ -133,7 +135,8 @@ def fit_data_constrained(n, d, unique_tokens, loss, *, grid=None, **options) -> 
     (default GRID); options: ``parametric.fit_model``'s (fixed, n_bootstrap, clusters, ...)."""
     n, d, u, loss = (np.asarray(x, np.float64) for x in (n, d, unique_tokens, loss))
     data = (np.log(n), np.log(d), np.log(u), np.log(loss))
-    return parametric.fit_model(MODEL, data, grid_points(grid), **options,
+    design = identifying_design(MODEL.part, {"params": n, "tokens": d}, options.get("fixed"))
+    return parametric.fit_model(MODEL, data, grid_points(grid), **options, design=design,
                                 details={"max_repeats": float(np.max(d / u) - 1.0)})
 
 
@@ -178,6 +181,7 @@ class DataConstrained(Law):
     exponents = ("alpha", "beta")
     scales = ("R_D", "R_N")  # decay constants: an interval [90, 1e14] pins nothing
     run_columns = ("unique_tokens",)
+    floor = "E"
     varies = {"N": ("A", "alpha"), "D": ("B", "beta")}  # R_D, R_N: the repeats (_check_repeats)
     refused = ("curves", "by", "budget", "multiplier-against", "train-longer")
     scope = "one fit of L(N', D') over a table's runs"

@@ -22,9 +22,9 @@ from scipy.optimize import least_squares
 
 from attnlab.cli_vocab import Flag
 from attnlab.scaling import equations
-from attnlab.scaling.bootstrap import cluster_index, resample_rows
+from attnlab.scaling.bootstrap import cluster_index, identified, resample_rows
 from attnlab.scaling.errors import FitError, FitInputError
-from attnlab.scaling.law import Law
+from attnlab.scaling.law import Law, identifying_design
 from attnlab.scaling.result import ScalingFit
 
 EXPONENT_GRID = (0.03, 0.07, 0.15, 0.3, 0.6)  # initial alpha_N and alpha_D for form "nd"
@@ -220,11 +220,13 @@ def fit_kaplan(n, d, loss, *, form: str = "nd", n_bootstrap: int = 0, ci_level: 
     samples: dict[str, list] = {}
     if n_bootstrap > 0:
         rng = np.random.default_rng(seed)
+        design = identifying_design(law, {"params": n, "tokens": d})
         failed = 0
         for _ in range(n_bootstrap):
             index = resample_rows(len(loss), rng, clusters)
-            if len(np.unique(law.keys(n, d)[index])) < 2:
-                failed += 1  # a line through one distinct x is undefined
+            drawn = np.bincount(index, minlength=len(loss))[None]
+            if not identified(drawn, design)[0]:
+                failed += 1  # e.g. a line through one distinct x is undefined
                 continue
             replicate, _, _ = fit_points(index, None if theta is None else [theta])
             if replicate is None:

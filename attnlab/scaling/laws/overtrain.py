@@ -33,8 +33,9 @@ from attnlab.cli_vocab import Flag
 from attnlab.scaling import equations, parametric
 from attnlab.scaling.bootstrap import percentile_interval
 from attnlab.scaling.errors import FitInputError
-from attnlab.scaling.law import Law, positive_list
-from attnlab.scaling.parametric import HUBER_DELTA, huber, unpinned_terms
+from attnlab.scaling.law import Law, identifying_design, positive_list
+from attnlab.scaling.huber import huber
+from attnlab.scaling.parametric import unpinned_terms
 from attnlab.scaling.result import ScalingFit
 
 THETA_NAMES = ("log_a", "log_b", "e", "eta")
@@ -75,12 +76,12 @@ def size_at(c, m):
 
 
 def huber_objective(theta, data, weights):
-    """sum_i w_i Huber(log L_pred,i - log L_i); data: (log C, log M, log L)."""
-    log_c, log_m, log_l = data
+    """sum_i w_i Huber(log L_pred,i - log L_i); data: (log C, log M, log L, Huber's delta)."""
+    log_c, log_m, log_l, delta = data
     log_a, log_b, e, eta = theta
     predicted = jnp.logaddexp(jnp.logaddexp(log_a + eta * (log_m - log_c),
                                             log_b - eta * (log_m + log_c)), e)
-    return jnp.sum(weights * huber(predicted - log_l, HUBER_DELTA))
+    return jnp.sum(weights * huber(predicted - log_l, delta))
 
 
 def params_from_theta(theta) -> dict:
@@ -117,7 +118,8 @@ def fit_overtrain(n, d, loss, *, grid=None, **options) -> ScalingFit:
     data = (np.log(equations.training_flops(n, d)), np.log(d / n), np.log(loss))
     grid = GRID if grid is None else grid
     starts = np.array(list(itertools.product(*(grid[k] for k in THETA_NAMES))), np.float64)
-    return parametric.fit_model(MODEL, data, starts, **options)
+    design = identifying_design(MODEL.part, {"params": n, "tokens": d}, options.get("fixed"))
+    return parametric.fit_model(MODEL, data, starts, **options, design=design)
 
 
 def _interval(fit: ScalingFit, values) -> list | None:
@@ -180,6 +182,11 @@ class Overtrain(Law):
     # At one ratio L(C, M) is E + K C^-eta (Gadre et al. fit compute-optimal and over-trained
     # runs together).
     varies = {"D/N": ("a", "b", "M*")}
+
+    def distinct_needed(self, fixed=None):
+        # Along C each ratio's E + K(M) C^-eta sets E and K(M); two ratios then give a and b
+        # (M* follows from them), one fewer than a, b, M* counted as parameters.
+        return {"D/N": 2} if {"a", "b"} - set(fixed or {}) else {}
 
     def loss(self, params, n, d):
         n, d = np.asarray(n, np.float64), np.asarray(d, np.float64)

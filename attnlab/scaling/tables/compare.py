@@ -14,6 +14,13 @@ a percentile bootstrap of a mean undercovers badly, so the intervals are Student
 The pooled row averages the per-point differences: its variance is the sum of the points'
 variance terms over P^2, its degrees of freedom the Welch-Satterthwaite sum.
 
+Several arms against one baseline are several claims: the pooled rows (one an arm) are one
+family, and each carries its two-sided t test's p-value, the p-value adjusted by Holm's step-down
+(Holm 1979: the chance that any arm is called different when none is stays at most 1 - level),
+and a Bonferroni interval (``lo_family``, ``hi_family``, at level 1 - (1 - level)/m for m arms)
+whose m intervals hold every true difference together with probability at least ``level``.
+The per-point rows are not corrected.
+
 Each arm at its own optimum (``best_over``, e.g. the learning rate): the runs compared are
 those :mod:`attnlab.scaling.tables.picks` keeps. With ``pair``, :func:`heldout_differences`
 scores each seed at the value its arm's other seeds pick, which no winner's curse biases.
@@ -146,7 +153,34 @@ def paired_differences(df: pd.DataFrame, *, by: str, baseline: str,
         raise FitInputError(f"no point ({', '.join(match)}) has finished runs of both "
                             f"{baseline!r} and another value of {by!r}"
                             + (f" with a shared {pair}" if pair else ""))
-    return pd.DataFrame(rows)
+    return _family(pd.DataFrame(rows), match, level)
+
+
+def holm(p_values) -> np.ndarray:
+    """Holm's step-down adjusted p-values: the i-th smallest of m is max over j <= i of
+    (m - j + 1) p_(j), capped at 1 (NaNs stay NaN and do not count)."""
+    p = np.asarray(p_values, np.float64)
+    adjusted = np.full(p.shape, np.nan)
+    known = np.flatnonzero(np.isfinite(p))
+    order = known[np.argsort(p[known])]
+    steps = (len(order) - np.arange(len(order))) * p[order]
+    adjusted[order] = np.minimum(np.maximum.accumulate(steps), 1.0)
+    return adjusted
+
+
+def _family(frame: pd.DataFrame, match: tuple[str, ...], level: float) -> pd.DataFrame:
+    """The frame with the pooled rows' p-values, Holm-adjusted p-values and Bonferroni
+    intervals (module docstring; NaN on the per-point rows)."""
+    pooled = (frame[match[0]] == POOLED).to_numpy()
+    arms = int(pooled.sum())
+    t = frame["diff"] / frame["sd"]
+    frame["p"] = np.where(pooled, 2 * stats.t.sf(np.abs(t), frame["dof"]), np.nan)
+    frame["p_holm"] = np.nan
+    frame.loc[pooled, "p_holm"] = holm(frame.loc[pooled, "p"])
+    half = stats.t.ppf(1 - (1 - level) / (2 * max(arms, 1)), frame["dof"]) * frame["sd"]
+    frame["lo_family"] = np.where(pooled, frame["diff"] - half, np.nan)
+    frame["hi_family"] = np.where(pooled, frame["diff"] + half, np.nan)
+    return frame.drop(columns=["sd", "dof"])
 
 
 def arm_named(name: str, arms: list[str]) -> str:
@@ -201,7 +235,8 @@ def _row(arm: str, term: dict, level: float) -> dict:
     return {"arm": arm, "n_base": term["n_base"], "n_arm": term["n_arm"],
             "base": float(term["base"]), "arm_mean": float(term["arm_mean"]),
             "diff": float(term["diff"]), "rel": float(term["diff"] / term["base"]),
-            "lo": float(term["diff"] - half), "hi": float(term["diff"] + half)}
+            "lo": float(term["diff"] - half), "hi": float(term["diff"] + half),
+            "sd": float(np.sqrt(term["var"])), "dof": float(term["dof"])}
 
 
 def format_differences(frame: pd.DataFrame, *, by: str, baseline: str, metric: str,
@@ -215,6 +250,11 @@ def format_differences(frame: pd.DataFrame, *, by: str, baseline: str, metric: s
            + (f"one {pair} value per arm has no pairs to spread" if pair
               else "one run on a side has no spread to estimate")
            + "; train more seeds there\n") if unknown else ""
+    arms = int((frame[match[0]] == POOLED).sum()) if len(frame) else 0
+    family = (f"note: the {arms} '{POOLED}' rows are one family of claims: p_holm is Holm's "
+              f"adjusted p-value, [lo_family, hi_family] Bonferroni intervals that hold all "
+              f"{arms} differences together at {level:.0%}; per-point rows are uncorrected\n"
+              if arms > 1 else "")
     return (f"{metric}: each {by} value minus {baseline!r} at the same {', '.join(match)}, mean "
             f"over seeds, {level:.0%} {how} [lo, hi] (< 0: lower than {baseline!r}; "
-            f"'{POOLED}': the mean over the points)\n{text}\n{why}")
+            f"'{POOLED}': the mean over the points)\n{text}\n{why}{family}")

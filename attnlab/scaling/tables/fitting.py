@@ -79,9 +79,10 @@ def fit_table(table: ScalingTable, *, law: Law, n_bootstrap: int = 0, ci_level: 
     few = (n_bootstrap and resampling["unit"] == "cluster"
            and resampling["clusters"] < MIN_CLUSTERS)
     warned = (f"the bootstrap resamples only {resampling['clusters']} clusters (rows sharing "
-              f"{resampling['column']!r}): its intervals' coverage is unchecked below "
-              f"{MIN_CLUSTERS} and tends to fall short; more trunks or seeds per size, or "
-              f"--cluster=none for the row bootstrap's (too narrow) intervals",) if few else ()
+              f"{resampling['column']!r}): below {MIN_CLUSTERS} its intervals tend to "
+              f"cover less than they say (--coverage=100 measures it at this design); more "
+              f"trunks or seeds per size, or --cluster=none for the row bootstrap's (too "
+              f"narrow) intervals",) if few else ()
     priced = ((flops_note(table, fit.flops_per_param_token),)
               if law.can("table-k") else ())
     return dataclasses.replace(fit, notes=tuple(table.notes) + fit.notes + priced,

@@ -16,6 +16,7 @@ from pathlib import Path
 from attnlab.scaling.errors import FitInputError, GridEdgeWarning
 from attnlab.scaling.points import ScalingTable
 from attnlab.scaling.result import ScalingFit, jsonable
+from attnlab.scaling.tables.coverage import format_coverage, simulated_coverage
 from attnlab.scaling.tables.fitting import fit_table, points_for
 from attnlab.scaling.tables.forecasters import with_baselines
 from attnlab.scaling.tables.grouped import fit_by, format_grouped
@@ -37,6 +38,7 @@ class Report:
     budgets: tuple[float, ...] = ()
     longer: tuple[float, ...] = ()
     against: str | None = None
+    coverage: int = 0  # tables simulated to check the intervals' coverage (tables/coverage.py)
 
 
 SWEEP_REQUIRED = "--sweep=DIR is required (a sweep directory or its results .parquet/.csv)"
@@ -114,6 +116,11 @@ class OneFit(Mode):
             payload["floor"] = request.floor
             for prediction in payload.get("predictions", []):
                 prediction["below_floor"] = prediction["C"] in low
+        if report.coverage:
+            checked = simulated_coverage(table, fit, sims=report.coverage,
+                                         **fit_options(request))
+            text += "\n" + format_coverage(checked)
+            payload["coverage"] = checked.to_dict()
         return text, payload
 
 
