@@ -26,7 +26,7 @@ class CurveLaw(Law):
 
     capabilities = frozenset({"curves", "schedule"})
     flags = (PREDICT_SCHEDULE,)
-    refused = ("by", "cluster", "floor", "pair")
+    refused = ("by", "cluster", "floor", "pair", "budget", "train-longer", "multiplier-against")
     scope = "one fit of whole learning curves, each run's curve resampled whole"
     column_names = ("lr",)
 
