@@ -1,5 +1,8 @@
-"""The fit the laws of whole learning curves share (``laws/multipower.py``,
-``laws/annealing.py``, and the S1-only power law they are compared with).
+"""What the laws of whole learning curves share (``laws/multipower.py``, ``laws/annealing.py``,
+and the S1-only power law they are compared with): their base class :class:`CurveLaw`, which
+reads a curves table with each step's rate (``scaling/curves.py``), predicts any schedule's
+curve (``--predict-schedule``) and is held out by run (``--holdout=run:NAME``,
+``scaling/tables/schedule_fits.py``), and their fit.
 
 A :class:`CurveModel` is a law's maths: its loss along a curve at the curve's steps and the
 derivative of that loss by the log of each parameter (every parameter is > 0 and fitted as its
@@ -23,11 +26,13 @@ from collections.abc import Callable
 import numpy as np
 from scipy.optimize import least_squares
 
-from attnlab.scaling.curves import MIN_RUNS, Curve
+from attnlab.cli_vocab import Flag
+from attnlab.scaling.curves import MIN_RUNS, Curve, curves_from_table, schedule_curve
 from attnlab.scaling.errors import FitError, FitInputError
 from attnlab.scaling.law import Law
-from attnlab.scaling.parametric import HUBER_DELTA, dropped_note
 from attnlab.scaling.result import ScalingFit
+
+HUBER_DELTA = 1e-3  # on log L: Luo et al. 2025, as Hoffmann et al. 2022 (parametric.py)
 
 REFINED_STARTS = 4  # the best-scoring grid points refined by least_squares
 TOLERANCE = 1e-14  # least_squares' ftol, xtol and gtol: noiseless curves fit to float64
@@ -158,9 +163,9 @@ def fit_curves(model: CurveModel, law: Law, curves: list[Curve], *, n_bootstrap:
         objective_name=f"sum of Huber(delta={HUBER_DELTA:g}) terms on log L over {points} "
                        f"losses after the warmups",
         n_bootstrap_requested=n_bootstrap,
-        notes=tuple(notes) + tuple(dropped_note(n_bootstrap - failed, n_bootstrap,
-                                                "drew too few runs, none that decays, or did "
-                                                "not converge")),
+        notes=tuple(notes) + ((f"{failed} of {n_bootstrap} bootstrap refits drew too few "
+                               f"runs, none whose rate drops, or did not converge: failed",)
+                              if failed else ()),
         resampling={"unit": "run", "column": "run_id", "clusters": len(fitted)},
         details={"grid": {"starts": len(starts), "refined": REFINED_STARTS},
                  "refined_converged": converged, "huber_delta": HUBER_DELTA,
@@ -196,3 +201,45 @@ def power_grid(curves: list[Curve]) -> np.ndarray:
 
 S1_ONLY = CurveModel(("L0", "A", "alpha"), s1_loss, s1_jacobian, power_grid)
 S1_TITLE = "S1-only power law L0 + A S1^-alpha (blind to the schedule's shape)"
+
+
+PREDICT_SCHEDULE = Flag(
+    "predict-schedule", "string", None, "--law=multipower or annealing: the curve the fitted "
+    "law predicts for a schedule, in the fields of attnlab's schedule classes, e.g. "
+    "wsd:peak=3e-4,warmup_steps=100,total_steps=3000,decay_fraction=0.2,cooldown=linear "
+    "(cosine, constant, wsd, noam; several separated by ';').")
+
+
+class CurveLaw(Law):
+    """A law of whole curves under their schedules: a ``CurveModel`` (``model``) fitted
+    to a curves table's runs."""
+
+    capabilities = frozenset({"curves", "schedule"})
+    flags = (PREDICT_SCHEDULE,)
+    refused = ("by", "cluster", "floor", "pair", "budget", "train-longer", "multiplier-against")
+    scope = "one fit of whole learning curves, each run's curve resampled whole"
+    column_names = ("lr",)
+
+    def model(self, settings) -> CurveModel:
+        raise NotImplementedError
+
+    def options(self, given):
+        specs = [s for s in (given.get("predict-schedule") or "").split(";") if s.strip()]
+        return {"predict": tuple(schedule_curve(s) for s in specs)}
+
+    def curves(self, table, source: str, columns=None) -> tuple[list[Curve], list[str]]:
+        """(curves, notes) of a curves table, or the curves as they are."""
+        if isinstance(table, (list, tuple)):
+            return list(table), []
+        return curves_from_table(table, source=source, columns=columns)
+
+    def fit(self, table, *, n_bootstrap, ci_level, seed, source="curves", columns=None,
+            **settings) -> ScalingFit:
+        """The fit to a curves table (or a list of ``Curve``) with intervals over runs."""
+        curves, notes = self.curves(table, source, columns)
+        return fit_curves(self.model(settings), self, curves, n_bootstrap=n_bootstrap,
+                                   ci_level=ci_level, seed=seed, source=source, notes=notes)
+
+    def predict(self, params, curve: Curve, settings=None) -> np.ndarray:
+        """The loss the law predicts at the curve's steps."""
+        return self.model(settings or {}).loss(params, curve)

@@ -19,7 +19,6 @@ from attnlab.cli_vocab import Flag
 from attnlab.scaling import curvefit
 from attnlab.scaling.curves import Curve
 from attnlab.scaling.errors import FitInputError
-from attnlab.scaling.laws.curve_law import CurveLaw
 
 NAMES = ("L0", "A", "alpha", "C")
 DECAY = 0.999  # lambda (Tissue et al. 2024)
@@ -56,14 +55,14 @@ def _model(decay: float) -> curvefit.CurveModel:
     return curvefit.CurveModel(NAMES, loss, jacobian, grid, decay=("C",))
 
 
-class Annealing(CurveLaw):
+class Annealing(curvefit.CurveLaw):
     """Tissue et al. 2024's law of forward and annealing areas (module docstring)."""
 
     name = "annealing"
     title = "LR-annealing law (Tissue et al. 2024): L = L0 + A S1^-alpha - C S2"
     n_parameters = len(NAMES)
     exponents = ("alpha",)
-    flags = CurveLaw.flags + (Flag(
+    flags = curvefit.CurveLaw.flags + (Flag(
         "annealing-decay", "float", DECAY, "--law=annealing: lambda, the momentum with which "
         "the annealing area S2 carries each drop of the rate (0 < lambda < 1; the paper's "
         "0.999)."),)

@@ -24,7 +24,6 @@ import numpy as np
 
 from attnlab.scaling import curvefit
 from attnlab.scaling.curves import Curve
-from attnlab.scaling.laws.curve_law import CurveLaw
 
 NAMES = ("L0", "A", "alpha", "B", "C", "beta", "gamma")
 # Starts for the decay terms (L0, A, alpha from the S1-only grid): B so that B eta_peak is a
@@ -80,7 +79,7 @@ MODEL = curvefit.CurveModel(NAMES, multipower_loss, multipower_jacobian, multipo
                             decay=("B", "C", "beta", "gamma"))
 
 
-class MultiPower(CurveLaw):
+class MultiPower(curvefit.CurveLaw):
     """Luo et al. 2025's multi-power law of whole curves (module docstring)."""
 
     name = "multipower"
