@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+from attnlab.plots.cli import plot_main
 from attnlab.scaling import curvefit
 from attnlab.scaling.cli import fit_main
 from attnlab.scaling.errors import FitInputError
@@ -96,3 +97,13 @@ def test_missing_rate_column_names_it(tmp_path, capsys):
 def test_holdout_of_unknown_form_is_refused_before_fitting():
     with pytest.raises(FitInputError, match="run:NAME"):
         fit_schedules(MultiPower(), curves(), holdout="budget:1e18")
+
+
+def test_plot_draws_the_curves_with_the_held_out_run(table, tmp_path, capsys):
+    out = tmp_path / "curves.png"
+    assert plot_main([f"--curves={table}", "--kind=curves", "--holdout=run:wsd",
+                      f"--predict-schedule={WSD}", f"--plot={out}"]) == 0
+    assert out.stat().st_size > 10_000
+    assert plot_main([f"--curves={table}", "--kind=curves", "--law=chinchilla",
+                      f"--plot={out}"]) == 2
+    assert "--kind=curves draws a law of whole curves" in capsys.readouterr().err
