@@ -68,3 +68,16 @@ def test_fit_predicts_held_out_schedules(fit, name, total):
 def test_decay_outside_the_unit_interval_is_refused(value):
     with pytest.raises(FitInputError, match="--annealing-decay"):
         Annealing().options({"annealing-decay": value})
+
+
+def test_a_floor_the_curves_cannot_see_is_reported_not_pinned(fit):
+    assert fit.unpinned == ()
+    law = Annealing()
+    settings = law.options({"annealing-decay": DECAY})
+    curves = [from_schedule(spec("constant"), EVERY, "constant"),
+              from_schedule(spec("cosine"), EVERY, "cosine")]
+    noisy = with_losses(law, TRUE | {"L0": 1e-9}, curves, settings=settings, noise=1e-3,
+                        rng=np.random.default_rng(3))
+    fitted = law.fit(noisy, n_bootstrap=0, ci_level=0.95, seed=0, **settings)
+    assert "L0" in fitted.unpinned and "A" not in fitted.unpinned
+    assert any("standard error of log L0" in w for w in fitted.warnings)

@@ -76,6 +76,7 @@ def fit():
 
 
 def test_fit_recovers_the_parameters(fit):
+    assert fit.unpinned == ()
     for name, value in TRUE.items():
         assert abs(fit.params[name] / value - 1) <= 1e-3, name
 

@@ -37,6 +37,10 @@ HUBER_DELTA = 1e-3  # on log L: Luo et al. 2025, as Hoffmann et al. 2022 (parame
 REFINED_STARTS = 4  # the best-scoring grid points refined by least_squares
 TOLERANCE = 1e-14  # least_squares' ftol, xtol and gtol: noiseless curves fit to float64
 MAX_EVALUATIONS = 2000
+# A parameter whose log has a larger standard error (local: s^2 (J^T J)^-1 at the optimum) is
+# left free by the curves within a factor e: e.g. beta -> inf with C -> 0 (G then tends to
+# 1 - exp(-beta C x), which pins only their product).
+UNPINNED_LOG_SE = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,6 +117,21 @@ def identified(model: CurveModel, curves: list[Curve]) -> str | None:
     return None
 
 
+def unpinned(model: CurveModel, theta, curves: list[Curve]) -> dict[str, str]:
+    """name -> why, for the parameters the curves leave free (:data:`UNPINNED_LOG_SE`)."""
+    residuals = model.residuals(theta, curves)
+    jacobian = model.residual_jacobian(theta, curves)
+    variance = residuals @ residuals / max(len(residuals) - len(theta), 1)
+    # (J^T J)^-1 from J's singular values, none truncated: a direction they do not determine
+    # must show as an infinite error, not be dropped as pinv would.
+    _, singular, rows = np.linalg.svd(jacobian, full_matrices=False)
+    with np.errstate(all="ignore"):
+        errors = np.sqrt(variance * np.sum((rows / singular[:, None]) ** 2, axis=0))
+    return {name: f"the standard error of log {name} is {se:.3g} (from the Jacobian at the "
+                  f"optimum), above {UNPINNED_LOG_SE:g}: the curves leave it free"
+            for name, se in zip(model.names, errors) if not se <= UNPINNED_LOG_SE}
+
+
 def _replicates(model, curves, theta, starts, n_bootstrap, seed):
     """[kept, P] bootstrap refits over runs and the number that failed."""
     rng = np.random.default_rng(seed)
@@ -153,6 +172,7 @@ def fit_curves(model: CurveModel, law: Law, curves: list[Curve], *, n_bootstrap:
     if theta is None:
         raise FitError(f"{source}: no start of the grid converged ({len(starts)} starts, "
                        f"{REFINED_STARTS} refined by least_squares)")
+    free = unpinned(model, theta, fitted)
     samples, failed = {}, 0
     if n_bootstrap > 0:
         replicates, failed = _replicates(model, fitted, theta, starts, n_bootstrap, seed)
@@ -162,7 +182,8 @@ def fit_curves(model: CurveModel, law: Law, curves: list[Curve], *, n_bootstrap:
         n_points=len(fitted), objective=cost,
         objective_name=f"sum of Huber(delta={HUBER_DELTA:g}) terms on log L over {points} "
                        f"losses after the warmups",
-        n_bootstrap_requested=n_bootstrap,
+        n_bootstrap_requested=n_bootstrap, unpinned=tuple(free),
+        warnings=tuple(f"the data do not pin {k}: {v}" for k, v in free.items()),
         notes=tuple(notes) + ((f"{failed} of {n_bootstrap} bootstrap refits drew too few "
                                f"runs, none whose rate drops, or did not converge: failed",)
                               if failed else ()),

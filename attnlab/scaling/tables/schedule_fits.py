@@ -126,7 +126,11 @@ def fit_schedules(law: Law, curves: list[Curve], *, holdout: str | None = None,
 def format_schedule_fits(result: ScheduleFits, source: str) -> str:
     """The report: the fit, the baseline, each run's errors and the predicted schedules."""
     base = ", ".join(f"{k} {v:.5g}" for k, v in result.baseline.items())
-    lines = [format_report(result.fit, source, []),
+    grid, details = result.fit.details["grid"], result.fit.details
+    lines = [format_report(result.fit, source, []).rstrip("\n"),
+             f"grid: {grid['starts']} starts scored, the best {grid['refined']} refined by "
+             f"scipy least_squares (loss=huber), {details['refined_converged']} converged; "
+             f"kept the best",
              f"baseline: {curvefit.S1_TITLE}, fitted to the same runs: {base}", "",
              "relative error |predicted / observed - 1| over each run's losses after its "
              "warmup:",
