@@ -68,14 +68,17 @@ class ScheduleFits:
 
     def errors(self) -> pd.DataFrame:
         """Per run, over its losses after the warmup: held out or fitted, the law's and the
-        baseline's mean and largest relative error."""
+        baseline's mean and largest relative error, and the law's signed error at its last
+        step (predicted / observed - 1)."""
         rows = []
         for curve in (c.fitted() for c in self.curves):
-            law = _relative_errors(self.predicted(curve), curve.loss)
+            predicted = self.predicted(curve)
+            law = _relative_errors(predicted, curve.loss)
             base = _relative_errors(curvefit.s1_loss(self.baseline, curve), curve.loss)
             rows.append({"run_id": curve.run_id, "heldout": curve.run_id in self.held,
                          "points": len(curve.steps), "mean_relative_error": law.mean(),
                          "max_relative_error": law.max(),
+                         "final_error": predicted[-1] / curve.loss[-1] - 1.0,
                          "baseline_mean_relative_error": base.mean(),
                          "baseline_max_relative_error": base.max()})
         return pd.DataFrame(rows)
@@ -134,12 +137,13 @@ def format_schedule_fits(result: ScheduleFits, source: str) -> str:
              f"baseline: {curvefit.S1_TITLE}, fitted to the same runs: {base}", "",
              "relative error |predicted / observed - 1| over each run's losses after its "
              "warmup:",
-             f"  {'run':<24}{'':>9}{'points':>7}{'mean':>10}{'max':>10}{'S1 mean':>10}"
-             f"{'S1 max':>10}"]
+             f"  {'run':<24}{'':>9}{'points':>7}{'mean':>10}{'max':>10}{'last':>10}"
+             f"{'S1 mean':>10}{'S1 max':>10}"]
     for row in result.errors().itertuples():
         role = "held out" if row.heldout else "fitted"
         lines.append(f"  {row.run_id:<24}{role:>9}{row.points:>7}"
                      f"{100 * row.mean_relative_error:>9.3f}%{100 * row.max_relative_error:>9.3f}%"
+                     f"{100 * row.final_error:>+9.3f}%"
                      f"{100 * row.baseline_mean_relative_error:>9.3f}%"
                      f"{100 * row.baseline_max_relative_error:>9.3f}%")
     for curve in result.settings.get("predict", ()):
