@@ -1,6 +1,6 @@
 """Whole learning curves under five learning-rate schedules, for the laws of whole curves
 (``attnlab fit --law=multipower`` / ``--law=annealing``): one size, the same tokens, peak rate,
-warmup, data order and seed, the rate logged at every step and the validation loss every 20.
+warmup and data order, two seeds, the rate logged at every step and the validation loss every 20.
 
     attnlab sweep --config=experiments/schedule_curves.py --sweep=sweeps/schedule_curves
     python docs/scripts/schedule_curves_study.py --sweep=sweeps/schedule_curves
@@ -12,7 +12,7 @@ wsd50; held out: WSD with a (1 - sqrt) cooldown over the last 20% and a linear d
 peak.
 
 Scale ``cpu``: d_model 32, 2 layers (33k parameters), 0.5M tokens (488 steps of 8 x 128 bytes of
-``pystdlib``), 5 runs.
+``pystdlib``), 2 seeds: 10 runs.
 """
 
 from ml_collections import ConfigDict
@@ -55,6 +55,6 @@ def get_config(scale: str = "cpu") -> ConfigDict:
     sweep.variant_column = "schedule"
     sweep.baseline = "constant"
     sweep.variants = ConfigDict(SCHEDULES)
-    sweep.axes = ConfigDict({"train": ConfigDict({"tokens": (500_000,), "seed": (0,)})})
+    sweep.axes = ConfigDict({"train": ConfigDict({"tokens": (500_000,), "seed": (0, 1)})})
     sweep.shapes = ((32, 2, 2),)  # (d_model, n_layers, n_heads)
     return config

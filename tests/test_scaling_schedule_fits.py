@@ -2,6 +2,7 @@
 held-out curve's errors beside the S1-only baseline's, the JSON, predicted schedules and the
 refusals."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -44,6 +45,10 @@ def test_held_out_curve_is_predicted_and_the_baseline_is_not():
     assert held.fit.details["runs"] == ["constant", "cosine", "two_stage"]
     assert errors.loc["wsd", "heldout"] and not errors.loc["cosine", "heldout"]
     assert errors.loc["wsd", "max_relative_error"] <= 1e-4
+    cosine = curves()[1]
+    last = dataclasses.replace(cosine, steps=cosine.steps[-1:], loss=cosine.loss[-1:])
+    assert errors.loc["cosine", "final_error"] == pytest.approx(
+        held.predicted(last)[0] / cosine.loss[-1] - 1, abs=1e-15)
     assert errors.loc["wsd", "baseline_max_relative_error"] > 1e-3
     wsd = curves()[3].fitted()
     expected = np.abs(curvefit.s1_loss(held.baseline, wsd) / wsd.loss - 1).mean()

@@ -156,7 +156,7 @@ PLAN_DIGESTS = {
     "data_constrained:cpu": ("fb556db276512cce", "1fa86b2cb31dc634"),  # eval_batches 8 -> 6
     "data_constrained:gpu": ("a4112609097168f7", "e304faa5e060ebdc"),
     # Whole curves under five schedules for the multi-power and annealing laws (new).
-    "schedule_curves:cpu": ("20effec137f2c5fd", "ec8f1e682b823571"),
+    "schedule_curves:cpu": ("688ad0b5032e206e", "571efc7d1e1b0a7c"),
 }
 
 
