@@ -14,8 +14,8 @@ curves. Starts: every point of the law's grid is scored and the best few are ref
 
 The bootstrap draws runs (a curve is the unit of independence) with replacement; a replicate
 whose runs are too few, or none of which drops its rate (so the decay terms are unidentified),
-or whose refit does not converge, counts as failed. Replicates drawing the same multiset of
-runs are the same fit, solved once.
+whose refit does not converge, or leaves a parameter free (:func:`unpinned`), counts as
+failed. Replicates drawing the same multiset of runs are the same fit, solved once.
 """
 
 from __future__ import annotations
@@ -144,7 +144,10 @@ def _replicates(model, curves, theta, starts, n_bootstrap, seed):
             drawn = [c for c, k in zip(curves, counts) for _ in range(k)]
             usable = identified(model, drawn) is None
             warm = np.vstack([theta[None], starts])
-            solved[counts] = best_fit(model, drawn, warm, refined=2)[0] if usable else None
+            theta_r = best_fit(model, drawn, warm, refined=2)[0] if usable else None
+            # A refit whose objective is flat along a parameter has not estimated it.
+            pinned = theta_r is not None and not unpinned(model, theta_r, drawn)
+            solved[counts] = theta_r if pinned else None
         if solved[counts] is None:
             failed += 1
         else:
@@ -184,9 +187,9 @@ def fit_curves(model: CurveModel, law: Law, curves: list[Curve], *, n_bootstrap:
                        f"losses after the warmups",
         n_bootstrap_requested=n_bootstrap, unpinned=tuple(free),
         warnings=tuple(f"the data do not pin {k}: {v}" for k, v in free.items()),
-        notes=tuple(notes) + ((f"{failed} of {n_bootstrap} bootstrap refits drew too few "
-                               f"runs, none whose rate drops, or did not converge: failed",)
-                              if failed else ()),
+        notes=tuple(notes) + ((f"{failed} of {n_bootstrap} bootstrap refits failed: they drew "
+                               f"fewer than {MIN_RUNS} runs or none whose rate drops, did not "
+                               f"converge, or left a parameter free",) if failed else ()),
         resampling={"unit": "run", "column": "run_id", "clusters": len(fitted)},
         details={"grid": {"starts": len(starts), "refined": REFINED_STARTS},
                  "refined_converged": converged, "huber_delta": HUBER_DELTA,
