@@ -112,3 +112,19 @@ def test_plot_draws_the_curves_with_the_held_out_run(table, tmp_path, capsys):
     assert plot_main([f"--curves={table}", "--kind=curves", "--law=chinchilla",
                       f"--plot={out}"]) == 2
     assert "--kind=curves draws a law of whole curves" in capsys.readouterr().err
+
+
+def test_four_runs_give_intervals_and_the_predicted_curve_carries_them():
+    law = MultiPower()
+    longer = WSD.replace(f"total_steps={T}", f"total_steps={2 * T}")
+    held = fit_schedules(law, curves(), settings=law.options({"predict-schedule": longer}),
+                         n_bootstrap=30, seed=0)
+    assert not held.fit.intervals_refused and held.fit.n_bootstrap_failed < 3
+    for name, value in MULTIPOWER_PUBLISHED.items():  # noiseless: every refit is the truth
+        low, high = held.fit.ci[name]
+        assert low == pytest.approx(value, rel=1e-6) and high == pytest.approx(value, rel=1e-6)
+    prediction = held.prediction(held.settings["predict"][0])
+    assert len(prediction["ci"]) == len(prediction["step"])
+    low, high = prediction["ci"][-1]
+    last = prediction["loss"][-1]
+    assert low <= last * (1 + 1e-9) and high >= last * (1 - 1e-9)
