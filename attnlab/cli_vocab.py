@@ -95,7 +95,8 @@ PAIR = Word("pair", "string", "Runs sharing this column's value (e.g. train.seed
             "initialisation and data order) are resampled together.")
 HOLDOUT = Word("holdout", "string", "Runs to leave out of the fit: largest-budget, "
                "budget:C[,C...], or flops>X / params>X / tokens>X (>= too); attnlab fit also "
-               "takes leave-future-out (each budget predicted from those below it).")
+               "takes leave-future-out (each budget predicted from those below it), and "
+               "run:NAME[,NAME...] for the laws of whole curves (multipower, annealing).")
 ALLOW_LARGE = Word("allow-large", "bool", "Go on even if the estimated memory exceeds the "
                    "machine's.")
 ALLOW_NONEMPTY = Word("allow-nonempty", "bool", "Write into an existing directory that holds "

@@ -21,7 +21,7 @@ EXPERIMENTS = ("tiny_isoflop", "quickstart", "tiny_grid", "tiny_pe", "kaplan",
                "quickstart_ladder", "wsd_cosine", "markov_ladder",
                "moe_dense", "architectures_tuned", "mqar_seeds", "icl_regression_mixers",
                "hparams", "quickstart_shards", "data_constrained", "induction_seeds",
-               "regression_seeds")
+               "regression_seeds", "schedule_curves")
 
 TINY_ISOFLOP_CPU = [
     "d16-l1-rope-t13.6k-s0-f45cac28", "d32-l2-rope-t3.58k-s0-dd589dd0",
@@ -155,6 +155,8 @@ PLAN_DIGESTS = {
     # Repeated data for Muennighoff et al.'s law (new): corpus slices read 1-16 times.
     "data_constrained:cpu": ("fb556db276512cce", "1fa86b2cb31dc634"),  # eval_batches 8 -> 6
     "data_constrained:gpu": ("a4112609097168f7", "e304faa5e060ebdc"),
+    # Whole curves under five schedules for the multi-power and annealing laws (new).
+    "schedule_curves:cpu": ("688ad0b5032e206e", "571efc7d1e1b0a7c"),
 }
 
 

@@ -11,6 +11,7 @@ import sys
 from typing import ClassVar
 
 from attnlab.plots import scaling as scaling_plots
+from attnlab.plots.curves import plot_schedule_fits
 from attnlab.plots.forecasts import plot_leave_future_out
 from attnlab.plots.hparams import plot_hparams
 from attnlab.scaling.errors import FitError, FitInputError
@@ -248,6 +249,27 @@ class HParams(Figure):
         return plot_hparams(fit.frame, fit.optima, fit.laws)
 
 
+class Curves(Figure):
+    name = "curves"
+    help = ("a law of whole curves (--law=multipower, annealing) against each run's observed "
+            "curve, the runs --holdout=run:NAME leaves out marked")
+    own_fit = True  # its own mode (tables/schedule_fits.py), not an (N, D, L) table's fit
+
+    def law(self, values):
+        law = law_from_flags(values, "multipower")
+        if not law.can("schedule"):
+            raise FitInputError(f"--kind=curves draws a law of whole curves (multipower, "
+                                f"annealing), not --law={law.name}")
+        return law
+
+    def check(self, values, holdout):
+        if values["by"].value:
+            raise FitInputError("--by does not apply to --kind=curves: its lines are the runs")
+
+    def draw(self, request):
+        return plot_schedule_fits(request.run())
+
+
 FIGURES: dict[str, type[Figure]] = {c.name: c for c in (
     LossVsParams, LossVsCompute, IsoFLOPProfiles, Contours, Allocation, Holdout, LeaveFutureOut,
-    Frontiers, HParams)}
+    Frontiers, HParams, Curves)}

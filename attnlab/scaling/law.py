@@ -36,6 +36,7 @@ CAPABILITIES = {
     "closed-frontier": "L*(C) = E + K (C/k)^-gamma inverts in closed form: --multiplier-against",
     "table-k": "prices a budget as C = k·N·D with k read off the table's FLOPs",
     "pair": "reads --pair without --best-over (its own fit resamples those units)",
+    "schedule": "fitted to whole curves under their learning-rate schedules: --holdout=run:NAME",
 }
 
 class Law:

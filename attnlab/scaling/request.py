@@ -40,7 +40,8 @@ INPUT_FLAGS = [
                      "table.", old_names=("results",)),
     Flag("curves", "string", None, "Learning curves for approach 1: a .parquet/.csv with run_id, "
                                    "step, tokens, params, loss (optional flops), a directory "
-                                   "holding curves.parquet, or a sweep directory."),
+                                   "holding curves.parquet, or a sweep directory; for "
+                                   "--law=multipower and annealing: run_id, step, lr, loss."),
     Flag("law", "string", None, f"The law to fit: {', '.join(registry.names())} (clark: Clark "
                                 f"et al. 2022's log L(N, E) over the number of experts; "
                                 f"attnlab fit only; hparams: attnlab plot --kind=hparams)."),

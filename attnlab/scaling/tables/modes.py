@@ -27,6 +27,7 @@ from attnlab.scaling.tables.picks import best_points, format_picks
 from attnlab.scaling.tables.read import Inputs, read_curves, read_table
 from attnlab.scaling.tables.repick import redraw_picks
 from attnlab.scaling.tables.report import below_floor, format_report, format_trained_longer
+from attnlab.scaling.tables.schedule_fits import Schedules
 
 
 @dataclasses.dataclass(frozen=True)
@@ -218,11 +219,14 @@ class OwnFit(Mode):
         return request.law.report(fit, request.sweep), jsonable(fit.to_dict())
 
 
-MODES = {mode.name: mode for mode in (OneFit, Groups, HoldOut, LeaveFutureOut, OwnFit)}
+MODES = {mode.name: mode for mode in (OneFit, Groups, HoldOut, LeaveFutureOut, OwnFit,
+                                      Schedules)}
 
 
 def mode_of(request) -> Mode:
     """The mode a request is fitted in: a law's own fit, the groups, the hold-out, or one."""
+    if request.law.can("schedule"):
+        return MODES["schedule"]()
     if not request.law.can("table"):
         return OwnFit()
     if request.holdout == LEAVE_FUTURE_OUT:
