@@ -95,15 +95,17 @@ def example_scores(graphdef: nnx.GraphDef, params: nnx.State, examples, *,
     if min(len(np.asarray(e).reshape(-1)) for e in examples) < 2:
         raise ValueError("every example needs at least 2 tokens (an input and its target)")
     tokens, pads = left_pad(examples)
-    return _padded_scores(graphdef, params, jnp.asarray(tokens), jnp.asarray(pads),
-                          packing=packing)
+    return padded_scores(graphdef, params, jnp.asarray(tokens), jnp.asarray(pads),
+                         packing=packing)
 
 
 @functools.partial(jax.jit, static_argnums=(0,), static_argnames=("packing",))
-def _padded_scores(graphdef: nnx.GraphDef, params: nnx.State, tokens: jax.Array,
-                   pads: jax.Array, *, packing: Packing | None) -> Scores:
+def padded_scores(graphdef: nnx.GraphDef, params: nnx.State, tokens: jax.Array,
+                  pads: jax.Array, scored: jax.Array | None = None, *,
+                  packing: Packing | None) -> Scores:
     """:func:`example_scores` of the left-padded batch ``tokens [n, length]`` with ``pads
-    [n]``: one program per batch shape, not one per operation."""
+    [n]``: one program per batch shape, not one per operation. ``scored [n, length - 1]``: the
+    targets counted (None: every real one)."""
     model = nnx.merge(graphdef, params)
     segments = prompt_segments(tokens, pads, None if packing is None else packing.separator)
     index = jnp.arange(tokens.shape[1], dtype=jnp.int32)[None, :]
@@ -113,6 +115,8 @@ def _padded_scores(graphdef: nnx.GraphDef, params: nnx.State, tokens: jax.Array,
         positions = jnp.maximum(index - pads[:, None], 0)
     logits = model(tokens[:, :-1], positions[:, :-1], segments=segments[:, :-1])
     weights = (index[:, :-1] >= pads[:, None]).astype(jnp.float32)  # a real input
+    if scored is not None:
+        weights = weights * scored
     targets = tokens[:, 1:]
     hits = (jnp.argmax(logits, axis=-1) == targets).astype(jnp.float32)
     return Scores((token_losses(logits, targets) * weights).sum(1), (hits * weights).sum(1),

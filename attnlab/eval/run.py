@@ -1,0 +1,31 @@
+"""A trained run scored on tasks: everything checked (the run's objective, its tokenizer, every
+task's file and line) before its parameters are read or anything compiles."""
+
+from __future__ import annotations
+
+from attnlab.eval.scoring import Scorer, evaluate
+from attnlab.eval.tasks import Task, TaskError, task_of
+from attnlab.train.load import load_config, load_params, run_tokenizer
+
+
+def tasks_of(specs: list[str], *, size: int = 200, seed: int = 0) -> list[Task]:
+    """The tasks ``specs`` name (registered names or files), each named once."""
+    tasks = [task_of(spec, size=size, seed=seed) for spec in specs]
+    names = [t.name for t in tasks]
+    for name in names:
+        if names.count(name) > 1:
+            raise TaskError(f"two tasks are named {name!r}: rename a file")
+    return tasks
+
+
+def evaluate_run(run: str, specs: list[str], *, step: int | None = None, size: int = 200,
+                 seed: int = 0, batch_size: int = 64) -> dict[str, dict]:
+    """``{task: scores}`` (:func:`attnlab.eval.scoring.task_scores`) of the run's checkpoint
+    ``step`` (default: the latest) on the tasks ``specs`` names."""
+    cfg = load_config(run)
+    scorer = Scorer(cfg, run_tokenizer(run, cfg), batch_size=batch_size)
+    examples = {t.name: t.examples() for t in tasks_of(specs, size=size, seed=seed)}
+    rows = {name: scorer.rows(e) for name, e in examples.items()}
+    _, graphdef, params = load_params(run, step)
+    return {name: evaluate(scorer, graphdef, params, e, rows[name])
+            for name, e in examples.items()}
