@@ -1,9 +1,9 @@
-"""A trained run scored on tasks: everything checked (the run's objective, its tokenizer, every
-task's file and line) before its parameters are read or anything compiles."""
+"""A trained run scored on tasks: everything checked (the run's objective, every task's file
+and line, then each choice's tokens) before its parameters are read or anything compiles."""
 
 from __future__ import annotations
 
-from attnlab.eval.scoring import Scorer, evaluate
+from attnlab.eval.scoring import Scorer, check_decoder, evaluate
 from attnlab.eval.tasks import Task, TaskError, task_of
 from attnlab.train.load import load_config, load_params, run_tokenizer
 
@@ -23,8 +23,9 @@ def evaluate_run(run: str, specs: list[str], *, step: int | None = None, size: i
     """``{task: scores}`` (:func:`attnlab.eval.scoring.task_scores`) of the run's checkpoint
     ``step`` (default: the latest) on the tasks ``specs`` names."""
     cfg = load_config(run)
-    scorer = Scorer(cfg, run_tokenizer(run, cfg), batch_size=batch_size)
+    check_decoder(cfg)
     examples = {t.name: t.examples() for t in tasks_of(specs, size=size, seed=seed)}
+    scorer = Scorer(cfg, run_tokenizer(run, cfg), batch_size=batch_size)
     rows = {name: scorer.rows(e) for name, e in examples.items()}
     _, graphdef, params = load_params(run, step)
     return {name: evaluate(scorer, graphdef, params, e, rows[name])

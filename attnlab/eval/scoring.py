@@ -5,7 +5,8 @@ begins a document as in training), cut from the left to the trained window
 (``data.seq_len`` inputs) as lm-evaluation-harness cuts to its model's length; the
 continuation's tokens are scored from all that precedes them. Rows are left-padded to one shape
 and scored in fixed-size batches by one jitted program
-(:func:`attnlab.train.step.padded_scores`).
+(:func:`attnlab.train.step.padded_target_scores`); each continuation's losses are summed in
+float64.
 
 A task's scores (:func:`task_scores`):
 
@@ -30,7 +31,7 @@ from attnlab.errors import ConfigError
 from attnlab.eval.tasks import Example, TaskError
 from attnlab.model import resolve
 from attnlab.model.masks import left_pad
-from attnlab.train.step import packing_for, padded_scores
+from attnlab.train.step import packing_for, padded_target_scores
 
 
 def check_decoder(cfg: Config) -> None:
@@ -92,17 +93,19 @@ class Scorer:
         losses, counts, hits = [], [], []
         for start in range(0, len(rows), self.batch_size):
             batch = rows[start:start + self.batch_size]
-            batch = batch + [batch[0]] * (self.batch_size - len(batch))  # one shape for all
+            n = len(batch)
+            batch = batch + [batch[0]] * (self.batch_size - n)  # one shape for every batch
             tokens, pads = left_pad([r.tokens for r in batch], length=length)
-            scored = np.zeros((len(batch), length - 1), np.float32)
-            for i, r in enumerate(batch):
-                scored[i, length - 1 - r.scored:] = 1.0
-            out = padded_scores(graphdef, params, jnp.asarray(tokens),
-                                jnp.asarray(pads), jnp.asarray(scored), packing=packing)
-            n = min(self.batch_size, len(rows) - start)
-            losses.append(np.asarray(out.loss, np.float64)[:n])
-            counts.append(np.asarray(out.count)[:n].astype(np.int64))
-            hits.append(np.asarray(out.correct)[:n].astype(np.int64))
+            out = padded_target_scores(graphdef, params, jnp.asarray(tokens), jnp.asarray(pads),
+                                       packing=packing)
+            # The continuation's targets are each row's last; their losses summed in float64.
+            scored = np.arange(length - 1)[None, :] >= length - 1 - np.asarray(
+                [r.scored for r in batch])[:, None]
+            loss, hit = (np.where(scored, np.asarray(x, np.float64), 0.0)[:n]
+                         for x in (out.loss, out.correct))
+            losses.append(loss.sum(1))
+            hits.append(hit.sum(1))
+            counts.append(scored[:n].sum(1))
         loss, count, hit = (np.concatenate(x) for x in (losses, counts, hits))
         return -loss, count, hit == count
 

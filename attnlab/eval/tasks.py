@@ -3,8 +3,10 @@
 A task file is JSON lines, one example a line: ``{"context": str, "choices": [str, ...],
 "answer": int}``. Two tasks are generated from the interpreter's standard library (the files
 of pystdlib's test split, so a run trained on pystdlib has not read them), deterministically
-for a seed and a Python version, with no download:
+for a seed and a Python version, with no download. Distractors are drawn as the gold choices
+are (by occurrence), so a model that ignores the context is at chance:
 
+* ``stdlib_line_end``: which of four line ends completes a line cut in the middle;
 * ``stdlib_next_line``: which of four lines is the real next line after a file's text;
 * ``stdlib_call_name``: which of four called names completes the text before a call's ``(``.
 
@@ -164,6 +166,24 @@ class StdlibNextLine(StdlibTask):
 
 
 # a name followed by "(", not an attribute's, a definition's or a class's
+class StdlibLineEnd(StdlibTask):
+    """A line cut in the middle of its text: the rest of it against the rests of other lines
+    (the easiest: the bytes just before the cut constrain the first ones after it)."""
+
+    name = "stdlib_line_end"
+    title = "the rest of a standard-library line cut in the middle, among four"
+
+    def candidates(self, text):
+        out, offset = [], 0
+        for line in text.splitlines(keepends=True):
+            body = line.rstrip()
+            cut = (len(body) + len(body) - len(body.lstrip())) // 2  # halfway into the text
+            if offset >= 80 and len(body.strip()) >= 8:
+                out.append((offset + cut, body[cut:]))
+            offset += len(line)
+        return out
+
+
 _CALL = re.compile(r"(?<![\w.])(?<!def )(?<!class )([A-Za-z_]\w{2,})\(")
 
 
@@ -189,7 +209,8 @@ def _test_split_texts() -> list[str]:
     return texts
 
 
-TASKS: dict[str, type[StdlibTask]] = {t.name: t for t in (StdlibNextLine, StdlibCallName)}
+TASKS: dict[str, type[StdlibTask]] = {t.name: t for t in (StdlibLineEnd, StdlibNextLine,
+                                                            StdlibCallName)}
 
 
 def task_of(spec: str, *, size: int = 200, seed: int = 0) -> Task:
