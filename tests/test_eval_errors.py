@@ -2,12 +2,15 @@
 exit 2, before the run's parameters are read: the runs here have a config and no checkpoint,
 so reaching the parameters would be an error about checkpoints instead."""
 
+import importlib
 import json
+import sys
 
 import pytest
 
 from attnlab import cli
 from attnlab.data import prepare
+from attnlab.errors import AttnlabError
 from eval_runs import tiny_config
 
 
@@ -97,3 +100,11 @@ def test_bad_flags_are_refused(run, capsys, argv, message):
 def test_a_directory_that_is_no_run_is_named(tmp_path, capsys):
     assert f"{tmp_path} is not a run directory" in _refusal(
         capsys, f"--run={tmp_path}", "--tasks=stdlib_line_end")
+
+
+def test_the_harness_adapter_without_lm_eval_says_how_to_install_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "lm_eval", None)  # import lm_eval raises ImportError
+    monkeypatch.delitem(sys.modules, "attnlab.eval.harness", raising=False)
+    with pytest.raises(AttnlabError, match=r"needs lm-evaluation-harness: pip install "
+                                           r"'attnlab\[eval\]'"):
+        importlib.import_module("attnlab.eval.harness")

@@ -11,8 +11,9 @@ float64.
 A task's scores (:func:`task_scores`):
 
 * ``accuracy``: the choice with the highest log-likelihood per UTF-8 byte of its text is the
-  gold one (length-normalised; lm-eval's ``acc_norm`` where the text is ASCII);
-  ``accuracy_unnormalised`` takes the highest total (lm-eval's ``acc``);
+  gold one (length-normalised, whatever the tokenizer; lm-eval's ``acc_bytes``, and its
+  ``acc_norm`` where the text is ASCII); ``accuracy_unnormalised`` takes the highest total
+  (lm-eval's ``acc``);
 * ``gold_nll``: the gold continuation's summed NLL (nats), mean over examples;
   ``gold_ce``: nats per gold token over the task's gold tokens;
 * ``bits_per_byte``: the gold NLL over the task in bits per UTF-8 byte of the gold text.
