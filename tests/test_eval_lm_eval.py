@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from attnlab import cli
-from attnlab.eval.tasks import TASKS, write_examples
+from attnlab.data.tasks import TASKS, write_examples
 from attnlab.model import generate
 from eval_runs import reference_loglikelihood, train
 

@@ -10,10 +10,10 @@ import pytest
 
 from attnlab import cli
 from attnlab.data import ByteTokenizer
-from attnlab.eval import Scorer, TASKS, evaluate, read_examples, tasks_of
-from attnlab.eval.tasks import Example, write_examples
+from attnlab.data.tasks import TASKS, Example, read_examples, tasks_of, write_examples
 from attnlab.model import init_model
 from attnlab.train import load_params
+from attnlab.train.scoring import Scorer, evaluate
 from eval_runs import reference_loglikelihood, tiny_config, train
 
 

@@ -8,7 +8,7 @@
     results = simple_evaluate(model=AttnlabLM("runs/tiny"), tasks=["my_task"],
                               task_manager=TaskManager(include_path="my_tasks/"))
 
-Log-likelihoods are :class:`attnlab.eval.scoring.Scorer`'s (the rows ``attnlab eval`` scores);
+Log-likelihoods are :class:`attnlab.train.scoring.Scorer`'s (the rows ``attnlab eval`` scores);
 rolling log-likelihoods cut a text into the trained window with lm-eval's own windows
 (``utils.get_rolling_token_windows``); generation is greedy (:func:`attnlab.model.generate`).
 Needs the ``eval`` extra (``pip install 'attnlab[eval]'``); nothing else imports this module.
@@ -20,9 +20,9 @@ import jax
 import numpy as np
 
 from attnlab.errors import AttnlabError
-from attnlab.eval.scoring import Row, Scorer
 from attnlab.model import generate
 from attnlab.train.load import load_config, load_params, run_tokenizer
+from attnlab.train.scoring import Row, Scorer
 from attnlab.train.step import packing_for
 
 try:

@@ -3,24 +3,14 @@ and line, then each choice's tokens) before its parameters are read or anything 
 
 from __future__ import annotations
 
-from attnlab.eval.scoring import Scorer, check_decoder, evaluate
-from attnlab.eval.tasks import Task, TaskError, task_of
+from attnlab.data.tasks import tasks_of
 from attnlab.train.load import load_config, load_params, run_tokenizer
-
-
-def tasks_of(specs: list[str], *, size: int = 200, seed: int = 0) -> list[Task]:
-    """The tasks ``specs`` name (registered names or files), each named once."""
-    tasks = [task_of(spec, size=size, seed=seed) for spec in specs]
-    names = [t.name for t in tasks]
-    for name in names:
-        if names.count(name) > 1:
-            raise TaskError(f"two tasks are named {name!r}: rename a file")
-    return tasks
+from attnlab.train.scoring import Scorer, check_decoder, evaluate
 
 
 def evaluate_run(run: str, specs: list[str], *, step: int | None = None, size: int = 200,
                  seed: int = 0, batch_size: int = 64) -> dict[str, dict]:
-    """``{task: scores}`` (:func:`attnlab.eval.scoring.task_scores`) of the run's checkpoint
+    """``{task: scores}`` (:func:`attnlab.train.scoring.task_scores`) of the run's checkpoint
     ``step`` (default: the latest) on the tasks ``specs`` names."""
     cfg = load_config(run)
     check_decoder(cfg)

@@ -221,3 +221,13 @@ def task_of(spec: str, *, size: int = 200, seed: int = 0) -> Task:
         return FileTask(spec)
     raise TaskError(f"task {spec!r} is neither a task ({', '.join(TASKS)}) nor an "
                     f"existing JSON-lines file")
+
+
+def tasks_of(specs: list[str], *, size: int = 200, seed: int = 0) -> list[Task]:
+    """The tasks ``specs`` name (registered names or files), each named once."""
+    tasks = [task_of(spec, size=size, seed=seed) for spec in specs]
+    names = [t.name for t in tasks]
+    for name in names:
+        if names.count(name) > 1:
+            raise TaskError(f"two tasks are named {name!r}: rename a file")
+    return tasks

@@ -28,8 +28,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnlab.config import Config
-from attnlab.errors import ConfigError
-from attnlab.eval.tasks import Example, TaskError
+from attnlab.data.tasks import Example, TaskError, tasks_of
+from attnlab.errors import AttnlabError, ConfigError
 from attnlab.model import resolve
 from attnlab.model.masks import left_pad
 from attnlab.train.step import packing_for, padded_target_scores
@@ -148,3 +148,30 @@ def evaluate(scorer: Scorer, graphdef, params, examples: list[Example],
     rows = scorer.rows(examples) if rows is None else rows
     loglikelihoods, tokens, _ = scorer.score(graphdef, params, rows)
     return task_scores(examples, loglikelihoods, tokens)
+
+
+IN_LOOP = ("accuracy", "gold_ce", "gold_nll", "bits_per_byte")  # what train.eval_tasks logs
+PREFIX = "eval/"  # of their metrics' names: eval/<task>/<score>
+
+
+class TaskEvaluation:
+    """``train.eval_tasks``: the tasks' rows made (and every file and line checked) once, before
+    the run writes or compiles anything, then scored at each evaluation."""
+
+    def __init__(self, cfg: Config, tokenizer):
+        try:
+            check_decoder(cfg)
+            tasks = tasks_of(list(cfg.train.eval_tasks), size=cfg.train.eval_task_examples)
+            self.examples = {t.name: t.examples() for t in tasks}
+            self.scorer = Scorer(cfg, tokenizer)
+            self.rows = {name: self.scorer.rows(e) for name, e in self.examples.items()}
+        except AttnlabError as e:
+            raise ConfigError("train.eval_tasks", str(e)) from None
+
+    def metrics(self, graphdef, params) -> dict[str, float]:
+        """``{eval/<task>/<score>: value}`` of :data:`IN_LOOP` under ``params``."""
+        out = {}
+        for name, examples in self.examples.items():
+            scores = evaluate(self.scorer, graphdef, params, examples, self.rows[name])
+            out.update({f"{PREFIX}{name}/{key}": scores[key] for key in IN_LOOP})
+        return out
