@@ -97,3 +97,17 @@ def test_a_run_resumed_after_a_crash_logs_the_uninterrupted_task_scores(trained,
     assert _task_records(crashed) == _task_records(workdir)
     assert {k: v for k, v in resumed.items() if k.startswith("eval/")} == {
         k: v for k, v in summary.items() if k.startswith("eval/")}
+
+
+def test_a_run_resumed_from_its_final_checkpoint_keeps_the_task_scores(trained, tmp_path):
+    """A crash after the last checkpoint, before the summary: the scores come from the
+    checkpoint's record (nothing is evaluated again)."""
+    cfg, workdir, summary = trained
+    crashed = tmp_path / "crashed"
+    shutil.copytree(workdir, crashed)
+    (crashed / "summary.json").unlink()
+    resumed = run(cfg, crashed, progress=False)
+    assert {k: v for k, v in resumed.items() if k.startswith("eval/")} == {
+        k: v for k, v in summary.items() if k.startswith("eval/")}
+    metrics = [(d / "metrics.jsonl").read_text() for d in (workdir, crashed)]
+    assert metrics[0].count("val_loss") == metrics[1].count("val_loss")  # none logged again
