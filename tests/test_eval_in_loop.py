@@ -4,15 +4,22 @@ after a crash logs the uninterrupted run's task scores; bad tasks are refused be
 
 import dataclasses
 import json
+import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
-from attnlab import cli, results
+from attnlab import cli, results, rundir
 from attnlab.errors import ConfigError
 from attnlab.train import run
 from eval_runs import tiny_config
 
+ROOT = Path(__file__).resolve().parents[1]
 SCORES = ("accuracy", "gold_ce", "gold_nll", "bits_per_byte")
 TASK = "stdlib_line_end"
 
@@ -35,9 +42,8 @@ def trained(tmp_path_factory):
 
 def _task_records(workdir) -> dict[int, dict]:
     """step -> the task scores logged then (the last record of a step logged twice)."""
-    records = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
     return {r["step"]: {k: v for k, v in r.items() if k.startswith("eval/")}
-            for r in records if "val_loss" in r}
+            for r in rundir.read_metrics(workdir / rundir.METRICS_FILE) if "val_loss" in r}
 
 
 def test_each_evaluation_logs_the_tasks_and_the_summary_holds_the_last(trained):
@@ -111,3 +117,41 @@ def test_a_run_resumed_from_its_final_checkpoint_keeps_the_task_scores(trained, 
         k: v for k, v in summary.items() if k.startswith("eval/")}
     metrics = [(d / "metrics.jsonl").read_text() for d in (workdir, crashed)]
     assert metrics[0].count("val_loss") == metrics[1].count("val_loss")  # none logged again
+
+
+def _train_command(data_dir, workdir) -> list[str]:
+    return [sys.executable, "-m", "attnlab.cli", "train", "--config=configs/tiny.py",
+            f"--config.data.cache_dir={data_dir}", "--config.data.max_bytes=200000",
+            "--config.train.steps=40", "--config.train.log_every=1",
+            "--config.train.eval_every=10", "--config.train.eval_batches=1",
+            "--config.train.checkpoint_every=5", f"--config.train.eval_tasks=('{TASK}',)",
+            "--config.train.eval_task_examples=32", f"--run={workdir}"]
+
+
+@pytest.mark.slow
+@pytest.mark.uncached  # compiled as a user's command is, so the kill lands mid-run
+def test_a_sigkilled_run_resumed_logs_the_uninterrupted_task_scores(tmp_path):
+    """kill -9 between the evaluations at steps 20 and 30, the same command again: every
+    evaluation's task scores equal the uninterrupted run's, bit for bit."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    subprocess.run(_train_command(tmp_path / "data", whole), cwd=ROOT, env=env, check=True,
+                   capture_output=True, timeout=600)
+    proc = subprocess.Popen(_train_command(tmp_path / "data", killed), cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        while proc.poll() is None and 22 not in _logged_steps(killed):
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL, "the run ended before the kill"
+    assert max(_task_records(killed)) == 20
+    subprocess.run(_train_command(tmp_path / "data", killed), cwd=ROOT, env=env, check=True,
+                   capture_output=True, timeout=600)
+    assert sorted(_task_records(killed)) == [10, 20, 30, 40]
+    assert _task_records(killed) == _task_records(whole)
+
+
+def _logged_steps(workdir) -> set[int]:
+    return {r["step"] for r in rundir.read_metrics(workdir / rundir.METRICS_FILE)}

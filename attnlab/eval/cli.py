@@ -9,12 +9,13 @@ from pathlib import Path
 
 from attnlab import cli_vocab as vocab
 from attnlab.cli_flags import Flag, parse
+from attnlab.data.tasks import TASKS
 from attnlab.errors import AttnlabError
 
 EVAL_FLAGS = [
     vocab.RUN.flag("Its latest checkpoint is used.", required=True),
-    Flag("tasks", "string", "", "Tasks, separated by commas: registered ones (stdlib_next_line, "
-         "stdlib_call_name) or JSON-lines files (each line: context, choices, answer).",
+    Flag("tasks", "string", "", f"Tasks, separated by commas: registered ones "
+         f"({', '.join(TASKS)}) or JSON-lines files (each line: context, choices, answer).",
          required=True),
     Flag("examples", "integer", 200, "Examples of each generated task."),
     Flag("task-seed", "integer", 0, "Seed of the generated tasks' examples."),
