@@ -51,9 +51,8 @@ from attnlab.scaling.points import ScalingTable, budget_labels
 from attnlab.scaling.result import ScalingFit
 from attnlab.scaling.tables.baselines import BASELINE_RULES
 from attnlab.scaling.tables.fitting import fit_table
-from attnlab.scaling.tables.forecasters import FORECASTERS, skill
-
-NEEDS = {cls.name: cls.needs for cls in FORECASTERS}
+from attnlab.scaling.tables.forecasters import skill
+from attnlab.scaling.tables.law_forecasters import NEEDS, forecasters_of
 _THRESHOLD = re.compile(r"^(flops|params|tokens_per_param|tokens)\s*(>=|>)\s*([0-9.eE+-]+)$")
 
 
@@ -104,7 +103,7 @@ class HoldoutResult:
     inside (observed within [low, high]); baseline, baseline_rule, baseline_error (persistence,
     the naive baseline: its prediction, rule and relative error; NaN / None without one);
     trend, trend_error and frontier, frontier_error (the other forecasters of
-    ``forecasters.FORECASTERS``); below_floor (predicted < ``floor``, False without a floor).
+    the law's ``forecasters``); below_floor (predicted < ``floor``, False without a floor).
     clusters: the held-out runs' bootstrap clusters (None: each run its own), which the skill's
     intervals resample.
     """
@@ -155,7 +154,7 @@ class HoldoutResult:
         return {cls.name: skill(law, self.frame[f"{cls.column}_error"].to_numpy(np.float64),
                                 clusters=self.clusters, level=self.fit.ci_level,
                                 replicates=replicates)
-                for cls in FORECASTERS}
+                for cls in forecasters_of(self.fit.part)}
 
     def to_dict(self) -> dict:
         runs = self.frame.replace({np.nan: None}).to_dict(orient="records")
@@ -203,7 +202,7 @@ def holdout_prediction(table: ScalingTable, *, law: Law, holdout: str,
                           "relative_error": (predicted - observed) / observed,
                           "low": bounds[:, 0], "high": bounds[:, 1]})
     frame["inside"] = (frame["low"] <= frame["observed"]) & (frame["observed"] <= frame["high"])
-    for cls in FORECASTERS:
+    for cls in forecasters_of(law):
         values, rules = cls().predict(kept.frame, test)
         frame[cls.column] = values
         if cls.rule_column:
