@@ -15,7 +15,6 @@ from attnlab.scaling.huber import with_delta
 from attnlab.scaling.laws import approach3
 from attnlab.scaling.laws import loss_to_loss as l2l
 from attnlab.scaling.laws.registry import law_named
-from attnlab.scaling.tables import law_forecasters
 
 TRUE = {"K": 1.3, "kappa": 1.2, "E_source": 1.5, "E_target": 0.9}
 SOURCE_LAW = {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28}
@@ -100,7 +99,7 @@ def coarse_direct_fit(monkeypatch):
     """The direct approach-3 baseline on 3^5 starts, not Hoffmann et al.'s 4,500 (speed)."""
     grid = approach3.InitGrid(a=(0.0, 6.0, 12.0), b=(0.0, 6.0, 12.0), e=(-1.0, 0.0, 1.0),
                               alpha=(0.2, 0.5, 1.0), beta=(0.2, 0.5, 1.0))
-    monkeypatch.setattr(law_forecasters.DirectChinchilla, "grid", grid)
+    monkeypatch.setattr(l2l.DirectFit, "grid", grid)
 
 
 def _holdout(tmp_path, source, target, capsys):

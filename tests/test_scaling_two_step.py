@@ -105,7 +105,7 @@ def _holdout(tmp_path, capsys, table):
     forecasters = payload["forecasters"]
     print(f"held-out accuracy: two-step {100 * payload['mean_abs_relative_error']:.2f}%, "
           f"step 2 alone on the observed task loss "
-          f"{100 * forecasters['step2 alone']['other']:.2f}%, power law of 1 - Acc in C "
+          f"{100 * forecasters['step2 alone']['other']:.2f}%, power law of 1 - Acc in C (no floor) "
           f"{100 * forecasters['power in C']['other']:.2f}%")
     return payload, forecasters
 

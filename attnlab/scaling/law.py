@@ -69,8 +69,11 @@ class Law:
     loss_name: str = "loss"
     loss_columns: tuple[str, ...] = ("loss", "final_val_loss")
     loss_what: str = "final loss L"
-    # The forecasters a hold-out sets beside the law (``tables/law_forecasters.py`` names them).
+    # The forecasters a hold-out sets beside the law: the standard ones it names
+    # (``tables/forecasters.FORECASTERS``), then its own baselines (classes with name, needs,
+    # column, rule_column and predict(kept, test), as ``tables/forecasters.Forecaster``).
     forecasters: tuple[str, ...] = ("persistence", "trend", "frontier")
+    own_forecasters: tuple[type, ...] = ()
     fixable: tuple[str, ...] = ()  # the parameters --fix can hold
     # Axis of the table (one of AXES) -> the parameters that only runs spread along it
     # determine: a table with one value there is refused (check_axes).

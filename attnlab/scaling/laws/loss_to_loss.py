@@ -16,7 +16,7 @@ admissible set's.
 
 The table: ``--columns=source:COL,target:COL``. A hold-out predicts held-out runs' targets from
 their observed source losses, beside a direct approach-3 fit of the target on (N, D)
-(``tables/law_forecasters.py``).
+(``DirectFit``).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from attnlab.scaling.columns import pick_column, positive_column
 from attnlab.scaling.errors import FitError, FitInputError
 from attnlab.scaling.huber import huber
 from attnlab.scaling.law import Law
+from attnlab.scaling.laws import approach3
 from attnlab.scaling.parametric import MIN_EXPONENT, NEGLIGIBLE_TERM
 from attnlab.scaling.result import ScalingFit
 
@@ -137,6 +138,26 @@ def fit_loss_to_loss(source_loss, target_loss, *, grid=None, **options) -> Scali
                                 details={"least_source": least})
 
 
+class DirectFit:
+    """The hold-out's baseline: approach 3 of the target on (N, D), the target fitted on its
+    own rather than through the source (a forecaster, as ``tables/forecasters.Forecaster``)."""
+
+    name = column = "chinchilla"
+    rule_column = None
+    needs = "5 distinct kept (N, D) points and an approach-3 fit of them"
+    grid = approach3.CHINCHILLA_GRID  # approach 3's own (tests coarsen it)
+
+    def predict(self, kept, test):
+        try:
+            fit = approach3.fit_approach3(*(kept[c].to_numpy(np.float64)
+                                            for c in ("params", "tokens", "loss")),
+                                          grid=self.grid)
+        except (FitError, FitInputError):
+            return np.full(len(test), np.nan), [None] * len(test)
+        return np.asarray(fit.loss(test["params"].to_numpy(np.float64),
+                                   test["tokens"].to_numpy(np.float64)), np.float64), None
+
+
 class LossToLoss(Law):
     """Brandfonbrener et al. 2025's shifted power law between two losses (module docstring)."""
 
@@ -150,7 +171,7 @@ class LossToLoss(Law):
     run_columns = ("source",)
     column_names = ("source", "target")
     loss_name, loss_columns, loss_what = "target", (), "the target loss the law predicts"
-    forecasters = ("persistence", "trend", "frontier", "chinchilla")
+    own_forecasters = (DirectFit,)
     refused = ("curves", "by", "budget", "multiplier-against", "train-longer")
     scope = "one fit of a target loss from a source loss over a table's runs"
 

@@ -51,8 +51,7 @@ from attnlab.scaling.points import ScalingTable, budget_labels
 from attnlab.scaling.result import ScalingFit
 from attnlab.scaling.tables.baselines import BASELINE_RULES
 from attnlab.scaling.tables.fitting import fit_table
-from attnlab.scaling.tables.forecasters import skill
-from attnlab.scaling.tables.law_forecasters import NEEDS, forecasters_of
+from attnlab.scaling.tables.forecasters import forecasters_of, skill
 _THRESHOLD = re.compile(r"^(flops|params|tokens_per_param|tokens)\s*(>=|>)\s*([0-9.eE+-]+)$")
 
 
@@ -239,7 +238,8 @@ def format_holdout(result: HoldoutResult) -> str:
                  + (f"; {summary['inside_interval']} of {summary['with_interval']} observed "
                     f"losses inside their {level} interval" if summary["with_interval"] else ""))
     lines.append(_baseline_line(summary["baseline"]))
-    lines += _forecaster_lines(summary["forecasters"], level)
+    needs = {cls.name: cls.needs for cls in forecasters_of(result.fit.part)}
+    lines += _forecaster_lines(summary["forecasters"], level, needs)
     if result.floor is not None:
         lines.append(f"  floor {result.floor:.6g}: {summary['below_floor']} of "
                      f"{summary['held_out_runs']} predictions below it")
@@ -262,7 +262,7 @@ def _baseline_line(baseline: dict) -> str:
             + f": {verdict}")
 
 
-def _forecaster_lines(skills: dict, level: str) -> list[str]:
+def _forecaster_lines(skills: dict, level: str, needs: dict) -> list[str]:
     """Each forecaster beside the law, and which wins: skill = the law's mean |error| / the
     forecaster's on the runs both predict (< 1: the law wins), with its interval over the
     held-out runs."""
@@ -271,7 +271,7 @@ def _forecaster_lines(skills: dict, level: str) -> list[str]:
              f"where they are one):"]
     for name, found in skills.items():
         if not found["runs"]:
-            lines.append(f"    {name:<12} predicts none of these runs (it needs {NEEDS[name]})")
+            lines.append(f"    {name:<12} predicts none of these runs (it needs {needs[name]})")
             continue
         interval = (f" [{found['ci'][0]:.2f}, {found['ci'][1]:.2f}]"
                     + (" over the law's refits" if found["clusters"] < 2 else "")
