@@ -112,8 +112,9 @@ def _bootstrap(step1: ScalingFit, n, d, task_loss, acc, *, n_bootstrap, seed, cl
     notes = refits.notes(n_bootstrap, "did not converge to a law with alpha, beta > 0",
                          parametric.design_why(design))
     if (~ok).any():
-        notes.append(f"{int((~ok).sum())} of {n_bootstrap} bootstrap draws held too few task "
-                     f"losses for step 2's sigmoid and count as failed refits")
+        notes.append(f"{int((~ok).sum())} of {n_bootstrap} bootstrap draws held too few "
+                     f"distinct task losses for step 2's sigmoid, or its refit did not "
+                     f"converge, and count as failed refits")
     return samples, notes
 
 
@@ -223,11 +224,11 @@ class PowerInCompute:
     1 - Acc = A C^-c (least squares in logs over the kept runs)."""
 
     name, column, rule_column = "power in C", "power_c", None
-    needs = "2 kept runs at different compute"
+    needs = "2 kept runs at different compute, each with accuracy < 1"
 
     def predict(self, kept, test):
         log_c = np.log(kept["flops"].to_numpy(np.float64))
-        if np.ptp(log_c) == 0:
+        if np.ptp(log_c) == 0 or kept["loss"].max() >= 1:  # log(1 - Acc) needs Acc < 1
             return np.full(len(test), np.nan), None
         slope, intercept = np.polyfit(log_c, np.log1p(-kept["loss"].to_numpy(np.float64)), 1)
         return -np.expm1(intercept + slope * np.log(test["flops"].to_numpy(np.float64))), None
@@ -252,7 +253,9 @@ class TwoStep(Law):
     loss_name, loss_columns, loss_what = "accuracy", (), "the task's accuracy, a fraction"
     forecasters = ("persistence", "trend")  # the frontier reads the lowest value as the best
     own_forecasters = (StepTwoAlone, PowerInCompute)
-    refused = ("curves", "by", "budget", "multiplier-against", "train-longer", "fix")
+    # --coverage would simulate accuracies but keep the observed task losses step 1 refits.
+    refused = ("curves", "by", "budget", "multiplier-against", "train-longer", "fix",
+               "coverage")
     scope = "one chained fit of a task's loss and accuracy over a table's runs"
 
     def options(self, given):
