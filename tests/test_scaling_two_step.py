@@ -11,6 +11,8 @@ import pytest
 
 from attnlab.scaling import equations, parametric
 from attnlab.scaling.cli import fit_main
+from attnlab.scaling.huber import with_delta
+from attnlab.scaling.law import identifying_design
 from attnlab.scaling.laws import approach3, two_step
 from attnlab.scaling.laws.registry import law_named
 
@@ -172,3 +174,23 @@ def test_accuracy_at_refuses_a_bad_pair(tmp_path, capsys, no_fit):
     path = write(tmp_path / "runs.csv", *runs(0))
     code = fit_main([f"--sweep={path}", "--law=two_step", COLUMNS, "--accuracy-at=1e9"])
     assert code == 2 and "--accuracy-at: '1e9' is not N:D" in capsys.readouterr().err
+
+
+def test_given_draws_are_refitted_and_the_kept_ones_named():
+    """parametric.bootstrap_refits refits the draws it is given and names those it kept (the
+    two-step bootstrap refits step 2 on the same draws): a draw of one model size cannot
+    determine approach 3 and is not kept; draws of the whole table refit to the estimate."""
+    n, d, loss, _ = runs(0)
+    fit = approach3.fit_approach3(n, d, loss, grid=GRID)
+    theta = np.array([fit.details["theta"][k] for k in approach3.THETA_NAMES])
+    weights = np.ones((3, len(n)))
+    weights[1] = 0.0
+    weights[1, :4] = 1.0  # the smallest size's four runs alone
+    design = identifying_design(approach3.Parametric(), {"params": n, "tokens": d})
+    refits = parametric.bootstrap_refits(
+        approach3.huber_objective, theta, GRID.points(),
+        with_delta((np.log(n), np.log(d), np.log(loss))), len(n), n_bootstrap=3, grid_starts=2,
+        seed=0, clusters=None, admissible=parametric.admissible, max_steps=500, design=design,
+        weights=weights)
+    assert list(refits.kept) == [0, 2] and refits.unidentified == 1
+    np.testing.assert_allclose(refits.params, [theta, theta], atol=1e-4)
