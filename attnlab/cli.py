@@ -44,6 +44,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
                   "read a Hugging Face checkpoint directory into a new run"),
     "export-hf": ("attnlab.hf.cli", "export_main",
                   "write a run's checkpoint as a Hugging Face checkpoint directory"),
+    "eval": ("attnlab.eval.cli", "eval_main",
+             "score a run on multiple-choice tasks: accuracy, gold-answer CE, bits per byte"),
     "icl": ("attnlab.icl.cli", "icl_main",
             "evaluate a run on its in-context learning task"),
     "attention": ("attnlab.icl.cli", "attention_main",
@@ -61,7 +63,8 @@ FLAG_LISTS: dict[str, str] = {
     "plot": "attnlab.plots.cli:plot_flags", "extrapolate": "attnlab.extrapolation.cli:FLAGS",
     "coord-check": "attnlab.coord_check:command_flags",
     "quickstart": "attnlab.study.quickstart:FLAGS", "import-hf": "attnlab.hf.cli:IMPORT_FLAGS",
-    "export-hf": "attnlab.hf.cli:EXPORT_FLAGS", "icl": "attnlab.icl.cli:ICL_FLAGS",
+    "export-hf": "attnlab.hf.cli:EXPORT_FLAGS", "eval": "attnlab.eval.cli:EVAL_FLAGS",
+    "icl": "attnlab.icl.cli:ICL_FLAGS",
     "attention": "attnlab.icl.cli:ATTENTION_FLAGS",
 }
 
@@ -69,6 +72,7 @@ FLAG_LISTS: dict[str, str] = {
 # or fits anything (attnlab.outputs). These commands also take --overwrite.
 OUTPUT_FLAGS: dict[str, dict[str, bool]] = {
     "env": {"json": False}, "fit": {"json": False}, "compare": {"json": False},
+    "eval": {"json": False},
     "plot": {"plot": True}, "icl": {"json": False, "plot": True},
     "attention": {"plot": True, "json": False}, "coord-check": {"json": False, "plot": True},
     "model-info": {"plot": True},

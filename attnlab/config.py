@@ -233,6 +233,10 @@ class TrainConfig:
     # Also score the validation windows' T5 noise spans with every objective in its own way
     # (bits per token; attnlab/model/objectives.py Objective.span_scores).
     eval_masked_spans: bool = False
+    # Multiple-choice tasks scored at every evaluation (registered names or JSON-lines files,
+    # attnlab/data/tasks.py), and the examples of each generated one.
+    eval_tasks: tuple[str, ...] = ()
+    eval_task_examples: int = 200
 
     def __post_init__(self):
         validate_train(self)
@@ -390,7 +394,8 @@ def validate_train(t: TrainConfig) -> None:
     """Every field of the train section; raises ConfigError on the first bad one."""
     check_choice("train.schedule", t.schedule, tuple(SCHEDULES))
     for name in ("steps", "learning_rate", "eval_every", "eval_batches", "log_every",
-                 "checkpoint_every", "keep_checkpoints", "grad_accum", "num_processes"):
+                 "checkpoint_every", "keep_checkpoints", "grad_accum", "num_processes",
+                 "eval_task_examples"):
         check_positive(f"train.{name}", getattr(t, name))
     for name in ("tokens", "warmup_steps", "weight_decay", "grad_clip"):
         if getattr(t, name) < 0:
@@ -406,6 +411,9 @@ def validate_train(t: TrainConfig) -> None:
     if any(isinstance(s, bool) or not isinstance(s, int) or s <= 0 for s in t.keep_steps):
         raise ConfigError("train.keep_steps", f"must be positive step numbers, got "
                                               f"{t.keep_steps}")
+    if any(not isinstance(name, str) or not name.strip() for name in t.eval_tasks):
+        raise ConfigError("train.eval_tasks", f"must be task names or JSON-lines files, got "
+                                              f"{t.eval_tasks}")
     if t.branch_step < 0:
         raise ConfigError("train.branch_step", f"must be >= 0, got {t.branch_step}")
     if bool(t.branch_from) != (t.branch_step > 0):

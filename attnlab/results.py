@@ -65,7 +65,9 @@ _TRAILING = ["params", "non_embedding_params", "embedding_params", "tokens", "un
 
 
 # A mixture's columns per source, each name followed by the source's: unique_tokens/web, ...
-PER_SOURCE = ("unique_tokens/", "tokens/", "epochs/")
+# and a run's scores per task at its last evaluation (train.eval_tasks): eval/TASK/SCORE. Both
+# are measured, never swept: they come last and group no points.
+PER_SOURCE = ("unique_tokens/", "tokens/", "epochs/", "eval/")
 
 
 class ResultsError(AttnlabError):

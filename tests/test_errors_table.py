@@ -131,6 +131,14 @@ def span_run(d):
     task_run(d, TINY, ["--config.model.objective=span", "--config.model.vocab_size=300"])
 
 
+def eval_task_files(d):
+    """A run directory (train_run) and task files with a bad line each."""
+    train_run(d)
+    good = '{"context": "x = ", "choices": ["1", "2"], "answer": 0}\n'
+    _file(d, "no_choices.jsonl", good + '{"context": "x = ", "answer": 0}\n')
+    _file(d, "out_of_range.jsonl", '{"context": "x = ", "choices": ["1", "2"], "answer": 2}\n')
+
+
 def mlm_run(d):
     """A masked-LM run directory (config.json of configs/tiny.py with model.objective=mlm)."""
     from attnlab.cli_flags import parse
@@ -686,6 +694,20 @@ CASES = [
     ("plot-out-uncreatable", results_file, ["plot", "--sweep={d}/results.csv",
                                             "--kind=loss-vs-params", "--plot=/proc/x.png"],
      "--plot=/proc/x.png: cannot write a file in /proc"),
+    # --- attnlab eval
+    ("eval-line-without-choices", eval_task_files,
+     ["eval", "--run={d}/run", "--tasks={d}/no_choices.jsonl"], "no_choices.jsonl:2: no 'choices'"),
+    ("eval-answer-out-of-range", eval_task_files,
+     ["eval", "--run={d}/run", "--tasks={d}/out_of_range.jsonl"],
+     "out_of_range.jsonl:1: 'answer' must be an index into the 2 choices, got 2"),
+    ("eval-missing-task-file", train_run, ["eval", "--run={d}/run", "--tasks={d}/nope.jsonl"],
+     "nope.jsonl' is neither a task"),
+    ("eval-masked-run", mlm_run, ["eval", "--run={d}/run", "--tasks=stdlib_line_end"],
+     "config.model.objective: mlm: the tasks are scored by a causal decoder"),
+    ("eval-encoder-decoder-run", span_run, ["eval", "--run={d}/run", "--tasks=stdlib_line_end"],
+     "config.model.objective: span: the tasks are scored by a causal decoder"),
+    ("eval-examples", train_run, ["eval", "--run={d}/run", "--tasks=stdlib_line_end",
+                                  "--examples=0"], "--examples must be >= 1"),
     # --- extrapolate
     ("extrapolate-not-a-run", configs, ["extrapolate", "--run={d}/adir"], "adir"),
     ("extrapolate-missing-run", None, ["extrapolate", "--run={d}/nope"], "nope"),

@@ -13,7 +13,8 @@ import sys
 import tomllib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-OPTIONAL = {"ray", "submitit"}  # the ray and slurm extras: imported where used, or a clear error
+OPTIONAL = {"ray", "submitit", "lm_eval"}  # the ray, slurm and eval extras: imported where used,
+# or a clear error
 
 
 def _imported_top_level_modules() -> set[str]:

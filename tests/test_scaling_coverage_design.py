@@ -47,16 +47,16 @@ def test_the_residual_structure_recovers_the_simulated_variance_components():
 
 def test_every_simulation_is_counted_once_and_coverage_is_a_share_of_them():
     table = _ladder(trunks=2)
-    fit = fit_table(table, law=LAW, grid=SMALL_GRID, n_bootstrap=30)
-    result = simulated_coverage(table, fit, sims=6, n_bootstrap=30, grid=SMALL_GRID)
-    assert result.with_interval + result.refused + result.failed == 6
+    fit = fit_table(table, law=LAW, grid=SMALL_GRID, n_bootstrap=15)
+    result = simulated_coverage(table, fit, sims=4, n_bootstrap=15, grid=SMALL_GRID)
+    assert result.with_interval + result.refused + result.failed == 4
     assert set(result.covered) >= {"E", "alpha", "beta", "a"}
     for name in result.covered:
         assert 0 <= result.covered[name] <= result.with_interval
         rate, low, high = result.rate(name)
         assert low <= rate <= high
     payload = result.to_dict()
-    assert payload["sims"] == 6 and payload["flag_below"] == 0.9
+    assert payload["sims"] == 4 and payload["flag_below"] == 0.9
 
 
 def test_coverage_below_ninety_percent_is_flagged():
@@ -70,12 +70,12 @@ def test_fit_prints_the_coverage_table(tmp_path, capsys):
     path, out = tmp_path / "ladder.csv", tmp_path / "fit.json"
     ladder_points(CHINCHILLA_PUBLISHED, np.geomspace(1e7, 1e9, 5), trunks_per_size=2,
                   rng=np.random.default_rng(3)).to_csv(path, index=False)
-    assert fit_main([f"--sweep={path}", "--law=chinchilla", "--approach=3", "--bootstrap=20",
-                     "--coverage=3", "--grid=a:4:8:2,b:4:8:2,e:0:1:1,alpha:0.2:0.5:0.3,"
+    assert fit_main([f"--sweep={path}", "--law=chinchilla", "--approach=3", "--bootstrap=12",
+                     "--coverage=2", "--grid=a:4:8:2,b:4:8:2,e:0:1:1,alpha:0.2:0.5:0.3,"
                      "beta:0.2:0.5:0.3", f"--json={out}"]) == 0
     text = capsys.readouterr().out
-    assert "coverage at this design: 3 tables simulated from the fitted law" in text
-    assert json.loads(out.read_text())["coverage"]["sims"] == 3
+    assert "coverage at this design: 2 tables simulated from the fitted law" in text
+    assert json.loads(out.read_text())["coverage"]["sims"] == 2
 
 
 @pytest.mark.parametrize("flags, message", [

@@ -108,14 +108,16 @@ def prompt_segments(prompt: jax.Array, pads: jax.Array, separator: int | None) -
     return jnp.where(real, 1 + jnp.cumsum(ends, axis=1) - ends, 0).astype(jnp.int32)
 
 
-def left_pad(prompts, pad_id: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def left_pad(prompts, pad_id: int = 0, length: int | None = None
+             ) -> tuple[np.ndarray, np.ndarray]:
     """Sequences of different lengths (1-D int sequences) -> ``(int32 [batch, longest], pads
     int32 [batch])``, each row right-aligned after ``pads[i]`` copies of ``pad_id`` (never
-    attended to: the pads form a document of their own)."""
+    attended to: the pads form a document of their own). ``length``: the rows' length instead
+    of the longest's (one shape for every batch)."""
     prompts = [np.asarray(p, np.int32).reshape(-1) for p in prompts]
     if not prompts or min(len(p) for p in prompts) == 0:
         raise ValueError("every prompt needs at least one token")
-    longest = max(len(p) for p in prompts)
+    longest = max(len(p) for p in prompts) if length is None else length
     pads = np.asarray([longest - len(p) for p in prompts], np.int32)
     out = np.full((len(prompts), longest), pad_id, np.int32)
     for row, (p, pad) in enumerate(zip(prompts, pads)):

@@ -14,14 +14,12 @@ import numpy as np
 from attnlab import cli_vocab as vocab
 from attnlab.cli_flags import Flag, parse
 from attnlab.config import Config
-from attnlab.data import prepare
-from attnlab.data.tokenizer import MASK_TEXT, HubTokenizer, decode_with_masks, encode_with_masks
+from attnlab.data.tokenizer import MASK_TEXT, decode_with_masks, encode_with_masks
 from attnlab.errors import AttnlabError
 from attnlab.model import generate, resolve
 from attnlab.model.decoding import decode_spans, fill_masks
 from attnlab.model.objectives import mask_id
-from attnlab.rundir import TOKENIZER_FILE
-from attnlab.train.load import load_config, load_params
+from attnlab.train.load import load_config, load_params, run_tokenizer
 from attnlab.train.memory import check_generation_fits
 from attnlab.train.step import packing_for
 
@@ -117,14 +115,11 @@ def _refuse_for_objective(values, texts, objective, name: str) -> None:
 
 
 def _run_tokenizer(run: str, cfg: Config):
-    """The tokenizer a run was trained with: an imported run's (attnlab import-hf brings its
-    model's), else its corpus's."""
-    hub = Path(run) / TOKENIZER_FILE
-    tokenizer = HubTokenizer(hub) if hub.is_file() else prepare(cfg.data).tokenizer
-    if tokenizer is None:
-        raise AttnlabError(f"--run={run} was trained on the token task data.source="
-                           f"{cfg.data.source}, which has no text; use attnlab attention")
-    return tokenizer
+    """The run's tokenizer; a token task's run is pointed to attnlab attention."""
+    try:
+        return run_tokenizer(run, cfg)
+    except AttnlabError as e:
+        raise AttnlabError(f"{e}; use attnlab attention") from None
 
 
 def _encode_prompts(tokenizer, texts: list[str], where: str) -> list:

@@ -9,7 +9,10 @@ from flax import nnx
 
 from attnlab.config import Config, check_warmup, from_config_dict
 from attnlab.checks import check
+from attnlab.data import prepare
+from attnlab.data.tokenizer import HubTokenizer
 from attnlab.errors import AttnlabError
+from attnlab.rundir import TOKENIZER_FILE
 from attnlab.train import workdir as wd
 from attnlab.train.checkpoint import (Checkpoints, CheckpointError, DamagedCheckpointError,
                                      check_compatible, param_shapes)
@@ -77,3 +80,14 @@ def load_params(workdir: str | Path, step: int | None = None
                     "; no older checkpoint is left: retrain the run")
             raise DamagedCheckpointError(f"{e} (damaged checkpoint){hint}") from None
     return cfg, graphdef, params
+
+
+def run_tokenizer(workdir: str | Path, cfg: Config):
+    """The tokenizer a run was trained with: an imported run's (attnlab import-hf brings its
+    model's), else its corpus's."""
+    hub = Path(workdir) / TOKENIZER_FILE
+    tokenizer = HubTokenizer(hub) if hub.is_file() else prepare(cfg.data).tokenizer
+    if tokenizer is None:
+        raise AttnlabError(f"--run={workdir} was trained on the token task data.source="
+                           f"{cfg.data.source}, which has no text")
+    return tokenizer

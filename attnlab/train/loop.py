@@ -102,6 +102,7 @@ class _Record:
         self.val_span_bits = None  # train.eval_masked_spans: the objectives' common measure
         self.best_val = meta.get("best_val_loss")
         self.last_val = meta.get("last_val_loss")
+        self.tasks = meta.get("eval_tasks", {})  # train.eval_tasks' scores, last evaluation
         self.throughput = Throughput(tokens_per_step, meta.get("timed_tokens", 0),
                                      meta.get("timed_seconds", 0.0),
                                      meta.get("paused_seconds", {}))
@@ -118,7 +119,8 @@ class _Record:
     def checkpoint_meta(self, step: int) -> dict:
         return {"step": step, "data_position": step, "tokens": step * self.tokens_per_step,
                 "recent_losses": list(self.recent_losses), "best_val_loss": self.best_val,
-                "last_val_loss": self.last_val, "timed_tokens": self.throughput.tokens,
+                "last_val_loss": self.last_val, "eval_tasks": self.tasks,
+                "timed_tokens": self.throughput.tokens,
                 "timed_seconds": self.throughput.seconds,
                 "paused_seconds": dict(self.throughput.paused_seconds),
                 "wall_seconds": self.wall_seconds()}
@@ -320,6 +322,11 @@ class _Training:
             line["val_accuracy"] = record.val_accuracy
         if self.cfg.train.eval_masked_spans:
             line["val_span_bits"] = record.val_span_bits
+        if self.found.tasks is not None:
+            with record.throughput.paused("evaluation"):
+                record.tasks = self.found.tasks.metrics(self.found.programs.graphdef,
+                                                        state.params)
+            line.update(record.tasks)
         self.metrics.log(line)
 
     def _checkpoint(self, step: int, state) -> None:
@@ -358,6 +365,7 @@ class _Training:
             **({"final_val_accuracy": record.val_accuracy} if self.objective.uses_mask else {}),
             **({"final_val_span_bits": record.val_span_bits}
                if self.cfg.train.eval_masked_spans else {}),
+            **record.tasks,
             final_train_loss_smoothed=float(np.mean(losses)) if losses else None,
             train_loss_smoothing_steps=record.window,
             wall_seconds=record.wall_seconds(), tokens_per_s=tokens_per_s,

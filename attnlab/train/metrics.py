@@ -90,7 +90,7 @@ class MetricsWriter:
         for key, value in record.items():
             if (key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool)
                     and math.isfinite(value)):
-                group = "val" if key.startswith("val") else "train"
+                group = "val" if key.startswith(("val", "eval/")) else "train"
                 self._tb.add_scalar(f"{group}/{key}", value, record["step"])
         self._tb.flush()
         if not self.progress:

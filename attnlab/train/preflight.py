@@ -22,6 +22,7 @@ from attnlab.train.branch import branch_start
 from attnlab.train.checkpoint import (Checkpoints, CheckpointError, DamagedCheckpointError,
                                      check_compatible, move_aside)
 from attnlab.train.programs import ProgramCache, Programs
+from attnlab.train.scoring import TaskEvaluation
 from attnlab.train.sharding import check_batch_divides
 from attnlab.train.state import TrainState
 
@@ -39,6 +40,7 @@ class Preflight:
     notes: list[str] = dataclasses.field(default_factory=list)  # e.g. damaged steps moved aside
     branched: bool = False  # ``latest`` is the trunk's checkpoint a cooldown branch starts from
     val_windows: np.ndarray | None = None  # :func:`validation_windows`, drawn by the check
+    tasks: TaskEvaluation | None = None  # train.eval_tasks, their rows made by the check
 
     @property
     def mesh(self) -> jax.sharding.Mesh:
@@ -95,8 +97,10 @@ def resume_point(cfg: Config, workdir: Path, corpus: Corpus,
     """The preflight's last check: the newest intact checkpoint in ``workdir``, read with
     ``programs``' shapes (an ensemble's members share one set); a cooldown branch without one
     of its own starts from its trunk's (:func:`attnlab.train.branch.branch_start`).
-    ``checked``: :func:`check_corpus`'s answer."""
+    ``checked``: :func:`check_corpus`'s answer. The ``train.eval_tasks`` are read and put in
+    the corpus's tokens first, before a damaged checkpoint is moved aside."""
     budget_warnings, val_windows = checked
+    tasks = TaskEvaluation(cfg, corpus.tokenizer) if cfg.train.eval_tasks else None
     directory = workdir / rundir.CHECKPOINT_DIR
     latest, meta, state, notes = None, {}, None, []
     if directory.exists():
@@ -105,9 +109,9 @@ def resume_point(cfg: Config, workdir: Path, corpus: Corpus,
     if latest is None and cfg.train.branch_from:  # a cooldown branch starts from its trunk
         latest, meta, state = branch_start(cfg, workdir, programs)
         return Preflight(corpus, budget_warnings, programs, latest, meta, state, notes,
-                         branched=True, val_windows=val_windows)
+                         branched=True, val_windows=val_windows, tasks=tasks)
     return Preflight(corpus, budget_warnings, programs, latest, meta, state, notes,
-                     val_windows=val_windows)
+                     val_windows=val_windows, tasks=tasks)
 
 
 def check_same_corpus(cfg: Config, workdir: Path, corpus: Corpus) -> None:

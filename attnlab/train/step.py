@@ -95,15 +95,17 @@ def example_scores(graphdef: nnx.GraphDef, params: nnx.State, examples, *,
     if min(len(np.asarray(e).reshape(-1)) for e in examples) < 2:
         raise ValueError("every example needs at least 2 tokens (an input and its target)")
     tokens, pads = left_pad(examples)
-    return _padded_scores(graphdef, params, jnp.asarray(tokens), jnp.asarray(pads),
-                          packing=packing)
+    per_target = padded_target_scores(graphdef, params, jnp.asarray(tokens), jnp.asarray(pads),
+                                      packing=packing)
+    return Scores(*(x.sum(1) for x in per_target))
 
 
 @functools.partial(jax.jit, static_argnums=(0,), static_argnames=("packing",))
-def _padded_scores(graphdef: nnx.GraphDef, params: nnx.State, tokens: jax.Array,
-                   pads: jax.Array, *, packing: Packing | None) -> Scores:
-    """:func:`example_scores` of the left-padded batch ``tokens [n, length]`` with ``pads
-    [n]``: one program per batch shape, not one per operation."""
+def padded_target_scores(graphdef: nnx.GraphDef, params: nnx.State, tokens: jax.Array,
+                         pads: jax.Array, *, packing: Packing | None) -> Scores:
+    """The scores of each target of the left-padded batch ``tokens [n, length]`` with ``pads
+    [n]`` (:func:`example_scores`), arrays ``[n, length - 1]`` (``count``: 1 where the input is
+    a real token): one program per batch shape, not one per operation."""
     model = nnx.merge(graphdef, params)
     segments = prompt_segments(tokens, pads, None if packing is None else packing.separator)
     index = jnp.arange(tokens.shape[1], dtype=jnp.int32)[None, :]
@@ -115,8 +117,7 @@ def _padded_scores(graphdef: nnx.GraphDef, params: nnx.State, tokens: jax.Array,
     weights = (index[:, :-1] >= pads[:, None]).astype(jnp.float32)  # a real input
     targets = tokens[:, 1:]
     hits = (jnp.argmax(logits, axis=-1) == targets).astype(jnp.float32)
-    return Scores((token_losses(logits, targets) * weights).sum(1), (hits * weights).sum(1),
-                  weights.sum(1))
+    return Scores(token_losses(logits, targets) * weights, hits * weights, weights)
 
 
 def training_loss(graphdef: nnx.GraphDef, params: nnx.State, tokens: jax.Array,
