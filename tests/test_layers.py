@@ -227,7 +227,9 @@ def test_every_fit_goes_through_the_request_and_nothing_imports_a_command():
                      "attnlab.plots.figures"}, users
 
 
-@pytest.mark.parametrize("package, floors", [("attnlab.scaling", 8), ("attnlab.sweep", 8)])
+# scaling: 9 since a law composes another's fit (two_step chains approach 3's; loss_to_loss's
+# hold-out sets approach 3 of its target beside it): registry -> law -> approach3 -> floor.
+@pytest.mark.parametrize("package, floors", [("attnlab.scaling", 9), ("attnlab.sweep", 8)])
 def test_a_package_stays_a_few_floors_high(package, floors):
     graph = package_graph(package)
     memo: dict = {}

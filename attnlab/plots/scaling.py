@@ -466,8 +466,10 @@ def plot_holdout(result) -> Figure:
     points = ax.scatter(frame["observed"], frame["predicted"], c=np.log10(frame["params"]),
                         cmap="viridis", zorder=3)
     figure.colorbar(points, ax=ax, label="log10 parameters N")
-    ax.set_xlabel(f"observed {LOSS_LABEL}")
-    ax.set_ylabel(f"predicted {LOSS_LABEL}")
+    name = result.fit.part.loss_name  # what the law predicts: a loss, a target, an accuracy
+    label = LOSS_LABEL if name == "loss" else name.replace("_", " ")
+    ax.set_xlabel(f"observed {label}")
+    ax.set_ylabel(f"predicted {label}")
     summary = result.summary()
     skill = summary["baseline"]["skill"]
     ax.set_title(f"held out ({result.spec}): {summary['held_out_runs']} runs, mean |error| "

@@ -82,3 +82,14 @@ def parse_columns(spec: str | None, names: tuple[str, ...] = CANONICAL) -> dict[
             raise FitInputError(f"--columns: {twice} is mapped twice in {spec!r}")
         mapping[name] = column
     return mapping
+
+
+def positive_column(table, name: str, why: str):
+    """[rows] a checked table's column ``name`` as float64; FitInputError naming its source
+    column when a value is not finite and > 0 (``why``: what takes its logarithm)."""
+    values = pd.to_numeric(table.frame[name], errors="coerce").to_numpy("float64")
+    bad = ~((values > 0) & (values < float("inf")))
+    if bad.any():
+        raise FitInputError(f"{table.source}: column {table.columns[name]!r} ({name}) has "
+                            f"{int(bad.sum())} non-positive or non-finite value(s): {why}")
+    return values

@@ -64,6 +64,16 @@ class Law:
     flops_columns: tuple[str, ...] = ("flops",)
     run_columns: tuple[str, ...] = ()  # table columns beyond N and D a run's loss reads
     column_names: tuple[str, ...] = ()  # --columns names beyond the (N, D, L) table's
+    # The quantity fitted, the table's ``loss``: its --columns name, the columns tried for it
+    # without one (none: --columns must name it) and what it is, for errors.
+    loss_name: str = "loss"
+    loss_columns: tuple[str, ...] = ("loss", "final_val_loss")
+    loss_what: str = "final loss L"
+    # The forecasters a hold-out sets beside the law: the standard ones it names
+    # (``tables/forecasters.FORECASTERS``), then its own baselines (classes with name, needs,
+    # column, rule_column and predict(kept, test), as ``tables/forecasters.Forecaster``).
+    forecasters: tuple[str, ...] = ("persistence", "trend", "frontier")
+    own_forecasters: tuple[type, ...] = ()
     fixable: tuple[str, ...] = ()  # the parameters --fix can hold
     # Axis of the table (one of AXES) -> the parameters that only runs spread along it
     # determine: a table with one value there is refused (check_axes).

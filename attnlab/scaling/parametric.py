@@ -135,6 +135,9 @@ class Refits:
     params: np.ndarray
     unidentified: int
     unusable: int
+    # [kept] which draw each row of params refits: a law refitting more on the same draws
+    # (two_step's sigmoid) reads their weights.
+    kept: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
 
     def notes(self, requested: int, why: str, design_why: str) -> list[str]:
         """The notes on refits dropped (none when every refit was kept)."""
@@ -156,20 +159,23 @@ def design_why(design) -> str:
 
 def bootstrap_refits(objective, theta: np.ndarray, starts: np.ndarray, data: tuple,
                      n_points: int, *, n_bootstrap: int, grid_starts: int, seed: int,
-                     clusters, admissible, max_steps: int, design=None) -> Refits:
+                     clusters, admissible, max_steps: int, design=None,
+                     weights=None) -> Refits:
     """Refits of ``n_bootstrap`` resampled tables (clusters drawn whole), each from the estimate
     ``theta`` and ``grid_starts`` random starts of the grid, keeping its best usable (converged
     and ``admissible``) start; a draw that ``design`` says cannot determine the law
     (``bootstrap.identified``) is not refitted, and a replicate with no usable start is
-    dropped."""
+    dropped. weights: [draws, points] multiplicities to refit (default: drawn here)."""
     rng = np.random.default_rng(seed)
-    weights = resample_weights(n_points, n_bootstrap, rng,
-                               None if clusters is None else cluster_index(clusters))
+    if weights is None:
+        weights = resample_weights(n_points, n_bootstrap, rng,
+                                   None if clusters is None else cluster_index(clusters))
+    n_bootstrap = len(weights)
     k = min(grid_starts, len(starts))
     picks = (np.stack([rng.choice(len(starts), size=k, replace=False)
                        for _ in range(n_bootstrap)]) if k else np.zeros((n_bootstrap, 0), int))
     ok = identified(weights, design)
-    weights, picks, drawn = weights[ok], picks[ok], int(ok.sum())
+    weights, picks, drawn, index = weights[ok], picks[ok], int(ok.sum()), np.flatnonzero(ok)
     if not drawn:
         return Refits(np.zeros((0, len(theta))), n_bootstrap, 0)
     # Warm starts first, grid starts after: chunks of warm starts converge and stop early.
@@ -182,7 +188,8 @@ def bootstrap_refits(objective, theta: np.ndarray, starts: np.ndarray, data: tup
     usable = boot.converged.reshape(k + 1, drawn) & admissible(params)
     chosen = [best_converged(objective_values[:, r], usable[:, r]) for r in range(drawn)]
     kept = np.array([params[c, r] for r, c in enumerate(chosen) if c is not None])
-    return Refits(kept.reshape(-1, len(theta)), n_bootstrap - drawn, drawn - len(kept))
+    rows = np.array([index[r] for r, c in enumerate(chosen) if c is not None], np.int64)
+    return Refits(kept.reshape(-1, len(theta)), n_bootstrap - drawn, drawn - len(kept), rows)
 
 
 def exactly(params: dict, given: Mapping[str, float]) -> dict:

@@ -308,7 +308,8 @@ class Parametric(ChinchillaLaw):
     fixable = COORDINATES.fixable
     varies = {"N": ("A", "alpha"), "D": ("B", "beta")}
     floor = "E"
-    flags = (Flag("grid", "string", None, "Approach 3 initialisation grid overrides, "
+    flags = (Flag("grid", "string", None, "Approach 3 initialisation grid overrides (also "
+                  "--law=two_step's step 1), "
                   "NAME:START:STOP:STEP for NAME in a, b, e, alpha, beta (default: Hoffmann et "
                   "al.'s grid)."),)
 

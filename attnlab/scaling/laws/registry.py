@@ -14,13 +14,14 @@ from __future__ import annotations
 from attnlab.scaling.errors import FitInputError
 from attnlab.scaling.law import Law
 from attnlab.scaling.laws import (annealing, approach1, approach2, approach3, clark,
-                                  data_constrained, hparams, kaplan, multipower, overtrain)
+                                  data_constrained, hparams, kaplan, loss_to_loss, multipower,
+                                  overtrain, two_step)
 
 LAWS = {(c.name, c.variant): c for c in (
     kaplan.KaplanJoint, kaplan.KaplanSize, kaplan.KaplanData,
     approach1.Envelope, approach2.IsoFLOP, approach3.Parametric,
     clark.Clark, hparams.HParams, data_constrained.DataConstrained, overtrain.Overtrain,
-    multipower.MultiPower, annealing.Annealing)}
+    multipower.MultiPower, annealing.Annealing, loss_to_loss.LossToLoss, two_step.TwoStep)}
 
 
 def names() -> tuple[str, ...]:

@@ -147,6 +147,12 @@ class Frontier(Forecaster):
 FORECASTERS = (Persistence, Trend, Frontier)
 
 
+def forecasters_of(law) -> tuple[type, ...]:
+    """The forecasters ``law`` sets beside it: the standard ones it names, then its own."""
+    named = {cls.name: cls for cls in FORECASTERS}
+    return tuple(named[name] for name in law.forecasters) + tuple(law.own_forecasters)
+
+
 def at_budget(frame: pd.DataFrame, budget: float) -> dict[str, float | None]:
     """The trend's and the frontier's forecast of the best loss at ``budget`` from a table's
     compute frontier (the budgets' best runs that spent at most it): log L linear in log C

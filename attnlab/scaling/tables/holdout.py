@@ -51,9 +51,7 @@ from attnlab.scaling.points import ScalingTable, budget_labels
 from attnlab.scaling.result import ScalingFit
 from attnlab.scaling.tables.baselines import BASELINE_RULES
 from attnlab.scaling.tables.fitting import fit_table
-from attnlab.scaling.tables.forecasters import FORECASTERS, skill
-
-NEEDS = {cls.name: cls.needs for cls in FORECASTERS}
+from attnlab.scaling.tables.forecasters import forecasters_of, skill
 _THRESHOLD = re.compile(r"^(flops|params|tokens_per_param|tokens)\s*(>=|>)\s*([0-9.eE+-]+)$")
 
 
@@ -104,7 +102,7 @@ class HoldoutResult:
     inside (observed within [low, high]); baseline, baseline_rule, baseline_error (persistence,
     the naive baseline: its prediction, rule and relative error; NaN / None without one);
     trend, trend_error and frontier, frontier_error (the other forecasters of
-    ``forecasters.FORECASTERS``); below_floor (predicted < ``floor``, False without a floor).
+    the law's ``forecasters``); below_floor (predicted < ``floor``, False without a floor).
     clusters: the held-out runs' bootstrap clusters (None: each run its own), which the skill's
     intervals resample.
     """
@@ -155,7 +153,7 @@ class HoldoutResult:
         return {cls.name: skill(law, self.frame[f"{cls.column}_error"].to_numpy(np.float64),
                                 clusters=self.clusters, level=self.fit.ci_level,
                                 replicates=replicates)
-                for cls in FORECASTERS}
+                for cls in forecasters_of(self.fit.part)}
 
     def to_dict(self) -> dict:
         runs = self.frame.replace({np.nan: None}).to_dict(orient="records")
@@ -203,7 +201,7 @@ def holdout_prediction(table: ScalingTable, *, law: Law, holdout: str,
                           "relative_error": (predicted - observed) / observed,
                           "low": bounds[:, 0], "high": bounds[:, 1]})
     frame["inside"] = (frame["low"] <= frame["observed"]) & (frame["observed"] <= frame["high"])
-    for cls in FORECASTERS:
+    for cls in forecasters_of(law):
         values, rules = cls().predict(kept.frame, test)
         frame[cls.column] = values
         if cls.rule_column:
@@ -240,7 +238,8 @@ def format_holdout(result: HoldoutResult) -> str:
                  + (f"; {summary['inside_interval']} of {summary['with_interval']} observed "
                     f"losses inside their {level} interval" if summary["with_interval"] else ""))
     lines.append(_baseline_line(summary["baseline"]))
-    lines += _forecaster_lines(summary["forecasters"], level)
+    needs = {cls.name: cls.needs for cls in forecasters_of(result.fit.part)}
+    lines += _forecaster_lines(summary["forecasters"], level, needs)
     if result.floor is not None:
         lines.append(f"  floor {result.floor:.6g}: {summary['below_floor']} of "
                      f"{summary['held_out_runs']} predictions below it")
@@ -263,7 +262,7 @@ def _baseline_line(baseline: dict) -> str:
             + f": {verdict}")
 
 
-def _forecaster_lines(skills: dict, level: str) -> list[str]:
+def _forecaster_lines(skills: dict, level: str, needs: dict) -> list[str]:
     """Each forecaster beside the law, and which wins: skill = the law's mean |error| / the
     forecaster's on the runs both predict (< 1: the law wins), with its interval over the
     held-out runs."""
@@ -272,7 +271,7 @@ def _forecaster_lines(skills: dict, level: str) -> list[str]:
              f"where they are one):"]
     for name, found in skills.items():
         if not found["runs"]:
-            lines.append(f"    {name:<12} predicts none of these runs (it needs {NEEDS[name]})")
+            lines.append(f"    {name:<12} predicts none of these runs (it needs {needs[name]})")
             continue
         interval = (f" [{found['ci'][0]:.2f}, {found['ci'][1]:.2f}]"
                     + (" over the law's refits" if found["clusters"] < 2 else "")

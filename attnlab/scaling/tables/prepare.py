@@ -53,7 +53,8 @@ MIN_VALIDATION_POINTS = 4
 
 
 
-def _check_positive(frame: pd.DataFrame, columns: dict[str, str], source: str) -> None:
+def _check_positive(frame: pd.DataFrame, columns: dict[str, str], source: str,
+                    loss_name: str = "loss") -> None:
     for name in POSITIVE:
         if name not in frame:
             continue
@@ -63,7 +64,9 @@ def _check_positive(frame: pd.DataFrame, columns: dict[str, str], source: str) -
             rows = frame.index[bad]
             shown = ", ".join(str(r) for r in rows[:5]) + (", ..." if len(rows) > 5 else "")
             examples = ", ".join(repr(v) for v in frame[name][bad].tolist()[:3])
-            raise FitInputError(f"{source}: column {columns[name]!r} ({name}) has {int(bad.sum())}"
+            named = loss_name if name == "loss" else name  # the law's name for its loss
+            raise FitInputError(f"{source}: column {columns[name]!r} ({named}) has "
+                                f"{int(bad.sum())}"
                                 f" non-positive or non-finite value(s) (rows {shown}: {examples});"
                                 f" scaling fits take logarithms, so every value must be finite "
                                 f"and > 0")
@@ -115,13 +118,16 @@ def prepare_points(df: pd.DataFrame, *, law: Law, source: str = "results",
 def point_columns(df: pd.DataFrame, law: Law, mapping: dict[str, str],
                   source: str) -> dict[str, str]:
     """The columns holding each run's N, D and final loss L (FitInputError naming a missing
-    one)."""
+    one); L is the law's ``loss_name``, which --columns must map when it has no default."""
+    if not law.loss_columns and law.loss_name not in mapping:
+        raise FitInputError(f"{source}: --law={law.name} needs --columns={law.loss_name}:COLUMN "
+                            f"({law.loss_what})")
     return {
         "params": pick_column(df, "params", law.params_columns, mapping, source,
                               "model parameters N"),
         "tokens": pick_column(df, "tokens", ("tokens",), mapping, source, "training tokens D"),
-        "loss": pick_column(df, "loss", ("loss", "final_val_loss"), mapping, source,
-                            "final loss L"),
+        "loss": pick_column(df, law.loss_name, law.loss_columns, mapping, source,
+                            law.loss_what),
     }
 
 
@@ -263,7 +269,7 @@ def _curve_loss_columns(df, run_column, mapping, notes, source) -> tuple[str, ..
 def _finish(df, used, law, source, notes) -> ScalingTable:
     frame = pd.DataFrame({name: df[column].to_numpy() for name, column in used.items()},
                          index=df.index)
-    _check_positive(frame, used, source)
+    _check_positive(frame, used, source, law.loss_name)
     for name in POSITIVE + ("step",):
         if name in frame:
             frame[name] = pd.to_numeric(frame[name]).astype(np.float64)
