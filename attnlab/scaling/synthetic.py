@@ -113,19 +113,33 @@ def overtrain_points(params: dict, *, budgets, ratios, noise: float = 0.005, law
                          "flops": c})
 
 
+def true_optimum(loss, c: float) -> tuple[float, float]:
+    """(N_opt, L_opt) of a truth ``loss(n, d)`` (any surface) at C = 6ND FLOPs, numerically."""
+    k = equations.FLOPS_PER_PARAM_TOKEN
+    best = minimize_scalar(lambda x: loss(np.exp(x), c / (k * np.exp(x))), bounds=(0.0, 50.0),
+                           method="bounded", options={"xatol": 1e-10})
+    return float(np.exp(best.x)), float(best.fun)
+
+
 def true_compute_penalty(loss, c: float, m: float) -> float:
     """A truth's C_M / C_opt at equal loss (``loss(n, d)``, any surface): the compute a run at M
     tokens per parameter needs to reach the loss of the compute-optimal run of ``c`` FLOPs, over
     ``c``. Off the over-training law's form this depends on ``c``; on it, it does not."""
     k = equations.FLOPS_PER_PARAM_TOKEN
-    best = minimize_scalar(lambda x: loss(np.exp(x), c / (k * np.exp(x))), bounds=(0.0, 50.0),
-                           method="bounded", options={"xatol": 1e-10}).fun
+    best = true_optimum(loss, c)[1]
 
     def gap(log_c):
         n = np.sqrt(np.exp(log_c) / (k * m))
         return loss(n, m * n) - best
 
     return float(np.exp(brentq(gap, np.log(c), np.log(c) + 50.0, xtol=1e-13)) / c)
+
+
+def powered_chinchilla_loss(params: dict, gamma: float, n, d):
+    """E + (A/N^alpha + B/D^beta)^gamma: Chinchilla's form at gamma = 1, off it otherwise (the
+    reducible loss's log-log slopes then drift with scale; the optimal allocation does not)."""
+    return params["E"] + (params["A"] * np.power(n, -params["alpha"])
+                          + params["B"] * np.power(d, -params["beta"])) ** gamma
 
 
 def power_law(coef_exponents: tuple[float, dict], n, d):

@@ -1,0 +1,105 @@
+"""Laws fitted to truths not of their own form, and to their papers' runs: the cases that
+tests/test_scaling_off_form.py checks and docs/scripts/off_form.py tabulates (docs/scaling.md).
+
+Each case returns rows {law, truth, seed, quantity, true, estimate, low, high} (low, high: the
+95% bootstrap interval; NaN where none).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from attnlab.scaling import equations, published_runs, synthetic
+from attnlab.scaling.bootstrap import percentile_interval
+from attnlab.scaling.laws import overtrain
+from attnlab.scaling.laws.approach3 import InitGrid, fit_approach3
+
+CHINCHILLA = synthetic.CHINCHILLA_PUBLISHED  # alpha 0.34, beta 0.28
+# alpha = beta = 0.34 with M* = 20: on the over-training law's form (a = A 6^eta, b = B 6^eta).
+EQUAL = CHINCHILLA | {"beta": 0.34, "B": CHINCHILLA["A"] * 20**0.34}
+# 36 runs, 1e15-1e18 FLOPs x M 5-160 (tests/test_scaling_overtrain.py's design); starts off the
+# truth, 2 per axis.
+OT_BUDGETS = 1e15 * 4.0 ** np.arange(6)
+OT_RATIOS = (5, 10, 20, 40, 80, 160)
+OT_GRID = {"log_a": (2.0, 12.0), "log_b": (2.0, 12.0), "e": (-0.5, 1.0), "eta": (0.05, 0.4)}
+OT_TARGET = 1e21  # 1,000x the largest budget fitted, an anchor's question
+# Approach 3: 60 runs at log-uniform (N, D) in [1e7, 1e9] x [1e8, 1e11]; 243 starts.
+A3_GRID = InitGrid(a=(0.0, 10.0, 20.0), b=(0.0, 10.0, 20.0), e=(-1.0, 0.0, 1.0),
+                   alpha=(0.0, 1.0, 2.0), beta=(0.0, 1.0, 2.0))
+A3_RUNS = 60
+
+
+def _row(law, truth, seed, quantity, true, estimate, interval=None):
+    low, high = interval if interval is not None else (np.nan, np.nan)
+    return {"law": law, "truth": truth, "seed": seed, "quantity": quantity, "true": float(true),
+            "estimate": float(estimate), "low": float(low), "high": float(high)}
+
+
+def overtrain_case(params: dict, seed: int, n_bootstrap: int = 40) -> list[dict]:
+    """The over-training law on 36 runs of Chinchilla's L(N, D) with ``params`` (0.5% noise):
+    its compute penalty at M = 200 and 2000 against the truth's, at 1e21 FLOPs."""
+    frame = synthetic.overtrain_points(params, budgets=OT_BUDGETS, ratios=OT_RATIOS,
+                                       noise=0.005, law="chinchilla",
+                                       rng=np.random.default_rng(seed))
+    fit = overtrain.fit_overtrain(frame.params, frame.tokens, frame.loss, grid=OT_GRID,
+                                  n_bootstrap=n_bootstrap, seed=seed)
+    truth = f"Chinchilla, alpha {params['alpha']:g}, beta {params['beta']:g}"
+    rows = []
+    for m in (200.0, 2000.0):
+        at = overtrain.at_ratio(fit, OT_TARGET, m)
+        true = synthetic.true_compute_penalty(lambda n, d: equations.chinchilla_loss(params, n, d),
+                                              OT_TARGET, m)
+        rows.append(_row("overtrain", truth, seed, f"penalty at M={m:g}, C=1e21", true,
+                         at["penalty"], at["penalty_ci"]))
+    return rows
+
+
+def approach3_case(gamma: float, seed: int, n_bootstrap: int = 60) -> list[dict]:
+    """Approach 3 on 60 runs of E + (A/N^alpha + B/D^beta)^gamma (Chinchilla's published
+    values, 0.5% noise): the compute-optimal loss at 10x the largest run's compute, the
+    allocation exponent a (N_opt ~ C^a; the truth's is beta/(alpha+beta) at every gamma) and E."""
+    rng = np.random.default_rng(seed)
+    n = np.exp(rng.uniform(np.log(1e7), np.log(1e9), A3_RUNS))
+    d = np.exp(rng.uniform(np.log(1e8), np.log(1e11), A3_RUNS))
+
+    def truth(n, d):
+        return synthetic.powered_chinchilla_loss(CHINCHILLA, gamma, n, d)
+
+    loss = truth(n, d) * np.exp(0.005 * rng.standard_normal(A3_RUNS))
+    fit = fit_approach3(n, d, loss, grid=A3_GRID, n_bootstrap=n_bootstrap, seed=seed)
+    c = 10.0 * equations.training_flops(n, d).max()
+    optimum = equations.chinchilla_optimal(fit.params, c)["loss"]
+    replicates = equations.chinchilla_optimal(fit.interval_samples, c)["loss"]
+    label = f"Chinchilla^gamma, gamma {gamma:g}"
+    a_true = CHINCHILLA["beta"] / (CHINCHILLA["alpha"] + CHINCHILLA["beta"])
+    return [_row("chinchilla3", label, seed, "optimal loss at 10x C_max",
+                 synthetic.true_optimum(truth, c)[1], optimum,
+                 percentile_interval(replicates, fit.ci_level)),
+            _row("chinchilla3", label, seed, "a", a_true, fit.params["a"], fit.ci["a"]),
+            _row("chinchilla3", label, seed, "E", CHINCHILLA["E"], fit.params["E"], fit.ci["E"])]
+
+
+def gadre_predictions(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per dataset, three fits of L(C, M) to Gadre et al.'s runs predicting their 1.4B and 6.9B
+    runs: Table 2's five runs by least squares on L (the paper's), the same five by attnlab's
+    Huber on log L, and every run of the four small sizes (all M) by the Huber."""
+    rows = []
+    for dataset in published_runs.DATASETS:
+        five = published_runs.paper_fit_runs(frame, dataset)
+        small = published_runs.small_runs(frame, dataset)
+        held = published_runs.held_out_runs(frame, dataset)
+        fits = {"5 runs, least squares on L (paper)": published_runs.least_squares_fit(five)}
+        for name, runs in (("5 runs, Huber on log L", five), ("all small runs, Huber on log L",
+                                                               small)):
+            fits[name] = overtrain.fit_overtrain(runs.params, runs.tokens, runs.loss,
+                                                 n_bootstrap=0).params
+        for name, params in fits.items():
+            errors = published_runs.holdout_errors(params, held)
+            for (_, run), error in zip(held.iterrows(), errors):
+                rows.append({"dataset": dataset, "fit": name, "run": run["name"],
+                             "params": run.params, "M": run.tokens / run.params,
+                             "observed": run.loss, "predicted": run.loss * (1 + error),
+                             "error": error, "eta": float(params["eta"]),
+                             "E": float(params["E"])})
+    return pd.DataFrame(rows)
