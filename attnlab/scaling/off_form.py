@@ -12,8 +12,9 @@ import pandas as pd
 
 from attnlab.scaling import equations, published_runs, synthetic
 from attnlab.scaling.bootstrap import percentile_interval
-from attnlab.scaling.laws import overtrain
+from attnlab.scaling.laws import data_constrained, overtrain
 from attnlab.scaling.laws.approach3 import InitGrid, fit_approach3
+from attnlab.scaling.laws.kaplan import fit_kaplan
 
 CHINCHILLA = synthetic.CHINCHILLA_PUBLISHED  # alpha 0.34, beta 0.28
 # alpha = beta = 0.34 with M* = 20: on the over-training law's form (a = A 6^eta, b = B 6^eta).
@@ -28,6 +29,8 @@ OT_TARGET = 1e21  # 1,000x the largest budget fitted, an anchor's question
 A3_GRID = InitGrid(a=(0.0, 10.0, 20.0), b=(0.0, 10.0, 20.0), e=(-1.0, 0.0, 1.0),
                    alpha=(0.0, 1.0, 2.0), beta=(0.0, 1.0, 2.0))
 A3_RUNS = 60
+MUENNIGHOFF = synthetic.MUENNIGHOFF_PUBLISHED
+MUENNIGHOFF_PART = {k: MUENNIGHOFF[k] for k in ("E", "A", "B", "alpha", "beta")}
 
 
 def _row(law, truth, seed, quantity, true, estimate, interval=None):
@@ -55,13 +58,19 @@ def overtrain_case(params: dict, seed: int, n_bootstrap: int = 40) -> list[dict]
     return rows
 
 
+def random_runs(seed: int):
+    """60 (N, D) log-uniform in [1e7, 1e9] x [1e8, 1e11], and the generator for their noise."""
+    rng = np.random.default_rng(seed)
+    n = np.exp(rng.uniform(np.log(1e7), np.log(1e9), A3_RUNS))
+    d = np.exp(rng.uniform(np.log(1e8), np.log(1e11), A3_RUNS))
+    return n, d, rng
+
+
 def approach3_case(gamma: float, seed: int, n_bootstrap: int = 60) -> list[dict]:
     """Approach 3 on 60 runs of E + (A/N^alpha + B/D^beta)^gamma (Chinchilla's published
     values, 0.5% noise): the compute-optimal loss at 10x the largest run's compute, the
     allocation exponent a (N_opt ~ C^a; the truth's is beta/(alpha+beta) at every gamma) and E."""
-    rng = np.random.default_rng(seed)
-    n = np.exp(rng.uniform(np.log(1e7), np.log(1e9), A3_RUNS))
-    d = np.exp(rng.uniform(np.log(1e8), np.log(1e11), A3_RUNS))
+    n, d, rng = random_runs(seed)
 
     def truth(n, d):
         return synthetic.powered_chinchilla_loss(CHINCHILLA, gamma, n, d)
@@ -78,6 +87,44 @@ def approach3_case(gamma: float, seed: int, n_bootstrap: int = 60) -> list[dict]
                  percentile_interval(replicates, fit.ci_level)),
             _row("chinchilla3", label, seed, "a", a_true, fit.params["a"], fit.ci["a"]),
             _row("chinchilla3", label, seed, "E", CHINCHILLA["E"], fit.params["E"], fit.ci["E"])]
+
+
+KAPLAN_TRUTHS = {
+    "Chinchilla (floor E 1.69)": lambda n, d: equations.chinchilla_loss(CHINCHILLA, n, d),
+    "Kaplan (no floor)": lambda n, d: equations.kaplan_loss(synthetic.KAPLAN_PUBLISHED, n, d)}
+KAPLAN_TARGETS = ((1e10, 2e11), (1e11, 2e12))  # 10x and 100x the largest N and D fitted
+
+
+def kaplan_case(truth: str, seed: int, n_bootstrap: int = 40) -> list[dict]:
+    """Kaplan's joint L(N, D), which has no floor, on approach 3's 60 runs of ``truth`` (a
+    KAPLAN_TRUTHS key, 0.5% noise): the loss of runs 10x and 100x larger in N and D."""
+    n, d, rng = random_runs(seed)
+    loss_of = KAPLAN_TRUTHS[truth]
+    loss = loss_of(n, d) * np.exp(0.005 * rng.standard_normal(A3_RUNS))
+    fit = fit_kaplan(n, d, loss, n_bootstrap=n_bootstrap, seed=seed)
+    return [_row("kaplan", truth, seed, f"loss at N={nn:.0e}, D={dd:.0e}", loss_of(nn, dd),
+                 equations.kaplan_loss(fit.params, nn, dd),
+                 percentile_interval(equations.kaplan_loss(fit.interval_samples, nn, dd),
+                                     fit.ci_level))
+            for nn, dd in KAPLAN_TARGETS]
+
+
+def data_constrained_case(floor_rise: float, seed: int, n_bootstrap: int = 20) -> list[dict]:
+    """The data-constrained law with its Chinchilla part frozen at the truth's (as Muennighoff
+    et al. fit R*_D, R*_N) on 84 runs of their published law whose floor rises with repetition,
+    E + floor_rise (1 - 1/epochs) (0: their own form): R*_D and R*_N."""
+    frame = synthetic.repeated_points(MUENNIGHOFF, sizes=np.geomspace(1e7, 3e9, 4),
+                                      unique_tokens=(1e8, 1e9, 1e10),
+                                      epochs=(1, 2, 4, 8, 16, 32, 64), noise=0.005,
+                                      rng=np.random.default_rng(seed))
+    loss = frame.loss + floor_rise * (1 - 1 / frame.epochs)
+    fit = data_constrained.fit_data_constrained(frame.params, frame.tokens, frame.unique_tokens,
+                                                loss, fixed=MUENNIGHOFF_PART,
+                                                n_bootstrap=n_bootstrap, seed=seed,
+                                                grid_starts=0)
+    truth = f"Muennighoff, floor + {floor_rise:g} (1 - 1/epochs)"
+    return [_row("data_constrained", truth, seed, name, MUENNIGHOFF[name], fit.params[name],
+                 fit.ci[name]) for name in ("R_D", "R_N")]
 
 
 def gadre_predictions(frame: pd.DataFrame) -> pd.DataFrame:
