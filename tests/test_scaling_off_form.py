@@ -119,13 +119,17 @@ def test_the_papers_fits_predict_the_held_out_runs_but_c4s_7b(predictions):
     """Table 2's five runs, the paper's least squares on L and attnlab's Huber on log L alike:
     RedPajama's and RefinedWeb's three held-out runs within 3% (measured max 0.73% and 1.65%);
     C4's two 1.4B runs within 3%, its 6.9B 4.3-4.7% too low under both objectives (and 5.2%
-    fitted on every small run)."""
+    fitted on every small run). Approach 3 with alpha and beta free misses C4's 6.9B too (by
+    7.9%): the miss is not the equal-exponent assumption's."""
     is_7b = predictions.run.str.contains("open_lm_7b")
     c4 = predictions.dataset == "c4_original"
-    assert len(predictions) == 27
-    assert (predictions[~(c4 & is_7b)].error.abs() < 0.03).all()
-    missed = predictions[c4 & is_7b].error
-    assert ((missed > -0.06) & (missed < -0.035)).all(), missed
+    free = predictions.fit.str.contains("approach 3")
+    assert len(predictions) == 36
+    law = predictions[~free]
+    assert (law[~(c4[~free] & is_7b[~free])].error.abs() < 0.03).all()
+    missed = law[c4[~free] & is_7b[~free]].error
+    assert len(missed) == 3 and ((missed > -0.06) & (missed < -0.035)).all(), missed
+    assert (predictions[free & c4 & is_7b].error < -0.03).all()
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

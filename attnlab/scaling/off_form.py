@@ -128,25 +128,32 @@ def data_constrained_case(floor_rise: float, seed: int, n_bootstrap: int = 20) -
 
 
 def gadre_predictions(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per dataset, three fits of L(C, M) to Gadre et al.'s runs predicting their 1.4B and 6.9B
-    runs: Table 2's five runs by least squares on L (the paper's), the same five by attnlab's
-    Huber on log L, and every run of the four small sizes (all M) by the Huber."""
+    """Per dataset, fits to Gadre et al.'s runs predicting their 1.4B and 6.9B runs: L(C, M) on
+    Table 2's five runs by least squares on L (the paper's), the same five by attnlab's Huber on
+    log L, every run of the four small sizes by the Huber; and, as a diagnostic of the
+    alpha = beta assumption, approach 3 (alpha, beta free) on every small run."""
     rows = []
     for dataset in published_runs.DATASETS:
         five = published_runs.paper_fit_runs(frame, dataset)
         small = published_runs.small_runs(frame, dataset)
         held = published_runs.held_out_runs(frame, dataset)
+        n, d = held.params.to_numpy(), held.tokens.to_numpy()
         fits = {"5 runs, least squares on L (paper)": published_runs.least_squares_fit(five)}
         for name, runs in (("5 runs, Huber on log L", five), ("all small runs, Huber on log L",
                                                                small)):
             fits[name] = overtrain.fit_overtrain(runs.params, runs.tokens, runs.loss,
                                                  n_bootstrap=0).params
-        for name, params in fits.items():
-            errors = published_runs.holdout_errors(params, held)
-            for (_, run), error in zip(held.iterrows(), errors):
+        predicted = {name: overtrain.overtrain_loss(p, 6.0 * n * d, d / n)
+                     for name, p in fits.items()}
+        free = fit_approach3(small.params, small.tokens, small.loss).params
+        name = "all small runs, approach 3 (alpha, beta free)"
+        predicted[name] = equations.chinchilla_loss(free, n, d)
+        fits[name] = {"E": free["E"], "eta": np.nan}
+        for name, losses in predicted.items():
+            for (_, run), loss in zip(held.iterrows(), losses):
                 rows.append({"dataset": dataset, "fit": name, "run": run["name"],
                              "params": run.params, "M": run.tokens / run.params,
-                             "observed": run.loss, "predicted": run.loss * (1 + error),
-                             "error": error, "eta": float(params["eta"]),
-                             "E": float(params["E"])})
+                             "observed": run.loss, "predicted": loss,
+                             "error": loss / run.loss - 1, "eta": float(fits[name]["eta"]),
+                             "E": float(fits[name]["E"])})
     return pd.DataFrame(rows)

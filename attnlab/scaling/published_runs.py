@@ -5,7 +5,7 @@ predict the 1.4B and 6.9B runs, which no fit sees.
 
     frame = gadre_runs()
     fit = least_squares_fit(paper_fit_runs(frame, "rpj"))     # E, a, b, eta
-    holdout_errors(fit, held_out_runs(frame, "rpj"))          # relative error per run
+    held = held_out_runs(frame, "rpj")                         # to predict with the fit
 """
 
 from __future__ import annotations
@@ -75,10 +75,3 @@ def least_squares_fit(runs: pd.DataFrame) -> dict:
 def as_params(theta) -> dict:
     log_a, log_b, eta, e = theta
     return {"E": e, "a": np.exp(log_a), "b": np.exp(log_b), "eta": eta}
-
-
-def holdout_errors(params: dict, held: pd.DataFrame) -> np.ndarray:
-    """(predicted - observed) / observed for each held-out run."""
-    n, d = held.params.to_numpy(), held.tokens.to_numpy()
-    predicted = overtrain.overtrain_loss(params, 6.0 * n * d, d / n)
-    return (predicted - held.loss.to_numpy()) / held.loss.to_numpy()
