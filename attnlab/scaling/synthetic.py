@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from scipy.optimize import brentq, minimize_scalar
 
 from attnlab.scaling import equations
 from attnlab.scaling.laws import registry
@@ -99,16 +100,46 @@ def repeated_points(params: dict, *, sizes, unique_tokens, epochs, noise: float 
                          "flops": equations.training_flops(n, e * u)})
 
 
-def overtrain_points(params: dict, *, budgets, ratios, noise: float = 0.005,
+def overtrain_points(params: dict, *, budgets, ratios, noise: float = 0.005, law="overtrain",
                      rng: np.random.Generator) -> pd.DataFrame:
-    """Runs of every (C, M) from Gadre et al. 2024's L(C, M) (``params``: E, a, b, eta):
+    """Runs of every (C, M) from Gadre et al. 2024's L(C, M) (``params``: E, a, b, eta), or from
+    ``law`` (e.g. "chinchilla" with alpha != beta: a truth off the over-training law's form):
     N = sqrt(C/(6M)), D = M·N. Columns params, tokens, loss, flops (= 6ND)."""
     c, m = (a.ravel() for a in np.meshgrid(np.asarray(budgets, np.float64),
                                            np.asarray(ratios, np.float64), indexing="ij"))
     n = np.sqrt(c / (equations.FLOPS_PER_PARAM_TOKEN * m))
-    truth = registry.law_named("overtrain").loss(params, n, m * n)
+    truth = registry.law_named(law).loss(params, n, m * n)
     return pd.DataFrame({"params": n, "tokens": m * n, "loss": _noisy(truth, noise, rng),
                          "flops": c})
+
+
+def true_optimum(loss, c: float) -> tuple[float, float]:
+    """(N_opt, L_opt) of a truth ``loss(n, d)`` (any surface) at C = 6ND FLOPs, numerically."""
+    k = equations.FLOPS_PER_PARAM_TOKEN
+    best = minimize_scalar(lambda x: loss(np.exp(x), c / (k * np.exp(x))), bounds=(0.0, 50.0),
+                           method="bounded", options={"xatol": 1e-10})
+    return float(np.exp(best.x)), float(best.fun)
+
+
+def true_compute_penalty(loss, c: float, m: float) -> float:
+    """A truth's C_M / C_opt at equal loss (``loss(n, d)``, any surface): the compute a run at M
+    tokens per parameter needs to reach the loss of the compute-optimal run of ``c`` FLOPs, over
+    ``c``. Off the over-training law's form this depends on ``c``; on it, it does not."""
+    k = equations.FLOPS_PER_PARAM_TOKEN
+    best = true_optimum(loss, c)[1]
+
+    def gap(log_c):
+        n = np.sqrt(np.exp(log_c) / (k * m))
+        return loss(n, m * n) - best
+
+    return float(np.exp(brentq(gap, np.log(c), np.log(c) + 50.0, xtol=1e-13)) / c)
+
+
+def powered_chinchilla_loss(params: dict, gamma: float, n, d):
+    """E + (A/N^alpha + B/D^beta)^gamma: Chinchilla's form at gamma = 1, off it otherwise (the
+    reducible loss's log-log slopes then drift with scale; the optimal allocation does not)."""
+    return params["E"] + (params["A"] * np.power(n, -params["alpha"])
+                          + params["B"] * np.power(d, -params["beta"])) ** gamma
 
 
 def power_law(coef_exponents: tuple[float, dict], n, d):
