@@ -84,7 +84,7 @@ def sensitivity(estimate: Mapping[str, float], refits: Mapping[str, dict | None]
     values = " / ".join(estimates)
     cells = [f"{name} " + " / ".join("n/a" if row is None else f"{row[name]:.4g}"
                                      for row in estimates.values()) for name in shown]
-    notes = [f"Huber delta {values}: " + ", ".join(cells) if cells else ""]
+    notes = [f"Huber delta {values}: " + ", ".join(cells)] if cells else []
     warnings = []
     for delta, row in refits.items():
         if row is None:
@@ -96,4 +96,4 @@ def sensitivity(estimate: Mapping[str, float], refits: Mapping[str, dict | None]
                 warnings.append(f"Huber delta {delta} (not {HUBER_DELTA:g}) moves {name} to "
                                 f"{value:.4g}, outside its {100 * level:g}% interval "
                                 f"[{low:.4g}, {high:.4g}]: the estimate depends on delta")
-    return Sensitivity(estimates, tuple(n for n in notes if n), tuple(warnings))
+    return Sensitivity(estimates, tuple(notes), tuple(warnings))

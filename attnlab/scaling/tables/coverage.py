@@ -28,13 +28,17 @@ from attnlab.scaling.tables.fitting import fit_table
 FLAG_BELOW = 0.90
 
 
+def fitted_loss(table: ScalingTable, fit: ScalingFit) -> np.ndarray:
+    """[rows] the fitted law's loss of each of the table's runs."""
+    columns = {c: table.array(c) for c in fit.part.run_columns}
+    return np.asarray(fit.run_loss(table.array("params"), table.array("tokens"), **columns),
+                      np.float64)
+
+
 def residual_structure(table: ScalingTable, fit: ScalingFit) -> dict:
     """Residuals of log L about the fitted law split into a cluster effect and a row effect:
     {"cluster_sd", "row_sd", "clusters"} (one-way ANOVA; without clusters all is row noise)."""
-    law = fit.part
-    predicted = law.run_loss(fit.params, table.array("params"), table.array("tokens"),
-                             **{c: table.array(c) for c in law.run_columns})
-    residual = np.log(table.array("loss")) - np.log(np.asarray(predicted, np.float64))
+    residual = np.log(table.array("loss")) - np.log(fitted_loss(table, fit))
     clusters = table.clusters
     if clusters is None:
         return {"cluster_sd": 0.0, "row_sd": float(np.std(residual, ddof=1)),
@@ -51,10 +55,9 @@ def residual_structure(table: ScalingTable, fit: ScalingFit) -> dict:
 def simulated_table(table: ScalingTable, fit: ScalingFit, structure: dict,
                     rng: np.random.Generator) -> ScalingTable:
     """The table with its losses drawn from the fitted law and the residual structure."""
-    law = fit.part
-    truth = np.asarray(law.run_loss(fit.params, table.array("params"), table.array("tokens"),
-                                    **{c: table.array(c) for c in law.run_columns}), np.float64)
-    clusters = table.clusters if table.clusters is not None else np.arange(len(table))
+    truth = fitted_loss(table, fit)
+    clusters = table.clusters
+    clusters = np.arange(len(table)) if clusters is None else clusters
     shared = structure["cluster_sd"] * rng.standard_normal(int(clusters.max()) + 1)
     noise = shared[clusters] + structure["row_sd"] * rng.standard_normal(len(table))
     return dataclasses.replace(table, frame=table.frame.assign(loss=truth * np.exp(noise)))
