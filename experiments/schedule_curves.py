@@ -13,6 +13,20 @@ peak.
 
 Scale ``cpu``: d_model 32, 2 layers (33k parameters), 0.5M tokens (488 steps of 8 x 128 bytes of
 ``pystdlib``), 2 seeds: 10 runs.
+
+Scale ``ladder``: the same shape, data, peak rate and 25-step warmup as a WSD ladder: per seed a
+constant-rate trunk and (1 - sqrt) cooldown branches over the last 20% of 125k, 250k, 500k and
+1M tokens (122-977 steps), 2 seeds: 10 runs. The laws fitted on a trunk and its shortest branch
+predict the longer branches' cooldowns (docs/scripts/schedule_ladder_study.py):
+
+    attnlab sweep --config=experiments/schedule_curves.py:ladder --sweep=sweeps/schedule_ladder
+
+Scale ``family``: the ``cpu`` plan's shape, tokens, peak and warmup under a family of schedules
+for one budget, WSD's cooldown over the last 10, 20, 30 or 50% (linear or 1 - sqrt) and cosine
+to 0, 10 or 30% of the peak: 11 schedules x 2 seeds, 22 runs. The laws fitted at ``cpu`` rank
+them before they are trained (docs/scripts/schedule_family_study.py):
+
+    attnlab sweep --config=experiments/schedule_curves.py:family --sweep=sweeps/schedule_family
 """
 
 from ml_collections import ConfigDict
@@ -31,8 +45,19 @@ SCHEDULES = {
 }
 
 
+# One budget's candidate schedules: WSD's cooldown length and shape, cosine's floor.
+FAMILY = {
+    **{f"wsd{int(100 * f)}_{name}": {"train": {"schedule": "wsd", "cooldown": cooldown,
+                                              "decay_fraction": f, "min_lr_ratio": 0.0}}
+       for f in (0.1, 0.2, 0.3, 0.5) for name, cooldown in (("linear", "linear"),
+                                                           ("sqrt", "1-sqrt"))},
+    **{f"cosine{int(100 * r)}": {"train": {"schedule": "cosine", "min_lr_ratio": r}}
+       for r in (0.0, 0.1, 0.3)},
+}
+
+
 def get_config(scale: str = "cpu") -> ConfigDict:
-    """``scale``: cpu."""
+    """``scale``: cpu, ladder, family."""
     config = ConfigDict()
     config.scale = scale
 
@@ -57,4 +82,27 @@ def get_config(scale: str = "cpu") -> ConfigDict:
     sweep.variants = ConfigDict(SCHEDULES)
     sweep.axes = ConfigDict({"train": ConfigDict({"tokens": (500_000,), "seed": (0, 1)})})
     sweep.shapes = ((32, 2, 2),)  # (d_model, n_layers, n_heads)
+    if scale == "ladder":
+        return _as_ladder(config)
+    if scale == "family":
+        config.scale = "cpu"
+        sweep.name = "schedule_family"
+        sweep.baseline = "cosine10"
+        sweep.variants = ConfigDict(FAMILY)
+    return config
+
+
+def _as_ladder(config: ConfigDict) -> ConfigDict:
+    base, sweep = config.base, config.sweep
+    config.scale = "cpu"
+    base.train.warmup_steps = 25  # the cpu scale's 5% of 488 steps, fixed for every branch
+    base.train.min_lr_ratio = 0.0
+    sweep.name = "schedule_ladder"
+    sweep.mode = "ladder"
+    sweep.warmup = ConfigDict({"rule": "fixed"})
+    for key in ("variant_column", "baseline", "variants"):
+        del sweep[key]
+    sweep.axes = ConfigDict({"train": ConfigDict({"seed": (0, 1)})})
+    sweep.branches = ConfigDict({"tokens": (125_000, 250_000, 500_000, 1_000_000),
+                                 "params": "total", "cooldown": "1-sqrt", "fraction": 0.2})
     return config

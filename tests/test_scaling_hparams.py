@@ -44,14 +44,20 @@ def test_the_smooth_optimum_recovers_a_known_law_exactly_without_noise():
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_with_noise_the_intervals_hold_the_truth(seed):
+def test_one_seed_with_noise_finds_the_law_and_refuses_its_intervals(seed):
+    """One seed: the estimates lie near the truth, but resampling the runs within each (group,
+    batch) cell loses grid points, and with them optima (measured 72-78 of 100 refits: every
+    group's optimum is inside its grid in the fit, not in the refit). Those refits fit the law
+    on fewer groups, another estimator: each a failure, so the intervals are refused, with the
+    way out (seeds, --pair) in the note."""
     result = fit(table(noise=0.002, seed=seed), n_bootstrap=100, seed=seed)
-    assert result.failed <= 10
     for target, truth in (("lr", LR), ("batch", BATCH)):
         for name, value in truth[1].items():
-            low, high = result.intervals[target][name]
-            assert low < high and high - low < 0.3
             assert abs(result.laws[target].exponents[name] - value) < 0.1
+    assert result.failed > 50 and result.intervals == {}
+    assert result.to_dict()["lr"]["ci"] is None
+    assert any(f"{result.failed} of 100 refits did not find the fit's group optima" in note
+               and "--pair=train.seed" in note for note in result.notes), result.notes
 
 
 def test_the_near_method_finds_the_law_to_within_the_grid():
@@ -84,8 +90,8 @@ def _cli(*args):
 
 def test_attnlab_fit_law_hparams_writes_the_documented_json(tmp_path):
     path = tmp_path / "runs.csv"
-    table(noise=0.001).drop(columns=["batch"]).to_csv(path, index=False)  # batch from steps
-    out = _cli(f"--sweep={path}", "--law=hparams", "--bootstrap=50",
+    seeded(noise=0.001).drop(columns=["batch"]).to_csv(path, index=False)  # batch from steps
+    out = _cli(f"--sweep={path}", "--law=hparams", "--bootstrap=50", "--pair=train.seed",
                f"--json={tmp_path / 'fit.json'}")
     assert out.returncode == 0, out.stderr
     assert "lr*" in out.stdout and "batch = tokens / steps" in out.stdout
@@ -296,3 +302,33 @@ def test_plot_refuses_what_its_figure_would_ignore(tmp_path, args, message):
     done = _plot(f"--sweep={path}", f"--plot={tmp_path / 'x.png'}", *args)
     assert done.returncode == 2 and message in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_non_embedding_n_is_read_from_its_column_and_said():
+    """--size=non_embedding: the law is a power of the table's non-embedding parameters (the
+    known law's N here; total = N + a 40k-parameter embedding), recovered exactly; in total
+    parameters the same runs give another exponent."""
+    frame = table()
+    frame["non_embedding_params"] = frame["params"]
+    frame["params"] = frame["params"] + 4e4
+    plain = fit(frame)
+    result = fit(frame, size="non_embedding")
+    assert result.laws["lr"].exponents["params"] == pytest.approx(-0.3, abs=1e-6)
+    assert abs(plain.laws["lr"].exponents["params"] + 0.3) > 0.02
+    report = registry.law_named("hparams").report(result, "t")
+    assert "N = non-embedding parameters" in report and result.to_dict()["size"] == (
+        "non_embedding")
+
+
+def test_the_law_in_compute_alone_recovers_deepseeks_form():
+    """--size=compute: lr*(C) = c C^a on the FLOPs column. A known law in N D (equal exponents)
+    is one in C = 6 N D: the fit recovers a = -0.2 and c = 2 x 6^0.2, with no D exponent."""
+    lr, batch = (2.0, {"params": -0.2, "tokens": -0.2}), (0.5, {"params": 0.15, "tokens": 0.15})
+    frame = synthetic.hparams_grid(lr, batch, sizes=(1e5, 3e5, 1e6, 3e6), tokens=(1e8, 1e9))
+    frame["flops"] = 6 * frame["params"] * frame["tokens"]
+    result = fit(frame, size="compute")
+    assert result.laws["lr"].exponents == pytest.approx({"params": -0.2, "tokens": None})
+    assert result.laws["lr"].coef == pytest.approx(2.0 * 6**0.2, rel=1e-6)
+    assert result.laws["batch"].exponents["params"] == pytest.approx(0.15, abs=1e-6)
+    report = registry.law_named("hparams").report(result, "t")
+    assert "y*(C) = c C^a" in report and "C^-0.200" in report and "D^" not in report

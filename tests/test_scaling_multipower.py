@@ -111,6 +111,44 @@ def test_rates_logged_only_at_some_steps_are_interpolated():
     assert any("interpolated linearly" in note for note in notes)
 
 
+def ladder_frame():
+    """A WSD ladder as a sweep logs it: a constant-rate trunk to update 480 and branches of 200,
+    400 and 600 updates, each with a (1 - sqrt) cooldown over its last 20%, logging only its
+    cooldown (column trunk names the trunk); beside it, each branch trained from scratch."""
+    trunk = from_schedule(f"constant:peak={PEAK},warmup_steps={WARMUP},total_steps=480",
+                          EVERY, "trunk")
+    branches = [from_schedule(f"wsd:peak={PEAK},warmup_steps={WARMUP},total_steps={n},"
+                              f"decay_fraction=0.2", EVERY, f"b{n}") for n in (200, 400, 600)]
+    curves = with_losses(MultiPower(), TRUE, [trunk, *branches])
+    frame = curves_frame(curves)
+    start = {f"b{n}": int(0.8 * n) for n in (200, 400, 600)}
+    logged = frame["step"] > frame["run_id"].map(start).fillna(0)
+    frame = frame[logged].assign(trunk=frame["run_id"].map(lambda r: "trunk" if r in start
+                                                             else None))
+    return frame, curves
+
+
+def test_a_ladders_branch_curves_begin_with_their_trunks():
+    """Each branch's curve is the trunk's up to its branch point, then its own: equal to the
+    branch trained from scratch (rates and losses); and the law fitted on the trunk and the
+    shortest branch predicts the two longer branches' cooldowns (known answer: within 1e-4)."""
+    frame, scratch = ladder_frame()
+    curves, notes = curves_from_table(frame, source="ladder.csv")
+    for got, want in zip(curves, sorted(scratch, key=lambda c: c.run_id)):
+        assert got.run_id == want.run_id
+        np.testing.assert_array_equal(got.lr, want.lr)
+        np.testing.assert_array_equal(got.steps, want.steps)
+        np.testing.assert_allclose(got.loss, want.loss, rtol=1e-15)
+    assert any("3 cooldown branch(es)" in note for note in notes)
+    by_id = {c.run_id: c for c in curves}
+    fit = MultiPower().fit([by_id["trunk"], by_id["b200"]], n_bootstrap=0, ci_level=0.95, seed=0)
+    for name in ("b400", "b600"):
+        branch = by_id[name].fitted()
+        tail = branch.steps > 0.8 * len(branch.lr)
+        predicted = MultiPower().predict(fit.params, branch)[tail]
+        np.testing.assert_allclose(predicted, branch.loss[tail], rtol=1e-4)
+
+
 @pytest.mark.parametrize("change,named", [
     (lambda df: df.drop(columns="lr"), "'lr'"),
     (lambda df: df[df["run_id"] == "cosine"], "at least 2 runs"),

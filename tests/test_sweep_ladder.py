@@ -19,6 +19,8 @@ from ml_collections import ConfigDict
 
 import experiments.tiny_ladder as tiny_ladder
 from attnlab import results
+from attnlab.scaling.curves import curves_from_table
+from attnlab.scaling.tables.read import read_curves
 from attnlab.scaling.laws.registry import law_named
 from attnlab.scaling.tables.prepare import prepare_points
 from attnlab.schedules import wsd_decay_start
@@ -188,6 +190,40 @@ def test_ladder_table_has_branches_as_points(reference):
         assert row["shared_flops"] < row["flops"]
     points = prepare_points(table, law=law_named("chinchilla"))
     assert len(points) == 6 and any("trunk" in note for note in points.notes)
+
+
+@pytest.mark.slow
+def test_the_laws_of_whole_curves_read_each_branch_with_its_trunk(reference):
+    """The sweep's curves as --law=multipower reads them: each run's rate at every update
+    from its config's schedule (the sweep logs every 4th: the values it logged are these),
+    each branch's curve its trunk's losses and rates before its branch point and its own
+    cooldown after it; and the multi-power law fitted to one shape's trunk and branches
+    follows each of them (mean relative error under 5%)."""
+    workdir, _ = reference
+    table = read_curves(workdir)
+    curves, notes = curves_from_table(table, source=str(workdir))
+    by_id = {c.run_id: c for c in curves}
+    branches = table[table["role"] == "branch"].groupby("run_id")["trunk"].first()
+    assert len(branches) == 6 and any("6 cooldown branch(es)" in n for n in notes), notes
+    assert any("8 run(s): the rate at every update from the run's config" in n for n in notes)
+    for run_id, rows in table.dropna(subset=["lr"]).groupby("run_id"):
+        np.testing.assert_allclose(by_id[run_id].lr[rows["step"].to_numpy() - 1], rows["lr"],
+                                   rtol=1e-6)
+    for run_id, trunk_id in branches.items():
+        branch, trunk = by_id[run_id], by_id[trunk_id]
+        own = table.loc[(table["run_id"] == run_id) & table["loss"].notna(), "step"].min()
+        before = branch.steps < own
+        np.testing.assert_array_equal(branch.steps[before], trunk.steps[trunk.steps < own])
+        np.testing.assert_array_equal(branch.loss[before], trunk.loss[trunk.steps < own])
+        np.testing.assert_array_equal(branch.lr[:own - 1], trunk.lr[:own - 1])
+        assert branch.decays and not trunk.decays
+    trunk_id = branches.iloc[0]
+    one_shape = [by_id[trunk_id]] + [by_id[r] for r, t in branches.items() if t == trunk_id]
+    law = law_named("multipower")
+    fit = law.fit(one_shape, n_bootstrap=0, ci_level=0.95, seed=0)
+    for curve in (c.fitted() for c in one_shape):
+        error = np.abs(law.predict(fit.params, curve) / curve.loss - 1)
+        assert error.mean() < 0.05, (curve.run_id, error)
 
 
 @pytest.mark.uncached

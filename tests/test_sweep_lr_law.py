@@ -20,10 +20,11 @@ LADDER = ROOT / "experiments" / "tiny_ladder.py"
 COMMITTED = ROOT / "docs" / "results" / "hparams_cpu_fit.json"
 
 
-def _law(tmp_path, coef=3.0, params=-0.5, tokens=0.1, name="law.json"):
+def _law(tmp_path, coef=3.0, params=-0.5, tokens=0.1, name="law.json", **fields):
     path = tmp_path / name
     path.write_text(json.dumps({"lr": {"coef": coef, "exponents": {"params": params,
-                                                                    "tokens": tokens}}}))
+                                                                    "tokens": tokens}},
+                                **fields}))
     return path
 
 
@@ -53,9 +54,10 @@ def test_every_run_trains_at_the_law_of_its_own_size_and_tokens(tmp_path):
 
 
 def test_the_committed_fit_is_a_law_the_rule_reads():
-    coef, exponents = read_lr_law(str(COMMITTED), "f")
+    coef, exponents, size = read_lr_law(str(COMMITTED), "f")
     payload = json.loads(COMMITTED.read_text())["lr"]
     assert coef == payload["coef"] and exponents["params"] == payload["exponents"]["params"]
+    assert size == "total"
 
 
 def test_an_undetermined_exponent_counts_as_zero(tmp_path):
@@ -63,6 +65,23 @@ def test_an_undetermined_exponent_counts_as_zero(tmp_path):
     for run in runs:
         n = param_counts(run.cfg.model)["active"]
         assert run.cfg.train.learning_rate == pytest.approx(3.0 * n**-0.5, rel=1e-5)
+
+
+def test_a_law_in_non_embedding_n_or_in_compute_is_applied_in_its_own_variable(tmp_path):
+    """--size=non_embedding: N is the active non-embedding count; --size=compute: the law is
+    c C^a with C = 6 N D in non-embedding N (the results' flops, which that fit reads)."""
+    non_emb = plan(_spec(ISOFLOP, {"rule": "law", "report": str(
+        _law(tmp_path, name="ne.json", size="non_embedding"))}))
+    compute = plan(_spec(ISOFLOP, {"rule": "law", "report": str(
+        _law(tmp_path, params=-0.2, tokens=None, name="c.json", size="compute"))}))
+    for ne, c in zip(non_emb, compute):
+        n = param_counts(ne.cfg.model)["active_non_embedding"]
+        d = ne.cfg.total_steps * ne.cfg.data.batch_size * ne.cfg.data.seq_len
+        assert ne.cfg.train.learning_rate == pytest.approx(3.0 * n**-0.5 * d**0.1, rel=1e-5)
+        assert c.cfg.train.learning_rate == pytest.approx(3.0 * (6 * n * d)**-0.2, rel=1e-5)
+    with pytest.raises(SweepSpecError, match="size 'params'"):
+        _spec(ISOFLOP, {"rule": "law", "report": str(_law(tmp_path, name="x.json",
+                                                             size="params"))})
 
 
 @pytest.mark.parametrize("rule,field,words", [

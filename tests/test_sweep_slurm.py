@@ -55,7 +55,12 @@ def _start_munge() -> None:
         shutil.chown("/etc/munge/munge.key", "munge", "munge")
     Path("/run/munge").mkdir(parents=True, exist_ok=True)
     shutil.chown("/run/munge", "munge", "munge")
-    subprocess.run(["runuser", "-u", "munge", "--", "munged"], check=True, capture_output=True)
+    # --force: a fresh CI image may fail munged's ownership checks on system folders (/run,
+    # /var/log) that a one-node test cluster has no reason to care about.
+    started = subprocess.run(["runuser", "-u", "munge", "--", "munged", "--force"],
+                             capture_output=True, text=True)
+    if started.returncode != 0:
+        raise OSError(f"munged exited {started.returncode}: {started.stderr.strip()[-400:]}")
 
 
 @pytest.fixture(scope="module")

@@ -239,10 +239,10 @@ class HParams(Figure):
         try:
             fit = request.own_fit(inputs)
         except FitInputError as error:  # the runs and their optima are worth seeing alone
-            runs, _ = hparams.read_runs(inputs.runs, request.sweep, request.columns,
-                                        request.pair)  # raises bad input again
-            sys.stderr.write(f"warning: no law drawn: {error}\n")
             settings = request.settings
+            runs, _ = hparams.read_runs(inputs.runs, request.sweep, request.columns,
+                                        request.pair, settings["size"])  # bad input again
+            sys.stderr.write(f"warning: no law drawn: {error}\n")
             return plot_hparams(runs, hparams.group_optima(runs, settings["method"],
                                                            settings["near"]),
                                 missing=f"no law: {error}")

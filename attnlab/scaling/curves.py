@@ -6,9 +6,11 @@ observed after some of them. It comes from a curves table (run_id, step, lr, los
 ``curves.parquet`` or any table with those columns) or from a schedule spelled as attnlab's
 schedule classes are (:func:`schedule_curve`, ``wsd:peak=3e-4,warmup_steps=100,...``).
 
-A table that logs the rate at every step is read as it is. One that logs it only at some steps
-has the per-step rate interpolated linearly between them (the summed rate, the laws' S1, is
-then the trapezoid integral between logged steps), and the curves say so (``notes``).
+A sweep directory's runs get their rate at every update from their own config's schedule
+class, as they trained (:func:`scheduled_rates`, carried in the table's ``attrs["rates"]``).
+Another table that logs the rate at every step is read as it is; one that logs it only at some
+steps has the per-step rate interpolated linearly between them (the summed rate, the laws' S1,
+is then the trapezoid integral between logged steps), and the curves say so (``notes``).
 """
 
 from __future__ import annotations
@@ -16,10 +18,15 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 
+from attnlab.config import from_config_dict
 from attnlab.errors import ConfigError
+from attnlab.rundir import CONFIG_FILE, RUNS_DIR
 from attnlab.scaling.columns import pick_column
 from attnlab.scaling.errors import FitInputError
 from attnlab.schedules import SCHEDULES
@@ -87,9 +94,15 @@ def curves_from_table(df: pd.DataFrame, *, source: str, columns=None) -> tuple[l
         frame[name] = pd.to_numeric(frame[name], errors="coerce")
     frame = frame[frame["step"] >= 1]
     _check_values(frame, used, source)
-    curves, interpolated = [], 0
+    frame, branches = _with_trunks(frame, df)
+    rates = df.attrs.get("rates") or {}
+    curves, interpolated, scheduled = [], 0, 0
     for run_id, rows in frame.groupby("run_id", sort=True):
         curve, filled = _curve(str(run_id), rows.sort_values("step"), used, source)
+        if str(run_id) in rates and len(rates[str(run_id)]) >= len(curve.lr):
+            curve = dataclasses.replace(curve, lr=rates[str(run_id)][:len(curve.lr)])
+            filled = False
+            scheduled += 1
         curves.append(curve)
         interpolated += filled
     if len(curves) < MIN_RUNS:
@@ -97,11 +110,48 @@ def curves_from_table(df: pd.DataFrame, *, source: str, columns=None) -> tuple[l
                             f"law of whole curves needs at least {MIN_RUNS} runs with different "
                             f"schedules")
     notes = [f"{source}: losses from column {used['loss']!r}, rates from {used['lr']!r}"]
+    if branches:
+        notes.append(f"{branches} cooldown branch(es): each curve is its trunk's (column "
+                     f"'trunk') up to the branch point, then its own")
+    if scheduled:
+        notes.append(f"{scheduled} run(s): the rate at every update from the run's config "
+                     f"(its schedule class, as trained)")
     if interpolated:
         notes.append(f"{interpolated} run(s) log the rate only at some steps: the per-step "
                      f"rate is interpolated linearly between them (S1 integrated by the "
                      f"trapezoid rule)")
     return curves, notes
+
+
+def scheduled_rates(sweep: str | Path) -> dict[str, np.ndarray]:
+    """run_id -> the learning rate of each of its updates, from the run's config.json through
+    its schedule class, in float32 as the optimizer computes it (train/optimizer.py)."""
+    rates = {}
+    for path in sorted((Path(sweep) / RUNS_DIR).glob(f"*/{CONFIG_FILE}")):
+        cfg = from_config_dict(json.loads(path.read_text()))
+        t, total = cfg.train.decay(), cfg.total_steps
+        schedule = SCHEDULES[t.schedule](t.learning_rate, t.warmup_steps, total, t.min_lr_ratio,
+                                         t.decay_fraction, t.cooldown, cfg.model.d_model)
+        rates[path.parent.name] = np.asarray(schedule.lr(np.arange(total), np, "float32"),
+                                             np.float64)
+    return rates
+
+
+def _with_trunks(frame: pd.DataFrame, df: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """A ladder's branch logs only its cooldown, but its rate and loss before it are its
+    trunk's (the same updates, bitwise: train/branch.py): a run whose ``trunk`` names another
+    run of the table gets the trunk's rows before its own first step. (frame, branches)."""
+    if "trunk" not in df.columns:
+        return frame, 0
+    trunk_of = dict(zip(frame["run_id"], df["trunk"].to_numpy()[frame.index.to_numpy()]))
+    known = set(frame["run_id"])
+    added = []
+    for run_id, trunk in trunk_of.items():
+        if isinstance(trunk, str) and trunk in known and trunk != run_id:
+            first = frame.loc[frame["run_id"] == run_id, "step"].min()
+            before = frame[(frame["run_id"] == trunk) & (frame["step"] < first)]
+            added.append(before.assign(run_id=run_id))
+    return (pd.concat([frame, *added], ignore_index=True) if added else frame), len(added)
 
 
 def _check_values(frame, used, source) -> None:

@@ -248,9 +248,10 @@ class Tuned(LearningRate):
 
 class FromLaw(LearningRate):
     """lr = c N^a D^b: the learning-rate law in ``report``, the JSON of ``attnlab fit
-    --law=hparams --json=FILE`` (docs/scaling.md), at each run's N (its active parameters, the
-    column that law reads) and D (its tokens). An exponent the fit left undetermined (null: its
-    runs had one N or one D) counts as 0."""
+    --law=hparams --json=FILE`` (docs/scaling.md), at each run's N (its active parameters, or
+    its active non-embedding ones, as the law's ``size`` says) and D (its tokens); a law in
+    compute (``size`` compute) at C = 6 N D in non-embedding N, the results' ``flops``. An
+    exponent the fit left undetermined (null: its runs had one N or one D) counts as 0."""
 
     name = "law"
     reads = ("report",)
@@ -271,18 +272,25 @@ class FromLaw(LearningRate):
                                  "trunk's rate; give each shape its rate (rule 'per_shape')")
 
     def value(self, rule, spec, shape, cfg, non_embedding):
-        coef, exponents = read_lr_law(rule.report, "sweep.learning_rate.report")
-        n = param_counts(cfg.model)["active"]
+        coef, exponents, size = read_lr_law(rule.report, "sweep.learning_rate.report")
+        counts = param_counts(cfg.model)
         d = cfg.total_steps * cfg.data.batch_size * cfg.data.seq_len
+        if size == "compute":
+            return coef * (6.0 * counts["active_non_embedding"] * d) ** exponents["params"]
+        n = counts["active_non_embedding" if size == "non_embedding" else "active"]
         return coef * n ** exponents["params"] * d ** exponents["tokens"]
 
 
-def read_lr_law(path: str, field: str) -> tuple[float, dict[str, float]]:
-    """(c, {"params": a, "tokens": b}) of the learning-rate law in an ``attnlab fit
-    --law=hparams`` JSON (a null exponent: 0); anything else is one error naming ``field``."""
+def read_lr_law(path: str, field: str) -> tuple[float, dict[str, float], str]:
+    """(c, {"params": a, "tokens": b}, size) of the learning-rate law in an ``attnlab fit
+    --law=hparams`` JSON (a null exponent: 0; size total where the JSON predates it); anything
+    else is one error naming ``field``."""
     try:
         with open(path) as f:
-            law = json.load(f)["lr"]
+            fit = json.load(f)
+        law, size = fit["lr"], fit.get("size", "total")
+        if size not in ("total", "non_embedding", "compute"):
+            raise ValueError(f"size {size!r}")
         coef = float(law["coef"])
         exponents = {k: float(law["exponents"][k] or 0.0) for k in ("params", "tokens")}
         if not (coef > 0 and all(map(math.isfinite, (coef, *exponents.values())))):
@@ -292,7 +300,7 @@ def read_lr_law(path: str, field: str) -> tuple[float, dict[str, float]]:
                                     f"attnlab fit --law=hparams --json=FILE: lr.coef > 0 and "
                                     f"lr.exponents.params, .tokens): {type(e).__name__} {e}"
                              ) from None
-    return coef, exponents
+    return coef, exponents, size
 
 
 # The rows of a learning-rate transfer report (experiments/mup_transfer.py --json): each

@@ -21,8 +21,10 @@ Runs repeated at one (N, D, lr, batch), seeds, are one grid point: their mean lo
 Intervals: a bootstrap that refits both stages on resampled runs: with ``--pair`` (a seed
 column) each (N, D) group's seeds, each with its runs at every lr and batch (they share an
 initialisation and a data order); without, the runs within each (group, batch) cell (the unit
-a single-seed grid repeats). When more than MAX_FAILED_SHARE of the refits cannot find every
-optimum the interval is refused, not taken over the survivors.
+a single-seed grid repeats). A refit whose optima inside their grids are not the fit's groups
+(one lost to an edge, a grid point lost in the draw) has failed; when more than MAX_FAILED_SHARE
+fail the interval is refused, not taken over the survivors. Resampling a single-seed grid's
+runs loses grid points, so there most refits fail: its intervals come from seeds (``--pair``).
 """
 
 from __future__ import annotations
@@ -39,8 +41,15 @@ from attnlab.scaling.errors import FitInputError
 from attnlab.scaling.law import Law
 
 METHODS = ("smooth", "near")
+# What N is: total parameters, non-embedding ones (Kaplan's N; Step Law's), or the law in
+# compute C alone (DeepSeek-AI 2024's lr*(C), B*(C); the table's FLOPs).
+SIZES = {"total": ("active_params", "params"),
+         "non_embedding": ("active_non_embedding_params", "non_embedding_params"),
+         "compute": ("flops",)}
+SIZE_WORDS = {"total": "N = total parameters", "non_embedding": "N = non-embedding parameters",
+              "compute": "C = training FLOPs (the law in C alone)"}
 MERGE = 0.01  # params or tokens this close (relative) belong to one (N, D) group
-COLUMNS = {"params": ("active_params", "params"), "tokens": ("tokens",),
+COLUMNS = {"params": SIZES["total"], "tokens": ("tokens",),
            "lr": ("lr", "train.learning_rate"), "batch": ("batch",),
            "loss": ("loss", "final_val_loss")}
 WHY = {"params": "N", "tokens": "D", "lr": "the peak learning rate",
@@ -164,12 +173,19 @@ def group_optima(frame: pd.DataFrame, method: str, near: float) -> dict[tuple, O
     return found
 
 
-def fit_laws(optima: dict[tuple, Optimum]) -> tuple[dict, list[str]]:
+def inner_groups(optima: dict[tuple, Optimum]) -> set[tuple]:
+    """The (N, D) groups whose optimum lies inside their grid: the ones the law is fitted on."""
+    return {key for key, o in optima.items() if not o.edge}
+
+
+def fit_laws(optima: dict[tuple, Optimum], size: str = "total") -> tuple[dict, list[str]]:
     """The power laws fitted to the group optima inside their grids, and notes; ValueError
-    when too few are."""
-    inner = {k: o for k, o in optima.items() if not o.edge}
-    keys = list(inner)
+    when too few are. In compute, the groups' C alone (D held out of the law)."""
+    keys = sorted(inner_groups(optima))
+    inner = {k: optima[k] for k in keys}
     n, d = (np.array([k[i] for k in keys], np.float64) for i in (0, 1))
+    if size == "compute":
+        d = np.ones_like(d)
     fitted, notes = {}, []
     for target in TARGETS:
         y = np.array([getattr(inner[k], target) for k in keys], np.float64)
@@ -191,6 +207,7 @@ class HParamsFit:
     notes: tuple[str, ...]
     ci_level: float
     pair: str | None = None
+    size: str = "total"
 
     def regret(self) -> list[dict]:
         """Per group: the grid point nearest the law's optimum and its loss (the mean of its
@@ -211,7 +228,8 @@ class HParamsFit:
         return rows
 
     def to_dict(self) -> dict:
-        out = {"law": "hparams", "method": self.method, "ci_level": self.ci_level,
+        out = {"law": "hparams", "method": self.method, "size": self.size,
+               "ci_level": self.ci_level,
                "bootstrap": {"replicates": self.replicates, "failed": self.failed,
                              "unit": (f"the {self.pair} values within each (N, D) group"
                                       if self.pair else
@@ -236,7 +254,8 @@ def resampling_strata(frame: pd.DataFrame, paired: bool) -> list[list[np.ndarray
             for _, g in frame.groupby(["params", "tokens", "batch"])]
 
 
-def bootstrap(frame, method, near, n_bootstrap, seed, ci_level, paired, rescaled=True):
+def bootstrap(frame, method, near, n_bootstrap, seed, ci_level, paired, rescaled=True,
+              size="total"):
     """Refits on resampled units (:func:`resampling_strata`): per target the percentile
     intervals of the exponents, or None beyond MAX_FAILED_SHARE failed refits. Paired and
     ``rescaled``, each draw takes n - 1 of a group's n seeds (Rao and Wu 1988's choice): the
@@ -245,12 +264,19 @@ def bootstrap(frame, method, near, n_bootstrap, seed, ci_level, paired, rescaled
     rng = np.random.default_rng(seed)
     strata = resampling_strata(frame, paired)
     fewer = int(paired and rescaled)
+    fitted_on = inner_groups(group_optima(frame, method, near))
     samples, failed = {t: {"params": [], "tokens": []} for t in TARGETS}, 0
     for _ in range(n_bootstrap):
         rows = np.concatenate([units[i] for units in strata
                                for i in rng.integers(len(units), size=len(units) - fewer)])
+        optima = group_optima(frame.loc[rows], method, near)
+        # A refit over other groups than the fit's (one lost to its grid's edge, or gained) is
+        # another estimator's draw, not a draw of this one: a failure.
+        if inner_groups(optima) != fitted_on:
+            failed += 1
+            continue
         try:
-            fitted, _ = fit_laws(group_optima(frame.loc[rows], method, near))
+            fitted, _ = fit_laws(optima, size)
         except ValueError:
             failed += 1
             continue
@@ -266,15 +292,15 @@ def bootstrap(frame, method, near, n_bootstrap, seed, ci_level, paired, rescaled
 
 
 def read_runs(frame: pd.DataFrame, source: str, columns: dict | None,
-              pair: str | None = None) -> tuple[pd.DataFrame, list[str]]:
-    """The completed runs' params, tokens, lr, batch (tokens per step) and loss, and with
-    ``pair`` its values as ``unit``."""
+              pair: str | None = None, size: str = "total") -> tuple[pd.DataFrame, list[str]]:
+    """The completed runs' params (``size``'s column: SIZES), tokens, lr, batch (tokens per
+    step) and loss, and with ``pair`` its values as ``unit``."""
     mapping, notes = dict(columns or {}), []
     if pair and pair not in frame.columns:
         raise FitInputError(f"--pair={pair}: {source} has no such column")
     frame = drop_unfinished(frame, notes, source)
     out = {}
-    for name, candidates in COLUMNS.items():
+    for name, candidates in {**COLUMNS, "params": SIZES[size]}.items():
         derived = name == "batch" and {"tokens", "steps"} <= set(frame.columns)
         column = pick_column(frame, name, candidates, mapping, source, WHY[name],
                              required=not derived)
@@ -335,7 +361,8 @@ def _replicate_notes(frame: pd.DataFrame, pair: str | None) -> tuple[list[str], 
 
 def fit_hparams(frame: pd.DataFrame, *, method: str = "smooth", near: float = 0.0025,
                 n_bootstrap: int = 200, seed: int = 0, ci_level: float = 0.95,
-                notes: list[str] | None = None, pair: str | None = None) -> HParamsFit:
+                notes: list[str] | None = None, pair: str | None = None,
+                size: str = "total") -> HParamsFit:
     for column, what in (("batch", "batch size"), ("lr", "learning rate")):
         values = np.unique(frame[column].to_numpy(np.float64))
         if values.size < 2:  # no optimum can be placed along an axis the grid does not vary
@@ -345,7 +372,7 @@ def fit_hparams(frame: pd.DataFrame, *, method: str = "smooth", near: float = 0.
                 f"(sweep.learning_rate.factors, sweep.axes.data.batch_size)")
     optima = group_optima(frame, method, near)
     try:
-        fitted, fit_notes = fit_laws(optima)
+        fitted, fit_notes = fit_laws(optima, size)
     except ValueError:
         raise FitInputError(_too_few(frame, optima)) from None
     edge = [k for k, o in optima.items() if o.edge]
@@ -355,15 +382,21 @@ def fit_hparams(frame: pd.DataFrame, *, method: str = "smooth", near: float = 0.
     replicate_notes, resamplable = _replicate_notes(frame, pair)
     fit_notes += replicate_notes
     n_bootstrap = n_bootstrap if resamplable else 0
-    intervals, failed = bootstrap(frame, method, near, n_bootstrap, seed, ci_level, bool(pair))
+    intervals, failed = bootstrap(frame, method, near, n_bootstrap, seed, ci_level, bool(pair),
+                                  size=size)
     if n_bootstrap and not intervals:
-        fit_notes.append(
-            f"intervals not computed: {failed} of {n_bootstrap} refits could not find the "
-            f"optima (more than {MAX_FAILED_SHARE:.0%})" if failed > MAX_FAILED_SHARE * n_bootstrap
-            else f"intervals not computed: {n_bootstrap - failed} refits, fewer than "
-                 f"{MIN_REFITS}")
+        fit_notes.append(_refused(failed, n_bootstrap, bool(pair)))
     return HParamsFit(method, optima, fitted, intervals, n_bootstrap, failed, frame,
-                      tuple((notes or []) + fit_notes), ci_level, pair)
+                      tuple((notes or []) + fit_notes), ci_level, pair, size)
+
+
+def _refused(failed: int, n_bootstrap: int, paired: bool) -> str:
+    if failed <= MAX_FAILED_SHARE * n_bootstrap:
+        return f"intervals not computed: {n_bootstrap - failed} refits, fewer than {MIN_REFITS}"
+    return (f"intervals not computed: {failed} of {n_bootstrap} refits did not find the fit's "
+            f"group optima inside their grids (more than {MAX_FAILED_SHARE:.0%})"
+            + ("" if paired else "; resampling one seed's runs loses grid points: train seeds "
+                                 "and pass --pair=train.seed"))
 
 
 def _too_few(frame: pd.DataFrame, optima: dict[tuple, Optimum]) -> str:
@@ -392,12 +425,14 @@ def _too_few(frame: pd.DataFrame, optima: dict[tuple, Optimum]) -> str:
 
 def format_hparams(fit: HParamsFit, source: str) -> str:
     level = f"{fit.ci_level:.0%}"
+    form = "y*(C) = c C^a" if fit.size == "compute" else "y*(N, D) = c N^a D^b"
     lines = [f"hyperparameter law on {source}: optimum per (N, D) by {fit.method!r}, then "
-             f"y*(N, D) = c N^a D^b ({len(fit.optima)} groups)"]
+             f"{form} ({len(fit.optima)} groups; {SIZE_WORDS[fit.size]})"]
+    axes = (("params", "C"),) if fit.size == "compute" else (("params", "N"), ("tokens", "D"))
     for target in TARGETS:
         law, ci = fit.laws[target], fit.intervals.get(target) or {}
         parts = []
-        for name, symbol in (("params", "N"), ("tokens", "D")):
+        for name, symbol in axes:
             value = law.exponents[name]
             if value is None:
                 parts.append(f"{symbol}: not determined")
@@ -432,7 +467,11 @@ class HParams(Law):
              "Porian et al. 2024; default) or the runs near the best loss (near).",
              enum_values=METHODS),
         Flag("near", "float", None, "--law=hparams --optimum=near: percent above the group's "
-             "best loss a run may be and count as near it (default 0.25)."))
+             "best loss a run may be and count as near it (default 0.25)."),
+        Flag("size", "enum", None, "--law=hparams: what the law is a power of: total "
+             "parameters N (default), non-embedding N (Kaplan's; Step Law's), or compute, the "
+             "table's FLOPs C alone (DeepSeek-AI 2024's lr*(C), B*(C)).",
+             enum_values=tuple(SIZES)))
     refused = ("curves", "by", "budget", "train-longer", "multiplier-against", "fix", "holdout",
                "floor", "cluster")
     scope = "one law over a sweep's (N, D) groups of learning rates and batch sizes"
@@ -443,11 +482,13 @@ class HParams(Law):
         if near is not None and not 0 < near < 100:
             raise FitInputError(f"--near: a percentage in (0, 100), got {near}")
         return {"method": given.get("optimum") or "smooth",
-                "near": 0.0025 if near is None else near / 100}
+                "near": 0.0025 if near is None else near / 100,
+                "size": given.get("size") or "total"}
 
-    def fit(self, frame, *, source: str, columns=None, pair=None, **options) -> HParamsFit:
-        runs, notes = read_runs(frame, source, columns, pair)
-        return fit_hparams(runs, notes=notes, pair=pair, **options)
+    def fit(self, frame, *, source: str, columns=None, pair=None, size="total",
+            **options) -> HParamsFit:
+        runs, notes = read_runs(frame, source, columns, pair, size)
+        return fit_hparams(runs, notes=notes, pair=pair, size=size, **options)
 
     def report(self, fit: HParamsFit, source: str) -> str:
         return format_hparams(fit, source)

@@ -11,6 +11,7 @@ import pandas as pd
 from attnlab import results as sweep_results
 from attnlab.errors import AttnlabError
 from attnlab.scaling.columns import completed
+from attnlab.scaling.curves import scheduled_rates
 from attnlab.scaling.errors import FitInputError
 
 CURVES_FILES = ("curves.parquet", "curves.csv")
@@ -79,9 +80,11 @@ def read_curves(path: str | Path) -> pd.DataFrame:
             if (path / name).exists():
                 return read_curves(path / name)
         try:
-            return sweep_results.curves(path)
+            table = sweep_results.curves(path)
         except AttnlabError as error:
             raise FitInputError(f"{error} and no {' or '.join(CURVES_FILES)}") from None
+        table.attrs["rates"] = scheduled_rates(path)  # each update's, from each run's config
+        return table
     if not path.exists():
         raise FitInputError(f"{path}: no such curves file or directory")
     try:

@@ -68,19 +68,21 @@ class ScheduleFits:
 
     def errors(self) -> pd.DataFrame:
         """Per run, over its losses after the warmup: held out or fitted, the law's and the
-        baseline's mean and largest relative error, and the law's signed error at its last
+        baseline's mean and largest relative error, and each one's signed error at the last
         step (predicted / observed - 1)."""
         rows = []
         for curve in (c.fitted() for c in self.curves):
             predicted = self.predicted(curve)
             law = _relative_errors(predicted, curve.loss)
-            base = _relative_errors(curvefit.s1_loss(self.baseline, curve), curve.loss)
+            s1_only = curvefit.s1_loss(self.baseline, curve)
+            base = _relative_errors(s1_only, curve.loss)
             rows.append({"run_id": curve.run_id, "heldout": curve.run_id in self.held,
                          "points": len(curve.steps), "mean_relative_error": law.mean(),
                          "max_relative_error": law.max(),
                          "final_error": predicted[-1] / curve.loss[-1] - 1.0,
                          "baseline_mean_relative_error": base.mean(),
-                         "baseline_max_relative_error": base.max()})
+                         "baseline_max_relative_error": base.max(),
+                         "baseline_final_error": s1_only[-1] / curve.loss[-1] - 1.0})
         return pd.DataFrame(rows)
 
     def prediction(self, curve: Curve) -> dict:
