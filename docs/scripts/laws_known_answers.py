@@ -1,4 +1,4 @@
-"""Known answers of the data-constrained and over-training laws (docs/scaling.md): synthetic runs
+"""Known answers of the data-constrained and over-training laws (docs/scaling_studies.md): synthetic runs
 of each law's own form, with 0.5% multiplicative noise, fitted by ``attnlab fit`` as a user would.
 
 - data_constrained_synthetic.csv: Muennighoff et al. 2023's published law (E 1.869, A 520.8,

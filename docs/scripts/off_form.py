@@ -1,5 +1,5 @@
 """Every law fitted off its own form, and the over-training law on Gadre et al.'s runs: the
-tables of docs/scaling.md's "Off their own form" section (attnlab/scaling/off_form.py's cases;
+tables of docs/scaling_studies.md's "off its own form" sections (attnlab/scaling/off_form.py's cases;
 tests/test_scaling_off_form.py checks the same cases, some at fewer seeds).
 
 - off_form.csv: one row per (law, truth, seed, quantity): the truth, the estimate and its 95%

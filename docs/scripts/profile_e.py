@@ -1,5 +1,5 @@
 """The profile of approach 3's objective over E: fix E, refit A, B, alpha, beta from Hoffmann et
-al.'s grid, print the best summed Huber objective (docs/scaling.md, the Markov floor study).
+al.'s grid, print the best summed Huber objective (docs/scaling_studies.md, the Markov floor study).
 
     .venv/bin/python docs/scripts/profile_e.py runs/markov_floor 2.9 3.299 3.7384 4.0
 """

@@ -1,4 +1,4 @@
-"""The CPU study of the laws of whole curves (docs/scaling.md, "Whole curves across schedules"):
+"""The CPU study of the laws of whole curves (docs/scaling_studies.md, "Whole curves across schedules"):
 from the sweep of ``experiments/schedule_curves.py``, writes its results and curves tables, the
 multi-power and annealing fits on three schedules of a seed with the other two held out, the
 figure of seed 0, and the table of each curve's relative error beside the S1-only baseline's.

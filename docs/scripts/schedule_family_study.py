@@ -1,5 +1,5 @@
 """Which schedule of a family is best for one budget, predicted before training and then
-trained (docs/scaling.md, "Whole curves across schedules"): the multi-power and annealing laws
+trained (docs/scaling_studies.md, "Whole curves across schedules"): the multi-power and annealing laws
 fitted at ``experiments/schedule_curves.py:cpu`` (each seed's constant, cosine and wsd50
 curves: ``docs/results/schedule_curves_cpu_s*_*.json``) predict the final loss of every
 schedule of ``:family``; the family's trained final losses (its results table) rank them.

@@ -1,4 +1,4 @@
-"""A WSD ladder's cooldown branches predicted by the laws of whole curves (docs/scaling.md,
+"""A WSD ladder's cooldown branches predicted by the laws of whole curves (docs/scaling_studies.md,
 "Whole curves across schedules"): from the sweep of ``experiments/schedule_curves.py:ladder``,
 writes its results table and each seed's curves (runs named trunk, b125k, ..., b1M), fits the
 multi-power and annealing laws on a seed's trunk and its shortest branch (and its two
