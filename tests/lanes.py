@@ -71,7 +71,18 @@ VARIANT_CASES = {
     "test_model_decoding.py::test_kv_cache_decoding_equals_full_forward[alibi_mqa_chunked]": 7,
 }
 
-SLOW_LANE: dict[str, int] = {**END_TO_END, **RESUMES, **SHARDED, **FUZZ, **VARIANT_CASES}
+# Real sweeps trained to check a planner's or a lease's bookkeeping, and resampling studies of
+# many refits: their library-level contracts (the plan, the picks of one table) stay.
+STUDIES = {
+    "test_device_runs.py::test_a_fresh_machine_trains_only_what_the_last_lease_left": 36,
+    "test_sweep_refine.py::test_a_real_sweep_grows_where_its_best_rate_is_the_largest": 21,
+    "test_sweep_refine.py::test_a_real_sweep_grows_a_batch_size_where_the_largest_is_best": 15,
+    "test_scaling_repick.py::test_each_group_of_by_redraws_its_own_picks": 27,
+    "test_scaling_repick.py::test_picks_the_seeds_cannot_single_out_widen_the_intervals": 44,
+}
+
+SLOW_LANE: dict[str, int] = {**END_TO_END, **RESUMES, **SHARDED, **FUZZ, **VARIANT_CASES,
+                             **STUDIES}
 
 
 def moved(nodeid: str) -> bool:

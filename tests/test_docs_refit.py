@@ -46,11 +46,13 @@ def test_a_moved_estimate_differs_and_a_bootstrap_wobble_does_not():
 
 
 @pytest.mark.slow
-def test_every_documented_fit_regenerates():
+@pytest.mark.parametrize("part", ["1/3", "2/3", "3/3"])  # three processes, spread by xdist
+def test_every_documented_fit_regenerates(part):
     """In a process of its own that compiles as a user's commands do: the multi-start fits run
     on JAX (optimistix), and the suite's unoptimized programs (tests/conftest.py) move some of
     them to another start, and with it their bootstrap intervals."""
     env = {**os.environ, "JAX_DISABLE_MOST_OPTIMIZATIONS": "0"}
-    done = subprocess.run([sys.executable, str(REPO / "docs" / "scripts" / "refit_results.py")],
+    done = subprocess.run([sys.executable, str(REPO / "docs" / "scripts" / "refit_results.py"),
+                           f"--part={part}"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]

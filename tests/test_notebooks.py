@@ -3,7 +3,8 @@
 Each test trains a tiny sweep into tmp (the same code path as a real study), points the notebook
 at it through ATTNLAB_SWEEP_DIR, runs every cell with nbclient on a fresh ipykernel, and checks
 that no cell failed and that the figures it promises were written. The notebooks are stored
-without outputs, so a stale one fails here, not in a reader's hands.
+with the outputs of such a run (tests/notebook_outputs.py: a reader of the repository sees the
+figures), and checked to be their current code's.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import pathlib
 import nbformat
 import pytest
 from nbclient import NotebookClient
+
+from notebook_outputs import finish, stale
 
 from attnlab.extrapolation import EvalSettings
 from attnlab.extrapolation import run_study as run_extrapolation_study
@@ -47,13 +50,12 @@ def images(notebook: nbformat.NotebookNode) -> int:
                if cell.cell_type == "code" for output in cell.get("outputs", []))
 
 
-def test_notebooks_are_stored_without_outputs():
-    for path in sorted(NOTEBOOKS.glob("*.ipynb")):
-        notebook = nbformat.read(path, as_version=4)
-        nbformat.validate(notebook)
-        for cell in notebook.cells:
-            if cell.cell_type == "code":
-                assert not cell.outputs and cell.execution_count is None, path.name
+def test_notebooks_are_stored_with_the_outputs_of_their_code():
+    paths = sorted(NOTEBOOKS.glob("*.ipynb"))
+    assert len(paths) == 4
+    for path in paths:
+        nbformat.validate(nbformat.read(path, as_version=4))
+        assert stale(path) is None, stale(path)
 
 
 @pytest.mark.slow
@@ -75,6 +77,7 @@ def test_scaling_analysis_notebook_runs_on_a_tiny_isoflop_sweep(tmp_path, monkey
     # sweep of seconds-long runs may not have: the notebook either draws them or says why not.
     assert (figures / "isoflop.png").exists() or "approach 2 skipped: " in out
     assert images(notebook) == len(list(figures.glob("*.png")))
+    finish(notebook, "scaling_analysis.ipynb", tmp_path)
 
 
 @pytest.mark.slow
@@ -92,6 +95,7 @@ def test_pe_extrapolation_notebook_runs_on_a_tiny_study(tmp_path, monkeypatch):
     for name in ("ratio_nonoverlapping", "positions"):
         assert (figures / f"{name}.png").read_bytes().startswith(PNG_MAGIC), name
     assert images(notebook) == 2
+    finish(notebook, "pe_extrapolation.ipynb", tmp_path)
 
 
 @pytest.mark.slow
@@ -111,3 +115,4 @@ def test_icl_notebook_runs_on_a_tiny_mqar_run(tmp_path, monkeypatch):
     notebook = execute("icl.ipynb")
     assert "pairs: accuracy" in printed(notebook)
     assert images(notebook) == 3  # the recall curve, then one row of maps per layer
+    finish(notebook, "icl.ipynb", tmp_path)

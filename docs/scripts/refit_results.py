@@ -14,6 +14,7 @@ leaf:
     python docs/scripts/refit_results.py            # check: exit 1 naming each difference
     python docs/scripts/refit_results.py --write    # regenerate the committed JSONs
     python docs/scripts/refit_results.py --only=quickstart_tuned   # those whose path holds it
+    python docs/scripts/refit_results.py --part=2/3   # every third fit, from the second
 
 The slow test lane runs the check (tests/test_docs_refit.py).
 """
@@ -85,8 +86,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--write", action="store_true", help="regenerate the committed JSONs")
     parser.add_argument("--only", default="", help="just the JSONs whose path holds this text")
+    parser.add_argument("--part", default="1/1", help="K/M: the K-th of M interleaved shares "
+                        "of the fits (to spread them over processes)")
     args = parser.parse_args(argv)
-    fits = {k: v for k, v in documented_fits().items() if args.only in k}
+    k, _, m = args.part.partition("/")
+    if not (k.isdigit() and m.isdigit() and 1 <= int(k) <= int(m)):
+        parser.error(f"--part={args.part}: K/M with 1 <= K <= M")
+    fits = {key: v for i, (key, v) in enumerate(documented_fits().items())
+            if args.only in key and i % int(m) == int(k) - 1}
     failed = 0
     with tempfile.TemporaryDirectory() as scratch:
         for committed, (command, fit_argv) in fits.items():
