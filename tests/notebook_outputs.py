@@ -6,8 +6,8 @@ to be those of the code they are stored with.
         tests/test_architectures.py -k notebook
 
 A notebook stores, in its metadata, the hash of its code cells' sources when it was executed:
-a cell edited since then fails the default lane (``stale``); and an execution whose figures or
-results differ in number, cell by cell, from the stored ones fails the slow lane (``compare``).
+a cell edited since then fails the default lane (``stale``). The slow tests execute every
+notebook against the current library whether or not they store it.
 """
 
 from __future__ import annotations
@@ -29,14 +29,6 @@ def code_hash(notebook) -> str:
     return hashlib.sha256("\n\0".join(sources).encode()).hexdigest()
 
 
-def shape(notebook) -> list[tuple[int, int]]:
-    """Per code cell, its figures and its results (streams left out: a warning may come or
-    not)."""
-    return [(sum("image/png" in o.get("data", {}) for o in cell.outputs),
-             sum(o.output_type == "execute_result" for o in cell.outputs))
-            for cell in notebook.cells if cell.cell_type == "code"]
-
-
 def stale(path: pathlib.Path) -> str | None:
     """Why the stored notebook's outputs are not its code's, or None."""
     notebook = nbformat.read(path, as_version=4)
@@ -48,20 +40,16 @@ def stale(path: pathlib.Path) -> str | None:
     return f"{path.name}: cells {unrun} were not executed: {HOW}" if unrun else None
 
 
-def finish(executed, name: str, scratch: pathlib.Path) -> None:
-    """After a test executed notebooks/<name> on a study in ``scratch``: stores it (STORE set;
-    the scratch path printed as <tiny study>), else checks its figures against the stored."""
-    path = NOTEBOOKS / name
+def finish(executed, name: str, *scratch: pathlib.Path) -> None:
+    """After a test executed notebooks/<name> on a study in the ``scratch`` folders, with STORE
+    set: stores it, those folders printed as <tiny study>. (Which figures a tiny study draws
+    can depend on its training, so a fresh run is not compared with the stored one.)"""
     if os.environ.get(STORE):
         kept = copy.deepcopy(executed)
         for cell in kept.cells:
             for output in cell.get("outputs", []):
-                if "text" in output:
-                    output["text"] = output["text"].replace(str(scratch), "<tiny study>")
+                for folder in scratch:
+                    if "text" in output:
+                        output["text"] = output["text"].replace(str(folder), "<tiny study>")
         kept.metadata["attnlab"] = {"code_sha256": code_hash(kept)}
-        nbformat.write(kept, path)
-        return
-    stored = nbformat.read(path, as_version=4)
-    assert shape(stored) == shape(executed), (
-        f"{name}: its stored figures and results differ from what its code draws now "
-        f"(per cell: stored {shape(stored)}, now {shape(executed)}): {HOW}")
+        nbformat.write(kept, NOTEBOOKS / name)

@@ -435,7 +435,7 @@ def test_architectures_notebook_runs_on_the_tiny_study(straight_study, tmp_path,
                    for o in c.get("outputs", []) if o.output_type == "stream")
     assert "ranking by approach 3's compute-optimal loss" in text
     assert (tmp_path / "figures" / "frontiers.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    finish(notebook, "architectures.ipynb", straight_study[0].parent)
+    finish(notebook, "architectures.ipynb", straight_study[0].parent, tmp_path)
 
 
 @pytest.mark.slow

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-
 import json
 from pathlib import Path
 

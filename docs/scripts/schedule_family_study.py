@@ -20,7 +20,6 @@ import json
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 from scipy import stats
 
