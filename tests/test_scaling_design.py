@@ -114,3 +114,35 @@ def test_dry_run_prints_the_design_check(capsys, tmp_path):
         assert "# design: " in out and "expected 95% widths" in out
         assert "# warning: the plan" in out
         assert expected in out
+
+
+def test_trunk_shared_noise_gives_the_sandwich_covariance():
+    """Branches of one trunk share ``shared`` of the noise: the fit's covariance is
+    (J^T J)^-1 J^T Sigma J (J^T J)^-1 sigma^2, Sigma = (1 - s) I + s [same trunk], written here
+    in float64 without the unit-norm scaling; each point its own trunk gives sigma^2 (J^T J)^-1."""
+    n, d = _ladder()
+    trunks = np.searchsorted(np.unique(n), n)  # one trunk per size, its 6 branches
+    jacobian = log_loss_jacobian(PRIOR, n, d)
+    sigma = 0.7 * np.eye(len(n)) + 0.3 * (trunks[:, None] == trunks[None, :])
+    bread = np.linalg.inv(jacobian.T @ jacobian)
+    want = 0.01**2 * bread @ jacobian.T @ sigma @ jacobian @ bread
+    got, _ = parameter_covariance(jacobian, 0.01, trunks, 0.3)
+    np.testing.assert_allclose(got, want, rtol=1e-7)
+    alone, _ = parameter_covariance(jacobian, 0.01, np.arange(len(n)), 0.3)
+    np.testing.assert_allclose(alone, 0.01**2 * bread, rtol=1e-7)
+
+
+def test_a_ladders_widths_grow_with_its_trunks_shared_noise():
+    """Six sizes, one trunk each: with the default share (96%) every size's branches move
+    together, and the expected widths grow over the same points taken as independent (a 1.9x,
+    E 2.3x); four trunks a size (seeds) at the same points halve them (sqrt 4)."""
+    n, d = _ladder()
+    alone = check_design(n, d)
+    one = check_design(n, d, trunks=list(np.searchsorted(np.unique(n), n)))
+    assert one.widths["a"] > 1.5 * alone.widths["a"] and one.widths["E"] > 1.3 * alone.widths["E"]
+    assert one.trunks == 6 and "96% of it shared by a trunk's branches, 6 trunks" in one.describe()
+    n4, d4 = np.tile(n, 4), np.tile(d, 4)
+    four = check_design(n4, d4, trunks=[f"{i // len(n)}-{s}" for i, s in
+                                        enumerate(np.tile(np.searchsorted(np.unique(n), n), 4))])
+    assert four.trunks == 24 and four.widths["a"] == pytest.approx(0.5 * one.widths["a"],
+                                                                    rel=1e-6)

@@ -239,7 +239,7 @@ def design_notes(runs: list[PlannedRun], column: str | None = None) -> list[str]
     """Whether the planned (params, tokens) points can pin approach 3's law
     (``attnlab.scaling.design``): a line per variant (``column``: the variant column) with the
     expected interval widths, and a warning where they miss the targets. A ladder's trunks are
-    left out: its points are the branches. A point trained at several learning rates counts
+    left out: its points are the branches, whose noise their trunk shares. A point trained at several learning rates counts
     once per seed, as a fit at each point's best rate (``--best-over``) reads it."""
     from attnlab.scaling.design import check_design
 
@@ -252,7 +252,8 @@ def design_notes(runs: list[PlannedRun], column: str | None = None) -> list[str]
             groups.setdefault(run.axes[column] if column else None, []).append(run)
     notes = []
     for group, members in groups.items():
-        check = check_design([r.params["total"] for r in members], [r.tokens for r in members])
+        check = check_design([r.params["total"] for r in members], [r.tokens for r in members],
+                             trunks=[r.cfg.train.branch_from or r.run_id for r in members])
         where = f"[{group}] " if group is not None else ""
         notes.append(where + check.describe())
         notes += [f"warning: {where}{w}" for w in check.warnings()]
