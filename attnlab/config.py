@@ -248,6 +248,13 @@ class TrainConfig:
                  if getattr(self, name) is None}
         return dataclasses.replace(self, **unset) if unset else self
 
+    def lr_schedule(self, total_steps: int, d_model: int):
+        """The schedule class this section names, built with its resolved decay settings: the
+        rate of every update, for the optimizer and for the laws that read a run's rates."""
+        t = self.decay()
+        return SCHEDULES[t.schedule](t.learning_rate, t.warmup_steps, total_steps,
+                                     t.min_lr_ratio, t.decay_fraction, t.cooldown, d_model)
+
     # Equal when they train alike: a decay setting left unset equals its schedule's value (a
     # run's saved config.json holds the values).
     def __eq__(self, other):

@@ -128,11 +128,9 @@ def scheduled_rates(sweep: str | Path) -> dict[str, np.ndarray]:
     rates = {}
     for path in sorted((Path(sweep) / RUNS_DIR).glob(f"*/{CONFIG_FILE}")):
         cfg = from_config_dict(json.loads(path.read_text()))
-        t, total = cfg.train.decay(), cfg.total_steps
-        schedule = SCHEDULES[t.schedule](t.learning_rate, t.warmup_steps, total, t.min_lr_ratio,
-                                         t.decay_fraction, t.cooldown, cfg.model.d_model)
-        rates[path.parent.name] = np.asarray(schedule.lr(np.arange(total), np, "float32"),
-                                             np.float64)
+        schedule = cfg.train.lr_schedule(cfg.total_steps, cfg.model.d_model)
+        rates[path.parent.name] = np.asarray(
+            schedule.lr(np.arange(cfg.total_steps), np, "float32"), np.float64)
     return rates
 
 

@@ -239,8 +239,9 @@ def design_notes(runs: list[PlannedRun], column: str | None = None) -> list[str]
     """Whether the planned (params, tokens) points can pin approach 3's law
     (``attnlab.scaling.design``): a line per variant (``column``: the variant column) with the
     expected interval widths, and a warning where they miss the targets. A ladder's trunks are
-    left out: its points are the branches, whose noise their trunk shares. A point trained at several learning rates counts
-    once per seed, as a fit at each point's best rate (``--best-over``) reads it."""
+    left out: its points are the branches, whose noise their trunk shares. A point trained at
+    several learning rates counts once per seed, as a fit at each point's best rate
+    (``--best-over``) reads it."""
     from attnlab.scaling.design import check_design
 
     groups: dict = {}

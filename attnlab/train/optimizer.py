@@ -12,17 +12,13 @@ import optax
 
 from attnlab.config import Config, TrainConfig, check_warmup
 from attnlab.model import Architecture, param_shapes, resolve
-from attnlab.schedules import SCHEDULES
 
 
 def make_schedule(train: TrainConfig, total_steps: int, d_model: int) -> optax.Schedule:
     """The schedule named by ``train.schedule`` as an optax schedule; raises ConfigError for
     impossible settings."""
     check_warmup(train, total_steps)
-    t = train.decay()
-    schedule = SCHEDULES[t.schedule](t.learning_rate, t.warmup_steps, total_steps, t.min_lr_ratio,
-                                     t.decay_fraction, t.cooldown, d_model)
-    return functools.partial(schedule.lr, xp=jnp)
+    return functools.partial(train.lr_schedule(total_steps, d_model).lr, xp=jnp)
 
 
 def _path_names(path) -> list[str]:
